@@ -1,0 +1,19 @@
+//! `flock-actors`: the orchestrator inside the supervisor process — the router actor, the store
+//! actor (the only SQLite writer) and the connection server that feeds the router.
+//!
+//! It does not spawn or supervise OS processes (that is `flock-supervisor`); it learns about them
+//! through [`router::RouterMsg::Expect`]/[`router::RouterMsg::Stop`] and reports back through
+//! [`router::RouterEvent`]s.
+
+pub mod router;
+pub mod server;
+pub mod store;
+pub mod store_actor;
+
+pub use router::{
+    ConnKind, ControlCall, ControlSink, EventSink, RouteInfo, Router, RouterArgs, RouterCounters,
+    RouterEvent, RouterMsg,
+};
+pub use server::{ConnLimits, serve};
+pub use store::{Durability, Store, StoreError};
+pub use store_actor::{StoreActor, StoreMsg};

@@ -1,0 +1,893 @@
+//! The router actor: every frame between agents passes through here. Its handler is O(1) per
+//! frame and never awaits an agent: socket I/O happens in per-connection tasks, SQLite in the
+//! store actor, process control in the supervisor. It owns the in-memory view of every mailbox
+//! (the durable copy is in SQLite) and hands each agent one turn at a time.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use flock_config::{AgentSpec, SwarmSpec};
+use flock_ipc::id::{fmt_id, new_id};
+use flock_ipc::{
+    Body, ControlRequest, Delivery, DeliveryKind, ErrorCode, Frame, Hello, MsgId, OPERATOR,
+    Outbox, PROTOCOL_VERSION, PeerCred, ROUTER, SendMode, Welcome,
+};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
+
+use crate::store::{NewMessage, WriteOp, WriteOutcome};
+use crate::store_actor::{Origin, StoreMsg, StoredOutcome};
+
+pub type ConnId = u64;
+
+/// Which socket a connection came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnKind {
+    Agent,
+    Control,
+}
+
+/// Facts the supervisor needs from the router.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouterEvent {
+    /// The agent completed its handshake: it is ready.
+    Ready { agent: String, pid: u32 },
+    /// The agent's connection closed.
+    Disconnected { agent: String },
+}
+
+/// A `flockctl` request for the supervisor, with where to send the answer.
+#[derive(Debug)]
+pub struct ControlCall {
+    pub request: ControlRequest,
+    /// Id of the request frame: answers carry it as their correlation id.
+    pub frame_id: MsgId,
+    pub outbox: Outbox,
+}
+
+pub type EventSink = Arc<dyn Fn(RouterEvent) + Send + Sync>;
+pub type ControlSink = Arc<dyn Fn(ControlCall) + Send + Sync>;
+
+/// Routing facts about one agent, for `flockctl ps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteInfo {
+    pub name: String,
+    pub connected: bool,
+    pub busy: bool,
+    pub mailbox_depth: u64,
+    pub turns_total: u64,
+}
+
+/// Router-wide counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouterCounters {
+    pub routed: u64,
+    pub dropped: u64,
+    pub late_replies: u64,
+    pub connections: u64,
+}
+
+/// Writes committed by the store, handed back so the router can answer and deliver.
+#[derive(Debug, Default)]
+pub struct StoredBatch {
+    pub items: Vec<(WriteOp, Option<Origin>, StoredOutcome)>,
+}
+
+pub enum RouterMsg {
+    /// A new connection and its first frame (the handshake).
+    Open {
+        conn: ConnId,
+        kind: ConnKind,
+        first: Frame,
+        outbox: Outbox,
+        closer: oneshot::Sender<()>,
+        peer: PeerCred,
+    },
+    /// Frames read from a connection. The permit bounds how many frames a connection can have
+    /// waiting in this mailbox; it is released when the batch has been handled.
+    Frames { conn: ConnId, frames: Vec<Frame>, permit: Option<OwnedSemaphorePermit> },
+    /// The connection is gone (peer closed, or it sent something malformed).
+    Closed { conn: ConnId },
+    /// Writes the store has committed.
+    Stored(StoredBatch),
+    /// The deadline of request `0` passed.
+    RequestTimeout(MsgId),
+    /// Retry handing work to an agent whose outbox was full.
+    RetryDeliver(String),
+    /// The supervisor is about to spawn `agent` with this token; only it may say `Hello`.
+    Expect { agent: String, token: String },
+    /// The supervisor is stopping `agent` on purpose: tell it to shut down; losing its current
+    /// delivery does not count as a failed delivery.
+    Stop { agent: String },
+    /// Refuse new sends: the swarm is shutting down.
+    Drain,
+    /// Routing facts for `flockctl ps`.
+    Snapshot(RpcReplyPort<(Vec<RouteInfo>, RouterCounters)>),
+}
+
+pub struct RouterArgs {
+    pub spec: Arc<SwarmSpec>,
+    pub store: ActorRef<StoreMsg>,
+    pub events: EventSink,
+    pub control: ControlSink,
+    /// Per agent: Unix ms of the last frame received from it (read by the heartbeat check).
+    pub liveness: HashMap<String, Arc<AtomicU64>>,
+}
+
+pub struct Router;
+
+/// One queued input of an agent.
+#[derive(Debug, Clone)]
+struct Queued {
+    id: MsgId,
+    kind: DeliveryKind,
+    sender: String,
+    text: String,
+    /// Failed deliveries so far (durable messages only).
+    attempts: u32,
+    call_chain: Vec<String>,
+}
+
+struct Slot {
+    spec: AgentSpec,
+    spec_json: String,
+    conn: Option<ConnId>,
+    expected_token: Option<String>,
+    stopping: bool,
+    queue: VecDeque<Queued>,
+    in_flight: Option<Queued>,
+    turns_total: u64,
+    last_seen: Arc<AtomicU64>,
+    retry_scheduled: bool,
+}
+
+struct ConnInfo {
+    /// Agent name, or `operator` for control connections.
+    identity: String,
+    kind: ConnKind,
+    outbox: Outbox,
+    _closer: oneshot::Sender<()>,
+}
+
+struct PendingRequest {
+    caller: String,
+    caller_conn: ConnId,
+    target: String,
+    timeout_ms: u64,
+}
+
+pub struct RouterState {
+    spec: Arc<SwarmSpec>,
+    store: ActorRef<StoreMsg>,
+    events: EventSink,
+    control: ControlSink,
+    slots: HashMap<String, Slot>,
+    conns: HashMap<ConnId, ConnInfo>,
+    requests: HashMap<MsgId, PendingRequest>,
+    draining: bool,
+    counters: RouterCounters,
+}
+
+pub(crate) fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// The instance key of every agent in this version (one instance per declared agent).
+pub const DEFAULT_INSTANCE: &str = "default";
+
+fn chain_entry(agent: &str) -> String {
+    format!("{agent}@{DEFAULT_INSTANCE}")
+}
+
+impl Actor for Router {
+    type Msg = RouterMsg;
+    type State = RouterState;
+    type Arguments = RouterArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<RouterMsg>,
+        args: RouterArgs,
+    ) -> Result<RouterState, ActorProcessingErr> {
+        let pending = ractor::call!(args.store, StoreMsg::Pending)?.map_err(anyhow_like)?;
+        let totals = ractor::call!(args.store, StoreMsg::TurnsTotals)?.map_err(anyhow_like)?;
+        let mut slots = HashMap::new();
+        for spec in &args.spec.agents {
+            let last_seen = args.liveness.get(&spec.name).cloned().unwrap_or_default();
+            slots.insert(
+                spec.name.clone(),
+                Slot {
+                    spec_json: serde_json::to_string(spec)?,
+                    spec: spec.clone(),
+                    conn: None,
+                    expected_token: None,
+                    stopping: false,
+                    queue: VecDeque::new(),
+                    in_flight: None,
+                    turns_total: totals.get(&spec.name).copied().unwrap_or(0),
+                    last_seen,
+                    retry_scheduled: false,
+                },
+            );
+        }
+        let mut orphans = 0;
+        for m in pending {
+            match slots.get_mut(&m.target) {
+                Some(slot) => slot.queue.push_back(Queued {
+                    id: m.id,
+                    kind: DeliveryKind::Message,
+                    sender: m.sender,
+                    text: m.text,
+                    attempts: m.attempts,
+                    call_chain: Vec::new(),
+                }),
+                // The agent was removed from the swarm file; its mail waits for it to return.
+                None => orphans += 1,
+            }
+        }
+        if orphans > 0 {
+            eprintln!(
+                "flock router: {orphans} pending message(s) are addressed to agents no longer in the swarm file; they stay in the store"
+            );
+        }
+        Ok(RouterState {
+            spec: args.spec,
+            store: args.store,
+            events: args.events,
+            control: args.control,
+            slots,
+            conns: HashMap::new(),
+            requests: HashMap::new(),
+            draining: false,
+            counters: RouterCounters::default(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<RouterMsg>,
+        msg: RouterMsg,
+        state: &mut RouterState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            RouterMsg::Open { conn, kind, first, outbox, closer, peer } => {
+                state.open(&myself, conn, kind, first, outbox, closer, peer);
+            }
+            RouterMsg::Frames { conn, frames, permit } => {
+                let Some(info) = state.conns.get(&conn) else { return Ok(()) };
+                let identity = info.identity.clone();
+                let kind = info.kind;
+                if kind == ConnKind::Agent {
+                    if let Some(slot) = state.slots.get(&identity) {
+                        slot.last_seen.store(unix_ms(), Ordering::Relaxed);
+                    }
+                }
+                for frame in frames {
+                    state.frame(&myself, conn, kind, &identity, frame);
+                }
+                drop(permit);
+            }
+            RouterMsg::Closed { conn } => state.closed(&myself, conn),
+            RouterMsg::Stored(batch) => state.stored(&myself, batch),
+            RouterMsg::RequestTimeout(id) => state.request_timeout(id),
+            RouterMsg::RetryDeliver(agent) => {
+                if let Some(slot) = state.slots.get_mut(&agent) {
+                    slot.retry_scheduled = false;
+                }
+                state.deliver_next(&myself, &agent);
+            }
+            RouterMsg::Expect { agent, token } => {
+                if let Some(slot) = state.slots.get_mut(&agent) {
+                    slot.expected_token = Some(token);
+                    slot.stopping = false;
+                }
+            }
+            RouterMsg::Stop { agent } => {
+                if let Some(slot) = state.slots.get_mut(&agent) {
+                    slot.stopping = true;
+                    slot.expected_token = None;
+                    if let Some(info) = slot.conn.and_then(|c| state.conns.get(&c)) {
+                        let _ = info.outbox.try_send(Frame::new(ROUTER, &agent, Body::Shutdown));
+                    }
+                }
+            }
+            RouterMsg::Drain => state.draining = true,
+            RouterMsg::Snapshot(reply) => {
+                let infos = state
+                    .spec
+                    .agents
+                    .iter()
+                    .filter_map(|a| state.slots.get(&a.name))
+                    .map(|s| RouteInfo {
+                        name: s.spec.name.clone(),
+                        connected: s.conn.is_some(),
+                        busy: s.in_flight.is_some(),
+                        mailbox_depth: s.queue.len() as u64 + u64::from(s.in_flight.is_some()),
+                        turns_total: s.turns_total,
+                    })
+                    .collect();
+                let _ = reply.send((infos, state.counters.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn anyhow_like(e: String) -> ActorProcessingErr {
+    e.into()
+}
+
+fn send_to(outbox: &Outbox, frame: Frame) -> bool {
+    outbox.try_send(frame).is_ok()
+}
+
+impl RouterState {
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        conn: ConnId,
+        kind: ConnKind,
+        first: Frame,
+        outbox: Outbox,
+        closer: oneshot::Sender<()>,
+        peer: PeerCred,
+    ) {
+        let reject = |code: ErrorCode, reason: String| {
+            // Dropping `closer` and `outbox` here makes the connection task write this frame
+            // and close; the router keeps serving everyone else.
+            let _ = outbox.try_send(Frame::answer(&first, ROUTER, Body::Reject { code, reason }));
+        };
+        match (kind, &first.body) {
+            (ConnKind::Agent, Body::Hello(hello)) => {
+                if let Err((code, reason)) = self.check_hello(hello) {
+                    eprintln!(
+                        "flock router: rejected Hello from pid {:?} as `{}`: {reason}",
+                        peer.pid, hello.agent_id
+                    );
+                    return reject(code, reason);
+                }
+                let name = hello.agent_id.clone();
+                let Some(slot) = self.slots.get_mut(&name) else { return };
+                // A stale connection of an earlier incarnation is superseded.
+                let old = slot.conn.take();
+                slot.expected_token = None;
+                slot.conn = Some(conn);
+                slot.last_seen.store(unix_ms(), Ordering::Relaxed);
+                let welcome = Welcome {
+                    protocol_version: PROTOCOL_VERSION,
+                    swarm: self.spec.name.clone(),
+                    agent_spec_json: slot.spec_json.clone(),
+                    heartbeat_interval_ms: self.spec.supervision.heartbeat_interval_ms,
+                };
+                let _ = outbox.try_send(Frame::answer(&first, ROUTER, Body::Welcome(welcome)));
+                self.conns.insert(
+                    conn,
+                    ConnInfo { identity: name.clone(), kind, outbox, _closer: closer },
+                );
+                self.counters.connections += 1;
+                if let Some(old) = old {
+                    self.closed(myself, old);
+                    // `closed` cleared the slot's connection only if it was `old`.
+                }
+                (self.events)(RouterEvent::Ready { agent: name.clone(), pid: hello.pid });
+                self.deliver_next(myself, &name);
+            }
+            (ConnKind::Control, Body::ClientHello { protocol_version, .. }) => {
+                if *protocol_version != PROTOCOL_VERSION {
+                    return reject(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "protocol version {protocol_version} is not supported (this supervisor speaks {PROTOCOL_VERSION}); use the flockctl that came with it"
+                        ),
+                    );
+                }
+                let welcome = Welcome {
+                    protocol_version: PROTOCOL_VERSION,
+                    swarm: self.spec.name.clone(),
+                    agent_spec_json: String::new(),
+                    heartbeat_interval_ms: self.spec.supervision.heartbeat_interval_ms,
+                };
+                let _ = outbox.try_send(Frame::answer(&first, ROUTER, Body::Welcome(welcome)));
+                self.conns.insert(
+                    conn,
+                    ConnInfo { identity: OPERATOR.into(), kind, outbox, _closer: closer },
+                );
+                self.counters.connections += 1;
+            }
+            (_, body) => reject(
+                ErrorCode::BadRequest,
+                format!("the first frame must be a handshake, got {}", body.kind()),
+            ),
+        }
+    }
+
+    fn check_hello(&self, hello: &Hello) -> Result<(), (ErrorCode, String)> {
+        if hello.protocol_version != PROTOCOL_VERSION {
+            return Err((
+                ErrorCode::BadRequest,
+                format!(
+                    "protocol version {} is not supported (expected {PROTOCOL_VERSION})",
+                    hello.protocol_version
+                ),
+            ));
+        }
+        let Some(slot) = self.slots.get(&hello.agent_id) else {
+            return Err((
+                ErrorCode::AgentNotFound,
+                format!("no agent named `{}` in this swarm", hello.agent_id),
+            ));
+        };
+        match &slot.expected_token {
+            Some(t) if constant_time_eq(t.as_bytes(), hello.token.as_bytes()) => Ok(()),
+            _ => Err((
+                ErrorCode::Forbidden,
+                "wrong or expired token: agents are started by the supervisor, which hands each spawn its own token".into(),
+            )),
+        }
+    }
+
+    fn frame(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        conn: ConnId,
+        kind: ConnKind,
+        identity: &str,
+        mut frame: Frame,
+    ) {
+        // Identity comes from the connection, never from the frame.
+        frame.from = identity.to_owned();
+        match &frame.body {
+            Body::Send { .. } => self.send(myself, conn, frame),
+            Body::Request { .. } => self.request(myself, conn, frame),
+            Body::Ack { .. } | Body::Nack { .. } if kind == ConnKind::Agent => {
+                self.turn_finished(myself, identity, frame)
+            }
+            Body::ToolCall { name, arguments } if kind == ConnKind::Agent => {
+                let result = self.router_tool(identity, name, arguments);
+                let (ok, content) = match result {
+                    Ok(c) => (true, c),
+                    Err(e) => (false, e),
+                };
+                self.answer(conn, Frame::answer(&frame, ROUTER, Body::ToolResult { ok, content }));
+            }
+            Body::Heartbeat => {
+                self.answer(conn, Frame::answer(&frame, ROUTER, Body::HeartbeatAck));
+            }
+            Body::ShutdownAck | Body::HeartbeatAck => {}
+            Body::Control(request) if kind == ConnKind::Control => {
+                if let Some(info) = self.conns.get(&conn) {
+                    (self.control)(ControlCall {
+                        request: request.clone(),
+                        frame_id: frame.id,
+                        outbox: info.outbox.clone(),
+                    });
+                }
+            }
+            other => {
+                let msg = format!("a {} frame is not accepted on this connection", other.kind());
+                self.answer(conn, Frame::error(&frame, ErrorCode::BadRequest, msg));
+            }
+        }
+    }
+
+    fn answer(&mut self, conn: ConnId, frame: Frame) {
+        if let Some(info) = self.conns.get(&conn) {
+            if !send_to(&info.outbox, frame) {
+                self.counters.dropped += 1;
+            }
+        }
+    }
+
+    /// Checks that `caller` may address `target`; the error is ready to send.
+    fn check_target(&self, caller: &str, target: &str) -> Result<(), (ErrorCode, String)> {
+        if self.draining {
+            return Err((ErrorCode::Draining, "the swarm is shutting down".into()));
+        }
+        if !self.slots.contains_key(target) {
+            let known: Vec<&str> = self.spec.agents.iter().map(|a| a.name.as_str()).collect();
+            return Err((
+                ErrorCode::AgentNotFound,
+                format!("no agent named `{target}`; agents: {}", known.join(", ")),
+            ));
+        }
+        if let Some(slot) = self.slots.get(caller) {
+            if !slot.spec.can_call.is_empty() && !slot.spec.can_call.iter().any(|c| c == target) {
+                return Err((
+                    ErrorCode::Forbidden,
+                    format!(
+                        "`{caller}` may only call: {} (can_call in the swarm file)",
+                        slot.spec.can_call.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, myself: &ActorRef<RouterMsg>, conn: ConnId, frame: Frame) {
+        let Body::Send { text, mode } = &frame.body else { return };
+        if let Err((code, msg)) = self.check_target(&frame.from, &frame.to) {
+            return self.answer(conn, Frame::error(&frame, code, msg));
+        }
+        match mode {
+            SendMode::Durable => {
+                let msg = NewMessage {
+                    id: frame.id,
+                    sender: frame.from.clone(),
+                    target: frame.to.clone(),
+                    text: text.clone(),
+                };
+                let write = StoreMsg::Write {
+                    op: WriteOp::Enqueue(msg),
+                    origin: Some(Origin { conn, frame: frame.id }),
+                    notify: Some(myself.clone()),
+                };
+                if self.store.cast(write).is_err() {
+                    let err = Frame::error(&frame, ErrorCode::Internal, "the store is not running");
+                    self.answer(conn, err);
+                }
+            }
+            SendMode::AtMostOnce => {
+                let target = self.slots.get(&frame.to).and_then(|s| s.conn);
+                let delivered = target.and_then(|c| self.conns.get(&c)).is_some_and(|info| {
+                    let deliver = Delivery {
+                        kind: DeliveryKind::Message,
+                        sender: frame.from.clone(),
+                        text: text.clone(),
+                        attempt: 1,
+                        durable: false,
+                        call_chain: Vec::new(),
+                    };
+                    let out = Frame {
+                        id: frame.id,
+                        from: frame.from.clone(),
+                        to: frame.to.clone(),
+                        correlation_id: None,
+                        deadline_ms: frame.deadline_ms,
+                        body: Body::Deliver(deliver),
+                    };
+                    send_to(&info.outbox, out)
+                });
+                if delivered {
+                    self.counters.routed += 1;
+                } else {
+                    self.counters.dropped += 1;
+                    let msg = format!(
+                        "`{}` is not connected or not keeping up; at_most_once messages are not queued",
+                        frame.to
+                    );
+                    self.answer(conn, Frame::error(&frame, ErrorCode::TargetUnavailable, msg));
+                }
+            }
+        }
+    }
+
+    fn request(&mut self, myself: &ActorRef<RouterMsg>, conn: ConnId, frame: Frame) {
+        let Body::Request { text, timeout_ms } = &frame.body else { return };
+        if let Err((code, msg)) = self.check_target(&frame.from, &frame.to) {
+            return self.answer(conn, Frame::error(&frame, code, msg));
+        }
+        // The call chain is the router's own record of who is serving whom, never the caller's.
+        let mut chain = self
+            .slots
+            .get(&frame.from)
+            .and_then(|s| s.in_flight.as_ref())
+            .map(|q| q.call_chain.clone())
+            .unwrap_or_default();
+        if frame.from != OPERATOR {
+            chain.push(chain_entry(&frame.from));
+        }
+        let callee = chain_entry(&frame.to);
+        if chain.contains(&callee) {
+            let msg = format!("calling {callee} would close a cycle: {} → {callee}", chain.join(" → "));
+            return self.answer(conn, Frame::error(&frame, ErrorCode::CircularCall, msg));
+        }
+        let timeout_ms =
+            if *timeout_ms == 0 { self.spec.delivery.request_timeout_ms } else { *timeout_ms };
+        self.requests.insert(
+            frame.id,
+            PendingRequest {
+                caller: frame.from.clone(),
+                caller_conn: conn,
+                target: frame.to.clone(),
+                timeout_ms,
+            },
+        );
+        let id = frame.id;
+        myself.send_after(Duration::from_millis(timeout_ms), move || RouterMsg::RequestTimeout(id));
+        let Some(slot) = self.slots.get_mut(&frame.to) else { return };
+        slot.queue.push_back(Queued {
+            id,
+            kind: DeliveryKind::Request,
+            sender: frame.from.clone(),
+            text: text.clone(),
+            attempts: 0,
+            call_chain: chain,
+        });
+        let to = frame.to.clone();
+        self.deliver_next(myself, &to);
+    }
+
+    /// Hands the next queued input to `agent` if it is connected and idle.
+    fn deliver_next(&mut self, myself: &ActorRef<RouterMsg>, agent: &str) {
+        let Some(slot) = self.slots.get_mut(agent) else { return };
+        if slot.in_flight.is_some() || slot.stopping {
+            return;
+        }
+        let Some(info) = slot.conn.and_then(|c| self.conns.get(&c)) else { return };
+        while let Some(q) = slot.queue.pop_front() {
+            // A request whose caller already timed out is skipped (lazily, to keep this O(1)).
+            if q.kind == DeliveryKind::Request && !self.requests.contains_key(&q.id) {
+                continue;
+            }
+            let frame = Frame {
+                id: q.id,
+                from: q.sender.clone(),
+                to: agent.to_owned(),
+                correlation_id: None,
+                deadline_ms: None,
+                body: Body::Deliver(Delivery {
+                    kind: q.kind,
+                    sender: q.sender.clone(),
+                    text: q.text.clone(),
+                    attempt: q.attempts + 1,
+                    durable: q.kind == DeliveryKind::Message,
+                    call_chain: q.call_chain.clone(),
+                }),
+            };
+            match info.outbox.try_send(frame) {
+                Ok(()) => {
+                    self.counters.routed += 1;
+                    slot.in_flight = Some(q);
+                }
+                Err(_) => {
+                    slot.queue.push_front(q);
+                    if !slot.retry_scheduled {
+                        slot.retry_scheduled = true;
+                        let name = agent.to_owned();
+                        myself.send_after(Duration::from_millis(10), move || {
+                            RouterMsg::RetryDeliver(name)
+                        });
+                    }
+                }
+            }
+            return;
+        }
+    }
+
+    fn turn_finished(&mut self, myself: &ActorRef<RouterMsg>, agent: &str, frame: Frame) {
+        let Some(id) = frame.correlation_id else { return };
+        let Some(slot) = self.slots.get_mut(agent) else { return };
+        let current = slot.in_flight.as_ref().is_some_and(|q| q.id == id);
+        match frame.body {
+            Body::Ack { reply } => {
+                slot.turns_total += 1;
+                if !current {
+                    // An at_most_once delivery (not leased): only the turn is counted.
+                    let _ = self.store.cast(StoreMsg::Write {
+                        op: WriteOp::CountTurn { agent: agent.into() },
+                        origin: None,
+                        notify: None,
+                    });
+                    return;
+                }
+                let Some(done) = slot.in_flight.take() else { return };
+                let op = match done.kind {
+                    DeliveryKind::Message => WriteOp::Complete { id, agent: agent.into() },
+                    DeliveryKind::Request => WriteOp::CountTurn { agent: agent.into() },
+                };
+                let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+                if done.kind == DeliveryKind::Request {
+                    self.reply(id, agent, Body::Reply { text: reply.unwrap_or_default() });
+                }
+            }
+            Body::Nack { reason } => {
+                if !current {
+                    return;
+                }
+                let Some(failed) = slot.in_flight.take() else { return };
+                match failed.kind {
+                    DeliveryKind::Request => {
+                        let msg = format!("`{agent}` could not finish the request: {reason}");
+                        self.reply(id, agent, Body::Error { code: ErrorCode::Internal, message: msg });
+                    }
+                    DeliveryKind::Message => self.failed_delivery(agent, failed, reason),
+                }
+            }
+            _ => return,
+        }
+        self.deliver_next(myself, agent);
+    }
+
+    /// Routes the answer to request `id` back to its caller, if it is still waiting.
+    fn reply(&mut self, id: MsgId, callee: &str, body: Body) {
+        let Some(req) = self.requests.remove(&id) else {
+            self.counters.late_replies += 1;
+            return;
+        };
+        let frame = Frame {
+            id: new_id(),
+            from: callee.to_owned(),
+            to: req.caller,
+            correlation_id: Some(id),
+            deadline_ms: None,
+            body,
+        };
+        self.answer(req.caller_conn, frame);
+    }
+
+    /// A durable message's delivery failed: count it; requeue it at the head, or dead-letter it.
+    fn failed_delivery(&mut self, agent: &str, mut q: Queued, reason: String) {
+        let max = self.spec.delivery.max_delivery_attempts;
+        let Some(slot) = self.slots.get_mut(agent) else { return };
+        q.attempts += 1;
+        let op = if q.attempts >= max {
+            eprintln!(
+                "flock router: message {} to `{agent}` dead-lettered after {} failed deliveries ({reason})",
+                fmt_id(q.id),
+                q.attempts
+            );
+            WriteOp::DeadLetter {
+                id: q.id,
+                attempts: q.attempts,
+                reason: format!("{} failed deliveries; last: {reason}", q.attempts),
+            }
+        } else {
+            let op = WriteOp::FailedAttempt { id: q.id, attempts: q.attempts };
+            slot.queue.push_front(q);
+            op
+        };
+        let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+    }
+
+    fn closed(&mut self, myself: &ActorRef<RouterMsg>, conn: ConnId) {
+        let Some(info) = self.conns.remove(&conn) else { return };
+        if info.kind != ConnKind::Agent {
+            return;
+        }
+        let agent = info.identity;
+        let Some(slot) = self.slots.get_mut(&agent) else { return };
+        if slot.conn != Some(conn) {
+            return;
+        }
+        slot.conn = None;
+        if let Some(q) = slot.in_flight.take() {
+            match q.kind {
+                // A request is retried within its deadline; a deliberate stop is nobody's fault.
+                DeliveryKind::Request => slot.queue.push_front(q),
+                DeliveryKind::Message if slot.stopping => slot.queue.push_front(q),
+                DeliveryKind::Message => {
+                    self.failed_delivery(&agent, q, "the agent's connection closed mid-turn".into())
+                }
+            }
+        }
+        (self.events)(RouterEvent::Disconnected { agent: agent.clone() });
+        let _ = myself;
+    }
+
+    fn stored(&mut self, myself: &ActorRef<RouterMsg>, batch: StoredBatch) {
+        for (op, origin, outcome) in batch.items {
+            let WriteOp::Enqueue(msg) = op else { continue };
+            let Some(origin) = origin else { continue };
+            let answer = match outcome {
+                Ok(WriteOutcome::Inserted) => {
+                    let target = msg.target.clone();
+                    if let Some(slot) = self.slots.get_mut(&target) {
+                        slot.queue.push_back(Queued {
+                            id: msg.id,
+                            kind: DeliveryKind::Message,
+                            sender: msg.sender.clone(),
+                            text: msg.text,
+                            attempts: 0,
+                            call_chain: Vec::new(),
+                        });
+                    }
+                    self.deliver_next(myself, &target);
+                    Body::Accepted
+                }
+                // Accepted before (a replayed turn re-sent it): accepted, not queued twice.
+                Ok(_) => Body::Accepted,
+                Err(e) => Body::Error {
+                    code: ErrorCode::Internal,
+                    message: format!("the message could not be stored: {e}"),
+                },
+            };
+            let frame = Frame {
+                id: new_id(),
+                from: ROUTER.into(),
+                to: msg.sender,
+                correlation_id: Some(origin.frame),
+                deadline_ms: None,
+                body: answer,
+            };
+            self.answer(origin.conn, frame);
+        }
+    }
+
+    fn request_timeout(&mut self, id: MsgId) {
+        let Some(req) = self.requests.remove(&id) else { return };
+        let target = req.target.clone();
+        let message = format!(
+            "`{target}` did not answer within {} ms; its turn was cancelled",
+            req.timeout_ms
+        );
+        let frame = Frame {
+            id: new_id(),
+            from: ROUTER.into(),
+            to: req.caller,
+            correlation_id: Some(id),
+            deadline_ms: None,
+            body: Body::Error { code: ErrorCode::Timeout, message },
+        };
+        self.answer(req.caller_conn, frame);
+        // Cancel the callee's turn if it is working on it; if it is still queued, it is skipped.
+        let Some(slot) = self.slots.get(&target) else { return };
+        if slot.in_flight.as_ref().is_some_and(|q| q.id == id) {
+            if let Some(conn) = slot.conn {
+                let cancel = Frame {
+                    correlation_id: Some(id),
+                    ..Frame::new(
+                        ROUTER,
+                        target.clone(),
+                        Body::Cancel { reason: "the caller's deadline passed".into() },
+                    )
+                };
+                self.answer(conn, cancel);
+            }
+        }
+    }
+
+    /// Tools the router answers itself.
+    fn router_tool(&self, caller: &str, name: &str, _arguments: &str) -> Result<String, String> {
+        match name {
+            "agents__list" => {
+                let list: Vec<_> = self
+                    .spec
+                    .agents
+                    .iter()
+                    .filter(|a| a.name != caller)
+                    .map(|a| {
+                        let slot = self.slots.get(&a.name);
+                        let state = match slot {
+                            Some(s) if s.in_flight.is_some() => "busy",
+                            Some(s) if s.conn.is_some() => "ready",
+                            _ => "offline",
+                        };
+                        serde_json::json!({"name": a.name, "role": a.role.as_str(), "state": state})
+                    })
+                    .collect();
+                Ok(serde_json::Value::Array(list).to_string())
+            }
+            "agents__catalog" => {
+                let allowed = self.slots.get(caller).map(|s| &s.spec.can_call);
+                let list: Vec<_> = self
+                    .spec
+                    .agents
+                    .iter()
+                    .filter(|a| a.name != caller)
+                    .map(|a| {
+                        let callable = allowed.is_none_or(|c| c.is_empty() || c.contains(&a.name));
+                        serde_json::json!({
+                            "name": a.name,
+                            "role": a.role.as_str(),
+                            "archetype": a.archetype,
+                            "description": a.description,
+                            "callable": callable,
+                        })
+                    })
+                    .collect();
+                Ok(serde_json::Value::Array(list).to_string())
+            }
+            other => Err(format!(
+                "BAD_REQUEST: `{other}` is not a router tool; available: agents__list, agents__catalog"
+            )),
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,130 @@
+//! Accept loops and per-connection tasks. A connection task reads and decodes frames, hands them
+//! to the router in batches, and writes through its bounded outbox. A malformed frame closes that
+//! one connection (after an `Error` frame); nothing a peer sends can reach the router undecoded.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use flock_ipc::{Body, ErrorCode, Frame, FrameReader, ROUTER, Transport, spawn_writer};
+use ractor::ActorRef;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::router::{ConnKind, RouterMsg};
+
+/// A peer must complete its handshake within this time.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Frames one connection may have waiting in the router's mailbox before its reader pauses.
+const MAX_QUEUED_FRAMES: u32 = 8192;
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+/// Limits applied to every connection of a listener.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    pub max_frame_bytes: u32,
+    pub outbox_frames: usize,
+    /// Only peers running as this uid are served.
+    pub uid: u32,
+}
+
+/// Serves `listener` until the router stops. Each peer gets its own task.
+pub fn serve<T: Transport>(
+    listener: T::Listener,
+    kind: ConnKind,
+    router: ActorRef<RouterMsg>,
+    limits: ConnLimits,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let (r, w, peer) = match T::accept(&listener).await {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("flock server: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            if peer.uid != limits.uid {
+                eprintln!(
+                    "flock server: refused a connection from uid {} (pid {:?}); only uid {} may connect",
+                    peer.uid, peer.pid, limits.uid
+                );
+                continue;
+            }
+            let router = router.clone();
+            tokio::spawn(connection::<T>(r, w, peer, kind, router, limits));
+        }
+    })
+}
+
+fn error_frame(code: ErrorCode, message: String) -> Frame {
+    Frame::new(ROUTER, "", Body::Error { code, message })
+}
+
+async fn connection<T: Transport>(
+    r: T::Read,
+    w: T::Write,
+    peer: flock_ipc::PeerCred,
+    kind: ConnKind,
+    router: ActorRef<RouterMsg>,
+    limits: ConnLimits,
+) {
+    let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+    let (tx, rx) = mpsc::channel(limits.outbox_frames.max(16));
+    let writer = spawn_writer(w, rx);
+    let mut reader = FrameReader::new(r, limits.max_frame_bytes);
+
+    let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, reader.read_frame()).await {
+        Ok(Ok(Some(f))) => Some(f),
+        Ok(Ok(None)) => None,
+        Ok(Err(e)) => {
+            let msg = format!("malformed handshake: {e}; closing this connection");
+            let _ = tx.try_send(error_frame(ErrorCode::BadRequest, msg));
+            None
+        }
+        Err(_) => {
+            let msg = format!("no handshake within {HANDSHAKE_TIMEOUT:?}; closing this connection");
+            let _ = tx.try_send(error_frame(ErrorCode::Timeout, msg));
+            None
+        }
+    };
+    if let Some(first) = first {
+        let (closer_tx, mut closer_rx) = oneshot::channel();
+        let open =
+            RouterMsg::Open { conn, kind, first, outbox: tx.clone(), closer: closer_tx, peer };
+        if router.cast(open).is_ok() {
+            let permits = Arc::new(Semaphore::new(MAX_QUEUED_FRAMES as usize));
+            let mut batch = Vec::new();
+            loop {
+                tokio::select! {
+                    // The router dropped its end: the peer was rejected or must go.
+                    _ = &mut closer_rx => break,
+                    read = reader.read_batch(&mut batch) => match read {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            let want = (n as u32).min(MAX_QUEUED_FRAMES);
+                            let Ok(permit) = permits.clone().acquire_many_owned(want).await else {
+                                break;
+                            };
+                            let frames = std::mem::take(&mut batch);
+                            let msg = RouterMsg::Frames { conn, frames, permit: Some(permit) };
+                            if router.cast(msg).is_err() {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            let msg = format!("malformed frame: {e}; closing this connection");
+                            let _ = tx.try_send(error_frame(ErrorCode::BadRequest, msg));
+                            break;
+                        }
+                    }
+                }
+            }
+            let _ = router.cast(RouterMsg::Closed { conn });
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}

@@ -1,0 +1,344 @@
+//! The SQLite store: the only code that opens the database. [`Store`] is the synchronous core
+//! (testable on its own); [`crate::store_actor`] wraps it as the single-writer actor with group
+//! commit.
+//!
+//! Durability: WAL with `synchronous=NORMAL`. A committed transaction survives `kill -9` of any
+//! process (it is in the WAL, in the OS page cache); a power cut may lose the last commits.
+//! `Durability::Full` (fsync per commit) closes that gap at a throughput cost.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use flock_ipc::{DeadLetter, MsgId};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// Versioned migrations; `PRAGMA user_version` records how many ran. Append only.
+const MIGRATIONS: &[&str] = &[
+    // 1: durable mailboxes and per-agent counters.
+    "CREATE TABLE messages (
+        seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+        id          BLOB    NOT NULL UNIQUE,
+        sender      TEXT    NOT NULL,
+        target      TEXT    NOT NULL,
+        text        TEXT    NOT NULL,
+        state       INTEGER NOT NULL DEFAULT 0, -- 0 pending, 1 done, 2 dead
+        attempts    INTEGER NOT NULL DEFAULT 0,
+        enqueued_at INTEGER NOT NULL,
+        finished_at INTEGER,
+        reason      TEXT
+    );
+    CREATE INDEX messages_pending ON messages (target, seq) WHERE state = 0;
+    CREATE INDEX messages_dead ON messages (seq) WHERE state = 2;
+    CREATE TABLE agent_stats (
+        name        TEXT PRIMARY KEY,
+        turns_total INTEGER NOT NULL DEFAULT 0
+    );",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("database {path} has schema version {found}, newer than this Flock ({known}); upgrade Flock")]
+    TooNew { path: String, found: usize, known: usize },
+}
+
+/// How hard a commit tries to reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Survives any process crash (the default).
+    Normal,
+    /// Also survives power loss; one fsync per commit.
+    Full,
+}
+
+/// A message to put in a durable mailbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    pub id: MsgId,
+    pub sender: String,
+    pub target: String,
+    pub text: String,
+}
+
+/// A message waiting in a mailbox, as loaded at startup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingMessage {
+    pub id: MsgId,
+    pub sender: String,
+    pub target: String,
+    pub text: String,
+    pub attempts: u32,
+}
+
+/// One write, applied inside a group-commit transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOp {
+    /// Insert unless the id is known; the outcome says whether it was new.
+    Enqueue(NewMessage),
+    /// The turn for this durable message finished: mark it done, count the turn.
+    Complete { id: MsgId, agent: String },
+    /// A non-durable turn finished: count it.
+    CountTurn { agent: String },
+    /// A delivery of this message failed; `attempts` is the new total.
+    FailedAttempt { id: MsgId, attempts: u32 },
+    /// Give up on this message.
+    DeadLetter { id: MsgId, attempts: u32, reason: String },
+}
+
+/// What a [`WriteOp`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// `Enqueue` inserted a new message.
+    Inserted,
+    /// `Enqueue` found the id already accepted earlier (a replayed send): nothing changed.
+    Duplicate,
+    /// Any other op applied.
+    Applied,
+}
+
+pub struct Store {
+    conn: Connection,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+fn id_bytes(id: MsgId) -> [u8; 16] {
+    id.to_be_bytes()
+}
+
+fn id_from(bytes: Vec<u8>) -> MsgId {
+    let mut b = [0u8; 16];
+    let n = bytes.len().min(16);
+    b[16 - n..].copy_from_slice(&bytes[bytes.len() - n..]);
+    u128::from_be_bytes(b)
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and runs pending migrations.
+    pub fn open(path: &Path, durability: Durability) -> Result<Self, StoreError> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        let sync = match durability {
+            Durability::Normal => "NORMAL",
+            Durability::Full => "FULL",
+        };
+        conn.pragma_update(None, "synchronous", sync)?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let mut store = Store { conn };
+        store.migrate(&path.display().to_string())?;
+        Ok(store)
+    }
+
+    fn migrate(&mut self, path: &str) -> Result<(), StoreError> {
+        let version: usize =
+            self.conn.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))? as usize;
+        if version > MIGRATIONS.len() {
+            return Err(StoreError::TooNew {
+                path: path.into(),
+                found: version,
+                known: MIGRATIONS.len(),
+            });
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+            let tx = self.conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Applies `ops` in one transaction (group commit). All or nothing.
+    pub fn apply(&mut self, ops: &[WriteOp]) -> Result<Vec<WriteOutcome>, StoreError> {
+        let now = now_ms();
+        let tx = self.conn.transaction()?;
+        let mut out = Vec::with_capacity(ops.len());
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT OR IGNORE INTO messages (id, sender, target, text, enqueued_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            let mut complete = tx.prepare_cached(
+                "UPDATE messages SET state = 1, finished_at = ?2 WHERE id = ?1 AND state = 0",
+            )?;
+            let mut count = tx.prepare_cached(
+                "INSERT INTO agent_stats (name, turns_total) VALUES (?1, 1)
+                 ON CONFLICT (name) DO UPDATE SET turns_total = turns_total + 1",
+            )?;
+            let mut attempt =
+                tx.prepare_cached("UPDATE messages SET attempts = ?2 WHERE id = ?1 AND state = 0")?;
+            let mut dead = tx.prepare_cached(
+                "UPDATE messages SET state = 2, attempts = ?2, reason = ?3, finished_at = ?4
+                 WHERE id = ?1 AND state = 0",
+            )?;
+            for op in ops {
+                let outcome = match op {
+                    WriteOp::Enqueue(m) => {
+                        let n = insert.execute(params![
+                            id_bytes(m.id),
+                            m.sender,
+                            m.target,
+                            m.text,
+                            now
+                        ])?;
+                        if n == 1 { WriteOutcome::Inserted } else { WriteOutcome::Duplicate }
+                    }
+                    WriteOp::Complete { id, agent } => {
+                        // Count a turn only the first time a message completes.
+                        if complete.execute(params![id_bytes(*id), now])? == 1 {
+                            count.execute(params![agent])?;
+                        }
+                        WriteOutcome::Applied
+                    }
+                    WriteOp::CountTurn { agent } => {
+                        count.execute(params![agent])?;
+                        WriteOutcome::Applied
+                    }
+                    WriteOp::FailedAttempt { id, attempts } => {
+                        attempt.execute(params![id_bytes(*id), attempts])?;
+                        WriteOutcome::Applied
+                    }
+                    WriteOp::DeadLetter { id, attempts, reason } => {
+                        dead.execute(params![id_bytes(*id), attempts, reason, now])?;
+                        WriteOutcome::Applied
+                    }
+                };
+                out.push(outcome);
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Every pending message, oldest first (mailbox order).
+    pub fn pending(&self) -> Result<Vec<PendingMessage>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, sender, target, text, attempts FROM messages WHERE state = 0 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(PendingMessage {
+                id: id_from(r.get(0)?),
+                sender: r.get(1)?,
+                target: r.get(2)?,
+                text: r.get(3)?,
+                attempts: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Completed turns per agent.
+    pub fn turns_totals(&self) -> Result<HashMap<String, u64>, StoreError> {
+        let mut stmt = self.conn.prepare("SELECT name, turns_total FROM agent_stats")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Messages in the dead-letter state, oldest first.
+    pub fn dead_letters(&self) -> Result<Vec<DeadLetter>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, sender, target, text, attempts, COALESCE(reason, '')
+             FROM messages WHERE state = 2 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(DeadLetter {
+                id: id_from(r.get(0)?),
+                sender: r.get(1)?,
+                target: r.get(2)?,
+                text: r.get(3)?,
+                attempts: r.get(4)?,
+                reason: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// State of one message: `pending`, `done`, `dead`, or `None` if unknown.
+    pub fn message_state(&self, id: MsgId) -> Result<Option<&'static str>, StoreError> {
+        let state: Option<i64> = self
+            .conn
+            .query_row("SELECT state FROM messages WHERE id = ?1", params![id_bytes(id)], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        Ok(state.map(|s| match s {
+            0 => "pending",
+            1 => "done",
+            _ => "dead",
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(id: MsgId, target: &str) -> NewMessage {
+        NewMessage { id, sender: "a".into(), target: target.into(), text: format!("m{id}") }
+    }
+
+    #[test]
+    fn enqueue_is_idempotent_by_id_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("flock.db");
+        {
+            let mut s = Store::open(&path, Durability::Normal).unwrap();
+            let out = s
+                .apply(&[
+                    WriteOp::Enqueue(msg(1, "w")),
+                    WriteOp::Enqueue(msg(2, "w")),
+                    WriteOp::Enqueue(msg(1, "w")),
+                ])
+                .unwrap();
+            assert_eq!(out, [WriteOutcome::Inserted, WriteOutcome::Inserted, WriteOutcome::Duplicate]);
+        }
+        let s = Store::open(&path, Durability::Normal).unwrap();
+        let ids: Vec<_> = s.pending().unwrap().iter().map(|m| m.id).collect();
+        assert_eq!(ids, [1, 2]);
+    }
+
+    #[test]
+    fn completing_twice_counts_one_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("f.db"), Durability::Normal).unwrap();
+        s.apply(&[WriteOp::Enqueue(msg(7, "w"))]).unwrap();
+        let done = WriteOp::Complete { id: 7, agent: "w".into() };
+        s.apply(&[done.clone(), done]).unwrap();
+        assert_eq!(s.turns_totals().unwrap()["w"], 1);
+        assert_eq!(s.message_state(7).unwrap(), Some("done"));
+        assert!(s.pending().unwrap().is_empty());
+    }
+
+    #[test]
+    fn dead_letters_leave_the_mailbox_and_are_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("f.db"), Durability::Normal).unwrap();
+        s.apply(&[WriteOp::Enqueue(msg(9, "w")), WriteOp::FailedAttempt { id: 9, attempts: 4 }])
+            .unwrap();
+        assert_eq!(s.pending().unwrap()[0].attempts, 4);
+        s.apply(&[WriteOp::DeadLetter { id: 9, attempts: 5, reason: "crashed".into() }]).unwrap();
+        assert!(s.pending().unwrap().is_empty());
+        let dl = s.dead_letters().unwrap();
+        assert_eq!((dl[0].id, dl[0].attempts, dl[0].reason.as_str()), (9, 5, "crashed"));
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused_with_advice() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.db");
+        Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
+        let err = Store::open(&path, Durability::Normal).unwrap_err().to_string();
+        assert!(err.contains("upgrade Flock"), "{err}");
+    }
+}

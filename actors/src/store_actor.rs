@@ -1,0 +1,112 @@
+//! The store actor: the single SQLite writer. Writes are group-committed: every write that arrives
+//! while a flush is pending joins the same transaction, so the cost of a commit is shared by
+//! everything queued behind it (the `Flush` message goes to the back of the mailbox, after the
+//! writes already waiting there).
+
+use flock_ipc::DeadLetter;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use crate::router::{RouterMsg, StoredBatch};
+use crate::store::{PendingMessage, Store, WriteOp, WriteOutcome};
+
+/// Who asked for a write and wants to hear the outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    pub conn: u64,
+    pub frame: flock_ipc::MsgId,
+}
+
+pub enum StoreMsg {
+    /// A write; when `notify` is set, the router hears the outcome after the commit.
+    Write { op: WriteOp, origin: Option<Origin>, notify: Option<ActorRef<RouterMsg>> },
+    /// Commit everything queued (sent by the actor to itself).
+    Flush,
+    Pending(RpcReplyPort<Result<Vec<PendingMessage>, String>>),
+    TurnsTotals(RpcReplyPort<Result<std::collections::HashMap<String, u64>, String>>),
+    DeadLetters(RpcReplyPort<Result<Vec<DeadLetter>, String>>),
+}
+
+pub struct StoreActor;
+
+pub struct StoreState {
+    store: Store,
+    queued: Vec<(WriteOp, Option<Origin>, Option<ActorRef<RouterMsg>>)>,
+    flush_scheduled: bool,
+}
+
+impl Actor for StoreActor {
+    type Msg = StoreMsg;
+    type State = StoreState;
+    type Arguments = Store;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<StoreMsg>,
+        store: Store,
+    ) -> Result<StoreState, ActorProcessingErr> {
+        Ok(StoreState { store, queued: Vec::new(), flush_scheduled: false })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<StoreMsg>,
+        msg: StoreMsg,
+        state: &mut StoreState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            StoreMsg::Write { op, origin, notify } => {
+                state.queued.push((op, origin, notify));
+                if !state.flush_scheduled {
+                    state.flush_scheduled = true;
+                    myself.cast(StoreMsg::Flush)?;
+                }
+            }
+            StoreMsg::Flush => {
+                state.flush_scheduled = false;
+                let batch = std::mem::take(&mut state.queued);
+                let ops: Vec<WriteOp> = batch.iter().map(|(op, _, _)| op.clone()).collect();
+                let store = &mut state.store;
+                let result = blocking(|| store.apply(&ops));
+                let mut stored: Option<(ActorRef<RouterMsg>, StoredBatch)> = None;
+                for (i, (op, origin, notify)) in batch.into_iter().enumerate() {
+                    let Some(router) = notify else { continue };
+                    let outcome = match &result {
+                        Ok(outcomes) => Ok(outcomes[i]),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    let entry = stored.get_or_insert_with(|| (router, StoredBatch::default()));
+                    entry.1.items.push((op, origin, outcome));
+                }
+                if let Err(e) = &result {
+                    eprintln!("flock store: commit of {} writes failed: {e}", ops.len());
+                }
+                if let Some((router, batch)) = stored {
+                    let _ = router.cast(RouterMsg::Stored(batch));
+                }
+            }
+            StoreMsg::Pending(reply) => {
+                let _ = reply.send(state.store.pending().map_err(|e| e.to_string()));
+            }
+            StoreMsg::TurnsTotals(reply) => {
+                let _ = reply.send(state.store.turns_totals().map_err(|e| e.to_string()));
+            }
+            StoreMsg::DeadLetters(reply) => {
+                let _ = reply.send(state.store.dead_letters().map_err(|e| e.to_string()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs blocking SQLite work without stalling the other tasks of a multi-threaded runtime.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+/// The outcome type carried back to the router.
+pub type StoredOutcome = Result<WriteOutcome, String>;

@@ -1,0 +1,279 @@
+//! `flock-agent`: one agent as one OS process. It connects to the router with the identity the
+//! supervisor gave it, then runs one turn at a time from what the router delivers, heartbeating
+//! all along. It holds no API keys and talks to nobody but the router.
+//!
+//! Delivery contract (docs/semantics.md): a durable delivery is `Ack`ed only after its turn has
+//! finished; a redelivered id this process already completed is acked again without a new turn.
+
+pub mod client;
+pub mod prompts;
+pub mod provider;
+pub mod tools;
+
+use std::collections::{HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use flock_config::{AgentSpec, ModelSpec};
+use flock_ipc::id::fmt_id;
+use flock_ipc::{Body, Connection, Delivery, DeliveryKind, Frame, Hello, MsgId, PROTOCOL_VERSION, ROUTER};
+use tokio::sync::{Notify, mpsc};
+
+use crate::client::RouterClient;
+use crate::provider::{ChatMessage, LlmProvider, LlmStep, ScriptedProvider};
+
+/// Steps (model calls) a turn may take before it is ended (DESIGN.md §7).
+pub const MAX_STEPS: usize = 24;
+/// Completed delivery ids remembered for dropping redeliveries.
+const REMEMBERED_IDS: usize = 4096;
+
+/// What the supervisor put in the environment.
+#[derive(Debug, Clone)]
+pub struct AgentEnv {
+    pub socket: PathBuf,
+    pub agent: String,
+    pub instance: String,
+    pub token: String,
+}
+
+impl AgentEnv {
+    pub fn from_env() -> Result<Self> {
+        let get = |k: &str| {
+            std::env::var(k).with_context(|| {
+                format!("{k} is not set: flock-agent is started by flock-supervisor, not by hand")
+            })
+        };
+        Ok(AgentEnv {
+            socket: PathBuf::from(get(flock_ipc::env::SOCKET)?),
+            agent: get(flock_ipc::env::AGENT)?,
+            instance: get(flock_ipc::env::INSTANCE)?,
+            token: get(flock_ipc::env::TOKEN)?,
+        })
+    }
+}
+
+/// Why the agent process ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitReason {
+    /// The supervisor asked it to (exit code 0).
+    Shutdown,
+    /// The router connection closed (exit code 1: the supervisor restarts us if it lives).
+    Disconnected,
+}
+
+/// The turn currently running, so a `Cancel` can reach it.
+#[derive(Default)]
+struct Current {
+    turn: Mutex<Option<(MsgId, Arc<Notify>)>>,
+}
+
+/// Connects, handshakes and serves until shutdown or disconnection.
+pub async fn run(env: AgentEnv) -> Result<ExitReason> {
+    let hello = Hello {
+        protocol_version: PROTOCOL_VERSION,
+        agent_id: env.agent.clone(),
+        instance: env.instance.clone(),
+        pid: std::process::id(),
+        token: env.token.clone(),
+    };
+    let conn = Connection::agent(&env.socket, hello, 4096)
+        .await
+        .with_context(|| format!("connect to the router as {}", env.agent))?;
+    let Connection { mut reader, outbox, welcome, writer: _writer } = conn;
+    let spec: AgentSpec = serde_json::from_str(&welcome.agent_spec_json)
+        .map_err(|e| anyhow!("the supervisor sent a spec this agent cannot read: {e}"))?;
+    println!("agent {} connected to swarm `{}` (pid {})", spec.name, welcome.swarm, std::process::id());
+
+    let client = RouterClient::new(spec.name.clone(), outbox.clone());
+    let current = Arc::new(Current::default());
+    let (deliveries, inbox) = mpsc::unbounded_channel::<Frame>();
+
+    // Heartbeats run on their own task: a long turn never looks like a hang.
+    let heartbeat = {
+        let client = client.clone();
+        let every = Duration::from_millis(welcome.heartbeat_interval_ms.max(10));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                if client.send(Frame::new(&client.name, ROUTER, Body::Heartbeat)).await.is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let worker = tokio::spawn(turns(spec, client.clone(), inbox, current.clone()));
+
+    let mut batch = Vec::new();
+    let reason = loop {
+        match reader.read_batch(&mut batch).await {
+            Ok(0) => break ExitReason::Disconnected,
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("router connection failed: {e}");
+                break ExitReason::Disconnected;
+            }
+        }
+        let mut shutdown = false;
+        for frame in batch.drain(..) {
+            match &frame.body {
+                Body::Deliver(_) => {
+                    let _ = deliveries.send(frame);
+                }
+                Body::Cancel { reason } => {
+                    let guard = current.turn.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some((id, cancel)) = guard.as_ref() {
+                        if Some(*id) == frame.correlation_id {
+                            println!("turn {} cancelled: {reason}", short(*id));
+                            cancel.notify_one();
+                        }
+                    }
+                }
+                Body::Shutdown => shutdown = true,
+                Body::HeartbeatAck => {}
+                _ => {
+                    if let Some(unclaimed) = client.resolve(frame) {
+                        if let Body::Error { code, message } = &unclaimed.body {
+                            eprintln!("router error {code}: {message}");
+                        }
+                    }
+                }
+            }
+        }
+        if shutdown {
+            // The turn in progress (if any) is abandoned unacked: the router redelivers it to
+            // the next incarnation, without counting it as a failed delivery.
+            println!("shutdown requested by the supervisor");
+            let _ = outbox.send(Frame::new(&client.name, ROUTER, Body::ShutdownAck)).await;
+            break ExitReason::Shutdown;
+        }
+    };
+    heartbeat.abort();
+    worker.abort();
+    client.fail_all();
+    drop(outbox);
+    drop(client);
+    // Give the writer a moment to flush the last frames (ShutdownAck).
+    let _ = tokio::time::timeout(Duration::from_millis(200), _writer).await;
+    Ok(reason)
+}
+
+fn short(id: MsgId) -> String {
+    fmt_id(id)[..12].to_owned()
+}
+
+fn quote(text: &str) -> String {
+    const MAX: usize = 200;
+    let mut s: String = text.chars().take(MAX).collect();
+    if text.chars().count() > MAX {
+        s.push('…');
+    }
+    format!("{s:?}")
+}
+
+/// The turn loop: one delivery at a time, in arrival order.
+async fn turns(
+    spec: AgentSpec,
+    client: RouterClient,
+    mut inbox: mpsc::UnboundedReceiver<Frame>,
+    current: Arc<Current>,
+) {
+    let ModelSpec::Scripted(transcript) = spec.model.clone();
+    let mut provider = ScriptedProvider::new(transcript);
+    let mut completed: (HashSet<MsgId>, VecDeque<MsgId>) = Default::default();
+    while let Some(frame) = inbox.recv().await {
+        let Body::Deliver(delivery) = &frame.body else { continue };
+        let id = frame.id;
+        if completed.0.contains(&id) {
+            println!("turn {} already completed: acknowledged again", short(id));
+            let ack = Frame { correlation_id: Some(id), ..Frame::new(&client.name, ROUTER, Body::Ack { reply: None }) };
+            let _ = client.send(ack).await;
+            continue;
+        }
+        let cancel = Arc::new(Notify::new());
+        *current.turn.lock().unwrap_or_else(|p| p.into_inner()) = Some((id, cancel.clone()));
+        println!(
+            "turn {} from {} ({}, attempt {}): {}",
+            short(id),
+            delivery.sender,
+            match delivery.kind {
+                DeliveryKind::Message => "message",
+                DeliveryKind::Request => "request",
+            },
+            delivery.attempt,
+            quote(&delivery.text)
+        );
+        let started = Instant::now();
+        let outcome = tokio::select! {
+            r = turn(&spec, &client, &mut provider, id, delivery) => Some(r),
+            _ = cancel.notified() => None,
+        };
+        *current.turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let body = match outcome {
+            Some(Ok(reply)) => {
+                println!("turn {} done in {} ms: reply {}", short(id), started.elapsed().as_millis(), quote(&reply));
+                let reply = (delivery.kind == DeliveryKind::Request).then_some(reply);
+                Body::Ack { reply }
+            }
+            Some(Err(e)) => {
+                println!("turn {} failed: {e}", short(id));
+                Body::Nack { reason: e }
+            }
+            None => Body::Nack { reason: "cancelled".into() },
+        };
+        let acked = matches!(body, Body::Ack { .. });
+        // at_most_once deliveries are acked too: the router counts the turn.
+        let frame = Frame { correlation_id: Some(id), ..Frame::new(&client.name, ROUTER, body) };
+        if client.send(frame).await.is_err() {
+            break;
+        }
+        if acked && delivery.durable {
+            completed.0.insert(id);
+            completed.1.push_back(id);
+            if completed.1.len() > REMEMBERED_IDS {
+                if let Some(old) = completed.1.pop_front() {
+                    completed.0.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+/// One turn: system prompt + input, then model steps and tool calls until a final answer.
+async fn turn(
+    spec: &AgentSpec,
+    client: &RouterClient,
+    provider: &mut impl LlmProvider,
+    id: MsgId,
+    delivery: &Delivery,
+) -> Result<String, String> {
+    let mut conversation = vec![
+        ChatMessage::System(prompts::role_prompt(spec.role).to_owned()),
+        ChatMessage::User { from: delivery.sender.clone(), text: delivery.text.clone() },
+    ];
+    let mut calls = 0u32;
+    for _ in 0..MAX_STEPS {
+        match provider.next(&conversation).await? {
+            LlmStep::Final(text) => {
+                conversation.push(ChatMessage::Assistant(text.clone()));
+                return Ok(text);
+            }
+            LlmStep::ToolCalls(requested) => {
+                for (name, arguments) in requested {
+                    let out = tools::execute(client, id, calls, &name, &arguments).await;
+                    calls += 1;
+                    println!(
+                        "  tool {name} {arguments} → {}: {}",
+                        if out.ok { "ok" } else { "error" },
+                        quote(&out.content)
+                    );
+                    conversation.push(ChatMessage::ToolCall { name: name.clone(), arguments });
+                    conversation.push(ChatMessage::ToolResult { name, ok: out.ok, content: out.content });
+                }
+            }
+        }
+    }
+    Ok(format!("(stopped after {MAX_STEPS} steps without a final answer)"))
+}

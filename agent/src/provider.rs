@@ -1,0 +1,168 @@
+//! The model behind an agent's turns. [`LlmProvider`] is the seam: this issue ships the
+//! `scripted` provider (a deterministic transcript), real providers come through the gateway.
+
+use std::time::Duration;
+
+use flock_config::{ScriptRule, ScriptStep, Transcript};
+use serde_json::Value;
+
+/// One message of a turn's conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatMessage {
+    System(String),
+    User { from: String, text: String },
+    /// A tool call the model made.
+    ToolCall { name: String, arguments: String },
+    /// The result fed back to the model (`ok == false` for errors, which are data, not `Err`).
+    ToolResult { name: String, ok: bool, content: String },
+    Assistant(String),
+}
+
+/// What the model wants next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LlmStep {
+    /// Call these tools, then ask again with their results appended.
+    ToolCalls(Vec<(String, String)>),
+    /// The turn's final answer.
+    Final(String),
+}
+
+/// A model. `next` sees the whole conversation so far and returns the next step.
+pub trait LlmProvider {
+    fn next(
+        &mut self,
+        conversation: &[ChatMessage],
+    ) -> impl std::future::Future<Output = Result<LlmStep, String>>;
+}
+
+/// Replays a transcript: the first rule matching the turn's input runs its steps in order.
+#[derive(Debug, Clone)]
+pub struct ScriptedProvider {
+    transcript: Transcript,
+}
+
+impl ScriptedProvider {
+    pub fn new(transcript: Transcript) -> Self {
+        ScriptedProvider { transcript }
+    }
+
+    fn rule(&self, input: &str) -> Option<&ScriptRule> {
+        self.transcript.rule_for(input)
+    }
+}
+
+/// Replaces `{input}` and `{from}` in a template.
+pub fn fill(template: &str, input: &str, from: &str) -> String {
+    template.replace("{input}", input).replace("{from}", from)
+}
+
+/// Replaces placeholders inside every string of a JSON document (so the input is escaped
+/// correctly wherever it lands).
+pub fn fill_json(arguments: &str, input: &str, from: &str) -> String {
+    fn walk(v: &mut Value, input: &str, from: &str) {
+        match v {
+            Value::String(s) => *s = fill(s, input, from),
+            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, input, from)),
+            Value::Object(map) => map.values_mut().for_each(|i| walk(i, input, from)),
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(mut v) => {
+            walk(&mut v, input, from);
+            v.to_string()
+        }
+        Err(_) => arguments.to_owned(),
+    }
+}
+
+impl LlmProvider for ScriptedProvider {
+    async fn next(&mut self, conversation: &[ChatMessage]) -> Result<LlmStep, String> {
+        let (from, input) = conversation
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                ChatMessage::User { from, text } => Some((from.as_str(), text.as_str())),
+                _ => None,
+            })
+            .ok_or("the conversation has no input")?;
+        // Steps already taken in this turn = tool calls since the input.
+        let done = conversation
+            .iter()
+            .rev()
+            .take_while(|m| !matches!(m, ChatMessage::User { .. }))
+            .filter(|m| matches!(m, ChatMessage::ToolCall { .. }))
+            .count();
+        let Some(rule) = self.rule(input) else {
+            return Ok(LlmStep::Final(format!("(no scripted rule matches: {input})")));
+        };
+        let mut tools_seen = 0;
+        for step in &rule.steps {
+            match step {
+                ScriptStep::DelayMs(ms) => {
+                    // Delays before a tool call already made were slept through earlier.
+                    if tools_seen == done {
+                        tokio::time::sleep(Duration::from_millis(*ms)).await;
+                    }
+                }
+                ScriptStep::Tool { name, arguments } => {
+                    if tools_seen == done {
+                        let args = fill_json(arguments, input, from);
+                        return Ok(LlmStep::ToolCalls(vec![(name.clone(), args)]));
+                    }
+                    tools_seen += 1;
+                }
+            }
+        }
+        Ok(LlmStep::Final(fill(&rule.reply, input, from)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flock_config::Matcher;
+
+    fn transcript() -> Transcript {
+        Transcript {
+            rules: vec![
+                ScriptRule {
+                    matcher: Matcher::Contains("build".into()),
+                    steps: vec![
+                        ScriptStep::Tool {
+                            name: "agents__send".into(),
+                            arguments: r#"{"to":"w","text":"do {input}"}"#.into(),
+                        },
+                        ScriptStep::DelayMs(1),
+                        ScriptStep::Tool { name: "agents__list".into(), arguments: "{}".into() },
+                    ],
+                    reply: "done {input} for {from}".into(),
+                },
+                ScriptRule { matcher: Matcher::Any, steps: vec![], reply: "ack".into() },
+            ],
+        }
+    }
+
+    #[tokio::test]
+    async fn scripted_turn_emits_steps_in_order_then_the_reply() {
+        let mut p = ScriptedProvider::new(transcript());
+        let mut conv = vec![ChatMessage::User { from: "op".into(), text: "build \"x\"".into() }];
+        let LlmStep::ToolCalls(calls) = p.next(&conv).await.unwrap() else { panic!() };
+        assert_eq!(calls[0].0, "agents__send");
+        let args: Value = serde_json::from_str(&calls[0].1).unwrap();
+        assert_eq!(args["text"], "do build \"x\"");
+        conv.push(ChatMessage::ToolCall { name: calls[0].0.clone(), arguments: calls[0].1.clone() });
+        conv.push(ChatMessage::ToolResult { name: "agents__send".into(), ok: true, content: "ok".into() });
+        let LlmStep::ToolCalls(calls) = p.next(&conv).await.unwrap() else { panic!() };
+        assert_eq!(calls[0].0, "agents__list");
+        conv.push(ChatMessage::ToolCall { name: calls[0].0.clone(), arguments: calls[0].1.clone() });
+        assert_eq!(p.next(&conv).await.unwrap(), LlmStep::Final("done build \"x\" for op".into()));
+    }
+
+    #[tokio::test]
+    async fn unmatched_input_falls_through_to_the_catch_all() {
+        let mut p = ScriptedProvider::new(transcript());
+        let conv = vec![ChatMessage::User { from: "op".into(), text: "hello".into() }];
+        assert_eq!(p.next(&conv).await.unwrap(), LlmStep::Final("ack".into()));
+    }
+}

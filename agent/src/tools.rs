@@ -1,0 +1,120 @@
+//! Tools an agent can call in this version: `agents__send`, `agents__request`, `agents__list`,
+//! `agents__catalog`. All go through the router, which checks the caller (from its connection)
+//! and the target. A malformed call returns an error *result* for the model, never an `Err`.
+
+use flock_ipc::id::derive_id;
+use flock_ipc::{Body, Frame, MsgId, SendMode};
+use serde_json::Value;
+
+use crate::client::RouterClient;
+
+pub const TOOLS: &[&str] = &["agents__send", "agents__request", "agents__list", "agents__catalog"];
+
+/// Result of one tool call as the model sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub ok: bool,
+    pub content: String,
+}
+
+impl ToolOutput {
+    fn ok(content: impl Into<String>) -> Self {
+        ToolOutput { ok: true, content: content.into() }
+    }
+    fn err(content: impl Into<String>) -> Self {
+        ToolOutput { ok: false, content: content.into() }
+    }
+}
+
+fn arg<'a>(args: &'a Value, key: &str, tool: &str) -> Result<&'a str, ToolOutput> {
+    args.get(key).and_then(Value::as_str).ok_or_else(|| {
+        ToolOutput::err(format!("BAD_REQUEST: {tool} needs a string argument `{key}`"))
+    })
+}
+
+fn answer(frame: Frame, what: impl FnOnce(Body) -> ToolOutput) -> ToolOutput {
+    match frame.body {
+        Body::Error { code, message } => ToolOutput::err(format!("{code}: {message}")),
+        other => what(other),
+    }
+}
+
+/// Runs tool `name`. `turn` and `index` derive the ids of messages it sends, so a replayed turn
+/// re-sends the same ids and the durable mailbox drops the duplicates.
+pub async fn execute(
+    client: &RouterClient,
+    turn: MsgId,
+    index: u32,
+    name: &str,
+    arguments: &str,
+) -> ToolOutput {
+    let args: Value = match serde_json::from_str(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return ToolOutput::err("BAD_REQUEST: tool arguments must be a JSON object"),
+        Err(e) => return ToolOutput::err(format!("BAD_REQUEST: arguments are not valid JSON: {e}")),
+    };
+    match name {
+        "agents__send" => {
+            let (to, text) = match (arg(&args, "to", name), arg(&args, "text", name)) {
+                (Ok(to), Ok(text)) => (to, text),
+                (Err(e), _) | (_, Err(e)) => return e,
+            };
+            let mode = match args.get("mode").and_then(Value::as_str) {
+                None | Some("durable") => SendMode::Durable,
+                Some("at_most_once") => SendMode::AtMostOnce,
+                Some(other) => {
+                    return ToolOutput::err(format!(
+                        "BAD_REQUEST: mode `{other}` is not one of: durable, at_most_once"
+                    ));
+                }
+            };
+            let frame = Frame {
+                id: derive_id(turn, index),
+                ..Frame::new(&client.name, to, Body::Send { text: text.into(), mode })
+            };
+            if mode == SendMode::AtMostOnce {
+                return match client.send(frame).await {
+                    Ok(()) => ToolOutput::ok(format!("routed to {to} (at_most_once)")),
+                    Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
+                };
+            }
+            match client.call(frame).await {
+                Ok(f) => answer(f, |_| ToolOutput::ok(format!("delivered to {to}'s mailbox"))),
+                Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
+            }
+        }
+        "agents__request" => {
+            let (to, text) = match (arg(&args, "to", name), arg(&args, "text", name)) {
+                (Ok(to), Ok(text)) => (to, text),
+                (Err(e), _) | (_, Err(e)) => return e,
+            };
+            let timeout_ms = args.get("timeout_ms").and_then(Value::as_u64).unwrap_or(0);
+            let frame = Frame::new(&client.name, to, Body::Request { text: text.into(), timeout_ms });
+            match client.call(frame).await {
+                Ok(f) => answer(f, |b| match b {
+                    Body::Reply { text } => ToolOutput::ok(text),
+                    other => ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind())),
+                }),
+                Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
+            }
+        }
+        "agents__list" | "agents__catalog" => {
+            let frame = Frame::new(
+                &client.name,
+                flock_ipc::ROUTER,
+                Body::ToolCall { name: name.into(), arguments: args.to_string() },
+            );
+            match client.call(frame).await {
+                Ok(f) => answer(f, |b| match b {
+                    Body::ToolResult { ok, content } => ToolOutput { ok, content },
+                    other => ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind())),
+                }),
+                Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
+            }
+        }
+        other => ToolOutput::err(format!(
+            "BAD_REQUEST: no tool named `{other}`; available: {}",
+            TOOLS.join(", ")
+        )),
+    }
+}

@@ -1,0 +1,258 @@
+//! The validated swarm spec: what the rest of Flock consumes after `flock-config` has checked a
+//! swarm file. Every field has its default applied; nothing here can be invalid.
+//!
+//! These types are also sent to agents inside `Welcome` (as JSON text), so they derive serde.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A whole swarm, validated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwarmSpec {
+    /// `swarm.name`; used in logs and `flockctl ps` headers.
+    pub name: String,
+    /// The file this spec was read from (absolute), if any.
+    pub source: Option<PathBuf>,
+    pub supervision: SupervisionSpec,
+    pub delivery: DeliverySpec,
+    /// Agents in YAML order: start order; stop order is the reverse.
+    pub agents: Vec<AgentSpec>,
+}
+
+impl SwarmSpec {
+    pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
+        self.agents.iter().find(|a| a.name == name)
+    }
+}
+
+/// Swarm-wide supervision settings (`supervision:` in YAML). Defaults: DESIGN.md §6.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SupervisionSpec {
+    pub strategy: Strategy,
+    /// Intensity: more than `max_restarts` restarts of one child within `max_seconds` → `failed`.
+    pub max_restarts: u32,
+    pub max_seconds: u64,
+    /// First backoff step after the immediate restart (500 ms), doubled each further restart.
+    pub backoff_initial_ms: u64,
+    /// Backoff cap (60 s).
+    pub backoff_max_ms: u64,
+    /// Uptime after which the backoff and restart history of a child reset (300 s).
+    pub backoff_reset_secs: u64,
+    /// Past the intensity limit, stop the whole swarm instead of marking the child `failed`.
+    pub escalate: bool,
+    /// Agents send a heartbeat this often (5000 ms).
+    pub heartbeat_interval_ms: u64,
+    /// A child that misses this many heartbeats in a row is killed and restarted (3).
+    pub heartbeat_misses: u32,
+}
+
+impl SupervisionSpec {
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_interval_ms)
+    }
+}
+
+impl Default for SupervisionSpec {
+    fn default() -> Self {
+        Self {
+            strategy: Strategy::OneForOne,
+            max_restarts: 5,
+            max_seconds: 60,
+            backoff_initial_ms: 500,
+            backoff_max_ms: 60_000,
+            backoff_reset_secs: 300,
+            escalate: false,
+            heartbeat_interval_ms: 5_000,
+            heartbeat_misses: 3,
+        }
+    }
+}
+
+/// OTP restart strategies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    OneForOne,
+    OneForAll,
+    RestForOne,
+}
+
+/// Swarm-wide delivery settings (`delivery:` in YAML). Defaults: DESIGN.md §5.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeliverySpec {
+    /// A message whose delivery failed this many times goes to the dead-letter state (5).
+    pub max_delivery_attempts: u32,
+    /// Default deadline of `agents__request` (60 000 ms).
+    pub request_timeout_ms: u64,
+    /// Largest frame accepted on any socket (16 MiB).
+    pub max_frame_bytes: u32,
+    /// Frames queued for one connection before the router refuses more (65 536).
+    pub outbox_frames: usize,
+}
+
+impl Default for DeliverySpec {
+    fn default() -> Self {
+        Self {
+            max_delivery_attempts: 5,
+            request_timeout_ms: 60_000,
+            max_frame_bytes: 16 * 1024 * 1024,
+            outbox_frames: 65_536,
+        }
+    }
+}
+
+/// OTP restart policy of one child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestartPolicy {
+    /// Always restarted.
+    Permanent,
+    /// Restarted only after an abnormal exit (non-zero code or a signal).
+    Transient,
+    /// Never restarted.
+    Temporary,
+}
+
+/// One agent, validated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentSpec {
+    /// Unique id, `[a-z0-9][a-z0-9-]{0,62}`.
+    pub name: String,
+    /// `orchestrator`, `sysadmin`, `worker`, `coordinator`, `unconscious`, `observer`,
+    /// `reflection`, `dream`.
+    pub role: Role,
+    /// Optional worker archetype (`code-reviewer`, `qa`, …); free text in this issue.
+    pub archetype: Option<String>,
+    /// One line shown by `agents__catalog`.
+    pub description: String,
+    pub restart: RestartPolicy,
+    pub stop_timeout_secs: u64,
+    pub ready_timeout_secs: u64,
+    /// Working directory of the process. Relative paths are resolved against the state dir's
+    /// `workspaces/` folder at spawn time; `None` means `workspaces/<name>`.
+    pub workspace: Option<PathBuf>,
+    /// Program and arguments to run instead of `flock-agent` (absolute, or relative to the swarm
+    /// file's folder). `None` runs the bundled `flock-agent`.
+    pub command: Option<Vec<String>>,
+    /// Extra environment variables passed to the process (the rest of the environment is cleared
+    /// to an allowlist).
+    pub env: Vec<(String, String)>,
+    /// Agents this one may call with `agents__send`/`agents__request`; empty = everyone.
+    pub can_call: Vec<String>,
+    /// The model this agent's turns use.
+    pub model: ModelSpec,
+}
+
+impl AgentSpec {
+    pub fn stop_timeout(&self) -> Duration {
+        Duration::from_secs(self.stop_timeout_secs)
+    }
+    pub fn ready_timeout(&self) -> Duration {
+        Duration::from_secs(self.ready_timeout_secs)
+    }
+}
+
+/// Agent roles (DESIGN.md §1, §8). Roles decide which tools an agent may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Orchestrator,
+    Sysadmin,
+    Worker,
+    Coordinator,
+    Unconscious,
+    Observer,
+    Reflection,
+    Dream,
+}
+
+impl Role {
+    pub const ALL: [Role; 8] = [
+        Role::Orchestrator,
+        Role::Sysadmin,
+        Role::Worker,
+        Role::Coordinator,
+        Role::Unconscious,
+        Role::Observer,
+        Role::Reflection,
+        Role::Dream,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Orchestrator => "orchestrator",
+            Role::Sysadmin => "sysadmin",
+            Role::Worker => "worker",
+            Role::Coordinator => "coordinator",
+            Role::Unconscious => "unconscious",
+            Role::Observer => "observer",
+            Role::Reflection => "reflection",
+            Role::Dream => "dream",
+        }
+    }
+}
+
+/// Which model drives an agent's turns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "provider", rename_all = "snake_case")]
+pub enum ModelSpec {
+    /// A deterministic transcript: rules matched against the input.
+    Scripted(Transcript),
+}
+
+/// A scripted model: the first rule whose matcher accepts the input runs.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Transcript {
+    pub rules: Vec<ScriptRule>,
+}
+
+impl Transcript {
+    /// The rule for an input, if any matches.
+    pub fn rule_for(&self, input: &str) -> Option<&ScriptRule> {
+        self.rules.iter().find(|r| r.matcher.matches(input))
+    }
+}
+
+/// One scripted rule: when `matcher` accepts the input, run `steps` in order, then answer `reply`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScriptRule {
+    pub matcher: Matcher,
+    pub steps: Vec<ScriptStep>,
+    /// Final answer. `{input}` and `{from}` are replaced by the input text and its sender.
+    pub reply: String,
+}
+
+/// How a rule matches the input text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Matcher {
+    /// Matches every input (`match: "*"` or no `match`).
+    Any,
+    /// The input contains this text (case-sensitive).
+    Contains(String),
+    /// The input equals this text, ignoring surrounding whitespace.
+    Equals(String),
+}
+
+impl Matcher {
+    pub fn matches(&self, input: &str) -> bool {
+        match self {
+            Matcher::Any => true,
+            Matcher::Contains(s) => input.contains(s.as_str()),
+            Matcher::Equals(s) => input.trim() == s,
+        }
+    }
+}
+
+/// One step of a scripted turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScriptStep {
+    /// Emit a tool call as the model would: `name` plus JSON arguments (as text; `{input}` and
+    /// `{from}` are substituted inside string values).
+    Tool { name: String, arguments: String },
+    /// Think for this long (simulates LLM latency; cancellable).
+    DelayMs(u64),
+}

@@ -1,0 +1,850 @@
+//! Validation of a whole swarm file: walks the raw YAML tree section by section, reports every
+//! problem to the [`Report`], and builds the [`SwarmSpec`] (which the caller discards if anything
+//! was reported).
+//!
+//! Cross-references (`can_call`, `model`, `args.to` in transcripts) are checked after the names
+//! they point to have been collected, so their order in the file does not matter.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Report, closest, list};
+use crate::spec::{
+    AgentSpec, DeliverySpec, ModelSpec, RestartPolicy, Role, Strategy, SupervisionSpec, SwarmSpec,
+};
+use crate::transcript::{self, Target};
+use crate::valid_agent_name;
+use crate::yaml::{self, Node, Pos, lookup};
+
+const TOP_KEYS: &[&str] = &["swarm", "supervision", "delivery", "models", "defaults", "agents"];
+const SWARM_KEYS: &[&str] = &["name"];
+const SUPERVISION_KEYS: &[&str] = &[
+    "strategy",
+    "max_restarts",
+    "max_seconds",
+    "backoff_initial_ms",
+    "backoff_max_ms",
+    "backoff_reset_secs",
+    "escalate",
+    "heartbeat_interval_ms",
+    "heartbeat_misses",
+];
+const DELIVERY_KEYS: &[&str] =
+    &["max_delivery_attempts", "request_timeout_ms", "max_frame_bytes", "outbox_frames"];
+const MODEL_KEYS: &[&str] = &["provider", "transcript", "rules"];
+const DEFAULTS_KEYS: &[&str] = &["model", "restart", "stop_timeout_secs", "ready_timeout_secs"];
+const AGENT_KEYS: &[&str] = &[
+    "name",
+    "role",
+    "archetype",
+    "description",
+    "restart",
+    "stop_timeout_secs",
+    "ready_timeout_secs",
+    "workspace",
+    "command",
+    "env",
+    "can_call",
+    "model",
+];
+
+const STRATEGIES: &[(&str, Strategy)] = &[
+    ("one_for_one", Strategy::OneForOne),
+    ("one_for_all", Strategy::OneForAll),
+    ("rest_for_one", Strategy::RestForOne),
+];
+const RESTART_POLICIES: &[(&str, RestartPolicy)] = &[
+    ("permanent", RestartPolicy::Permanent),
+    ("transient", RestartPolicy::Transient),
+    ("temporary", RestartPolicy::Temporary),
+];
+const PROVIDERS: &[(&str, ())] = &[("scripted", ())];
+
+const AGENTS_EMPTY: &str =
+    "`agents` is empty; list at least one agent (`- name: worker-1` and `role: worker`)";
+
+const U32_MAX: i128 = u32::MAX as i128;
+const U64_MAX: i128 = u64::MAX as i128;
+const GIB: i128 = 1 << 30;
+
+/// Validates a parsed swarm file. `origin` is the swarm file's path as given; relative paths in
+/// the file are resolved against its folder.
+pub(crate) fn build(root: &Node, origin: &Path, report: Report<'_>) -> Option<SwarmSpec> {
+    let dir = origin.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut loader = Loader {
+        report,
+        dir,
+        models: HashMap::new(),
+        transcripts: HashMap::new(),
+        targets: Vec::new(),
+        agent_names: Vec::new(),
+    };
+    loader.swarm(root, origin)
+}
+
+/// A model definition: validated, or broken (already reported, so agents using it stay quiet).
+enum Model {
+    Ready(ModelSpec),
+    Broken,
+}
+
+/// `defaults:` — applied to agents that omit these keys.
+struct Defaults {
+    /// The default model's name and, if it is defined and valid, its spec.
+    model: Option<(String, Option<ModelSpec>)>,
+    restart: RestartPolicy,
+    stop_timeout_secs: u64,
+    ready_timeout_secs: u64,
+}
+
+struct Loader<'e> {
+    report: Report<'e>,
+    /// The swarm file's folder as the user wrote it (`""` for a bare file name): transcript paths
+    /// are joined to it, so messages name them the way the user would.
+    dir: PathBuf,
+    models: HashMap<String, Model>,
+    /// Transcript files already read, by path, so a file shared by several models is read (and
+    /// its errors reported) once.
+    transcripts: HashMap<PathBuf, Option<crate::spec::Transcript>>,
+    targets: Vec<Target>,
+    /// Every validly named agent, in file order (set by `agents`).
+    agent_names: Vec<String>,
+}
+
+impl Loader<'_> {
+    fn swarm(&mut self, root: &Node, origin: &Path) -> Option<SwarmSpec> {
+        if root.is_null() {
+            self.report.error(
+                root.pos,
+                "the swarm file is empty; it needs at least `swarm:` (with `name:`) and `agents:`",
+            );
+            return None;
+        }
+        let Some(top) = root.entries() else {
+            self.report.error(
+                root.pos,
+                format!(
+                    "the swarm file must be a mapping with `swarm:` and `agents:` at the top, \
+                     found {}",
+                    root.describe()
+                ),
+            );
+            return None;
+        };
+        self.report.unknown_keys(top, TOP_KEYS, "the swarm file");
+
+        let name = self.swarm_name(top);
+        let supervision = match lookup(top, "supervision") {
+            Some((_, node)) => self.supervision(node),
+            None => SupervisionSpec::default(),
+        };
+        let delivery = match lookup(top, "delivery") {
+            Some((_, node)) => self.delivery(node),
+            None => DeliverySpec::default(),
+        };
+        if let Some((_, node)) = lookup(top, "models") {
+            self.models(node);
+        }
+        let defaults = self.defaults(lookup(top, "defaults").map(|(_, v)| v));
+        let agents = self.agents(lookup(top, "agents"), &defaults);
+
+        self.check_targets();
+
+        Some(SwarmSpec {
+            name: name?,
+            source: Some(std::path::absolute(origin).unwrap_or_else(|_| origin.to_path_buf())),
+            supervision,
+            delivery,
+            agents,
+        })
+    }
+
+    fn swarm_name(&mut self, top: &[(Node, Node)]) -> Option<String> {
+        let Some((key, node)) = lookup(top, "swarm") else {
+            self.report.error(
+                Pos::START,
+                "missing `swarm:` section; add `swarm:` with `name: my-swarm` indented under it",
+            );
+            return None;
+        };
+        if node.is_null() {
+            self.report.error(key.pos, "`swarm` is empty; add `name: my-swarm` indented under it");
+            return None;
+        }
+        let entries = self.report.mapping(node, "swarm")?;
+        self.report.unknown_keys(entries, SWARM_KEYS, "`swarm`");
+        let Some((_, value)) = lookup(entries, "name") else {
+            self.report.error(node.pos, "`swarm.name` is missing; add `name: my-swarm`");
+            return None;
+        };
+        let name = self.report.string(value, "swarm.name")?;
+        if name.trim().is_empty() {
+            self.report.error(value.pos, "`swarm.name` is blank; give the swarm a name");
+            return None;
+        }
+        Some(name)
+    }
+
+    fn supervision(&mut self, node: &Node) -> SupervisionSpec {
+        let mut spec = SupervisionSpec::default();
+        if node.is_null() {
+            return spec;
+        }
+        let Some(entries) = self.report.mapping(node, "supervision") else {
+            return spec;
+        };
+        let r = &mut self.report;
+        r.unknown_keys(entries, SUPERVISION_KEYS, "`supervision`");
+        let field =
+            |key: &str| lookup(entries, key).map(|(_, v)| (v, format!("supervision.{key}")));
+
+        if let Some((v, what)) = field("strategy")
+            && let Some(strategy) = r.choice(v, &what, "strategy", STRATEGIES)
+        {
+            spec.strategy = strategy;
+        }
+        if let Some((v, what)) = field("max_restarts")
+            && let Some(n) = r.uint(v, &what, 0, U32_MAX)
+        {
+            spec.max_restarts = n;
+        }
+        // A zero-second window would never count two restarts together: intensity would be off.
+        if let Some((v, what)) = field("max_seconds")
+            && let Some(n) = r.uint(v, &what, 1, U64_MAX)
+        {
+            spec.max_seconds = n;
+        }
+        if let Some((v, what)) = field("backoff_initial_ms")
+            && let Some(n) = r.uint(v, &what, 0, U64_MAX)
+        {
+            spec.backoff_initial_ms = n;
+        }
+        let backoff_max = field("backoff_max_ms");
+        if let Some((v, what)) = &backoff_max
+            && let Some(n) = r.uint(v, what, 0, U64_MAX)
+        {
+            spec.backoff_max_ms = n;
+            if n < spec.backoff_initial_ms {
+                r.error(
+                    v.pos,
+                    format!(
+                        "`supervision.backoff_max_ms` ({n}) is below `backoff_initial_ms` ({}); \
+                         the cap must be at least the first step",
+                        spec.backoff_initial_ms
+                    ),
+                );
+            }
+        }
+        if let Some((v, what)) = field("backoff_reset_secs")
+            && let Some(n) = r.uint(v, &what, 0, U64_MAX)
+        {
+            spec.backoff_reset_secs = n;
+        }
+        if let Some((v, what)) = field("escalate")
+            && let Some(b) = r.boolean(v, &what)
+        {
+            spec.escalate = b;
+        }
+        // Below 10 ms heartbeats would be most of what the supervisor does.
+        if let Some((v, what)) = field("heartbeat_interval_ms")
+            && let Some(n) = r.uint(v, &what, 10, U64_MAX)
+        {
+            spec.heartbeat_interval_ms = n;
+        }
+        if let Some((v, what)) = field("heartbeat_misses")
+            && let Some(n) = r.uint(v, &what, 1, U32_MAX)
+        {
+            spec.heartbeat_misses = n;
+        }
+        spec
+    }
+
+    fn delivery(&mut self, node: &Node) -> DeliverySpec {
+        let mut spec = DeliverySpec::default();
+        if node.is_null() {
+            return spec;
+        }
+        let Some(entries) = self.report.mapping(node, "delivery") else {
+            return spec;
+        };
+        let r = &mut self.report;
+        r.unknown_keys(entries, DELIVERY_KEYS, "`delivery`");
+        let field = |key: &str| lookup(entries, key).map(|(_, v)| (v, format!("delivery.{key}")));
+
+        if let Some((v, what)) = field("max_delivery_attempts")
+            && let Some(n) = r.uint(v, &what, 1, U32_MAX)
+        {
+            spec.max_delivery_attempts = n;
+        }
+        if let Some((v, what)) = field("request_timeout_ms")
+            && let Some(n) = r.uint(v, &what, 1, U64_MAX)
+        {
+            spec.request_timeout_ms = n;
+        }
+        // A frame must hold at least a small message; above 1 GiB one frame could exhaust memory.
+        if let Some((v, what)) = field("max_frame_bytes")
+            && let Some(n) = r.uint(v, &what, 1024, GIB)
+        {
+            spec.max_frame_bytes = n;
+        }
+        if let Some((v, what)) = field("outbox_frames")
+            && let Some(n) = r.uint(v, &what, 16, U32_MAX)
+        {
+            spec.outbox_frames = n;
+        }
+        spec
+    }
+
+    fn models(&mut self, node: &Node) {
+        if node.is_null() {
+            return;
+        }
+        let Some(entries) = self.report.mapping(node, "models") else {
+            return;
+        };
+        for (key, def) in entries {
+            let Some(name) = key.text() else {
+                self.report.error(
+                    key.pos,
+                    format!("model names must be plain names, found {}", key.describe()),
+                );
+                continue;
+            };
+            let model = match self.model(name, def) {
+                Some(spec) => Model::Ready(spec),
+                None => Model::Broken,
+            };
+            // Duplicate names were reported by the YAML reader; the first one wins.
+            self.models.entry(name.to_owned()).or_insert(model);
+        }
+    }
+
+    /// One model definition; `None` if it has a problem (reported).
+    fn model(&mut self, name: &str, node: &Node) -> Option<ModelSpec> {
+        let what = format!("models.{name}");
+        if node.is_null() {
+            self.report.error(
+                node.pos,
+                format!("model `{name}` is empty; add `provider: scripted` and a `transcript:`"),
+            );
+            return None;
+        }
+        let entries = self.report.mapping(node, &what)?;
+        let before = self.report.count();
+        self.report.unknown_keys(entries, MODEL_KEYS, &format!("`{what}`"));
+        match lookup(entries, "provider") {
+            Some((_, v)) => {
+                self.report.choice(v, &format!("{what}.provider"), "model provider", PROVIDERS);
+            }
+            None => self.report.error(
+                node.pos,
+                format!("model `{name}` has no `provider`; add `provider: scripted`"),
+            ),
+        }
+        let transcript = match (lookup(entries, "transcript"), lookup(entries, "rules")) {
+            (Some(_), Some((rules_key, _))) => {
+                self.report.error(
+                    rules_key.pos,
+                    format!(
+                        "model `{name}` has both `transcript` and `rules`; keep exactly one \
+                         (a transcript file, or inline rules)"
+                    ),
+                );
+                None
+            }
+            (None, None) => {
+                self.report.error(
+                    node.pos,
+                    format!(
+                        "model `{name}` has no rules; add `transcript: path/to/file.yaml` or an \
+                         inline `rules:` list"
+                    ),
+                );
+                None
+            }
+            (Some((_, path)), None) => self.transcript_file(path, &what),
+            (None, Some((_, rules))) => Some(transcript::rules(
+                rules,
+                &format!("{what}.rules"),
+                &mut self.report,
+                &mut self.targets,
+            )),
+        };
+        // Only a model without any problem is usable; a broken one stays out of the spec.
+        (self.report.count() == before).then_some(transcript).flatten().map(ModelSpec::Scripted)
+    }
+
+    /// Reads and validates a transcript file named by `models.x.transcript` (`node`).
+    fn transcript_file(&mut self, node: &Node, what: &str) -> Option<crate::spec::Transcript> {
+        let written = self.report.string(node, &format!("{what}.transcript"))?;
+        let path = self.dir.join(&written);
+        if let Some(cached) = self.transcripts.get(&path) {
+            return cached.clone();
+        }
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(error) => {
+                self.report.error(
+                    node.pos,
+                    format!(
+                        "cannot read transcript `{}`: {error}; paths are relative to the swarm \
+                         file's folder",
+                        path.display()
+                    ),
+                );
+                self.transcripts.insert(path, None);
+                return None;
+            }
+        };
+        let file = path.display().to_string();
+        let mut report = self.report.for_file(&file);
+        let before = report.count();
+        let transcript = yaml::parse(&text, &mut report)
+            .map(|root| transcript::file(&root, &mut report, &mut self.targets));
+        let transcript = transcript.filter(|_| report.count() == before);
+        self.transcripts.insert(path, transcript.clone());
+        transcript
+    }
+
+    fn defaults(&mut self, node: Option<&Node>) -> Defaults {
+        let mut defaults = Defaults {
+            model: None,
+            restart: RestartPolicy::Permanent,
+            stop_timeout_secs: 10,
+            ready_timeout_secs: 10,
+        };
+        let Some(node) = node.filter(|n| !n.is_null()) else {
+            return defaults;
+        };
+        let Some(entries) = self.report.mapping(node, "defaults") else {
+            return defaults;
+        };
+        self.report.unknown_keys(entries, DEFAULTS_KEYS, "`defaults`");
+        if let Some((_, v)) = lookup(entries, "model")
+            && let Some(name) = self.report.string(v, "defaults.model")
+        {
+            let spec = self.model_ref(&name, v, "defaults.model");
+            defaults.model = Some((name, spec));
+        }
+        if let Some((_, v)) = lookup(entries, "restart")
+            && let Some(policy) =
+                self.report.choice(v, "defaults.restart", "restart policy", RESTART_POLICIES)
+        {
+            defaults.restart = policy;
+        }
+        if let Some((_, v)) = lookup(entries, "stop_timeout_secs")
+            && let Some(n) = self.report.uint(v, "defaults.stop_timeout_secs", 0, U64_MAX)
+        {
+            defaults.stop_timeout_secs = n;
+        }
+        if let Some((_, v)) = lookup(entries, "ready_timeout_secs")
+            && let Some(n) = self.report.uint(v, "defaults.ready_timeout_secs", 1, U64_MAX)
+        {
+            defaults.ready_timeout_secs = n;
+        }
+        defaults
+    }
+
+    /// Resolves a model name used at `node`; reports it if it is not defined.
+    fn model_ref(&mut self, name: &str, node: &Node, what: &str) -> Option<ModelSpec> {
+        match self.models.get(name) {
+            Some(Model::Ready(spec)) => Some(spec.clone()),
+            Some(Model::Broken) => None,
+            None => {
+                let hint = match closest(name, self.models.keys().map(String::as_str)) {
+                    Some(best) => format!("did you mean `{best}`? "),
+                    None => String::new(),
+                };
+                let mut defined: Vec<&str> = self.models.keys().map(String::as_str).collect();
+                defined.sort_unstable();
+                let fix = if defined.is_empty() {
+                    "define it under `models:`".to_owned()
+                } else {
+                    format!("{hint}define it under `models:` or use one of {}", list(defined))
+                };
+                self.report
+                    .error(node.pos, format!("`{what}`: model `{name}` is not defined; {fix}"));
+                None
+            }
+        }
+    }
+
+    fn agents(&mut self, entry: Option<(&Node, &Node)>, defaults: &Defaults) -> Vec<AgentSpec> {
+        let Some((key, node)) = entry else {
+            self.report.error(
+                Pos::START,
+                "missing `agents:` list; add one with at least one agent \
+                 (`- name: worker-1` and `role: worker`)",
+            );
+            return Vec::new();
+        };
+        if node.is_null() {
+            self.report.error(key.pos, AGENTS_EMPTY);
+            return Vec::new();
+        }
+        let Some(items) = self.report.list(node, "agents") else {
+            return Vec::new();
+        };
+        if items.is_empty() {
+            self.report.error(node.pos, AGENTS_EMPTY);
+            return Vec::new();
+        }
+
+        // First pass: names, so `can_call` may name agents defined further down.
+        let names: Vec<Option<String>> =
+            items.iter().enumerate().map(|(i, item)| self.agent_name(item, i)).collect();
+        let mut first_seen: HashMap<&str, Pos> = HashMap::new();
+        for (item, name) in items.iter().zip(&names) {
+            let Some(name) = name else { continue };
+            let pos = name_pos(item);
+            if let Some(first) = first_seen.get(name.as_str()) {
+                self.report.error(
+                    pos,
+                    format!(
+                        "duplicate agent name `{name}` (first at line {}); agent names must be \
+                         unique: rename one of them",
+                        first.line
+                    ),
+                );
+            } else {
+                first_seen.insert(name, pos);
+            }
+        }
+        let known: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
+        self.agent_names = known.iter().map(|n| (*n).to_owned()).collect();
+
+        let mut agents = Vec::new();
+        for (i, (item, name)) in items.iter().zip(&names).enumerate() {
+            if let Some(agent) = self.agent(item, i, name.as_deref(), &known, defaults) {
+                agents.push(agent);
+            }
+        }
+        agents
+    }
+
+    /// The agent's `name`, if it is present and valid (otherwise reported).
+    fn agent_name(&mut self, item: &Node, index: usize) -> Option<String> {
+        // A non-mapping item is reported by `agent`; here it just has no name.
+        let entries = item.entries()?;
+        let Some((_, value)) = lookup(entries, "name") else {
+            self.report.error(
+                item.pos,
+                "this agent has no `name`; add `name: worker-1` (lowercase letters, digits, `-`)",
+            );
+            return None;
+        };
+        let name = self.report.string(value, &format!("agents[{index}].name"))?;
+        if !valid_agent_name(&name) {
+            self.report.error(
+                value.pos,
+                format!(
+                    "invalid agent name `{name}`; use 1 to 63 lowercase letters, digits and `-`, \
+                     starting with a letter or digit (e.g. `{}`)",
+                    suggest_name(&name)
+                ),
+            );
+            return None;
+        }
+        Some(name)
+    }
+
+    fn agent(
+        &mut self,
+        item: &Node,
+        index: usize,
+        name: Option<&str>,
+        known: &[&str],
+        defaults: &Defaults,
+    ) -> Option<AgentSpec> {
+        let path = match name {
+            Some(name) => format!("agents.{name}"),
+            None => format!("agents[{index}]"),
+        };
+        let entries = self.report.mapping(item, &path)?;
+        let r = &mut self.report;
+        r.unknown_keys(entries, AGENT_KEYS, &format!("`{path}`"));
+        let field = |key: &str| lookup(entries, key).map(|(_, v)| (v, format!("{path}.{key}")));
+
+        let role = match field("role") {
+            Some((v, what)) => r.choice(v, &what, "role", &roles()),
+            None => {
+                r.error(
+                    item.pos,
+                    format!(
+                        "`{path}` has no `role`; add `role: worker` (one of {})",
+                        list(roles().iter().map(|(n, _)| *n))
+                    ),
+                );
+                None
+            }
+        };
+        let archetype = field("archetype")
+            .filter(|(v, _)| !v.is_null())
+            .and_then(|(v, what)| r.string(v, &what));
+        let description = field("description")
+            .filter(|(v, _)| !v.is_null())
+            .and_then(|(v, what)| r.string(v, &what))
+            .unwrap_or_default();
+        let restart = field("restart")
+            .and_then(|(v, what)| r.choice(v, &what, "restart policy", RESTART_POLICIES))
+            .unwrap_or(defaults.restart);
+        let stop_timeout_secs = field("stop_timeout_secs")
+            .and_then(|(v, what)| r.uint(v, &what, 0, U64_MAX))
+            .unwrap_or(defaults.stop_timeout_secs);
+        let ready_timeout_secs = field("ready_timeout_secs")
+            .and_then(|(v, what)| r.uint(v, &what, 1, U64_MAX))
+            .unwrap_or(defaults.ready_timeout_secs);
+        let workspace = field("workspace")
+            .filter(|(v, _)| !v.is_null())
+            .and_then(|(v, what)| r.string(v, &what))
+            .map(PathBuf::from);
+        let env = field("env").map(|(v, what)| env(r, v, &what)).unwrap_or_default();
+        let can_call =
+            field("can_call").map(|(v, what)| can_call(r, v, &what, known)).unwrap_or_default();
+        let command = field("command").and_then(|(v, what)| self.command(v, &what));
+
+        let model = match field("model") {
+            Some((v, what)) => match self.report.string(v, &what) {
+                Some(model) => self.model_ref(&model, v, &what),
+                None => None,
+            },
+            None => match &defaults.model {
+                Some((_, spec)) => spec.clone(),
+                None => {
+                    let who = name.map_or_else(|| path.clone(), str::to_owned);
+                    self.report.error(
+                        item.pos,
+                        format!(
+                            "agent `{who}` has no model: add `model: NAME` to it or \
+                             `defaults.model`"
+                        ),
+                    );
+                    None
+                }
+            },
+        };
+
+        Some(AgentSpec {
+            name: name?.to_owned(),
+            role: role?,
+            archetype,
+            description,
+            restart,
+            stop_timeout_secs,
+            ready_timeout_secs,
+            workspace,
+            command,
+            env,
+            can_call,
+            model: model?,
+        })
+    }
+
+    /// `command: [program, args…]`. A relative program path with a `/` is resolved against the
+    /// swarm file's folder (the process runs in its workspace, where it would mean something
+    /// else); a bare name like `python3` is left for `PATH`.
+    fn command(&mut self, node: &Node, what: &str) -> Option<Vec<String>> {
+        let items = self.report.list(node, what)?;
+        if items.is_empty() {
+            self.report.error(
+                node.pos,
+                format!(
+                    "`{what}` is empty; give the program and its arguments, e.g. \
+                     [\"./bin/agent\", \"--flag\"], or remove it to run the bundled flock-agent"
+                ),
+            );
+            return None;
+        }
+        let mut command = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            command.push(self.report.string(item, &format!("{what}[{i}]"))?);
+        }
+        let program = &command[0];
+        if program.is_empty() {
+            self.report
+                .error(items[0].pos, format!("`{what}[0]` is empty; name the program to run"));
+            return None;
+        }
+        if program.contains('/') && Path::new(program).is_relative() {
+            let joined = self.dir.join(program);
+            let resolved = std::path::absolute(&joined).unwrap_or(joined);
+            match resolved.to_str() {
+                Some(resolved) => command[0] = resolved.to_owned(),
+                None => {
+                    self.report.error(
+                        items[0].pos,
+                        format!(
+                            "`{what}[0]` resolves to a path that is not valid UTF-8; use an \
+                             absolute path"
+                        ),
+                    );
+                    return None;
+                }
+            }
+        }
+        Some(command)
+    }
+
+    /// Checks the `args.to` names collected from transcripts. Every validly named agent counts,
+    /// even one with other problems: its own errors already say what is wrong with it.
+    fn check_targets(&mut self) {
+        let names: HashSet<&str> = self.agent_names.iter().map(String::as_str).collect();
+        for target in &self.targets {
+            if names.contains(target.name.as_str()) {
+                continue;
+            }
+            let message = unknown_agent(&target.what, &target.name, names.iter().copied());
+            self.report.for_file(&target.file).error(target.pos, message);
+        }
+    }
+}
+
+/// Role names for `choice`, from the one list in `spec.rs`.
+fn roles() -> [(&'static str, Role); 8] {
+    Role::ALL.map(|role| (role.as_str(), role))
+}
+
+/// Where an agent's name is written (the agent itself if `name` is missing).
+fn name_pos(item: &Node) -> Pos {
+    item.entries().and_then(|e| lookup(e, "name")).map_or(item.pos, |(_, v)| v.pos)
+}
+
+/// `env:` — a mapping of variable names to values.
+fn env(r: &mut Report<'_>, node: &Node, what: &str) -> Vec<(String, String)> {
+    if node.is_null() {
+        return Vec::new();
+    }
+    let Some(entries) = r.mapping(node, what) else {
+        return Vec::new();
+    };
+    let mut env = Vec::with_capacity(entries.len());
+    for (key, value) in entries {
+        let Some(name) = key.text() else {
+            r.error(
+                key.pos,
+                format!("keys in `{what}` must be variable names, found {}", key.describe()),
+            );
+            continue;
+        };
+        if !valid_env_name(name) {
+            r.error(
+                key.pos,
+                format!(
+                    "`{what}`: `{name}` is not a valid variable name; use capital letters, digits \
+                     and `_`, not starting with a digit (e.g. `{}`)",
+                    suggest_env_name(name)
+                ),
+            );
+            continue;
+        }
+        if name.starts_with("FLOCK_") {
+            r.error(
+                key.pos,
+                format!(
+                    "`{what}`: `{name}` is reserved (Flock sets `FLOCK_*` variables itself); \
+                     rename it"
+                ),
+            );
+            continue;
+        }
+        // Values are free text: `PORT: 8080` means the text "8080".
+        if let Some(value) = r.string(value, &format!("{what}.{name}")) {
+            env.push((name.to_owned(), value));
+        }
+    }
+    env
+}
+
+fn can_call(r: &mut Report<'_>, node: &Node, what: &str, known: &[&str]) -> Vec<String> {
+    if node.is_null() {
+        return Vec::new();
+    }
+    let Some(items) = r.list(node, what) else {
+        return Vec::new();
+    };
+    let mut names = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let Some(name) = r.string(item, &format!("{what}[{i}]")) else { continue };
+        if known.contains(&name.as_str()) {
+            names.push(name);
+        } else {
+            r.error(item.pos, unknown_agent(what, &name, known.iter().copied()));
+        }
+    }
+    names
+}
+
+fn unknown_agent<'a>(
+    what: &str,
+    name: &str,
+    known: impl Iterator<Item = &'a str> + Clone,
+) -> String {
+    let hint = match closest(name, known.clone()) {
+        Some(best) => format!("did you mean `{best}`? "),
+        None => String::new(),
+    };
+    let mut names: Vec<&str> = known.collect();
+    names.sort_unstable();
+    format!("`{what}` names unknown agent `{name}`; {hint}agents in this swarm: {}", list(names))
+}
+
+/// `[A-Z_][A-Z0-9_]*`.
+fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_uppercase() || c == '_')
+        && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn suggest_env_name(name: &str) -> String {
+    let mut fixed: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
+        .collect();
+    if fixed.is_empty() || fixed.starts_with(|c: char| c.is_ascii_digit()) {
+        fixed.insert(0, '_');
+    }
+    fixed
+}
+
+/// A valid agent name close to `name`, for the "e.g." part of the message.
+fn suggest_name(name: &str) -> String {
+    let mut fixed: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .collect::<String>()
+        .trim_start_matches('-')
+        .chars()
+        .take(63)
+        .collect();
+    if !valid_agent_name(&fixed) {
+        fixed = "worker-1".to_owned();
+    }
+    fixed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_names_follow_the_shell_rules() {
+        assert!(valid_env_name("API_KEY"));
+        assert!(valid_env_name("_X1"));
+        assert!(!valid_env_name("1X"));
+        assert!(!valid_env_name("api_key"));
+        assert!(!valid_env_name(""));
+        assert_eq!(suggest_env_name("api-key"), "API_KEY");
+    }
+
+    #[test]
+    fn suggested_agent_names_are_valid() {
+        assert_eq!(suggest_name("Worker_1"), "worker-1");
+        assert_eq!(suggest_name("_x"), "x");
+        assert!(valid_agent_name(&suggest_name("!!!")));
+    }
+
+    #[test]
+    fn role_table_lists_every_role() {
+        assert!(roles().iter().all(|(name, role)| role.as_str() == *name));
+    }
+}

@@ -1,0 +1,425 @@
+//! A small YAML node tree that remembers where every node came from, so validation can point at
+//! the offending key or value. Built from the event stream of `granit-parser` (the parser
+//! `serde-saphyr` already uses, re-exported by it, so no extra crate is compiled).
+//!
+//! This is not a general YAML library: it resolves plain scalars with the YAML 1.2 core schema,
+//! expands aliases by copying, and reads only the first document.
+
+use std::collections::HashMap;
+
+use serde_saphyr::granit_parser::{Event, Marker, Parser, ScalarStyle, Span};
+
+use crate::error::Report;
+
+/// A 1-based line and column in a source file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Pos {
+    pub line: usize,
+    pub column: usize,
+}
+
+impl Pos {
+    fn from_marker(marker: &Marker) -> Self {
+        // granit-parser lines are 1-based already, columns 0-based.
+        Pos { line: marker.line(), column: marker.col() + 1 }
+    }
+
+    /// The start of a file, for problems that concern the document as a whole.
+    pub(crate) const START: Pos = Pos { line: 1, column: 1 };
+}
+
+/// A YAML node with its source position.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Node {
+    pub value: Value,
+    pub pos: Pos,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Value {
+    /// `quoted` is true for quoted and block scalars and for `!!str`-tagged ones: those are always
+    /// strings, never numbers, booleans or null.
+    Scalar {
+        text: String,
+        quoted: bool,
+    },
+    Seq(Vec<Node>),
+    /// Entries in file order. Duplicate keys are reported while building and only the first is
+    /// used by lookups.
+    Map(Vec<(Node, Node)>),
+}
+
+/// A scalar's type under the YAML 1.2 core schema.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(&'a str),
+}
+
+impl Node {
+    /// The scalar this node holds, resolved; `None` for sequences and mappings.
+    pub(crate) fn scalar(&self) -> Option<Scalar<'_>> {
+        match &self.value {
+            Value::Scalar { text, quoted: true } => Some(Scalar::Str(text)),
+            Value::Scalar { text, quoted: false } => Some(resolve_plain(text)),
+            _ => None,
+        }
+    }
+
+    /// The raw text of a scalar of any type (`8080`, `true`, `hello`), or `None` for null and
+    /// collections. Used where the value is free text and typing `PORT: 8080` should just work.
+    pub(crate) fn text(&self) -> Option<&str> {
+        match (&self.value, self.scalar()) {
+            (_, Some(Scalar::Null)) => None,
+            (Value::Scalar { text, .. }, _) => Some(text),
+            _ => None,
+        }
+    }
+
+    /// `key:` with nothing after it (as opposed to an explicit `~` or `null`).
+    fn is_empty_plain(&self) -> bool {
+        matches!(&self.value, Value::Scalar { text, quoted: false } if text.is_empty())
+    }
+
+    pub(crate) fn is_null(&self) -> bool {
+        self.scalar() == Some(Scalar::Null)
+    }
+
+    /// The entries if this node is a mapping.
+    pub(crate) fn entries(&self) -> Option<&[(Node, Node)]> {
+        match &self.value {
+            Value::Map(entries) => Some(entries),
+            _ => None,
+        }
+    }
+
+    /// A short description of what the node is, for "expected X, found Y" messages.
+    pub(crate) fn describe(&self) -> String {
+        match (&self.value, self.scalar()) {
+            (Value::Seq(_), _) => "a list".to_owned(),
+            (Value::Map(_), _) => "a mapping".to_owned(),
+            (_, Some(Scalar::Null)) => "nothing".to_owned(),
+            (_, Some(Scalar::Bool(b))) => format!("the boolean `{b}`"),
+            (_, Some(Scalar::Int(_) | Scalar::Float(_))) => {
+                format!("the number `{}`", self.text().unwrap_or_default())
+            }
+            (_, Some(Scalar::Str(s))) => format!("the text \"{}\"", shorten(s)),
+            (Value::Scalar { .. }, None) => "a scalar".to_owned(),
+        }
+    }
+
+    /// The number of nodes in this subtree, for the alias-expansion budget.
+    fn size(&self) -> usize {
+        match &self.value {
+            Value::Scalar { .. } => 1,
+            Value::Seq(items) => 1 + items.iter().map(Node::size).sum::<usize>(),
+            Value::Map(entries) => {
+                1 + entries.iter().map(|(k, v)| k.size() + v.size()).sum::<usize>()
+            }
+        }
+    }
+}
+
+/// Finds `key` in a mapping's entries: the key node and the value node.
+pub(crate) fn lookup<'n>(entries: &'n [(Node, Node)], key: &str) -> Option<(&'n Node, &'n Node)> {
+    entries.iter().find(|(k, _)| k.text() == Some(key)).map(|(k, v)| (k, v))
+}
+
+fn shorten(s: &str) -> String {
+    const MAX: usize = 40;
+    if s.chars().count() <= MAX {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(MAX).collect::<String>())
+    }
+}
+
+/// YAML 1.2 core schema resolution of a plain (unquoted) scalar.
+fn resolve_plain(text: &str) -> Scalar<'_> {
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Scalar::Null,
+        "true" | "True" | "TRUE" => return Scalar::Bool(true),
+        "false" | "False" | "FALSE" => return Scalar::Bool(false),
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => {
+            return Scalar::Float(f64::INFINITY);
+        }
+        "-.inf" | "-.Inf" | "-.INF" => return Scalar::Float(f64::NEG_INFINITY),
+        ".nan" | ".NaN" | ".NAN" => return Scalar::Float(f64::NAN),
+        _ => {}
+    }
+    if let Some(int) = parse_int(text) {
+        return Scalar::Int(int);
+    }
+    // Rust's float parser also takes `inf`, `nan` and `infinity`, which YAML reads as text, so
+    // only hand it strings made of number characters.
+    let numeric = text.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+        && text.bytes().any(|b| b.is_ascii_digit());
+    if numeric && let Ok(float) = text.parse::<f64>() {
+        return Scalar::Float(float);
+    }
+    Scalar::Str(text)
+}
+
+/// `[-+]?[0-9]+`, `0o[0-7]+` or `0x[0-9a-fA-F]+`.
+fn parse_int(text: &str) -> Option<i128> {
+    let radix_digits = |digits: &str, radix: u32| {
+        if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+            return None;
+        }
+        i128::from_str_radix(digits, radix).ok()
+    };
+    if let Some(hex) = text.strip_prefix("0x") {
+        return radix_digits(hex, 16);
+    }
+    if let Some(octal) = text.strip_prefix("0o") {
+        return radix_digits(octal, 8);
+    }
+    let (negative, digits) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let value = radix_digits(digits, 10)?;
+    Some(if negative { -value } else { value })
+}
+
+/// Most nodes a document may expand to. Aliases are copied, so a few nested anchors could
+/// otherwise blow up into billions of nodes ("billion laughs"); real swarm files are far smaller.
+const MAX_NODES: usize = 1_000_000;
+
+/// Parses `text` into a tree. Syntax errors and duplicate keys are reported to `report`; on a
+/// syntax error the tree is `None` (the parser cannot go on). An empty document is `Some` null.
+pub(crate) fn parse(text: &str, report: &mut Report<'_>) -> Option<Node> {
+    let mut builder = Builder::default();
+    for event in Parser::new_from_str(text) {
+        match event {
+            Ok((event, span)) => match builder.event(event, span, report) {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Done) => break,
+                Err((pos, message)) => {
+                    report.error(pos, message);
+                    return None;
+                }
+            },
+            Err(error) => {
+                let pos = Pos::from_marker(error.marker());
+                report.error(
+                    pos,
+                    format!("YAML syntax error: {}; fix the YAML at this position", error.info()),
+                );
+                return None;
+            }
+        }
+    }
+    Some(builder.root.unwrap_or(Node {
+        value: Value::Scalar { text: String::new(), quoted: false },
+        pos: Pos::START,
+    }))
+}
+
+enum Flow {
+    Continue,
+    Done,
+}
+
+/// A collection being built, with the anchor id to register when it closes.
+enum Frame {
+    Seq { pos: Pos, anchor: usize, items: Vec<Node> },
+    Map { pos: Pos, anchor: usize, entries: Vec<(Node, Node)>, key: Option<Node> },
+}
+
+#[derive(Default)]
+struct Builder {
+    stack: Vec<Frame>,
+    anchors: HashMap<usize, Node>,
+    root: Option<Node>,
+    nodes: usize,
+    documents: usize,
+}
+
+impl Builder {
+    fn event(
+        &mut self,
+        event: Event<'_>,
+        span: Span,
+        report: &mut Report<'_>,
+    ) -> Result<Flow, (Pos, String)> {
+        let pos = Pos::from_marker(&span.start);
+        match event {
+            Event::DocumentStart(..) => {
+                self.documents += 1;
+                if self.documents > 1 {
+                    report.error(
+                        pos,
+                        "a second YAML document starts here; a swarm file holds exactly one: \
+                         remove this `---` and what follows, or move it to its own file",
+                    );
+                    return Ok(Flow::Done);
+                }
+            }
+            Event::Scalar(text, style, anchor, tag) => {
+                let quoted = style != ScalarStyle::Plain
+                    || tag.as_ref().and_then(|t| t.core_suffix()) == Some("str");
+                self.finish(
+                    Node { value: Value::Scalar { text: text.into_owned(), quoted }, pos },
+                    anchor,
+                    report,
+                )?;
+            }
+            Event::SequenceStart(_, anchor, _) => {
+                self.stack.push(Frame::Seq { pos, anchor, items: Vec::new() });
+            }
+            Event::MappingStart(_, anchor, _) => {
+                self.stack.push(Frame::Map { pos, anchor, entries: Vec::new(), key: None });
+            }
+            Event::SequenceEnd | Event::MappingEnd => match self.stack.pop() {
+                Some(Frame::Seq { pos, anchor, items }) => {
+                    self.finish(Node { value: Value::Seq(items), pos }, anchor, report)?;
+                }
+                Some(Frame::Map { pos, anchor, entries, .. }) => {
+                    self.finish(Node { value: Value::Map(entries), pos }, anchor, report)?;
+                }
+                None => return Err((pos, "unbalanced YAML structure".to_owned())),
+            },
+            Event::Alias(id) => {
+                let Some(target) = self.anchors.get(&id) else {
+                    return Err((
+                        pos,
+                        "alias refers to an anchor that is not complete yet (a node cannot \
+                         contain an alias of itself); point it at an earlier `&name`"
+                            .to_owned(),
+                    ));
+                };
+                let mut node = target.clone();
+                // The copy keeps its inner positions; only the alias itself points at `*name`.
+                node.pos = pos;
+                self.finish(node, 0, report)?;
+            }
+            Event::UnresolvedAlias(name) => {
+                return Err((
+                    pos,
+                    format!(
+                        "alias `*{name}` refers to an unknown anchor; define it with \
+                         `&{name}` first"
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Places a completed node: into the open collection, or as the document root.
+    fn finish(
+        &mut self,
+        node: Node,
+        anchor: usize,
+        report: &mut Report<'_>,
+    ) -> Result<(), (Pos, String)> {
+        self.nodes = self.nodes.saturating_add(node.size());
+        if self.nodes > MAX_NODES {
+            return Err((
+                node.pos,
+                format!(
+                    "the document expands to more than {MAX_NODES} nodes (through aliases?); \
+                     simplify it"
+                ),
+            ));
+        }
+        if anchor != 0 {
+            self.anchors.insert(anchor, node.clone());
+        }
+        match self.stack.last_mut() {
+            None => self.root = Some(node),
+            Some(Frame::Seq { items, .. }) => items.push(node),
+            Some(Frame::Map { entries, key, .. }) => match key.take() {
+                None => *key = Some(node),
+                Some(k) => {
+                    let mut value = node;
+                    // An empty value (`key:` and nothing after it) has no text to point at; its
+                    // key is where the user will look.
+                    if value.is_empty_plain() {
+                        value.pos = k.pos;
+                    }
+                    if let Some(name) = k.text()
+                        && let Some((first, _)) = lookup(entries, name)
+                    {
+                        report.error(
+                            k.pos,
+                            format!(
+                                "duplicate key `{name}` (first at line {}): keep only one of them",
+                                first.pos.line
+                            ),
+                        );
+                    }
+                    entries.push((k, value));
+                }
+            },
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(text: &str) -> Node {
+        let mut errors = Vec::new();
+        let node = parse(text, &mut Report::new("t.yaml", &mut errors));
+        assert!(errors.is_empty(), "{errors:?}");
+        node.unwrap_or_else(|| panic!("no tree"))
+    }
+
+    #[test]
+    fn plain_scalars_resolve_with_the_core_schema() {
+        assert_eq!(resolve_plain("~"), Scalar::Null);
+        assert_eq!(resolve_plain("True"), Scalar::Bool(true));
+        assert_eq!(resolve_plain("yes"), Scalar::Str("yes"));
+        assert_eq!(resolve_plain("-12"), Scalar::Int(-12));
+        assert_eq!(resolve_plain("0x1F"), Scalar::Int(31));
+        assert_eq!(resolve_plain("1.5e3"), Scalar::Float(1500.0));
+        assert_eq!(resolve_plain("inf"), Scalar::Str("inf"));
+        assert_eq!(resolve_plain("1_000"), Scalar::Str("1_000"));
+    }
+
+    #[test]
+    fn quoted_scalars_stay_strings() {
+        let node = tree("a: '5'\nb: 5\n");
+        let entries = node.entries().unwrap_or_default();
+        assert_eq!(lookup(entries, "a").map(|(_, v)| v.scalar()), Some(Some(Scalar::Str("5"))));
+        assert_eq!(lookup(entries, "b").map(|(_, v)| v.scalar()), Some(Some(Scalar::Int(5))));
+    }
+
+    #[test]
+    fn nodes_carry_one_based_positions() {
+        let node = tree("top:\n  key: value\n");
+        let entries = node.entries().unwrap_or_default();
+        let (_, inner) = lookup(entries, "top").unwrap_or_else(|| panic!("no top"));
+        let (key, value) =
+            lookup(inner.entries().unwrap_or_default(), "key").unwrap_or_else(|| panic!("no key"));
+        assert_eq!(key.pos, Pos { line: 2, column: 3 });
+        assert_eq!(value.pos, Pos { line: 2, column: 8 });
+    }
+
+    #[test]
+    fn aliases_are_expanded() {
+        let node = tree("a: &x [1, 2]\nb: *x\n");
+        let entries = node.entries().unwrap_or_default();
+        let a = lookup(entries, "a").map(|(_, v)| v.value.clone());
+        let b = lookup(entries, "b").map(|(_, v)| v.value.clone());
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn duplicate_keys_are_reported() {
+        let mut errors = Vec::new();
+        parse("a: 1\nb: 2\na: 3\n", &mut Report::new("t.yaml", &mut errors));
+        assert_eq!(errors.len(), 1);
+        assert_eq!((errors[0].line, errors[0].column), (3, 1));
+        assert!(errors[0].message.contains("first at line 1"), "{}", errors[0].message);
+    }
+}

@@ -1,0 +1,200 @@
+//! The frame codec: `u32` little-endian body length, then a bincode 2 (`config::standard()`)
+//! body. Decoding never panics and never allocates more than a bounded multiple of the body it was
+//! given: untrusted bytes cannot make a process abort.
+
+use bincode::config::{self, Config};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::frame::Frame;
+
+/// Why a byte stream could not be turned into frames. Any of these closes that one connection.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge { len: u32, max: u32 },
+    #[error("malformed frame body: {0}")]
+    Decode(String),
+    #[error("connection closed in the middle of a frame ({have} of {want} bytes)")]
+    Truncated { have: usize, want: usize },
+    #[error("frame could not be encoded: {0}")]
+    Encode(String),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn cfg() -> impl Config {
+    config::standard()
+}
+
+/// Appends the length-prefixed encoding of `frame` to `buf`.
+pub fn encode_frame(frame: &Frame, buf: &mut Vec<u8>) -> Result<(), FrameError> {
+    let start = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    if let Err(e) = bincode::serde::encode_into_std_write(frame, buf, cfg()) {
+        buf.truncate(start);
+        return Err(FrameError::Encode(e.to_string()));
+    }
+    let len = buf.len() - start - 4;
+    let Ok(len) = u32::try_from(len) else {
+        buf.truncate(start);
+        return Err(FrameError::Encode(format!("body of {len} bytes does not fit a u32 length")));
+    };
+    buf[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    Ok(())
+}
+
+/// Decodes one frame body (without its length prefix). The whole body must be consumed.
+pub fn decode_frame(body: &[u8]) -> Result<Frame, FrameError> {
+    // bincode pre-allocates what a length field claims; a limit bounds that. A legitimate body
+    // claims at most ~24 bytes per byte of input (a Vec<String> of empty strings), so the limit
+    // tier is chosen from the body size: garbage cannot claim more than 32× what it sent.
+    macro_rules! decode_with_limit {
+        ($limit:expr) => {
+            bincode::serde::decode_from_slice::<Frame, _>(
+                body,
+                config::standard().with_limit::<{ $limit }>(),
+            )
+        };
+    }
+    let need = body.len().saturating_mul(32);
+    let result = if need <= 1 << 16 {
+        decode_with_limit!(1 << 16)
+    } else if need <= 1 << 20 {
+        decode_with_limit!(1 << 20)
+    } else if need <= 1 << 24 {
+        decode_with_limit!(1 << 24)
+    } else if need <= 1 << 28 {
+        decode_with_limit!(1 << 28)
+    } else {
+        decode_with_limit!(1 << 31)
+    };
+    match result {
+        Ok((frame, used)) if used == body.len() => Ok(frame),
+        Ok((_, used)) => Err(FrameError::Decode(format!(
+            "{} trailing bytes after the frame",
+            body.len() - used
+        ))),
+        Err(e) => Err(FrameError::Decode(e.to_string())),
+    }
+}
+
+/// Reads frames from a byte stream, decoding every complete frame a single `read` brought in.
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    max_frame: u32,
+}
+
+const READ_CHUNK: usize = 64 * 1024;
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(inner: R, max_frame: u32) -> Self {
+        FrameReader { inner, buf: vec![0; READ_CHUNK], start: 0, end: 0, max_frame }
+    }
+
+    /// Waits for at least one frame, then appends every complete frame already buffered to `out`.
+    /// Returns the number appended; `0` means the peer closed the stream cleanly between frames.
+    pub async fn read_batch(&mut self, out: &mut Vec<Frame>) -> Result<usize, FrameError> {
+        loop {
+            let n = self.decode_buffered(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            if !self.fill().await? {
+                let have = self.end - self.start;
+                if have == 0 {
+                    return Ok(0);
+                }
+                let want = if have >= 4 { self.pending_len() as usize + 4 } else { 4 };
+                return Err(FrameError::Truncated { have, want });
+            }
+        }
+    }
+
+    /// Reads exactly one frame; `None` on clean end of stream.
+    pub async fn read_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        loop {
+            if let Some(f) = self.decode_one()? {
+                return Ok(Some(f));
+            }
+            if !self.fill().await? {
+                let have = self.end - self.start;
+                if have == 0 {
+                    return Ok(None);
+                }
+                let want = if have >= 4 { self.pending_len() as usize + 4 } else { 4 };
+                return Err(FrameError::Truncated { have, want });
+            }
+        }
+    }
+
+    fn pending_len(&self) -> u32 {
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&self.buf[self.start..self.start + 4]);
+        u32::from_le_bytes(len)
+    }
+
+    fn decode_buffered(&mut self, out: &mut Vec<Frame>) -> Result<usize, FrameError> {
+        let mut n = 0;
+        while let Some(f) = self.decode_one()? {
+            out.push(f);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn decode_one(&mut self) -> Result<Option<Frame>, FrameError> {
+        if self.end - self.start < 4 {
+            return Ok(None);
+        }
+        let len = self.pending_len();
+        if len > self.max_frame {
+            return Err(FrameError::TooLarge { len, max: self.max_frame });
+        }
+        let total = 4 + len as usize;
+        if self.end - self.start < total {
+            return Ok(None);
+        }
+        let body = &self.buf[self.start + 4..self.start + total];
+        let frame = decode_frame(body)?;
+        self.start += total;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        Ok(Some(frame))
+    }
+
+    /// Reads more bytes; false on end of stream.
+    async fn fill(&mut self) -> Result<bool, FrameError> {
+        // Make room: compact, and grow only as far as the frame being read needs.
+        if self.start > 0 && (self.end == self.buf.len() || self.start > self.buf.len() / 2) {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            let need = if self.end - self.start >= 4 {
+                self.pending_len() as usize + 4
+            } else {
+                READ_CHUNK
+            };
+            let new_len = need.max(self.buf.len() * 2).min(self.max_frame as usize + 4);
+            if new_len <= self.buf.len() {
+                // Cannot happen: the length was checked against max_frame before we got here.
+                return Err(FrameError::TooLarge { len: need as u32, max: self.max_frame });
+            }
+            self.buf.resize(new_len, 0);
+        }
+        let n = self.inner.read(&mut self.buf[self.end..]).await?;
+        self.end += n;
+        Ok(n > 0)
+    }
+
+    pub fn into_inner(self) -> R {
+        self.inner
+    }
+}

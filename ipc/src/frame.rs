@@ -1,0 +1,253 @@
+//! Wire types: the [`Frame`] envelope and every [`Body`] kind.
+//!
+//! Addressing: `from`/`to` are agent names, `operator` for `flockctl`, or empty where the frame
+//! is addressed to the router itself. The router never trusts `from` on a received frame: it
+//! overwrites it with the identity of the connection the frame came in on.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ErrorCode;
+use crate::id::MsgId;
+
+/// Address of the router/supervisor itself.
+pub const ROUTER: &str = "";
+/// Identity of `flockctl` clients (control connections).
+pub const OPERATOR: &str = "operator";
+
+/// One message on the wire. Encoded as `u32` LE body length + bincode body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Frame {
+    /// Unique per frame (see [`crate::id`]).
+    pub id: MsgId,
+    pub from: String,
+    pub to: String,
+    /// The id of the frame this one answers (an `Accepted`, `Reply`, `Ack`, `Error`, …).
+    pub correlation_id: Option<MsgId>,
+    /// Absolute deadline, Unix milliseconds.
+    pub deadline_ms: Option<u64>,
+    pub body: Body,
+}
+
+impl Frame {
+    /// A frame with a fresh id and no correlation or deadline.
+    pub fn new(from: impl Into<String>, to: impl Into<String>, body: Body) -> Self {
+        Frame {
+            id: crate::id::new_id(),
+            from: from.into(),
+            to: to.into(),
+            correlation_id: None,
+            deadline_ms: None,
+            body,
+        }
+    }
+
+    /// A frame answering `to_frame` (correlation id = its id, addressed to its sender).
+    pub fn answer(to_frame: &Frame, from: impl Into<String>, body: Body) -> Self {
+        Frame {
+            correlation_id: Some(to_frame.id),
+            ..Frame::new(from, to_frame.from.clone(), body)
+        }
+    }
+
+    /// An `Error` frame answering `to_frame`.
+    pub fn error(to_frame: &Frame, code: ErrorCode, message: impl Into<String>) -> Self {
+        Frame::answer(to_frame, ROUTER, Body::Error { code, message: message.into() })
+    }
+
+    /// Short kind name for logs.
+    pub fn kind(&self) -> &'static str {
+        self.body.kind()
+    }
+}
+
+/// What a frame carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Body {
+    /// Agent → router, first frame on an agent connection.
+    Hello(Hello),
+    /// `flockctl` → router, first frame on a control connection.
+    ClientHello { protocol_version: u32, client: String },
+    /// Router → agent or client: the handshake succeeded.
+    Welcome(Welcome),
+    /// Router → peer: the handshake failed; the connection closes after this frame.
+    Reject { code: ErrorCode, reason: String },
+
+    /// Send `text` to agent `to`. Answered by `Accepted` (durable: once it is in the target's
+    /// mailbox) or `Error`.
+    Send { text: String, mode: SendMode },
+    /// The `Send` with id `correlation_id` was accepted.
+    Accepted,
+    /// Ask agent `to` and wait for its `Reply` (or `Error`), within `timeout_ms`.
+    Request { text: String, timeout_ms: u64 },
+    /// Answer to the `Request` with id `correlation_id`.
+    Reply { text: String },
+
+    /// Router → agent: one input to run a turn on. `id` is the message id.
+    Deliver(Delivery),
+    /// Agent → router: the turn for delivery `correlation_id` is finished and persisted.
+    /// `reply` answers a request delivery.
+    Ack { reply: Option<String> },
+    /// Agent → router: the turn for delivery `correlation_id` failed; retry later.
+    Nack { reason: String },
+    /// Router → agent: stop the turn for delivery `correlation_id` (its deadline passed).
+    Cancel { reason: String },
+
+    /// Agent → router: run a router-side tool (`agents__list`, `agents__catalog`).
+    ToolCall { name: String, arguments: String },
+    /// Router → agent: result of `ToolCall` `correlation_id`; `content` is JSON text when `ok`.
+    ToolResult { ok: bool, content: String },
+
+    Heartbeat,
+    HeartbeatAck,
+    /// Router → agent: finish up and exit.
+    Shutdown,
+    ShutdownAck,
+
+    /// Something failed; `correlation_id` names the frame that caused it, if any.
+    Error { code: ErrorCode, message: String },
+
+    /// `flockctl` → router.
+    Control(ControlRequest),
+    /// Router → `flockctl`.
+    ControlReply(ControlReply),
+}
+
+impl Body {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Body::Hello(_) => "Hello",
+            Body::ClientHello { .. } => "ClientHello",
+            Body::Welcome(_) => "Welcome",
+            Body::Reject { .. } => "Reject",
+            Body::Send { .. } => "Send",
+            Body::Accepted => "Accepted",
+            Body::Request { .. } => "Request",
+            Body::Reply { .. } => "Reply",
+            Body::Deliver(_) => "Deliver",
+            Body::Ack { .. } => "Ack",
+            Body::Nack { .. } => "Nack",
+            Body::Cancel { .. } => "Cancel",
+            Body::ToolCall { .. } => "ToolCall",
+            Body::ToolResult { .. } => "ToolResult",
+            Body::Heartbeat => "Heartbeat",
+            Body::HeartbeatAck => "HeartbeatAck",
+            Body::Shutdown => "Shutdown",
+            Body::ShutdownAck => "ShutdownAck",
+            Body::Error { .. } => "Error",
+            Body::Control(_) => "Control",
+            Body::ControlReply(_) => "ControlReply",
+        }
+    }
+}
+
+/// The agent's half of the handshake.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol_version: u32,
+    pub agent_id: String,
+    pub instance: String,
+    pub pid: u32,
+    /// The per-spawn secret from the agent's environment.
+    pub token: String,
+}
+
+/// The router's half of the handshake.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub protocol_version: u32,
+    /// The swarm's name.
+    pub swarm: String,
+    /// The agent's validated spec as JSON text (`flock_config::AgentSpec`); empty for clients.
+    pub agent_spec_json: String,
+    /// How often the agent must send `Heartbeat`.
+    pub heartbeat_interval_ms: u64,
+}
+
+/// Delivery guarantee asked for by a `Send`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SendMode {
+    /// In the target's SQLite mailbox before `Accepted`; redelivered until acked (the default).
+    Durable,
+    /// Routed in memory; lost if the target dies before handling it (telemetry-like traffic).
+    AtMostOnce,
+}
+
+/// Whether a delivery is a plain message or a request that expects a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeliveryKind {
+    Message,
+    Request,
+}
+
+/// One input handed to an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub kind: DeliveryKind,
+    /// Who sent it (agent name or `operator`), as established by the router.
+    pub sender: String,
+    pub text: String,
+    /// 1 on first delivery; higher when redelivered after a crash.
+    pub attempt: u32,
+    /// False for `at_most_once` messages (no `Ack` expected).
+    pub durable: bool,
+    /// `agent@instance` of every agent whose request led to this one, oldest first.
+    pub call_chain: Vec<String>,
+}
+
+/// Requests `flockctl` makes on the control socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ControlRequest {
+    /// Every live actor and process.
+    Ps,
+    /// Last `lines` log lines of an agent; with `follow`, keep streaming.
+    Logs { agent: String, lines: u32, follow: bool },
+    Stop { agent: String },
+    Start { agent: String },
+    Restart { agent: String },
+    /// Messages that exhausted their delivery attempts.
+    DeadLetters,
+    /// Stop every agent (reverse order) and then the supervisor.
+    Down,
+}
+
+/// Answers on the control socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ControlReply {
+    Ps(Vec<PsRow>),
+    /// Log lines, oldest first; more may follow when following.
+    LogLines(Vec<String>),
+    DeadLetters(Vec<DeadLetter>),
+    /// The request was carried out; a human-readable confirmation.
+    Done(String),
+}
+
+/// One row of `flockctl ps`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PsRow {
+    pub name: String,
+    /// `agent` for agent processes, `actor` for the orchestrator's actors, `supervisor` for itself.
+    pub kind: String,
+    pub role: String,
+    pub pid: Option<u32>,
+    /// `starting|ready|busy|backoff|stopping|stopped|failed|exited(…)`; `running` for actors.
+    pub state: String,
+    pub uptime_secs: u64,
+    pub restarts: u32,
+    pub last_exit: Option<String>,
+    /// Messages waiting for (or being handled by) this agent.
+    pub mailbox_depth: u64,
+    /// Completed turns, persisted across restarts.
+    pub turns_total: u64,
+    pub rss_bytes: Option<u64>,
+}
+
+/// A message that could not be delivered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub id: MsgId,
+    pub sender: String,
+    pub target: String,
+    pub text: String,
+    pub attempts: u32,
+    pub reason: String,
+}

@@ -1,0 +1,211 @@
+//! Wire-format properties: every frame kind round-trips, and no input — random, truncated,
+//! oversized — makes the decoder panic or accept garbage silently.
+
+use flock_ipc::*;
+use proptest::prelude::*;
+
+fn s() -> impl Strategy<Value = String> {
+    prop_oneof![Just(String::new()), "[a-z0-9@#:_ -]{0,24}", any::<String>()]
+}
+
+fn code() -> impl Strategy<Value = ErrorCode> {
+    proptest::sample::select(ErrorCode::ALL.to_vec())
+}
+
+fn ps_row() -> impl Strategy<Value = PsRow> {
+    (s(), s(), any::<Option<u32>>(), any::<u64>(), any::<u32>(), any::<Option<u64>>()).prop_map(
+        |(name, state, pid, n, restarts, rss)| PsRow {
+            name,
+            kind: "agent".into(),
+            role: "worker".into(),
+            pid,
+            state,
+            uptime_secs: n,
+            restarts,
+            last_exit: Some("exit(3)".into()),
+            mailbox_depth: n / 3,
+            turns_total: n / 2,
+            rss_bytes: rss,
+        },
+    )
+}
+
+fn control() -> impl Strategy<Value = ControlRequest> {
+    prop_oneof![
+        Just(ControlRequest::Ps),
+        (s(), any::<u32>(), any::<bool>())
+            .prop_map(|(agent, lines, follow)| ControlRequest::Logs { agent, lines, follow }),
+        s().prop_map(|agent| ControlRequest::Stop { agent }),
+        s().prop_map(|agent| ControlRequest::Start { agent }),
+        s().prop_map(|agent| ControlRequest::Restart { agent }),
+        Just(ControlRequest::DeadLetters),
+        Just(ControlRequest::Down),
+    ]
+}
+
+fn control_reply() -> impl Strategy<Value = ControlReply> {
+    prop_oneof![
+        proptest::collection::vec(ps_row(), 0..4).prop_map(ControlReply::Ps),
+        proptest::collection::vec(s(), 0..4).prop_map(ControlReply::LogLines),
+        (any::<u128>(), s(), any::<u32>()).prop_map(|(id, t, attempts)| ControlReply::DeadLetters(
+            vec![DeadLetter {
+                id,
+                sender: "a".into(),
+                target: "b".into(),
+                text: t.clone(),
+                attempts,
+                reason: t
+            }]
+        )),
+        s().prop_map(ControlReply::Done),
+    ]
+}
+
+fn body() -> impl Strategy<Value = Body> {
+    prop_oneof![
+        (any::<u32>(), s(), s(), any::<u32>(), s()).prop_map(|(v, a, i, pid, t)| Body::Hello(
+            Hello { protocol_version: v, agent_id: a, instance: i, pid, token: t }
+        )),
+        (any::<u32>(), s()).prop_map(|(v, c)| Body::ClientHello { protocol_version: v, client: c }),
+        (any::<u32>(), s(), s(), any::<u64>()).prop_map(|(v, sw, j, h)| Body::Welcome(Welcome {
+            protocol_version: v,
+            swarm: sw,
+            agent_spec_json: j,
+            heartbeat_interval_ms: h
+        })),
+        (code(), s()).prop_map(|(code, reason)| Body::Reject { code, reason }),
+        (s(), any::<bool>()).prop_map(|(text, d)| Body::Send {
+            text,
+            mode: if d { SendMode::Durable } else { SendMode::AtMostOnce }
+        }),
+        Just(Body::Accepted),
+        (s(), any::<u64>()).prop_map(|(text, timeout_ms)| Body::Request { text, timeout_ms }),
+        s().prop_map(|text| Body::Reply { text }),
+        (s(), s(), any::<u32>(), any::<bool>(), proptest::collection::vec(s(), 0..3)).prop_map(
+            |(sender, text, attempt, durable, call_chain)| Body::Deliver(Delivery {
+                kind: if durable { DeliveryKind::Message } else { DeliveryKind::Request },
+                sender,
+                text,
+                attempt,
+                durable,
+                call_chain
+            })
+        ),
+        proptest::option::of(s()).prop_map(|reply| Body::Ack { reply }),
+        s().prop_map(|reason| Body::Nack { reason }),
+        s().prop_map(|reason| Body::Cancel { reason }),
+        (s(), s()).prop_map(|(name, arguments)| Body::ToolCall { name, arguments }),
+        (any::<bool>(), s()).prop_map(|(ok, content)| Body::ToolResult { ok, content }),
+        Just(Body::Heartbeat),
+        Just(Body::HeartbeatAck),
+        Just(Body::Shutdown),
+        Just(Body::ShutdownAck),
+        (code(), s()).prop_map(|(code, message)| Body::Error { code, message }),
+        control().prop_map(Body::Control),
+        control_reply().prop_map(Body::ControlReply),
+    ]
+}
+
+fn frame() -> impl Strategy<Value = Frame> {
+    (any::<u128>(), s(), s(), any::<Option<u128>>(), any::<Option<u64>>(), body()).prop_map(
+        |(id, from, to, correlation_id, deadline_ms, body)| Frame {
+            id,
+            from,
+            to,
+            correlation_id,
+            deadline_ms,
+            body,
+        },
+    )
+}
+
+fn read_all(bytes: &[u8], max: u32) -> Result<Vec<Frame>, FrameError> {
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    rt.block_on(async {
+        let mut reader = FrameReader::new(bytes, max);
+        let mut out = Vec::new();
+        while reader.read_batch(&mut out).await? > 0 {}
+        Ok(out)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn every_frame_kind_round_trips(f in frame()) {
+        let mut buf = Vec::new();
+        encode_frame(&f, &mut buf).unwrap();
+        prop_assert_eq!(u32::from_le_bytes(buf[..4].try_into().unwrap()) as usize, buf.len() - 4);
+        prop_assert_eq!(decode_frame(&buf[4..]).unwrap(), f);
+    }
+
+    #[test]
+    fn a_stream_of_frames_round_trips_in_order(frames in proptest::collection::vec(frame(), 0..20)) {
+        let mut buf = Vec::new();
+        for f in &frames {
+            encode_frame(f, &mut buf).unwrap();
+        }
+        prop_assert_eq!(read_all(&buf, DEFAULT_MAX_FRAME_BYTES).unwrap(), frames);
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
+        // Either some frames then an error, or a clean decode; never a panic or an abort.
+        let _ = read_all(&bytes, DEFAULT_MAX_FRAME_BYTES);
+        let _ = decode_frame(&bytes);
+    }
+
+    #[test]
+    fn truncated_streams_are_reported_not_hidden(f in frame(), cut in 1usize..64) {
+        let mut buf = Vec::new();
+        encode_frame(&f, &mut buf).unwrap();
+        let cut = cut.min(buf.len() - 1);
+        let err = read_all(&buf[..buf.len() - cut], DEFAULT_MAX_FRAME_BYTES).unwrap_err();
+        let is_truncated = matches!(err, FrameError::Truncated { .. });
+        prop_assert!(is_truncated, "got {err}");
+    }
+}
+
+#[test]
+fn oversized_length_is_rejected_before_reading_the_body() {
+    let mut bytes = (1024u32 + 1).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&[0; 16]);
+    let err = read_all(&bytes, 1024).unwrap_err();
+    assert!(matches!(err, FrameError::TooLarge { len: 1025, max: 1024 }), "{err}");
+}
+
+#[test]
+fn huge_claimed_string_does_not_allocate_or_panic() {
+    // A Send whose text claims u64::MAX bytes: bincode must refuse, not try to allocate.
+    let f = Frame::new("a", "b", Body::Send { text: "x".into(), mode: SendMode::Durable });
+    let mut buf = Vec::new();
+    encode_frame(&f, &mut buf).unwrap();
+    let body = &mut buf[4..];
+    // Find the text's length byte (1) followed by 'x' and replace it with a varint u64::MAX.
+    let pos = body.windows(2).position(|w| w == [1, b'x']).unwrap();
+    let mut forged = body[..pos].to_vec();
+    forged.push(253); // bincode varint marker for u64
+    forged.extend_from_slice(&u64::MAX.to_le_bytes());
+    forged.extend_from_slice(&body[pos + 1..]);
+    assert!(matches!(decode_frame(&forged), Err(FrameError::Decode(_))));
+}
+
+#[test]
+fn trailing_garbage_after_a_body_is_an_error() {
+    let f = Frame::new("a", "b", Body::Heartbeat);
+    let mut buf = Vec::new();
+    encode_frame(&f, &mut buf).unwrap();
+    let mut body = buf[4..].to_vec();
+    body.push(0);
+    assert!(matches!(decode_frame(&body), Err(FrameError::Decode(_))));
+}
+
+#[test]
+fn large_frames_grow_the_buffer_and_decode() {
+    let text = "y".repeat(3 * 1024 * 1024);
+    let f = Frame::new("a", "b", Body::Send { text, mode: SendMode::Durable });
+    let mut buf = Vec::new();
+    encode_frame(&f, &mut buf).unwrap();
+    assert_eq!(read_all(&buf, DEFAULT_MAX_FRAME_BYTES).unwrap(), vec![f]);
+}

@@ -1,0 +1,101 @@
+//! `flock-supervisor`: start a swarm (`up`) or check a swarm file (`validate`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use flock_supervisor::paths::StateDir;
+
+#[derive(Parser)]
+#[command(name = "flock-supervisor", version, about = "Run a team of LLM agents as supervised OS processes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start every agent of a swarm file and supervise them until Ctrl-C, SIGTERM or `flockctl down`.
+    Up {
+        /// The swarm file (YAML), e.g. examples/office.yaml.
+        file: PathBuf,
+        /// Run in the background; returns once the swarm is ready. Output: <state-dir>/logs/supervisor.log.
+        #[arg(long)]
+        detach: bool,
+        /// Where the swarm keeps its database, sockets, logs and workspaces [default: $FLOCK_HOME or ~/.flock].
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// Check a swarm file and print every problem at once, with line and column.
+    Validate {
+        /// The swarm file (YAML).
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Validate { file } => match flock_config::load(&file) {
+            Ok(spec) => {
+                println!("{}: ok — swarm `{}` with {} agents", file.display(), spec.name, spec.agents.len());
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                eprintln!("{} problem(s) in {}", errors.0.len(), file.display());
+                ExitCode::from(1)
+            }
+        },
+        Command::Up { file, detach, state_dir } => {
+            let spec = match flock_config::load(&file) {
+                Ok(spec) => spec,
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    eprintln!("{} problem(s) in {}; nothing was started", errors.0.len(), file.display());
+                    return ExitCode::from(1);
+                }
+            };
+            let state = match StateDir::resolve(state_dir.as_deref()) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("flock-supervisor: {e:#}");
+                    return ExitCode::from(1);
+                }
+            };
+            if detach {
+                return match flock_supervisor::up::detach(&file, &state) {
+                    Ok(pid) => {
+                        println!(
+                            "swarm `{}` is up in the background (supervisor pid {pid}); `flockctl ps` to look, `flockctl down` to stop",
+                            spec.name
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("flock-supervisor: {e:#}");
+                        ExitCode::from(1)
+                    }
+                };
+            }
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("flock-supervisor: cannot start the runtime: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            match runtime.block_on(flock_supervisor::up::up(spec, state)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("flock-supervisor: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}

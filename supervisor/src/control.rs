@@ -1,0 +1,183 @@
+//! Answers `flockctl` requests. Each request runs in its own task, so a slow one (a `logs -f`,
+//! a `stop` waiting for a process to exit) never holds up the router.
+
+use std::sync::Arc;
+
+use flock_actors::{ControlCall, RouterMsg, StoreMsg};
+use flock_ipc::{Body, ControlReply, ControlRequest, ErrorCode, Frame, Outbox, PsRow, ROUTER};
+use ractor::ActorRef;
+use tokio::sync::mpsc;
+
+use crate::children::ChildMsg;
+use crate::logs::LogHub;
+
+#[derive(Clone)]
+pub struct ControlCtx {
+    pub children: ActorRef<ChildMsg>,
+    pub router: ActorRef<RouterMsg>,
+    pub store: ActorRef<StoreMsg>,
+    pub logs: LogHub,
+    pub shutdown: mpsc::UnboundedSender<String>,
+    pub started: std::time::Instant,
+}
+
+impl std::fmt::Debug for ControlCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ControlCtx")
+    }
+}
+
+pub fn handle(ctx: Arc<ControlCtx>, call: ControlCall) {
+    tokio::spawn(async move {
+        let ControlCall { request, frame_id, outbox } = call;
+        let reply = |body: Body| Frame {
+            correlation_id: Some(frame_id),
+            ..Frame::new(ROUTER, flock_ipc::OPERATOR, body)
+        };
+        let result = run(&ctx, request, &outbox, &reply).await;
+        let body = match result {
+            Ok(r) => Body::ControlReply(r),
+            Err((code, message)) => Body::Error { code, message },
+        };
+        let _ = outbox.send(reply(body)).await;
+    });
+}
+
+type CtlResult = Result<ControlReply, (ErrorCode, String)>;
+
+fn internal(e: impl std::fmt::Display) -> (ErrorCode, String) {
+    (ErrorCode::Internal, e.to_string())
+}
+
+async fn run(
+    ctx: &ControlCtx,
+    request: ControlRequest,
+    outbox: &Outbox,
+    reply: &impl Fn(Body) -> Frame,
+) -> CtlResult {
+    match request {
+        ControlRequest::Ps => ps(ctx).await,
+        ControlRequest::Logs { agent, lines, follow } => {
+            let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;
+            if !children.iter().any(|c| c.name == agent) {
+                let names: Vec<_> = children.iter().map(|c| c.name.as_str()).collect();
+                return Err((
+                    ErrorCode::AgentNotFound,
+                    format!("no agent named `{agent}`; agents: {}", names.join(", ")),
+                ));
+            }
+            let (tail, mut live) = ctx.logs.tail(&agent, lines as usize);
+            if !follow {
+                return Ok(ControlReply::LogLines(tail));
+            }
+            outbox
+                .send(reply(Body::ControlReply(ControlReply::LogLines(tail))))
+                .await
+                .map_err(internal)?;
+            // Stream until the client goes away (its outbox closes).
+            loop {
+                match live.recv().await {
+                    Ok(line) => {
+                        let frame = reply(Body::ControlReply(ControlReply::LogLines(vec![line])));
+                        if outbox.send(frame).await.is_err() {
+                            return Ok(ControlReply::Done(String::new()));
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        let note = format!("… {n} lines skipped (client too slow) …");
+                        let _ = outbox
+                            .send(reply(Body::ControlReply(ControlReply::LogLines(vec![note]))))
+                            .await;
+                    }
+                    Err(_) => return Ok(ControlReply::Done(String::new())),
+                }
+            }
+        }
+        ControlRequest::Stop { agent } => child_call(ctx, |reply| ChildMsg::Stop { name: agent, reply }).await,
+        ControlRequest::Start { agent } => child_call(ctx, |reply| ChildMsg::Start { name: agent, reply }).await,
+        ControlRequest::Restart { agent } => {
+            child_call(ctx, |reply| ChildMsg::Restart { name: agent, reply }).await
+        }
+        ControlRequest::DeadLetters => {
+            let letters = ractor::call!(ctx.store, StoreMsg::DeadLetters)
+                .map_err(internal)?
+                .map_err(internal)?;
+            Ok(ControlReply::DeadLetters(letters))
+        }
+        ControlRequest::Down => {
+            let _ = ctx.shutdown.send("flockctl down".into());
+            Ok(ControlReply::Done("stopping every agent, then the supervisor".into()))
+        }
+    }
+}
+
+async fn child_call(
+    ctx: &ControlCtx,
+    msg: impl FnOnce(ractor::RpcReplyPort<Result<String, String>>) -> ChildMsg,
+) -> CtlResult {
+    let (tx, rx) = ractor::concurrency::oneshot();
+    ctx.children.cast(msg(tx.into())).map_err(internal)?;
+    match rx.await {
+        Ok(Ok(done)) => Ok(ControlReply::Done(done)),
+        Ok(Err(e)) if e.starts_with("no agent named") => Err((ErrorCode::AgentNotFound, e)),
+        Ok(Err(e)) => Err((ErrorCode::TargetUnavailable, e)),
+        Err(_) => Err(internal("the child supervisor stopped")),
+    }
+}
+
+async fn ps(ctx: &ControlCtx) -> CtlResult {
+    let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;
+    let (routes, _counters) = ractor::call!(ctx.router, RouterMsg::Snapshot).map_err(internal)?;
+    let me = std::process::id();
+    let uptime = ctx.started.elapsed().as_secs();
+    let mut rows = vec![PsRow {
+        name: "supervisor".into(),
+        kind: "supervisor".into(),
+        role: "supervisor".into(),
+        pid: Some(me),
+        state: "running".into(),
+        uptime_secs: uptime,
+        restarts: 0,
+        last_exit: None,
+        mailbox_depth: 0,
+        turns_total: 0,
+        rss_bytes: crate::spawn::rss_bytes(me),
+    }];
+    for (name, actor) in [
+        ("router", ctx.router.get_cell()),
+        ("store", ctx.store.get_cell()),
+        ("children", ctx.children.get_cell()),
+    ] {
+        rows.push(PsRow {
+            name: name.into(),
+            kind: "actor".into(),
+            role: "actor".into(),
+            pid: Some(me),
+            state: format!("{:?}", actor.get_status()).to_lowercase(),
+            uptime_secs: uptime,
+            restarts: 0,
+            last_exit: None,
+            mailbox_depth: 0,
+            turns_total: 0,
+            rss_bytes: None,
+        });
+    }
+    for c in children {
+        let route = routes.iter().find(|r| r.name == c.name);
+        let busy = route.is_some_and(|r| r.busy) && c.state == "ready";
+        rows.push(PsRow {
+            name: c.name,
+            kind: "agent".into(),
+            role: c.role,
+            pid: c.pid,
+            state: if busy { "busy".into() } else { c.state },
+            uptime_secs: c.uptime_secs,
+            restarts: c.restarts,
+            last_exit: c.last_exit,
+            mailbox_depth: route.map_or(0, |r| r.mailbox_depth),
+            turns_total: route.map_or(0, |r| r.turns_total),
+            rss_bytes: c.rss_bytes,
+        });
+    }
+    Ok(ControlReply::Ps(rows))
+}

@@ -1,0 +1,22 @@
+//! `flock-supervisor`: OTP-style supervision of agent OS processes, and the two binaries
+//! (`flock-supervisor`, `flockctl`) as thin layers over it.
+//!
+//! The orchestrator's actors (router, store) live in `flock-actors`; this crate spawns and
+//! watches processes, keeps their logs, answers `flockctl`, and wires everything together in
+//! [`up::up`].
+
+pub mod backoff;
+pub mod children;
+pub mod control;
+pub mod logs;
+pub mod paths;
+pub mod spawn;
+pub mod up;
+
+/// Unix time in milliseconds (the clock heartbeats are compared on).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,184 @@
+//! Per-agent logs: every line an agent prints goes to `<state>/logs/<agent>.log` (rotated by
+//! size, 3 old files kept), into an in-memory ring buffer for `flockctl logs`, and to live
+//! followers (`flockctl logs -f`).
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::broadcast;
+
+/// Lines kept in memory per agent.
+pub const RING_LINES: usize = 2000;
+/// Size at which a log file is rotated.
+pub const MAX_LOG_BYTES: u64 = 10 * 1024 * 1024;
+const KEEP_ROTATED: usize = 3;
+
+struct AgentLog {
+    path: PathBuf,
+    file: Option<File>,
+    size: u64,
+    ring: VecDeque<String>,
+    live: broadcast::Sender<String>,
+}
+
+impl AgentLog {
+    fn open(path: PathBuf) -> Self {
+        let file = OpenOptions::new().create(true).append(true).open(&path).ok();
+        let size = file.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len());
+        let ring = tail_lines(&path, RING_LINES);
+        AgentLog { path, file, size, ring, live: broadcast::channel(1024).0 }
+    }
+
+    fn push(&mut self, line: String) {
+        if self.size >= MAX_LOG_BYTES {
+            self.rotate();
+        }
+        if let Some(f) = &mut self.file {
+            if writeln!(f, "{line}").is_ok() {
+                self.size += line.len() as u64 + 1;
+            }
+        }
+        if self.ring.len() == RING_LINES {
+            self.ring.pop_front();
+        }
+        let _ = self.live.send(line.clone());
+        self.ring.push_back(line);
+    }
+
+    fn rotate(&mut self) {
+        self.file = None;
+        for i in (1..KEEP_ROTATED).rev() {
+            let _ = std::fs::rename(rotated(&self.path, i), rotated(&self.path, i + 1));
+        }
+        let _ = std::fs::rename(&self.path, rotated(&self.path, 1));
+        self.file = OpenOptions::new().create(true).append(true).open(&self.path).ok();
+        self.size = 0;
+    }
+}
+
+fn rotated(path: &std::path::Path, i: usize) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(format!(".{i}"));
+    PathBuf::from(s)
+}
+
+/// The last `n` lines of a file (used to seed the ring buffer after a supervisor restart).
+pub fn tail_lines(path: &std::path::Path, n: usize) -> VecDeque<String> {
+    let Ok(text) = std::fs::read_to_string(path) else { return VecDeque::new() };
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].iter().map(|s| s.to_string()).collect()
+}
+
+/// All agents' logs.
+#[derive(Clone, Default)]
+pub struct LogHub {
+    inner: Arc<Mutex<HashMap<String, AgentLog>>>,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for LogHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogHub").field("dir", &self.dir).finish()
+    }
+}
+
+impl LogHub {
+    pub fn new(dir: PathBuf) -> Self {
+        LogHub { inner: Arc::default(), dir }
+    }
+
+    fn with<T>(&self, agent: &str, f: impl FnOnce(&mut AgentLog) -> T) -> T {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let log = map
+            .entry(agent.to_owned())
+            .or_insert_with(|| AgentLog::open(self.dir.join(format!("{agent}.log"))));
+        f(log)
+    }
+
+    /// Appends one line, stamped with the time and the stream it came from.
+    pub fn line(&self, agent: &str, stream: &str, text: &str) {
+        let line = format!("{} {stream} {text}", utc_now());
+        self.with(agent, |l| l.push(line));
+    }
+
+    /// The last `n` lines and a receiver for the lines after them.
+    pub fn tail(&self, agent: &str, n: usize) -> (Vec<String>, broadcast::Receiver<String>) {
+        self.with(agent, |l| {
+            let skip = l.ring.len().saturating_sub(n);
+            (l.ring.iter().skip(skip).cloned().collect(), l.live.subscribe())
+        })
+    }
+
+    /// Copies a child's output stream into the agent's log until it closes.
+    pub fn capture(&self, agent: String, stream: &'static str, out: impl AsyncRead + Unpin + Send + 'static) {
+        let hub = self.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(out).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                hub.line(&agent, stream, &line);
+            }
+        });
+    }
+}
+
+/// Current UTC time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn utc_now() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format_utc(now.as_secs() as i64, now.subsec_millis())
+}
+
+/// Formats Unix seconds as ISO 8601 UTC (civil-from-days, Howard Hinnant's algorithm).
+pub fn format_utc(secs: i64, millis: u32) -> String {
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        sod / 3600,
+        (sod / 60) % 60,
+        sod % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_formatting_matches_known_dates() {
+        assert_eq!(format_utc(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_utc(1_795_302_000, 7), "2026-11-21T23:00:00.007Z");
+        assert_eq!(format_utc(951_782_400, 0), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn logs_rotate_and_ring_keeps_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = LogHub::new(dir.path().to_path_buf());
+        for i in 0..(RING_LINES + 5) {
+            hub.line("a", "out", &format!("line {i}"));
+        }
+        let (tail, _) = hub.tail("a", 3);
+        assert_eq!(tail.len(), 3);
+        assert!(tail[2].ends_with(&format!("line {}", RING_LINES + 4)));
+        hub.with("a", |l| l.size = MAX_LOG_BYTES);
+        hub.line("a", "out", "after rotation");
+        assert!(dir.path().join("a.log.1").exists());
+        let fresh = std::fs::read_to_string(dir.path().join("a.log")).unwrap();
+        assert_eq!(fresh.lines().count(), 1);
+    }
+}

@@ -1,0 +1,80 @@
+//! Where a swarm keeps its state: `--state-dir`, else `$FLOCK_HOME`, else `~/.flock`.
+//!
+//! ```text
+//! <state>/flock.db                 SQLite store (mailboxes, counters)
+//! <state>/run/ (0700)              router.sock, control.sock, supervisor.lock
+//! <state>/logs/<agent>.log         per-agent logs (rotated: .1 .. .3), supervisor.log
+//! <state>/workspaces/<agent>/      each agent's working directory
+//! ```
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    pub root: PathBuf,
+}
+
+impl StateDir {
+    /// Resolves the state dir from a flag value, `FLOCK_HOME`, or the home directory.
+    pub fn resolve(flag: Option<&Path>) -> Result<Self> {
+        let root = match flag {
+            Some(p) => p.to_path_buf(),
+            None => match std::env::var_os("FLOCK_HOME") {
+                Some(p) if !p.is_empty() => PathBuf::from(p),
+                _ => {
+                    let home = std::env::var_os("HOME").context(
+                        "cannot find the state dir: neither --state-dir, FLOCK_HOME nor HOME is set",
+                    )?;
+                    PathBuf::from(home).join(".flock")
+                }
+            },
+        };
+        let root = if root.is_absolute() { root } else { std::env::current_dir()?.join(root) };
+        Ok(StateDir { root })
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        self.root.join("run")
+    }
+    pub fn router_socket(&self) -> PathBuf {
+        self.run_dir().join("router.sock")
+    }
+    pub fn control_socket(&self) -> PathBuf {
+        self.run_dir().join("control.sock")
+    }
+    pub fn lock_file(&self) -> PathBuf {
+        self.run_dir().join("supervisor.lock")
+    }
+    pub fn db(&self) -> PathBuf {
+        self.root.join("flock.db")
+    }
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+    pub fn agent_log(&self, agent: &str) -> PathBuf {
+        self.logs_dir().join(format!("{agent}.log"))
+    }
+    pub fn workspaces(&self) -> PathBuf {
+        self.root.join("workspaces")
+    }
+
+    /// Creates the layout; the run dir is 0700 so only this user can reach the sockets.
+    pub fn create(&self) -> Result<()> {
+        for d in [self.root.clone(), self.logs_dir(), self.workspaces()] {
+            std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;
+        }
+        let run = self.run_dir();
+        if !run.exists() {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&run)
+                .with_context(|| format!("create {}", run.display()))?;
+        }
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("chmod 0700 {}", run.display()))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,133 @@
+//! Spawning agent processes. All forks happen on one long-lived thread because
+//! `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process: a
+//! tokio blocking thread would retire after ten idle seconds and take the children with it.
+//!
+//! Every child gets its own session (`setsid`, so its process group is its pid and signals to the
+//! group reach everything it started), dies with the supervisor (`PR_SET_PDEATHSIG`), an
+//! environment cleared to an allowlist, and its workspace as working directory.
+
+#![allow(unsafe_code)]
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::mpsc as std_mpsc;
+
+use anyhow::{Context, Result, anyhow};
+use tokio::sync::oneshot;
+
+/// Variables copied from the supervisor's environment; everything else is dropped.
+pub const ENV_ALLOWLIST: &[&str] =
+    &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "RUST_BACKTRACE", "RUST_LOG"];
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub cwd: PathBuf,
+    /// Set after the allowlist (FLOCK_* identity, the agent's own `env:`).
+    pub env: Vec<(String, String)>,
+}
+
+struct Job {
+    spec: SpawnSpec,
+    reply: oneshot::Sender<Result<tokio::process::Child>>,
+}
+
+/// Handle to the spawning thread.
+#[derive(Clone)]
+pub struct Spawner {
+    tx: std_mpsc::Sender<Job>,
+}
+
+impl std::fmt::Debug for Spawner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Spawner")
+    }
+}
+
+impl Spawner {
+    /// Starts the spawning thread; it lives as long as the process (or until every handle drops).
+    pub fn start(runtime: tokio::runtime::Handle) -> Result<Self> {
+        let (tx, rx) = std_mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("flock-spawner".into())
+            .spawn(move || {
+                // tokio's child reaping needs the runtime context on the forking thread.
+                let _guard = runtime.enter();
+                for job in rx {
+                    let _ = job.reply.send(spawn_now(&job.spec));
+                }
+            })
+            .context("start the spawner thread")?;
+        Ok(Spawner { tx })
+    }
+
+    pub async fn spawn(&self, spec: SpawnSpec) -> Result<tokio::process::Child> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Job { spec, reply }).map_err(|_| anyhow!("the spawner thread is gone"))?;
+        rx.await.map_err(|_| anyhow!("the spawner thread dropped the request"))?
+    }
+}
+
+fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
+    std::fs::create_dir_all(&spec.cwd)
+        .with_context(|| format!("create workspace {}", spec.cwd.display()))?;
+    let mut cmd = std::process::Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for key in ENV_ALLOWLIST {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe libc
+    // functions (setsid, prctl, getppid, _exit); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The supervisor may have died before prctl took effect.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let child = tokio::process::Command::from(cmd)
+        .kill_on_drop(false)
+        .spawn()
+        .with_context(|| format!("spawn {}", spec.program.display()))?;
+    Ok(child)
+}
+
+/// Sends `signal` to the process group led by `pid` (each child leads its own session).
+pub fn signal_group(pid: u32, signal: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), signal);
+}
+
+/// Resident set size of a process, from `/proc/<pid>/statm`.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * page_size())
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 { n as u64 } else { 4096 }
+}

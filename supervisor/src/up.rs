@@ -1,0 +1,250 @@
+//! `flock-supervisor up`: open the store, start the actors and the two sockets, spawn every agent
+//! in order, then wait for Ctrl-C, SIGTERM or `flockctl down` and stop everything in reverse.
+//! Restarting after a crash (even `kill -9` of this process) takes the same path: all state that
+//! matters is in SQLite.
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow, bail};
+use flock_actors::{
+    ConnKind, ConnLimits, ControlSink, Durability, EventSink, Router, RouterArgs, Store,
+    StoreActor, serve,
+};
+use flock_config::SwarmSpec;
+use flock_ipc::{Transport, UnixTransport};
+use ractor::Actor;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+use crate::children::{ChildArgs, ChildMsg, ChildSupervisor};
+use crate::control::{self, ControlCtx};
+use crate::logs::LogHub;
+use crate::paths::StateDir;
+use crate::spawn::Spawner;
+
+/// Finds the `flock-agent` binary: `$FLOCK_AGENT_BIN`, else next to this executable.
+pub fn agent_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("FLOCK_AGENT_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().context("locate the flock-supervisor executable")?;
+    let candidate = exe.with_file_name("flock-agent");
+    if candidate.exists() {
+        Ok(candidate)
+    } else {
+        bail!(
+            "cannot find flock-agent next to {} — build it with `cargo build --release --bins`, or set FLOCK_AGENT_BIN",
+            exe.display()
+        )
+    }
+}
+
+/// Holds the state dir's lock for the life of the supervisor: one supervisor per state dir.
+pub struct StateLock {
+    _file: nix::fcntl::Flock<std::fs::File>,
+}
+
+pub fn lock_state_dir(state: &StateDir) -> Result<StateLock> {
+    let path = state.lock_file();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("open {}", path.display()))?;
+    let mut file = match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(f) => f,
+        Err((file, _)) => {
+            let pid = std::fs::read_to_string(&path).unwrap_or_default();
+            let _ = file.as_raw_fd();
+            bail!(
+                "another flock-supervisor (pid {}) is running with state dir {}; stop it with `flockctl --state-dir {} down`, or choose another --state-dir",
+                pid.trim(),
+                state.root.display(),
+                state.root.display()
+            );
+        }
+    };
+    use std::io::{Seek, Write};
+    file.set_len(0)?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    write!(file, "{}", std::process::id())?;
+    Ok(StateLock { _file: file })
+}
+
+/// Runs a swarm until it is told to stop. Returns once every agent has stopped.
+pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
+    let started = Instant::now();
+    state.create()?;
+    let _lock = lock_state_dir(&state)?;
+    let agent_bin = agent_binary()?;
+    let spec = Arc::new(spec);
+
+    let store = Store::open(&state.db(), Durability::Normal)
+        .with_context(|| format!("open the store {}", state.db().display()))?;
+    let (store_ref, _) = Actor::spawn(Some("store".into()), StoreActor, store)
+        .await
+        .map_err(|e| anyhow!("start the store actor: {e}"))?;
+
+    let liveness: HashMap<String, Arc<AtomicU64>> =
+        spec.agents.iter().map(|a| (a.name.clone(), Arc::default())).collect();
+    let logs = LogHub::new(state.logs_dir());
+    let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel::<String>();
+
+    // The router and the child supervisor refer to each other; the sinks resolve lazily.
+    let children_cell: Arc<OnceLock<ractor::ActorRef<ChildMsg>>> = Arc::default();
+    let control_cell: Arc<OnceLock<Arc<ControlCtx>>> = Arc::default();
+    let events: EventSink = {
+        let cell = children_cell.clone();
+        Arc::new(move |ev| {
+            if let Some(c) = cell.get() {
+                let _ = c.cast(ChildMsg::Router(ev));
+            }
+        })
+    };
+    let control_sink: ControlSink = {
+        let cell = control_cell.clone();
+        Arc::new(move |call| {
+            if let Some(ctx) = cell.get() {
+                control::handle(ctx.clone(), call);
+            }
+        })
+    };
+    let (router, _) = Actor::spawn(
+        Some("router".into()),
+        Router,
+        RouterArgs {
+            spec: spec.clone(),
+            store: store_ref.clone(),
+            events,
+            control: control_sink,
+            liveness: liveness.clone(),
+        },
+    )
+    .await
+    .map_err(|e| anyhow!("start the router: {e}"))?;
+
+    let spawner = Spawner::start(tokio::runtime::Handle::current())?;
+    let (children, _) = Actor::spawn(
+        Some("children".into()),
+        ChildSupervisor,
+        ChildArgs {
+            spec: spec.clone(),
+            state_dir: state.clone(),
+            router: router.clone(),
+            spawner,
+            logs: logs.clone(),
+            liveness,
+            agent_bin,
+            shutdown: shutdown_tx.clone(),
+        },
+    )
+    .await
+    .map_err(|e| anyhow!("start the child supervisor: {e}"))?;
+    let _ = children_cell.set(children.clone());
+    let _ = control_cell.set(Arc::new(ControlCtx {
+        children: children.clone(),
+        router: router.clone(),
+        store: store_ref.clone(),
+        logs,
+        shutdown: shutdown_tx.clone(),
+        started,
+    }));
+
+    let limits = ConnLimits {
+        max_frame_bytes: spec.delivery.max_frame_bytes,
+        outbox_frames: spec.delivery.outbox_frames,
+        uid: nix::unistd::getuid().as_raw(),
+    };
+    let agents_listener = UnixTransport::new(state.router_socket())
+        .bind()
+        .with_context(|| format!("listen on {}", state.router_socket().display()))?;
+    serve::<UnixTransport>(agents_listener, ConnKind::Agent, router.clone(), limits);
+
+    // Agents first: the control socket appearing is the signal that `up` has started them all.
+    let t0 = Instant::now();
+    ractor::call!(children, ChildMsg::StartAll).map_err(|e| anyhow!("start agents: {e}"))?;
+    let control_listener = UnixTransport::new(state.control_socket())
+        .bind()
+        .with_context(|| format!("listen on {}", state.control_socket().display()))?;
+    serve::<UnixTransport>(control_listener, ConnKind::Control, router.clone(), limits);
+    eprintln!(
+        "flock: swarm `{}` up: {} agents started in {} ms (state dir {})",
+        spec.name,
+        spec.agents.len(),
+        t0.elapsed().as_millis(),
+        state.root.display()
+    );
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let reason = tokio::select! {
+        _ = sigterm.recv() => "SIGTERM".to_string(),
+        _ = sigint.recv() => "Ctrl-C".to_string(),
+        r = shutdown_rx.recv() => r.unwrap_or_else(|| "shutdown".into()),
+    };
+    eprintln!("flock: {reason}: stopping agents in reverse order");
+    let _ = router.cast(flock_actors::RouterMsg::Drain);
+    let stop = ractor::call!(children, ChildMsg::StopAll);
+    if let Err(e) = stop {
+        eprintln!("flock: stopping agents: {e}");
+    }
+    // A second Ctrl-C during the stop is not needed: StopAll escalates to SIGKILL by itself.
+    let _ = std::fs::remove_file(state.control_socket());
+    let _ = std::fs::remove_file(state.router_socket());
+    children.stop(None);
+    router.stop(None);
+    store_ref.stop(None);
+    eprintln!("flock: swarm `{}` stopped", spec.name);
+    Ok(())
+}
+
+/// `up --detach`: re-runs `up` in the background, in its own session, with output in
+/// `<state>/logs/supervisor.log`; returns once the control socket answers or the child died.
+pub fn detach(swarm_file: &Path, state: &StateDir) -> Result<u32> {
+    use std::os::unix::process::CommandExt;
+    state.create()?;
+    let log_path = state.logs_dir().join("supervisor.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("open {}", log_path.display()))?;
+    let exe = std::env::current_exe()?;
+    let mut child = std::process::Command::new(exe)
+        .arg("up")
+        .arg(swarm_file)
+        .arg("--state-dir")
+        .arg(&state.root)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("start the background supervisor")?;
+    let pid = child.id();
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let tail = crate::logs::tail_lines(&log_path, 15);
+            bail!(
+                "the background supervisor exited ({status}) before it was ready; {}:\n{}",
+                log_path.display(),
+                Vec::from(tail).join("\n")
+            );
+        }
+        if std::os::unix::net::UnixStream::connect(state.control_socket()).is_ok() {
+            return Ok(pid);
+        }
+        if Instant::now() > deadline {
+            bail!("the background supervisor (pid {pid}) is not ready after 60 s; see {}", log_path.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
