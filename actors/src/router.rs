@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use flock_config::{AgentSpec, SwarmSpec};
 use flock_ipc::id::{fmt_id, new_id};
 use flock_ipc::{
-    Body, ControlRequest, Delivery, DeliveryKind, ErrorCode, Frame, Hello, MsgId, OPERATOR,
-    Outbox, PROTOCOL_VERSION, PeerCred, ROUTER, SendMode, Welcome,
+    Body, ControlRequest, Delivery, DeliveryKind, ErrorCode, Frame, Hello, MsgId, OPERATOR, Outbox,
+    PROTOCOL_VERSION, PeerCred, ROUTER, SendMode, Welcome,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
@@ -259,10 +259,10 @@ impl Actor for Router {
                 let Some(info) = state.conns.get(&conn) else { return Ok(()) };
                 let identity = info.identity.clone();
                 let kind = info.kind;
-                if kind == ConnKind::Agent {
-                    if let Some(slot) = state.slots.get(&identity) {
-                        slot.last_seen.store(unix_ms(), Ordering::Relaxed);
-                    }
+                if kind == ConnKind::Agent
+                    && let Some(slot) = state.slots.get(&identity)
+                {
+                    slot.last_seen.store(unix_ms(), Ordering::Relaxed);
                 }
                 for frame in frames {
                     state.frame(&myself, conn, kind, &identity, frame);
@@ -474,10 +474,10 @@ impl RouterState {
     }
 
     fn answer(&mut self, conn: ConnId, frame: Frame) {
-        if let Some(info) = self.conns.get(&conn) {
-            if !send_to(&info.outbox, frame) {
-                self.counters.dropped += 1;
-            }
+        if let Some(info) = self.conns.get(&conn)
+            && !send_to(&info.outbox, frame)
+        {
+            self.counters.dropped += 1;
         }
     }
 
@@ -493,16 +493,17 @@ impl RouterState {
                 format!("no agent named `{target}`; agents: {}", known.join(", ")),
             ));
         }
-        if let Some(slot) = self.slots.get(caller) {
-            if !slot.spec.can_call.is_empty() && !slot.spec.can_call.iter().any(|c| c == target) {
-                return Err((
-                    ErrorCode::Forbidden,
-                    format!(
-                        "`{caller}` may only call: {} (can_call in the swarm file)",
-                        slot.spec.can_call.join(", ")
-                    ),
-                ));
-            }
+        if let Some(slot) = self.slots.get(caller)
+            && !slot.spec.can_call.is_empty()
+            && !slot.spec.can_call.iter().any(|c| c == target)
+        {
+            return Err((
+                ErrorCode::Forbidden,
+                format!(
+                    "`{caller}` may only call: {} (can_call in the swarm file)",
+                    slot.spec.can_call.join(", ")
+                ),
+            ));
         }
         Ok(())
     }
@@ -582,7 +583,8 @@ impl RouterState {
         }
         let callee = chain_entry(&frame.to);
         if chain.contains(&callee) {
-            let msg = format!("calling {callee} would close a cycle: {} → {callee}", chain.join(" → "));
+            let msg =
+                format!("calling {callee} would close a cycle: {} → {callee}", chain.join(" → "));
             return self.answer(conn, Frame::error(&frame, ErrorCode::CircularCall, msg));
         }
         let timeout_ms =
@@ -692,7 +694,11 @@ impl RouterState {
                 match failed.kind {
                     DeliveryKind::Request => {
                         let msg = format!("`{agent}` could not finish the request: {reason}");
-                        self.reply(id, agent, Body::Error { code: ErrorCode::Internal, message: msg });
+                        self.reply(
+                            id,
+                            agent,
+                            Body::Error { code: ErrorCode::Internal, message: msg },
+                        );
                     }
                     DeliveryKind::Message => self.failed_delivery(agent, failed, reason),
                 }
@@ -825,18 +831,18 @@ impl RouterState {
         self.answer(req.caller_conn, frame);
         // Cancel the callee's turn if it is working on it; if it is still queued, it is skipped.
         let Some(slot) = self.slots.get(&target) else { return };
-        if slot.in_flight.as_ref().is_some_and(|q| q.id == id) {
-            if let Some(conn) = slot.conn {
-                let cancel = Frame {
-                    correlation_id: Some(id),
-                    ..Frame::new(
-                        ROUTER,
-                        target.clone(),
-                        Body::Cancel { reason: "the caller's deadline passed".into() },
-                    )
-                };
-                self.answer(conn, cancel);
-            }
+        if slot.in_flight.as_ref().is_some_and(|q| q.id == id)
+            && let Some(conn) = slot.conn
+        {
+            let cancel = Frame {
+                correlation_id: Some(id),
+                ..Frame::new(
+                    ROUTER,
+                    target.clone(),
+                    Body::Cancel { reason: "the caller's deadline passed".into() },
+                )
+            };
+            self.answer(conn, cancel);
         }
     }
 

@@ -40,7 +40,9 @@ const MIGRATIONS: &[&str] = &[
 pub enum StoreError {
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
-    #[error("database {path} has schema version {found}, newer than this Flock ({known}); upgrade Flock")]
+    #[error(
+        "database {path} has schema version {found}, newer than this Flock ({known}); upgrade Flock"
+    )]
     TooNew { path: String, found: usize, known: usize },
 }
 
@@ -241,7 +243,8 @@ impl Store {
     /// Completed turns per agent.
     pub fn turns_totals(&self) -> Result<HashMap<String, u64>, StoreError> {
         let mut stmt = self.conn.prepare("SELECT name, turns_total FROM agent_stats")?;
-        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
+        let rows =
+            stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -301,7 +304,10 @@ mod tests {
                     WriteOp::Enqueue(msg(1, "w")),
                 ])
                 .unwrap();
-            assert_eq!(out, [WriteOutcome::Inserted, WriteOutcome::Inserted, WriteOutcome::Duplicate]);
+            assert_eq!(
+                out,
+                [WriteOutcome::Inserted, WriteOutcome::Inserted, WriteOutcome::Duplicate]
+            );
         }
         let s = Store::open(&path, Durability::Normal).unwrap();
         let ids: Vec<_> = s.pending().unwrap().iter().map(|m| m.id).collect();

@@ -18,7 +18,11 @@ pub struct Origin {
 
 pub enum StoreMsg {
     /// A write; when `notify` is set, the router hears the outcome after the commit.
-    Write { op: WriteOp, origin: Option<Origin>, notify: Option<ActorRef<RouterMsg>> },
+    Write {
+        op: WriteOp,
+        origin: Option<Origin>,
+        notify: Option<ActorRef<RouterMsg>>,
+    },
     /// Commit everything queued (sent by the actor to itself).
     Flush,
     Pending(RpcReplyPort<Result<Vec<PendingMessage>, String>>),

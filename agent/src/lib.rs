@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow};
 use flock_config::{AgentSpec, ModelSpec};
 use flock_ipc::id::fmt_id;
-use flock_ipc::{Body, Connection, Delivery, DeliveryKind, Frame, Hello, MsgId, PROTOCOL_VERSION, ROUTER};
+use flock_ipc::{
+    Body, Connection, Delivery, DeliveryKind, Frame, Hello, MsgId, PROTOCOL_VERSION, ROUTER,
+};
 use tokio::sync::{Notify, mpsc};
 
 use crate::client::RouterClient;
@@ -84,7 +86,12 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
     let Connection { mut reader, outbox, welcome, writer: _writer } = conn;
     let spec: AgentSpec = serde_json::from_str(&welcome.agent_spec_json)
         .map_err(|e| anyhow!("the supervisor sent a spec this agent cannot read: {e}"))?;
-    println!("agent {} connected to swarm `{}` (pid {})", spec.name, welcome.swarm, std::process::id());
+    println!(
+        "agent {} connected to swarm `{}` (pid {})",
+        spec.name,
+        welcome.swarm,
+        std::process::id()
+    );
 
     let client = RouterClient::new(spec.name.clone(), outbox.clone());
     let current = Arc::new(Current::default());
@@ -124,20 +131,20 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
                 }
                 Body::Cancel { reason } => {
                     let guard = current.turn.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some((id, cancel)) = guard.as_ref() {
-                        if Some(*id) == frame.correlation_id {
-                            println!("turn {} cancelled: {reason}", short(*id));
-                            cancel.notify_one();
-                        }
+                    if let Some((id, cancel)) = guard.as_ref()
+                        && Some(*id) == frame.correlation_id
+                    {
+                        println!("turn {} cancelled: {reason}", short(*id));
+                        cancel.notify_one();
                     }
                 }
                 Body::Shutdown => shutdown = true,
                 Body::HeartbeatAck => {}
                 _ => {
-                    if let Some(unclaimed) = client.resolve(frame) {
-                        if let Body::Error { code, message } = &unclaimed.body {
-                            eprintln!("router error {code}: {message}");
-                        }
+                    if let Some(unclaimed) = client.resolve(frame)
+                        && let Body::Error { code, message } = &unclaimed.body
+                    {
+                        eprintln!("router error {code}: {message}");
                     }
                 }
             }
@@ -188,7 +195,10 @@ async fn turns(
         let id = frame.id;
         if completed.0.contains(&id) {
             println!("turn {} already completed: acknowledged again", short(id));
-            let ack = Frame { correlation_id: Some(id), ..Frame::new(&client.name, ROUTER, Body::Ack { reply: None }) };
+            let ack = Frame {
+                correlation_id: Some(id),
+                ..Frame::new(&client.name, ROUTER, Body::Ack { reply: None })
+            };
             let _ = client.send(ack).await;
             continue;
         }
@@ -213,7 +223,12 @@ async fn turns(
         *current.turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let body = match outcome {
             Some(Ok(reply)) => {
-                println!("turn {} done in {} ms: reply {}", short(id), started.elapsed().as_millis(), quote(&reply));
+                println!(
+                    "turn {} done in {} ms: reply {}",
+                    short(id),
+                    started.elapsed().as_millis(),
+                    quote(&reply)
+                );
                 let reply = (delivery.kind == DeliveryKind::Request).then_some(reply);
                 Body::Ack { reply }
             }
@@ -232,10 +247,10 @@ async fn turns(
         if acked && delivery.durable {
             completed.0.insert(id);
             completed.1.push_back(id);
-            if completed.1.len() > REMEMBERED_IDS {
-                if let Some(old) = completed.1.pop_front() {
-                    completed.0.remove(&old);
-                }
+            if completed.1.len() > REMEMBERED_IDS
+                && let Some(old) = completed.1.pop_front()
+            {
+                completed.0.remove(&old);
             }
         }
     }
@@ -270,7 +285,11 @@ async fn turn(
                         quote(&out.content)
                     );
                     conversation.push(ChatMessage::ToolCall { name: name.clone(), arguments });
-                    conversation.push(ChatMessage::ToolResult { name, ok: out.ok, content: out.content });
+                    conversation.push(ChatMessage::ToolResult {
+                        name,
+                        ok: out.ok,
+                        content: out.content,
+                    });
                 }
             }
         }

@@ -10,11 +10,21 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChatMessage {
     System(String),
-    User { from: String, text: String },
+    User {
+        from: String,
+        text: String,
+    },
     /// A tool call the model made.
-    ToolCall { name: String, arguments: String },
+    ToolCall {
+        name: String,
+        arguments: String,
+    },
     /// The result fed back to the model (`ok == false` for errors, which are data, not `Err`).
-    ToolResult { name: String, ok: bool, content: String },
+    ToolResult {
+        name: String,
+        ok: bool,
+        content: String,
+    },
     Assistant(String),
 }
 
@@ -151,11 +161,21 @@ mod tests {
         assert_eq!(calls[0].0, "agents__send");
         let args: Value = serde_json::from_str(&calls[0].1).unwrap();
         assert_eq!(args["text"], "do build \"x\"");
-        conv.push(ChatMessage::ToolCall { name: calls[0].0.clone(), arguments: calls[0].1.clone() });
-        conv.push(ChatMessage::ToolResult { name: "agents__send".into(), ok: true, content: "ok".into() });
+        conv.push(ChatMessage::ToolCall {
+            name: calls[0].0.clone(),
+            arguments: calls[0].1.clone(),
+        });
+        conv.push(ChatMessage::ToolResult {
+            name: "agents__send".into(),
+            ok: true,
+            content: "ok".into(),
+        });
         let LlmStep::ToolCalls(calls) = p.next(&conv).await.unwrap() else { panic!() };
         assert_eq!(calls[0].0, "agents__list");
-        conv.push(ChatMessage::ToolCall { name: calls[0].0.clone(), arguments: calls[0].1.clone() });
+        conv.push(ChatMessage::ToolCall {
+            name: calls[0].0.clone(),
+            arguments: calls[0].1.clone(),
+        });
         assert_eq!(p.next(&conv).await.unwrap(), LlmStep::Final("done build \"x\" for op".into()));
     }
 

@@ -51,7 +51,9 @@ pub async fn execute(
     let args: Value = match serde_json::from_str(arguments) {
         Ok(v @ Value::Object(_)) => v,
         Ok(_) => return ToolOutput::err("BAD_REQUEST: tool arguments must be a JSON object"),
-        Err(e) => return ToolOutput::err(format!("BAD_REQUEST: arguments are not valid JSON: {e}")),
+        Err(e) => {
+            return ToolOutput::err(format!("BAD_REQUEST: arguments are not valid JSON: {e}"));
+        }
     };
     match name {
         "agents__send" => {
@@ -89,11 +91,14 @@ pub async fn execute(
                 (Err(e), _) | (_, Err(e)) => return e,
             };
             let timeout_ms = args.get("timeout_ms").and_then(Value::as_u64).unwrap_or(0);
-            let frame = Frame::new(&client.name, to, Body::Request { text: text.into(), timeout_ms });
+            let frame =
+                Frame::new(&client.name, to, Body::Request { text: text.into(), timeout_ms });
             match client.call(frame).await {
                 Ok(f) => answer(f, |b| match b {
                     Body::Reply { text } => ToolOutput::ok(text),
-                    other => ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind())),
+                    other => {
+                        ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind()))
+                    }
                 }),
                 Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
             }
@@ -107,7 +112,9 @@ pub async fn execute(
             match client.call(frame).await {
                 Ok(f) => answer(f, |b| match b {
                     Body::ToolResult { ok, content } => ToolOutput { ok, content },
-                    other => ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind())),
+                    other => {
+                        ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind()))
+                    }
                 }),
                 Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
             }

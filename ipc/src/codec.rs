@@ -70,10 +70,9 @@ pub fn decode_frame(body: &[u8]) -> Result<Frame, FrameError> {
     };
     match result {
         Ok((frame, used)) if used == body.len() => Ok(frame),
-        Ok((_, used)) => Err(FrameError::Decode(format!(
-            "{} trailing bytes after the frame",
-            body.len() - used
-        ))),
+        Ok((_, used)) => {
+            Err(FrameError::Decode(format!("{} trailing bytes after the frame", body.len() - used)))
+        }
         Err(e) => Err(FrameError::Decode(e.to_string())),
     }
 }

@@ -26,7 +26,10 @@ const BATCH_BYTES: usize = 256 * 1024;
 
 /// Spawns the task that drains `rx` into `w`, many frames per `write` syscall. It ends when
 /// every [`Outbox`] is dropped (after writing what was queued) or when a write fails.
-pub fn spawn_writer<W>(mut w: W, mut rx: mpsc::Receiver<Frame>) -> JoinHandle<Result<(), FrameError>>
+pub fn spawn_writer<W>(
+    mut w: W,
+    mut rx: mpsc::Receiver<Frame>,
+) -> JoinHandle<Result<(), FrameError>>
 where
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -115,7 +118,9 @@ impl Transport for UnixTransport {
         Ok(listener)
     }
 
-    async fn accept(listener: &UnixListener) -> io::Result<(OwnedReadHalf, OwnedWriteHalf, PeerCred)> {
+    async fn accept(
+        listener: &UnixListener,
+    ) -> io::Result<(OwnedReadHalf, OwnedWriteHalf, PeerCred)> {
         let (stream, _) = listener.accept().await?;
         let cred = stream.peer_cred()?;
         let (r, w) = stream.into_split();
@@ -155,7 +160,11 @@ impl std::fmt::Debug for Connection {
 
 impl Connection {
     /// Connects as an agent: `Hello` → `Welcome` | `Reject`.
-    pub async fn agent(path: &Path, hello: Hello, outbox_frames: usize) -> Result<Self, ConnectError> {
+    pub async fn agent(
+        path: &Path,
+        hello: Hello,
+        outbox_frames: usize,
+    ) -> Result<Self, ConnectError> {
         let from = hello.agent_id.clone();
         Self::handshake(path, Frame::new(from, ROUTER, Body::Hello(hello)), outbox_frames).await
     }
@@ -166,7 +175,11 @@ impl Connection {
         Self::handshake(path, Frame::new(crate::frame::OPERATOR, ROUTER, hello), 1024).await
     }
 
-    async fn handshake(path: &Path, hello: Frame, outbox_frames: usize) -> Result<Self, ConnectError> {
+    async fn handshake(
+        path: &Path,
+        hello: Frame,
+        outbox_frames: usize,
+    ) -> Result<Self, ConnectError> {
         let transport = UnixTransport::new(path);
         let (r, w) = transport
             .connect()

@@ -43,10 +43,7 @@ impl Frame {
 
     /// A frame answering `to_frame` (correlation id = its id, addressed to its sender).
     pub fn answer(to_frame: &Frame, from: impl Into<String>, body: Body) -> Self {
-        Frame {
-            correlation_id: Some(to_frame.id),
-            ..Frame::new(from, to_frame.from.clone(), body)
-        }
+        Frame { correlation_id: Some(to_frame.id), ..Frame::new(from, to_frame.from.clone(), body) }
     }
 
     /// An `Error` frame answering `to_frame`.
@@ -66,36 +63,62 @@ pub enum Body {
     /// Agent → router, first frame on an agent connection.
     Hello(Hello),
     /// `flockctl` → router, first frame on a control connection.
-    ClientHello { protocol_version: u32, client: String },
+    ClientHello {
+        protocol_version: u32,
+        client: String,
+    },
     /// Router → agent or client: the handshake succeeded.
     Welcome(Welcome),
     /// Router → peer: the handshake failed; the connection closes after this frame.
-    Reject { code: ErrorCode, reason: String },
+    Reject {
+        code: ErrorCode,
+        reason: String,
+    },
 
     /// Send `text` to agent `to`. Answered by `Accepted` (durable: once it is in the target's
     /// mailbox) or `Error`.
-    Send { text: String, mode: SendMode },
+    Send {
+        text: String,
+        mode: SendMode,
+    },
     /// The `Send` with id `correlation_id` was accepted.
     Accepted,
     /// Ask agent `to` and wait for its `Reply` (or `Error`), within `timeout_ms`.
-    Request { text: String, timeout_ms: u64 },
+    Request {
+        text: String,
+        timeout_ms: u64,
+    },
     /// Answer to the `Request` with id `correlation_id`.
-    Reply { text: String },
+    Reply {
+        text: String,
+    },
 
     /// Router → agent: one input to run a turn on. `id` is the message id.
     Deliver(Delivery),
     /// Agent → router: the turn for delivery `correlation_id` is finished and persisted.
     /// `reply` answers a request delivery.
-    Ack { reply: Option<String> },
+    Ack {
+        reply: Option<String>,
+    },
     /// Agent → router: the turn for delivery `correlation_id` failed; retry later.
-    Nack { reason: String },
+    Nack {
+        reason: String,
+    },
     /// Router → agent: stop the turn for delivery `correlation_id` (its deadline passed).
-    Cancel { reason: String },
+    Cancel {
+        reason: String,
+    },
 
     /// Agent → router: run a router-side tool (`agents__list`, `agents__catalog`).
-    ToolCall { name: String, arguments: String },
+    ToolCall {
+        name: String,
+        arguments: String,
+    },
     /// Router → agent: result of `ToolCall` `correlation_id`; `content` is JSON text when `ok`.
-    ToolResult { ok: bool, content: String },
+    ToolResult {
+        ok: bool,
+        content: String,
+    },
 
     Heartbeat,
     HeartbeatAck,
@@ -104,7 +127,10 @@ pub enum Body {
     ShutdownAck,
 
     /// Something failed; `correlation_id` names the frame that caused it, if any.
-    Error { code: ErrorCode, message: String },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
 
     /// `flockctl` → router.
     Control(ControlRequest),
@@ -200,10 +226,20 @@ pub enum ControlRequest {
     /// Every live actor and process.
     Ps,
     /// Last `lines` log lines of an agent; with `follow`, keep streaming.
-    Logs { agent: String, lines: u32, follow: bool },
-    Stop { agent: String },
-    Start { agent: String },
-    Restart { agent: String },
+    Logs {
+        agent: String,
+        lines: u32,
+        follow: bool,
+    },
+    Stop {
+        agent: String,
+    },
+    Start {
+        agent: String,
+    },
+    Restart {
+        agent: String,
+    },
     /// Messages that exhausted their delivery attempts.
     DeadLetters,
     /// Stop every agent (reverse order) and then the supervisor.

@@ -82,16 +82,42 @@ type Reply = RpcReplyPort<Result<String, String>>;
 pub enum ChildMsg {
     /// Start every agent in YAML order, each after the previous is ready; reply when done.
     StartAll(RpcReplyPort<()>),
-    Exited { name: String, generation: u64, status: std::process::ExitStatus },
-    SpawnFailed { name: String, generation: u64, error: String },
+    Exited {
+        name: String,
+        generation: u64,
+        status: std::process::ExitStatus,
+    },
+    SpawnFailed {
+        name: String,
+        generation: u64,
+        error: String,
+    },
     Router(RouterEvent),
-    ReadyTimeout { name: String, generation: u64 },
-    RestartDue { names: Vec<String> },
-    Escalate { name: String, generation: u64, kill: bool },
+    ReadyTimeout {
+        name: String,
+        generation: u64,
+    },
+    RestartDue {
+        names: Vec<String>,
+    },
+    Escalate {
+        name: String,
+        generation: u64,
+        kill: bool,
+    },
     HeartbeatTick,
-    Stop { name: String, reply: Reply },
-    Start { name: String, reply: Reply },
-    Restart { name: String, reply: Reply },
+    Stop {
+        name: String,
+        reply: Reply,
+    },
+    Start {
+        name: String,
+        reply: Reply,
+    },
+    Restart {
+        name: String,
+        reply: Reply,
+    },
     /// Stop every agent in reverse YAML order, one after the other.
     StopAll(RpcReplyPort<()>),
     Ps(RpcReplyPort<Vec<ChildInfo>>),
@@ -221,7 +247,11 @@ impl Actor for ChildSupervisor {
                 }
                 c.state = ChildState::Ready;
                 let ms = c.spawned_at.map_or(0, |t| t.elapsed().as_millis());
-                st.args.logs.line(&agent, "flock", &format!("ready (pid {pid}, {ms} ms after spawn)"));
+                st.args.logs.line(
+                    &agent,
+                    "flock",
+                    &format!("ready (pid {pid}, {ms} ms after spawn)"),
+                );
                 for w in c.ready_waiters.drain(..) {
                     let _ = w.send(Ok(format!("{agent} is ready (pid {pid})")));
                 }
@@ -235,16 +265,17 @@ impl Actor for ChildSupervisor {
             ChildMsg::Router(RouterEvent::Disconnected { .. }) => {}
             ChildMsg::ReadyTimeout { name, generation } => {
                 let Some(c) = st.children.get_mut(&name) else { return Ok(()) };
-                if c.generation == generation && c.state == ChildState::Starting {
-                    if let Some(pid) = c.pid {
-                        let why = format!(
-                            "killed: no Hello within {} s (ready_timeout_secs)",
-                            c.spec.ready_timeout_secs
-                        );
-                        st.args.logs.line(&name, "flock", &why);
-                        c.kill_reason = Some(why);
-                        signal_group(pid, Signal::SIGKILL);
-                    }
+                if c.generation == generation
+                    && c.state == ChildState::Starting
+                    && let Some(pid) = c.pid
+                {
+                    let why = format!(
+                        "killed: no Hello within {} s (ready_timeout_secs)",
+                        c.spec.ready_timeout_secs
+                    );
+                    st.args.logs.line(&name, "flock", &why);
+                    c.kill_reason = Some(why);
+                    signal_group(pid, Signal::SIGKILL);
                 }
             }
             ChildMsg::RestartDue { names } => {
@@ -418,7 +449,8 @@ impl ChildSupState {
         c.generation += 1;
         let generation = c.generation;
         let token = new_token();
-        let _ = self.args.router.cast(RouterMsg::Expect { agent: name.into(), token: token.clone() });
+        let _ =
+            self.args.router.cast(RouterMsg::Expect { agent: name.into(), token: token.clone() });
         let spec = spawn_spec(&self.args, &c.spec, &token);
         c.state = ChildState::Starting;
         c.kill_reason = None;
@@ -441,7 +473,9 @@ impl ChildSupState {
                 tokio::spawn(async move {
                     let msg = match child.wait().await {
                         Ok(status) => ChildMsg::Exited { name: n, generation, status },
-                        Err(e) => ChildMsg::SpawnFailed { name: n, generation, error: e.to_string() },
+                        Err(e) => {
+                            ChildMsg::SpawnFailed { name: n, generation, error: e.to_string() }
+                        }
                     };
                     let _ = me.cast(msg);
                 });
@@ -570,7 +604,11 @@ impl ChildSupState {
                                 .filter(|s| self.children.get(*s).is_some_and(|c| c.pid.is_some()))
                                 .cloned()
                                 .collect();
-                            self.groups.push(RestartGroup { members, waiting: waiting.clone(), delay });
+                            self.groups.push(RestartGroup {
+                                members,
+                                waiting: waiting.clone(),
+                                delay,
+                            });
                             for s in waiting.iter().rev() {
                                 self.begin_stop(myself, s, Intent::StopForRestart);
                             }
@@ -596,9 +634,7 @@ impl ChildSupState {
                 Strategy::RestForOne => *i >= pos,
             })
             .map(|(_, n)| n.clone())
-            .filter(|n| {
-                n == name || self.children.get(n).is_some_and(|c| c.intent == Intent::Run)
-            })
+            .filter(|n| n == name || self.children.get(n).is_some_and(|c| c.intent == Intent::Run))
             .collect()
     }
 

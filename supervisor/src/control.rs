@@ -93,8 +93,12 @@ async fn run(
                 }
             }
         }
-        ControlRequest::Stop { agent } => child_call(ctx, |reply| ChildMsg::Stop { name: agent, reply }).await,
-        ControlRequest::Start { agent } => child_call(ctx, |reply| ChildMsg::Start { name: agent, reply }).await,
+        ControlRequest::Stop { agent } => {
+            child_call(ctx, |reply| ChildMsg::Stop { name: agent, reply }).await
+        }
+        ControlRequest::Start { agent } => {
+            child_call(ctx, |reply| ChildMsg::Start { name: agent, reply }).await
+        }
         ControlRequest::Restart { agent } => {
             child_call(ctx, |reply| ChildMsg::Restart { name: agent, reply }).await
         }

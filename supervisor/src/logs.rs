@@ -37,10 +37,10 @@ impl AgentLog {
         if self.size >= MAX_LOG_BYTES {
             self.rotate();
         }
-        if let Some(f) = &mut self.file {
-            if writeln!(f, "{line}").is_ok() {
-                self.size += line.len() as u64 + 1;
-            }
+        if let Some(f) = &mut self.file
+            && writeln!(f, "{line}").is_ok()
+        {
+            self.size += line.len() as u64 + 1;
         }
         if self.ring.len() == RING_LINES {
             self.ring.pop_front();
@@ -114,7 +114,12 @@ impl LogHub {
     }
 
     /// Copies a child's output stream into the agent's log until it closes.
-    pub fn capture(&self, agent: String, stream: &'static str, out: impl AsyncRead + Unpin + Send + 'static) {
+    pub fn capture(
+        &self,
+        agent: String,
+        stream: &'static str,
+        out: impl AsyncRead + Unpin + Send + 'static,
+    ) {
         let hub = self.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(out).lines();
@@ -127,9 +132,8 @@ impl LogHub {
 
 /// Current UTC time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn utc_now() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     format_utc(now.as_secs() as i64, now.subsec_millis())
 }
 

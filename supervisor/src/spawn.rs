@@ -17,8 +17,18 @@ use anyhow::{Context, Result, anyhow};
 use tokio::sync::oneshot;
 
 /// Variables copied from the supervisor's environment; everything else is dropped.
-pub const ENV_ALLOWLIST: &[&str] =
-    &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "RUST_BACKTRACE", "RUST_LOG"];
+pub const ENV_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "RUST_BACKTRACE",
+    "RUST_LOG",
+];
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -58,7 +58,8 @@ pub fn lock_state_dir(state: &StateDir) -> Result<StateLock> {
         .write(true)
         .open(&path)
         .with_context(|| format!("open {}", path.display()))?;
-    let mut file = match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+    let mut file = match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+    {
         Ok(f) => f,
         Err((file, _)) => {
             let pid = std::fs::read_to_string(&path).unwrap_or_default();
@@ -243,7 +244,10 @@ pub fn detach(swarm_file: &Path, state: &StateDir) -> Result<u32> {
             return Ok(pid);
         }
         if Instant::now() > deadline {
-            bail!("the background supervisor (pid {pid}) is not ready after 60 s; see {}", log_path.display());
+            bail!(
+                "the background supervisor (pid {pid}) is not ready after 60 s; see {}",
+                log_path.display()
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use flock_supervisor::paths::StateDir;
 
 #[derive(Parser)]
-#[command(name = "flock-supervisor", version, about = "Run a team of LLM agents as supervised OS processes")]
+#[command(
+    name = "flock-supervisor",
+    version,
+    about = "Run a team of LLM agents as supervised OS processes"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -38,7 +42,12 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { file } => match flock_config::load(&file) {
             Ok(spec) => {
-                println!("{}: ok — swarm `{}` with {} agents", file.display(), spec.name, spec.agents.len());
+                println!(
+                    "{}: ok — swarm `{}` with {} agents",
+                    file.display(),
+                    spec.name,
+                    spec.agents.len()
+                );
                 ExitCode::SUCCESS
             }
             Err(errors) => {
@@ -52,7 +61,11 @@ fn main() -> ExitCode {
                 Ok(spec) => spec,
                 Err(errors) => {
                     eprintln!("{errors}");
-                    eprintln!("{} problem(s) in {}; nothing was started", errors.0.len(), file.display());
+                    eprintln!(
+                        "{} problem(s) in {}; nothing was started",
+                        errors.0.len(),
+                        file.display()
+                    );
                     return ExitCode::from(1);
                 }
             };

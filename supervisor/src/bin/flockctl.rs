@@ -87,7 +87,11 @@ async fn connect(state: &StateDir) -> Result<Connection> {
             "no swarm is running with state dir {} (no {}); start one with `flock-supervisor up FILE`{}",
             state.root.display(),
             socket.display(),
-            if std::env::var_os("FLOCK_HOME").is_none() { " or pass --state-dir / FLOCK_HOME" } else { "" }
+            if std::env::var_os("FLOCK_HOME").is_none() {
+                " or pass --state-dir / FLOCK_HOME"
+            } else {
+                ""
+            }
         );
     }
     Connection::client(&socket, "flockctl")
@@ -138,10 +142,17 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let mode = if at_most_once { SendMode::AtMostOnce } else { SendMode::Durable };
             let frame = Frame::new(flock_ipc::OPERATOR, &agent, Body::Send { text, mode });
             let id = frame.id;
-            conn.outbox.send(frame).await.map_err(|_| anyhow!("the supervisor closed the connection"))?;
+            conn.outbox
+                .send(frame)
+                .await
+                .map_err(|_| anyhow!("the supervisor closed the connection"))?;
             if at_most_once {
                 // Only a failure is answered; wait briefly for one.
-                let answer = tokio::time::timeout(std::time::Duration::from_millis(300), conn.reader.read_frame()).await;
+                let answer = tokio::time::timeout(
+                    std::time::Duration::from_millis(300),
+                    conn.reader.read_frame(),
+                )
+                .await;
                 if let Ok(Ok(Some(Frame { body: Body::Error { code, message }, .. }))) = answer {
                     bail!("{code}: {message}");
                 }
@@ -152,14 +163,19 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 match conn.reader.read_frame().await? {
                     Some(f) if f.correlation_id == Some(id) => match f.body {
                         Body::Accepted => {
-                            println!("accepted into {agent}'s mailbox (id {})", flock_ipc::id::fmt_id(id));
+                            println!(
+                                "accepted into {agent}'s mailbox (id {})",
+                                flock_ipc::id::fmt_id(id)
+                            );
                             return Ok(ExitCode::SUCCESS);
                         }
                         Body::Error { code, message } => bail!("{code}: {message}"),
                         other => bail!("unexpected {} answer", other.kind()),
                     },
                     Some(_) => continue,
-                    None => bail!("the supervisor closed the connection before accepting the message"),
+                    None => {
+                        bail!("the supervisor closed the connection before accepting the message")
+                    }
                 }
             }
         }
@@ -179,12 +195,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Stop { agent } => done(control(&mut conn, ControlRequest::Stop { agent }).await?),
-        Command::Start { agent } => done(control(&mut conn, ControlRequest::Start { agent }).await?),
+        Command::Start { agent } => {
+            done(control(&mut conn, ControlRequest::Start { agent }).await?)
+        }
         Command::Restart { agent } => {
             done(control(&mut conn, ControlRequest::Restart { agent }).await?)
         }
         Command::DeadLetters { json } => {
-            let ControlReply::DeadLetters(letters) = control(&mut conn, ControlRequest::DeadLetters).await?
+            let ControlReply::DeadLetters(letters) =
+                control(&mut conn, ControlRequest::DeadLetters).await?
             else {
                 bail!("unexpected answer");
             };
@@ -201,7 +220,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 println!("no dead letters");
             } else {
                 for d in letters {
-                    println!("{} {} → {} ({} attempts: {}): {:?}", flock_ipc::id::fmt_id(d.id), d.sender, d.target, d.attempts, d.reason, d.text);
+                    println!(
+                        "{} {} → {} ({} attempts: {}): {:?}",
+                        flock_ipc::id::fmt_id(d.id),
+                        d.sender,
+                        d.target,
+                        d.attempts,
+                        d.reason,
+                        d.text
+                    );
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -243,7 +270,19 @@ fn human_secs(s: u64) -> String {
 }
 
 fn table(rows: &[PsRow]) -> String {
-    let header = ["NAME", "KIND", "ROLE", "PID", "STATE", "UPTIME", "RESTARTS", "LAST EXIT", "MAILBOX", "TURNS", "RSS"];
+    let header = [
+        "NAME",
+        "KIND",
+        "ROLE",
+        "PID",
+        "STATE",
+        "UPTIME",
+        "RESTARTS",
+        "LAST EXIT",
+        "MAILBOX",
+        "TURNS",
+        "RSS",
+    ];
     let cells: Vec<[String; 11]> = rows
         .iter()
         .map(|r| {
@@ -270,7 +309,8 @@ fn table(rows: &[PsRow]) -> String {
     }
     let mut out = String::new();
     let line = |cols: Vec<&str>, out: &mut String| {
-        let parts: Vec<String> = cols.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let parts: Vec<String> =
+            cols.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         out.push_str(parts.join("  ").trim_end());
         out.push('\n');
     };
