@@ -269,7 +269,7 @@ impl Actor for Router {
                 }
                 drop(permit);
             }
-            RouterMsg::Closed { conn } => state.closed(&myself, conn),
+            RouterMsg::Closed { conn } => state.closed(conn),
             RouterMsg::Stored(batch) => state.stored(&myself, batch),
             RouterMsg::RequestTimeout(id) => state.request_timeout(id),
             RouterMsg::RetryDeliver(agent) => {
@@ -350,9 +350,12 @@ impl RouterState {
                     return reject(code, reason);
                 }
                 let name = hello.agent_id.clone();
+                // A connection of an earlier incarnation that has not closed yet is superseded:
+                // close it first, so its in-flight delivery goes back to the mailbox.
+                if let Some(old) = self.slots.get(&name).and_then(|s| s.conn) {
+                    self.closed(old);
+                }
                 let Some(slot) = self.slots.get_mut(&name) else { return };
-                // A stale connection of an earlier incarnation is superseded.
-                let old = slot.conn.take();
                 slot.expected_token = None;
                 slot.conn = Some(conn);
                 slot.last_seen.store(unix_ms(), Ordering::Relaxed);
@@ -368,10 +371,6 @@ impl RouterState {
                     ConnInfo { identity: name.clone(), kind, outbox, _closer: closer },
                 );
                 self.counters.connections += 1;
-                if let Some(old) = old {
-                    self.closed(myself, old);
-                    // `closed` cleared the slot's connection only if it was `old`.
-                }
                 (self.events)(RouterEvent::Ready { agent: name.clone(), pid: hello.pid });
                 self.deliver_next(myself, &name);
             }
@@ -749,7 +748,7 @@ impl RouterState {
         let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
     }
 
-    fn closed(&mut self, myself: &ActorRef<RouterMsg>, conn: ConnId) {
+    fn closed(&mut self, conn: ConnId) {
         let Some(info) = self.conns.remove(&conn) else { return };
         if info.kind != ConnKind::Agent {
             return;
@@ -771,7 +770,6 @@ impl RouterState {
             }
         }
         (self.events)(RouterEvent::Disconnected { agent: agent.clone() });
-        let _ = myself;
     }
 
     fn stored(&mut self, myself: &ActorRef<RouterMsg>, batch: StoredBatch) {

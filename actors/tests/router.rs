@@ -1,0 +1,267 @@
+//! The router and store actors in-process, with real Unix sockets and real SQLite, and test
+//! clients playing the agents: ordering, acceptance, dead letters, requests, cycles, handshakes.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flock_actors::router::RouterMsg;
+use flock_actors::{
+    ConnKind, ConnLimits, Durability, Router, RouterArgs, Store, StoreActor, StoreMsg, serve,
+};
+use flock_config::SwarmSpec;
+use flock_ipc::{
+    Body, Connection, DeliveryKind, ErrorCode, Frame, Hello, PROTOCOL_VERSION, ROUTER, SendMode,
+    Transport, UnixTransport,
+};
+use ractor::{Actor, ActorRef};
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    socket: std::path::PathBuf,
+    router: ActorRef<RouterMsg>,
+    store: ActorRef<StoreMsg>,
+    db: std::path::PathBuf,
+}
+
+fn swarm(dir: &Path, extra: &str) -> SwarmSpec {
+    let yaml = format!(
+        "swarm: {{name: t}}\ndelivery: {{request_timeout_ms: 2000}}\n{extra}\nmodels:\n  s: {{provider: scripted, rules: [{{reply: ok}}]}}\ndefaults: {{model: s}}\nagents:\n  - {{name: a, role: worker}}\n  - {{name: b, role: worker}}\n  - {{name: c, role: worker, can_call: [a]}}\n"
+    );
+    let path = dir.join("swarm.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    flock_config::load(&path).unwrap()
+}
+
+async fn harness(extra: &str) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = Arc::new(swarm(dir.path(), extra));
+    let db = dir.path().join("flock.db");
+    let store = Store::open(&db, Durability::Normal).unwrap();
+    let (store, _) = Actor::spawn(None, StoreActor, store).await.unwrap();
+    let liveness: HashMap<_, _> =
+        spec.agents.iter().map(|a| (a.name.clone(), Arc::default())).collect();
+    let (router, _) = Actor::spawn(
+        None,
+        Router,
+        RouterArgs {
+            spec,
+            store: store.clone(),
+            events: Arc::new(|_| {}),
+            control: Arc::new(|_| {}),
+            liveness,
+        },
+    )
+    .await
+    .unwrap();
+    let socket = dir.path().join("router.sock");
+    let listener = UnixTransport::new(&socket).bind().unwrap();
+    let limits = ConnLimits { max_frame_bytes: 1 << 20, outbox_frames: 1024, uid: nix_uid() };
+    serve::<UnixTransport>(listener, ConnKind::Agent, router.clone(), limits);
+    Harness { _dir: dir, socket, router, store, db }
+}
+
+fn nix_uid() -> u32 {
+    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap()
+}
+
+impl Harness {
+    async fn agent(&self, name: &str) -> Connection {
+        let token = format!("tok-{name}-{}", fastrand::u64(..));
+        self.router.cast(RouterMsg::Expect { agent: name.into(), token: token.clone() }).unwrap();
+        let hello = Hello {
+            protocol_version: PROTOCOL_VERSION,
+            agent_id: name.into(),
+            instance: "default".into(),
+            pid: 1,
+            token,
+        };
+        Connection::agent(&self.socket, hello, 1024).await.unwrap()
+    }
+}
+
+async fn next(conn: &mut Connection) -> Frame {
+    loop {
+        let f = tokio::time::timeout(Duration::from_secs(5), conn.reader.read_frame())
+            .await
+            .expect("a frame within 5 s")
+            .unwrap()
+            .expect("connection open");
+        if !matches!(f.body, Body::HeartbeatAck) {
+            return f;
+        }
+    }
+}
+
+async fn send(conn: &Connection, from: &str, to: &str, text: &str) -> Frame {
+    let f = Frame::new(from, to, Body::Send { text: text.into(), mode: SendMode::Durable });
+    conn.outbox.send(f.clone()).await.unwrap();
+    f
+}
+
+async fn ack(conn: &Connection, delivery: &Frame, reply: Option<&str>) {
+    let ack = Frame {
+        correlation_id: Some(delivery.id),
+        ..Frame::new("x", ROUTER, Body::Ack { reply: reply.map(Into::into) })
+    };
+    conn.outbox.send(ack).await.unwrap();
+}
+
+fn text_of(f: &Frame) -> &str {
+    match &f.body {
+        Body::Deliver(d) => &d.text,
+        other => panic!("expected Deliver, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_sends_are_accepted_after_commit_and_delivered_fifo_one_at_a_time() {
+    let h = harness("").await;
+    let mut a = h.agent("a").await;
+    let mut b = h.agent("b").await;
+    for i in 0..50 {
+        send(&a, "a", "b", &format!("m{i}")).await;
+    }
+    for _ in 0..50 {
+        assert!(matches!(next(&mut a).await.body, Body::Accepted));
+    }
+    let store = Store::open(&h.db, Durability::Normal).unwrap();
+    assert_eq!(store.pending().unwrap().len(), 50, "accepted means committed");
+    for i in 0..50 {
+        let d = next(&mut b).await;
+        assert_eq!(text_of(&d), format!("m{i}"));
+        // One at a time: nothing else arrives before the ack.
+        let early = tokio::time::timeout(
+            Duration::from_millis(if i == 0 { 50 } else { 0 }),
+            b.reader.read_frame(),
+        )
+        .await;
+        assert!(early.is_err(), "a second delivery arrived before the ack");
+        ack(&b, &d, None).await;
+    }
+    let _ = h.store;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_send_id_is_accepted_but_queued_once() {
+    let h = harness("").await;
+    let mut a = h.agent("a").await;
+    let mut b = h.agent("b").await;
+    let f = send(&a, "a", "b", "once").await;
+    a.outbox.send(f.clone()).await.unwrap();
+    assert!(matches!(next(&mut a).await.body, Body::Accepted));
+    assert!(matches!(next(&mut a).await.body, Body::Accepted));
+    let d = next(&mut b).await;
+    ack(&b, &d, None).await;
+    let extra = tokio::time::timeout(Duration::from_millis(200), b.reader.read_frame()).await;
+    assert!(extra.is_err(), "the duplicate was delivered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_deliveries_are_retried_then_dead_lettered_after_five() {
+    let h = harness("").await;
+    let mut a = h.agent("a").await;
+    send(&a, "a", "b", "poison").await;
+    send(&a, "a", "b", "fine").await;
+    assert!(matches!(next(&mut a).await.body, Body::Accepted));
+    for attempt in 1..=5 {
+        let mut b = h.agent("b").await;
+        let d = next(&mut b).await;
+        assert_eq!(text_of(&d), "poison");
+        let Body::Deliver(del) = &d.body else { unreachable!() };
+        assert_eq!(del.attempt, attempt);
+        drop(b); // the agent "crashes" mid-turn
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let mut b = h.agent("b").await;
+    assert_eq!(
+        text_of(&next(&mut b).await),
+        "fine",
+        "the next message flows after the dead letter"
+    );
+    let dead = ractor::call!(h.store, StoreMsg::DeadLetters).unwrap().unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].text.as_str(), dead[0].attempts), ("poison", 5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_get_replies_and_cycles_are_refused() {
+    let h = harness("").await;
+    let mut a = h.agent("a").await;
+    let mut b = h.agent("b").await;
+    let req = Frame::new("a", "b", Body::Request { text: "q".into(), timeout_ms: 0 });
+    a.outbox.send(req.clone()).await.unwrap();
+    let d = next(&mut b).await;
+    let Body::Deliver(del) = &d.body else { panic!() };
+    assert_eq!(del.kind, DeliveryKind::Request);
+    assert_eq!(del.call_chain, ["a@default"]);
+    // While serving a's request, b asks a: a cycle.
+    let back = Frame::new("b", "a", Body::Request { text: "back".into(), timeout_ms: 0 });
+    b.outbox.send(back.clone()).await.unwrap();
+    let err = next(&mut b).await;
+    assert_eq!(err.correlation_id, Some(back.id));
+    assert!(matches!(err.body, Body::Error { code: ErrorCode::CircularCall, .. }), "{err:?}");
+    ack(&b, &d, Some("answer")).await;
+    let reply = next(&mut a).await;
+    assert_eq!(reply.correlation_id, Some(req.id));
+    assert_eq!(reply.body, Body::Reply { text: "answer".into() });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_its_deadline_times_out_and_cancels_the_callee() {
+    let h = harness("").await;
+    let mut a = h.agent("a").await;
+    let mut b = h.agent("b").await;
+    let req = Frame::new("a", "b", Body::Request { text: "slow".into(), timeout_ms: 100 });
+    a.outbox.send(req.clone()).await.unwrap();
+    let d = next(&mut b).await;
+    let err = next(&mut a).await;
+    assert!(matches!(err.body, Body::Error { code: ErrorCode::Timeout, .. }), "{err:?}");
+    let cancel = next(&mut b).await;
+    assert!(matches!(cancel.body, Body::Cancel { .. }));
+    assert_eq!(cancel.correlation_id, Some(d.id));
+    // The late answer goes nowhere.
+    ack(&b, &d, Some("too late")).await;
+    let nothing = tokio::time::timeout(Duration::from_millis(200), a.reader.read_frame()).await;
+    assert!(nothing.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_targets_and_can_call_are_enforced_by_the_router() {
+    let h = harness("").await;
+    let mut c = h.agent("c").await;
+    let f = send(&c, "c", "nobody", "x").await;
+    let e = next(&mut c).await;
+    assert_eq!(e.correlation_id, Some(f.id));
+    assert!(matches!(e.body, Body::Error { code: ErrorCode::AgentNotFound, .. }));
+    // c may only call a; claiming to be someone else in `from` changes nothing.
+    send(&c, "a", "b", "x").await;
+    assert!(matches!(next(&mut c).await.body, Body::Error { code: ErrorCode::Forbidden, .. }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_is_rejected_and_garbage_closes_only_that_connection() {
+    let h = harness("").await;
+    let mut a = h.agent("a").await;
+    let hello = Hello {
+        protocol_version: PROTOCOL_VERSION,
+        agent_id: "b".into(),
+        instance: "default".into(),
+        pid: 1,
+        token: "guess".into(),
+    };
+    let err = Connection::agent(&h.socket, hello, 16).await.unwrap_err();
+    assert!(err.to_string().contains("FORBIDDEN"), "{err}");
+    // Garbage: an error frame, then the connection closes.
+    use tokio::io::AsyncWriteExt;
+    let mut raw = tokio::net::UnixStream::connect(&h.socket).await.unwrap();
+    raw.write_all(&[7, 0, 0, 0, 0xff, 0xfe, 0xfd, 0xfc, 0xfb, 0xfa, 0xf9]).await.unwrap();
+    let mut reader = flock_ipc::FrameReader::new(raw, 1 << 20);
+    let f = reader.read_frame().await.unwrap().unwrap();
+    assert!(matches!(f.body, Body::Error { code: ErrorCode::BadRequest, .. }));
+    assert!(reader.read_frame().await.unwrap().is_none(), "connection closed");
+    // The router still serves.
+    send(&a, "a", "b", "still here").await;
+    assert!(matches!(next(&mut a).await.body, Body::Accepted));
+}
