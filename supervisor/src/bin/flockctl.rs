@@ -119,6 +119,20 @@ async fn next_reply(conn: &mut Connection) -> Result<ControlReply> {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     let state = StateDir::resolve(cli.state_dir.as_deref())?;
+    // Logs outlive the swarm: read the file when no supervisor is running.
+    if let Command::Logs { agent, follow: false, lines } = &cli.command
+        && !state.control_socket().exists()
+    {
+        let path = state.agent_log(agent);
+        if !path.exists() {
+            bail!("no log for `{agent}` in {} and no swarm is running", state.logs_dir().display());
+        }
+        eprintln!("(no swarm is running; showing {})", path.display());
+        for line in flock_supervisor::logs::tail_lines(&path, *lines as usize) {
+            println!("{line}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut conn = connect(&state).await?;
     match cli.command {
         Command::Ps { json, watch } => loop {
