@@ -94,9 +94,21 @@ async fn connect(state: &StateDir) -> Result<Connection> {
             }
         );
     }
-    Connection::client(&socket, "flockctl")
-        .await
-        .with_context(|| format!("connect to the supervisor at {}", socket.display()))
+    match Connection::client(&socket, "flockctl").await {
+        Ok(conn) => Ok(conn),
+        Err(flock_ipc::conn::ConnectError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::ConnectionRefused =>
+        {
+            bail!(
+                "no supervisor answers at {} (it was stopped or killed); start it again with `flock-supervisor up FILE --state-dir {}`",
+                socket.display(),
+                state.root.display()
+            )
+        }
+        Err(e) => {
+            Err(e).with_context(|| format!("connect to the supervisor at {}", socket.display()))
+        }
+    }
 }
 
 /// Sends one control request and returns the first answer.
@@ -121,7 +133,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let state = StateDir::resolve(cli.state_dir.as_deref())?;
     // Logs outlive the swarm: read the file when no supervisor is running.
     if let Command::Logs { agent, follow: false, lines } = &cli.command
-        && !state.control_socket().exists()
+        && std::os::unix::net::UnixStream::connect(state.control_socket()).is_err()
     {
         let path = state.agent_log(agent);
         if !path.exists() {
