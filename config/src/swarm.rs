@@ -785,6 +785,11 @@ fn unknown_agent<'a>(
     };
     let mut names: Vec<&str> = known.collect();
     names.sort_unstable();
+    if names.is_empty() {
+        return format!(
+            "`{what}` names unknown agent `{name}`; this swarm has no valid agent names yet"
+        );
+    }
     format!("`{what}` names unknown agent `{name}`; {hint}agents in this swarm: {}", list(names))
 }
 
