@@ -168,7 +168,8 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
 }
 
 fn short(id: MsgId) -> String {
-    fmt_id(id)[..12].to_owned()
+    // The low digits: the high ones are a millisecond timestamp, shared by ids made together.
+    fmt_id(id)[20..].to_owned()
 }
 
 fn quote(text: &str) -> String {
