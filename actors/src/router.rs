@@ -514,53 +514,77 @@ impl RouterState {
         }
         match mode {
             SendMode::Durable => {
-                let msg = NewMessage {
-                    id: frame.id,
-                    sender: frame.from.clone(),
-                    target: frame.to.clone(),
-                    text: text.clone(),
+                let Frame { id, from, to, body: Body::Send { text, .. }, .. } = frame else {
+                    return;
                 };
+                let msg = NewMessage { id, sender: from, target: to, text };
                 let write = StoreMsg::Write {
                     op: WriteOp::Enqueue(msg),
-                    origin: Some(Origin { conn, frame: frame.id }),
+                    origin: Some(Origin { conn, frame: id }),
                     notify: Some(myself.clone()),
                 };
-                if self.store.cast(write).is_err() {
-                    let err = Frame::error(&frame, ErrorCode::Internal, "the store is not running");
+                if let Err(e) = self.store.cast(write) {
+                    eprintln!("flock router: the store is not running: {e}");
+                    let err = Frame {
+                        correlation_id: Some(id),
+                        ..Frame::new(
+                            ROUTER,
+                            "",
+                            Body::Error {
+                                code: ErrorCode::Internal,
+                                message: "the store is not running".into(),
+                            },
+                        )
+                    };
                     self.answer(conn, err);
                 }
             }
-            SendMode::AtMostOnce => {
-                let target = self.slots.get(&frame.to).and_then(|s| s.conn);
-                let delivered = target.and_then(|c| self.conns.get(&c)).is_some_and(|info| {
-                    let deliver = Delivery {
-                        kind: DeliveryKind::Message,
-                        sender: frame.from.clone(),
-                        text: text.clone(),
-                        attempt: 1,
-                        durable: false,
-                        call_chain: Vec::new(),
-                    };
-                    let out = Frame {
-                        id: frame.id,
-                        from: frame.from.clone(),
-                        to: frame.to.clone(),
-                        correlation_id: None,
-                        deadline_ms: frame.deadline_ms,
-                        body: Body::Deliver(deliver),
-                    };
-                    send_to(&info.outbox, out)
-                });
-                if delivered {
-                    self.counters.routed += 1;
-                } else {
-                    self.counters.dropped += 1;
-                    let msg = format!(
-                        "`{}` is not connected or not keeping up; at_most_once messages are not queued",
-                        frame.to
-                    );
-                    self.answer(conn, Frame::error(&frame, ErrorCode::TargetUnavailable, msg));
-                }
+            SendMode::AtMostOnce => self.route_at_most_once(conn, frame),
+        }
+    }
+
+    /// The raw path: straight into the target's outbox, no store, no queue. Moves the text.
+    fn route_at_most_once(&mut self, conn: ConnId, frame: Frame) {
+        let Frame { id, from, to, deadline_ms, body: Body::Send { text, .. }, .. } = frame else {
+            return;
+        };
+        let out = Frame {
+            id,
+            from: from.clone(),
+            to,
+            correlation_id: None,
+            deadline_ms,
+            body: Body::Deliver(Delivery {
+                kind: DeliveryKind::Message,
+                sender: from,
+                text,
+                attempt: 1,
+                durable: false,
+                call_chain: Vec::new(),
+            }),
+        };
+        let target = self.slots.get(&out.to).and_then(|s| s.conn).and_then(|c| self.conns.get(&c));
+        let result = match target {
+            Some(info) => info.outbox.try_send(out).map_err(|e| e.into_inner()),
+            None => Err(out),
+        };
+        match result {
+            Ok(()) => self.counters.routed += 1,
+            Err(out) => {
+                self.counters.dropped += 1;
+                let message = format!(
+                    "`{}` is not connected or not keeping up; at_most_once messages are not queued",
+                    out.to
+                );
+                let err = Frame {
+                    correlation_id: Some(out.id),
+                    ..Frame::new(
+                        ROUTER,
+                        out.from,
+                        Body::Error { code: ErrorCode::TargetUnavailable, message },
+                    )
+                };
+                self.answer(conn, err);
             }
         }
     }
