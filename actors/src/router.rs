@@ -508,7 +508,7 @@ impl RouterState {
     }
 
     fn send(&mut self, myself: &ActorRef<RouterMsg>, conn: ConnId, frame: Frame) {
-        let Body::Send { text, mode } = &frame.body else { return };
+        let Body::Send { mode, .. } = &frame.body else { return };
         if let Err((code, msg)) = self.check_target(&frame.from, &frame.to) {
             return self.answer(conn, Frame::error(&frame, code, msg));
         }
