@@ -34,6 +34,61 @@ const MIGRATIONS: &[&str] = &[
         name        TEXT PRIMARY KEY,
         turns_total INTEGER NOT NULL DEFAULT 0
     );",
+    // 2: channels (DESIGN.md §8): channels, members as a table, messages keyed (channel, seq),
+    // per-(agent, channel) delta cursors, agent states, A2A cards, archive readiness.
+    "CREATE TABLE channels (
+        id                   TEXT PRIMARY KEY,
+        name                 TEXT    NOT NULL,
+        topic                TEXT    NOT NULL DEFAULT '',
+        created_by           TEXT    NOT NULL,
+        created_at           INTEGER NOT NULL,
+        state                TEXT    NOT NULL DEFAULT 'active',
+        last_seq             INTEGER NOT NULL DEFAULT 0,
+        is_dm                INTEGER NOT NULL DEFAULT 0,
+        archiving_started_at INTEGER,
+        archive_deadline_at  INTEGER,
+        archived_at          INTEGER
+    );
+    CREATE TABLE channel_members (
+        channel  TEXT    NOT NULL REFERENCES channels (id),
+        member   TEXT    NOT NULL,
+        added_at INTEGER NOT NULL,
+        PRIMARY KEY (channel, member)
+    ) WITHOUT ROWID;
+    CREATE INDEX channel_members_by_member ON channel_members (member);
+    CREATE TABLE channel_messages (
+        channel    TEXT    NOT NULL REFERENCES channels (id),
+        seq        INTEGER NOT NULL,
+        author     TEXT    NOT NULL,
+        text       TEXT    NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (channel, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE cursors (
+        agent         TEXT    NOT NULL,
+        channel       TEXT    NOT NULL,
+        sent_seq      INTEGER NOT NULL DEFAULT 0,
+        scheduled_seq INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (agent, channel)
+    ) WITHOUT ROWID;
+    CREATE TABLE agent_states (
+        agent TEXT PRIMARY KEY,
+        state TEXT NOT NULL
+    );
+    CREATE TABLE cards (
+        agent       TEXT PRIMARY KEY,
+        description TEXT    NOT NULL DEFAULT '',
+        skills      TEXT    NOT NULL DEFAULT '[]',
+        tags        TEXT    NOT NULL DEFAULT '[]',
+        updated_at  INTEGER NOT NULL
+    );
+    CREATE TABLE archive_ready (
+        channel TEXT    NOT NULL,
+        agent   TEXT    NOT NULL,
+        at      INTEGER NOT NULL,
+        PRIMARY KEY (channel, agent)
+    ) WITHOUT ROWID;
+    ALTER TABLE messages ADD COLUMN channel TEXT;",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -101,7 +156,7 @@ pub enum WriteOutcome {
 }
 
 pub struct Store {
-    conn: Connection,
+    pub(crate) conn: Connection,
 }
 
 impl std::fmt::Debug for Store {
@@ -110,7 +165,7 @@ impl std::fmt::Debug for Store {
     }
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 

@@ -28,7 +28,13 @@ pub enum StoreMsg {
     Pending(RpcReplyPort<Result<Vec<PendingMessage>, String>>),
     TurnsTotals(RpcReplyPort<Result<std::collections::HashMap<String, u64>, String>>),
     DeadLetters(RpcReplyPort<Result<Vec<DeadLetter>, String>>),
+    /// Run a closure on the store (channel operations): the store actor stays the only writer,
+    /// and queued mailbox writes are committed first so the closure sees them.
+    With(StoreJob),
 }
+
+/// A unit of store work sent by another actor; it reports its own result (e.g. via a oneshot).
+pub type StoreJob = Box<dyn FnOnce(&mut Store) + Send>;
 
 pub struct StoreActor;
 
@@ -67,26 +73,14 @@ impl Actor for StoreActor {
             }
             StoreMsg::Flush => {
                 state.flush_scheduled = false;
-                let batch = std::mem::take(&mut state.queued);
-                let ops: Vec<WriteOp> = batch.iter().map(|(op, _, _)| op.clone()).collect();
+                flush(state);
+            }
+            StoreMsg::With(job) => {
+                if !state.queued.is_empty() {
+                    flush(state);
+                }
                 let store = &mut state.store;
-                let result = blocking(|| store.apply(&ops));
-                let mut stored: Option<(ActorRef<RouterMsg>, StoredBatch)> = None;
-                for (i, (op, origin, notify)) in batch.into_iter().enumerate() {
-                    let Some(router) = notify else { continue };
-                    let outcome = match &result {
-                        Ok(outcomes) => Ok(outcomes[i]),
-                        Err(e) => Err(e.to_string()),
-                    };
-                    let entry = stored.get_or_insert_with(|| (router, StoredBatch::default()));
-                    entry.1.items.push((op, origin, outcome));
-                }
-                if let Err(e) = &result {
-                    eprintln!("flock store: commit of {} writes failed: {e}", ops.len());
-                }
-                if let Some((router, batch)) = stored {
-                    let _ = router.cast(RouterMsg::Stored(batch));
-                }
+                blocking(|| job(store));
             }
             StoreMsg::Pending(reply) => {
                 let _ = reply.send(state.store.pending().map_err(|e| e.to_string()));
@@ -99,6 +93,30 @@ impl Actor for StoreActor {
             }
         }
         Ok(())
+    }
+}
+
+/// Commits every queued write in one transaction and tells the router the outcomes.
+fn flush(state: &mut StoreState) {
+    let batch = std::mem::take(&mut state.queued);
+    let ops: Vec<WriteOp> = batch.iter().map(|(op, _, _)| op.clone()).collect();
+    let store = &mut state.store;
+    let result = blocking(|| store.apply(&ops));
+    let mut stored: Option<(ActorRef<RouterMsg>, StoredBatch)> = None;
+    for (i, (op, origin, notify)) in batch.into_iter().enumerate() {
+        let Some(router) = notify else { continue };
+        let outcome = match &result {
+            Ok(outcomes) => Ok(outcomes[i]),
+            Err(e) => Err(e.to_string()),
+        };
+        let entry = stored.get_or_insert_with(|| (router, StoredBatch::default()));
+        entry.1.items.push((op, origin, outcome));
+    }
+    if let Err(e) = &result {
+        eprintln!("flock store: commit of {} writes failed: {e}", ops.len());
+    }
+    if let Some((router, batch)) = stored {
+        let _ = router.cast(RouterMsg::Stored(batch));
     }
 }
 

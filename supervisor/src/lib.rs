@@ -8,6 +8,7 @@
 pub mod backoff;
 pub mod children;
 pub mod control;
+pub mod journal_cli;
 pub mod logs;
 pub mod paths;
 pub mod spawn;
