@@ -17,6 +17,7 @@ pub struct SwarmSpec {
     pub source: Option<PathBuf>,
     pub supervision: SupervisionSpec,
     pub delivery: DeliverySpec,
+    pub channels: ChannelsSpec,
     /// Agents in YAML order: start order; stop order is the reverse.
     pub agents: Vec<AgentSpec>,
 }
@@ -100,6 +101,23 @@ impl Default for DeliverySpec {
             max_frame_bytes: 16 * 1024 * 1024,
             outbox_frames: 65_536,
         }
+    }
+}
+
+/// Swarm-wide channel settings (`channels:` in YAML). Defaults: DESIGN.md §8.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChannelsSpec {
+    /// A delta notification waits a random delay in this range, coalescing bursts (1–5 s; 0 in
+    /// tests).
+    pub delta_delay_min_ms: u64,
+    pub delta_delay_max_ms: u64,
+    /// A channel being archived is archived anyway after this long (600 s).
+    pub archive_deadline_secs: u64,
+}
+
+impl Default for ChannelsSpec {
+    fn default() -> Self {
+        Self { delta_delay_min_ms: 1_000, delta_delay_max_ms: 5_000, archive_deadline_secs: 600 }
     }
 }
 

@@ -10,13 +10,17 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Report, closest, list};
 use crate::spec::{
-    AgentSpec, DeliverySpec, ModelSpec, RestartPolicy, Role, Strategy, SupervisionSpec, SwarmSpec,
+    AgentSpec, ChannelsSpec, DeliverySpec, ModelSpec, RestartPolicy, Role, Strategy,
+    SupervisionSpec, SwarmSpec,
 };
 use crate::transcript::{self, Target};
 use crate::valid_agent_name;
 use crate::yaml::{self, Node, Pos, lookup};
 
-const TOP_KEYS: &[&str] = &["swarm", "supervision", "delivery", "models", "defaults", "agents"];
+const TOP_KEYS: &[&str] =
+    &["swarm", "supervision", "delivery", "channels", "models", "defaults", "agents"];
+const CHANNELS_KEYS: &[&str] =
+    &["delta_delay_min_ms", "delta_delay_max_ms", "archive_deadline_secs"];
 const SWARM_KEYS: &[&str] = &["name"];
 const SUPERVISION_KEYS: &[&str] = &[
     "strategy",
@@ -142,6 +146,10 @@ impl Loader<'_> {
             Some((_, node)) => self.delivery(node),
             None => DeliverySpec::default(),
         };
+        let channels = match lookup(top, "channels") {
+            Some((_, node)) => self.channels(node),
+            None => ChannelsSpec::default(),
+        };
         if let Some((_, node)) = lookup(top, "models") {
             self.models(node);
         }
@@ -155,6 +163,7 @@ impl Loader<'_> {
             source: Some(std::path::absolute(origin).unwrap_or_else(|_| origin.to_path_buf())),
             supervision,
             delivery,
+            channels,
             agents,
         })
     }
@@ -291,6 +300,46 @@ impl Loader<'_> {
             && let Some(n) = r.uint(v, &what, 16, U32_MAX)
         {
             spec.outbox_frames = n;
+        }
+        spec
+    }
+
+    fn channels(&mut self, node: &Node) -> ChannelsSpec {
+        let mut spec = ChannelsSpec::default();
+        if node.is_null() {
+            return spec;
+        }
+        let Some(entries) = self.report.mapping(node, "channels") else {
+            return spec;
+        };
+        let r = &mut self.report;
+        r.unknown_keys(entries, CHANNELS_KEYS, "`channels`");
+        let field = |key: &str| lookup(entries, key).map(|(_, v)| (v, format!("channels.{key}")));
+        if let Some((v, what)) = field("delta_delay_min_ms")
+            && let Some(n) = r.uint(v, &what, 0, U64_MAX)
+        {
+            spec.delta_delay_min_ms = n;
+        }
+        if let Some((v, what)) = field("delta_delay_max_ms")
+            && let Some(n) = r.uint(v, &what, 0, U64_MAX)
+        {
+            spec.delta_delay_max_ms = n;
+        }
+        if spec.delta_delay_max_ms < spec.delta_delay_min_ms
+            && let Some((v, _)) = field("delta_delay_max_ms")
+        {
+            r.error(
+                v.pos,
+                format!(
+                    "`channels.delta_delay_max_ms` ({}) is below `delta_delay_min_ms` ({}); raise it or lower the minimum",
+                    spec.delta_delay_max_ms, spec.delta_delay_min_ms
+                ),
+            );
+        }
+        if let Some((v, what)) = field("archive_deadline_secs")
+            && let Some(n) = r.uint(v, &what, 1, U64_MAX)
+        {
+            spec.archive_deadline_secs = n;
         }
         spec
     }

@@ -132,7 +132,7 @@ pub struct ChildArgs {
     pub liveness: HashMap<String, Arc<AtomicU64>>,
     pub agent_bin: PathBuf,
     /// Where to ask for the whole swarm to stop (escalation).
-    pub shutdown: mpsc::UnboundedSender<String>,
+    pub shutdown: mpsc::UnboundedSender<crate::up::StopReason>,
 }
 
 struct Child {
@@ -585,9 +585,9 @@ impl ChildSupState {
                                 let _ = w.send(Err(format!("{name} {msg}")));
                             }
                             if supervision.escalate {
-                                let _ = self.args.shutdown.send(format!(
+                                let _ = self.args.shutdown.send(crate::up::StopReason::Escalated(format!(
                                     "agent {name} exceeded its restart intensity and escalate is set"
-                                ));
+                                )));
                             }
                         }
                         RestartDecision::After(delay) => {

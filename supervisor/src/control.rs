@@ -17,7 +17,7 @@ pub struct ControlCtx {
     pub router: ActorRef<RouterMsg>,
     pub store: ActorRef<StoreMsg>,
     pub logs: LogHub,
-    pub shutdown: mpsc::UnboundedSender<String>,
+    pub shutdown: mpsc::UnboundedSender<crate::up::StopReason>,
     pub started: std::time::Instant,
 }
 
@@ -109,7 +109,7 @@ async fn run(
             Ok(ControlReply::DeadLetters(letters))
         }
         ControlRequest::Down => {
-            let _ = ctx.shutdown.send("flockctl down".into());
+            let _ = ctx.shutdown.send(crate::up::StopReason::Requested("flockctl down".into()));
             Ok(ControlReply::Done("stopping every agent, then the supervisor".into()))
         }
     }

@@ -96,7 +96,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     let liveness: HashMap<String, Arc<AtomicU64>> =
         spec.agents.iter().map(|a| (a.name.clone(), Arc::default())).collect();
     let logs = LogHub::new(state.logs_dir());
-    let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel::<String>();
+    let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel::<StopReason>();
 
     // The router and the child supervisor refer to each other; the sinks resolve lazily.
     let children_cell: Arc<OnceLock<ractor::ActorRef<ChildMsg>>> = Arc::default();
@@ -186,11 +186,12 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let reason = tokio::select! {
-        _ = sigterm.recv() => "SIGTERM".to_string(),
-        _ = sigint.recv() => "Ctrl-C".to_string(),
-        r = shutdown_rx.recv() => r.unwrap_or_else(|| "shutdown".into()),
+        _ = sigterm.recv() => StopReason::Requested("SIGTERM".into()),
+        _ = sigint.recv() => StopReason::Requested("Ctrl-C".into()),
+        r = shutdown_rx.recv() => r.unwrap_or_else(|| StopReason::Requested("shutdown".into())),
     };
-    eprintln!("flock: {reason}: stopping agents in reverse order");
+    let (StopReason::Requested(why) | StopReason::Escalated(why)) = &reason;
+    eprintln!("flock: {why}: stopping agents in reverse order");
     let _ = router.cast(flock_actors::RouterMsg::Drain);
     let stop = ractor::call!(children, ChildMsg::StopAll);
     if let Err(e) = stop {
@@ -203,7 +204,20 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     router.stop(None);
     store_ref.stop(None);
     eprintln!("flock: swarm `{}` stopped", spec.name);
-    Ok(())
+    match reason {
+        StopReason::Requested(_) => Ok(()),
+        // A give-up is a failure: exit non-zero so a service manager or script can tell.
+        StopReason::Escalated(why) => Err(anyhow!("the swarm was stopped because {why}")),
+    }
+}
+
+/// Why the swarm stops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// Ctrl-C, SIGTERM or `flockctl down`: exit 0.
+    Requested(String),
+    /// A child exceeded its restart intensity with `escalate: true`: exit 1.
+    Escalated(String),
 }
 
 /// `up --detach`: re-runs `up` in the background, in its own session, with output in

@@ -1,0 +1,214 @@
+//! The command line as a user meets it: the README flow on the shipped example, `validate` and
+//! `up` on broken files, and `stop` / `start` / `down`.
+
+use std::collections::HashSet;
+use std::process::Command;
+
+use flock_testkit::{Swarm, alive, bin, count_lines, repo_root, run};
+
+use crate::{SHORT, answer_model};
+
+#[test]
+fn readme_flow_office_example_routes_a_job_through_both_workers() {
+    let swarm = Swarm::builder_from_file(repo_root().join("examples/office.yaml")).start();
+
+    // The human table lists the four agents, ready, each its own process.
+    let table = swarm.ctl_ok(&["ps"]);
+    let agents: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|cols| cols.get(1) == Some(&"agent"))
+        .collect();
+    let names: Vec<&str> = agents.iter().map(|c| c[0]).collect();
+    assert_eq!(names, ["orchestrator", "sysadmin", "worker-1", "worker-2"], "ps:\n{table}");
+    for cols in &agents {
+        assert_eq!(cols[4], "ready", "ps:\n{table}");
+    }
+    let pids: HashSet<&str> = agents.iter().map(|c| c[3]).collect();
+    assert_eq!(pids.len(), 4, "every agent is its own process; ps:\n{table}");
+    // The JSON form agrees, and those pids are live processes.
+    for row in swarm.agents() {
+        let pid = row["pid"].as_u64().expect("a ready agent has a pid") as u32;
+        assert!(alive(pid), "{} (pid {pid}) is not running", row["name"]);
+        assert!(table.contains(&pid.to_string()));
+    }
+
+    let sent = swarm.ctl_ok(&["send", "orchestrator", "build the login page"]);
+    assert!(sent.contains("accepted into orchestrator's mailbox"), "{sent}");
+
+    swarm.wait_for_log("orchestrator", "reply \"orchestrator: job dispatched\"", SHORT);
+    let logs = swarm.ctl_ok(&["logs", "orchestrator"]);
+    assert!(
+        logs.contains("from operator (message, attempt 1): \"build the login page\""),
+        "{logs}"
+    );
+    assert!(logs.contains("reply \"orchestrator: job dispatched\""), "{logs}");
+    // The request to worker-1 came back with its answer before the orchestrator finished.
+    assert!(logs.contains("→ ok: \"worker done: build: build the login page\""), "{logs}");
+
+    let w1 = swarm.ctl_ok(&["logs", "worker-1"]);
+    assert!(
+        w1.contains("from orchestrator (request, attempt 1): \"build: build the login page\""),
+        "{w1}"
+    );
+    swarm.wait_for_log(
+        "worker-2",
+        "reply \"worker done: please test: build the login page\"",
+        SHORT,
+    );
+    let w2 = swarm.ctl_ok(&["logs", "worker-2"]);
+    assert!(
+        w2.contains(
+            "from orchestrator (message, attempt 1): \"please test: build the login page\""
+        ),
+        "{w2}"
+    );
+    swarm.wait_until(
+        || swarm.agents().iter().all(|a| a["mailbox_depth"] == 0),
+        SHORT,
+        "every mailbox is empty",
+    );
+    let turns: Vec<u64> =
+        swarm.agents().iter().map(|a| a["turns_total"].as_u64().unwrap_or(99)).collect();
+    assert_eq!(turns, [1, 0, 1, 1], "orchestrator, sysadmin, worker-1, worker-2");
+
+    // "Try a crash": worker-1 is back with a new pid, one restart, and the signal as last exit.
+    let killed = swarm.kill9("worker-1");
+    swarm.wait_until(
+        || {
+            let row = swarm.agent("worker-1");
+            row["state"] == "ready" && row["pid"].as_u64().is_some_and(|p| p as u32 != killed)
+        },
+        SHORT,
+        "worker-1 is back with a new pid",
+    );
+    let row = swarm.agent("worker-1");
+    assert_eq!(
+        (row["restarts"].as_u64(), row["last_exit"].as_str()),
+        (Some(1), Some("signal SIGKILL")),
+        "{row}"
+    );
+}
+
+#[test]
+fn validate_reports_every_problem_with_file_line_and_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let syntax = dir.join("syntax.yaml");
+    std::fs::write(
+        &syntax,
+        "swarm:\n  name: broken\nagents:\n  - name: a\n    role: worker\n    model: [unclosed\n",
+    )
+    .unwrap();
+    let out = validate(&syntax);
+    assert_eq!(out.0, Some(1), "stderr: {}", out.1);
+    assert!(out.1.contains(&format!("{}:6:12: YAML syntax error", syntax.display())), "{}", out.1);
+
+    let semantic = dir.join("semantic.yaml");
+    std::fs::write(
+        &semantic,
+        "swarm:\n  name: broken\nsupervision:\n  strategy: one_for_none\nmodels:\n  m:\n    \
+         provider: scripted\n    rules:\n      - reply: hi\nagents:\n  - name: a\n    role: wrker\n    \
+         model: m\n",
+    )
+    .unwrap();
+    let out = validate(&semantic);
+    assert_eq!(out.0, Some(1), "stderr: {}", out.1);
+    let file = semantic.display();
+    assert!(
+        out.1.contains(&format!(
+            "{file}:4:13: `supervision.strategy`: unknown strategy `one_for_none`"
+        )),
+        "{}",
+        out.1
+    );
+    assert!(
+        out.1.contains(&format!("{file}:12:11: `agents.a.role`: unknown role `wrker`")),
+        "{}",
+        out.1
+    );
+    assert!(out.1.contains("2 problem(s)"), "{}", out.1);
+
+    // A good file passes.
+    let out = validate(&repo_root().join("examples/office.yaml"));
+    assert_eq!(out.0, Some(0), "stderr: {}", out.1);
+
+    // `up` on the broken file starts nothing: no state dir, exit 1, the same report.
+    let state = dir.join("state");
+    let mut up = Command::new(bin("flock-supervisor"));
+    up.arg("up").arg(&semantic).arg("--state-dir").arg(&state);
+    let out = run(&mut up, SHORT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nothing was started"), "{stderr}");
+    assert!(stderr.contains(&format!("{file}:12:11:")), "{stderr}");
+    assert!(!state.exists(), "up created {} for a broken file", state.display());
+}
+
+fn validate(file: &std::path::Path) -> (Option<i32>, String) {
+    let mut cmd = Command::new(bin("flock-supervisor"));
+    cmd.arg("validate").arg(file);
+    let out = run(&mut cmd, SHORT);
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn stop_start_and_down_keep_durable_mail_and_end_every_process() {
+    let yaml = format!(
+        "swarm:\n  name: lifecycle\nmodels:\n{}agents:\n  - {{name: keeper, role: worker, model: m}}\n  \
+         - {{name: napper, role: worker, model: m}}\n",
+        answer_model("m", "got: {input}")
+    );
+    let mut swarm = Swarm::start(&yaml);
+    let keeper = swarm.pid_of("keeper").unwrap();
+    let napper = swarm.pid_of("napper").unwrap();
+
+    // stop: answered once the process is gone.
+    let out = swarm.ctl_ok(&["stop", "napper"]);
+    assert!(out.contains("napper stopped"), "{out}");
+    let row = swarm.agent("napper");
+    assert_eq!(row["state"], "stopped", "{row}");
+    assert!(row["pid"].is_null(), "{row}");
+    assert!(!alive(napper), "napper (pid {napper}) still runs after `stop` returned");
+
+    // A durable send to a stopped agent is accepted and waits in its mailbox.
+    swarm.ctl_ok(&["send", "napper", "while you were out"]);
+    let row = swarm.agent("napper");
+    assert_eq!(
+        (row["mailbox_depth"].as_u64(), row["turns_total"].as_u64()),
+        (Some(1), Some(0)),
+        "{row}"
+    );
+
+    // start: answered once it is ready; the mail is delivered then.
+    let out = swarm.ctl_ok(&["start", "napper"]);
+    assert!(out.contains("napper is ready"), "{out}");
+    let new_pid = swarm.pid_of("napper").expect("napper runs again");
+    assert_ne!(new_pid, napper);
+    swarm.wait_for_log("napper", "reply \"got: while you were out\"", SHORT);
+    swarm.wait_until(
+        || swarm.agent("napper")["mailbox_depth"] == 0,
+        SHORT,
+        "napper's mailbox is empty",
+    );
+    assert_eq!(swarm.turns_total("napper"), 1);
+    assert_eq!(count_lines(&swarm.log("napper"), &["while you were out", "attempt"]), 1);
+    assert_eq!(swarm.pid_of("keeper"), Some(keeper), "stopping napper touched keeper");
+
+    // down: every agent stops, then the supervisor exits 0 and removes its sockets.
+    let pids = [keeper, new_pid];
+    let status = swarm.down();
+    assert!(status.success(), "the supervisor exited with {status}");
+    for pid in pids {
+        assert!(!alive(pid), "agent pid {pid} outlived `down`");
+    }
+    assert!(
+        swarm.live_agent_pids().is_empty(),
+        "agents outlived `down`: {:?}",
+        swarm.live_agent_pids()
+    );
+    assert!(!swarm.control_socket().exists(), "down left the control socket behind");
+    let out = swarm.ctl(&["ps"]);
+    assert_eq!(out.status.code(), Some(1), "flockctl ps after down should fail");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no swarm is running"));
+}

@@ -1,0 +1,175 @@
+//! The router's sockets under hostile input (DESIGN.md §4): wrong tokens, impostors, garbage and
+//! lying length prefixes close that one connection with an answer, and nothing else changes.
+
+use flock_ipc::{Body, ControlReply, ControlRequest, ErrorCode, Frame, OPERATOR, ROUTER};
+use flock_testkit::raw::{self, RawConn};
+use flock_testkit::{Swarm, count_lines};
+
+use crate::{SHORT, answer_model};
+
+fn echo_swarm() -> Swarm {
+    let yaml = format!(
+        "swarm:\n  name: wire\nmodels:\n{}agents:\n  - {{ name: echo, role: worker, model: m }}\n",
+        answer_model("m", "echo: {input}")
+    );
+    Swarm::start(&yaml)
+}
+
+/// Sends `frame` on a fresh router connection and returns what came back before it closed.
+fn handshake(swarm: &Swarm, frame: &Frame) -> Vec<Frame> {
+    let mut conn = RawConn::connect(&swarm.router_socket());
+    conn.send_frame(frame).expect("send the handshake");
+    let closed = conn.read_until_closed();
+    assert_eq!(closed.trailing, 0, "the router sent a partial frame");
+    closed.frames
+}
+
+fn expect_reject(frames: &[Frame], code: ErrorCode) -> String {
+    match frames {
+        [Frame { body: Body::Reject { code: got, reason }, .. }] if *got == code => reason.clone(),
+        other => panic!("expected exactly one Reject({code}), got {other:?}"),
+    }
+}
+
+fn expect_error(frames: &[Frame], code: ErrorCode) -> String {
+    match frames {
+        [Frame { body: Body::Error { code: got, message }, .. }] if *got == code => message.clone(),
+        other => panic!("expected exactly one Error({code}) before the close, got {other:?}"),
+    }
+}
+
+/// The agent still runs as the same process and still completes turns.
+fn assert_echo_undisturbed(swarm: &Swarm, pid: Option<u32>, text: &str) {
+    let row = swarm.agent("echo");
+    assert_eq!(row["pid"].as_u64().map(|p| p as u32), pid, "{row}");
+    assert_eq!(
+        (row["state"].as_str(), row["restarts"].as_u64()),
+        (Some("ready"), Some(0)),
+        "{row}"
+    );
+    swarm.ctl_ok(&["send", "echo", text]);
+    swarm.wait_for_log("echo", &format!("reply \"echo: {text}\""), SHORT);
+    assert_eq!(count_lines(&swarm.log("echo"), &["spawned pid"]), 1);
+}
+
+#[test]
+fn hello_with_a_wrong_token_is_rejected_and_does_not_disturb_the_agent() {
+    let swarm = echo_swarm();
+    let pid = swarm.pid_of("echo");
+
+    // An impostor claiming to be the running agent.
+    let reason = expect_reject(
+        &handshake(&swarm, &raw::hello("echo", "not-the-token")),
+        ErrorCode::Forbidden,
+    );
+    assert!(reason.contains("wrong or expired token"), "{reason}");
+    // An agent the swarm does not have.
+    expect_reject(&handshake(&swarm, &raw::hello("nobody", "x")), ErrorCode::AgentNotFound);
+    // Another protocol version.
+    let mut old = raw::hello("echo", "x");
+    if let Body::Hello(h) = &mut old.body {
+        h.protocol_version = flock_ipc::PROTOCOL_VERSION + 1;
+    }
+    expect_reject(&handshake(&swarm, &old), ErrorCode::BadRequest);
+    // Not a handshake at all.
+    let send = Frame::new(
+        "echo",
+        "echo",
+        Body::Send { text: "hi".into(), mode: flock_ipc::SendMode::Durable },
+    );
+    expect_reject(&handshake(&swarm, &send), ErrorCode::BadRequest);
+
+    assert_echo_undisturbed(&swarm, pid, "still me");
+}
+
+#[test]
+fn garbage_and_oversized_frames_close_only_that_connection() {
+    let swarm = echo_swarm();
+    let pid = swarm.pid_of("echo");
+
+    // A control client that behaves, connected throughout: it must keep working.
+    let mut good = RawConn::connect(&swarm.control_socket());
+    good.send_frame(&raw::client_hello()).unwrap();
+    assert!(matches!(good.read_frame(), Some(Frame { body: Body::Welcome(_), .. })));
+
+    // (a) Random bytes, then end of stream: whatever the bytes claim, the answer is an error.
+    let mut conn = RawConn::connect(&swarm.router_socket());
+    conn.send_bytes(&noise(0x5eed, 512)).unwrap();
+    conn.shutdown_write();
+    expect_error(&conn.read_until_closed().frames, ErrorCode::BadRequest);
+
+    // (b) A plausible length with a body that does not decode.
+    let mut bytes = 64u32.to_le_bytes().to_vec();
+    bytes.push(0xff);
+    bytes.extend(noise(7, 63));
+    let mut conn = RawConn::connect(&swarm.router_socket());
+    conn.send_bytes(&bytes).unwrap();
+    let msg = expect_error(&conn.read_until_closed().frames, ErrorCode::BadRequest);
+    assert!(msg.contains("malformed"), "{msg}");
+
+    // (c) A length prefix over the 16 MiB limit: refused before any body is read.
+    let mut conn = RawConn::connect(&swarm.router_socket());
+    conn.send_bytes(&(flock_ipc::DEFAULT_MAX_FRAME_BYTES + 1).to_le_bytes()).unwrap();
+    let msg = expect_error(&conn.read_until_closed().frames, ErrorCode::BadRequest);
+    assert!(msg.contains("exceeds the limit"), "{msg}");
+
+    // (d) Garbage after a valid handshake, on the control socket.
+    let mut conn = RawConn::connect(&swarm.control_socket());
+    conn.send_frame(&raw::client_hello()).unwrap();
+    assert!(matches!(conn.read_frame(), Some(Frame { body: Body::Welcome(_), .. })));
+    conn.send_bytes(&[16, 0, 0, 0]).unwrap();
+    conn.send_bytes(&[0xff; 16]).unwrap();
+    expect_error(&conn.read_until_closed().frames, ErrorCode::BadRequest);
+
+    // The supervisor lives on, the well-behaved client is still served, the agent still works.
+    let ps = Frame::new(OPERATOR, ROUTER, Body::Control(ControlRequest::Ps));
+    good.send_frame(&ps).unwrap();
+    match good.read_frame() {
+        Some(Frame {
+            body: Body::ControlReply(ControlReply::Ps(rows)), correlation_id, ..
+        }) => {
+            assert_eq!(correlation_id, Some(ps.id));
+            assert!(rows.iter().any(|r| r.name == "echo" && r.state == "ready"), "{rows:?}");
+        }
+        other => panic!("expected a ps reply, got {other:?}"),
+    }
+    assert_echo_undisturbed(&swarm, pid, "after the garbage");
+    assert!(swarm.supervisor_pid().is_some_and(flock_testkit::alive));
+}
+
+/// Deterministic pseudo-random bytes (xorshift64*), so a failure can be replayed.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn a_spoofed_from_is_replaced_by_the_connection_identity() {
+    let swarm = echo_swarm();
+    let mut conn = RawConn::connect(&swarm.control_socket());
+    conn.send_frame(&raw::client_hello()).unwrap();
+    assert!(matches!(conn.read_frame(), Some(Frame { body: Body::Welcome(_), .. })));
+    // A control client claims to be the agent itself.
+    let send = Frame::new(
+        "echo",
+        "echo",
+        Body::Send { text: "who am i".into(), mode: flock_ipc::SendMode::Durable },
+    );
+    conn.send_frame(&send).unwrap();
+    match conn.read_frame() {
+        Some(Frame { body: Body::Accepted, correlation_id, .. }) => {
+            assert_eq!(correlation_id, Some(send.id))
+        }
+        other => panic!("expected Accepted, got {other:?}"),
+    }
+    swarm.wait_for_log("echo", "reply \"echo: who am i\"", SHORT);
+    let log = swarm.log("echo");
+    assert!(log.contains("from operator (message, attempt 1): \"who am i\""), "{log}");
+}
