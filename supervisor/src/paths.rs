@@ -5,6 +5,7 @@
 //! <state>/run/ (0700)              router.sock, control.sock, supervisor.lock
 //! <state>/logs/<agent>.log         per-agent logs (rotated: .1 .. .3), supervisor.log
 //! <state>/workspaces/<agent>/      each agent's working directory
+//! <state>/journal/journal.jsonl    the shared journal (rotated: journal.1.jsonl …)
 //! ```
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -56,6 +57,11 @@ impl StateDir {
     }
     pub fn agent_log(&self, agent: &str) -> PathBuf {
         self.logs_dir().join(format!("{agent}.log"))
+    }
+    /// The shared journal (DESIGN.md §9): append-only JSONL, written by the supervisor and by
+    /// `flockctl journal log`.
+    pub fn journal_dir(&self) -> PathBuf {
+        self.root.join("journal")
     }
     pub fn workspaces(&self) -> PathBuf {
         self.root.join("workspaces")

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
 use flock_ipc::{Body, Connection, ControlReply, ControlRequest, Frame, PsRow, ROUTER, SendMode};
+use flock_supervisor::journal_cli;
 use flock_supervisor::paths::StateDir;
 
 #[derive(Parser)]
@@ -60,6 +61,34 @@ enum Command {
     },
     /// Stop every agent in reverse start order, then the supervisor.
     Down,
+    /// The shared journal: what happened, who did it, how it ended (works without a running swarm).
+    Journal {
+        #[command(subcommand)]
+        command: JournalCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum JournalCommand {
+    /// The newest events, oldest first.
+    Read {
+        /// How many events.
+        #[arg(long, default_value_t = 20)]
+        last: usize,
+        /// Print a JSON array of schema events.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Events matching space-separated terms: agent= type= status= since= until= corr= limit=
+    /// (e.g. `flockctl journal query "agent=worker-1 status=FAILED since=2026-11-21"`).
+    Query {
+        expr: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Append one event given as JSON (validated against the schema; id and timestamp are filled
+    /// in when absent).
+    Log { json: String },
 }
 
 fn main() -> ExitCode {
@@ -131,6 +160,23 @@ async fn next_reply(conn: &mut Connection) -> Result<ControlReply> {
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     let state = StateDir::resolve(cli.state_dir.as_deref())?;
+    // The journal is a file: it is read and written without a running swarm.
+    if let Command::Journal { command } = &cli.command {
+        let journal = flock_actors::journal::Journal::open(
+            state.journal_dir(),
+            flock_actors::journal::DEFAULT_MAX_BYTES,
+        )?;
+        let out = match command {
+            JournalCommand::Read { last, json } => journal_cli::read(&journal, *last, *json)?,
+            JournalCommand::Query { expr, json } => journal_cli::query(&journal, expr, *json)?,
+            JournalCommand::Log { json } => journal_cli::log(&journal, json)?,
+        };
+        print!("{out}");
+        if !out.is_empty() && !out.ends_with('\n') {
+            println!();
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     // Logs outlive the swarm: read the file when no supervisor is running.
     if let Command::Logs { agent, follow: false, lines } = &cli.command
         && std::os::unix::net::UnixStream::connect(state.control_socket()).is_err()
@@ -259,6 +305,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Journal { .. } => unreachable!("handled before connecting"),
         Command::Down => {
             let reply = control(&mut conn, ControlRequest::Down).await?;
             if let ControlReply::Done(msg) = reply {
