@@ -17,6 +17,7 @@ use flock_ipc::{
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
+use crate::channels::{Caller, ChannelsMsg, ToolReply};
 use crate::store::{NewMessage, WriteOp, WriteOutcome};
 use crate::store_actor::{Origin, StoreMsg, StoredOutcome};
 
@@ -103,6 +104,11 @@ pub enum RouterMsg {
     Stop { agent: String },
     /// Refuse new sends: the swarm is shutting down.
     Drain,
+    /// Hand a channel notification to `agent` as a turn input (from the channels actor); the
+    /// channels actor hears back through `ChannelsMsg::DeltaDone`.
+    Delta { agent: String, channel: String, upto: u64, text: String },
+    /// Tell `agent` that `channel` was archived, so it closes that session.
+    SessionClosed { agent: String, channel: String },
     /// Routing facts for `flockctl ps`.
     Snapshot(RpcReplyPort<(Vec<RouteInfo>, RouterCounters)>),
 }
@@ -114,6 +120,8 @@ pub struct RouterArgs {
     pub control: ControlSink,
     /// Per agent: Unix ms of the last frame received from it (read by the heartbeat check).
     pub liveness: HashMap<String, Arc<AtomicU64>>,
+    /// The channels actor (`flock_*` tools, deltas), if channels are enabled.
+    pub channels: Option<ActorRef<ChannelsMsg>>,
 }
 
 pub struct Router;
@@ -128,6 +136,8 @@ struct Queued {
     /// Failed deliveries so far (durable messages only).
     attempts: u32,
     call_chain: Vec<String>,
+    /// For deltas: the channel and the seq the delta covers up to.
+    channel: Option<(String, u64)>,
 }
 
 struct Slot {
@@ -168,6 +178,7 @@ pub struct RouterState {
     requests: HashMap<MsgId, PendingRequest>,
     draining: bool,
     counters: RouterCounters,
+    channels: Option<ActorRef<ChannelsMsg>>,
 }
 
 pub(crate) fn unix_ms() -> u64 {
@@ -222,6 +233,7 @@ impl Actor for Router {
                     text: m.text,
                     attempts: m.attempts,
                     call_chain: Vec::new(),
+                    channel: None,
                 }),
                 // The agent was removed from the swarm file; its mail waits for it to return.
                 None => orphans += 1,
@@ -242,6 +254,7 @@ impl Actor for Router {
             requests: HashMap::new(),
             draining: false,
             counters: RouterCounters::default(),
+            channels: args.channels,
         })
     }
 
@@ -294,6 +307,15 @@ impl Actor for Router {
                 }
             }
             RouterMsg::Drain => state.draining = true,
+            RouterMsg::Delta { agent, channel, upto, text } => {
+                state.delta(&myself, agent, channel, upto, text);
+            }
+            RouterMsg::SessionClosed { agent, channel } => {
+                if let Some(conn) = state.slots.get(&agent).and_then(|s| s.conn) {
+                    let frame = Frame::new(ROUTER, &agent, Body::SessionClosed { channel });
+                    state.answer(conn, frame);
+                }
+            }
             RouterMsg::Snapshot(reply) => {
                 let infos = state
                     .spec
@@ -372,6 +394,9 @@ impl RouterState {
                 );
                 self.counters.connections += 1;
                 (self.events)(RouterEvent::Ready { agent: name.clone(), pid: hello.pid });
+                if let Some(ch) = &self.channels {
+                    let _ = ch.cast(ChannelsMsg::AgentReady { agent: name.clone() });
+                }
                 self.deliver_next(myself, &name);
             }
             (ConnKind::Control, Body::ClientHello { protocol_version, .. }) => {
@@ -443,6 +468,39 @@ impl RouterState {
             Body::Request { .. } => self.request(myself, conn, frame),
             Body::Ack { .. } | Body::Nack { .. } if kind == ConnKind::Agent => {
                 self.turn_finished(myself, identity, frame)
+            }
+            Body::ToolCall { name, arguments }
+                if kind == ConnKind::Agent && name.starts_with("flock_") =>
+            {
+                let role = self.slots.get(identity).map(|s| s.spec.role);
+                let outbox = self.conns.get(&conn).map(|i| i.outbox.clone());
+                match (&self.channels, outbox) {
+                    (Some(ch), Some(outbox)) => {
+                        let msg = ChannelsMsg::Tool {
+                            caller: Caller { id: identity.to_owned(), role },
+                            name: name.clone(),
+                            arguments: arguments.clone(),
+                            reply: ToolReply {
+                                outbox,
+                                frame_id: frame.id,
+                                to: identity.to_owned(),
+                            },
+                        };
+                        if ch.cast(msg).is_err() {
+                            let err = Frame::error(
+                                &frame,
+                                ErrorCode::Internal,
+                                "channels are not running",
+                            );
+                            self.answer(conn, err);
+                        }
+                    }
+                    _ => {
+                        let err =
+                            Frame::error(&frame, ErrorCode::Internal, "channels are not running");
+                        self.answer(conn, err);
+                    }
+                }
             }
             Body::ToolCall { name, arguments } if kind == ConnKind::Agent => {
                 let result = self.router_tool(identity, name, arguments);
@@ -561,6 +619,7 @@ impl RouterState {
                 attempt: 1,
                 durable: false,
                 call_chain: Vec::new(),
+                channel: None,
             }),
         };
         let target = self.slots.get(&out.to).and_then(|s| s.conn).and_then(|c| self.conns.get(&c));
@@ -631,6 +690,7 @@ impl RouterState {
             text: text.clone(),
             attempts: 0,
             call_chain: chain,
+            channel: None,
         });
         let to = frame.to.clone();
         self.deliver_next(myself, &to);
@@ -661,6 +721,7 @@ impl RouterState {
                     attempt: q.attempts + 1,
                     durable: q.kind == DeliveryKind::Message,
                     call_chain: q.call_chain.clone(),
+                    channel: q.channel.as_ref().map(|(c, _)| c.clone()),
                 }),
             };
             match info.outbox.try_send(frame) {
@@ -702,8 +763,11 @@ impl RouterState {
                 let Some(done) = slot.in_flight.take() else { return };
                 let op = match done.kind {
                     DeliveryKind::Message => WriteOp::Complete { id, agent: agent.into() },
-                    DeliveryKind::Request => WriteOp::CountTurn { agent: agent.into() },
+                    DeliveryKind::Request | DeliveryKind::Delta => {
+                        WriteOp::CountTurn { agent: agent.into() }
+                    }
                 };
+                self.delta_done(agent, &done, true);
                 let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
                 if done.kind == DeliveryKind::Request {
                     self.reply(id, agent, Body::Reply { text: reply.unwrap_or_default() });
@@ -724,6 +788,7 @@ impl RouterState {
                         );
                     }
                     DeliveryKind::Message => self.failed_delivery(agent, failed, reason),
+                    DeliveryKind::Delta => self.delta_done(agent, &failed, false),
                 }
             }
             _ => return,
@@ -772,6 +837,46 @@ impl RouterState {
         let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
     }
 
+    /// Queues a channel notification as a turn input of `agent`.
+    fn delta(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        agent: String,
+        channel: String,
+        upto: u64,
+        text: String,
+    ) {
+        let Some(slot) = self.slots.get_mut(&agent) else {
+            if let Some(ch) = &self.channels {
+                let _ = ch.cast(ChannelsMsg::DeltaDone { agent, channel, upto, ok: false });
+            }
+            return;
+        };
+        slot.queue.push_back(Queued {
+            id: new_id(),
+            kind: DeliveryKind::Delta,
+            sender: format!("#{channel}"),
+            text,
+            attempts: 0,
+            call_chain: Vec::new(),
+            channel: Some((channel, upto)),
+        });
+        self.deliver_next(myself, &agent);
+    }
+
+    /// Reports a delta's outcome to the channels actor.
+    fn delta_done(&self, agent: &str, q: &Queued, ok: bool) {
+        if let (Some(ch), Some((channel, upto))) = (&self.channels, &q.channel) {
+            let msg = ChannelsMsg::DeltaDone {
+                agent: agent.to_owned(),
+                channel: channel.clone(),
+                upto: *upto,
+                ok,
+            };
+            let _ = ch.cast(msg);
+        }
+    }
+
     fn closed(&mut self, conn: ConnId) {
         let Some(info) = self.conns.remove(&conn) else { return };
         if info.kind != ConnKind::Agent {
@@ -791,6 +896,8 @@ impl RouterState {
                 DeliveryKind::Message => {
                     self.failed_delivery(&agent, q, "the agent's connection closed mid-turn".into())
                 }
+                // The channels actor rolls its cursor back and retries when the agent returns.
+                DeliveryKind::Delta => self.delta_done(&agent, &q, false),
             }
         }
         (self.events)(RouterEvent::Disconnected { agent: agent.clone() });
@@ -811,6 +918,7 @@ impl RouterState {
                             text: msg.text,
                             attempts: 0,
                             call_chain: Vec::new(),
+                            channel: None,
                         });
                     }
                     self.deliver_next(myself, &target);

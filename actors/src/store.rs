@@ -87,8 +87,7 @@ const MIGRATIONS: &[&str] = &[
         agent   TEXT    NOT NULL,
         at      INTEGER NOT NULL,
         PRIMARY KEY (channel, agent)
-    ) WITHOUT ROWID;
-    ALTER TABLE messages ADD COLUMN channel TEXT;",
+    ) WITHOUT ROWID;",
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -51,6 +51,7 @@ async fn harness(extra: &str) -> Harness {
             events: Arc::new(|_| {}),
             control: Arc::new(|_| {}),
             liveness,
+            channels: None,
         },
     )
     .await

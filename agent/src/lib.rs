@@ -10,7 +10,7 @@ pub mod prompts;
 pub mod provider;
 pub mod tools;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,6 +28,8 @@ use crate::provider::{ChatMessage, LlmProvider, LlmStep, ScriptedProvider};
 
 /// Steps (model calls) a turn may take before it is ended (DESIGN.md §7).
 pub const MAX_STEPS: usize = 24;
+/// Messages a session keeps (DESIGN.md §7 `message_window`).
+const SESSION_WINDOW: usize = 80;
 /// Completed delivery ids remembered for dropping redeliveries.
 const REMEMBERED_IDS: usize = 4096;
 
@@ -126,7 +128,8 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
         let mut shutdown = false;
         for frame in batch.drain(..) {
             match &frame.body {
-                Body::Deliver(_) => {
+                // Session changes travel with the deliveries, so they apply in order.
+                Body::Deliver(_) | Body::SessionClosed { .. } => {
                     let _ = deliveries.send(frame);
                 }
                 Body::Cancel { reason } => {
@@ -191,7 +194,15 @@ async fn turns(
     let ModelSpec::Scripted(transcript) = spec.model.clone();
     let mut provider = ScriptedProvider::new(transcript);
     let mut completed: (HashSet<MsgId>, VecDeque<MsgId>) = Default::default();
+    // One conversation per channel (key: channel id; "" for direct messages and requests).
+    let mut sessions: HashMap<String, Vec<ChatMessage>> = HashMap::new();
     while let Some(frame) = inbox.recv().await {
+        if let Body::SessionClosed { channel } = &frame.body {
+            if sessions.remove(channel).is_some() {
+                println!("session #{channel} closed: the channel was archived");
+            }
+            continue;
+        }
         let Body::Deliver(delivery) = &frame.body else { continue };
         let id = frame.id;
         if completed.0.contains(&id) {
@@ -212,13 +223,15 @@ async fn turns(
             match delivery.kind {
                 DeliveryKind::Message => "message",
                 DeliveryKind::Request => "request",
+                DeliveryKind::Delta => "channel delta",
             },
             delivery.attempt,
             quote(&delivery.text)
         );
         let started = Instant::now();
+        let session = sessions.entry(delivery.channel.clone().unwrap_or_default()).or_default();
         let outcome = tokio::select! {
-            r = turn(&spec, &client, &mut provider, id, delivery) => Some(r),
+            r = turn(&spec, &client, &mut provider, id, delivery, session) => Some(r),
             _ = cancel.notified() => None,
         };
         *current.turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -264,16 +277,23 @@ async fn turn(
     provider: &mut impl LlmProvider,
     id: MsgId,
     delivery: &Delivery,
+    session: &mut Vec<ChatMessage>,
 ) -> Result<String, String> {
-    let mut conversation = vec![
-        ChatMessage::System(prompts::role_prompt(spec.role).to_owned()),
-        ChatMessage::User { from: delivery.sender.clone(), text: delivery.text.clone() },
-    ];
+    // The session keeps this channel's earlier turns; the system prompt always leads.
+    let mut conversation = vec![ChatMessage::System(prompts::role_prompt(spec.role).to_owned())];
+    conversation.extend(session.iter().cloned());
+    let start = conversation.len();
+    conversation
+        .push(ChatMessage::User { from: delivery.sender.clone(), text: delivery.text.clone() });
     let mut calls = 0u32;
     for _ in 0..MAX_STEPS {
         match provider.next(&conversation).await? {
             LlmStep::Final(text) => {
                 conversation.push(ChatMessage::Assistant(text.clone()));
+                // Only a finished turn joins the session (a failed one is retried from scratch).
+                session.extend(conversation.drain(start..));
+                let excess = session.len().saturating_sub(SESSION_WINDOW);
+                session.drain(..excess);
                 return Ok(text);
             }
             LlmStep::ToolCalls(requested) => {

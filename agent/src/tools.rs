@@ -1,6 +1,7 @@
-//! Tools an agent can call in this version: `agents__send`, `agents__request`, `agents__list`,
-//! `agents__catalog`. All go through the router, which checks the caller (from its connection)
-//! and the target. A malformed call returns an error *result* for the model, never an `Err`.
+//! Tools an agent can call: `agents__send`, `agents__request`, `agents__list`, `agents__catalog`
+//! and the channel tools `flock_*`. All go through the router (the `flock_*` ones on to the
+//! channels actor), which takes the caller's identity from its connection and checks its role.
+//! A malformed call returns an error *result* for the model, never an `Err`.
 
 use flock_ipc::id::derive_id;
 use flock_ipc::{Body, Frame, MsgId, SendMode};
@@ -8,7 +9,7 @@ use serde_json::Value;
 
 use crate::client::RouterClient;
 
-pub const TOOLS: &[&str] = &["agents__send", "agents__request", "agents__list", "agents__catalog"];
+pub use flock_config::KNOWN_TOOLS as TOOLS;
 
 /// Result of one tool call as the model sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,25 +104,31 @@ pub async fn execute(
                 Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
             }
         }
-        "agents__list" | "agents__catalog" => {
-            let frame = Frame::new(
-                &client.name,
-                flock_ipc::ROUTER,
-                Body::ToolCall { name: name.into(), arguments: args.to_string() },
-            );
-            match client.call(frame).await {
-                Ok(f) => answer(f, |b| match b {
-                    Body::ToolResult { ok, content } => ToolOutput { ok, content },
-                    other => {
-                        ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind()))
-                    }
-                }),
-                Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
-            }
+        // Router tools and the channels actor's tools: the caller's identity and role come from
+        // this connection, never from the arguments.
+        "agents__list" | "agents__catalog" => forward(client, name, &args).await,
+        other if other.starts_with("flock_") && TOOLS.contains(&other) => {
+            forward(client, name, &args).await
         }
         other => ToolOutput::err(format!(
             "BAD_REQUEST: no tool named `{other}`; available: {}",
             TOOLS.join(", ")
         )),
+    }
+}
+
+/// Runs a tool on the supervisor's side: `ToolCall` → `ToolResult`.
+async fn forward(client: &RouterClient, name: &str, args: &Value) -> ToolOutput {
+    let frame = Frame::new(
+        &client.name,
+        flock_ipc::ROUTER,
+        Body::ToolCall { name: name.into(), arguments: args.to_string() },
+    );
+    match client.call(frame).await {
+        Ok(f) => answer(f, |b| match b {
+            Body::ToolResult { ok, content } => ToolOutput { ok, content },
+            other => ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind())),
+        }),
+        Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
     }
 }

@@ -22,10 +22,25 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigErrors};
 pub use spec::*;
 
-/// Tools a scripted transcript may call. The agent runtime implements more (channel, file and
-/// memory tools), but these are the ones a transcript can use today.
-pub const KNOWN_TOOLS: &[&str] =
-    &["agents__send", "agents__request", "agents__list", "agents__catalog"];
+/// Tools an agent can call today (and so a scripted transcript may use): the router's
+/// `agents__*` tools and the channels actor's `flock_*` tools (DESIGN.md §8).
+pub const KNOWN_TOOLS: &[&str] = &[
+    "agents__send",
+    "agents__request",
+    "agents__list",
+    "agents__catalog",
+    "flock_channel_create",
+    "flock_channel_post",
+    "flock_channel_read",
+    "flock_channel_list",
+    "flock_assign_members",
+    "flock_channel_archive",
+    "flock_archive_ready",
+    "flock_message",
+    "flock_discover",
+    "flock_update_card",
+    "flock_sleep",
+];
 
 /// Reads and validates the swarm file at `path`.
 ///

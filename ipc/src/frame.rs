@@ -126,6 +126,11 @@ pub enum Body {
     Shutdown,
     ShutdownAck,
 
+    /// Router → agent: the channel was archived; close its session.
+    SessionClosed {
+        channel: String,
+    },
+
     /// Something failed; `correlation_id` names the frame that caused it, if any.
     Error {
         code: ErrorCode,
@@ -159,6 +164,7 @@ impl Body {
             Body::HeartbeatAck => "HeartbeatAck",
             Body::Shutdown => "Shutdown",
             Body::ShutdownAck => "ShutdownAck",
+            Body::SessionClosed { .. } => "SessionClosed",
             Body::Error { .. } => "Error",
             Body::Control(_) => "Control",
             Body::ControlReply(_) => "ControlReply",
@@ -203,6 +209,8 @@ pub enum SendMode {
 pub enum DeliveryKind {
     Message,
     Request,
+    /// A channel notification: the messages new to this agent since its cursor.
+    Delta,
 }
 
 /// One input handed to an agent.
@@ -218,6 +226,8 @@ pub struct Delivery {
     pub durable: bool,
     /// `agent@instance` of every agent whose request led to this one, oldest first.
     pub call_chain: Vec<String>,
+    /// The channel this input belongs to (deltas), so it lands in that channel's session.
+    pub channel: Option<String>,
 }
 
 /// Requests `flockctl` makes on the control socket.
@@ -244,6 +254,12 @@ pub enum ControlRequest {
     DeadLetters,
     /// Stop every agent (reverse order) and then the supervisor.
     Down,
+    /// Run a channel tool (`flock_channel_post`, …) as `human:<as_name>`; `arguments` is JSON.
+    Channel {
+        tool: String,
+        arguments: String,
+        as_name: String,
+    },
 }
 
 /// Answers on the control socket.
@@ -255,6 +271,8 @@ pub enum ControlReply {
     DeadLetters(Vec<DeadLetter>),
     /// The request was carried out; a human-readable confirmation.
     Done(String),
+    /// A tool's JSON result.
+    Json(String),
 }
 
 /// One row of `flockctl ps`.

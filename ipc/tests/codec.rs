@@ -40,6 +40,11 @@ fn control() -> impl Strategy<Value = ControlRequest> {
         s().prop_map(|agent| ControlRequest::Restart { agent }),
         Just(ControlRequest::DeadLetters),
         Just(ControlRequest::Down),
+        (s(), s(), s()).prop_map(|(tool, arguments, as_name)| ControlRequest::Channel {
+            tool,
+            arguments,
+            as_name
+        }),
     ]
 }
 
@@ -58,6 +63,7 @@ fn control_reply() -> impl Strategy<Value = ControlReply> {
             }]
         )),
         s().prop_map(ControlReply::Done),
+        s().prop_map(ControlReply::Json),
     ]
 }
 
@@ -81,16 +87,27 @@ fn body() -> impl Strategy<Value = Body> {
         Just(Body::Accepted),
         (s(), any::<u64>()).prop_map(|(text, timeout_ms)| Body::Request { text, timeout_ms }),
         s().prop_map(|text| Body::Reply { text }),
-        (s(), s(), any::<u32>(), any::<bool>(), proptest::collection::vec(s(), 0..3)).prop_map(
-            |(sender, text, attempt, durable, call_chain)| Body::Deliver(Delivery {
-                kind: if durable { DeliveryKind::Message } else { DeliveryKind::Request },
-                sender,
-                text,
-                attempt,
-                durable,
-                call_chain
-            })
-        ),
+        (
+            s(),
+            s(),
+            any::<u32>(),
+            0u8..3,
+            proptest::collection::vec(s(), 0..3),
+            proptest::option::of(s())
+        )
+            .prop_map(|(sender, text, attempt, kind, call_chain, channel)| Body::Deliver(
+                Delivery {
+                    kind: [DeliveryKind::Message, DeliveryKind::Request, DeliveryKind::Delta]
+                        [kind as usize],
+                    sender,
+                    text,
+                    attempt,
+                    durable: kind == 0,
+                    call_chain,
+                    channel
+                }
+            )),
+        s().prop_map(|channel| Body::SessionClosed { channel }),
         proptest::option::of(s()).prop_map(|reply| Body::Ack { reply }),
         s().prop_map(|reason| Body::Nack { reason }),
         s().prop_map(|reason| Body::Cancel { reason }),

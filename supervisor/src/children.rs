@@ -15,6 +15,8 @@ use nix::sys::signal::Signal;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 
+use flock_actors::journal::{JournalEvent, Status};
+
 use crate::backoff::{RestartDecision, RestartHistory};
 use crate::logs::LogHub;
 use crate::paths::StateDir;
@@ -133,6 +135,8 @@ pub struct ChildArgs {
     pub agent_bin: PathBuf,
     /// Where to ask for the whole swarm to stop (escalation).
     pub shutdown: mpsc::UnboundedSender<crate::up::StopReason>,
+    /// Restarts, give-ups and exits are journaled (DESIGN.md §9).
+    pub journal: Option<Arc<flock_actors::journal::Journal>>,
 }
 
 struct Child {
@@ -416,6 +420,18 @@ fn describe(status: &std::process::ExitStatus) -> String {
     }
 }
 
+/// Appends a supervision event to the journal (a journal failure never stops supervision).
+fn journal(args: &ChildArgs, agent: &str, kind: &str, status: Status, message: &str, exit: &str) {
+    if let Some(j) = &args.journal {
+        let event = JournalEvent::new("flock-supervisor", kind, status, message)
+            .param("agent", agent)
+            .param("last_exit", exit);
+        if let Err(e) = j.append(&event) {
+            eprintln!("flock: journal append failed: {e}");
+        }
+    }
+}
+
 fn new_token() -> String {
     format!("{:032x}", fastrand::u128(..))
 }
@@ -581,6 +597,7 @@ impl ChildSupState {
                             );
                             self.args.logs.line(name, "flock", &msg);
                             eprintln!("flock: agent {name} {msg}");
+                            journal(&self.args, name, "AGENT_FAILED", Status::Failed, &msg, &how);
                             for w in c.ready_waiters.drain(..) {
                                 let _ = w.send(Err(format!("{name} {msg}")));
                             }
@@ -591,11 +608,9 @@ impl ChildSupState {
                             }
                         }
                         RestartDecision::After(delay) => {
-                            self.args.logs.line(
-                                name,
-                                "flock",
-                                &format!("restarting in {} ms", delay.as_millis()),
-                            );
+                            let msg = format!("restarting in {} ms", delay.as_millis());
+                            self.args.logs.line(name, "flock", &msg);
+                            journal(&self.args, name, "AGENT_RESTART", Status::Success, &msg, &how);
                             let members = self.group_of(name, strategy);
                             let siblings: Vec<String> =
                                 members.iter().filter(|m| m.as_str() != name).cloned().collect();

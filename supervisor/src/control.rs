@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use flock_actors::channels::{Caller, ChannelsMsg};
 use flock_actors::{ControlCall, RouterMsg, StoreMsg};
 use flock_ipc::{Body, ControlReply, ControlRequest, ErrorCode, Frame, Outbox, PsRow, ROUTER};
 use ractor::ActorRef;
@@ -16,6 +17,7 @@ pub struct ControlCtx {
     pub children: ActorRef<ChildMsg>,
     pub router: ActorRef<RouterMsg>,
     pub store: ActorRef<StoreMsg>,
+    pub channels: ActorRef<ChannelsMsg>,
     pub logs: LogHub,
     pub shutdown: mpsc::UnboundedSender<crate::up::StopReason>,
     pub started: std::time::Instant,
@@ -108,6 +110,24 @@ async fn run(
                 .map_err(internal)?;
             Ok(ControlReply::DeadLetters(letters))
         }
+        ControlRequest::Channel { tool, arguments, as_name } => {
+            let name = as_name.trim();
+            if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err((
+                    ErrorCode::BadRequest,
+                    format!("`{as_name}` is not a usable name for --as: one word, e.g. --as alice"),
+                ));
+            }
+            let caller = Caller { id: format!("human:{name}"), role: None };
+            let result = ractor::call!(ctx.channels, |reply| ChannelsMsg::Human {
+                caller,
+                name: tool,
+                arguments,
+                reply
+            })
+            .map_err(internal)?;
+            result.map(ControlReply::Json)
+        }
         ControlRequest::Down => {
             let _ = ctx.shutdown.send(crate::up::StopReason::Requested("flockctl down".into()));
             Ok(ControlReply::Done("stopping every agent, then the supervisor".into()))
@@ -150,6 +170,7 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
     for (name, actor) in [
         ("router", ctx.router.get_cell()),
         ("store", ctx.store.get_cell()),
+        ("channels", ctx.channels.get_cell()),
         ("children", ctx.children.get_cell()),
     ] {
         rows.push(PsRow {

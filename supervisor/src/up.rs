@@ -11,6 +11,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
+use flock_actors::channels::{Channels, ChannelsArgs, ChannelsMsg};
+use flock_actors::journal::Journal;
 use flock_actors::{
     ConnKind, ConnLimits, ControlSink, Durability, EventSink, Router, RouterArgs, Store,
     StoreActor, serve,
@@ -93,6 +95,22 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
         .await
         .map_err(|e| anyhow!("start the store actor: {e}"))?;
 
+    let journal = Arc::new(
+        Journal::open(state.journal_dir(), flock_actors::journal::DEFAULT_MAX_BYTES)
+            .with_context(|| format!("open the journal in {}", state.journal_dir().display()))?,
+    );
+    let (channels, _) = Actor::spawn(
+        Some("channels".into()),
+        Channels,
+        ChannelsArgs {
+            spec: spec.clone(),
+            store: store_ref.clone(),
+            journal: Some(journal.clone()),
+        },
+    )
+    .await
+    .map_err(|e| anyhow!("start the channels actor: {e}"))?;
+
     let liveness: HashMap<String, Arc<AtomicU64>> =
         spec.agents.iter().map(|a| (a.name.clone(), Arc::default())).collect();
     let logs = LogHub::new(state.logs_dir());
@@ -126,10 +144,14 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
             events,
             control: control_sink,
             liveness: liveness.clone(),
+            channels: Some(channels.clone()),
         },
     )
     .await
     .map_err(|e| anyhow!("start the router: {e}"))?;
+    channels
+        .cast(ChannelsMsg::SetRouter(router.clone()))
+        .map_err(|e| anyhow!("wire the channels actor: {e}"))?;
 
     let spawner = Spawner::start(tokio::runtime::Handle::current())?;
     let (children, _) = Actor::spawn(
@@ -144,6 +166,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
             liveness,
             agent_bin,
             shutdown: shutdown_tx.clone(),
+            journal: Some(journal.clone()),
         },
     )
     .await
@@ -153,6 +176,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
         children: children.clone(),
         router: router.clone(),
         store: store_ref.clone(),
+        channels: channels.clone(),
         logs,
         shutdown: shutdown_tx.clone(),
         started,
@@ -202,6 +226,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     let _ = std::fs::remove_file(state.router_socket());
     children.stop(None);
     router.stop(None);
+    channels.stop(None);
     store_ref.stop(None);
     eprintln!("flock: swarm `{}` stopped", spec.name);
     match reason {

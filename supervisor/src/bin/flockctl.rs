@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use flock_ipc::{Body, Connection, ControlReply, ControlRequest, Frame, PsRow, ROUTER, SendMode};
 use flock_supervisor::journal_cli;
 use flock_supervisor::paths::StateDir;
+use serde_json::json;
 
 #[derive(Parser)]
 #[command(name = "flockctl", version, about = "Drive a running Flock swarm")]
@@ -61,10 +62,81 @@ enum Command {
     },
     /// Stop every agent in reverse start order, then the supervisor.
     Down,
+    /// Post to a channel as `human:NAME`.
+    Post {
+        /// The channel, e.g. '#project-login' (quote it: `#` starts a shell comment).
+        channel: String,
+        text: String,
+        /// Post as human:NAME [default: $USER, else operator].
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+    /// Read a channel: the newest messages, or those after a seq; --follow keeps printing.
+    Read {
+        channel: String,
+        /// Only messages with seq greater than N.
+        #[arg(long, value_name = "N")]
+        after: Option<u64>,
+        /// At most this many messages per page (max 200).
+        #[arg(long, default_value_t = 50)]
+        limit: u64,
+        /// Keep printing new messages as they arrive.
+        #[arg(short, long)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List channels: state, topic, members, last seq.
+    Channels {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create or archive a channel, or change its members (as a human, with orchestrator powers).
+    Channel {
+        #[command(subcommand)]
+        command: ChannelCommand,
+    },
     /// The shared journal: what happened, who did it, how it ended (works without a running swarm).
     Journal {
         #[command(subcommand)]
         command: JournalCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ChannelCommand {
+    /// Create a channel; you (human:NAME) become a member.
+    Create {
+        /// Id: 1–63 of a-z, 0-9 and -, e.g. project-login.
+        channel: String,
+        #[arg(long, default_value = "")]
+        topic: String,
+        /// Display name [default: the id].
+        #[arg(long)]
+        name: Option<String>,
+        /// Members, comma-separated: agent names or human:NAME.
+        #[arg(long, value_delimiter = ',')]
+        members: Vec<String>,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+    /// Start the archive protocol (members get a notice and a deadline); --force archives now.
+    Archive {
+        channel: String,
+        #[arg(long)]
+        force: bool,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+    /// Show members, or change them with --add/--remove (comma-separated).
+    Members {
+        channel: String,
+        #[arg(long, value_delimiter = ',')]
+        add: Vec<String>,
+        #[arg(long, value_delimiter = ',')]
+        remove: Vec<String>,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
     },
 }
 
@@ -306,6 +378,117 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Journal { .. } => unreachable!("handled before connecting"),
+        Command::Post { channel, text, as_name } => {
+            let args = json!({"channel": channel, "text": text});
+            let r = channel_tool(&mut conn, "flock_channel_post", args, as_name).await?;
+            println!("posted to #{} as seq {}", r["channel"].as_str().unwrap_or(""), r["seq"]);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Read { channel, after, limit, follow, json } => {
+            let mut after = after;
+            loop {
+                let mut args = json!({"channel": channel, "limit": limit});
+                if let Some(a) = after {
+                    args["after"] = json!(a);
+                }
+                let r = channel_tool(&mut conn, "flock_channel_read", args, None).await?;
+                let messages = r["messages"].as_array().cloned().unwrap_or_default();
+                if json {
+                    for m in &messages {
+                        println!("{m}");
+                    }
+                } else {
+                    if after.is_none() {
+                        println!(
+                            "#{} ({}) — {}{}",
+                            r["channel"].as_str().unwrap_or(""),
+                            r["state"].as_str().unwrap_or(""),
+                            r["topic"].as_str().unwrap_or(""),
+                            if messages.is_empty() { "\n(no messages)" } else { "" }
+                        );
+                    }
+                    for m in &messages {
+                        println!(
+                            "[{}] {}: {}",
+                            m["seq"],
+                            m["author"].as_str().unwrap_or(""),
+                            m["text"].as_str().unwrap_or("")
+                        );
+                    }
+                }
+                let last = messages.last().and_then(|m| m["seq"].as_u64());
+                after = last.or(after).or(Some(r["last_seq"].as_u64().unwrap_or(0)));
+                let more = r["more_after"].is_u64();
+                if more {
+                    continue;
+                }
+                if !follow {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
+        Command::Channels { json } => {
+            let r = channel_tool(&mut conn, "flock_channel_list", json!({}), None).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let list = r.as_array().cloned().unwrap_or_default();
+            if list.is_empty() {
+                println!("no channels yet; create one with `flockctl channel create ID --topic …`");
+            }
+            for c in list {
+                let members: Vec<&str> = c["members"]
+                    .as_array()
+                    .map(|m| m.iter().filter_map(|v| v.as_str()).collect())
+                    .unwrap_or_default();
+                println!(
+                    "#{:<24} {:<9} seq {:<5} {}  [{}]",
+                    c["channel"].as_str().unwrap_or(""),
+                    c["state"].as_str().unwrap_or(""),
+                    c["last_seq"],
+                    c["topic"].as_str().unwrap_or(""),
+                    members.join(", ")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Channel { command } => {
+            let (tool, args, as_name) = match command {
+                ChannelCommand::Create { channel, topic, name, members, as_name } => {
+                    let mut args = json!({"channel": channel, "topic": topic, "members": members});
+                    if let Some(n) = name {
+                        args["name"] = json!(n);
+                    }
+                    ("flock_channel_create", args, as_name)
+                }
+                ChannelCommand::Archive { channel, force, as_name } => {
+                    ("flock_channel_archive", json!({"channel": channel, "force": force}), as_name)
+                }
+                ChannelCommand::Members { channel, add, remove, as_name } => {
+                    if add.is_empty() && remove.is_empty() {
+                        let r =
+                            channel_tool(&mut conn, "flock_channel_list", json!({}), None).await?;
+                        let id = channel.trim_start_matches('#');
+                        let Some(c) =
+                            r.as_array().and_then(|l| l.iter().find(|c| c["channel"] == id))
+                        else {
+                            bail!("no channel `#{id}`; `flockctl channels` lists them");
+                        };
+                        for m in c["members"].as_array().cloned().unwrap_or_default() {
+                            println!("{}", m.as_str().unwrap_or(""));
+                        }
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    let args = json!({"channel": channel, "add": add, "remove": remove});
+                    ("flock_assign_members", args, as_name)
+                }
+            };
+            let r = channel_tool(&mut conn, tool, args, as_name).await?;
+            println!("{r}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Down => {
             let reply = control(&mut conn, ControlRequest::Down).await?;
             if let ControlReply::Done(msg) = reply {
@@ -316,6 +499,23 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             println!("swarm stopped");
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Runs a channel tool as `human:<name>` and returns its JSON result.
+async fn channel_tool(
+    conn: &mut Connection,
+    tool: &str,
+    args: serde_json::Value,
+    as_name: Option<String>,
+) -> Result<serde_json::Value> {
+    let as_name = as_name
+        .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| "operator".into());
+    let req = ControlRequest::Channel { tool: tool.into(), arguments: args.to_string(), as_name };
+    match control(conn, req).await? {
+        ControlReply::Json(text) => Ok(serde_json::from_str(&text)?),
+        other => bail!("unexpected answer {other:?}"),
     }
 }
 

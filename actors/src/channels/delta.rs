@@ -1,0 +1,181 @@
+//! Pure channel logic: delta notification text, `@mention` matching, channel ids. No I/O, so every
+//! rule is pinned by a unit test.
+
+/// At most this many messages in one notification.
+pub const DELTA_MAX_MESSAGES: usize = 20;
+/// Each message is cut to this many characters in a notification.
+pub const DELTA_MAX_CHARS: usize = 400;
+
+/// One channel message as a notification shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Msg {
+    pub seq: u64,
+    pub author: String,
+    pub text: String,
+}
+
+/// Renders the notification for `messages` (ascending seq, all newer than the reader's cursor).
+/// Keeps the *newest* [`DELTA_MAX_MESSAGES`] and points at `flock_channel_read` for the rest.
+pub fn render(channel: &str, name: &str, topic: &str, messages: &[Msg]) -> String {
+    let mut out = String::new();
+    let title =
+        if name.is_empty() || name == channel { String::new() } else { format!(" ({name})") };
+    out.push_str(&format!("[Channel: #{channel}]{title}\n"));
+    if !topic.is_empty() {
+        out.push_str(&format!("Topic: {topic}\n"));
+    }
+    let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
+        return out;
+    };
+    let skipped = messages.len().saturating_sub(DELTA_MAX_MESSAGES);
+    out.push_str(&format!("New messages: seq {}..{} ({})\n", first.seq, last.seq, messages.len()));
+    if skipped > 0 {
+        out.push_str(&format!(
+            "({skipped} older new messages not shown: flock_channel_read(channel=\"{channel}\", after={}))\n",
+            first.seq - 1
+        ));
+    }
+    out.push_str("--- New Messages ---\n");
+    let mut cut = false;
+    for m in &messages[skipped..] {
+        let chars = m.text.chars().count();
+        let text: String = m.text.chars().take(DELTA_MAX_CHARS).collect();
+        let ellipsis = if chars > DELTA_MAX_CHARS {
+            cut = true;
+            "…"
+        } else {
+            ""
+        };
+        out.push_str(&format!("[seq {}] {}: {text}{ellipsis}\n", m.seq, m.author));
+    }
+    out.push_str("--- End New Messages ---\n");
+    if cut {
+        out.push_str("(long messages were cut to 400 characters)\n");
+    }
+    out.push_str(&format!("Full history: flock_channel_read(channel=\"{channel}\")"));
+    out
+}
+
+/// Agent ids mentioned as `@id` in `text`: an exact token, case-insensitive (`@dev` does not
+/// mention `dev-code`, and `me@dev` is an address, not a mention). Lowercased, deduplicated.
+pub fn mentions(text: &str) -> Vec<String> {
+    let bytes = text.as_bytes();
+    let is_id = |b: u8| b.is_ascii_alphanumeric() || b == b'-';
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'@' && (i == 0 || !(is_id(bytes[i - 1]) || bytes[i - 1] == b'@')) {
+            let start = i + 1;
+            let mut end = start;
+            while end < bytes.len() && is_id(bytes[end]) {
+                end += 1;
+            }
+            // A trailing '-' is punctuation ("@dev-"), not part of the id.
+            let mut id_end = end;
+            while id_end > start && bytes[id_end - 1] == b'-' {
+                id_end -= 1;
+            }
+            if id_end > start {
+                let id = text[start..id_end].to_ascii_lowercase();
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// `[a-z0-9][a-z0-9-]{0,62}` (DESIGN.md §8).
+pub fn valid_channel_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// Accepts `#name` or `name`.
+pub fn strip_hash(channel: &str) -> &str {
+    channel.strip_prefix('#').unwrap_or(channel)
+}
+
+/// The channel id of the DM between two participants: order-independent.
+pub fn dm_channel_id(a: &str, b: &str) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+            .collect()
+    };
+    let (x, y) = if a <= b { (a, b) } else { (b, a) };
+    let mut id = format!("dm-{}--{}", clean(x), clean(y));
+    id.truncate(63);
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msgs(n: u64, len: usize) -> Vec<Msg> {
+        (1..=n).map(|seq| Msg { seq, author: "pm".into(), text: "x".repeat(len) }).collect()
+    }
+
+    #[test]
+    fn delta_names_channel_and_topic_and_lists_new_messages() {
+        let m = vec![
+            Msg { seq: 15, author: "pm".into(), text: "roadmap draft".into() },
+            Msg { seq: 16, author: "human:alice".into(), text: "scope?".into() },
+        ];
+        let d = render("project-logging", "project-logging", "Structured logging", &m);
+        assert!(d.starts_with("[Channel: #project-logging]\nTopic: Structured logging\n"));
+        assert!(d.contains("New messages: seq 15..16 (2)"));
+        assert!(d.contains("[seq 16] human:alice: scope?"));
+        assert!(d.ends_with("Full history: flock_channel_read(channel=\"project-logging\")"));
+    }
+
+    #[test]
+    fn delta_caps_at_twenty_newest_messages_with_a_read_pointer() {
+        let d = render("c", "c", "", &msgs(45, 5));
+        assert_eq!(d.matches("[seq ").count(), 20);
+        assert!(d.contains("[seq 26]") && d.contains("[seq 45]") && !d.contains("[seq 25]"));
+        assert!(d.contains(
+            "25 older new messages not shown: flock_channel_read(channel=\"c\", after=0)"
+        ));
+    }
+
+    #[test]
+    fn delta_cuts_each_message_at_400_chars() {
+        let d = render("c", "c", "", &msgs(1, 1000));
+        let line = d.lines().find(|l| l.starts_with("[seq 1]")).unwrap();
+        assert_eq!(line.chars().filter(|c| *c == 'x').count(), 400);
+        assert!(line.ends_with('…'));
+        assert!(d.contains("cut to 400 characters"));
+    }
+
+    #[test]
+    fn mentions_are_exact_tokens_case_insensitive() {
+        assert_eq!(mentions("@dev please look"), ["dev"]);
+        assert_eq!(mentions("@Dev-Code, and @dev."), ["dev-code", "dev"]);
+        assert!(mentions("mail me@dev.example").is_empty());
+        assert_eq!(mentions("(@qa) @qa @QA"), ["qa"]);
+        assert_eq!(mentions("@dev- done"), ["dev"]);
+        assert!(mentions("@ alone @@").is_empty());
+    }
+
+    #[test]
+    fn channel_ids_follow_the_pattern() {
+        assert!(valid_channel_id("project-login"));
+        assert!(valid_channel_id("0"));
+        assert!(!valid_channel_id("-x") && !valid_channel_id("Upper") && !valid_channel_id(""));
+        assert!(!valid_channel_id(&"a".repeat(64)));
+        assert_eq!(
+            dm_channel_id("worker-2", "human:alice"),
+            dm_channel_id("human:alice", "worker-2")
+        );
+        assert!(valid_channel_id(&dm_channel_id("worker-2", "human:alice")));
+    }
+}

@@ -1,0 +1,952 @@
+//! The channels actor: channels, membership, seq numbers, delta notifications, agent states,
+//! A2A cards and the archive protocol (DESIGN.md §8). Every `flock_*` tool call lands here with
+//! the caller's identity taken from its connection (agents) or from `flockctl` (humans), and the
+//! caller's powers are checked here, in code.
+//!
+//! Deltas: per (agent, channel) a durable cursor `sent_seq` (delivered and acknowledged) and
+//! `scheduled_seq` (handed to a notification in flight). A post raises `scheduled_seq` and arms one
+//! timer per (agent, channel) — bursts inside the delay coalesce into one notification. When the
+//! timer fires, the router delivers the rendered delta as a turn input; the agent's `Ack` moves
+//! `sent_seq` up; a failure rolls `scheduled_seq` back and the next post (or the agent becoming
+//! ready) retries. Nothing at or below `sent_seq` is ever sent again, across any restart.
+
+pub mod delta;
+pub mod store;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flock_config::{Role, SwarmSpec};
+use flock_ipc::{Body, ErrorCode, Frame, MsgId, Outbox, ROUTER};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use self::delta::{Msg, dm_channel_id, mentions, render, strip_hash, valid_channel_id};
+use self::store::{Card, ChannelRow, ChannelState, Cursor};
+use crate::journal::{Journal, JournalEvent, Status};
+use crate::router::RouterMsg;
+use crate::store::{Store, StoreError, now_ms};
+use crate::store_actor::StoreMsg;
+
+/// Tools this actor answers: the `flock_*` part of `flock_config::KNOWN_TOOLS`.
+pub fn is_channel_tool(name: &str) -> bool {
+    name.starts_with("flock_") && flock_config::KNOWN_TOOLS.contains(&name)
+}
+
+/// Tools only the orchestrator (and humans through `flockctl`) may call (DESIGN.md §8).
+const ORCHESTRATOR_TOOLS: &[&str] =
+    &["flock_channel_create", "flock_channel_archive", "flock_assign_members"];
+
+/// Page size of `flock_channel_read` when none is asked for, and its maximum.
+const READ_DEFAULT: usize = 50;
+const READ_MAX: usize = 200;
+
+/// Who is calling, as established by the connection — never by tool arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// Agent name, or `human:<name>`.
+    pub id: String,
+    /// `None` for humans.
+    pub role: Option<Role>,
+}
+
+impl Caller {
+    fn is_human(&self) -> bool {
+        self.role.is_none()
+    }
+    fn may(&self, tool: &str) -> bool {
+        !ORCHESTRATOR_TOOLS.contains(&tool)
+            || self.is_human()
+            || self.role == Some(Role::Orchestrator)
+    }
+}
+
+/// Agent attention states (DESIGN.md §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentState {
+    Awake,
+    Sleep,
+    Reactive,
+}
+
+impl AgentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentState::Awake => "AWAKE",
+            AgentState::Sleep => "SLEEP",
+            AgentState::Reactive => "REACTIVE",
+        }
+    }
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "AWAKE" => Some(AgentState::Awake),
+            "SLEEP" => Some(AgentState::Sleep),
+            "REACTIVE" => Some(AgentState::Reactive),
+            _ => None,
+        }
+    }
+}
+
+/// Where the answer to an agent's tool call goes.
+#[derive(Debug, Clone)]
+pub struct ToolReply {
+    pub outbox: Outbox,
+    pub frame_id: MsgId,
+    pub to: String,
+}
+
+pub type ToolResult = Result<String, (ErrorCode, String)>;
+
+pub enum ChannelsMsg {
+    /// A `flock_*` call from an agent connection.
+    Tool { caller: Caller, name: String, arguments: String, reply: ToolReply },
+    /// The same tools for a human through `flockctl`.
+    Human { caller: Caller, name: String, arguments: String, reply: RpcReplyPort<ToolResult> },
+    /// The coalescing delay of (agent, channel) passed: send its delta.
+    DeltaDue { agent: String, channel: String },
+    /// The router's verdict on a delta: acknowledged by the agent's turn, or failed.
+    DeltaDone { agent: String, channel: String, upto: u64, ok: bool },
+    /// An agent (re)connected: retry deltas that failed while it was away.
+    AgentReady { agent: String },
+    /// The archive deadline of a channel passed.
+    ArchiveDeadline { channel: String },
+    /// Wiring: the router, once it exists.
+    SetRouter(ActorRef<RouterMsg>),
+}
+
+pub struct ChannelsArgs {
+    pub spec: Arc<SwarmSpec>,
+    pub store: ActorRef<StoreMsg>,
+    pub journal: Option<Arc<Journal>>,
+}
+
+pub struct Channels;
+
+pub struct ChannelsState {
+    spec: Arc<SwarmSpec>,
+    store: ActorRef<StoreMsg>,
+    router: Option<ActorRef<RouterMsg>>,
+    journal: Option<Arc<Journal>>,
+    channels: HashMap<String, ChannelRow>,
+    cursors: HashMap<(String, String), Cursor>,
+    states: HashMap<String, AgentState>,
+    cards: HashMap<String, Card>,
+    /// (agent, channel) pairs with a delta timer armed or a delta in flight.
+    armed: HashSet<(String, String)>,
+    /// Deltas that failed, by (agent, channel): the seq to retry up to when the agent is back.
+    retry: HashMap<(String, String), u64>,
+}
+
+impl Actor for Channels {
+    type Msg = ChannelsMsg;
+    type State = ChannelsState;
+    type Arguments = ChannelsArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ChannelsMsg>,
+        args: ChannelsArgs,
+    ) -> Result<ChannelsState, ActorProcessingErr> {
+        let (channels, cursors, states, cards) = with_store(&args.store, |s| {
+            Ok((s.channels()?, s.cursors()?, s.agent_states()?, s.cards()?))
+        })
+        .await
+        .map_err(|e| format!("load channels: {e}"))?;
+        let mut st = ChannelsState {
+            spec: args.spec,
+            store: args.store,
+            router: None,
+            journal: args.journal,
+            channels: channels.into_iter().map(|c| (c.id.clone(), c)).collect(),
+            cursors: cursors.into_iter().map(|(a, c, cur)| ((a, c), cur)).collect(),
+            states: states
+                .into_iter()
+                .filter_map(|(a, s)| AgentState::parse(&s).map(|s| (a, s)))
+                .collect(),
+            cards: cards.into_iter().map(|c| (c.agent.clone(), c)).collect(),
+            armed: HashSet::new(),
+            retry: HashMap::new(),
+        };
+        // Archive deadlines survive restarts.
+        let now = now_ms();
+        for c in st.channels.values() {
+            if let (ChannelState::Archiving, Some(deadline)) = (c.state, c.archive_deadline_at) {
+                let wait = Duration::from_millis(deadline.saturating_sub(now).max(0) as u64);
+                let channel = c.id.clone();
+                myself.send_after(wait, move || ChannelsMsg::ArchiveDeadline { channel });
+            }
+        }
+        // A delta that was in flight when the supervisor stopped was never acknowledged: its
+        // messages are still new to the agent (not a replay), so it is scheduled again.
+        let unfinished: Vec<(String, String)> = st
+            .cursors
+            .iter()
+            .filter(|(_, c)| c.scheduled_seq > c.sent_seq)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (agent, channel) in unfinished {
+            if let Some(c) = st.cursors.get_mut(&(agent.clone(), channel.clone())) {
+                c.scheduled_seq = c.sent_seq;
+            }
+            let upto = st.channels.get(&channel).map_or(0, |c| c.last_seq);
+            st.schedule(&myself, &agent, &channel, upto).await;
+        }
+        Ok(st)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ChannelsMsg>,
+        msg: ChannelsMsg,
+        st: &mut ChannelsState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ChannelsMsg::SetRouter(r) => st.router = Some(r),
+            ChannelsMsg::Tool { caller, name, arguments, reply } => {
+                let result = st.tool(&myself, &caller, &name, &arguments).await;
+                let (ok, content) = match result {
+                    Ok(c) => (true, c),
+                    Err((code, msg)) => (false, format!("{code}: {msg}")),
+                };
+                let frame = Frame {
+                    correlation_id: Some(reply.frame_id),
+                    ..Frame::new(ROUTER, reply.to, Body::ToolResult { ok, content })
+                };
+                let _ = reply.outbox.try_send(frame);
+            }
+            ChannelsMsg::Human { caller, name, arguments, reply } => {
+                let result = st.tool(&myself, &caller, &name, &arguments).await;
+                let _ = reply.send(result);
+            }
+            ChannelsMsg::DeltaDue { agent, channel } => st.send_delta(&agent, &channel).await,
+            ChannelsMsg::DeltaDone { agent, channel, upto, ok } => {
+                st.delta_done(&myself, &agent, &channel, upto, ok).await;
+            }
+            ChannelsMsg::AgentReady { agent } => {
+                // Retry deltas that failed while the agent was away; an AWAKE agent also gets
+                // whatever its channels received since its cursor.
+                let awake = st.state_of(&agent) == AgentState::Awake;
+                let mut due: Vec<(String, u64)> = Vec::new();
+                for c in st.channels.values().filter(|c| c.members.contains(&agent)) {
+                    let key = (agent.clone(), c.id.clone());
+                    let sent = st.cursors.get(&key).map_or(0, |cur| cur.sent_seq);
+                    if let Some(upto) = st.retry.remove(&key) {
+                        due.push((c.id.clone(), upto.max(if awake { c.last_seq } else { 0 })));
+                    } else if awake && c.last_seq > sent && c.state != ChannelState::Archived {
+                        due.push((c.id.clone(), c.last_seq));
+                    }
+                }
+                for (channel, upto) in due {
+                    st.schedule(&myself, &agent, &channel, upto).await;
+                }
+            }
+            ChannelsMsg::ArchiveDeadline { channel } => st.archive_deadline(&channel).await,
+        }
+        Ok(())
+    }
+}
+
+/// Runs `f` on the store inside the store actor and waits for its result.
+async fn with_store<T: Send + 'static>(
+    store: &ActorRef<StoreMsg>,
+    f: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = oneshot::channel();
+    let job: crate::store_actor::StoreJob = Box::new(move |s: &mut Store| {
+        let _ = tx.send(f(s).map_err(|e| e.to_string()));
+    });
+    store.cast(StoreMsg::With(job)).map_err(|e| format!("the store is not running: {e}"))?;
+    rx.await.map_err(|_| "the store dropped the request".to_string())?
+}
+
+fn bad(msg: impl Into<String>) -> (ErrorCode, String) {
+    (ErrorCode::BadRequest, msg.into())
+}
+
+fn internal(msg: impl std::fmt::Display) -> (ErrorCode, String) {
+    (ErrorCode::Internal, msg.to_string())
+}
+
+fn str_arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str)
+}
+
+fn list_arg(args: &Value, key: &str) -> Result<Vec<String>, (ErrorCode, String)> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| bad(format!("`{key}` must be a list of strings")))
+            })
+            .collect(),
+        Some(_) => Err(bad(format!("`{key}` must be a list of strings"))),
+    }
+}
+
+fn iso(ms: i64) -> String {
+    crate::journal::format_timestamp(ms.max(0) as u64)
+}
+
+impl ChannelsState {
+    async fn db<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, (ErrorCode, String)> {
+        with_store(&self.store, f).await.map_err(internal)
+    }
+
+    fn journal(&self, event: JournalEvent) {
+        if let Some(j) = &self.journal
+            && let Err(e) = j.append(&event)
+        {
+            eprintln!("flock channels: journal append failed: {e}");
+        }
+    }
+
+    fn role_of(&self, agent: &str) -> Option<Role> {
+        self.spec.agent(agent).map(|a| a.role)
+    }
+
+    fn is_agent(&self, id: &str) -> bool {
+        self.spec.agent(id).is_some()
+    }
+
+    fn state_of(&self, agent: &str) -> AgentState {
+        self.states.get(agent).copied().unwrap_or(match self.role_of(agent) {
+            Some(Role::Sysadmin) => AgentState::Reactive,
+            _ => AgentState::Awake,
+        })
+    }
+
+    /// Checks that every name is an agent of the swarm or `human:<name>`.
+    fn check_participants(&self, names: &[String]) -> Result<(), (ErrorCode, String)> {
+        for n in names {
+            let human = n.strip_prefix("human:").is_some_and(|h| !h.is_empty());
+            if !human && !self.is_agent(n) {
+                let known: Vec<&str> = self.spec.agents.iter().map(|a| a.name.as_str()).collect();
+                return Err((
+                    ErrorCode::AgentNotFound,
+                    format!("`{n}` is neither an agent ({}) nor `human:<name>`", known.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn channel(&self, arg: Option<&str>) -> Result<&ChannelRow, (ErrorCode, String)> {
+        let id = strip_hash(arg.ok_or_else(|| bad("`channel` is required"))?);
+        self.channels.get(id).ok_or_else(|| {
+            bad(format!("no channel `#{id}`; flock_channel_list shows the channels"))
+        })
+    }
+
+    /// Runs one tool for `caller`; every call is journaled with its outcome.
+    async fn tool(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        caller: &Caller,
+        name: &str,
+        arguments: &str,
+    ) -> ToolResult {
+        let args: Value = match serde_json::from_str(if arguments.trim().is_empty() {
+            "{}"
+        } else {
+            arguments
+        }) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => return Err(bad("tool arguments must be a JSON object")),
+        };
+        let result = if !is_channel_tool(name) {
+            let tools: Vec<&str> = flock_config::KNOWN_TOOLS
+                .iter()
+                .copied()
+                .filter(|t| t.starts_with("flock_"))
+                .collect();
+            Err(bad(format!("no channel tool `{name}`; available: {}", tools.join(", "))))
+        } else if !caller.may(name) {
+            Err((
+                ErrorCode::Forbidden,
+                format!(
+                    "`{}` is a {} and may not call {name}: only the orchestrator (or a human through flockctl) may",
+                    caller.id,
+                    caller.role.map_or("human", Role::as_str)
+                ),
+            ))
+        } else {
+            self.run(myself, caller, name, &args).await
+        };
+        let (status, message) = match &result {
+            Ok(r) => {
+                let mut short: String = r.chars().take(200).collect();
+                if r.chars().count() > 200 {
+                    short.push('…');
+                }
+                (Status::Success, short)
+            }
+            Err((code, msg)) => (Status::Failed, format!("{code}: {msg}")),
+        };
+        let mut event = JournalEvent::new(&caller.id, name.to_ascii_uppercase(), status, &message)
+            .param("tool", json!(name))
+            .param("arguments", args);
+        if matches!(&result, Err((ErrorCode::Forbidden, _))) {
+            event = event.param("forbidden", Value::Bool(true));
+        }
+        self.journal(event);
+        result
+    }
+
+    async fn run(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        caller: &Caller,
+        name: &str,
+        args: &Value,
+    ) -> ToolResult {
+        match name {
+            "flock_channel_create" => {
+                let id = strip_hash(
+                    str_arg(args, "channel")
+                        .or_else(|| str_arg(args, "id"))
+                        .ok_or_else(|| bad("`channel` (the new channel's id) is required"))?,
+                )
+                .to_owned();
+                if !valid_channel_id(&id) {
+                    return Err(bad(format!(
+                        "`{id}` is not a valid channel id: use 1–63 of a-z, 0-9 and -, starting with a letter or digit"
+                    )));
+                }
+                if self.channels.contains_key(&id) {
+                    return Err(bad(format!("channel `#{id}` already exists")));
+                }
+                let mut members = list_arg(args, "members")?;
+                self.check_participants(&members)?;
+                if !members.contains(&caller.id) {
+                    members.insert(0, caller.id.clone());
+                }
+                let row = ChannelRow {
+                    id: id.clone(),
+                    name: str_arg(args, "name").unwrap_or(&id).to_owned(),
+                    topic: str_arg(args, "topic").unwrap_or_default().to_owned(),
+                    created_by: caller.id.clone(),
+                    created_at: now_ms(),
+                    state: ChannelState::Active,
+                    last_seq: 0,
+                    is_dm: false,
+                    members,
+                    archiving_started_at: None,
+                    archive_deadline_at: None,
+                    ready: Vec::new(),
+                };
+                let r = row.clone();
+                self.db(move |s| s.create_channel(&r)).await?;
+                self.channels.insert(id.clone(), row.clone());
+                Ok(json!({"channel": id, "topic": row.topic, "members": row.members}).to_string())
+            }
+            "flock_channel_post" => {
+                let channel = self.channel(str_arg(args, "channel"))?.id.clone();
+                let text = str_arg(args, "text").ok_or_else(|| bad("`text` is required"))?;
+                let seq = self.post(myself, &channel, &caller.id, text).await?;
+                Ok(json!({"channel": channel, "seq": seq}).to_string())
+            }
+            "flock_channel_read" => {
+                let ch = self.channel(str_arg(args, "channel"))?.clone();
+                let limit = args
+                    .get("limit")
+                    .and_then(Value::as_u64)
+                    .map_or(READ_DEFAULT, |l| (l as usize).clamp(1, READ_MAX));
+                let id = ch.id.clone();
+                let messages = match args.get("after").and_then(Value::as_u64) {
+                    Some(after) => self.db(move |s| s.messages_after(&id, after, limit)).await?,
+                    // No cursor: the newest page, so the end of a long channel is one call away.
+                    None => {
+                        let last = ch.last_seq;
+                        self.db(move |s| s.messages_between(&id, 0, last, limit)).await?
+                    }
+                };
+                let next_after = messages.last().map(|m| m.seq);
+                Ok(json!({
+                    "channel": ch.id, "name": ch.name, "topic": ch.topic, "state": ch.state.as_str(),
+                    "last_seq": ch.last_seq,
+                    "messages": messages.iter().map(|m| json!({"seq": m.seq, "author": m.author, "text": m.text})).collect::<Vec<_>>(),
+                    "more_after": next_after.filter(|s| *s < ch.last_seq),
+                })
+                .to_string())
+            }
+            "flock_channel_list" => {
+                let mut list: Vec<&ChannelRow> = self.channels.values().collect();
+                list.sort_by_key(|c| (c.created_at, c.id.clone()));
+                let v: Vec<Value> = list
+                    .iter()
+                    .map(|c| {
+                        json!({"channel": c.id, "name": c.name, "topic": c.topic, "state": c.state.as_str(),
+                               "members": c.members, "last_seq": c.last_seq, "dm": c.is_dm,
+                               "member": c.members.contains(&caller.id)})
+                    })
+                    .collect();
+                Ok(Value::Array(v).to_string())
+            }
+            "flock_assign_members" => {
+                let ch = self.channel(str_arg(args, "channel"))?.clone();
+                if ch.state == ChannelState::Archived {
+                    return Err(bad(format!("#{} is archived; its members cannot change", ch.id)));
+                }
+                let add = list_arg(args, "add")?;
+                let remove = list_arg(args, "remove")?;
+                self.check_participants(&add)?;
+                let (id, a, r) = (ch.id.clone(), add.clone(), remove.clone());
+                self.db(move |s| s.change_members(&id, &a, &r)).await?;
+                let c =
+                    self.channels.get_mut(&ch.id).ok_or_else(|| internal("channel vanished"))?;
+                for m in &add {
+                    if !c.members.contains(m) {
+                        c.members.push(m.clone());
+                    }
+                }
+                c.members.retain(|m| !remove.contains(m));
+                c.ready.retain(|m| !remove.contains(m));
+                let members = c.members.clone();
+                // Readiness is re-evaluated whenever membership changes.
+                if ch.state == ChannelState::Archiving {
+                    self.evaluate_archive(&ch.id).await;
+                }
+                Ok(json!({"channel": ch.id, "members": members}).to_string())
+            }
+            "flock_channel_archive" => {
+                let ch = self.channel(str_arg(args, "channel"))?.clone();
+                if ch.state == ChannelState::Archived {
+                    return Err(bad(format!("#{} is already archived", ch.id)));
+                }
+                let force = args.get("force").and_then(Value::as_bool).unwrap_or(false);
+                if force {
+                    self.archive_now(&ch.id, &format!("forced by {}", caller.id)).await?;
+                    return Ok(json!({"channel": ch.id, "state": "archived"}).to_string());
+                }
+                if ch.state == ChannelState::Archiving {
+                    return Err(bad(format!("#{} is already being archived", ch.id)));
+                }
+                self.start_archive(myself, caller, &ch.id).await?;
+                let c = &self.channels[&ch.id];
+                Ok(json!({"channel": ch.id, "state": c.state.as_str(),
+                          "deadline": c.archive_deadline_at.map(iso)})
+                .to_string())
+            }
+            "flock_archive_ready" => {
+                let ch = self.channel(str_arg(args, "channel"))?.clone();
+                if !ch.members.contains(&caller.id) {
+                    return Err(bad(format!("`{}` is not a member of #{}", caller.id, ch.id)));
+                }
+                if ch.state != ChannelState::Archiving {
+                    return Err(bad(format!(
+                        "#{} is {}, not being archived",
+                        ch.id,
+                        ch.state.as_str()
+                    )));
+                }
+                let (id, who) = (ch.id.clone(), caller.id.clone());
+                self.db(move |s| s.mark_archive_ready(&id, &who)).await?;
+                if let Some(c) = self.channels.get_mut(&ch.id)
+                    && !c.ready.contains(&caller.id)
+                {
+                    c.ready.push(caller.id.clone());
+                }
+                // A repeated "ready" re-checks completion too.
+                self.evaluate_archive(&ch.id).await;
+                Ok(json!({"channel": ch.id, "state": self.channels[&ch.id].state.as_str()})
+                    .to_string())
+            }
+            "flock_message" => {
+                let to = str_arg(args, "to").ok_or_else(|| bad("`to` is required"))?.to_owned();
+                let text = str_arg(args, "text").ok_or_else(|| bad("`text` is required"))?;
+                self.check_participants(std::slice::from_ref(&to))?;
+                if to == caller.id {
+                    return Err(bad("a DM needs someone else"));
+                }
+                let id = dm_channel_id(&caller.id, &to);
+                if !self.channels.contains_key(&id) {
+                    let row = ChannelRow {
+                        id: id.clone(),
+                        name: format!("DM {} / {}", caller.id, to),
+                        topic: String::new(),
+                        created_by: caller.id.clone(),
+                        created_at: now_ms(),
+                        state: ChannelState::Active,
+                        last_seq: 0,
+                        is_dm: true,
+                        members: vec![caller.id.clone(), to.clone()],
+                        archiving_started_at: None,
+                        archive_deadline_at: None,
+                        ready: Vec::new(),
+                    };
+                    let r = row.clone();
+                    self.db(move |s| s.create_channel(&r)).await?;
+                    self.channels.insert(id.clone(), row);
+                }
+                let seq = self.post(myself, &id, &caller.id, text).await?;
+                Ok(json!({"channel": id, "seq": seq}).to_string())
+            }
+            "flock_discover" => {
+                let query = str_arg(args, "query").unwrap_or_default().to_lowercase();
+                let role = str_arg(args, "role").map(str::to_lowercase);
+                let skill = str_arg(args, "skill").map(str::to_lowercase);
+                let found: Vec<Value> = self
+                    .spec
+                    .agents
+                    .iter()
+                    .filter_map(|a| {
+                        let card = self.cards.get(&a.name).cloned().unwrap_or_default();
+                        let description = if card.description.is_empty() { a.description.clone() } else { card.description.clone() };
+                        let haystack = format!(
+                            "{} {} {} {} {} {}",
+                            a.name, a.role.as_str(), a.archetype.clone().unwrap_or_default(), description,
+                            card.skills.join(" "), card.tags.join(" ")
+                        )
+                        .to_lowercase();
+                        let ok = haystack.contains(&query)
+                            && role.as_deref().is_none_or(|r| r == a.role.as_str())
+                            && skill.as_deref().is_none_or(|s| card.skills.iter().any(|k| k.to_lowercase() == s));
+                        ok.then(|| {
+                            json!({"name": a.name, "role": a.role.as_str(), "archetype": a.archetype,
+                                   "description": description, "skills": card.skills, "tags": card.tags,
+                                   "state": self.state_of(&a.name).as_str()})
+                        })
+                    })
+                    .collect();
+                Ok(Value::Array(found).to_string())
+            }
+            "flock_update_card" => {
+                if caller.is_human() {
+                    return Err(bad("cards belong to agents"));
+                }
+                let mut card = self
+                    .cards
+                    .get(&caller.id)
+                    .cloned()
+                    .unwrap_or_else(|| Card { agent: caller.id.clone(), ..Card::default() });
+                if let Some(d) = str_arg(args, "description") {
+                    card.description = d.to_owned();
+                }
+                if args.get("skills").is_some() {
+                    card.skills = list_arg(args, "skills")?;
+                }
+                if args.get("tags").is_some() {
+                    card.tags = list_arg(args, "tags")?;
+                }
+                let c = card.clone();
+                self.db(move |s| s.put_card(&c)).await?;
+                self.cards.insert(caller.id.clone(), card.clone());
+                Ok(json!({"agent": card.agent, "description": card.description, "skills": card.skills, "tags": card.tags}).to_string())
+            }
+            "flock_sleep" => {
+                if caller.is_human() {
+                    return Err(bad("humans do not sleep here"));
+                }
+                self.set_state(&caller.id, AgentState::Sleep).await?;
+                Ok(json!({"agent": caller.id, "state": "SLEEP", "wakes_on": "a @mention or a DM"})
+                    .to_string())
+            }
+            _ => Err(bad(format!("no channel tool `{name}`"))),
+        }
+    }
+
+    async fn set_state(
+        &mut self,
+        agent: &str,
+        state: AgentState,
+    ) -> Result<(), (ErrorCode, String)> {
+        if self.state_of(agent) == state {
+            return Ok(());
+        }
+        let (a, s) = (agent.to_owned(), state.as_str());
+        self.db(move |st| st.set_agent_state(&a, s)).await?;
+        self.states.insert(agent.to_owned(), state);
+        self.journal(JournalEvent::new(
+            agent,
+            "AGENT_STATE",
+            Status::Success,
+            format!("{agent} is {}", state.as_str()),
+        ));
+        Ok(())
+    }
+
+    /// Appends a message (seq assigned in its insert transaction) and notifies members.
+    async fn post(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        channel: &str,
+        author: &str,
+        text: &str,
+    ) -> Result<u64, (ErrorCode, String)> {
+        let ch =
+            self.channels.get(channel).ok_or_else(|| bad(format!("no channel `#{channel}`")))?;
+        if ch.state == ChannelState::Archived {
+            return Err(bad(format!(
+                "#{channel} is archived and read-only: flock_channel_read still works; post in an active channel (flock_channel_list) instead"
+            )));
+        }
+        let (c, a, t) = (channel.to_owned(), author.to_owned(), text.to_owned());
+        let seq = self.db(move |s| s.post_message(&c, &a, &t)).await?;
+        let ch = self.channels.get_mut(channel).ok_or_else(|| internal("channel vanished"))?;
+        ch.last_seq = seq;
+        let members = ch.members.clone();
+        let is_dm = ch.is_dm;
+        let mentioned = mentions(text);
+        for m in members {
+            if m == author || !self.is_agent(&m) {
+                continue; // humans see the channel through their bridge, never through deltas
+            }
+            let is_mentioned = mentioned.contains(&m.to_lowercase());
+            let notify = match self.state_of(&m) {
+                AgentState::Awake => true,
+                AgentState::Sleep => is_mentioned,
+                AgentState::Reactive => is_mentioned || is_dm,
+            };
+            if !notify {
+                continue;
+            }
+            if self.state_of(&m) == AgentState::Sleep {
+                let _ = self.set_state(&m, AgentState::Awake).await;
+            }
+            self.schedule(myself, &m, channel, seq).await;
+        }
+        Ok(seq)
+    }
+
+    /// Raises the scheduled cursor to `upto` and arms the coalescing timer if none is armed.
+    async fn schedule(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        agent: &str,
+        channel: &str,
+        upto: u64,
+    ) {
+        let key = (agent.to_owned(), channel.to_owned());
+        let cur = self.cursors.get(&key).copied().unwrap_or_default();
+        if upto <= cur.scheduled_seq {
+            return;
+        }
+        let new = Cursor { sent_seq: cur.sent_seq, scheduled_seq: upto };
+        let (a, c) = key.clone();
+        if let Err(e) = self.db(move |s| s.set_cursor(&a, &c, new)).await {
+            eprintln!("flock channels: cursor write failed: {e:?}");
+            return;
+        }
+        self.cursors.insert(key.clone(), new);
+        if self.armed.insert(key) {
+            let (min, max) =
+                (self.spec.channels.delta_delay_min_ms, self.spec.channels.delta_delay_max_ms);
+            let delay = if max > min { fastrand::u64(min..=max) } else { min };
+            let (agent, channel) = (agent.to_owned(), channel.to_owned());
+            if delay == 0 {
+                let _ = myself.cast(ChannelsMsg::DeltaDue { agent, channel });
+            } else {
+                myself.send_after(Duration::from_millis(delay), move || ChannelsMsg::DeltaDue {
+                    agent,
+                    channel,
+                });
+            }
+        }
+    }
+
+    async fn send_delta(&mut self, agent: &str, channel: &str) {
+        let key = (agent.to_owned(), channel.to_owned());
+        let cur = self.cursors.get(&key).copied().unwrap_or_default();
+        let Some(ch) = self.channels.get(channel) else {
+            self.armed.remove(&key);
+            return;
+        };
+        if cur.sent_seq >= cur.scheduled_seq {
+            // Stale: everything it would carry was already delivered.
+            self.armed.remove(&key);
+            return;
+        }
+        let (name, topic, id, upto, after) =
+            (ch.name.clone(), ch.topic.clone(), ch.id.clone(), cur.scheduled_seq, cur.sent_seq);
+        let c = id.clone();
+        let messages: Vec<Msg> = match with_store(&self.store, move |s| {
+            s.messages_between(&c, after, upto, usize::MAX >> 1)
+        })
+        .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("flock channels: reading #{channel} failed: {e}");
+                self.armed.remove(&key);
+                return;
+            }
+        };
+        let text = render(&id, &name, &topic, &messages);
+        match &self.router {
+            Some(router) => {
+                let msg = RouterMsg::Delta { agent: agent.to_owned(), channel: id, upto, text };
+                if router.cast(msg).is_err() {
+                    self.armed.remove(&key);
+                }
+            }
+            None => {
+                self.armed.remove(&key);
+            }
+        }
+    }
+
+    async fn delta_done(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        agent: &str,
+        channel: &str,
+        upto: u64,
+        ok: bool,
+    ) {
+        let key = (agent.to_owned(), channel.to_owned());
+        self.armed.remove(&key);
+        let cur = self.cursors.get(&key).copied().unwrap_or_default();
+        let new = if ok {
+            Cursor { sent_seq: cur.sent_seq.max(upto), scheduled_seq: cur.scheduled_seq.max(upto) }
+        } else {
+            // Roll back: these messages are still new to the agent and will be sent again.
+            Cursor { sent_seq: cur.sent_seq, scheduled_seq: cur.sent_seq }
+        };
+        let (a, c) = key.clone();
+        if self.db(move |s| s.set_cursor(&a, &c, new)).await.is_ok() {
+            self.cursors.insert(key, new);
+        }
+        if !ok {
+            let entry = self.retry.entry((agent.to_owned(), channel.to_owned())).or_default();
+            *entry = (*entry).max(upto);
+        }
+        if ok && new.scheduled_seq > new.sent_seq {
+            // More arrived while this delta was in flight.
+            let upto = new.scheduled_seq;
+            let mut retry = new;
+            retry.scheduled_seq = new.sent_seq;
+            self.cursors.insert((agent.to_owned(), channel.to_owned()), retry);
+            self.schedule(myself, agent, channel, upto).await;
+        }
+    }
+
+    async fn start_archive(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        caller: &Caller,
+        channel: &str,
+    ) -> Result<(), (ErrorCode, String)> {
+        let started = now_ms();
+        let deadline = started + (self.spec.channels.archive_deadline_secs as i64) * 1000;
+        let c = channel.to_owned();
+        self.db(move |s| {
+            s.set_channel_state(&c, ChannelState::Archiving, Some(started), Some(deadline))
+        })
+        .await?;
+        let agents: Vec<String> = {
+            let ch = self.channels.get_mut(channel).ok_or_else(|| internal("channel vanished"))?;
+            ch.state = ChannelState::Archiving;
+            ch.archiving_started_at = Some(started);
+            ch.archive_deadline_at = Some(deadline);
+            ch.ready.clear();
+            if ch.members.contains(&caller.id) && caller.role.is_some() {
+                ch.ready.push(caller.id.clone()); // whoever starts the archive is ready
+            }
+            ch.members.iter().filter(|m| !m.starts_with("human:")).cloned().collect()
+        };
+        if caller.role.is_some() && agents.contains(&caller.id) {
+            let (c, who) = (channel.to_owned(), caller.id.clone());
+            self.db(move |s| s.mark_archive_ready(&c, &who)).await?;
+        }
+        self.journal(
+            JournalEvent::new(
+                &caller.id,
+                "CHANNEL_ARCHIVE_START",
+                Status::InProgress,
+                format!("archiving #{channel}; deadline {}", iso(deadline)),
+            )
+            .param("channel", json!(channel))
+            .param("members", json!(agents)),
+        );
+        // The notice mentions every agent member, so sleeping and REACTIVE members wake for it.
+        let roll: Vec<String> =
+            agents.iter().filter(|a| **a != caller.id).map(|a| format!("@{a}")).collect();
+        let notice = format!(
+            "[archive] #{channel} is being archived. {} please review the history, write what you learned to memory, update your card (flock_update_card), then call flock_archive_ready(channel=\"{channel}\"). Deadline: {}.",
+            roll.join(" "),
+            iso(deadline)
+        );
+        self.post(myself, channel, &caller.id, &notice).await?;
+        let wait = Duration::from_millis((deadline - started).max(0) as u64);
+        let ch = channel.to_owned();
+        myself.send_after(wait, move || ChannelsMsg::ArchiveDeadline { channel: ch });
+        self.evaluate_archive(channel).await;
+        Ok(())
+    }
+
+    /// Archives the channel once every agent member is ready.
+    async fn evaluate_archive(&mut self, channel: &str) {
+        let Some(ch) = self.channels.get(channel) else { return };
+        if ch.state != ChannelState::Archiving {
+            return;
+        }
+        let all_ready =
+            ch.members.iter().filter(|m| self.is_agent(m)).all(|m| ch.ready.contains(m));
+        if all_ready {
+            let _ = self.archive_now(channel, "every member is ready").await;
+        }
+    }
+
+    async fn archive_deadline(&mut self, channel: &str) {
+        let Some(ch) = self.channels.get(channel) else { return };
+        if ch.state != ChannelState::Archiving
+            || ch.archive_deadline_at.is_some_and(|d| d > now_ms() + 50)
+        {
+            return;
+        }
+        let missing: Vec<String> = ch
+            .members
+            .iter()
+            .filter(|m| self.is_agent(m) && !ch.ready.contains(m))
+            .cloned()
+            .collect();
+        let reason = format!(
+            "deadline passed; not ready: {}",
+            if missing.is_empty() { "nobody".into() } else { missing.join(", ") }
+        );
+        let _ = self.archive_now(channel, &reason).await;
+    }
+
+    async fn archive_now(
+        &mut self,
+        channel: &str,
+        reason: &str,
+    ) -> Result<(), (ErrorCode, String)> {
+        let c = channel.to_owned();
+        self.db(move |s| s.set_channel_state(&c, ChannelState::Archived, None, None)).await?;
+        let ch = self.channels.get_mut(channel).ok_or_else(|| internal("channel vanished"))?;
+        ch.state = ChannelState::Archived;
+        let (ready, members) = (ch.ready.clone(), ch.members.clone());
+        let not_ready: Vec<&String> =
+            members.iter().filter(|m| !m.starts_with("human:") && !ready.contains(m)).collect();
+        let not_ready: Vec<String> = not_ready.into_iter().cloned().collect();
+        self.journal(
+            JournalEvent::new(
+                "flock",
+                "CHANNEL_ARCHIVED",
+                Status::Success,
+                format!("#{channel} archived: {reason}"),
+            )
+            .param("channel", json!(channel))
+            .param("ready", json!(ready))
+            .param("not_ready", json!(not_ready)),
+        );
+        if let Some(router) = &self.router {
+            for m in members.iter().filter(|m| self.is_agent(m)) {
+                let _ = router.cast(RouterMsg::SessionClosed {
+                    agent: m.clone(),
+                    channel: channel.to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+}

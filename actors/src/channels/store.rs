@@ -1,0 +1,395 @@
+//! Channel tables in SQLite (migration 2 in `store.rs`). These run inside the store actor (see
+//! `StoreMsg::With`), which stays the only writer; each mutating call is one transaction, and a
+//! post's seq is assigned in the same transaction as its insert.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::delta::Msg;
+use crate::store::{Store, StoreError, now_ms};
+
+/// A channel's row plus its members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelRow {
+    pub id: String,
+    pub name: String,
+    pub topic: String,
+    pub created_by: String,
+    pub created_at: i64,
+    pub state: ChannelState,
+    pub last_seq: u64,
+    pub is_dm: bool,
+    pub members: Vec<String>,
+    pub archiving_started_at: Option<i64>,
+    pub archive_deadline_at: Option<i64>,
+    /// Agents that called `flock_archive_ready` during the current archiving.
+    pub ready: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelState {
+    Active,
+    Archiving,
+    Archived,
+}
+
+impl ChannelState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelState::Active => "active",
+            ChannelState::Archiving => "archiving",
+            ChannelState::Archived => "archived",
+        }
+    }
+    fn parse(s: &str) -> Self {
+        match s {
+            "archiving" => ChannelState::Archiving,
+            "archived" => ChannelState::Archived,
+            _ => ChannelState::Active,
+        }
+    }
+}
+
+/// A per-(agent, channel) delta cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cursor {
+    pub sent_seq: u64,
+    pub scheduled_seq: u64,
+}
+
+/// An A2A card.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Card {
+    pub agent: String,
+    pub description: String,
+    pub skills: Vec<String>,
+    pub tags: Vec<String>,
+}
+
+impl Store {
+    pub fn create_channel(&mut self, row: &ChannelRow) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO channels (id, name, topic, created_by, created_at, is_dm) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![row.id, row.name, row.topic, row.created_by, row.created_at, row.is_dm],
+        )?;
+        for m in &row.members {
+            tx.execute(
+                "INSERT OR IGNORE INTO channel_members (channel, member, added_at) VALUES (?1, ?2, ?3)",
+                params![row.id, m, row.created_at],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Appends a message; its seq is `last_seq + 1`, assigned in the same transaction.
+    pub fn post_message(
+        &mut self,
+        channel: &str,
+        author: &str,
+        text: &str,
+    ) -> Result<u64, StoreError> {
+        let tx = self.conn.transaction()?;
+        let seq: i64 = tx.query_row(
+            "UPDATE channels SET last_seq = last_seq + 1 WHERE id = ?1 RETURNING last_seq",
+            params![channel],
+            |r| r.get(0),
+        )?;
+        tx.execute(
+            "INSERT INTO channel_messages (channel, seq, author, text, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![channel, seq, author, text, now_ms()],
+        )?;
+        tx.commit()?;
+        Ok(seq as u64)
+    }
+
+    /// Messages with `after < seq <= upto`, ascending; at most `limit`, the newest ones.
+    pub fn messages_between(
+        &self,
+        channel: &str,
+        after: u64,
+        upto: u64,
+        limit: usize,
+    ) -> Result<Vec<Msg>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, author, text FROM channel_messages
+             WHERE channel = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq DESC LIMIT ?4",
+        )?;
+        let rows = stmt
+            .query_map(params![channel, after as i64, upto as i64, limit as i64], |r| {
+                Ok(Msg { seq: r.get::<_, i64>(0)? as u64, author: r.get(1)?, text: r.get(2)? })
+            })?;
+        let mut out: Vec<Msg> = rows.collect::<Result<_, _>>()?;
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Messages after `after`, ascending, at most `limit` (the first page after the cursor).
+    pub fn messages_after(
+        &self,
+        channel: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Msg>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, author, text FROM channel_messages
+             WHERE channel = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![channel, after as i64, limit as i64], |r| {
+            Ok(Msg { seq: r.get::<_, i64>(0)? as u64, author: r.get(1)?, text: r.get(2)? })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn channels(&self) -> Result<Vec<ChannelRow>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, name, topic, created_by, created_at, state, last_seq, is_dm,
+                    archiving_started_at, archive_deadline_at FROM channels ORDER BY created_at, id",
+        )?;
+        let mut rows: Vec<ChannelRow> = stmt
+            .query_map([], |r| {
+                Ok(ChannelRow {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                    topic: r.get(2)?,
+                    created_by: r.get(3)?,
+                    created_at: r.get(4)?,
+                    state: ChannelState::parse(&r.get::<_, String>(5)?),
+                    last_seq: r.get::<_, i64>(6)? as u64,
+                    is_dm: r.get(7)?,
+                    archiving_started_at: r.get(8)?,
+                    archive_deadline_at: r.get(9)?,
+                    members: Vec::new(),
+                    ready: Vec::new(),
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        let mut members = self.conn.prepare(
+            "SELECT member FROM channel_members WHERE channel = ?1 ORDER BY added_at, member",
+        )?;
+        let mut ready =
+            self.conn.prepare("SELECT agent FROM archive_ready WHERE channel = ?1 ORDER BY at")?;
+        for row in &mut rows {
+            row.members =
+                members.query_map(params![row.id], |r| r.get(0))?.collect::<Result<_, _>>()?;
+            row.ready =
+                ready.query_map(params![row.id], |r| r.get(0))?.collect::<Result<_, _>>()?;
+        }
+        Ok(rows)
+    }
+
+    pub fn change_members(
+        &mut self,
+        channel: &str,
+        add: &[String],
+        remove: &[String],
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        let now = now_ms();
+        for m in add {
+            tx.execute(
+                "INSERT OR IGNORE INTO channel_members (channel, member, added_at) VALUES (?1, ?2, ?3)",
+                params![channel, m, now],
+            )?;
+        }
+        for m in remove {
+            tx.execute(
+                "DELETE FROM channel_members WHERE channel = ?1 AND member = ?2",
+                params![channel, m],
+            )?;
+            tx.execute(
+                "DELETE FROM archive_ready WHERE channel = ?1 AND agent = ?2",
+                params![channel, m],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn set_channel_state(
+        &mut self,
+        channel: &str,
+        state: ChannelState,
+        started_at: Option<i64>,
+        deadline_at: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let archived_at = (state == ChannelState::Archived).then(now_ms);
+        self.conn.execute(
+            "UPDATE channels SET state = ?2, archiving_started_at = ?3, archive_deadline_at = ?4,
+                    archived_at = COALESCE(?5, archived_at) WHERE id = ?1",
+            params![channel, state.as_str(), started_at, deadline_at, archived_at],
+        )?;
+        Ok(())
+    }
+
+    pub fn mark_archive_ready(&mut self, channel: &str, agent: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO archive_ready (channel, agent, at) VALUES (?1, ?2, ?3)",
+            params![channel, agent, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    pub fn cursors(&self) -> Result<Vec<(String, String, Cursor)>, StoreError> {
+        let mut stmt =
+            self.conn.prepare("SELECT agent, channel, sent_seq, scheduled_seq FROM cursors")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                Cursor {
+                    sent_seq: r.get::<_, i64>(2)? as u64,
+                    scheduled_seq: r.get::<_, i64>(3)? as u64,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn set_cursor(&mut self, agent: &str, channel: &str, c: Cursor) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO cursors (agent, channel, sent_seq, scheduled_seq) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (agent, channel) DO UPDATE SET sent_seq = ?3, scheduled_seq = ?4",
+            params![agent, channel, c.sent_seq as i64, c.scheduled_seq as i64],
+        )?;
+        Ok(())
+    }
+
+    pub fn agent_states(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let mut stmt = self.conn.prepare("SELECT agent, state FROM agent_states")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn set_agent_state(&mut self, agent: &str, state: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO agent_states (agent, state) VALUES (?1, ?2)
+             ON CONFLICT (agent) DO UPDATE SET state = ?2",
+            params![agent, state],
+        )?;
+        Ok(())
+    }
+
+    pub fn cards(&self) -> Result<Vec<Card>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT agent, description, skills, tags FROM cards ORDER BY agent")?;
+        let rows = stmt.query_map([], |r| {
+            let skills: String = r.get(2)?;
+            let tags: String = r.get(3)?;
+            Ok(Card {
+                agent: r.get(0)?,
+                description: r.get(1)?,
+                skills: serde_json::from_str(&skills).unwrap_or_default(),
+                tags: serde_json::from_str(&tags).unwrap_or_default(),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn put_card(&mut self, card: &Card) -> Result<(), StoreError> {
+        let skills = serde_json::to_string(&card.skills).unwrap_or_else(|_| "[]".into());
+        let tags = serde_json::to_string(&card.tags).unwrap_or_else(|_| "[]".into());
+        self.conn.execute(
+            "INSERT INTO cards (agent, description, skills, tags, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (agent) DO UPDATE SET description = ?2, skills = ?3, tags = ?4, updated_at = ?5",
+            params![card.agent, card.description, skills, tags, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// The state of one channel, if it exists (for checks that must see committed state).
+    pub fn channel_state(&self, channel: &str) -> Result<Option<ChannelState>, StoreError> {
+        let s: Option<String> = self
+            .conn
+            .query_row("SELECT state FROM channels WHERE id = ?1", params![channel], |r| r.get(0))
+            .optional()?;
+        Ok(s.map(|s| ChannelState::parse(&s)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Durability;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("f.db"), Durability::Normal).unwrap();
+        (dir, s)
+    }
+
+    fn row(id: &str, members: &[&str]) -> ChannelRow {
+        ChannelRow {
+            id: id.into(),
+            name: id.into(),
+            topic: "t".into(),
+            created_by: "orchestrator".into(),
+            created_at: now_ms(),
+            state: ChannelState::Active,
+            last_seq: 0,
+            is_dm: false,
+            members: members.iter().map(|m| m.to_string()).collect(),
+            archiving_started_at: None,
+            archive_deadline_at: None,
+            ready: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn seq_is_assigned_in_the_insert_transaction_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.db");
+        {
+            let mut s = Store::open(&path, Durability::Normal).unwrap();
+            s.create_channel(&row("c", &["a", "b"])).unwrap();
+            for i in 1..=3 {
+                assert_eq!(s.post_message("c", "a", &format!("m{i}")).unwrap(), i);
+            }
+        }
+        let s = Store::open(&path, Durability::Normal).unwrap();
+        let ch = &s.channels().unwrap()[0];
+        assert_eq!((ch.last_seq, ch.members.clone()), (3, vec!["a".to_string(), "b".to_string()]));
+        let m = s.messages_between("c", 1, 3, 20).unwrap();
+        assert_eq!(m.iter().map(|m| m.seq).collect::<Vec<_>>(), [2, 3]);
+    }
+
+    #[test]
+    fn posting_to_an_unknown_channel_fails() {
+        let (_d, mut s) = store();
+        assert!(s.post_message("nope", "a", "x").is_err());
+    }
+
+    #[test]
+    fn the_newest_page_of_a_long_channel_is_reachable() {
+        let (_d, mut s) = store();
+        s.create_channel(&row("big", &["a"])).unwrap();
+        for i in 0..5000 {
+            s.post_message("big", "a", &format!("m{i}")).unwrap();
+        }
+        let newest = s.messages_between("big", 0, 5000, 50).unwrap();
+        assert_eq!((newest[0].seq, newest[49].seq), (4951, 5000));
+        let page = s.messages_after("big", 4990, 50).unwrap();
+        assert_eq!(page.len(), 10);
+    }
+
+    #[test]
+    fn members_cursors_states_and_cards_persist() {
+        let (_d, mut s) = store();
+        s.create_channel(&row("c", &["a"])).unwrap();
+        s.change_members("c", &["b".into()], &["a".into()]).unwrap();
+        assert_eq!(s.channels().unwrap()[0].members, ["b"]);
+        s.set_cursor("b", "c", Cursor { sent_seq: 2, scheduled_seq: 5 }).unwrap();
+        assert_eq!(s.cursors().unwrap()[0].2, Cursor { sent_seq: 2, scheduled_seq: 5 });
+        s.set_agent_state("b", "SLEEP").unwrap();
+        assert_eq!(s.agent_states().unwrap(), [("b".to_string(), "SLEEP".to_string())]);
+        let card = Card {
+            agent: "b".into(),
+            description: "d".into(),
+            skills: vec!["rust".into()],
+            tags: vec![],
+        };
+        s.put_card(&card).unwrap();
+        assert_eq!(s.cards().unwrap(), [card]);
+    }
+}

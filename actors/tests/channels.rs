@@ -1,0 +1,476 @@
+//! The channels actor behind the real router, store and sockets, with test clients as agents:
+//! roles enforced in code, delta notifications (content, caps, cursors, rollback, coalescing, no
+//! replay), mentions and agent states, the archive protocol.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flock_actors::channels::{Caller, Channels, ChannelsArgs, ChannelsMsg};
+use flock_actors::journal::Journal;
+use flock_actors::router::RouterMsg;
+use flock_actors::{
+    ConnKind, ConnLimits, Durability, Router, RouterArgs, Store, StoreActor, serve,
+};
+use flock_ipc::{
+    Body, Connection, DeliveryKind, Frame, Hello, PROTOCOL_VERSION, ROUTER, Transport,
+    UnixTransport,
+};
+use ractor::{Actor, ActorRef};
+use serde_json::{Value, json};
+
+struct Harness {
+    dir: std::path::PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    socket: std::path::PathBuf,
+    router: ActorRef<RouterMsg>,
+    channels: ActorRef<ChannelsMsg>,
+}
+
+const AGENTS: &str = "agents:
+  - {name: orchestrator, role: orchestrator}
+  - {name: sysadmin, role: sysadmin}
+  - {name: dev, role: worker}
+  - {name: dev-code, role: worker}
+  - {name: qa, role: worker}
+";
+
+/// Starts store, channels and router over the files in `dir` (a second call on the same dir is a
+/// supervisor restart); `life` names the socket so lives do not collide.
+async fn harness_at(dir: &std::path::Path, life: u32, channels_yaml: &str) -> Harness {
+    let yaml = format!(
+        "swarm: {{name: t}}\nchannels: {channels_yaml}\nmodels:\n  s: {{provider: scripted, rules: [{{reply: ok}}]}}\ndefaults: {{model: s}}\n{AGENTS}"
+    );
+    let path = dir.join("swarm.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let spec = Arc::new(flock_config::load(&path).unwrap());
+    let store = Store::open(&dir.join("flock.db"), Durability::Normal).unwrap();
+    let (store, _) = Actor::spawn(None, StoreActor, store).await.unwrap();
+    let journal = Arc::new(Journal::open(dir.join("journal"), 1 << 20).unwrap());
+    let (channels, _) = Actor::spawn(
+        None,
+        Channels,
+        ChannelsArgs { spec: spec.clone(), store: store.clone(), journal: Some(journal) },
+    )
+    .await
+    .unwrap();
+    let liveness: HashMap<_, _> =
+        spec.agents.iter().map(|a| (a.name.clone(), Arc::default())).collect();
+    let (router, _) = Actor::spawn(
+        None,
+        Router,
+        RouterArgs {
+            spec,
+            store,
+            events: Arc::new(|_| {}),
+            control: Arc::new(|_| {}),
+            liveness,
+            channels: Some(channels.clone()),
+        },
+    )
+    .await
+    .unwrap();
+    channels.cast(ChannelsMsg::SetRouter(router.clone())).unwrap();
+    let socket = dir.join(format!("router-{life}.sock"));
+    let listener = UnixTransport::new(&socket).bind().unwrap();
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    let limits = ConnLimits { max_frame_bytes: 1 << 20, outbox_frames: 1024, uid };
+    serve::<UnixTransport>(listener, ConnKind::Agent, router.clone(), limits);
+    Harness { dir: dir.to_path_buf(), _tmp: None, socket, router, channels }
+}
+
+async fn harness(channels_yaml: &str) -> Harness {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut h = harness_at(tmp.path(), 0, channels_yaml).await;
+    h._tmp = Some(tmp);
+    h
+}
+
+const NO_DELAY: &str = "{delta_delay_min_ms: 0, delta_delay_max_ms: 0}";
+
+impl Harness {
+    async fn agent(&self, name: &str) -> Connection {
+        let token = format!("tok-{name}-{}", fastrand::u64(..));
+        self.router.cast(RouterMsg::Expect { agent: name.into(), token: token.clone() }).unwrap();
+        let hello = Hello {
+            protocol_version: PROTOCOL_VERSION,
+            agent_id: name.into(),
+            instance: "default".into(),
+            pid: 1,
+            token,
+        };
+        Connection::agent(&self.socket, hello, 1024).await.unwrap()
+    }
+
+    /// A tool call as a human through flockctl.
+    async fn human(&self, name: &str, tool: &str, args: Value) -> Result<Value, String> {
+        let caller = Caller { id: format!("human:{name}"), role: None };
+        let r = ractor::call!(self.channels, |reply| ChannelsMsg::Human {
+            caller,
+            name: tool.into(),
+            arguments: args.to_string(),
+            reply
+        })
+        .unwrap();
+        r.map(|s| serde_json::from_str(&s).unwrap()).map_err(|(code, msg)| format!("{code}: {msg}"))
+    }
+
+    fn journal(&self) -> String {
+        std::fs::read_to_string(self.dir.join("journal/journal.jsonl")).unwrap_or_default()
+    }
+}
+
+/// A tool call from an agent connection; answers `Ok(json)` or `Err("CODE: msg")`.
+async fn tool(conn: &mut Connection, name: &str, args: Value) -> Result<Value, String> {
+    let f = Frame::new(
+        "ignored",
+        ROUTER,
+        Body::ToolCall { name: name.into(), arguments: args.to_string() },
+    );
+    conn.outbox.send(f.clone()).await.unwrap();
+    loop {
+        let r = next(conn).await;
+        if r.correlation_id == Some(f.id) {
+            return match r.body {
+                Body::ToolResult { ok: true, content } => {
+                    Ok(serde_json::from_str(&content).unwrap())
+                }
+                Body::ToolResult { ok: false, content } => Err(content),
+                other => panic!("unexpected {other:?}"),
+            };
+        }
+    }
+}
+
+async fn next(conn: &mut Connection) -> Frame {
+    loop {
+        let f = tokio::time::timeout(Duration::from_secs(5), conn.reader.read_frame())
+            .await
+            .expect("a frame within 5 s")
+            .unwrap()
+            .expect("connection open");
+        if !matches!(f.body, Body::HeartbeatAck) {
+            return f;
+        }
+    }
+}
+
+/// The next delta delivered to `conn`.
+async fn delta(conn: &mut Connection) -> (Frame, String) {
+    loop {
+        let f = next(conn).await;
+        if let Body::Deliver(d) = &f.body
+            && d.kind == DeliveryKind::Delta
+        {
+            let text = d.text.clone();
+            return (f, text);
+        }
+    }
+}
+
+async fn nothing_for(conn: &mut Connection, ms: u64) {
+    let r = tokio::time::timeout(Duration::from_millis(ms), conn.reader.read_frame()).await;
+    assert!(r.is_err(), "expected silence, got {r:?}");
+}
+
+async fn ack(conn: &Connection, f: &Frame) {
+    let ack =
+        Frame { correlation_id: Some(f.id), ..Frame::new("x", ROUTER, Body::Ack { reply: None }) };
+    conn.outbox.send(ack).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_orchestrator_and_humans_create_archive_and_assign() {
+    let h = harness(NO_DELAY).await;
+    let mut dev = h.agent("dev").await;
+    for (t, args) in [
+        ("flock_channel_create", json!({"channel": "x"})),
+        ("flock_channel_archive", json!({"channel": "x"})),
+        ("flock_assign_members", json!({"channel": "x", "add": ["qa"]})),
+    ] {
+        let err = tool(&mut dev, t, args).await.unwrap_err();
+        assert!(err.starts_with("FORBIDDEN"), "{t}: {err}");
+    }
+    let mut orch = h.agent("orchestrator").await;
+    tool(
+        &mut orch,
+        "flock_channel_create",
+        json!({"channel": "x", "topic": "t", "members": ["dev"]}),
+    )
+    .await
+    .unwrap();
+    h.human("alice", "flock_channel_create", json!({"channel": "y"})).await.unwrap();
+    // Forbidden calls are journaled.
+    let journal = h.journal();
+    assert!(
+        journal.lines().any(|l| l.contains("\"agent\":\"dev\"") && l.contains("FORBIDDEN")),
+        "{journal}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_argument_can_change_who_the_caller_is() {
+    let h = harness(NO_DELAY).await;
+    let mut orch = h.agent("orchestrator").await;
+    tool(&mut orch, "flock_channel_create", json!({"channel": "c", "members": ["dev", "qa"]}))
+        .await
+        .unwrap();
+    let mut dev = h.agent("dev").await;
+    let r = tool(
+        &mut dev,
+        "flock_channel_post",
+        json!({"channel": "c", "text": "hi", "agentId": "orchestrator", "author": "orchestrator"}),
+    )
+    .await
+    .unwrap();
+    let seq = r["seq"].as_u64().unwrap();
+    let read = tool(&mut dev, "flock_channel_read", json!({"channel": "c"})).await.unwrap();
+    let msg = &read["messages"][(seq - 1) as usize];
+    assert_eq!(msg["author"], "dev");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_get_deltas_with_channel_and_topic_and_never_a_replay() {
+    let h = harness(NO_DELAY).await;
+    let mut orch = h.agent("orchestrator").await;
+    let mut qa = h.agent("qa").await;
+    tool(
+        &mut orch,
+        "flock_channel_create",
+        json!({"channel": "proj", "topic": "Logging", "members": ["qa"]}),
+    )
+    .await
+    .unwrap();
+    tool(&mut orch, "flock_channel_post", json!({"channel": "proj", "text": "first"}))
+        .await
+        .unwrap();
+    let (f, text) = delta(&mut qa).await;
+    assert!(text.starts_with("[Channel: #proj]\nTopic: Logging\n"), "{text}");
+    assert!(text.contains("[seq 1] orchestrator: first"));
+    let Body::Deliver(d) = &f.body else { unreachable!() };
+    assert_eq!(d.channel.as_deref(), Some("proj"));
+    ack(&qa, &f).await;
+    tool(&mut orch, "flock_channel_post", json!({"channel": "proj", "text": "second"}))
+        .await
+        .unwrap();
+    let (f2, text2) = delta(&mut qa).await;
+    assert!(text2.contains("[seq 2] orchestrator: second") && !text2.contains("first"), "{text2}");
+    ack(&qa, &f2).await;
+    // The author is not notified of its own post, and humans are never notified.
+    nothing_for(&mut orch, 200).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_delta_is_rolled_back_and_retried_when_the_agent_returns() {
+    let h = harness(NO_DELAY).await;
+    let mut orch = h.agent("orchestrator").await;
+    tool(&mut orch, "flock_channel_create", json!({"channel": "c", "members": ["qa"]}))
+        .await
+        .unwrap();
+    let mut qa = h.agent("qa").await;
+    tool(&mut orch, "flock_channel_post", json!({"channel": "c", "text": "one"})).await.unwrap();
+    let _ = delta(&mut qa).await;
+    drop(qa); // dies mid-turn: no ack
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    tool(&mut orch, "flock_channel_post", json!({"channel": "c", "text": "two"})).await.unwrap();
+    let mut qa = h.agent("qa").await;
+    let (f, text) = delta(&mut qa).await;
+    assert!(
+        text.contains("[seq 1] orchestrator: one") && text.contains("[seq 2] orchestrator: two"),
+        "{text}"
+    );
+    ack(&qa, &f).await;
+    nothing_for(&mut qa, 200).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_replayed_after_a_supervisor_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let h = harness_at(tmp.path(), 1, NO_DELAY).await;
+        let mut orch = h.agent("orchestrator").await;
+        let mut qa = h.agent("qa").await;
+        tool(&mut orch, "flock_channel_create", json!({"channel": "c", "members": ["qa"]}))
+            .await
+            .unwrap();
+        tool(&mut orch, "flock_channel_post", json!({"channel": "c", "text": "old"}))
+            .await
+            .unwrap();
+        let (f, _) = delta(&mut qa).await;
+        ack(&qa, &f).await;
+        // Wait until the cursor is committed (the next tool call goes through the same actor).
+        tool(&mut orch, "flock_channel_list", json!({})).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        h.router.stop(None);
+        h.channels.stop(None);
+    }
+    let h = harness_at(tmp.path(), 2, NO_DELAY).await;
+    let mut qa = h.agent("qa").await;
+    nothing_for(&mut qa, 300).await;
+    let mut orch = h.agent("orchestrator").await;
+    tool(&mut orch, "flock_channel_post", json!({"channel": "c", "text": "new"})).await.unwrap();
+    let (_, text) = delta(&mut qa).await;
+    assert!(text.contains("[seq 2] orchestrator: new") && !text.contains("old"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_inside_the_delay_coalesces_into_one_notification() {
+    let h = harness("{delta_delay_min_ms: 300, delta_delay_max_ms: 300}").await;
+    let mut orch = h.agent("orchestrator").await;
+    let mut qa = h.agent("qa").await;
+    tool(&mut orch, "flock_channel_create", json!({"channel": "c", "members": ["qa"]}))
+        .await
+        .unwrap();
+    for i in 1..=5 {
+        tool(&mut orch, "flock_channel_post", json!({"channel": "c", "text": format!("m{i}")}))
+            .await
+            .unwrap();
+    }
+    let (f, text) = delta(&mut qa).await;
+    assert!(text.contains("seq 1..5 (5)"), "{text}");
+    ack(&qa, &f).await;
+    nothing_for(&mut qa, 500).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mentions_wake_sleepers_and_reactive_agents_wake_only_on_mention_or_dm() {
+    let h = harness(NO_DELAY).await;
+    let mut orch = h.agent("orchestrator").await;
+    let mut dev = h.agent("dev").await;
+    let mut dev_code = h.agent("dev-code").await;
+    let mut sys = h.agent("sysadmin").await;
+    tool(
+        &mut orch,
+        "flock_channel_create",
+        json!({"channel": "c", "members": ["dev", "dev-code", "sysadmin"]}),
+    )
+    .await
+    .unwrap();
+    tool(&mut dev, "flock_sleep", json!({})).await.unwrap();
+    tool(&mut dev_code, "flock_sleep", json!({})).await.unwrap();
+    tool(&mut orch, "flock_channel_post", json!({"channel": "c", "text": "status update"}))
+        .await
+        .unwrap();
+    nothing_for(&mut dev, 200).await;
+    nothing_for(&mut sys, 50).await;
+    // `@dev` is an exact token: dev-code stays asleep.
+    tool(&mut orch, "flock_channel_post", json!({"channel": "c", "text": "@DEV please look"}))
+        .await
+        .unwrap();
+    let (f, text) = delta(&mut dev).await;
+    assert!(text.contains("@DEV please look"));
+    ack(&dev, &f).await;
+    nothing_for(&mut dev_code, 200).await;
+    nothing_for(&mut sys, 50).await;
+    tool(&mut orch, "flock_channel_post", json!({"channel": "c", "text": "@sysadmin disk?"}))
+        .await
+        .unwrap();
+    let (f, _) = delta(&mut sys).await;
+    ack(&sys, &f).await;
+    // A DM reaches a REACTIVE agent.
+    tool(&mut dev, "flock_message", json!({"to": "sysadmin", "text": "can I get network?"}))
+        .await
+        .unwrap();
+    let (f, text) = delta(&mut sys).await;
+    assert!(text.contains("dev: can I get network?"), "{text}");
+    ack(&sys, &f).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archive_completes_when_every_member_is_ready_and_the_channel_turns_read_only() {
+    let h = harness(NO_DELAY).await;
+    let mut orch = h.agent("orchestrator").await;
+    let mut dev = h.agent("dev").await;
+    let mut qa = h.agent("qa").await;
+    tool(
+        &mut orch,
+        "flock_channel_create",
+        json!({"channel": "c", "members": ["dev", "qa", "human:alice"]}),
+    )
+    .await
+    .unwrap();
+    let r = tool(&mut orch, "flock_channel_archive", json!({"channel": "c"})).await.unwrap();
+    assert_eq!(r["state"], "archiving");
+    let (f, notice) = delta(&mut dev).await;
+    assert!(notice.contains("[archive]") && notice.contains("flock_archive_ready"), "{notice}");
+    ack(&dev, &f).await;
+    tool(&mut dev, "flock_archive_ready", json!({"channel": "c"})).await.unwrap();
+    // A repeated ready re-checks and changes nothing.
+    let r = tool(&mut dev, "flock_archive_ready", json!({"channel": "c"})).await.unwrap();
+    assert_eq!(r["state"], "archiving");
+    // Removing the member who is not ready completes the archive.
+    tool(&mut orch, "flock_assign_members", json!({"channel": "c", "remove": ["qa"]}))
+        .await
+        .unwrap();
+    let list = tool(&mut qa, "flock_channel_list", json!({})).await.unwrap();
+    assert_eq!(list[0]["state"], "archived");
+    let err = tool(&mut dev, "flock_channel_post", json!({"channel": "c", "text": "late"}))
+        .await
+        .unwrap_err();
+    assert!(err.contains("archived and read-only"), "{err}");
+    let read = tool(&mut qa, "flock_channel_read", json!({"channel": "c"})).await.unwrap();
+    assert!(!read["messages"].as_array().unwrap().is_empty(), "archived channels stay readable");
+    assert!(h.journal().contains("CHANNEL_ARCHIVED"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archive_deadline_archives_anyway_and_names_who_was_not_ready() {
+    let h =
+        harness("{delta_delay_min_ms: 0, delta_delay_max_ms: 0, archive_deadline_secs: 1}").await;
+    let mut orch = h.agent("orchestrator").await;
+    tool(&mut orch, "flock_channel_create", json!({"channel": "c", "members": ["dev", "qa"]}))
+        .await
+        .unwrap();
+    tool(&mut orch, "flock_channel_archive", json!({"channel": "c"})).await.unwrap();
+    let mut state = String::new();
+    for _ in 0..100 {
+        let list = tool(&mut orch, "flock_channel_list", json!({})).await.unwrap();
+        state = list[0]["state"].as_str().unwrap().to_owned();
+        if state == "archived" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert_eq!(state, "archived");
+    let journal = h.journal();
+    let line = journal.lines().find(|l| l.contains("CHANNEL_ARCHIVED")).unwrap();
+    assert!(line.contains("deadline passed; not ready: dev, qa"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_archives_at_once() {
+    let h = harness(NO_DELAY).await;
+    h.human("alice", "flock_channel_create", json!({"channel": "c", "members": ["dev"]}))
+        .await
+        .unwrap();
+    let r = h
+        .human("alice", "flock_channel_archive", json!({"channel": "c", "force": true}))
+        .await
+        .unwrap();
+    assert_eq!(r["state"], "archived");
+    let err = h
+        .human("alice", "flock_channel_post", json!({"channel": "c", "text": "x"}))
+        .await
+        .unwrap_err();
+    assert!(err.starts_with("BAD_REQUEST") && err.contains("read-only"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cards_persist_and_discover_searches_text_role_and_skill() {
+    let h = harness(NO_DELAY).await;
+    let mut qa = h.agent("qa").await;
+    tool(
+        &mut qa,
+        "flock_update_card",
+        json!({"description": "tests everything", "skills": ["playwright"]}),
+    )
+    .await
+    .unwrap();
+    let found = tool(&mut qa, "flock_discover", json!({"skill": "playwright"})).await.unwrap();
+    assert_eq!(found.as_array().unwrap().len(), 1);
+    assert_eq!(found[0]["name"], "qa");
+    let workers = tool(&mut qa, "flock_discover", json!({"role": "worker"})).await.unwrap();
+    assert_eq!(workers.as_array().unwrap().len(), 3);
+    let text = tool(&mut qa, "flock_discover", json!({"query": "EVERYTHING"})).await.unwrap();
+    assert_eq!(text[0]["name"], "qa");
+}
