@@ -39,7 +39,7 @@ fn main() {
         let mut sent = 0usize; // index of the first message not yet delivered to this member
         for end in (burst..=messages.len())
             .step_by(burst)
-            .chain((messages.len() % burst != 0).then_some(messages.len()))
+            .chain((!messages.len().is_multiple_of(burst)).then_some(messages.len()))
         {
             let new: Vec<Msg> =
                 messages[sent..end].iter().filter(|m| m.author != member).cloned().collect();
