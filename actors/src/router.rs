@@ -109,6 +109,10 @@ pub enum RouterMsg {
     Delta { agent: String, channel: String, upto: u64, text: String },
     /// Tell `agent` that `channel` was archived, so it closes that session.
     SessionClosed { agent: String, channel: String },
+    /// An agent created at run time (`flock_create_agent`): route to it from now on.
+    AddAgent { spec: AgentSpec, liveness: Arc<AtomicU64> },
+    /// A decommissioned agent: nothing is routed to it any more (its stored history stays).
+    RemoveAgent { name: String },
     /// Routing facts for `flockctl ps`.
     Snapshot(RpcReplyPort<(Vec<RouteInfo>, RouterCounters)>),
 }
@@ -153,6 +157,27 @@ struct Slot {
     retry_scheduled: bool,
 }
 
+impl Slot {
+    fn new(
+        spec: AgentSpec,
+        last_seen: Arc<AtomicU64>,
+        turns_total: u64,
+    ) -> Result<Self, serde_json::Error> {
+        Ok(Slot {
+            spec_json: serde_json::to_string(&spec)?,
+            spec,
+            conn: None,
+            expected_token: None,
+            stopping: false,
+            queue: VecDeque::new(),
+            in_flight: None,
+            turns_total,
+            last_seen,
+            retry_scheduled: false,
+        })
+    }
+}
+
 struct ConnInfo {
     /// Agent name, or `operator` for control connections.
     identity: String,
@@ -179,6 +204,8 @@ pub struct RouterState {
     draining: bool,
     counters: RouterCounters,
     channels: Option<ActorRef<ChannelsMsg>>,
+    /// Agent names in start order (file order, then agents created at run time).
+    order: Vec<String>,
 }
 
 pub(crate) fn unix_ms() -> u64 {
@@ -207,21 +234,8 @@ impl Actor for Router {
         let mut slots = HashMap::new();
         for spec in &args.spec.agents {
             let last_seen = args.liveness.get(&spec.name).cloned().unwrap_or_default();
-            slots.insert(
-                spec.name.clone(),
-                Slot {
-                    spec_json: serde_json::to_string(spec)?,
-                    spec: spec.clone(),
-                    conn: None,
-                    expected_token: None,
-                    stopping: false,
-                    queue: VecDeque::new(),
-                    in_flight: None,
-                    turns_total: totals.get(&spec.name).copied().unwrap_or(0),
-                    last_seen,
-                    retry_scheduled: false,
-                },
-            );
+            let turns = totals.get(&spec.name).copied().unwrap_or(0);
+            slots.insert(spec.name.clone(), Slot::new(spec.clone(), last_seen, turns)?);
         }
         let mut orphans = 0;
         for m in pending {
@@ -244,6 +258,7 @@ impl Actor for Router {
                 "flock router: {orphans} pending message(s) are addressed to agents no longer in the swarm file; they stay in the store"
             );
         }
+        let order = args.spec.agents.iter().map(|a| a.name.clone()).collect();
         Ok(RouterState {
             spec: args.spec,
             store: args.store,
@@ -255,6 +270,7 @@ impl Actor for Router {
             draining: false,
             counters: RouterCounters::default(),
             channels: args.channels,
+            order,
         })
     }
 
@@ -316,12 +332,35 @@ impl Actor for Router {
                     state.answer(conn, frame);
                 }
             }
+            RouterMsg::AddAgent { spec, liveness } => {
+                if !state.slots.contains_key(&spec.name) {
+                    let name = spec.name.clone();
+                    state.slots.insert(name.clone(), Slot::new(spec, liveness, 0)?);
+                    state.order.push(name);
+                }
+            }
+            RouterMsg::RemoveAgent { name } => {
+                state.order.retain(|n| n != &name);
+                if let Some(slot) = state.slots.remove(&name) {
+                    for q in slot.queue.iter().chain(slot.in_flight.iter()) {
+                        if q.kind == DeliveryKind::Request {
+                            state.reply(
+                                q.id,
+                                &name,
+                                Body::Error {
+                                    code: ErrorCode::AgentNotFound,
+                                    message: format!("`{name}` was decommissioned"),
+                                },
+                            );
+                        }
+                    }
+                }
+            }
             RouterMsg::Snapshot(reply) => {
                 let infos = state
-                    .spec
-                    .agents
+                    .order
                     .iter()
-                    .filter_map(|a| state.slots.get(&a.name))
+                    .filter_map(|a| state.slots.get(a))
                     .map(|s| RouteInfo {
                         name: s.spec.name.clone(),
                         connected: s.conn.is_some(),
@@ -544,7 +583,7 @@ impl RouterState {
             return Err((ErrorCode::Draining, "the swarm is shutting down".into()));
         }
         if !self.slots.contains_key(target) {
-            let known: Vec<&str> = self.spec.agents.iter().map(|a| a.name.as_str()).collect();
+            let known: Vec<&str> = self.order.iter().map(String::as_str).collect();
             return Err((
                 ErrorCode::AgentNotFound,
                 format!("no agent named `{target}`; agents: {}", known.join(", ")),
@@ -981,9 +1020,9 @@ impl RouterState {
         match name {
             "agents__list" => {
                 let list: Vec<_> = self
-                    .spec
-                    .agents
+                    .order
                     .iter()
+                    .filter_map(|n| self.slots.get(n).map(|s| &s.spec))
                     .filter(|a| a.name != caller)
                     .map(|a| {
                         let slot = self.slots.get(&a.name);
@@ -1000,9 +1039,9 @@ impl RouterState {
             "agents__catalog" => {
                 let allowed = self.slots.get(caller).map(|s| &s.spec.can_call);
                 let list: Vec<_> = self
-                    .spec
-                    .agents
+                    .order
                     .iter()
+                    .filter_map(|n| self.slots.get(n).map(|s| &s.spec))
                     .filter(|a| a.name != caller)
                     .map(|a| {
                         let callable = allowed.is_none_or(|c| c.is_empty() || c.contains(&a.name));

@@ -87,7 +87,15 @@ const MIGRATIONS: &[&str] = &[
         agent   TEXT    NOT NULL,
         at      INTEGER NOT NULL,
         PRIMARY KEY (channel, agent)
-    ) WITHOUT ROWID;",
+    ) WITHOUT ROWID;
+    -- Agents created at run time (spec kept), and decommissioned ones (history kept).
+    CREATE TABLE agents_registry (
+        name              TEXT PRIMARY KEY,
+        spec_json         TEXT,
+        created_by        TEXT,
+        created_at        INTEGER NOT NULL,
+        decommissioned_at INTEGER
+    );",
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -50,7 +50,12 @@ async fn harness_at(dir: &std::path::Path, life: u32, channels_yaml: &str) -> Ha
     let (channels, _) = Actor::spawn(
         None,
         Channels,
-        ChannelsArgs { spec: spec.clone(), store: store.clone(), journal: Some(journal) },
+        ChannelsArgs {
+            spec: spec.clone(),
+            store: store.clone(),
+            journal: Some(journal),
+            agent_ops: None,
+        },
     )
     .await
     .unwrap();

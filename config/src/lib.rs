@@ -40,6 +40,8 @@ pub const KNOWN_TOOLS: &[&str] = &[
     "flock_discover",
     "flock_update_card",
     "flock_sleep",
+    "flock_create_agent",
+    "flock_decommission_agent",
 ];
 
 /// Reads and validates the swarm file at `path`.

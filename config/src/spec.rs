@@ -18,6 +18,13 @@ pub struct SwarmSpec {
     pub supervision: SupervisionSpec,
     pub delivery: DeliverySpec,
     pub channels: ChannelsSpec,
+    /// Every valid model of `models:` by name (agents created at run time pick from these).
+    pub models: std::collections::BTreeMap<String, ModelSpec>,
+    /// `defaults:` of the file, for agents created at run time.
+    pub default_model: Option<String>,
+    pub default_restart: RestartPolicy,
+    pub default_stop_timeout_secs: u64,
+    pub default_ready_timeout_secs: u64,
     /// Agents in YAML order: start order; stop order is the reverse.
     pub agents: Vec<AgentSpec>,
 }

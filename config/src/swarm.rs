@@ -158,8 +158,22 @@ impl Loader<'_> {
 
         self.check_targets();
 
+        let models: std::collections::BTreeMap<String, ModelSpec> = self
+            .models
+            .iter()
+            .filter_map(|(k, m)| match m {
+                Model::Ready(spec) => Some((k.clone(), spec.clone())),
+                Model::Broken => None,
+            })
+            .collect();
+        let default_model = defaults.model.as_ref().map(|(n, _)| n.clone());
         Some(SwarmSpec {
             name: name?,
+            models,
+            default_model,
+            default_restart: defaults.restart,
+            default_stop_timeout_secs: defaults.stop_timeout_secs,
+            default_ready_timeout_secs: defaults.ready_timeout_secs,
             source: Some(std::path::absolute(origin).unwrap_or_else(|_| origin.to_path_buf())),
             supervision,
             delivery,

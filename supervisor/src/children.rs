@@ -123,6 +123,16 @@ pub enum ChildMsg {
     /// Stop every agent in reverse YAML order, one after the other.
     StopAll(RpcReplyPort<()>),
     Ps(RpcReplyPort<Vec<ChildInfo>>),
+    /// Supervise a new agent (created at run time) and start it; answers once it is ready.
+    Add {
+        spec: Box<AgentSpec>,
+        liveness: Arc<AtomicU64>,
+        reply: Reply,
+    },
+    /// Stop an agent for good and forget it (decommissioned).
+    Remove {
+        name: String,
+    },
 }
 
 pub struct ChildArgs {
@@ -154,6 +164,29 @@ struct Child {
     ready_waiters: Vec<Reply>,
     stop_waiters: Vec<Reply>,
     liveness: Arc<AtomicU64>,
+    /// Decommissioned: forget the child once its process has stopped.
+    remove_on_stop: bool,
+}
+
+impl Child {
+    fn new(spec: AgentSpec, liveness: Arc<AtomicU64>) -> Self {
+        Child {
+            spec,
+            state: ChildState::Idle,
+            pid: None,
+            generation: 0,
+            spawned_at: None,
+            restarts: 0,
+            last_exit: None,
+            kill_reason: None,
+            history: RestartHistory::default(),
+            intent: Intent::Stop,
+            ready_waiters: Vec::new(),
+            stop_waiters: Vec::new(),
+            liveness,
+            remove_on_stop: false,
+        }
+    }
 }
 
 /// Siblings being stopped so that a group can restart together (one_for_all, rest_for_one).
@@ -188,24 +221,8 @@ impl Actor for ChildSupervisor {
     ) -> Result<ChildSupState, ActorProcessingErr> {
         let mut children = HashMap::new();
         for spec in &args.spec.agents {
-            children.insert(
-                spec.name.clone(),
-                Child {
-                    spec: spec.clone(),
-                    state: ChildState::Idle,
-                    pid: None,
-                    generation: 0,
-                    spawned_at: None,
-                    restarts: 0,
-                    last_exit: None,
-                    kill_reason: None,
-                    history: RestartHistory::default(),
-                    intent: Intent::Stop,
-                    ready_waiters: Vec::new(),
-                    stop_waiters: Vec::new(),
-                    liveness: args.liveness.get(&spec.name).cloned().unwrap_or_default(),
-                },
-            );
+            let liveness = args.liveness.get(&spec.name).cloned().unwrap_or_default();
+            children.insert(spec.name.clone(), Child::new(spec.clone(), liveness));
         }
         let tick = args.spec.supervision.heartbeat_interval();
         myself.send_interval(tick, || ChildMsg::HeartbeatTick);
@@ -382,6 +399,33 @@ impl Actor for ChildSupervisor {
                 st.stop_all = Some((remaining, reply));
                 st.continue_stop_all(&myself);
             }
+            ChildMsg::Add { spec, liveness, reply } => {
+                let name = spec.name.clone();
+                if st.children.contains_key(&name) {
+                    let _ =
+                        reply.send(Err(format!("an agent named `{name}` is already supervised")));
+                    return Ok(());
+                }
+                let mut child = Child::new(*spec, liveness);
+                child.intent = Intent::Run;
+                child.state = ChildState::Backoff;
+                child.ready_waiters.push(reply);
+                st.children.insert(name.clone(), child);
+                st.order.push(name.clone());
+                st.args.logs.line(&name, "flock", "created at run time");
+                st.start_queue.push_back(name);
+                st.start_next(&myself).await;
+            }
+            ChildMsg::Remove { name } => {
+                st.start_queue.retain(|n| n != &name);
+                let Some(c) = st.children.get_mut(&name) else { return Ok(()) };
+                c.remove_on_stop = true;
+                if c.pid.is_some() {
+                    st.begin_stop(&myself, &name, Intent::Stop);
+                } else {
+                    st.forget(&name);
+                }
+            }
             ChildMsg::Ps(reply) => {
                 let infos = st
                     .order
@@ -439,6 +483,14 @@ fn new_token() -> String {
 impl ChildSupState {
     fn unknown(&self, name: &str) -> String {
         format!("no agent named `{name}`; agents: {}", self.order.join(", "))
+    }
+
+    /// Forgets a decommissioned child, and tells the router to stop routing to it.
+    fn forget(&mut self, name: &str) {
+        self.children.remove(name);
+        self.order.retain(|n| n != name);
+        self.args.logs.line(name, "flock", "decommissioned");
+        let _ = self.args.router.cast(RouterMsg::RemoveAgent { name: name.into() });
     }
 
     /// Spawns the next queued child unless one is still starting.
@@ -565,6 +617,9 @@ impl ChildSupState {
                 }
                 for w in c.ready_waiters.drain(..) {
                     let _ = w.send(Err(format!("{name} was stopped")));
+                }
+                if c.remove_on_stop {
+                    self.forget(name);
                 }
                 self.continue_stop_all(myself);
             }

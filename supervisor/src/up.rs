@@ -11,13 +11,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
-use flock_actors::channels::{Channels, ChannelsArgs, ChannelsMsg};
+use flock_actors::channels::{AgentOp, AgentOps, Channels, ChannelsArgs, ChannelsMsg};
 use flock_actors::journal::Journal;
 use flock_actors::{
     ConnKind, ConnLimits, ControlSink, Durability, EventSink, Router, RouterArgs, Store,
     StoreActor, serve,
 };
-use flock_config::SwarmSpec;
+use flock_config::{AgentSpec, SwarmSpec};
 use flock_ipc::{Transport, UnixTransport};
 use ractor::Actor;
 use tokio::signal::unix::{SignalKind, signal};
@@ -81,20 +81,69 @@ pub fn lock_state_dir(state: &StateDir) -> Result<StateLock> {
     Ok(StateLock { _file: file })
 }
 
+/// The swarm file's agents, less the decommissioned ones, plus those created at run time
+/// (`flock_create_agent`): a restarted supervisor brings back the swarm as it was.
+fn with_registry(mut spec: SwarmSpec, store: &Store) -> Result<SwarmSpec> {
+    let gone = store.decommissioned_agents().context("read decommissioned agents")?;
+    spec.agents.retain(|a| !gone.contains(&a.name));
+    for json in store.created_agents().context("read created agents")? {
+        match serde_json::from_str::<AgentSpec>(&json) {
+            Ok(a) if spec.agent(&a.name).is_none() => spec.agents.push(a),
+            Ok(_) => {}
+            Err(e) => eprintln!("flock: skipping a created agent whose spec cannot be read: {e}"),
+        }
+    }
+    Ok(spec)
+}
+
+/// How the channels actor creates and decommissions agents: through the router (routing) and the
+/// child supervisor (processes).
+fn agent_ops(
+    children: Arc<OnceLock<ractor::ActorRef<ChildMsg>>>,
+    router: Arc<OnceLock<ractor::ActorRef<flock_actors::RouterMsg>>>,
+) -> AgentOps {
+    Arc::new(move |op| match op {
+        AgentOp::Create { spec, reply } => {
+            let (Some(children), Some(router)) = (children.get(), router.get()) else {
+                let _ = reply.send(Err("the supervisor is still starting".into()));
+                return;
+            };
+            let liveness: Arc<AtomicU64> = Arc::default();
+            let _ = router.cast(flock_actors::RouterMsg::AddAgent {
+                spec: spec.clone(),
+                liveness: liveness.clone(),
+            });
+            let _ = children.cast(ChildMsg::Add {
+                spec: Box::new(spec),
+                liveness,
+                reply: reply.into(),
+            });
+        }
+        AgentOp::Decommission { name } => {
+            if let Some(children) = children.get() {
+                let _ = children.cast(ChildMsg::Remove { name });
+            }
+        }
+    })
+}
+
 /// Runs a swarm until it is told to stop. Returns once every agent has stopped.
 pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     let started = Instant::now();
     state.create()?;
     let _lock = lock_state_dir(&state)?;
     let agent_bin = agent_binary()?;
-    let spec = Arc::new(spec);
 
     let store = Store::open(&state.db(), Durability::Normal)
         .with_context(|| format!("open the store {}", state.db().display()))?;
+    let spec = Arc::new(with_registry(spec, &store)?);
     let (store_ref, _) = Actor::spawn(Some("store".into()), StoreActor, store)
         .await
         .map_err(|e| anyhow!("start the store actor: {e}"))?;
 
+    // The actors refer to each other; the late-bound ones are reached through these cells.
+    let children_cell: Arc<OnceLock<ractor::ActorRef<ChildMsg>>> = Arc::default();
+    let router_cell: Arc<OnceLock<ractor::ActorRef<flock_actors::RouterMsg>>> = Arc::default();
     let journal = Arc::new(
         Journal::open(state.journal_dir(), flock_actors::journal::DEFAULT_MAX_BYTES)
             .with_context(|| format!("open the journal in {}", state.journal_dir().display()))?,
@@ -106,6 +155,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
             spec: spec.clone(),
             store: store_ref.clone(),
             journal: Some(journal.clone()),
+            agent_ops: Some(agent_ops(children_cell.clone(), router_cell.clone())),
         },
     )
     .await
@@ -116,8 +166,6 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     let logs = LogHub::new(state.logs_dir());
     let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel::<StopReason>();
 
-    // The router and the child supervisor refer to each other; the sinks resolve lazily.
-    let children_cell: Arc<OnceLock<ractor::ActorRef<ChildMsg>>> = Arc::default();
     let control_cell: Arc<OnceLock<Arc<ControlCtx>>> = Arc::default();
     let events: EventSink = {
         let cell = children_cell.clone();
@@ -149,6 +197,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     )
     .await
     .map_err(|e| anyhow!("start the router: {e}"))?;
+    let _ = router_cell.set(router.clone());
     channels
         .cast(ChannelsMsg::SetRouter(router.clone()))
         .map_err(|e| anyhow!("wire the channels actor: {e}"))?;

@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flock_config::{Role, SwarmSpec};
+use flock_config::{AgentSpec, Role, SwarmSpec};
 use flock_ipc::{Body, ErrorCode, Frame, MsgId, Outbox, ROUTER};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
@@ -36,8 +36,24 @@ pub fn is_channel_tool(name: &str) -> bool {
 }
 
 /// Tools only the orchestrator (and humans through `flockctl`) may call (DESIGN.md §8).
-const ORCHESTRATOR_TOOLS: &[&str] =
-    &["flock_channel_create", "flock_channel_archive", "flock_assign_members"];
+const ORCHESTRATOR_TOOLS: &[&str] = &[
+    "flock_channel_create",
+    "flock_channel_archive",
+    "flock_assign_members",
+    "flock_create_agent",
+    "flock_decommission_agent",
+];
+
+/// Swarm changes the channels actor asks the supervisor for (it spawns and stops processes).
+#[derive(Debug)]
+pub enum AgentOp {
+    /// Route to and spawn a new agent; answers once it is ready (or could not start).
+    Create { spec: AgentSpec, reply: oneshot::Sender<Result<String, String>> },
+    /// Stop an agent for good and stop routing to it.
+    Decommission { name: String },
+}
+
+pub type AgentOps = Arc<dyn Fn(AgentOp) + Send + Sync>;
 
 /// Page size of `flock_channel_read` when none is asked for, and its maximum.
 const READ_DEFAULT: usize = 50;
@@ -120,12 +136,17 @@ pub struct ChannelsArgs {
     pub spec: Arc<SwarmSpec>,
     pub store: ActorRef<StoreMsg>,
     pub journal: Option<Arc<Journal>>,
+    /// How to create and decommission agents (`None`: those tools answer INTERNAL).
+    pub agent_ops: Option<AgentOps>,
 }
 
 pub struct Channels;
 
 pub struct ChannelsState {
     spec: Arc<SwarmSpec>,
+    /// Every agent in service: the swarm file's, then those created at run time.
+    agents: Vec<AgentSpec>,
+    agent_ops: Option<AgentOps>,
     store: ActorRef<StoreMsg>,
     router: Option<ActorRef<RouterMsg>>,
     journal: Option<Arc<Journal>>,
@@ -155,6 +176,8 @@ impl Actor for Channels {
         .await
         .map_err(|e| format!("load channels: {e}"))?;
         let mut st = ChannelsState {
+            agents: args.spec.agents.clone(),
+            agent_ops: args.agent_ops,
             spec: args.spec,
             store: args.store,
             router: None,
@@ -308,12 +331,16 @@ impl ChannelsState {
         }
     }
 
+    fn agent(&self, name: &str) -> Option<&AgentSpec> {
+        self.agents.iter().find(|a| a.name == name)
+    }
+
     fn role_of(&self, agent: &str) -> Option<Role> {
-        self.spec.agent(agent).map(|a| a.role)
+        self.agent(agent).map(|a| a.role)
     }
 
     fn is_agent(&self, id: &str) -> bool {
-        self.spec.agent(id).is_some()
+        self.agent(id).is_some()
     }
 
     fn state_of(&self, agent: &str) -> AgentState {
@@ -328,7 +355,7 @@ impl ChannelsState {
         for n in names {
             let human = n.strip_prefix("human:").is_some_and(|h| !h.is_empty());
             if !human && !self.is_agent(n) {
-                let known: Vec<&str> = self.spec.agents.iter().map(|a| a.name.as_str()).collect();
+                let known: Vec<&str> = self.agents.iter().map(|a| a.name.as_str()).collect();
                 return Err((
                     ErrorCode::AgentNotFound,
                     format!("`{n}` is neither an agent ({}) nor `human:<name>`", known.join(", ")),
@@ -594,7 +621,6 @@ impl ChannelsState {
                 let role = str_arg(args, "role").map(str::to_lowercase);
                 let skill = str_arg(args, "skill").map(str::to_lowercase);
                 let found: Vec<Value> = self
-                    .spec
                     .agents
                     .iter()
                     .filter_map(|a| {
@@ -649,8 +675,144 @@ impl ChannelsState {
                 Ok(json!({"agent": caller.id, "state": "SLEEP", "wakes_on": "a @mention or a DM"})
                     .to_string())
             }
+            "flock_create_agent" => self.create_agent(caller, args).await,
+            "flock_decommission_agent" => self.decommission_agent(caller, args).await,
             _ => Err(bad(format!("no channel tool `{name}`"))),
         }
+    }
+
+    /// `flock_create_agent {name, role, archetype?, description?, model?}`: a new supervised
+    /// agent process, persisted so it comes back after a supervisor restart.
+    async fn create_agent(&mut self, caller: &Caller, args: &Value) -> ToolResult {
+        let name = str_arg(args, "name").ok_or_else(|| bad("`name` is required"))?.to_owned();
+        if !flock_config::valid_agent_name(&name) {
+            return Err(bad(format!(
+                "`{name}` is not a valid agent name: 1–63 of a-z, 0-9 and -, starting with a letter or digit"
+            )));
+        }
+        let decommissioned = {
+            let n = name.clone();
+            self.db(move |s| Ok(s.decommissioned_agents()?.contains(&n))).await?
+        };
+        if self.is_agent(&name) || decommissioned {
+            return Err(bad(format!(
+                "an agent named `{name}` exists or existed; pick another name"
+            )));
+        }
+        let role_text = str_arg(args, "role").unwrap_or("worker");
+        let Some(role) = Role::ALL.into_iter().find(|r| r.as_str() == role_text) else {
+            let roles: Vec<&str> = Role::ALL.iter().map(|r| r.as_str()).collect();
+            return Err(bad(format!(
+                "unknown role `{role_text}`; use one of {}",
+                roles.join(", ")
+            )));
+        };
+        if matches!(role, Role::Orchestrator | Role::Sysadmin) {
+            return Err((
+                ErrorCode::Forbidden,
+                format!("a swarm has one {}; it is declared in the swarm file", role.as_str()),
+            ));
+        }
+        let model_name =
+            str_arg(args, "model").map(str::to_owned).or_else(|| self.spec.default_model.clone());
+        let Some(model) = model_name.as_ref().and_then(|m| self.spec.models.get(m)).cloned() else {
+            let known: Vec<&str> = self.spec.models.keys().map(String::as_str).collect();
+            return Err(bad(format!(
+                "no model `{}`; models of this swarm: {}",
+                model_name.unwrap_or_default(),
+                known.join(", ")
+            )));
+        };
+        let spec = AgentSpec {
+            name: name.clone(),
+            role,
+            archetype: str_arg(args, "archetype").map(str::to_owned),
+            description: str_arg(args, "description").unwrap_or_default().to_owned(),
+            restart: self.spec.default_restart,
+            stop_timeout_secs: self.spec.default_stop_timeout_secs,
+            ready_timeout_secs: self.spec.default_ready_timeout_secs,
+            workspace: None,
+            command: None,
+            env: Vec::new(),
+            can_call: Vec::new(),
+            model,
+        };
+        let Some(ops) = self.agent_ops.clone() else {
+            return Err(internal("this supervisor cannot create agents"));
+        };
+        let json_spec = serde_json::to_string(&spec).map_err(internal)?;
+        let (n, who) = (name.clone(), caller.id.clone());
+        self.db(move |s| s.register_agent(&n, &json_spec, &who)).await?;
+        self.agents.push(spec.clone());
+        let (tx, rx) = oneshot::channel();
+        ops(AgentOp::Create { spec, reply: tx });
+        let started = rx.await.map_err(|_| internal("the supervisor dropped the request"))?;
+        let (status, message) = match &started {
+            Ok(m) => (Status::Success, m.clone()),
+            Err(e) => (Status::Failed, e.clone()),
+        };
+        self.journal(
+            JournalEvent::new(&caller.id, "AGENT_CREATED", status, message)
+                .param("agent", json!(name))
+                .param("role", json!(role.as_str())),
+        );
+        match started {
+            Ok(m) => {
+                Ok(json!({"name": name, "role": role.as_str(), "state": "ready", "detail": m})
+                    .to_string())
+            }
+            Err(e) => Err((
+                ErrorCode::TargetUnavailable,
+                format!("`{name}` was created but did not start: {e}"),
+            )),
+        }
+    }
+
+    /// `flock_decommission_agent {name}`: stopped for good and removed from every channel; its
+    /// messages and journal entries stay.
+    async fn decommission_agent(&mut self, caller: &Caller, args: &Value) -> ToolResult {
+        let name = str_arg(args, "name").ok_or_else(|| bad("`name` is required"))?.to_owned();
+        let Some(role) = self.role_of(&name) else {
+            return Err((ErrorCode::AgentNotFound, format!("no agent named `{name}`")));
+        };
+        if matches!(role, Role::Orchestrator | Role::Sysadmin) || name == caller.id {
+            return Err((
+                ErrorCode::Forbidden,
+                format!("`{name}` ({}) cannot be decommissioned", role.as_str()),
+            ));
+        }
+        let Some(ops) = self.agent_ops.clone() else {
+            return Err(internal("this supervisor cannot decommission agents"));
+        };
+        let n = name.clone();
+        self.db(move |s| s.decommission_agent(&n)).await?;
+        self.agents.retain(|a| a.name != name);
+        let mut archiving = Vec::new();
+        for c in self.channels.values_mut() {
+            if c.members.contains(&name) {
+                c.members.retain(|m| m != &name);
+                c.ready.retain(|m| m != &name);
+                if c.state == ChannelState::Archiving {
+                    archiving.push(c.id.clone());
+                }
+            }
+        }
+        self.cursors.retain(|(a, _), _| a != &name);
+        ops(AgentOp::Decommission { name: name.clone() });
+        self.journal(
+            JournalEvent::new(
+                &caller.id,
+                "AGENT_DECOMMISSIONED",
+                Status::Success,
+                format!("{name} decommissioned"),
+            )
+            .param("agent", json!(name)),
+        );
+        // Readiness is re-evaluated: the member that left may have been the last one missing.
+        for c in archiving {
+            self.evaluate_archive(&c).await;
+        }
+        Ok(json!({"name": name, "state": "decommissioned"}).to_string())
     }
 
     async fn set_state(

@@ -298,6 +298,51 @@ impl Store {
         Ok(())
     }
 
+    /// Records an agent created at run time.
+    pub fn register_agent(
+        &mut self,
+        name: &str,
+        spec_json: &str,
+        created_by: &str,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO agents_registry (name, spec_json, created_by, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![name, spec_json, created_by, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// Marks an agent decommissioned (it is not started again; its messages stay).
+    pub fn decommission_agent(&mut self, name: &str) -> Result<(), StoreError> {
+        let now = now_ms();
+        self.conn.execute(
+            "INSERT INTO agents_registry (name, created_at, decommissioned_at) VALUES (?1, ?2, ?2)
+             ON CONFLICT (name) DO UPDATE SET decommissioned_at = ?2",
+            params![name, now],
+        )?;
+        self.conn.execute("DELETE FROM channel_members WHERE member = ?1", params![name])?;
+        Ok(())
+    }
+
+    /// Agents created at run time and still in service: their specs as JSON.
+    pub fn created_agents(&self) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT spec_json FROM agents_registry
+             WHERE spec_json IS NOT NULL AND decommissioned_at IS NULL ORDER BY created_at",
+        )?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Names of decommissioned agents.
+    pub fn decommissioned_agents(&self) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT name FROM agents_registry WHERE decommissioned_at IS NOT NULL")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// The state of one channel, if it exists (for checks that must see committed state).
     pub fn channel_state(&self, channel: &str) -> Result<Option<ChannelState>, StoreError> {
         let s: Option<String> = self

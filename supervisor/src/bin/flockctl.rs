@@ -96,6 +96,11 @@ enum Command {
         #[command(subcommand)]
         command: ChannelCommand,
     },
+    /// Create an agent at run time, or decommission one (orchestrator powers, as human:NAME).
+    Agent {
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
     /// The shared journal: what happened, who did it, how it ended (works without a running swarm).
     Journal {
         #[command(subcommand)]
@@ -135,6 +140,33 @@ enum ChannelCommand {
         add: Vec<String>,
         #[arg(long, value_delimiter = ',')]
         remove: Vec<String>,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum AgentCommand {
+    /// A new supervised agent process; it survives supervisor restarts.
+    Create {
+        name: String,
+        /// worker, coordinator, unconscious, observer, reflection or dream.
+        #[arg(long, default_value = "worker")]
+        role: String,
+        /// e.g. code-reviewer, qa.
+        #[arg(long)]
+        archetype: Option<String>,
+        #[arg(long, default_value = "")]
+        description: String,
+        /// A model of the swarm file's `models:` [default: `defaults.model`].
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+    /// Stop an agent for good and remove it from every channel (its history stays).
+    Decommission {
+        name: String,
         #[arg(long = "as", value_name = "NAME")]
         as_name: Option<String>,
     },
@@ -452,6 +484,26 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     members.join(", ")
                 );
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agent { command } => {
+            let (tool, args, as_name) = match command {
+                AgentCommand::Create { name, role, archetype, description, model, as_name } => {
+                    let mut args = json!({"name": name, "role": role, "description": description});
+                    if let Some(a) = archetype {
+                        args["archetype"] = json!(a);
+                    }
+                    if let Some(m) = model {
+                        args["model"] = json!(m);
+                    }
+                    ("flock_create_agent", args, as_name)
+                }
+                AgentCommand::Decommission { name, as_name } => {
+                    ("flock_decommission_agent", json!({"name": name}), as_name)
+                }
+            };
+            let r = channel_tool(&mut conn, tool, args, as_name).await?;
+            println!("{r}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Channel { command } => {
