@@ -215,8 +215,18 @@ pub(crate) fn unix_ms() -> u64 {
 /// The instance key of every agent in this version (one instance per declared agent).
 pub const DEFAULT_INSTANCE: &str = "default";
 
-fn chain_entry(agent: &str) -> String {
-    format!("{agent}@{DEFAULT_INSTANCE}")
+/// `agent@instance` of an address (`name` is the default instance).
+fn chain_entry(address: &str) -> String {
+    if address.contains('@') { address.to_owned() } else { format!("{address}@{DEFAULT_INSTANCE}") }
+}
+
+/// The address a `Hello` claims: `agent`, or `agent@instance` for a spawned instance.
+fn hello_key(hello: &Hello) -> String {
+    if hello.instance.is_empty() || hello.instance == DEFAULT_INSTANCE {
+        hello.agent_id.clone()
+    } else {
+        format!("{}@{}", hello.agent_id, hello.instance)
+    }
 }
 
 impl Actor for Router {
@@ -233,9 +243,10 @@ impl Actor for Router {
         let totals = ractor::call!(args.store, StoreMsg::TurnsTotals)?.map_err(anyhow_like)?;
         let mut slots = HashMap::new();
         for spec in &args.spec.agents {
-            let last_seen = args.liveness.get(&spec.name).cloned().unwrap_or_default();
-            let turns = totals.get(&spec.name).copied().unwrap_or(0);
-            slots.insert(spec.name.clone(), Slot::new(spec.clone(), last_seen, turns)?);
+            let key = spec.key();
+            let last_seen = args.liveness.get(&key).cloned().unwrap_or_default();
+            let turns = totals.get(&key).copied().unwrap_or(0);
+            slots.insert(key, Slot::new(spec.clone(), last_seen, turns)?);
         }
         let mut orphans = 0;
         for m in pending {
@@ -258,7 +269,7 @@ impl Actor for Router {
                 "flock router: {orphans} pending message(s) are addressed to agents no longer in the swarm file; they stay in the store"
             );
         }
-        let order = args.spec.agents.iter().map(|a| a.name.clone()).collect();
+        let order = args.spec.agents.iter().map(AgentSpec::key).collect();
         Ok(RouterState {
             spec: args.spec,
             store: args.store,
@@ -333,8 +344,8 @@ impl Actor for Router {
                 }
             }
             RouterMsg::AddAgent { spec, liveness } => {
-                if !state.slots.contains_key(&spec.name) {
-                    let name = spec.name.clone();
+                if !state.slots.contains_key(&spec.key()) {
+                    let name = spec.key();
                     state.slots.insert(name.clone(), Slot::new(spec, liveness, 0)?);
                     state.order.push(name);
                 }
@@ -362,7 +373,7 @@ impl Actor for Router {
                     .iter()
                     .filter_map(|a| state.slots.get(a))
                     .map(|s| RouteInfo {
-                        name: s.spec.name.clone(),
+                        name: s.spec.key(),
                         connected: s.conn.is_some(),
                         busy: s.in_flight.is_some(),
                         mailbox_depth: s.queue.len() as u64 + u64::from(s.in_flight.is_some()),
@@ -410,7 +421,7 @@ impl RouterState {
                     );
                     return reject(code, reason);
                 }
-                let name = hello.agent_id.clone();
+                let name = hello_key(hello);
                 // A connection of an earlier incarnation that has not closed yet is superseded:
                 // close it first, so its in-flight delivery goes back to the mailbox.
                 if let Some(old) = self.slots.get(&name).and_then(|s| s.conn) {
@@ -477,11 +488,9 @@ impl RouterState {
                 ),
             ));
         }
-        let Some(slot) = self.slots.get(&hello.agent_id) else {
-            return Err((
-                ErrorCode::AgentNotFound,
-                format!("no agent named `{}` in this swarm", hello.agent_id),
-            ));
+        let key = hello_key(hello);
+        let Some(slot) = self.slots.get(&key) else {
+            return Err((ErrorCode::AgentNotFound, format!("no agent `{key}` in this swarm")));
         };
         match &slot.expected_token {
             Some(t) if constant_time_eq(t.as_bytes(), hello.token.as_bytes()) => Ok(()),
@@ -509,7 +518,7 @@ impl RouterState {
                 self.turn_finished(myself, identity, frame)
             }
             Body::ToolCall { name, arguments }
-                if kind == ConnKind::Agent && name.starts_with("flock_") =>
+                if kind == ConnKind::Agent && crate::channels::is_channel_tool(name) =>
             {
                 let role = self.slots.get(identity).map(|s| s.spec.role);
                 let outbox = self.conns.get(&conn).map(|i| i.outbox.clone());
@@ -1023,15 +1032,15 @@ impl RouterState {
                     .order
                     .iter()
                     .filter_map(|n| self.slots.get(n).map(|s| &s.spec))
-                    .filter(|a| a.name != caller)
+                    .filter(|a| a.key() != caller)
                     .map(|a| {
-                        let slot = self.slots.get(&a.name);
+                        let slot = self.slots.get(&a.key());
                         let state = match slot {
                             Some(s) if s.in_flight.is_some() => "busy",
                             Some(s) if s.conn.is_some() => "ready",
                             _ => "offline",
                         };
-                        serde_json::json!({"name": a.name, "role": a.role.as_str(), "state": state})
+                        serde_json::json!({"name": a.key(), "role": a.role.as_str(), "state": state})
                     })
                     .collect();
                 Ok(serde_json::Value::Array(list).to_string())
@@ -1042,11 +1051,11 @@ impl RouterState {
                     .order
                     .iter()
                     .filter_map(|n| self.slots.get(n).map(|s| &s.spec))
-                    .filter(|a| a.name != caller)
+                    .filter(|a| a.key() != caller)
                     .map(|a| {
                         let callable = allowed.is_none_or(|c| c.is_empty() || c.contains(&a.name));
                         serde_json::json!({
-                            "name": a.name,
+                            "name": a.key(),
                             "role": a.role.as_str(),
                             "archetype": a.archetype,
                             "description": a.description,

@@ -106,7 +106,7 @@ pub async fn execute(
         }
         // Router tools and the channels actor's tools: the caller's identity and role come from
         // this connection, never from the arguments.
-        "agents__list" | "agents__catalog" => forward(client, name, &args).await,
+        "agents__list" | "agents__catalog" | "agents__spawn" => forward(client, name, &args).await,
         other if other.starts_with("flock_") && TOOLS.contains(&other) => {
             forward(client, name, &args).await
         }

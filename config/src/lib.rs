@@ -29,6 +29,7 @@ pub const KNOWN_TOOLS: &[&str] = &[
     "agents__request",
     "agents__list",
     "agents__catalog",
+    "agents__spawn",
     "flock_channel_create",
     "flock_channel_post",
     "flock_channel_read",

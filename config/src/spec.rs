@@ -30,8 +30,9 @@ pub struct SwarmSpec {
 }
 
 impl SwarmSpec {
-    pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
-        self.agents.iter().find(|a| a.name == name)
+    /// The agent (or spawned instance) at this address.
+    pub fn agent(&self, key: &str) -> Option<&AgentSpec> {
+        self.agents.iter().find(|a| a.key() == key)
     }
 }
 
@@ -168,9 +169,21 @@ pub struct AgentSpec {
     pub can_call: Vec<String>,
     /// The model this agent's turns use.
     pub model: ModelSpec,
+    /// `None` for the agent declared in the swarm file; `Some(key)` for an extra instance
+    /// spawned at run time (`agents__spawn`), addressed as `name@key`.
+    #[serde(default)]
+    pub instance: Option<String>,
 }
 
 impl AgentSpec {
+    /// The address of this agent process: `name`, or `name@instance` for a spawned instance.
+    pub fn key(&self) -> String {
+        match &self.instance {
+            Some(i) => format!("{}@{i}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
     pub fn stop_timeout(&self) -> Duration {
         Duration::from_secs(self.stop_timeout_secs)
     }

@@ -700,6 +700,7 @@ impl Loader<'_> {
             env,
             can_call,
             model: model?,
+            instance: None,
         })
     }
 
@@ -753,7 +754,9 @@ impl Loader<'_> {
     fn check_targets(&mut self) {
         let names: HashSet<&str> = self.agent_names.iter().map(String::as_str).collect();
         for target in &self.targets {
-            if names.contains(target.name.as_str()) {
+            // `name@instance` addresses an instance spawned at run time (`agents__spawn`).
+            let agent = target.name.split_once('@').map_or(target.name.as_str(), |(a, _)| a);
+            if names.contains(agent) {
                 continue;
             }
             let message = unknown_agent(&target.what, &target.name, names.iter().copied());

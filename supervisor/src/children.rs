@@ -221,13 +221,14 @@ impl Actor for ChildSupervisor {
     ) -> Result<ChildSupState, ActorProcessingErr> {
         let mut children = HashMap::new();
         for spec in &args.spec.agents {
-            let liveness = args.liveness.get(&spec.name).cloned().unwrap_or_default();
-            children.insert(spec.name.clone(), Child::new(spec.clone(), liveness));
+            let key = spec.key();
+            let liveness = args.liveness.get(&key).cloned().unwrap_or_default();
+            children.insert(key, Child::new(spec.clone(), liveness));
         }
         let tick = args.spec.supervision.heartbeat_interval();
         myself.send_interval(tick, || ChildMsg::HeartbeatTick);
         Ok(ChildSupState {
-            order: args.spec.agents.iter().map(|a| a.name.clone()).collect(),
+            order: args.spec.agents.iter().map(AgentSpec::key).collect(),
             args,
             children,
             start_queue: VecDeque::new(),
@@ -400,7 +401,7 @@ impl Actor for ChildSupervisor {
                 st.continue_stop_all(&myself);
             }
             ChildMsg::Add { spec, liveness, reply } => {
-                let name = spec.name.clone();
+                let name = spec.key();
                 if st.children.contains_key(&name) {
                     let _ =
                         reply.send(Err(format!("an agent named `{name}` is already supervised")));
@@ -432,7 +433,7 @@ impl Actor for ChildSupervisor {
                     .iter()
                     .filter_map(|n| st.children.get(n))
                     .map(|c| ChildInfo {
-                        name: c.spec.name.clone(),
+                        name: c.spec.key(),
                         role: c.spec.role.as_str().into(),
                         pid: c.pid,
                         state: c.state.label(),
@@ -784,7 +785,7 @@ impl ChildSupState {
                     silent,
                     silent / sup.heartbeat_interval_ms.max(1)
                 );
-                self.args.logs.line(&c.spec.name, "flock", &why);
+                self.args.logs.line(&c.spec.key(), "flock", &why);
                 c.kill_reason = Some(why);
                 signal_group(pid, Signal::SIGKILL);
             }
@@ -796,7 +797,7 @@ fn spawn_spec(args: &ChildArgs, spec: &AgentSpec, token: &str) -> SpawnSpec {
     let cwd = match &spec.workspace {
         Some(p) if p.is_absolute() => p.clone(),
         Some(p) => args.state_dir.workspaces().join(p),
-        None => args.state_dir.workspaces().join(&spec.name),
+        None => args.state_dir.workspaces().join(spec.key()),
     };
     let (program, rest) = match &spec.command {
         Some(cmd) if !cmd.is_empty() => (PathBuf::from(&cmd[0]), cmd[1..].to_vec()),
@@ -805,7 +806,10 @@ fn spawn_spec(args: &ChildArgs, spec: &AgentSpec, token: &str) -> SpawnSpec {
     let mut env: Vec<(String, String)> = vec![
         (flock_ipc::env::SOCKET.into(), args.state_dir.router_socket().display().to_string()),
         (flock_ipc::env::AGENT.into(), spec.name.clone()),
-        (flock_ipc::env::INSTANCE.into(), flock_actors::router::DEFAULT_INSTANCE.into()),
+        (
+            flock_ipc::env::INSTANCE.into(),
+            spec.instance.clone().unwrap_or_else(|| flock_actors::router::DEFAULT_INSTANCE.into()),
+        ),
         (flock_ipc::env::TOKEN.into(), token.into()),
     ];
     env.extend(spec.env.iter().cloned());

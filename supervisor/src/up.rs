@@ -85,10 +85,10 @@ pub fn lock_state_dir(state: &StateDir) -> Result<StateLock> {
 /// (`flock_create_agent`): a restarted supervisor brings back the swarm as it was.
 fn with_registry(mut spec: SwarmSpec, store: &Store) -> Result<SwarmSpec> {
     let gone = store.decommissioned_agents().context("read decommissioned agents")?;
-    spec.agents.retain(|a| !gone.contains(&a.name));
+    spec.agents.retain(|a| !gone.contains(&a.key()));
     for json in store.created_agents().context("read created agents")? {
         match serde_json::from_str::<AgentSpec>(&json) {
-            Ok(a) if spec.agent(&a.name).is_none() => spec.agents.push(a),
+            Ok(a) if spec.agent(&a.key()).is_none() => spec.agents.push(a),
             Ok(_) => {}
             Err(e) => eprintln!("flock: skipping a created agent whose spec cannot be read: {e}"),
         }
@@ -110,14 +110,10 @@ fn agent_ops(
             };
             let liveness: Arc<AtomicU64> = Arc::default();
             let _ = router.cast(flock_actors::RouterMsg::AddAgent {
-                spec: spec.clone(),
+                spec: (*spec).clone(),
                 liveness: liveness.clone(),
             });
-            let _ = children.cast(ChildMsg::Add {
-                spec: Box::new(spec),
-                liveness,
-                reply: reply.into(),
-            });
+            let _ = children.cast(ChildMsg::Add { spec, liveness, reply: reply.into() });
         }
         AgentOp::Decommission { name } => {
             if let Some(children) = children.get() {
@@ -162,7 +158,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     .map_err(|e| anyhow!("start the channels actor: {e}"))?;
 
     let liveness: HashMap<String, Arc<AtomicU64>> =
-        spec.agents.iter().map(|a| (a.name.clone(), Arc::default())).collect();
+        spec.agents.iter().map(|a| (a.key(), Arc::default())).collect();
     let logs = LogHub::new(state.logs_dir());
     let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel::<StopReason>();
 

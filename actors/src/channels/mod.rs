@@ -30,9 +30,11 @@ use crate::router::RouterMsg;
 use crate::store::{Store, StoreError, now_ms};
 use crate::store_actor::StoreMsg;
 
-/// Tools this actor answers: the `flock_*` part of `flock_config::KNOWN_TOOLS`.
+/// Tools this actor answers: the `flock_*` part of `flock_config::KNOWN_TOOLS`, and
+/// `agents__spawn` (it needs the supervisor, like agent creation).
 pub fn is_channel_tool(name: &str) -> bool {
-    name.starts_with("flock_") && flock_config::KNOWN_TOOLS.contains(&name)
+    (name.starts_with("flock_") && flock_config::KNOWN_TOOLS.contains(&name))
+        || name == "agents__spawn"
 }
 
 /// Tools only the orchestrator (and humans through `flockctl`) may call (DESIGN.md §8).
@@ -48,7 +50,7 @@ const ORCHESTRATOR_TOOLS: &[&str] = &[
 #[derive(Debug)]
 pub enum AgentOp {
     /// Route to and spawn a new agent; answers once it is ready (or could not start).
-    Create { spec: AgentSpec, reply: oneshot::Sender<Result<String, String>> },
+    Create { spec: Box<AgentSpec>, reply: oneshot::Sender<Result<String, String>> },
     /// Stop an agent for good and stop routing to it.
     Decommission { name: String },
 }
@@ -73,6 +75,11 @@ impl Caller {
         self.role.is_none()
     }
     fn may(&self, tool: &str) -> bool {
+        if tool == "agents__spawn" {
+            // A coordinator spawns a worker per conversation (the brain-persona pattern).
+            return self.is_human()
+                || matches!(self.role, Some(Role::Orchestrator | Role::Coordinator));
+        }
         !ORCHESTRATOR_TOOLS.contains(&tool)
             || self.is_human()
             || self.role == Some(Role::Orchestrator)
@@ -331,8 +338,9 @@ impl ChannelsState {
         }
     }
 
-    fn agent(&self, name: &str) -> Option<&AgentSpec> {
-        self.agents.iter().find(|a| a.name == name)
+    /// The agent or spawned instance at this address (`name` or `name@instance`).
+    fn agent(&self, key: &str) -> Option<&AgentSpec> {
+        self.agents.iter().find(|a| a.key() == key)
     }
 
     fn role_of(&self, agent: &str) -> Option<Role> {
@@ -676,6 +684,7 @@ impl ChannelsState {
                     .to_string())
             }
             "flock_create_agent" => self.create_agent(caller, args).await,
+            "agents__spawn" => self.spawn_instance(caller, args).await,
             "flock_decommission_agent" => self.decommission_agent(caller, args).await,
             _ => Err(bad(format!("no channel tool `{name}`"))),
         }
@@ -736,6 +745,7 @@ impl ChannelsState {
             env: Vec::new(),
             can_call: Vec::new(),
             model,
+            instance: None,
         };
         let Some(ops) = self.agent_ops.clone() else {
             return Err(internal("this supervisor cannot create agents"));
@@ -745,7 +755,7 @@ impl ChannelsState {
         self.db(move |s| s.register_agent(&n, &json_spec, &who)).await?;
         self.agents.push(spec.clone());
         let (tx, rx) = oneshot::channel();
-        ops(AgentOp::Create { spec, reply: tx });
+        ops(AgentOp::Create { spec: Box::new(spec), reply: tx });
         let started = rx.await.map_err(|_| internal("the supervisor dropped the request"))?;
         let (status, message) = match &started {
             Ok(m) => (Status::Success, m.clone()),
@@ -768,6 +778,54 @@ impl ChannelsState {
         }
     }
 
+    /// `agents__spawn {agent, instance?}`: a new process of a declared agent with its own
+    /// instance key, addressed as `agent@instance` (e.g. a worker per conversation). Spawning an
+    /// instance that exists answers its address again.
+    async fn spawn_instance(&mut self, caller: &Caller, args: &Value) -> ToolResult {
+        let agent = str_arg(args, "agent").ok_or_else(|| bad("`agent` is required"))?;
+        let Some(base) =
+            self.agents.iter().find(|a| a.name == agent && a.instance.is_none()).cloned()
+        else {
+            return Err((ErrorCode::AgentNotFound, format!("no declared agent named `{agent}`")));
+        };
+        let instance = match str_arg(args, "instance") {
+            Some(i) => i.to_owned(),
+            None => format!("{:08x}", fastrand::u32(..)),
+        };
+        if instance == "default" || !flock_config::valid_agent_name(&instance) {
+            return Err(bad(format!(
+                "`{instance}` is not a valid instance key: 1–63 of a-z, 0-9 and -, not `default`"
+            )));
+        }
+        let key = format!("{agent}@{instance}");
+        if self.is_agent(&key) {
+            return Ok(json!({"address": key, "state": "ready", "existing": true}).to_string());
+        }
+        let Some(ops) = self.agent_ops.clone() else {
+            return Err(internal("this supervisor cannot spawn agents"));
+        };
+        let spec = AgentSpec { instance: Some(instance), ..base };
+        let json_spec = serde_json::to_string(&spec).map_err(internal)?;
+        let (k, who) = (key.clone(), caller.id.clone());
+        self.db(move |s| s.register_agent(&k, &json_spec, &who)).await?;
+        self.agents.push(spec.clone());
+        let (tx, rx) = oneshot::channel();
+        ops(AgentOp::Create { spec: Box::new(spec), reply: tx });
+        let started = rx.await.map_err(|_| internal("the supervisor dropped the request"))?;
+        let (status, message) = match &started {
+            Ok(m) => (Status::Success, m.clone()),
+            Err(e) => (Status::Failed, e.clone()),
+        };
+        self.journal(
+            JournalEvent::new(&caller.id, "AGENT_SPAWNED", status, message)
+                .param("address", json!(key)),
+        );
+        match started {
+            Ok(_) => Ok(json!({"address": key, "state": "ready"}).to_string()),
+            Err(e) => Err((ErrorCode::TargetUnavailable, format!("`{key}` did not start: {e}"))),
+        }
+    }
+
     /// `flock_decommission_agent {name}`: stopped for good and removed from every channel; its
     /// messages and journal entries stay.
     async fn decommission_agent(&mut self, caller: &Caller, args: &Value) -> ToolResult {
@@ -786,7 +844,7 @@ impl ChannelsState {
         };
         let n = name.clone();
         self.db(move |s| s.decommission_agent(&n)).await?;
-        self.agents.retain(|a| a.name != name);
+        self.agents.retain(|a| a.key() != name);
         let mut archiving = Vec::new();
         for c in self.channels.values_mut() {
             if c.members.contains(&name) {
