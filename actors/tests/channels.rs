@@ -479,3 +479,27 @@ async fn cards_persist_and_discover_searches_text_role_and_skill() {
     let text = tool(&mut qa, "flock_discover", json!({"query": "EVERYTHING"})).await.unwrap();
     assert_eq!(text[0]["name"], "qa");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_author_never_gets_its_own_posts_back() {
+    let h = harness(NO_DELAY).await;
+    let mut orch = h.agent("orchestrator").await;
+    let mut dev = h.agent("dev").await;
+    let mut qa = h.agent("qa").await;
+    tool(&mut orch, "flock_channel_create", json!({"channel": "c", "members": ["dev", "qa"]}))
+        .await
+        .unwrap();
+    tool(&mut dev, "flock_channel_post", json!({"channel": "c", "text": "dev speaks"}))
+        .await
+        .unwrap();
+    let (f, text) = delta(&mut qa).await;
+    ack(&qa, &f).await;
+    assert!(text.contains("dev speaks"));
+    tool(&mut qa, "flock_channel_post", json!({"channel": "c", "text": "qa answers"}))
+        .await
+        .unwrap();
+    let (f, text) = delta(&mut dev).await;
+    assert!(text.contains("qa answers") && !text.contains("dev speaks"), "{text}");
+    assert!(text.contains("seq 2..2 (1)"), "{text}");
+    ack(&dev, &f).await;
+}

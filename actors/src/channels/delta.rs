@@ -14,9 +14,24 @@ pub struct Msg {
     pub text: String,
 }
 
-/// Renders the notification for `messages` (ascending seq, all newer than the reader's cursor).
+/// Renders the notification for `messages` (ascending seq, all new to the reader).
 /// Keeps the *newest* [`DELTA_MAX_MESSAGES`] and points at `flock_channel_read` for the rest.
 pub fn render(channel: &str, name: &str, topic: &str, messages: &[Msg]) -> String {
+    let Some(first) = messages.first() else { return render_page(channel, name, topic, 0, 0, &[]) };
+    let newest = &messages[messages.len().saturating_sub(DELTA_MAX_MESSAGES)..];
+    render_page(channel, name, topic, first.seq, messages.len(), newest)
+}
+
+/// Renders a notification from its newest page: `total` new messages starting at `first_seq`,
+/// of which `newest` (ascending, at most [`DELTA_MAX_MESSAGES`]) are shown.
+pub fn render_page(
+    channel: &str,
+    name: &str,
+    topic: &str,
+    first_seq: u64,
+    total: usize,
+    newest: &[Msg],
+) -> String {
     let mut out = String::new();
     let title =
         if name.is_empty() || name == channel { String::new() } else { format!(" ({name})") };
@@ -24,20 +39,20 @@ pub fn render(channel: &str, name: &str, topic: &str, messages: &[Msg]) -> Strin
     if !topic.is_empty() {
         out.push_str(&format!("Topic: {topic}\n"));
     }
-    let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
+    let Some(last) = newest.last() else {
         return out;
     };
-    let skipped = messages.len().saturating_sub(DELTA_MAX_MESSAGES);
-    out.push_str(&format!("New messages: seq {}..{} ({})\n", first.seq, last.seq, messages.len()));
+    let skipped = total.saturating_sub(newest.len());
+    out.push_str(&format!("New messages: seq {first_seq}..{} ({total})\n", last.seq));
     if skipped > 0 {
         out.push_str(&format!(
             "({skipped} older new messages not shown: flock_channel_read(channel=\"{channel}\", after={}))\n",
-            first.seq - 1
+            first_seq.saturating_sub(1)
         ));
     }
     out.push_str("--- New Messages ---\n");
     let mut cut = false;
-    for m in &messages[skipped..] {
+    for m in newest {
         let chars = m.text.chars().count();
         let text: String = m.text.chars().take(DELTA_MAX_CHARS).collect();
         let ellipsis = if chars > DELTA_MAX_CHARS {

@@ -23,7 +23,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use self::delta::{Msg, dm_channel_id, mentions, render, strip_hash, valid_channel_id};
+use self::delta::{dm_channel_id, mentions, strip_hash, valid_channel_id};
 use self::store::{Card, ChannelRow, ChannelState, Cursor};
 use crate::journal::{Journal, JournalEvent, Status};
 use crate::router::RouterMsg;
@@ -165,6 +165,7 @@ pub struct ChannelsState {
     armed: HashSet<(String, String)>,
     /// Deltas that failed, by (agent, channel): the seq to retry up to when the agent is back.
     retry: HashMap<(String, String), u64>,
+    myself: Option<ActorRef<ChannelsMsg>>,
 }
 
 impl Actor for Channels {
@@ -198,6 +199,7 @@ impl Actor for Channels {
             cards: cards.into_iter().map(|c| (c.agent.clone(), c)).collect(),
             armed: HashSet::new(),
             retry: HashMap::new(),
+            myself: Some(myself.clone()),
         };
         // Archive deadlines survive restarts.
         let now = now_ms();
@@ -318,6 +320,50 @@ fn list_arg(args: &Value, key: &str) -> Result<Vec<String>, (ErrorCode, String)>
     }
 }
 
+/// One line for the journal saying what a successful tool call did.
+fn summary(tool: &str, args: &Value, result: &str) -> String {
+    let r: Value = serde_json::from_str(result).unwrap_or(Value::Null);
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let quote = |text: &str| {
+        let mut t: String = text.chars().take(120).collect();
+        if text.chars().count() > 120 {
+            t.push('…');
+        }
+        format!("{t:?}")
+    };
+    match tool {
+        "flock_channel_post" | "flock_message" => format!(
+            "#{} seq {}: {}",
+            s(&r["channel"]),
+            r["seq"],
+            quote(args["text"].as_str().unwrap_or_default())
+        ),
+        "flock_channel_create" => {
+            format!("created #{} {:?} members {}", s(&r["channel"]), s(&r["topic"]), r["members"])
+        }
+        "flock_assign_members" => format!("#{} members now {}", s(&r["channel"]), r["members"]),
+        "flock_channel_archive" => format!("#{} {}", s(&r["channel"]), s(&r["state"])),
+        "flock_archive_ready" => {
+            format!("ready to archive #{} (now {})", s(&r["channel"]), s(&r["state"]))
+        }
+        "flock_update_card" => {
+            format!("card: {} skills {}", quote(&s(&r["description"])), r["skills"])
+        }
+        "flock_sleep" => "asleep until mentioned".into(),
+        "flock_channel_read" => format!(
+            "read #{} ({} messages)",
+            s(&r["channel"]),
+            r["messages"].as_array().map_or(0, Vec::len)
+        ),
+        "flock_channel_list" => format!("listed {} channels", r.as_array().map_or(0, Vec::len)),
+        "flock_discover" => format!("found {} agents", r.as_array().map_or(0, Vec::len)),
+        "flock_create_agent" => format!("created agent {} ({})", s(&r["name"]), s(&r["role"])),
+        "flock_decommission_agent" => format!("decommissioned {}", s(&r["name"])),
+        "agents__spawn" => format!("spawned {}", s(&r["address"])),
+        _ => result.chars().take(200).collect(),
+    }
+}
+
 fn iso(ms: i64) -> String {
     crate::journal::format_timestamp(ms.max(0) as u64)
 }
@@ -415,14 +461,14 @@ impl ChannelsState {
         } else {
             self.run(myself, caller, name, &args).await
         };
+        // Reads by people (`flockctl read`, `channels`) are not events; everything else is.
+        let read_only =
+            matches!(name, "flock_channel_read" | "flock_channel_list" | "flock_discover");
+        if read_only && caller.is_human() && result.is_ok() {
+            return result;
+        }
         let (status, message) = match &result {
-            Ok(r) => {
-                let mut short: String = r.chars().take(200).collect();
-                if r.chars().count() > 200 {
-                    short.push('…');
-                }
-                (Status::Success, short)
-            }
+            Ok(r) => (Status::Success, summary(name, &args, r)),
             Err((code, msg)) => (Status::Failed, format!("{code}: {msg}")),
         };
         let mut event = JournalEvent::new(&caller.id, name.to_ascii_uppercase(), status, &message)
@@ -986,20 +1032,29 @@ impl ChannelsState {
         }
         let (name, topic, id, upto, after) =
             (ch.name.clone(), ch.topic.clone(), ch.id.clone(), cur.scheduled_seq, cur.sent_seq);
-        let c = id.clone();
-        let messages: Vec<Msg> = match with_store(&self.store, move |s| {
-            s.messages_between(&c, after, upto, usize::MAX >> 1)
+        let (c, reader) = (id.clone(), agent.to_owned());
+        let page = with_store(&self.store, move |s| {
+            s.new_for(&c, &reader, after, upto, delta::DELTA_MAX_MESSAGES)
         })
-        .await
-        {
-            Ok(m) => m,
+        .await;
+        let (total, first, newest) = match page {
+            Ok(p) => p,
             Err(e) => {
                 eprintln!("flock channels: reading #{channel} failed: {e}");
                 self.armed.remove(&key);
                 return;
             }
         };
-        let text = render(&id, &name, &topic, &messages);
+        if total == 0 {
+            // Only the agent's own posts are new: nothing to tell it, no turn spent.
+            let done =
+                ChannelsMsg::DeltaDone { agent: agent.to_owned(), channel: id, upto, ok: true };
+            if let Some(me) = &self.myself {
+                let _ = me.cast(done);
+            }
+            return;
+        }
+        let text = delta::render_page(&id, &name, &topic, first, total, &newest);
         match &self.router {
             Some(router) => {
                 let msg = RouterMsg::Delta { agent: agent.to_owned(), channel: id, upto, text };

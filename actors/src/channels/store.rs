@@ -124,6 +124,36 @@ impl Store {
         Ok(out)
     }
 
+    /// What is new to `reader` in `after < seq <= upto`, leaving out its own messages: how many,
+    /// the first seq, and the newest `limit` of them (ascending).
+    pub fn new_for(
+        &self,
+        channel: &str,
+        reader: &str,
+        after: u64,
+        upto: u64,
+        limit: usize,
+    ) -> Result<(usize, u64, Vec<Msg>), StoreError> {
+        let (count, first): (i64, Option<i64>) = self.conn.query_row(
+            "SELECT COUNT(*), MIN(seq) FROM channel_messages
+             WHERE channel = ?1 AND seq > ?2 AND seq <= ?3 AND author != ?4",
+            params![channel, after as i64, upto as i64, reader],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, author, text FROM channel_messages
+             WHERE channel = ?1 AND seq > ?2 AND seq <= ?3 AND author != ?4
+             ORDER BY seq DESC LIMIT ?5",
+        )?;
+        let rows = stmt
+            .query_map(params![channel, after as i64, upto as i64, reader, limit as i64], |r| {
+                Ok(Msg { seq: r.get::<_, i64>(0)? as u64, author: r.get(1)?, text: r.get(2)? })
+            })?;
+        let mut newest: Vec<Msg> = rows.collect::<Result<_, _>>()?;
+        newest.reverse();
+        Ok((count as usize, first.unwrap_or(0) as u64, newest))
+    }
+
     /// Messages after `after`, ascending, at most `limit` (the first page after the cursor).
     pub fn messages_after(
         &self,

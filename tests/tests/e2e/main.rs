@@ -4,9 +4,12 @@
 //!
 //! The binaries must be built first: `cargo build --workspace --bins` (scripts/test does).
 
+mod channels;
 mod cli;
 mod delivery;
+mod spawn;
 mod supervision;
+mod swarm_management;
 mod wire;
 
 use std::time::Duration;
