@@ -93,8 +93,10 @@ pub enum RouterMsg {
     Closed { conn: ConnId },
     /// Writes the store has committed.
     Stored(StoredBatch),
-    /// The deadline of request `0` passed.
-    RequestTimeout(MsgId),
+    /// The earliest request deadline may have passed: time out what is due, re-arm for the next.
+    CheckDeadlines,
+    /// Persist the turn counts accumulated since the last flush (sent to itself every second).
+    FlushTurns,
     /// Retry handing work to an agent whose outbox was full.
     RetryDeliver(String),
     /// The supervisor is about to spawn `agent` with this token; only it may say `Hello`.
@@ -191,6 +193,8 @@ struct PendingRequest {
     caller_conn: ConnId,
     target: String,
     timeout_ms: u64,
+    /// Absolute deadline, Unix ms (its key in `RouterState::deadlines`).
+    deadline: u64,
 }
 
 pub struct RouterState {
@@ -206,6 +210,13 @@ pub struct RouterState {
     channels: Option<ActorRef<ChannelsMsg>>,
     /// Agent names in start order (file order, then agents created at run time).
     order: Vec<String>,
+    /// Pending request deadlines, earliest first: one timer for all of them, not one per request.
+    deadlines: std::collections::BTreeSet<(u64, MsgId)>,
+    /// The deadline the one armed timer fires at, if any.
+    deadline_armed: Option<u64>,
+    /// Turns finished since the last flush, per agent (requests, deltas, at_most_once messages;
+    /// durable messages count in their own completion write).
+    unflushed_turns: HashMap<String, u64>,
 }
 
 pub(crate) fn unix_ms() -> u64 {
@@ -236,9 +247,10 @@ impl Actor for Router {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<RouterMsg>,
+        myself: ActorRef<RouterMsg>,
         args: RouterArgs,
     ) -> Result<RouterState, ActorProcessingErr> {
+        myself.send_interval(Duration::from_secs(1), || RouterMsg::FlushTurns);
         let pending = ractor::call!(args.store, StoreMsg::Pending)?.map_err(anyhow_like)?;
         let totals = ractor::call!(args.store, StoreMsg::TurnsTotals)?.map_err(anyhow_like)?;
         let mut slots = HashMap::new();
@@ -282,6 +294,9 @@ impl Actor for Router {
             counters: RouterCounters::default(),
             channels: args.channels,
             order,
+            deadlines: std::collections::BTreeSet::new(),
+            deadline_armed: None,
+            unflushed_turns: HashMap::new(),
         })
     }
 
@@ -311,7 +326,19 @@ impl Actor for Router {
             }
             RouterMsg::Closed { conn } => state.closed(conn),
             RouterMsg::Stored(batch) => state.stored(&myself, batch),
-            RouterMsg::RequestTimeout(id) => state.request_timeout(id),
+            RouterMsg::CheckDeadlines => {
+                state.deadline_armed = None;
+                let now = unix_ms();
+                while let Some(&(due, id)) = state.deadlines.first() {
+                    if due > now {
+                        break;
+                    }
+                    state.deadlines.pop_first();
+                    state.request_timeout(id);
+                }
+                state.arm_deadline(&myself);
+            }
+            RouterMsg::FlushTurns => state.flush_turns(),
             RouterMsg::RetryDeliver(agent) => {
                 if let Some(slot) = state.slots.get_mut(&agent) {
                     slot.retry_scheduled = false;
@@ -333,7 +360,10 @@ impl Actor for Router {
                     }
                 }
             }
-            RouterMsg::Drain => state.draining = true,
+            RouterMsg::Drain => {
+                state.draining = true;
+                state.flush_turns();
+            }
             RouterMsg::Delta { agent, channel, upto, text } => {
                 state.delta(&myself, agent, channel, upto, text);
             }
@@ -719,6 +749,7 @@ impl RouterState {
         }
         let timeout_ms =
             if *timeout_ms == 0 { self.spec.delivery.request_timeout_ms } else { *timeout_ms };
+        let deadline = unix_ms().saturating_add(timeout_ms);
         self.requests.insert(
             frame.id,
             PendingRequest {
@@ -726,10 +757,12 @@ impl RouterState {
                 caller_conn: conn,
                 target: frame.to.clone(),
                 timeout_ms,
+                deadline,
             },
         );
         let id = frame.id;
-        myself.send_after(Duration::from_millis(timeout_ms), move || RouterMsg::RequestTimeout(id));
+        self.deadlines.insert((deadline, id));
+        self.arm_deadline(myself);
         let Some(slot) = self.slots.get_mut(&frame.to) else { return };
         slot.queue.push_back(Queued {
             id,
@@ -801,22 +834,22 @@ impl RouterState {
                 slot.turns_total += 1;
                 if !current {
                     // An at_most_once delivery (not leased): only the turn is counted.
-                    let _ = self.store.cast(StoreMsg::Write {
-                        op: WriteOp::CountTurn { agent: agent.into() },
-                        origin: None,
-                        notify: None,
-                    });
+                    *self.unflushed_turns.entry(agent.to_owned()).or_default() += 1;
                     return;
                 }
                 let Some(done) = slot.in_flight.take() else { return };
-                let op = match done.kind {
-                    DeliveryKind::Message => WriteOp::Complete { id, agent: agent.into() },
-                    DeliveryKind::Request | DeliveryKind::Delta => {
-                        WriteOp::CountTurn { agent: agent.into() }
+                match done.kind {
+                    // The completion and its turn count commit together: counted exactly once.
+                    DeliveryKind::Message => {
+                        let op = WriteOp::Complete { id, agent: agent.into() };
+                        let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
                     }
-                };
+                    // Not worth a commit per turn: counted in memory, flushed every second.
+                    DeliveryKind::Request | DeliveryKind::Delta => {
+                        *self.unflushed_turns.entry(agent.to_owned()).or_default() += 1;
+                    }
+                }
                 self.delta_done(agent, &done, true);
-                let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
                 if done.kind == DeliveryKind::Request {
                     self.reply(id, agent, Body::Reply { text: reply.unwrap_or_default() });
                 }
@@ -844,12 +877,33 @@ impl RouterState {
         self.deliver_next(myself, agent);
     }
 
+    /// Arms the one deadline timer for the earliest pending deadline, unless it already fires
+    /// by then.
+    fn arm_deadline(&mut self, myself: &ActorRef<RouterMsg>) {
+        let Some(&(due, _)) = self.deadlines.first() else { return };
+        if self.deadline_armed.is_some_and(|armed| armed <= due) {
+            return;
+        }
+        self.deadline_armed = Some(due);
+        let wait = Duration::from_millis(due.saturating_sub(unix_ms()));
+        myself.send_after(wait, || RouterMsg::CheckDeadlines);
+    }
+
+    /// Persists the turn counts gathered since the last flush, in one write per agent.
+    fn flush_turns(&mut self) {
+        for (agent, n) in self.unflushed_turns.drain() {
+            let op = WriteOp::AddTurns { agent, n };
+            let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+        }
+    }
+
     /// Routes the answer to request `id` back to its caller, if it is still waiting.
     fn reply(&mut self, id: MsgId, callee: &str, body: Body) {
         let Some(req) = self.requests.remove(&id) else {
             self.counters.late_replies += 1;
             return;
         };
+        self.deadlines.remove(&(req.deadline, id));
         let frame = Frame {
             id: new_id(),
             from: callee.to_owned(),

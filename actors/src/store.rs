@@ -143,8 +143,8 @@ pub enum WriteOp {
     Enqueue(NewMessage),
     /// The turn for this durable message finished: mark it done, count the turn.
     Complete { id: MsgId, agent: String },
-    /// A non-durable turn finished: count it.
-    CountTurn { agent: String },
+    /// `n` more finished turns that are not durable messages (requests, deltas, at_most_once).
+    AddTurns { agent: String, n: u64 },
     /// A delivery of this message failed; `attempts` is the new total.
     FailedAttempt { id: MsgId, attempts: u32 },
     /// Give up on this message.
@@ -240,6 +240,10 @@ impl Store {
                 "INSERT INTO agent_stats (name, turns_total) VALUES (?1, 1)
                  ON CONFLICT (name) DO UPDATE SET turns_total = turns_total + 1",
             )?;
+            let mut add = tx.prepare_cached(
+                "INSERT INTO agent_stats (name, turns_total) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET turns_total = turns_total + ?2",
+            )?;
             let mut attempt =
                 tx.prepare_cached("UPDATE messages SET attempts = ?2 WHERE id = ?1 AND state = 0")?;
             let mut dead = tx.prepare_cached(
@@ -265,8 +269,8 @@ impl Store {
                         }
                         WriteOutcome::Applied
                     }
-                    WriteOp::CountTurn { agent } => {
-                        count.execute(params![agent])?;
+                    WriteOp::AddTurns { agent, n } => {
+                        add.execute(params![agent, *n as i64])?;
                         WriteOutcome::Applied
                     }
                     WriteOp::FailedAttempt { id, attempts } => {
