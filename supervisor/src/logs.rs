@@ -130,44 +130,14 @@ impl LogHub {
     }
 }
 
-/// Current UTC time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+/// Current UTC time as `YYYY-MM-DDTHH:MM:SS.mmmZ` (the journal's format).
 pub fn utc_now() -> String {
-    let now =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    format_utc(now.as_secs() as i64, now.subsec_millis())
-}
-
-/// Formats Unix seconds as ISO 8601 UTC (civil-from-days, Howard Hinnant's algorithm).
-pub fn format_utc(secs: i64, millis: u32) -> String {
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        sod / 3600,
-        (sod / 60) % 60,
-        sod % 60
-    )
+    flock_actors::journal::now_timestamp()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn utc_formatting_matches_known_dates() {
-        assert_eq!(format_utc(0, 0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(format_utc(1_795_302_000, 7), "2026-11-21T23:00:00.007Z");
-        assert_eq!(format_utc(951_782_400, 0), "2000-02-29T00:00:00.000Z");
-    }
 
     #[test]
     fn logs_rotate_and_ring_keeps_the_tail() {

@@ -793,25 +793,7 @@ impl ChannelsState {
             model,
             instance: None,
         };
-        let Some(ops) = self.agent_ops.clone() else {
-            return Err(internal("this supervisor cannot create agents"));
-        };
-        let json_spec = serde_json::to_string(&spec).map_err(internal)?;
-        let (n, who) = (name.clone(), caller.id.clone());
-        self.db(move |s| s.register_agent(&n, &json_spec, &who)).await?;
-        self.agents.push(spec.clone());
-        let (tx, rx) = oneshot::channel();
-        ops(AgentOp::Create { spec: Box::new(spec), reply: tx });
-        let started = rx.await.map_err(|_| internal("the supervisor dropped the request"))?;
-        let (status, message) = match &started {
-            Ok(m) => (Status::Success, m.clone()),
-            Err(e) => (Status::Failed, e.clone()),
-        };
-        self.journal(
-            JournalEvent::new(&caller.id, "AGENT_CREATED", status, message)
-                .param("agent", json!(name))
-                .param("role", json!(role.as_str())),
-        );
+        let started = self.start_agent(caller, spec, "AGENT_CREATED").await?;
         match started {
             Ok(m) => {
                 Ok(json!({"name": name, "role": role.as_str(), "state": "ready", "detail": m})
@@ -822,6 +804,38 @@ impl ChannelsState {
                 format!("`{name}` was created but did not start: {e}"),
             )),
         }
+    }
+
+    /// Persists a new agent (or instance), asks the supervisor to start it and journals the
+    /// outcome. The outer error is Flock's; the inner one says why the process did not start.
+    async fn start_agent(
+        &mut self,
+        caller: &Caller,
+        spec: AgentSpec,
+        event: &str,
+    ) -> Result<Result<String, String>, (ErrorCode, String)> {
+        let Some(ops) = self.agent_ops.clone() else {
+            return Err(internal("this supervisor cannot start agents"));
+        };
+        let key = spec.key();
+        let json_spec = serde_json::to_string(&spec).map_err(internal)?;
+        let (k, who) = (key.clone(), caller.id.clone());
+        self.db(move |s| s.register_agent(&k, &json_spec, &who)).await?;
+        let role = spec.role;
+        self.agents.push(spec.clone());
+        let (tx, rx) = oneshot::channel();
+        ops(AgentOp::Create { spec: Box::new(spec), reply: tx });
+        let started = rx.await.map_err(|_| internal("the supervisor dropped the request"))?;
+        let (status, message) = match &started {
+            Ok(m) => (Status::Success, m.clone()),
+            Err(e) => (Status::Failed, e.clone()),
+        };
+        self.journal(
+            JournalEvent::new(&caller.id, event, status, message)
+                .param("agent", json!(key))
+                .param("role", json!(role.as_str())),
+        );
+        Ok(started)
     }
 
     /// `agents__spawn {agent, instance?}`: a new process of a declared agent with its own
@@ -847,26 +861,8 @@ impl ChannelsState {
         if self.is_agent(&key) {
             return Ok(json!({"address": key, "state": "ready", "existing": true}).to_string());
         }
-        let Some(ops) = self.agent_ops.clone() else {
-            return Err(internal("this supervisor cannot spawn agents"));
-        };
         let spec = AgentSpec { instance: Some(instance), ..base };
-        let json_spec = serde_json::to_string(&spec).map_err(internal)?;
-        let (k, who) = (key.clone(), caller.id.clone());
-        self.db(move |s| s.register_agent(&k, &json_spec, &who)).await?;
-        self.agents.push(spec.clone());
-        let (tx, rx) = oneshot::channel();
-        ops(AgentOp::Create { spec: Box::new(spec), reply: tx });
-        let started = rx.await.map_err(|_| internal("the supervisor dropped the request"))?;
-        let (status, message) = match &started {
-            Ok(m) => (Status::Success, m.clone()),
-            Err(e) => (Status::Failed, e.clone()),
-        };
-        self.journal(
-            JournalEvent::new(&caller.id, "AGENT_SPAWNED", status, message)
-                .param("address", json!(key)),
-        );
-        match started {
+        match self.start_agent(caller, spec, "AGENT_SPAWNED").await? {
             Ok(_) => Ok(json!({"address": key, "state": "ready"}).to_string()),
             Err(e) => Err((ErrorCode::TargetUnavailable, format!("`{key}` did not start: {e}"))),
         }
