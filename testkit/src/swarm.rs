@@ -394,6 +394,8 @@ impl Swarm {
             .arg("--state-dir")
             .arg(&self.state)
             .env("FLOCK_AGENT_BIN", bin("flock-agent"))
+            // Must never reach an agent: the environment is cleared to an allowlist.
+            .env("FLOCK_TEST_SECRET", "s3cr3t-must-not-leak")
             .env_remove("FLOCK_HOME")
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("clone a file handle"))

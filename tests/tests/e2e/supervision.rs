@@ -314,3 +314,31 @@ models:
     let socket = format!("FLOCK_SOCKET={}", state.join("run/router.sock").display());
     assert!(flock_testkit::proc::pids_with_env(&socket).is_empty(), "agents outlived the swarm");
 }
+
+#[test]
+fn agents_get_an_allowlisted_environment_and_their_workspace_as_cwd() {
+    let agent = flock_testkit::bin("flock-agent");
+    let yaml = format!(
+        r#"swarm: {{ name: env-check }}
+models:
+{}agents:
+  - name: probe
+    role: worker
+    model: m
+    env: {{ MY_SETTING: visible }}
+    command: ["/bin/sh", "-c", "pwd; env | sort; exec \"$0\"", "{}"]
+"#,
+        answer_model("m", "ok"),
+        agent.display()
+    );
+    let swarm = Swarm::start(&yaml);
+    let log = swarm.log("probe");
+    assert!(log.contains("FLOCK_AGENT=probe") && log.contains("MY_SETTING=visible"), "{log}");
+    assert!(log.contains("PATH="), "{log}");
+    assert!(
+        !log.contains("FLOCK_TEST_SECRET") && !log.contains("s3cr3t"),
+        "the secret leaked:\n{log}"
+    );
+    let cwd = log.lines().find(|l| l.contains(" out /")).expect("pwd printed");
+    assert!(cwd.trim_end().ends_with("workspaces/probe"), "{cwd}");
+}
