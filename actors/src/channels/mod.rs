@@ -957,6 +957,7 @@ impl ChannelsState {
         let members = ch.members.clone();
         let is_dm = ch.is_dm;
         let mentioned = mentions(text);
+        let mut notify_now = Vec::new();
         for m in members {
             if m == author || !self.is_agent(&m) {
                 continue; // humans see the channel through their bridge, never through deltas
@@ -973,8 +974,9 @@ impl ChannelsState {
             if self.state_of(&m) == AgentState::Sleep {
                 let _ = self.set_state(&m, AgentState::Awake).await;
             }
-            self.schedule(myself, &m, channel, seq).await;
+            notify_now.push(m);
         }
+        self.schedule_all(myself, channel, &notify_now, seq).await;
         Ok(seq)
     }
 
@@ -986,30 +988,55 @@ impl ChannelsState {
         channel: &str,
         upto: u64,
     ) {
-        let key = (agent.to_owned(), channel.to_owned());
-        let cur = self.cursors.get(&key).copied().unwrap_or_default();
-        if upto <= cur.scheduled_seq {
+        self.schedule_all(myself, channel, &[agent.to_owned()], upto).await;
+    }
+
+    /// Raises the scheduled cursors of `agents` in `channel` to `upto` (one transaction for all,
+    /// so a post to a big channel costs one commit) and arms each coalescing timer not armed yet.
+    async fn schedule_all(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        channel: &str,
+        agents: &[String],
+        upto: u64,
+    ) {
+        let raised: Vec<(String, String, Cursor)> = agents
+            .iter()
+            .filter_map(|a| {
+                let cur =
+                    self.cursors.get(&(a.clone(), channel.to_owned())).copied().unwrap_or_default();
+                (upto > cur.scheduled_seq).then(|| {
+                    (
+                        a.clone(),
+                        channel.to_owned(),
+                        Cursor { sent_seq: cur.sent_seq, scheduled_seq: upto },
+                    )
+                })
+            })
+            .collect();
+        if raised.is_empty() {
             return;
         }
-        let new = Cursor { sent_seq: cur.sent_seq, scheduled_seq: upto };
-        let (a, c) = key.clone();
-        if let Err(e) = self.db(move |s| s.set_cursor(&a, &c, new)).await {
+        let batch = raised.clone();
+        if let Err(e) = self.db(move |s| s.set_cursors(&batch)).await {
             eprintln!("flock channels: cursor write failed: {e:?}");
             return;
         }
-        self.cursors.insert(key.clone(), new);
-        if self.armed.insert(key) {
-            let (min, max) =
-                (self.spec.channels.delta_delay_min_ms, self.spec.channels.delta_delay_max_ms);
-            let delay = if max > min { fastrand::u64(min..=max) } else { min };
-            let (agent, channel) = (agent.to_owned(), channel.to_owned());
-            if delay == 0 {
-                let _ = myself.cast(ChannelsMsg::DeltaDue { agent, channel });
-            } else {
-                myself.send_after(Duration::from_millis(delay), move || ChannelsMsg::DeltaDue {
-                    agent,
-                    channel,
-                });
+        let (min, max) =
+            (self.spec.channels.delta_delay_min_ms, self.spec.channels.delta_delay_max_ms);
+        for (agent, channel, cursor) in raised {
+            let key = (agent, channel);
+            self.cursors.insert(key.clone(), cursor);
+            if self.armed.insert(key.clone()) {
+                let delay = if max > min { fastrand::u64(min..=max) } else { min };
+                let (agent, channel) = key;
+                if delay == 0 {
+                    let _ = myself.cast(ChannelsMsg::DeltaDue { agent, channel });
+                } else {
+                    myself.send_after(Duration::from_millis(delay), move || {
+                        ChannelsMsg::DeltaDue { agent, channel }
+                    });
+                }
             }
         }
     }

@@ -285,6 +285,22 @@ impl Store {
         Ok(())
     }
 
+    /// Several cursors in one transaction.
+    pub fn set_cursors(&mut self, cursors: &[(String, String, Cursor)]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO cursors (agent, channel, sent_seq, scheduled_seq) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (agent, channel) DO UPDATE SET sent_seq = ?3, scheduled_seq = ?4",
+            )?;
+            for (agent, channel, c) in cursors {
+                stmt.execute(params![agent, channel, c.sent_seq as i64, c.scheduled_seq as i64])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     pub fn agent_states(&self) -> Result<Vec<(String, String)>, StoreError> {
         let mut stmt = self.conn.prepare("SELECT agent, state FROM agent_states")?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
