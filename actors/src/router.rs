@@ -550,12 +550,17 @@ impl RouterState {
             Body::ToolCall { name, arguments }
                 if kind == ConnKind::Agent && crate::channels::is_channel_tool(name) =>
             {
-                let role = self.slots.get(identity).map(|s| s.spec.role);
+                // An agent connection always has a role; one without a slot (decommissioned,
+                // still shutting down) has no powers at all — never a human's.
+                let Some(role) = self.slots.get(identity).map(|s| s.spec.role) else {
+                    let msg = format!("`{identity}` is no longer an agent of this swarm");
+                    return self.answer(conn, Frame::error(&frame, ErrorCode::Forbidden, msg));
+                };
                 let outbox = self.conns.get(&conn).map(|i| i.outbox.clone());
                 match (&self.channels, outbox) {
                     (Some(ch), Some(outbox)) => {
                         let msg = ChannelsMsg::Tool {
-                            caller: Caller { id: identity.to_owned(), role },
+                            caller: Caller { id: identity.to_owned(), role: Some(role) },
                             name: name.clone(),
                             arguments: arguments.clone(),
                             reply: ToolReply {
