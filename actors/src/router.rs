@@ -593,6 +593,12 @@ impl RouterState {
                 };
                 self.answer(conn, Frame::answer(&frame, ROUTER, Body::ToolResult { ok, content }));
             }
+            Body::SessionSave { channel, messages } if kind == ConnKind::Agent => {
+                self.save_session(identity, channel, messages);
+            }
+            Body::SessionLoad { channel } if kind == ConnKind::Agent => {
+                self.load_session(conn, identity, &frame, channel);
+            }
             Body::Heartbeat => {
                 self.answer(conn, Frame::answer(&frame, ROUTER, Body::HeartbeatAck));
             }
@@ -942,6 +948,48 @@ impl RouterState {
             op
         };
         let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+    }
+
+    /// Appends a finished turn to the agent's session (before its `Ack` is handled: same
+    /// connection, same store queue).
+    fn save_session(&self, agent: &str, channel: &str, messages: &str) {
+        let items: Vec<String> = match serde_json::from_str::<serde_json::Value>(messages) {
+            Ok(serde_json::Value::Array(items)) => items.iter().map(|v| v.to_string()).collect(),
+            _ => {
+                eprintln!(
+                    "flock router: `{agent}` sent a session that is not a JSON array; ignored"
+                );
+                return;
+            }
+        };
+        let (agent, channel) = (agent.to_owned(), channel.to_owned());
+        let job: crate::store_actor::StoreJob = Box::new(move |s| {
+            if let Err(e) = s.append_session(&agent, &channel, &items) {
+                eprintln!("flock store: saving the session of {agent} failed: {e}");
+            }
+        });
+        let _ = self.store.cast(StoreMsg::With(job));
+    }
+
+    /// Answers `SessionLoad` from the store, straight to the agent's outbox.
+    fn load_session(&self, conn: ConnId, agent: &str, frame: &Frame, channel: &str) {
+        let Some(outbox) = self.conns.get(&conn).map(|i| i.outbox.clone()) else { return };
+        let (agent, channel, id) = (agent.to_owned(), channel.to_owned(), frame.id);
+        let job: crate::store_actor::StoreJob = Box::new(move |s| {
+            let messages = match s.load_session(&agent, &channel, flock_config::SESSION_WINDOW) {
+                Ok(items) => format!("[{}]", items.join(",")),
+                Err(e) => {
+                    eprintln!("flock store: loading the session of {agent} failed: {e}");
+                    "[]".into()
+                }
+            };
+            let reply = Frame {
+                correlation_id: Some(id),
+                ..Frame::new(ROUTER, agent, Body::SessionData { channel, messages })
+            };
+            let _ = outbox.try_send(reply);
+        });
+        let _ = self.store.cast(StoreMsg::With(job));
     }
 
     /// Queues a channel notification as a turn input of `agent`.

@@ -88,6 +88,21 @@ const MIGRATIONS: &[&str] = &[
         at      INTEGER NOT NULL,
         PRIMARY KEY (channel, agent)
     ) WITHOUT ROWID;
+    -- Per-(agent, channel) conversation sessions; channel '' holds direct messages and requests.
+    CREATE TABLE session_messages (
+        agent      TEXT    NOT NULL,
+        channel    TEXT    NOT NULL,
+        seq        INTEGER NOT NULL,
+        message    TEXT    NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (agent, channel, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE sessions_closed (
+        agent     TEXT    NOT NULL,
+        channel   TEXT    NOT NULL,
+        closed_at INTEGER NOT NULL,
+        PRIMARY KEY (agent, channel)
+    ) WITHOUT ROWID;
     -- Agents created at run time (spec kept), and decommissioned ones (history kept).
     CREATE TABLE agents_registry (
         name              TEXT PRIMARY KEY,

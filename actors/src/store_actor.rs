@@ -130,5 +130,19 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// Runs `f` on the store inside the store actor and waits for its result (for actors and tasks
+/// that need an answer; the router never does).
+pub async fn with_store<T: Send + 'static>(
+    store: &ActorRef<StoreMsg>,
+    f: impl FnOnce(&mut Store) -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: StoreJob = Box::new(move |s: &mut Store| {
+        let _ = tx.send(f(s).map_err(|e| e.to_string()));
+    });
+    store.cast(StoreMsg::With(job)).map_err(|e| format!("the store is not running: {e}"))?;
+    rx.await.map_err(|_| "the store dropped the request".to_string())?
+}
+
 /// The outcome type carried back to the router.
 pub type StoredOutcome = Result<WriteOutcome, String>;

@@ -28,8 +28,7 @@ use crate::provider::{ChatMessage, LlmProvider, LlmStep, ScriptedProvider};
 
 /// Steps (model calls) a turn may take before it is ended (DESIGN.md §7).
 pub const MAX_STEPS: usize = 24;
-/// Messages a session keeps (DESIGN.md §7 `message_window`).
-const SESSION_WINDOW: usize = 80;
+use flock_config::SESSION_WINDOW;
 /// Completed delivery ids remembered for dropping redeliveries.
 const REMEMBERED_IDS: usize = 4096;
 
@@ -198,9 +197,8 @@ async fn turns(
     let mut sessions: HashMap<String, Vec<ChatMessage>> = HashMap::new();
     while let Some(frame) = inbox.recv().await {
         if let Body::SessionClosed { channel } = &frame.body {
-            if sessions.remove(channel).is_some() {
-                println!("session #{channel} closed: the channel was archived");
-            }
+            sessions.remove(channel);
+            println!("session #{channel} closed: the channel was archived");
             continue;
         }
         let Body::Deliver(delivery) = &frame.body else { continue };
@@ -229,14 +227,30 @@ async fn turns(
             quote(&delivery.text)
         );
         let started = Instant::now();
-        let session = sessions.entry(delivery.channel.clone().unwrap_or_default()).or_default();
+        let key = delivery.channel.clone().unwrap_or_default();
+        if !sessions.contains_key(&key) {
+            // Resume the conversation this channel had before a restart.
+            let loaded = load_session(&client, &key).await;
+            if !loaded.is_empty() {
+                println!("session {} resumed with {} messages", session_name(&key), loaded.len());
+            }
+            sessions.insert(key.clone(), loaded);
+        }
+        let session = sessions.entry(key.clone()).or_default();
         let outcome = tokio::select! {
             r = turn(&spec, &client, &mut provider, id, delivery, session) => Some(r),
             _ = cancel.notified() => None,
         };
         *current.turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let body = match outcome {
-            Some(Ok(reply)) => {
+            Some(Ok((reply, new))) => {
+                // The session is saved before the Ack: a turn counts as done once it is stored.
+                let messages = serde_json::to_string(&new).unwrap_or_else(|_| "[]".into());
+                let save =
+                    Frame::new(&client.name, ROUTER, Body::SessionSave { channel: key, messages });
+                if client.send(save).await.is_err() {
+                    break;
+                }
                 println!(
                     "turn {} done in {} ms: reply {}",
                     short(id),
@@ -270,6 +284,28 @@ async fn turns(
     }
 }
 
+/// The stored session of `channel` (`""`: direct), or an empty one if there is none or the
+/// store cannot be reached.
+async fn load_session(client: &RouterClient, channel: &str) -> Vec<ChatMessage> {
+    let ask = Frame::new(&client.name, ROUTER, Body::SessionLoad { channel: channel.into() });
+    match client.call(ask).await {
+        Ok(Frame { body: Body::SessionData { messages, .. }, .. }) => {
+            serde_json::from_str(&messages).unwrap_or_else(|e| {
+                eprintln!(
+                    "session {} could not be read ({e}); starting fresh",
+                    session_name(channel)
+                );
+                Vec::new()
+            })
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn session_name(channel: &str) -> String {
+    if channel.is_empty() { "(direct)".into() } else { format!("#{channel}") }
+}
+
 /// One turn: system prompt + input, then model steps and tool calls until a final answer.
 async fn turn(
     spec: &AgentSpec,
@@ -278,9 +314,10 @@ async fn turn(
     id: MsgId,
     delivery: &Delivery,
     session: &mut Vec<ChatMessage>,
-) -> Result<String, String> {
+) -> Result<(String, Vec<ChatMessage>), String> {
     // The session keeps this channel's earlier turns; the system prompt always leads.
-    let mut conversation = vec![ChatMessage::System(prompts::role_prompt(spec.role).to_owned())];
+    let mut conversation =
+        vec![ChatMessage::System { text: prompts::role_prompt(spec.role).to_owned() }];
     conversation.extend(session.iter().cloned());
     let start = conversation.len();
     conversation
@@ -289,12 +326,13 @@ async fn turn(
     for _ in 0..MAX_STEPS {
         match provider.next(&conversation).await? {
             LlmStep::Final(text) => {
-                conversation.push(ChatMessage::Assistant(text.clone()));
+                conversation.push(ChatMessage::Assistant { text: text.clone() });
                 // Only a finished turn joins the session (a failed one is retried from scratch).
-                session.extend(conversation.drain(start..));
+                let new: Vec<ChatMessage> = conversation.drain(start..).collect();
+                session.extend(new.iter().cloned());
                 let excess = session.len().saturating_sub(SESSION_WINDOW);
                 session.drain(..excess);
-                return Ok(text);
+                return Ok((text, new));
             }
             LlmStep::ToolCalls(requested) => {
                 for (name, arguments) in requested {
@@ -315,5 +353,9 @@ async fn turn(
             }
         }
     }
-    Ok(format!("(stopped after {MAX_STEPS} steps without a final answer)"))
+    let text = format!("(stopped after {MAX_STEPS} steps without a final answer)");
+    conversation.push(ChatMessage::Assistant { text: text.clone() });
+    let new: Vec<ChatMessage> = conversation.drain(start..).collect();
+    session.extend(new.iter().cloned());
+    Ok((text, new))
 }

@@ -6,10 +6,13 @@ use std::time::Duration;
 use flock_config::{ScriptRule, ScriptStep, Transcript};
 use serde_json::Value;
 
-/// One message of a turn's conversation.
-#[derive(Debug, Clone, PartialEq)]
+/// One message of a turn's conversation (stored in sessions as JSON).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
 pub enum ChatMessage {
-    System(String),
+    System {
+        text: String,
+    },
     User {
         from: String,
         text: String,
@@ -25,7 +28,9 @@ pub enum ChatMessage {
         ok: bool,
         content: String,
     },
-    Assistant(String),
+    Assistant {
+        text: String,
+    },
 }
 
 /// What the model wants next.

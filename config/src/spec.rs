@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// Messages an agent's session keeps and resumes with (DESIGN.md §7 `message_window`).
+pub const SESSION_WINDOW: usize = 80;
+
 /// A whole swarm, validated.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SwarmSpec {

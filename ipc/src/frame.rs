@@ -126,6 +126,21 @@ pub enum Body {
     Shutdown,
     ShutdownAck,
 
+    /// Agent → router: append these messages (a JSON array) to the agent's session for
+    /// `channel` (`""`: direct messages and requests). Sent before the turn's `Ack`.
+    SessionSave {
+        channel: String,
+        messages: String,
+    },
+    /// Agent → router: the stored session for `channel`; answered by `SessionData`.
+    SessionLoad {
+        channel: String,
+    },
+    /// Router → agent: the newest messages of a session (a JSON array), oldest first.
+    SessionData {
+        channel: String,
+        messages: String,
+    },
     /// Router → agent: the channel was archived; close its session.
     SessionClosed {
         channel: String,
@@ -164,6 +179,9 @@ impl Body {
             Body::HeartbeatAck => "HeartbeatAck",
             Body::Shutdown => "Shutdown",
             Body::ShutdownAck => "ShutdownAck",
+            Body::SessionSave { .. } => "SessionSave",
+            Body::SessionLoad { .. } => "SessionLoad",
+            Body::SessionData { .. } => "SessionData",
             Body::SessionClosed { .. } => "SessionClosed",
             Body::Error { .. } => "Error",
             Body::Control(_) => "Control",
@@ -254,6 +272,11 @@ pub enum ControlRequest {
     DeadLetters,
     /// Stop every agent (reverse order) and then the supervisor.
     Down,
+    /// An agent's stored sessions: one channel's messages, or a list of its sessions.
+    Session {
+        agent: String,
+        channel: Option<String>,
+    },
     /// Run a channel tool (`flock_channel_post`, …) as `human:<as_name>`; `arguments` is JSON.
     Channel {
         tool: String,

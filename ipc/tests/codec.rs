@@ -40,6 +40,8 @@ fn control() -> impl Strategy<Value = ControlRequest> {
         s().prop_map(|agent| ControlRequest::Restart { agent }),
         Just(ControlRequest::DeadLetters),
         Just(ControlRequest::Down),
+        (s(), proptest::option::of(s()))
+            .prop_map(|(agent, channel)| ControlRequest::Session { agent, channel }),
         (s(), s(), s()).prop_map(|(tool, arguments, as_name)| ControlRequest::Channel {
             tool,
             arguments,
@@ -108,6 +110,9 @@ fn body() -> impl Strategy<Value = Body> {
                 }
             )),
         s().prop_map(|channel| Body::SessionClosed { channel }),
+        (s(), s()).prop_map(|(channel, messages)| Body::SessionSave { channel, messages }),
+        s().prop_map(|channel| Body::SessionLoad { channel }),
+        (s(), s()).prop_map(|(channel, messages)| Body::SessionData { channel, messages }),
         proptest::option::of(s()).prop_map(|reply| Body::Ack { reply }),
         s().prop_map(|reason| Body::Nack { reason }),
         s().prop_map(|reason| Body::Cancel { reason }),

@@ -110,6 +110,28 @@ async fn run(
                 .map_err(internal)?;
             Ok(ControlReply::DeadLetters(letters))
         }
+        ControlRequest::Session { agent, channel } => {
+            let result = flock_actors::store_actor::with_store(&ctx.store, move |s| {
+                Ok(match channel {
+                    Some(c) => {
+                        let c = c.trim_start_matches('#').to_owned();
+                        let items = s.load_session(&agent, &c, usize::MAX >> 1)?;
+                        format!("{{\"agent\":{:?},\"channel\":{:?},\"messages\":[{}]}}", agent, c, items.join(","))
+                    }
+                    None => {
+                        let list: Vec<serde_json::Value> = s
+                            .sessions_of(&agent)?
+                            .into_iter()
+                            .map(|(c, n, closed)| serde_json::json!({"channel": c, "messages": n, "closed": closed}))
+                            .collect();
+                        serde_json::json!({"agent": agent, "sessions": list}).to_string()
+                    }
+                })
+            })
+            .await
+            .map_err(internal)?;
+            Ok(ControlReply::Json(result))
+        }
         ControlRequest::Channel { tool, arguments, as_name } => {
             let name = as_name.trim();
             if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {

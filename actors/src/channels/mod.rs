@@ -28,7 +28,7 @@ use self::store::{Card, ChannelRow, ChannelState, Cursor};
 use crate::journal::{Journal, JournalEvent, Status};
 use crate::router::RouterMsg;
 use crate::store::{Store, StoreError, now_ms};
-use crate::store_actor::StoreMsg;
+use crate::store_actor::{StoreMsg, with_store};
 
 /// Tools this actor answers: the `flock_*` part of `flock_config::KNOWN_TOOLS`, and
 /// `agents__spawn` (it needs the supervisor, like agent creation).
@@ -278,19 +278,6 @@ impl Actor for Channels {
         }
         Ok(())
     }
-}
-
-/// Runs `f` on the store inside the store actor and waits for its result.
-async fn with_store<T: Send + 'static>(
-    store: &ActorRef<StoreMsg>,
-    f: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, String> {
-    let (tx, rx) = oneshot::channel();
-    let job: crate::store_actor::StoreJob = Box::new(move |s: &mut Store| {
-        let _ = tx.send(f(s).map_err(|e| e.to_string()));
-    });
-    store.cast(StoreMsg::With(job)).map_err(|e| format!("the store is not running: {e}"))?;
-    rx.await.map_err(|_| "the store dropped the request".to_string())?
 }
 
 fn bad(msg: impl Into<String>) -> (ErrorCode, String) {
@@ -1237,6 +1224,9 @@ impl ChannelsState {
             .param("ready", json!(ready))
             .param("not_ready", json!(not_ready)),
         );
+        let agents: Vec<String> = members.iter().filter(|m| self.is_agent(m)).cloned().collect();
+        let (c, a) = (channel.to_owned(), agents.clone());
+        self.db(move |s| s.close_sessions(&c, &a)).await?;
         if let Some(router) = &self.router {
             for m in members.iter().filter(|m| self.is_agent(m)) {
                 let _ = router.cast(RouterMsg::SessionClosed {

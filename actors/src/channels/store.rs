@@ -389,6 +389,86 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Appends messages (JSON texts) to a session.
+    pub fn append_session(
+        &mut self,
+        agent: &str,
+        channel: &str,
+        messages: &[String],
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        let next: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(seq), 0) + 1 FROM session_messages WHERE agent = ?1 AND channel = ?2",
+            params![agent, channel],
+            |r| r.get(0),
+        )?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO session_messages (agent, channel, seq, message, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            let now = now_ms();
+            for (i, m) in messages.iter().enumerate() {
+                stmt.execute(params![agent, channel, next + i as i64, m, now])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The newest `limit` messages of a session, oldest first (empty for a closed session).
+    pub fn load_session(
+        &self,
+        agent: &str,
+        channel: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let closed: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT closed_at FROM sessions_closed WHERE agent = ?1 AND channel = ?2",
+                params![agent, channel],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if closed.is_some() {
+            return Ok(Vec::new());
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT message FROM session_messages WHERE agent = ?1 AND channel = ?2 ORDER BY seq DESC LIMIT ?3",
+        )?;
+        let mut out: Vec<String> = stmt
+            .query_map(params![agent, channel, limit as i64], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        out.reverse();
+        Ok(out)
+    }
+
+    /// An agent's sessions: (channel, messages, closed).
+    pub fn sessions_of(&self, agent: &str) -> Result<Vec<(String, u64, bool)>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT m.channel, COUNT(*), c.closed_at IS NOT NULL FROM session_messages m
+             LEFT JOIN sessions_closed c ON c.agent = m.agent AND c.channel = m.channel
+             WHERE m.agent = ?1 GROUP BY m.channel ORDER BY m.channel",
+        )?;
+        let rows = stmt.query_map(params![agent], |r| {
+            Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get(2)?))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Closes the sessions of a channel (it was archived): they are kept but not resumed.
+    pub fn close_sessions(&mut self, channel: &str, agents: &[String]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for a in agents {
+            tx.execute(
+                "INSERT OR IGNORE INTO sessions_closed (agent, channel, closed_at) VALUES (?1, ?2, ?3)",
+                params![a, channel, now_ms()],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// The state of one channel, if it exists (for checks that must see committed state).
     pub fn channel_state(&self, channel: &str) -> Result<Option<ChannelState>, StoreError> {
         let s: Option<String> = self

@@ -96,6 +96,11 @@ enum Command {
         #[command(subcommand)]
         command: ChannelCommand,
     },
+    /// An agent's conversation sessions (one per channel; "(direct)" for messages and requests).
+    Session {
+        #[command(subcommand)]
+        command: SessionCommand,
+    },
     /// Create an agent at run time, or decommission one (orchestrator powers, as human:NAME).
     Agent {
         #[command(subcommand)]
@@ -142,6 +147,19 @@ enum ChannelCommand {
         remove: Vec<String>,
         #[arg(long = "as", value_name = "NAME")]
         as_name: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum SessionCommand {
+    /// Without --channel: the agent's sessions; with it: that session's messages.
+    Show {
+        agent: String,
+        /// A channel ('#name'), or "" for direct messages and requests.
+        #[arg(long)]
+        channel: Option<String>,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -483,6 +501,45 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     c["topic"].as_str().unwrap_or(""),
                     members.join(", ")
                 );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Session { command: SessionCommand::Show { agent, channel, json } } => {
+            let listing = channel.is_none();
+            let reply = control(&mut conn, ControlRequest::Session { agent, channel }).await?;
+            let ControlReply::Json(text) = reply else { bail!("unexpected answer") };
+            let v: serde_json::Value = serde_json::from_str(&text)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if listing {
+                for s in v["sessions"].as_array().cloned().unwrap_or_default() {
+                    let c = s["channel"].as_str().unwrap_or_default();
+                    println!(
+                        "{:<28} {:>5} messages{}",
+                        if c.is_empty() { "(direct)".to_owned() } else { format!("#{c}") },
+                        s["messages"],
+                        if s["closed"].as_bool() == Some(true) {
+                            "  (closed: channel archived)"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+            } else {
+                for m in v["messages"].as_array().cloned().unwrap_or_default() {
+                    let text = m["text"].as_str().or(m["content"].as_str()).unwrap_or_default();
+                    match m["role"].as_str().unwrap_or_default() {
+                        "user" => println!("[{}] {}", m["from"].as_str().unwrap_or_default(), text),
+                        "tool_call" => println!(
+                            "  → {} {}",
+                            m["name"].as_str().unwrap_or_default(),
+                            m["arguments"].as_str().unwrap_or_default()
+                        ),
+                        "tool_result" => println!("  ← {}", text),
+                        "assistant" => println!("[assistant] {text}"),
+                        other => println!("[{other}] {text}"),
+                    }
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

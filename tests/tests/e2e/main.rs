@@ -7,6 +7,7 @@
 mod channels;
 mod cli;
 mod delivery;
+mod sessions;
 mod spawn;
 mod supervision;
 mod swarm_management;
