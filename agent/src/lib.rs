@@ -315,9 +315,11 @@ async fn turn(
     delivery: &Delivery,
     session: &mut Vec<ChatMessage>,
 ) -> Result<(String, Vec<ChatMessage>), String> {
-    // The session keeps this channel's earlier turns; the system prompt always leads.
+    // Who exists right now (agents created or spawned at run time included).
+    let catalog = tools::catalog(client).await;
+    // The session keeps this channel's earlier turns; the system message always leads.
     let mut conversation =
-        vec![ChatMessage::System { text: prompts::role_prompt(spec.role).to_owned() }];
+        vec![ChatMessage::System { text: prompts::system_message(spec, catalog.as_deref()) }];
     conversation.extend(session.iter().cloned());
     let start = conversation.len();
     conversation

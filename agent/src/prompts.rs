@@ -1,6 +1,9 @@
-//! Role prompts from `prompts/roles/`, embedded at build time.
+//! The system message of a turn: role and archetype prompts from `prompts/` (embedded at build
+//! time), the rules every agent shares, and the runtime catalog. A prompt asks; only code
+//! guarantees (roles and `can_call` are enforced by the router and the channels actor).
 
-use flock_config::Role;
+use flock_config::{AgentSpec, Role};
+use serde_json::Value;
 
 pub fn role_prompt(role: Role) -> &'static str {
     match role {
@@ -12,5 +15,107 @@ pub fn role_prompt(role: Role) -> &'static str {
         Role::Observer => include_str!("../../prompts/roles/observer.md"),
         Role::Reflection => include_str!("../../prompts/roles/reflection.md"),
         Role::Dream => include_str!("../../prompts/roles/dream.md"),
+    }
+}
+
+/// The prompt of a worker archetype, if Flock has one by that name.
+pub fn archetype_prompt(archetype: &str) -> Option<&'static str> {
+    Some(match archetype {
+        "project-manager" => include_str!("../../prompts/archetypes/project-manager.md"),
+        "code-first-developer" => include_str!("../../prompts/archetypes/code-first-developer.md"),
+        "production-first-developer" => {
+            include_str!("../../prompts/archetypes/production-first-developer.md")
+        }
+        "code-reviewer" => include_str!("../../prompts/archetypes/code-reviewer.md"),
+        "qa" => include_str!("../../prompts/archetypes/qa.md"),
+        _ => return None,
+    })
+}
+
+const COMMON: &str = include_str!("../../prompts/roles/_common.md");
+
+/// Renders the system message. `catalog` is the JSON array `agents__catalog` answers (who else
+/// exists, with role, archetype, description and whether this agent may call them).
+pub fn system_message(spec: &AgentSpec, catalog: Option<&str>) -> String {
+    let mut out = format!("You are `{}`.\n\n{}", spec.key(), role_prompt(spec.role).trim_end());
+    if let Some(a) = spec.archetype.as_deref() {
+        match archetype_prompt(a) {
+            Some(p) => out.push_str(&format!("\n\n{}", p.trim_end())),
+            None => out.push_str(&format!("\n\nYour archetype is **{a}**.")),
+        }
+    }
+    if !spec.description.is_empty() {
+        out.push_str(&format!("\n\nYour job here: {}", spec.description));
+    }
+    out.push_str(&format!("\n\n{}", COMMON.trim_end()));
+    let entries: Vec<Value> =
+        catalog.and_then(|c| serde_json::from_str::<Vec<Value>>(c).ok()).unwrap_or_default();
+    out.push_str("\n\n[runtime_catalog]");
+    if entries.is_empty() {
+        out.push_str("\n(no other agents)");
+    }
+    for e in entries {
+        let name = e["name"].as_str().unwrap_or_default();
+        let role = e["role"].as_str().unwrap_or_default();
+        let archetype = e["archetype"].as_str().map(|a| format!(", {a}")).unwrap_or_default();
+        let description = e["description"].as_str().filter(|d| !d.is_empty());
+        let callable =
+            if e["callable"].as_bool() == Some(false) { " — you may not call it" } else { "" };
+        out.push_str(&format!(
+            "\n- {name} ({role}{archetype}){}{callable}",
+            description.map(|d| format!(": {d}")).unwrap_or_default()
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flock_config::{ModelSpec, RestartPolicy, Transcript};
+
+    fn spec(role: Role, archetype: Option<&str>) -> AgentSpec {
+        AgentSpec {
+            name: "w".into(),
+            role,
+            archetype: archetype.map(Into::into),
+            description: "builds things".into(),
+            restart: RestartPolicy::Permanent,
+            stop_timeout_secs: 10,
+            ready_timeout_secs: 10,
+            workspace: None,
+            command: None,
+            env: Vec::new(),
+            can_call: Vec::new(),
+            model: ModelSpec::Scripted(Transcript::default()),
+            instance: None,
+        }
+    }
+
+    #[test]
+    fn every_role_and_archetype_has_a_prompt() {
+        for role in Role::ALL {
+            assert!(!role_prompt(role).trim().is_empty(), "{role:?}");
+        }
+        for a in [
+            "project-manager",
+            "code-first-developer",
+            "production-first-developer",
+            "code-reviewer",
+            "qa",
+        ] {
+            assert!(archetype_prompt(a).is_some(), "{a}");
+        }
+    }
+
+    #[test]
+    fn system_message_has_role_archetype_human_priority_and_catalog() {
+        let catalog = r#"[{"name":"qa","role":"worker","archetype":"qa","description":"tests","callable":true},
+                          {"name":"boss","role":"orchestrator","archetype":null,"description":"","callable":false}]"#;
+        let m = system_message(&spec(Role::Worker, Some("code-reviewer")), Some(catalog));
+        assert!(m.starts_with("You are `w`."));
+        assert!(m.contains("archetype is **code reviewer**"));
+        assert!(m.contains("`human:` participants"));
+        assert!(m.contains("[runtime_catalog]\n- qa (worker, qa): tests\n- boss (orchestrator) — you may not call it"), "{m}");
     }
 }

@@ -117,6 +117,12 @@ pub async fn execute(
     }
 }
 
+/// The runtime catalog (`agents__catalog`) as JSON text, if the router answers.
+pub async fn catalog(client: &RouterClient) -> Option<String> {
+    let out = forward(client, "agents__catalog", &Value::Object(Default::default())).await;
+    out.ok.then_some(out.content)
+}
+
 /// Runs a tool on the supervisor's side: `ToolCall` → `ToolResult`.
 async fn forward(client: &RouterClient, name: &str, args: &Value) -> ToolOutput {
     let frame = Frame::new(
