@@ -61,6 +61,7 @@ async fn main() {
             control: Arc::new(|_| {}),
             liveness,
             channels: Some(channels.clone()),
+            gateway: None,
         },
     )
     .await

@@ -6,6 +6,7 @@
 //! [`router::RouterEvent`]s.
 
 pub mod channels;
+pub mod gateway;
 pub mod journal;
 pub mod router;
 pub mod server;

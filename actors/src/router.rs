@@ -18,6 +18,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
 use crate::channels::{Caller, ChannelsMsg, ToolReply};
+use crate::gateway::GatewayMsg;
 use crate::store::{NewMessage, WriteOp, WriteOutcome};
 use crate::store_actor::{Origin, StoreMsg, StoredOutcome};
 
@@ -128,6 +129,8 @@ pub struct RouterArgs {
     pub liveness: HashMap<String, Arc<AtomicU64>>,
     /// The channels actor (`flock_*` tools, deltas), if channels are enabled.
     pub channels: Option<ActorRef<ChannelsMsg>>,
+    /// The LLM gateway (`LlmCall`), if remote models are enabled.
+    pub gateway: Option<ActorRef<GatewayMsg>>,
 }
 
 pub struct Router;
@@ -210,6 +213,7 @@ pub struct RouterState {
     channels: Option<ActorRef<ChannelsMsg>>,
     /// Agent names in start order (file order, then agents created at run time).
     order: Vec<String>,
+    gateway: Option<ActorRef<GatewayMsg>>,
     /// Pending request deadlines, earliest first: one timer for all of them, not one per request.
     deadlines: std::collections::BTreeSet<(u64, MsgId)>,
     /// The deadline the one armed timer fires at, if any.
@@ -293,6 +297,7 @@ impl Actor for Router {
             draining: false,
             counters: RouterCounters::default(),
             channels: args.channels,
+            gateway: args.gateway,
             order,
             deadlines: std::collections::BTreeSet::new(),
             deadline_armed: None,
@@ -592,6 +597,37 @@ impl RouterState {
                     Err(e) => (false, e),
                 };
                 self.answer(conn, Frame::answer(&frame, ROUTER, Body::ToolResult { ok, content }));
+            }
+            Body::LlmCall { request } if kind == ConnKind::Agent => {
+                let model = self.slots.get(identity).map(|s| s.spec.model.clone());
+                let outbox = self.conns.get(&conn).map(|i| i.outbox.clone());
+                match (&self.gateway, model, outbox) {
+                    (Some(gw), Some(model), Some(outbox)) => {
+                        let call = GatewayMsg::Call {
+                            agent: identity.to_owned(),
+                            model,
+                            request: request.clone(),
+                            frame_id: frame.id,
+                            outbox,
+                        };
+                        if gw.cast(call).is_err() {
+                            let err = Frame::error(
+                                &frame,
+                                ErrorCode::Internal,
+                                "the LLM gateway is not running",
+                            );
+                            self.answer(conn, err);
+                        }
+                    }
+                    _ => {
+                        let err = Frame::error(
+                            &frame,
+                            ErrorCode::Internal,
+                            "no LLM gateway for this agent",
+                        );
+                        self.answer(conn, err);
+                    }
+                }
             }
             Body::SessionSave { channel, messages } if kind == ConnKind::Agent => {
                 self.save_session(identity, channel, messages);
@@ -1116,6 +1152,12 @@ impl RouterState {
         self.answer(req.caller_conn, frame);
         // Cancel the callee's turn if it is working on it; if it is still queued, it is skipped.
         let Some(slot) = self.slots.get(&target) else { return };
+        if slot.in_flight.as_ref().is_some_and(|q| q.id == id)
+            && let Some(gw) = &self.gateway
+        {
+            // The callee's model call is wasted work now: stop it.
+            let _ = gw.cast(GatewayMsg::Cancel { agent: target.clone() });
+        }
         if slot.in_flight.as_ref().is_some_and(|q| q.id == id)
             && let Some(conn) = slot.conn
         {

@@ -88,6 +88,8 @@ const MIGRATIONS: &[&str] = &[
         at      INTEGER NOT NULL,
         PRIMARY KEY (channel, agent)
     ) WITHOUT ROWID;
+    ALTER TABLE agent_stats ADD COLUMN tokens_in INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE agent_stats ADD COLUMN tokens_out INTEGER NOT NULL DEFAULT 0;
     -- Per-(agent, channel) conversation sessions; channel '' holds direct messages and requests.
     CREATE TABLE session_messages (
         agent      TEXT    NOT NULL,
@@ -160,6 +162,8 @@ pub enum WriteOp {
     Complete { id: MsgId, agent: String },
     /// `n` more finished turns that are not durable messages (requests, deltas, at_most_once).
     AddTurns { agent: String, n: u64 },
+    /// Tokens a model call used for `agent`.
+    AddTokens { agent: String, tokens_in: u64, tokens_out: u64 },
     /// A delivery of this message failed; `attempts` is the new total.
     FailedAttempt { id: MsgId, attempts: u32 },
     /// Give up on this message.
@@ -259,6 +263,10 @@ impl Store {
                 "INSERT INTO agent_stats (name, turns_total) VALUES (?1, ?2)
                  ON CONFLICT (name) DO UPDATE SET turns_total = turns_total + ?2",
             )?;
+            let mut tokens = tx.prepare_cached(
+                "INSERT INTO agent_stats (name, tokens_in, tokens_out) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (name) DO UPDATE SET tokens_in = tokens_in + ?2, tokens_out = tokens_out + ?3",
+            )?;
             let mut attempt =
                 tx.prepare_cached("UPDATE messages SET attempts = ?2 WHERE id = ?1 AND state = 0")?;
             let mut dead = tx.prepare_cached(
@@ -282,6 +290,10 @@ impl Store {
                         if complete.execute(params![id_bytes(*id), now])? == 1 {
                             count.execute(params![agent])?;
                         }
+                        WriteOutcome::Applied
+                    }
+                    WriteOp::AddTokens { agent, tokens_in, tokens_out } => {
+                        tokens.execute(params![agent, *tokens_in as i64, *tokens_out as i64])?;
                         WriteOutcome::Applied
                     }
                     WriteOp::AddTurns { agent, n } => {
@@ -326,6 +338,15 @@ impl Store {
         let mut stmt = self.conn.prepare("SELECT name, turns_total FROM agent_stats")?;
         let rows =
             stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Tokens used per agent: (in, out).
+    pub fn token_totals(&self) -> Result<HashMap<String, (u64, u64)>, StoreError> {
+        let mut stmt = self.conn.prepare("SELECT name, tokens_in, tokens_out FROM agent_stats")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, (r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64)))
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

@@ -71,6 +71,7 @@ async fn harness_at(dir: &std::path::Path, life: u32, channels_yaml: &str) -> Ha
             control: Arc::new(|_| {}),
             liveness,
             channels: Some(channels.clone()),
+            gateway: None,
         },
     )
     .await

@@ -52,6 +52,7 @@ async fn harness(extra: &str) -> Harness {
             control: Arc::new(|_| {}),
             liveness,
             channels: None,
+            gateway: None,
         },
     )
     .await

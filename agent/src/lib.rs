@@ -6,6 +6,7 @@
 //! finished; a redelivered id this process already completed is acked again without a new turn.
 
 pub mod client;
+pub mod gateway;
 pub mod prompts;
 pub mod provider;
 pub mod tools;
@@ -24,6 +25,7 @@ use flock_ipc::{
 use tokio::sync::{Notify, mpsc};
 
 use crate::client::RouterClient;
+use crate::gateway::GatewayProvider;
 use crate::provider::{ChatMessage, LlmProvider, LlmStep, ScriptedProvider};
 
 /// Steps (model calls) a turn may take before it is ended (DESIGN.md §7).
@@ -183,6 +185,21 @@ fn quote(text: &str) -> String {
     format!("{s:?}")
 }
 
+/// The model of this agent: in-process (scripted) or through the supervisor's gateway.
+enum Model {
+    Scripted(ScriptedProvider),
+    Gateway(GatewayProvider),
+}
+
+impl LlmProvider for Model {
+    async fn next(&mut self, conversation: &[ChatMessage]) -> Result<LlmStep, String> {
+        match self {
+            Model::Scripted(p) => p.next(conversation).await,
+            Model::Gateway(p) => p.next(conversation).await,
+        }
+    }
+}
+
 /// The turn loop: one delivery at a time, in arrival order.
 async fn turns(
     spec: AgentSpec,
@@ -190,8 +207,12 @@ async fn turns(
     mut inbox: mpsc::UnboundedReceiver<Frame>,
     current: Arc<Current>,
 ) {
-    let ModelSpec::Scripted(transcript) = spec.model.clone();
-    let mut provider = ScriptedProvider::new(transcript);
+    let mut provider = match spec.model.clone() {
+        ModelSpec::Scripted(transcript) => Model::Scripted(ScriptedProvider::new(transcript)),
+        ModelSpec::OpenAi(_) | ModelSpec::Anthropic(_) => {
+            Model::Gateway(GatewayProvider::new(client.clone(), tools::definitions()))
+        }
+    };
     let mut completed: (HashSet<MsgId>, VecDeque<MsgId>) = Default::default();
     // One conversation per channel (key: channel id; "" for direct messages and requests).
     let mut sessions: HashMap<String, Vec<ChatMessage>> = HashMap::new();
@@ -234,6 +255,8 @@ async fn turns(
             if !loaded.is_empty() {
                 println!("session {} resumed with {} messages", session_name(&key), loaded.len());
             }
+            let mut loaded = loaded;
+            trim_session(&mut loaded);
             sessions.insert(key.clone(), loaded);
         }
         let session = sessions.entry(key.clone()).or_default();
@@ -302,6 +325,17 @@ async fn load_session(client: &RouterClient, channel: &str) -> Vec<ChatMessage> 
     }
 }
 
+/// Keeps a session within [`SESSION_WINDOW`] messages, starting at a user message (providers
+/// such as Anthropic require the conversation to open with the user, and a tool result without
+/// its call is meaningless).
+fn trim_session(session: &mut Vec<ChatMessage>) {
+    let excess = session.len().saturating_sub(SESSION_WINDOW);
+    session.drain(..excess);
+    let first_user =
+        session.iter().position(|m| matches!(m, ChatMessage::User { .. })).unwrap_or(session.len());
+    session.drain(..first_user);
+}
+
 fn session_name(channel: &str) -> String {
     if channel.is_empty() { "(direct)".into() } else { format!("#{channel}") }
 }
@@ -332,25 +366,32 @@ async fn turn(
                 // Only a finished turn joins the session (a failed one is retried from scratch).
                 let new: Vec<ChatMessage> = conversation.drain(start..).collect();
                 session.extend(new.iter().cloned());
-                let excess = session.len().saturating_sub(SESSION_WINDOW);
-                session.drain(..excess);
+                trim_session(session);
                 return Ok((text, new));
             }
             LlmStep::ToolCalls(requested) => {
-                for (name, arguments) in requested {
-                    let out = tools::execute(client, id, calls, &name, &arguments).await;
+                for call in requested {
+                    let out = tools::execute(client, id, calls, &call.name, &call.arguments).await;
                     calls += 1;
                     println!(
-                        "  tool {name} {arguments} → {}: {}",
+                        "  tool {} {} → {}: {}",
+                        call.name,
+                        call.arguments,
                         if out.ok { "ok" } else { "error" },
                         quote(&out.content)
                     );
-                    conversation.push(ChatMessage::ToolCall { name: name.clone(), arguments });
-                    conversation.push(ChatMessage::ToolResult {
-                        name,
+                    let result = ChatMessage::ToolResult {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
                         ok: out.ok,
                         content: out.content,
+                    };
+                    conversation.push(ChatMessage::ToolCall {
+                        id: call.id,
+                        name: call.name,
+                        arguments: call.arguments,
                     });
+                    conversation.push(result);
                 }
             }
         }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use flock_config::{ScriptRule, ScriptStep, Transcript};
+pub use flock_ipc::llm::ToolCall;
 use serde_json::Value;
 
 /// One message of a turn's conversation (stored in sessions as JSON).
@@ -19,11 +20,15 @@ pub enum ChatMessage {
     },
     /// A tool call the model made.
     ToolCall {
+        #[serde(default)]
+        id: String,
         name: String,
         arguments: String,
     },
     /// The result fed back to the model (`ok == false` for errors, which are data, not `Err`).
     ToolResult {
+        #[serde(default)]
+        call_id: String,
         name: String,
         ok: bool,
         content: String,
@@ -37,7 +42,7 @@ pub enum ChatMessage {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LlmStep {
     /// Call these tools, then ask again with their results appended.
-    ToolCalls(Vec<(String, String)>),
+    ToolCalls(Vec<ToolCall>),
     /// The turn's final answer.
     Final(String),
 }
@@ -123,7 +128,12 @@ impl LlmProvider for ScriptedProvider {
                 ScriptStep::Tool { name, arguments } => {
                     if tools_seen == done {
                         let args = fill_json(arguments, input, from);
-                        return Ok(LlmStep::ToolCalls(vec![(name.clone(), args)]));
+                        let id = format!("call_{done}");
+                        return Ok(LlmStep::ToolCalls(vec![ToolCall {
+                            id,
+                            name: name.clone(),
+                            arguments: args,
+                        }]));
                     }
                     tools_seen += 1;
                 }
@@ -163,23 +173,26 @@ mod tests {
         let mut p = ScriptedProvider::new(transcript());
         let mut conv = vec![ChatMessage::User { from: "op".into(), text: "build \"x\"".into() }];
         let LlmStep::ToolCalls(calls) = p.next(&conv).await.unwrap() else { panic!() };
-        assert_eq!(calls[0].0, "agents__send");
-        let args: Value = serde_json::from_str(&calls[0].1).unwrap();
+        assert_eq!(calls[0].name, "agents__send");
+        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
         assert_eq!(args["text"], "do build \"x\"");
         conv.push(ChatMessage::ToolCall {
-            name: calls[0].0.clone(),
-            arguments: calls[0].1.clone(),
+            id: calls[0].id.clone(),
+            name: calls[0].name.clone(),
+            arguments: calls[0].arguments.clone(),
         });
         conv.push(ChatMessage::ToolResult {
+            call_id: calls[0].id.clone(),
             name: "agents__send".into(),
             ok: true,
             content: "ok".into(),
         });
         let LlmStep::ToolCalls(calls) = p.next(&conv).await.unwrap() else { panic!() };
-        assert_eq!(calls[0].0, "agents__list");
+        assert_eq!(calls[0].name, "agents__list");
         conv.push(ChatMessage::ToolCall {
-            name: calls[0].0.clone(),
-            arguments: calls[0].1.clone(),
+            id: calls[0].id.clone(),
+            name: calls[0].name.clone(),
+            arguments: calls[0].arguments.clone(),
         });
         assert_eq!(p.next(&conv).await.unwrap(), LlmStep::Final("done build \"x\" for op".into()));
     }

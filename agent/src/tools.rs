@@ -117,6 +117,114 @@ pub async fn execute(
     }
 }
 
+/// The tools a model may call, with JSON Schemas of their arguments (sent with every model call).
+pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
+    use serde_json::json;
+    let s = |d: &str| json!({"type": "string", "description": d});
+    let list = |d: &str| json!({"type": "array", "items": {"type": "string"}, "description": d});
+    let def =
+        |name: &str, description: &str, props: Value, required: &[&str]| flock_ipc::llm::ToolDef {
+            name: name.into(),
+            description: description.into(),
+            parameters: json!({"type": "object", "properties": props, "required": required}),
+        };
+    vec![
+        def(
+            "agents__send",
+            "Send a message to another agent's durable mailbox (no answer awaited).",
+            json!({"to": s("agent name"), "text": s("the message")}),
+            &["to", "text"],
+        ),
+        def(
+            "agents__request",
+            "Ask another agent and wait for its answer.",
+            json!({"to": s("agent name"), "text": s("the question"), "timeout_ms": {"type": "integer"}}),
+            &["to", "text"],
+        ),
+        def("agents__list", "List the other agents and whether they are ready.", json!({}), &[]),
+        def(
+            "agents__catalog",
+            "Describe the other agents: role, archetype, whether you may call them.",
+            json!({}),
+            &[],
+        ),
+        def(
+            "agents__spawn",
+            "Start a new instance of a declared agent (coordinator/orchestrator only).",
+            json!({"agent": s("declared agent name"), "instance": s("instance key, optional")}),
+            &["agent"],
+        ),
+        def(
+            "flock_channel_create",
+            "Create a channel (orchestrator only).",
+            json!({"channel": s("id: a-z, 0-9, -"), "topic": s("what the channel is for"), "members": list("agent names or human:NAME")}),
+            &["channel"],
+        ),
+        def(
+            "flock_channel_post",
+            "Post a message to a channel; @name mentions wake that member.",
+            json!({"channel": s("channel id"), "text": s("the message")}),
+            &["channel", "text"],
+        ),
+        def(
+            "flock_channel_read",
+            "Read a channel: the newest messages, or those after a seq.",
+            json!({"channel": s("channel id"), "after": {"type": "integer"}, "limit": {"type": "integer"}}),
+            &["channel"],
+        ),
+        def("flock_channel_list", "List channels with topic, state and members.", json!({}), &[]),
+        def(
+            "flock_assign_members",
+            "Add or remove channel members (orchestrator only).",
+            json!({"channel": s("channel id"), "add": list("members to add"), "remove": list("members to remove")}),
+            &["channel"],
+        ),
+        def(
+            "flock_channel_archive",
+            "Start archiving a channel (orchestrator only); force archives at once.",
+            json!({"channel": s("channel id"), "force": {"type": "boolean"}}),
+            &["channel"],
+        ),
+        def(
+            "flock_archive_ready",
+            "Say you are ready for a channel being archived to close.",
+            json!({"channel": s("channel id")}),
+            &["channel"],
+        ),
+        def(
+            "flock_message",
+            "Send a direct message (a two-member channel).",
+            json!({"to": s("agent name or human:NAME"), "text": s("the message")}),
+            &["to", "text"],
+        ),
+        def(
+            "flock_discover",
+            "Find agents by text, role or skill.",
+            json!({"query": s("free text"), "role": s("role"), "skill": s("skill")}),
+            &[],
+        ),
+        def(
+            "flock_update_card",
+            "Update your A2A card: description, skills, tags.",
+            json!({"description": s("what you do"), "skills": list("skills"), "tags": list("tags")}),
+            &[],
+        ),
+        def("flock_sleep", "Sleep until someone mentions you or sends you a DM.", json!({}), &[]),
+        def(
+            "flock_create_agent",
+            "Create a new agent (orchestrator only).",
+            json!({"name": s("agent name"), "role": s("role"), "archetype": s("archetype"), "description": s("its job")}),
+            &["name"],
+        ),
+        def(
+            "flock_decommission_agent",
+            "Stop an agent for good (orchestrator only).",
+            json!({"name": s("agent name")}),
+            &["name"],
+        ),
+    ]
+}
+
 /// The runtime catalog (`agents__catalog`) as JSON text, if the router answers.
 pub async fn catalog(client: &RouterClient) -> Option<String> {
     let out = forward(client, "agents__catalog", &Value::Object(Default::default())).await;

@@ -223,5 +223,7 @@ fn ps_row(name: &str) -> PsRow {
         mailbox_depth: 0,
         turns_total: 0,
         rss_bytes: None,
+        tokens_in: 0,
+        tokens_out: 0,
     }
 }

@@ -241,6 +241,25 @@ impl Role {
 pub enum ModelSpec {
     /// A deterministic transcript: rules matched against the input.
     Scripted(Transcript),
+    /// An OpenAI-compatible chat-completions endpoint (OpenAI, OpenRouter, Ollama, vLLM,
+    /// llama.cpp server), called by the supervisor's LLM gateway.
+    #[serde(rename = "openai")]
+    OpenAi(RemoteModel),
+    /// Anthropic Messages, called by the supervisor's LLM gateway.
+    Anthropic(RemoteModel),
+}
+
+/// An HTTP model. Only the *name* of the key's environment variable is here: agents receive this
+/// spec, never the key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemoteModel {
+    pub base_url: String,
+    pub model: String,
+    pub api_key_env: Option<String>,
+    pub timeout_secs: u64,
+    pub max_tokens: u32,
+    /// First retry wait (doubled each retry: 2, 4, 8 s by default).
+    pub retry_base_ms: u64,
 }
 
 /// A scripted model: the first rule whose matcher accepts the input runs.

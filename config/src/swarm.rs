@@ -35,7 +35,20 @@ const SUPERVISION_KEYS: &[&str] = &[
 ];
 const DELIVERY_KEYS: &[&str] =
     &["max_delivery_attempts", "request_timeout_ms", "max_frame_bytes", "outbox_frames"];
-const MODEL_KEYS: &[&str] = &["provider", "transcript", "rules"];
+const MODEL_KEYS: &[&str] = &[
+    "provider",
+    "transcript",
+    "rules",
+    "base_url",
+    "model",
+    "api_key_env",
+    "timeout_secs",
+    "max_tokens",
+    "retry_base_ms",
+];
+/// Keys only a remote (HTTP) model takes.
+const REMOTE_KEYS: &[&str] =
+    &["base_url", "model", "api_key_env", "timeout_secs", "max_tokens", "retry_base_ms"];
 const DEFAULTS_KEYS: &[&str] = &["model", "restart", "stop_timeout_secs", "ready_timeout_secs"];
 const AGENT_KEYS: &[&str] = &[
     "name",
@@ -62,7 +75,17 @@ const RESTART_POLICIES: &[(&str, RestartPolicy)] = &[
     ("transient", RestartPolicy::Transient),
     ("temporary", RestartPolicy::Temporary),
 ];
-const PROVIDERS: &[(&str, ())] = &[("scripted", ())];
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Provider {
+    Scripted,
+    OpenAi,
+    Anthropic,
+}
+const PROVIDERS: &[(&str, Provider)] = &[
+    ("scripted", Provider::Scripted),
+    ("openai", Provider::OpenAi),
+    ("anthropic", Provider::Anthropic),
+];
 
 const AGENTS_EMPTY: &str =
     "`agents` is empty; list at least one agent (`- name: worker-1` and `role: worker`)";
@@ -395,14 +418,36 @@ impl Loader<'_> {
         let entries = self.report.mapping(node, &what)?;
         let before = self.report.count();
         self.report.unknown_keys(entries, MODEL_KEYS, &format!("`{what}`"));
-        match lookup(entries, "provider") {
+        let provider = match lookup(entries, "provider") {
             Some((_, v)) => {
-                self.report.choice(v, &format!("{what}.provider"), "model provider", PROVIDERS);
+                self.report.choice(v, &format!("{what}.provider"), "model provider", PROVIDERS)
             }
-            None => self.report.error(
-                node.pos,
-                format!("model `{name}` has no `provider`; add `provider: scripted`"),
-            ),
+            None => {
+                self.report.error(
+                    node.pos,
+                    format!(
+                        "model `{name}` has no `provider`; add `provider: scripted`, `openai` or `anthropic`"
+                    ),
+                );
+                None
+            }
+        };
+        match provider {
+            Some(Provider::OpenAi) => return self.remote(name, node, entries, before, false),
+            Some(Provider::Anthropic) => return self.remote(name, node, entries, before, true),
+            Some(Provider::Scripted) | None => {
+                for (k, _) in entries {
+                    if k.text().is_some_and(|t| REMOTE_KEYS.contains(&t)) {
+                        self.report.error(
+                            k.pos,
+                            format!(
+                                "`{}` is for `provider: openai` or `anthropic` models, not `scripted`; remove it",
+                                k.text().unwrap_or_default()
+                            ),
+                        );
+                    }
+                }
+            }
         }
         let transcript = match (lookup(entries, "transcript"), lookup(entries, "rules")) {
             (Some(_), Some((rules_key, _))) => {
@@ -435,6 +480,97 @@ impl Loader<'_> {
         };
         // Only a model without any problem is usable; a broken one stays out of the spec.
         (self.report.count() == before).then_some(transcript).flatten().map(ModelSpec::Scripted)
+    }
+
+    /// An HTTP model: OpenAI-compatible chat completions or Anthropic Messages. The key is named,
+    /// never written: `api_key_env` says which environment variable of the supervisor holds it.
+    fn remote(
+        &mut self,
+        name: &str,
+        node: &Node,
+        entries: &[(Node, Node)],
+        before: usize,
+        anthropic: bool,
+    ) -> Option<ModelSpec> {
+        let what = format!("models.{name}");
+        for key in ["transcript", "rules"] {
+            if let Some((k, _)) = lookup(entries, key) {
+                self.report.error(
+                    k.pos,
+                    format!("`{key}` is for `provider: scripted` models; remove it from `{what}`"),
+                );
+            }
+        }
+        let field = |key: &str| lookup(entries, key).map(|(_, v)| v);
+        let model = match field("model") {
+            Some(v) => self.report.string(v, &format!("{what}.model")),
+            None => {
+                self.report.error(
+                    node.pos,
+                    format!("model `{name}` has no `model:`; name the provider's model, e.g. `model: gpt-4o-mini`"),
+                );
+                None
+            }
+        };
+        let base_url = match field("base_url") {
+            Some(v) => self.report.string(v, &format!("{what}.base_url")),
+            None => Some(
+                if anthropic { "https://api.anthropic.com" } else { "https://api.openai.com/v1" }
+                    .to_owned(),
+            ),
+        };
+        if let (Some(url), Some(v)) = (&base_url, field("base_url"))
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            self.report.error(
+                v.pos,
+                format!("`{what}.base_url` must start with http:// or https://, got `{url}`"),
+            );
+        }
+        let api_key_env = match field("api_key_env") {
+            Some(v) => {
+                let env = self.report.string(v, &format!("{what}.api_key_env"));
+                if let Some(e) = &env
+                    && !valid_env_name(e)
+                {
+                    self.report.error(
+                        v.pos,
+                        format!("`{what}.api_key_env` must name an environment variable like `OPENAI_API_KEY`, got `{e}`"),
+                    );
+                }
+                env
+            }
+            None if anthropic => {
+                self.report.error(
+                    node.pos,
+                    format!("model `{name}` needs `api_key_env: ANTHROPIC_API_KEY` (the variable that holds the key)"),
+                );
+                None
+            }
+            None => None,
+        };
+        let r = &mut self.report;
+        let timeout_secs = field("timeout_secs")
+            .and_then(|v| r.uint(v, &format!("{what}.timeout_secs"), 1, 3600))
+            .unwrap_or(60);
+        let max_tokens = field("max_tokens")
+            .and_then(|v| r.uint(v, &format!("{what}.max_tokens"), 1, 1_000_000))
+            .unwrap_or(1024);
+        let retry_base_ms = field("retry_base_ms")
+            .and_then(|v| r.uint(v, &format!("{what}.retry_base_ms"), 1, 600_000))
+            .unwrap_or(2000);
+        if self.report.count() != before {
+            return None;
+        }
+        let remote = crate::spec::RemoteModel {
+            base_url: base_url?,
+            model: model?,
+            api_key_env,
+            timeout_secs,
+            max_tokens,
+            retry_base_ms,
+        };
+        Some(if anthropic { ModelSpec::Anthropic(remote) } else { ModelSpec::OpenAi(remote) })
     }
 
     /// Reads and validates a transcript file named by `models.x.transcript` (`node`).

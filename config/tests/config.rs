@@ -461,7 +461,9 @@ agents:
   - { name: a, role: worker, model: m }
   - { name: b, role: worker, model: m }
 ");
-    let ModelSpec::Scripted(Transcript { rules }) = &spec.agents[0].model;
+    let ModelSpec::Scripted(Transcript { rules }) = &spec.agents[0].model else {
+        panic!("scripted")
+    };
     assert_eq!(rules.len(), 3);
     assert_eq!(rules[0].matcher, Matcher::Contains("ping".to_owned()));
     assert_eq!(rules[0].reply, "pong {input}");
@@ -526,7 +528,7 @@ fn model_definitions_are_checked() {
     let errors = errors(
         "swarm: { name: t }
 models:
-  a: { provider: openai, rules: [] }
+  a: { provider: llamafile, rules: [] }
   b: { provider: scripted }
   c: { provider: scripted, rules: [], transcript: x.yaml }
   d: { rules: [] }
@@ -535,7 +537,7 @@ agents:
 ",
     );
     assert_eq!(errors.len(), 4, "{errors:#?}");
-    assert_mentions(&errors[0], &["unknown model provider `openai`", "`scripted`"]);
+    assert_mentions(&errors[0], &["unknown model provider `llamafile`", "`scripted`", "`openai`"]);
     assert_mentions(&errors[1], &["model `b` has no rules"]);
     assert_mentions(&errors[2], &["both `transcript` and `rules`"]);
     assert_mentions(&errors[3], &["model `d` has no `provider`"]);
@@ -647,17 +649,53 @@ fn office_example_dispatches_builds_from_the_orchestrator() {
     let names: Vec<&str> = spec.agents.iter().map(|a| a.name.as_str()).collect();
     assert_eq!(names, ["orchestrator", "sysadmin", "worker-1", "worker-2"]);
     let Some(orchestrator) = spec.agent("orchestrator") else { panic!("no orchestrator") };
-    let ModelSpec::Scripted(transcript) = &orchestrator.model;
+    let ModelSpec::Scripted(transcript) = &orchestrator.model else { panic!("scripted") };
     let Some(rule) = transcript.rule_for("build the login page") else { panic!("no build rule") };
     assert_eq!(rule.reply, "orchestrator: job dispatched");
     assert!(matches!(&rule.steps[0], ScriptStep::Tool { name, .. } if name == "agents__request"));
     // Workers answer without calling anyone, so a job cannot loop.
     let Some(worker) = spec.agent("worker-1") else { panic!("no worker-1") };
-    let ModelSpec::Scripted(transcript) = &worker.model;
+    let ModelSpec::Scripted(transcript) = &worker.model else { panic!("scripted") };
     let calls = transcript.rules.iter().flat_map(|r| &r.steps);
     assert!(calls.clone().all(|s| !matches!(s, ScriptStep::Tool { .. })));
     assert_eq!(
         transcript.rule_for("build: x").map(|r| r.reply.as_str()),
         Some("worker done: {input}")
     );
+}
+
+#[test]
+fn remote_models_parse_with_defaults_and_name_only_the_key_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("swarm.yaml");
+    std::fs::write(
+        &path,
+        "swarm: {name: s}\nmodels:\n  gpt: {provider: openai, model: gpt-4o-mini, api_key_env: OPENAI_API_KEY}\n  local: {provider: openai, base_url: 'http://127.0.0.1:11434/v1', model: qwen2.5}\n  claude: {provider: anthropic, model: claude-x, api_key_env: ANTHROPIC_API_KEY, retry_base_ms: 10}\nagents:\n  - {name: a, role: worker, model: gpt}\n  - {name: b, role: worker, model: local}\n  - {name: c, role: worker, model: claude}\n",
+    )
+    .unwrap();
+    let spec = flock_config::load(&path).unwrap();
+    let ModelSpec::OpenAi(gpt) = &spec.agents[0].model else { panic!("openai") };
+    assert_eq!(gpt.base_url, "https://api.openai.com/v1");
+    assert_eq!(gpt.api_key_env.as_deref(), Some("OPENAI_API_KEY"));
+    assert_eq!((gpt.timeout_secs, gpt.max_tokens, gpt.retry_base_ms), (60, 1024, 2000));
+    let ModelSpec::OpenAi(local) = &spec.agents[1].model else { panic!("openai") };
+    assert_eq!(local.api_key_env, None);
+    let ModelSpec::Anthropic(claude) = &spec.agents[2].model else { panic!("anthropic") };
+    assert_eq!((claude.base_url.as_str(), claude.retry_base_ms), ("https://api.anthropic.com", 10));
+}
+
+#[test]
+fn remote_model_mistakes_are_reported_with_positions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("swarm.yaml");
+    std::fs::write(
+        &path,
+        "swarm: {name: s}\nmodels:\n  a: {provider: anthropic, model: m}\n  b: {provider: openai, base_url: ftp://x}\n  c: {provider: scripted, rules: [{reply: x}], model: m}\nagents:\n  - {name: w, role: worker, model: a}\n",
+    )
+    .unwrap();
+    let err = flock_config::load(&path).unwrap_err().to_string();
+    assert!(err.contains("needs `api_key_env: ANTHROPIC_API_KEY`"), "{err}");
+    assert!(err.contains("has no `model:`"), "{err}");
+    assert!(err.contains("must start with http:// or https://"), "{err}");
+    assert!(err.contains("`model` is for `provider: openai` or `anthropic` models"), "{err}");
 }

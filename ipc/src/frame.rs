@@ -126,6 +126,16 @@ pub enum Body {
     Shutdown,
     ShutdownAck,
 
+    /// Agent → router: one model call (`ChatRequest` as JSON text); the gateway answers
+    /// `LlmResult` with the same correlation id. The agent never holds a key.
+    LlmCall {
+        request: String,
+    },
+    /// Router → agent: `ok` with a `ChatResponse` as JSON text, or an error message.
+    LlmResult {
+        ok: bool,
+        response: String,
+    },
     /// Agent → router: append these messages (a JSON array) to the agent's session for
     /// `channel` (`""`: direct messages and requests). Sent before the turn's `Ack`.
     SessionSave {
@@ -179,6 +189,8 @@ impl Body {
             Body::HeartbeatAck => "HeartbeatAck",
             Body::Shutdown => "Shutdown",
             Body::ShutdownAck => "ShutdownAck",
+            Body::LlmCall { .. } => "LlmCall",
+            Body::LlmResult { .. } => "LlmResult",
             Body::SessionSave { .. } => "SessionSave",
             Body::SessionLoad { .. } => "SessionLoad",
             Body::SessionData { .. } => "SessionData",
@@ -316,6 +328,9 @@ pub struct PsRow {
     /// Completed turns, persisted across restarts.
     pub turns_total: u64,
     pub rss_bytes: Option<u64>,
+    /// Model tokens used (prompt / completion), persisted across restarts.
+    pub tokens_in: u64,
+    pub tokens_out: u64,
 }
 
 /// A message that could not be delivered.

@@ -10,6 +10,7 @@ pub mod conn;
 pub mod error;
 pub mod frame;
 pub mod id;
+pub mod llm;
 
 pub use codec::{FrameError, FrameReader, decode_frame, encode_frame};
 pub use conn::{Connection, Outbox, PeerCred, Transport, UnixTransport, spawn_writer};

@@ -26,6 +26,8 @@ fn ps_row() -> impl Strategy<Value = PsRow> {
             mailbox_depth: n / 3,
             turns_total: n / 2,
             rss_bytes: rss,
+            tokens_in: 0,
+            tokens_out: 0,
         },
     )
 }
@@ -112,6 +114,8 @@ fn body() -> impl Strategy<Value = Body> {
         s().prop_map(|channel| Body::SessionClosed { channel }),
         (s(), s()).prop_map(|(channel, messages)| Body::SessionSave { channel, messages }),
         s().prop_map(|channel| Body::SessionLoad { channel }),
+        s().prop_map(|request| Body::LlmCall { request }),
+        (any::<bool>(), s()).prop_map(|(ok, response)| Body::LlmResult { ok, response }),
         (s(), s()).prop_map(|(channel, messages)| Body::SessionData { channel, messages }),
         proptest::option::of(s()).prop_map(|reply| Body::Ack { reply }),
         s().prop_map(|reason| Body::Nack { reason }),

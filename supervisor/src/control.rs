@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use flock_actors::channels::{Caller, ChannelsMsg};
+use flock_actors::gateway::GatewayMsg;
 use flock_actors::{ControlCall, RouterMsg, StoreMsg};
 use flock_ipc::{Body, ControlReply, ControlRequest, ErrorCode, Frame, Outbox, PsRow, ROUTER};
 use ractor::ActorRef;
@@ -18,6 +19,7 @@ pub struct ControlCtx {
     pub router: ActorRef<RouterMsg>,
     pub store: ActorRef<StoreMsg>,
     pub channels: ActorRef<ChannelsMsg>,
+    pub gateway: ActorRef<GatewayMsg>,
     pub logs: LogHub,
     pub shutdown: mpsc::UnboundedSender<crate::up::StopReason>,
     pub started: std::time::Instant,
@@ -188,11 +190,14 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
         mailbox_depth: 0,
         turns_total: 0,
         rss_bytes: crate::spawn::rss_bytes(me),
+        tokens_in: 0,
+        tokens_out: 0,
     }];
     for (name, actor) in [
         ("router", ctx.router.get_cell()),
         ("store", ctx.store.get_cell()),
         ("channels", ctx.channels.get_cell()),
+        ("llm-gateway", ctx.gateway.get_cell()),
         ("children", ctx.children.get_cell()),
     ] {
         rows.push(PsRow {
@@ -207,10 +212,14 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
             mailbox_depth: 0,
             turns_total: 0,
             rss_bytes: None,
+            tokens_in: 0,
+            tokens_out: 0,
         });
     }
+    let usage = ractor::call!(ctx.gateway, GatewayMsg::Usage).unwrap_or_default();
     for c in children {
         let route = routes.iter().find(|r| r.name == c.name);
+        let (tokens_in, tokens_out) = usage.get(&c.name).copied().unwrap_or((0, 0));
         let busy = route.is_some_and(|r| r.busy) && c.state == "ready";
         rows.push(PsRow {
             name: c.name,
@@ -224,6 +233,8 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
             mailbox_depth: route.map_or(0, |r| r.mailbox_depth),
             turns_total: route.map_or(0, |r| r.turns_total),
             rss_bytes: c.rss_bytes,
+            tokens_in,
+            tokens_out,
         });
     }
     Ok(ControlReply::Ps(rows))

@@ -12,13 +12,15 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use flock_actors::channels::{AgentOp, AgentOps, Channels, ChannelsArgs, ChannelsMsg};
+use flock_actors::gateway::{Gateway, GatewayArgs};
 use flock_actors::journal::Journal;
 use flock_actors::{
     ConnKind, ConnLimits, ControlSink, Durability, EventSink, Router, RouterArgs, Store,
     StoreActor, serve,
 };
-use flock_config::{AgentSpec, SwarmSpec};
+use flock_config::{AgentSpec, ModelSpec, SwarmSpec};
 use flock_ipc::{Transport, UnixTransport};
+use flock_llm::Secret;
 use ractor::Actor;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
@@ -96,6 +98,37 @@ fn with_registry(mut spec: SwarmSpec, store: &Store) -> Result<SwarmSpec> {
     Ok(spec)
 }
 
+/// Reads the API key of every remote model from the variable its `api_key_env` names. The keys
+/// stay in this process (the gateway); agents are spawned with a cleared environment.
+fn api_keys(spec: &SwarmSpec) -> Result<HashMap<String, Secret>> {
+    let mut keys = HashMap::new();
+    let mut missing = Vec::new();
+    let models = spec.agents.iter().map(|a| &a.model).chain(spec.models.values());
+    for model in models {
+        let (ModelSpec::OpenAi(m) | ModelSpec::Anthropic(m)) = model else { continue };
+        let Some(var) = &m.api_key_env else { continue };
+        match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => {
+                keys.insert(var.clone(), Secret::new(v.trim()));
+            }
+            // Only models an agent uses must have their key now (`flock_create_agent` may pick
+            // another model later; its calls then fail with the variable's name).
+            _ if spec.agents.iter().any(|a| &a.model == model) && !missing.contains(var) => {
+                missing.push(var.clone());
+            }
+            _ => {}
+        }
+    }
+    if !missing.is_empty() {
+        bail!(
+            "set {} in the environment of flock-supervisor: the swarm's models need {} (agents never see the keys)",
+            missing.join(", "),
+            if missing.len() == 1 { "it" } else { "them" }
+        );
+    }
+    Ok(keys)
+}
+
 /// How the channels actor creates and decommissions agents: through the router (routing) and the
 /// child supervisor (processes).
 fn agent_ops(
@@ -133,6 +166,8 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     let store = Store::open(&state.db(), Durability::Normal)
         .with_context(|| format!("open the store {}", state.db().display()))?;
     let spec = Arc::new(with_registry(spec, &store)?);
+    let keys = api_keys(&spec)?;
+    let usage = store.token_totals().context("read token totals")?;
     let (store_ref, _) = Actor::spawn(Some("store".into()), StoreActor, store)
         .await
         .map_err(|e| anyhow!("start the store actor: {e}"))?;
@@ -156,6 +191,14 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     )
     .await
     .map_err(|e| anyhow!("start the channels actor: {e}"))?;
+
+    let (gateway, _) = Actor::spawn(
+        Some("llm-gateway".into()),
+        Gateway,
+        GatewayArgs { keys, usage, store: store_ref.clone() },
+    )
+    .await
+    .map_err(|e| anyhow!("start the LLM gateway: {e}"))?;
 
     let liveness: HashMap<String, Arc<AtomicU64>> =
         spec.agents.iter().map(|a| (a.key(), Arc::default())).collect();
@@ -189,6 +232,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
             control: control_sink,
             liveness: liveness.clone(),
             channels: Some(channels.clone()),
+            gateway: Some(gateway.clone()),
         },
     )
     .await
@@ -222,6 +266,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
         router: router.clone(),
         store: store_ref.clone(),
         channels: channels.clone(),
+        gateway: gateway.clone(),
         logs,
         shutdown: shutdown_tx.clone(),
         started,
@@ -272,6 +317,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     children.stop(None);
     router.stop(None);
     channels.stop(None);
+    gateway.stop(None);
     store_ref.stop(None);
     eprintln!("flock: swarm `{}` stopped", spec.name);
     match reason {

@@ -1,11 +1,13 @@
 //! `flock-testkit`: what tests (and benchmarks) need to drive the *real* Flock binaries — a
 //! [`Swarm`] fixture that runs `flock-supervisor up` in a private state dir and cleans up every
 //! process it caused, deadline-bound polling ([`wait_for`], [`Swarm::wait_until`]) instead of
-//! sleeps, and raw wire access ([`raw`]) for feeding the router bytes no well-behaved client sends.
+//! sleeps, raw wire access ([`raw`]) for feeding the router bytes no well-behaved client sends,
+//! and fake LLM providers speaking the real HTTP wire formats ([`fake_llm`]).
 //!
 //! It holds no product logic: it only starts processes, reads their outputs and speaks the wire
 //! format through `flock-ipc`.
 
+pub mod fake_llm;
 pub mod proc;
 pub mod raw;
 mod swarm;

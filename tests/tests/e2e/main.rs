@@ -7,6 +7,7 @@
 mod channels;
 mod cli;
 mod delivery;
+mod llm;
 mod sessions;
 mod spawn;
 mod supervision;

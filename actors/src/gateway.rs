@@ -1,0 +1,184 @@
+//! The LLM gateway actor: the only place API keys live. Agents send `LlmCall` frames; the router
+//! hands them here with the caller's identity and model; each call runs in its own task (the
+//! actor never waits on a provider), answers the agent's outbox with `LlmResult`, and counts
+//! tokens per agent. A key never appears in a frame, a log line or an error message.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use flock_config::{ModelSpec, RemoteModel};
+use flock_ipc::llm::ChatRequest;
+use flock_ipc::{Body, Frame, MsgId, Outbox, ROUTER};
+use flock_llm::{Endpoint, LlmClient, ProviderKind, RetryPolicy, Secret};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::task::AbortHandle;
+
+use crate::store::WriteOp;
+use crate::store_actor::StoreMsg;
+
+pub enum GatewayMsg {
+    /// A model call from `agent` (its address) with its model; answer on `outbox`.
+    Call { agent: String, model: ModelSpec, request: String, frame_id: MsgId, outbox: Outbox },
+    /// The agent's turn was cancelled: abort its call in flight.
+    Cancel { agent: String },
+    /// A call finished (sent by its task).
+    Done { agent: String, call: u64, tokens_in: u64, tokens_out: u64 },
+    /// Tokens used so far per agent (in, out), for `flockctl ps`.
+    Usage(RpcReplyPort<HashMap<String, (u64, u64)>>),
+}
+
+pub struct GatewayArgs {
+    /// API keys by the name of the environment variable they were read from.
+    pub keys: HashMap<String, Secret>,
+    /// Token totals persisted before this run.
+    pub usage: HashMap<String, (u64, u64)>,
+    pub store: ActorRef<StoreMsg>,
+}
+
+pub struct Gateway;
+
+pub struct GatewayState {
+    client: LlmClient,
+    keys: HashMap<String, Secret>,
+    usage: HashMap<String, (u64, u64)>,
+    in_flight: HashMap<String, (u64, AbortHandle)>,
+    next_call: u64,
+    store: ActorRef<StoreMsg>,
+}
+
+/// The endpoint of a remote model, with its key looked up by variable name.
+fn endpoint(
+    model: &RemoteModel,
+    kind: ProviderKind,
+    keys: &HashMap<String, Secret>,
+) -> Result<Endpoint, String> {
+    let api_key = match &model.api_key_env {
+        Some(var) => Some(keys.get(var).cloned().ok_or_else(|| {
+            format!("the API key variable {var} is not set in flock-supervisor's environment")
+        })?),
+        None => None,
+    };
+    Ok(Endpoint {
+        kind,
+        base_url: model.base_url.clone(),
+        model: model.model.clone(),
+        api_key,
+        timeout: Duration::from_secs(model.timeout_secs),
+        max_tokens: model.max_tokens,
+        retry: RetryPolicy {
+            base: Duration::from_millis(model.retry_base_ms),
+            ..RetryPolicy::default()
+        },
+    })
+}
+
+fn answer(outbox: &Outbox, frame_id: MsgId, agent: &str, ok: bool, response: String) {
+    let frame = Frame {
+        correlation_id: Some(frame_id),
+        ..Frame::new(ROUTER, agent, Body::LlmResult { ok, response })
+    };
+    let _ = outbox.try_send(frame);
+}
+
+impl Actor for Gateway {
+    type Msg = GatewayMsg;
+    type State = GatewayState;
+    type Arguments = GatewayArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<GatewayMsg>,
+        args: GatewayArgs,
+    ) -> Result<GatewayState, ActorProcessingErr> {
+        let client = LlmClient::new().map_err(|e| format!("start the HTTP client: {e}"))?;
+        Ok(GatewayState {
+            client,
+            keys: args.keys,
+            usage: args.usage,
+            in_flight: HashMap::new(),
+            next_call: 0,
+            store: args.store,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<GatewayMsg>,
+        msg: GatewayMsg,
+        st: &mut GatewayState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            GatewayMsg::Call { agent, model, request, frame_id, outbox } => {
+                let (remote, kind) = match &model {
+                    ModelSpec::OpenAi(m) => (m, ProviderKind::OpenAi),
+                    ModelSpec::Anthropic(m) => (m, ProviderKind::Anthropic),
+                    ModelSpec::Scripted(_) => {
+                        let msg = "this agent's model is scripted; it runs inside the agent".into();
+                        answer(&outbox, frame_id, &agent, false, msg);
+                        return Ok(());
+                    }
+                };
+                let ep = match endpoint(remote, kind, &st.keys) {
+                    Ok(ep) => ep,
+                    Err(e) => {
+                        answer(&outbox, frame_id, &agent, false, e);
+                        return Ok(());
+                    }
+                };
+                let req: ChatRequest = match serde_json::from_str(&request) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        answer(&outbox, frame_id, &agent, false, format!("malformed LlmCall: {e}"));
+                        return Ok(());
+                    }
+                };
+                st.next_call += 1;
+                let call = st.next_call;
+                let client = st.client.clone();
+                let me = myself.clone();
+                let who = agent.clone();
+                let task = tokio::spawn(async move {
+                    let (ok, response, tin, tout) = match client.complete(&ep, &req).await {
+                        Ok(r) => {
+                            let (tin, tout) = (r.tokens_in, r.tokens_out);
+                            (true, serde_json::to_string(&r).unwrap_or_default(), tin, tout)
+                        }
+                        Err(e) => (false, e.to_string(), 0, 0),
+                    };
+                    answer(&outbox, frame_id, &who, ok, response);
+                    let _ = me.cast(GatewayMsg::Done {
+                        agent: who,
+                        call,
+                        tokens_in: tin,
+                        tokens_out: tout,
+                    });
+                });
+                // One turn at a time per agent: a new call supersedes a forgotten one.
+                if let Some((_, old)) = st.in_flight.insert(agent, (call, task.abort_handle())) {
+                    old.abort();
+                }
+            }
+            GatewayMsg::Cancel { agent } => {
+                if let Some((_, task)) = st.in_flight.remove(&agent) {
+                    task.abort();
+                }
+            }
+            GatewayMsg::Done { agent, call, tokens_in, tokens_out } => {
+                if st.in_flight.get(&agent).is_some_and(|(c, _)| *c == call) {
+                    st.in_flight.remove(&agent);
+                }
+                if tokens_in + tokens_out > 0 {
+                    let u = st.usage.entry(agent.clone()).or_default();
+                    u.0 += tokens_in;
+                    u.1 += tokens_out;
+                    let op = WriteOp::AddTokens { agent, tokens_in, tokens_out };
+                    let _ = st.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+                }
+            }
+            GatewayMsg::Usage(reply) => {
+                let _ = reply.send(st.usage.clone());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,107 @@
+//! `openai` and `anthropic` models, reached through the supervisor's LLM gateway: the agent sends
+//! the conversation and its tool definitions in an `LlmCall` and gets the model's answer back. The
+//! agent never sees an API key or a provider URL it could leak.
+
+use flock_ipc::llm::{ChatMsg, ChatRequest, ChatResponse, ToolDef};
+use flock_ipc::{Body, Frame, ROUTER};
+
+use crate::client::RouterClient;
+use crate::provider::{ChatMessage, LlmProvider, LlmStep};
+
+#[derive(Debug)]
+pub struct GatewayProvider {
+    client: RouterClient,
+    tools: Vec<ToolDef>,
+}
+
+impl GatewayProvider {
+    pub fn new(client: RouterClient, tools: Vec<ToolDef>) -> Self {
+        GatewayProvider { client, tools }
+    }
+}
+
+/// The conversation in the provider-neutral form. Every system message is kept; who wrote a
+/// user message is shown to the model (humans' messages take priority, and the model must know).
+pub fn to_neutral(conversation: &[ChatMessage]) -> Vec<ChatMsg> {
+    conversation
+        .iter()
+        .map(|m| match m {
+            ChatMessage::System { text } => ChatMsg::System { text: text.clone() },
+            ChatMessage::User { from, text } => {
+                ChatMsg::User { text: format!("[from {from}] {text}") }
+            }
+            ChatMessage::ToolCall { id, name, arguments } => ChatMsg::Assistant {
+                text: None,
+                tool_calls: vec![flock_ipc::llm::ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                }],
+            },
+            ChatMessage::ToolResult { call_id, name, ok, content } => ChatMsg::Tool {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                content: if *ok { content.clone() } else { format!("ERROR {content}") },
+            },
+            ChatMessage::Assistant { text } => {
+                ChatMsg::Assistant { text: Some(text.clone()), tool_calls: Vec::new() }
+            }
+        })
+        .collect()
+}
+
+impl LlmProvider for GatewayProvider {
+    async fn next(&mut self, conversation: &[ChatMessage]) -> Result<LlmStep, String> {
+        let request = ChatRequest { messages: to_neutral(conversation), tools: self.tools.clone() };
+        let request = serde_json::to_string(&request).map_err(|e| e.to_string())?;
+        let frame = Frame::new(&self.client.name, ROUTER, Body::LlmCall { request });
+        match self.client.call(frame).await?.body {
+            Body::LlmResult { ok: true, response } => {
+                let r: ChatResponse = serde_json::from_str(&response)
+                    .map_err(|e| format!("the gateway sent an unreadable answer: {e}"))?;
+                if r.tool_calls.is_empty() {
+                    Ok(LlmStep::Final(r.text.unwrap_or_default()))
+                } else {
+                    Ok(LlmStep::ToolCalls(r.tool_calls))
+                }
+            }
+            Body::LlmResult { ok: false, response } => {
+                Err(format!("model call failed: {response}"))
+            }
+            Body::Error { code, message } => Err(format!("model call failed: {code}: {message}")),
+            other => Err(format!("unexpected {} answer to LlmCall", other.kind())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_kind_maps_and_system_messages_stay() {
+        let conv = vec![
+            ChatMessage::System { text: "be brief".into() },
+            ChatMessage::System { text: "[current_time] now".into() },
+            ChatMessage::User { from: "human:alice".into(), text: "hi".into() },
+            ChatMessage::ToolCall {
+                id: "c1".into(),
+                name: "agents__list".into(),
+                arguments: "{}".into(),
+            },
+            ChatMessage::ToolResult {
+                call_id: "c1".into(),
+                name: "agents__list".into(),
+                ok: false,
+                content: "BAD_REQUEST: x".into(),
+            },
+            ChatMessage::Assistant { text: "done".into() },
+        ];
+        let n = to_neutral(&conv);
+        assert_eq!(n.iter().filter(|m| matches!(m, ChatMsg::System { .. })).count(), 2);
+        assert_eq!(n[2], ChatMsg::User { text: "[from human:alice] hi".into() });
+        assert!(
+            matches!(&n[4], ChatMsg::Tool { call_id, content, .. } if call_id == "c1" && content.starts_with("ERROR"))
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! The OpenAI chat-completions wire format (also spoken by OpenRouter, Ollama, vLLM, the
+//! llama.cpp server and `flock-model`): neutral request → JSON body, JSON answer → neutral
+//! response. No I/O here.
+
+use serde_json::{Map, Value, json};
+
+use crate::{ChatMsg, ChatRequest, ChatResponse, Endpoint, ToolCall};
+
+/// The body of `POST {base_url}/chat/completions`.
+pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest) -> Value {
+    let messages: Vec<Value> = req.messages.iter().map(message).collect();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(ep.model));
+    body.insert("messages".into(), Value::Array(messages));
+    if !req.tools.is_empty() {
+        let tools = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": crate::anthropic::object_schema(&t.parameters),
+                    }
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    body.insert("max_tokens".into(), json!(ep.max_tokens));
+    Value::Object(body)
+}
+
+fn message(msg: &ChatMsg) -> Value {
+    match msg {
+        // Every system message goes out, in place: the runtime we replace dropped them.
+        ChatMsg::System { text } => json!({"role": "system", "content": text}),
+        ChatMsg::User { text } => json!({"role": "user", "content": text}),
+        ChatMsg::Assistant { text, tool_calls } => {
+            let mut m = Map::new();
+            m.insert("role".into(), json!("assistant"));
+            // Servers reject an assistant message with neither content nor tool calls.
+            let content = match text {
+                Some(t) => json!(t),
+                None if tool_calls.is_empty() => json!(""),
+                None => Value::Null,
+            };
+            m.insert("content".into(), content);
+            if !tool_calls.is_empty() {
+                let calls = tool_calls
+                    .iter()
+                    .map(|c| {
+                        json!({
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments},
+                        })
+                    })
+                    .collect();
+                m.insert("tool_calls".into(), Value::Array(calls));
+            }
+            Value::Object(m)
+        }
+        ChatMsg::Tool { call_id, name: _, content } => {
+            json!({"role": "tool", "tool_call_id": call_id, "content": content})
+        }
+    }
+}
+
+/// Reads `choices[0].message` and `usage` from a 2xx answer; `Err` names what is missing.
+pub(crate) fn parse_response(body: &Value) -> Result<ChatResponse, String> {
+    let message = body
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .and_then(|c| c.get("message"))
+        .ok_or("no `choices[0].message` in the answer")?;
+    let text = match message.get("content") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        // Some servers send content parts: [{"type": "text", "text": "…"}].
+        Some(Value::Array(parts)) => {
+            Some(parts.iter().filter_map(|p| p.get("text")?.as_str()).collect::<String>())
+        }
+        Some(other) => return Err(format!("`message.content` is neither text nor null: {other}")),
+    }
+    .filter(|t| !t.is_empty());
+    let mut tool_calls = Vec::new();
+    match message.get("tool_calls") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(calls)) => {
+            for (i, call) in calls.iter().enumerate() {
+                tool_calls.push(tool_call(call).map_err(|e| format!("`tool_calls[{i}]`: {e}"))?);
+            }
+        }
+        Some(other) => return Err(format!("`message.tool_calls` is not a list: {other}")),
+    }
+    let usage = body.get("usage");
+    let count = |field: &str| usage.and_then(|u| u.get(field)).and_then(Value::as_u64).unwrap_or(0);
+    Ok(ChatResponse {
+        text,
+        tool_calls,
+        tokens_in: count("prompt_tokens"),
+        tokens_out: count("completion_tokens"),
+    })
+}
+
+fn tool_call(call: &Value) -> Result<ToolCall, String> {
+    let function = call.get("function").ok_or("no `function`")?;
+    let name = function.get("name").and_then(Value::as_str).ok_or("no `function.name`")?;
+    let arguments = match function.get("arguments") {
+        Some(Value::String(s)) => s.clone(),
+        // Some servers (Ollama among them) send the arguments as an object, not as text.
+        Some(v @ (Value::Object(_) | Value::Array(_))) => v.to_string(),
+        None | Some(Value::Null) => "{}".to_string(),
+        Some(other) => other.to_string(),
+    };
+    // A few servers omit the id; the conversation still needs one to pair the tool result.
+    let id = match call.get("id").and_then(Value::as_str) {
+        Some(id) if !id.is_empty() => id.to_string(),
+        _ => format!("call_{:016x}", fastrand::u64(..)),
+    };
+    Ok(ToolCall { id, name: name.to_string(), arguments })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ProviderKind, ToolDef};
+
+    #[test]
+    fn body_sends_every_system_message_and_omits_empty_parts() {
+        let ep = Endpoint::new(ProviderKind::OpenAi, "http://x/v1", "m");
+        let req = ChatRequest {
+            messages: vec![
+                ChatMsg::System { text: "a".into() },
+                ChatMsg::User { text: "hi".into() },
+                ChatMsg::System { text: "b".into() },
+                ChatMsg::Assistant { text: None, tool_calls: vec![] },
+            ],
+            tools: vec![],
+        };
+        assert_eq!(
+            request_body(&ep, &req),
+            json!({
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "a"},
+                    {"role": "user", "content": "hi"},
+                    {"role": "system", "content": "b"},
+                    {"role": "assistant", "content": ""},
+                ],
+                "max_tokens": 4096,
+            })
+        );
+    }
+
+    #[test]
+    fn tool_definitions_get_an_object_schema_even_without_parameters() {
+        let ep = Endpoint::new(ProviderKind::OpenAi, "http://x/v1", "m");
+        let req = ChatRequest {
+            messages: vec![],
+            tools: vec![ToolDef {
+                name: "t".into(),
+                description: "d".into(),
+                parameters: Value::Null,
+            }],
+        };
+        assert_eq!(
+            request_body(&ep, &req)["tools"][0]["function"]["parameters"],
+            json!({"type": "object", "properties": {}})
+        );
+    }
+
+    #[test]
+    fn answers_accept_object_arguments_content_parts_and_missing_usage() {
+        let r = parse_response(&json!({"choices": [{"message": {
+            "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"x": 1}}}],
+        }}]}))
+        .unwrap();
+        assert_eq!(r.text.as_deref(), Some("ab"));
+        assert_eq!(r.tool_calls[0].arguments, r#"{"x":1}"#);
+        assert_eq!((r.tokens_in, r.tokens_out), (0, 0));
+    }
+
+    #[test]
+    fn answers_without_choices_are_errors() {
+        assert!(parse_response(&json!({"id": "x"})).is_err());
+        assert!(parse_response(&json!({"choices": []})).is_err());
+        let e = parse_response(&json!({"choices": [{"message": {"tool_calls": [{"id": "c"}]}}]}));
+        assert!(e.unwrap_err().contains("tool_calls[0]"));
+    }
+}

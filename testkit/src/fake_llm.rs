@@ -1,0 +1,761 @@
+//! A fake LLM provider for tests: a real HTTP/1.1 server on 127.0.0.1 that speaks the OpenAI
+//! chat-completions or the Anthropic Messages wire format, answers from a script
+//! ([`FakeLlm::push_text`], [`FakeLlm::push_status`], …) and records every request it receives.
+//!
+//! It checks requests the way the real APIs do (roles, alternation, tool-result pairing, headers)
+//! and answers a violation with the provider's 400, so a client that passes against it speaks the
+//! real format. It shares no code with the client it tests. It is not a model: it says what it is
+//! told. It runs on its own thread and tokio runtime, so sync and async tests can use it, and its
+//! delays keep real time while a test pauses its own clock.
+
+use std::collections::{HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, watch};
+
+/// Which wire format the fake speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FakeProvider {
+    /// `POST /v1/chat/completions`; [`FakeLlm::base_url`] is `http://127.0.0.1:PORT/v1`.
+    OpenAi,
+    /// `POST /v1/messages`; [`FakeLlm::base_url`] is `http://127.0.0.1:PORT`.
+    Anthropic,
+}
+
+/// Token usage every successful answer reports (prompt / input side).
+pub const FAKE_TOKENS_IN: u64 = 17;
+/// Token usage every successful answer reports (completion / output side).
+pub const FAKE_TOKENS_OUT: u64 = 5;
+
+/// How long [`FakeLlm::wait_requests`] waits (real time) before failing the test.
+pub const WAIT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One scripted answer; each request that passes validation consumes one.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// A plain text answer.
+    Text(String),
+    /// A tool call; `arguments` is JSON text (Anthropic gets it as an object).
+    ToolCall { name: String, arguments: String },
+    /// A non-2xx answer with the provider's error body and an optional `retry-after` header.
+    Error { status: u16, message: String, retry_after: Option<String> },
+    /// 200 with a body that is not JSON.
+    Malformed,
+    /// Exactly this status and body.
+    Raw { status: u16, body: String },
+    /// The inner reply after a real-time pause (longer than the client's timeout: a timeout).
+    Delayed(Duration, Box<Reply>),
+}
+
+/// A request as the fake received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    /// Header names in lower case, in arrival order.
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON (`Null` when it was not JSON).
+    pub body: Value,
+    pub raw_body: String,
+    /// When the request was complete (real time).
+    pub at: Instant,
+}
+
+impl Received {
+    /// The first value of header `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    provider: FakeProvider,
+    script: Mutex<VecDeque<Reply>>,
+    received: Mutex<Vec<Received>>,
+    count: watch::Sender<usize>,
+    required_key: Mutex<Option<String>>,
+    next_id: Mutex<u64>,
+}
+
+/// A running fake provider; stops when dropped.
+#[derive(Debug)]
+pub struct FakeLlm {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    rt: tokio::runtime::Handle,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl FakeLlm {
+    /// Binds 127.0.0.1:0 and serves on a thread of its own.
+    pub fn start(provider: FakeProvider) -> FakeLlm {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the fake LLM");
+        listener.set_nonblocking(true).expect("non-blocking listener");
+        let addr = listener.local_addr().expect("fake LLM address");
+        let shared = Arc::new(Shared {
+            provider,
+            script: Mutex::new(VecDeque::new()),
+            received: Mutex::new(Vec::new()),
+            count: watch::Sender::new(0),
+            required_key: Mutex::new(None),
+            next_id: Mutex::new(0),
+        });
+        let (shutdown, stop) = oneshot::channel();
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let server = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("fake-llm-{}", addr.port()))
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("fake LLM runtime");
+                handle_tx.send(rt.handle().clone()).expect("hand over the runtime handle");
+                rt.block_on(serve(listener, server, stop));
+            })
+            .expect("spawn the fake LLM thread");
+        let rt = handle_rx.recv().expect("fake LLM runtime handle");
+        FakeLlm { addr, shared, rt, shutdown: Some(shutdown), thread: Some(thread) }
+    }
+
+    /// What a client's `base_url` should be: `http://127.0.0.1:PORT/v1` for OpenAI-compatible,
+    /// `http://127.0.0.1:PORT` for Anthropic.
+    pub fn base_url(&self) -> String {
+        match self.shared.provider {
+            FakeProvider::OpenAi => format!("http://{}/v1", self.addr),
+            FakeProvider::Anthropic => format!("http://{}", self.addr),
+        }
+    }
+
+    pub fn provider(&self) -> FakeProvider {
+        self.shared.provider
+    }
+
+    /// From now on, answer 401 (without consuming the script) unless the request carries `key`
+    /// (`Authorization: Bearer` or `x-api-key`). The 401 text echoes the key it got, as some
+    /// providers do, so tests can check that clients scrub it.
+    pub fn require_key(&self, key: &str) {
+        *lock(&self.shared.required_key) = Some(key.to_string());
+    }
+
+    pub fn push(&self, reply: Reply) {
+        lock(&self.shared.script).push_back(reply);
+    }
+
+    pub fn push_text(&self, text: &str) {
+        self.push(Reply::Text(text.to_string()));
+    }
+
+    /// A tool call; `args_json` must be JSON text (an object, for Anthropic).
+    pub fn push_tool_call(&self, name: &str, args_json: &str) {
+        let parsed: Value = serde_json::from_str(args_json).expect("push_tool_call wants JSON");
+        if self.shared.provider == FakeProvider::Anthropic {
+            assert!(parsed.is_object(), "Anthropic tool inputs are objects: {args_json}");
+        }
+        self.push(Reply::ToolCall { name: name.to_string(), arguments: args_json.to_string() });
+    }
+
+    /// An error status with a stock provider message and an optional `retry-after` value.
+    pub fn push_status(&self, status: u16, retry_after: Option<&str>) {
+        let message = match status {
+            401 => "invalid api key (fake)",
+            429 => "rate limit reached (fake)",
+            529 => "overloaded (fake)",
+            s if s >= 500 => "the server had an error processing your request (fake)",
+            _ => "request rejected (fake)",
+        };
+        self.push(Reply::Error {
+            status,
+            message: message.to_string(),
+            retry_after: retry_after.map(str::to_string),
+        });
+    }
+
+    /// An error status with the provider error text `message`.
+    pub fn push_error(&self, status: u16, message: &str) {
+        self.push(Reply::Error { status, message: message.to_string(), retry_after: None });
+    }
+
+    pub fn push_malformed(&self) {
+        self.push(Reply::Malformed);
+    }
+
+    pub fn push_raw(&self, status: u16, body: &str) {
+        self.push(Reply::Raw { status, body: body.to_string() });
+    }
+
+    /// Answers the next request only after `delay` (then with the text "too late").
+    pub fn push_delay(&self, delay: Duration) {
+        self.push(Reply::Delayed(delay, Box::new(Reply::Text("too late".into()))));
+    }
+
+    /// Scripted replies not consumed yet.
+    pub fn pending_replies(&self) -> usize {
+        lock(&self.shared.script).len()
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<Received> {
+        lock(&self.shared.received).clone()
+    }
+
+    pub fn request_count(&self) -> usize {
+        *self.shared.count.borrow()
+    }
+
+    /// Waits until at least `n` requests have arrived and returns them all; panics after
+    /// [`WAIT_TIMEOUT`] of real time (the deadline runs on the fake's clock, so it also works in
+    /// a test whose own clock is paused).
+    pub async fn wait_requests(&self, n: usize) -> Vec<Received> {
+        let mut count = self.shared.count.subscribe();
+        let waited = self
+            .rt
+            .spawn(async move {
+                tokio::time::timeout(WAIT_TIMEOUT, count.wait_for(|c| *c >= n)).await.is_ok()
+            })
+            .await
+            .unwrap_or(false);
+        assert!(
+            waited,
+            "fake LLM: {} request(s) after {WAIT_TIMEOUT:?}, expected {n}",
+            self.request_count()
+        );
+        self.requests()
+    }
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        if let Some(stop) = self.shutdown.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let listener = TcpListener::from_std(listener).expect("tokio listener");
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    tokio::spawn(connection(stream, Arc::clone(&shared)));
+                }
+            }
+        }
+    }
+}
+
+/// One request, one answer, then close (`Connection: close`: no keep-alive to get wrong).
+async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
+    let Some(request) = read_request(&mut stream).await else {
+        let _ = write_response(&mut stream, 400, &[], "{}").await;
+        return;
+    };
+    let (status, headers, body) = answer(&shared, &request).await;
+    let _ = write_response(&mut stream, status, &headers, &body).await;
+}
+
+/// Reads one HTTP/1.1 request with a `Content-Length` body; `None` if it is not one.
+async fn read_request(stream: &mut TcpStream) -> Option<Received> {
+    const MAX_HEAD: usize = 64 * 1024;
+    const MAX_BODY: usize = 32 * 1024 * 1024;
+    let mut buf = Vec::with_capacity(8192);
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        if buf.len() > MAX_HEAD {
+            return None;
+        }
+        let mut chunk = [0u8; 8192];
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = std::str::from_utf8(&buf[..head_end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let mut request_line = lines.next()?.split(' ');
+    let method = request_line.next()?.to_string();
+    let path = request_line.next()?.to_string();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map_or(Some(0), |(_, v)| v.parse().ok())?;
+    if length > MAX_BODY || headers.iter().any(|(n, _)| n == "transfer-encoding") {
+        return None;
+    }
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < length {
+        let mut chunk = vec![0u8; (length - body.len()).min(64 * 1024)];
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    body.truncate(length);
+    let raw_body = String::from_utf8_lossy(&body).into_owned();
+    Some(Received {
+        method,
+        path,
+        headers,
+        body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
+        raw_body,
+        at: Instant::now(),
+    })
+}
+
+async fn write_response(
+    stream: &mut TcpStream,
+    status: u16,
+    headers: &[(String, String)],
+    body: &str,
+) -> std::io::Result<()> {
+    let mut out = format!(
+        "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n",
+        reason(status),
+        body.len()
+    );
+    for (name, value) in headers {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    out.push_str("\r\n");
+    out.push_str(body);
+    stream.write_all(out.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
+}
+
+type Answer = (u16, Vec<(String, String)>, String);
+
+/// Records the request, checks it, and renders the next scripted reply.
+async fn answer(shared: &Shared, request: &Received) -> Answer {
+    {
+        let mut received = lock(&shared.received);
+        received.push(request.clone());
+        shared.count.send_replace(received.len());
+    }
+    let provider = shared.provider;
+    let required = lock(&shared.required_key).clone();
+    if let Some(key) = required {
+        let got = match provider {
+            FakeProvider::OpenAi => request
+                .header("authorization")
+                .map(|v| v.strip_prefix("Bearer ").unwrap_or(v).to_string()),
+            FakeProvider::Anthropic => request.header("x-api-key").map(str::to_string),
+        };
+        if got.as_deref() != Some(key.as_str()) {
+            let message = match got {
+                Some(k) => format!("Incorrect API key provided: {k}"),
+                None => "no API key provided".to_string(),
+            };
+            return error(provider, 401, &message, None);
+        }
+    }
+    let check = match provider {
+        FakeProvider::OpenAi => check_openai(request),
+        FakeProvider::Anthropic => check_anthropic(request),
+    };
+    if let Err((status, message)) = check {
+        return error(provider, status, &format!("fake {provider:?}: {message}"), None);
+    }
+    let Some(mut reply) = lock(&shared.script).pop_front() else {
+        let n = *shared.count.borrow();
+        return error(
+            provider,
+            400,
+            &format!("fake LLM has no scripted reply left (request {n})"),
+            None,
+        );
+    };
+    while let Reply::Delayed(delay, inner) = reply {
+        tokio::time::sleep(delay).await;
+        reply = *inner;
+    }
+    let id = {
+        let mut next = lock(&shared.next_id);
+        *next += 1;
+        *next
+    };
+    let model = request.body.get("model").cloned().unwrap_or(Value::Null);
+    match reply {
+        Reply::Text(text) => (200, vec![], render_text(provider, id, &model, &text).to_string()),
+        Reply::ToolCall { name, arguments } => {
+            (200, vec![], render_tool_call(provider, id, &model, &name, &arguments).to_string())
+        }
+        Reply::Error { status, message, retry_after } => {
+            error(provider, status, &message, retry_after)
+        }
+        Reply::Malformed => (
+            200,
+            vec![],
+            match provider {
+                FakeProvider::OpenAi => {
+                    r#"{"id": "chatcmpl-x", "choices": [{"message": "#.to_string()
+                }
+                FakeProvider::Anthropic => r#"{"id": "msg_x", "content": [{"type": "#.to_string(),
+            },
+        ),
+        Reply::Raw { status, body } => (status, vec![], body),
+        Reply::Delayed(..) => unreachable!("delays were unwrapped above"),
+    }
+}
+
+fn render_text(provider: FakeProvider, id: u64, model: &Value, text: &str) -> Value {
+    match provider {
+        FakeProvider::OpenAi => json!({
+            "id": format!("chatcmpl-fake-{id}"),
+            "object": "chat.completion",
+            "created": 0,
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }],
+            "usage": openai_usage(),
+        }),
+        FakeProvider::Anthropic => json!({
+            "id": format!("msg_fake_{id}"),
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": null,
+            "usage": anthropic_usage(),
+        }),
+    }
+}
+
+fn render_tool_call(
+    provider: FakeProvider,
+    id: u64,
+    model: &Value,
+    name: &str,
+    args: &str,
+) -> Value {
+    match provider {
+        FakeProvider::OpenAi => json!({
+            "id": format!("chatcmpl-fake-{id}"),
+            "object": "chat.completion",
+            "created": 0,
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": null,
+                    "tool_calls": [{
+                        "id": format!("call_fake_{id}"),
+                        "type": "function",
+                        "function": {"name": name, "arguments": args},
+                    }],
+                },
+                "finish_reason": "tool_calls",
+            }],
+            "usage": openai_usage(),
+        }),
+        // Claude usually says a word before it calls a tool: a text block, then tool_use.
+        FakeProvider::Anthropic => json!({
+            "id": format!("msg_fake_{id}"),
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [
+                {"type": "text", "text": format!("I'll use {name}.")},
+                {
+                    "type": "tool_use",
+                    "id": format!("toolu_fake_{id}"),
+                    "name": name,
+                    "input": serde_json::from_str::<Value>(args).unwrap_or(Value::Null),
+                },
+            ],
+            "stop_reason": "tool_use",
+            "stop_sequence": null,
+            "usage": anthropic_usage(),
+        }),
+    }
+}
+
+fn openai_usage() -> Value {
+    json!({
+        "prompt_tokens": FAKE_TOKENS_IN,
+        "completion_tokens": FAKE_TOKENS_OUT,
+        "total_tokens": FAKE_TOKENS_IN + FAKE_TOKENS_OUT,
+    })
+}
+
+fn anthropic_usage() -> Value {
+    json!({"input_tokens": FAKE_TOKENS_IN, "output_tokens": FAKE_TOKENS_OUT})
+}
+
+/// The provider's error body for `status`.
+fn error(
+    provider: FakeProvider,
+    status: u16,
+    message: &str,
+    retry_after: Option<String>,
+) -> Answer {
+    let headers = retry_after.map(|v| ("retry-after".to_string(), v)).into_iter().collect();
+    let body = match provider {
+        FakeProvider::OpenAi => {
+            let (kind, code) = match status {
+                401 => ("invalid_request_error", json!("invalid_api_key")),
+                429 => ("requests", json!("rate_limit_exceeded")),
+                s if s >= 500 => ("server_error", Value::Null),
+                _ => ("invalid_request_error", Value::Null),
+            };
+            json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+        }
+        FakeProvider::Anthropic => {
+            let kind = match status {
+                400 => "invalid_request_error",
+                401 => "authentication_error",
+                403 => "permission_error",
+                404 => "not_found_error",
+                429 => "rate_limit_error",
+                529 => "overloaded_error",
+                _ => "api_error",
+            };
+            json!({"type": "error", "error": {"type": kind, "message": message}})
+        }
+    };
+    (status, headers, body.to_string())
+}
+
+type Check = Result<(), (u16, String)>;
+
+fn bad(message: impl Into<String>) -> Check {
+    Err((400, message.into()))
+}
+
+fn common_checks<'a>(
+    request: &'a Received,
+    path: &str,
+) -> Result<&'a serde_json::Map<String, Value>, (u16, String)> {
+    if request.method != "POST" || request.path != path {
+        return Err((
+            404,
+            format!("no route for {} {} (expected POST {path})", request.method, request.path),
+        ));
+    }
+    if !request.header("content-type").is_some_and(|v| v.starts_with("application/json")) {
+        return Err((400, "content-type must be application/json".into()));
+    }
+    let body =
+        request.body.as_object().ok_or((400, "the body is not a JSON object".to_string()))?;
+    if !body.get("model").is_some_and(Value::is_string) {
+        return Err((400, "model: field required".into()));
+    }
+    Ok(body)
+}
+
+/// The rules of the OpenAI chat-completions API that a client can get wrong.
+fn check_openai(request: &Received) -> Check {
+    let body = common_checks(request, "/v1/chat/completions")?;
+    let Some(messages) = body.get("messages").and_then(Value::as_array).filter(|m| !m.is_empty())
+    else {
+        return bad("messages: a non-empty list is required");
+    };
+    let mut call_ids = HashSet::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        let content = m.get("content");
+        match role {
+            "system" | "developer" | "user" => {
+                if !content.is_some_and(|c| c.is_string() || c.is_array()) {
+                    return bad(format!("messages[{i}].content: text required for {role}"));
+                }
+            }
+            "assistant" => {
+                let calls = m.get("tool_calls");
+                if let Some(calls) = calls {
+                    let Some(calls) = calls.as_array().filter(|c| !c.is_empty()) else {
+                        return bad(format!(
+                            "messages[{i}].tool_calls: a non-empty list or absent"
+                        ));
+                    };
+                    for (j, c) in calls.iter().enumerate() {
+                        let id = c.get("id").and_then(Value::as_str);
+                        let f = c.get("function");
+                        let ok = id.is_some()
+                            && c.get("type").and_then(Value::as_str) == Some("function")
+                            && f.and_then(|f| f.get("name")).is_some_and(Value::is_string)
+                            && f.and_then(|f| f.get("arguments")).is_some_and(Value::is_string);
+                        if !ok {
+                            return bad(format!(
+                                "messages[{i}].tool_calls[{j}]: id, type \"function\", \
+                                 function.name and function.arguments (a string) are required"
+                            ));
+                        }
+                        call_ids.insert(id.unwrap_or_default().to_string());
+                    }
+                }
+                let has_text = content.is_some_and(|c| c.is_string() || c.is_array());
+                let null_ok = content.is_some_and(Value::is_null) && calls.is_some();
+                if !has_text && !null_ok {
+                    return bad(format!(
+                        "messages[{i}]: assistant content must be text, or null with tool_calls"
+                    ));
+                }
+            }
+            "tool" => {
+                let id = m.get("tool_call_id").and_then(Value::as_str).unwrap_or("");
+                if !call_ids.contains(id) {
+                    return bad(format!(
+                        "messages[{i}]: tool_call_id {id:?} answers no earlier assistant tool call"
+                    ));
+                }
+                if !content.is_some_and(Value::is_string) {
+                    return bad(format!("messages[{i}].content: text required for tool"));
+                }
+            }
+            other => return bad(format!("messages[{i}].role: unknown role {other:?}")),
+        }
+    }
+    if let Some(tools) = body.get("tools") {
+        let Some(tools) = tools.as_array().filter(|t| !t.is_empty()) else {
+            return bad("tools: a non-empty list or absent");
+        };
+        for (i, t) in tools.iter().enumerate() {
+            let f = t.get("function");
+            let ok = t.get("type").and_then(Value::as_str) == Some("function")
+                && f.and_then(|f| f.get("name")).is_some_and(Value::is_string)
+                && f.and_then(|f| f.get("parameters")).is_none_or(Value::is_object);
+            if !ok {
+                return bad(format!("tools[{i}]: type \"function\" with function.name required"));
+            }
+        }
+    }
+    if body.get("max_tokens").is_some_and(|v| !v.is_u64()) {
+        return bad("max_tokens: an integer");
+    }
+    Ok(())
+}
+
+/// The rules of the Anthropic Messages API that a client can get wrong.
+fn check_anthropic(request: &Received) -> Check {
+    let body = common_checks(request, "/v1/messages")?;
+    if request.header("anthropic-version").is_none() {
+        return bad("anthropic-version: header is required");
+    }
+    if !body.get("max_tokens").is_some_and(Value::is_u64) {
+        return bad("max_tokens: Field required");
+    }
+    if body.get("system").is_some_and(|s| !s.is_string() && !s.is_array()) {
+        return bad("system: text or a list of text blocks");
+    }
+    let Some(messages) = body.get("messages").and_then(Value::as_array).filter(|m| !m.is_empty())
+    else {
+        return bad("messages: at least one message is required");
+    };
+    let mut previous_tool_uses: HashSet<String> = HashSet::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        let expected = if i % 2 == 0 { "user" } else { "assistant" };
+        if role != expected {
+            return bad(format!(
+                "messages.{i}.role: roles must alternate user/assistant starting with user; got {role:?}"
+            ));
+        }
+        let blocks = match m.get("content") {
+            Some(Value::String(s)) if !s.trim().is_empty() => Vec::new(),
+            Some(Value::Array(b)) if !b.is_empty() => b.clone(),
+            _ => return bad(format!("messages.{i}.content: non-empty text or blocks required")),
+        };
+        let mut tool_uses = HashSet::new();
+        for (j, b) in blocks.iter().enumerate() {
+            let at = format!("messages.{i}.content.{j}");
+            match b.get("type").and_then(Value::as_str).unwrap_or("") {
+                "text" => {
+                    if b.get("text").and_then(Value::as_str).is_none_or(|t| t.trim().is_empty()) {
+                        return bad(format!(
+                            "{at}: text content blocks must contain non-whitespace text"
+                        ));
+                    }
+                }
+                "tool_use" if role == "assistant" => {
+                    let id = b.get("id").and_then(Value::as_str);
+                    let ok = id.is_some()
+                        && b.get("name").is_some_and(Value::is_string)
+                        && b.get("input").is_some_and(Value::is_object);
+                    if !ok {
+                        return bad(format!("{at}: tool_use needs id, name and an object input"));
+                    }
+                    tool_uses.insert(id.unwrap_or_default().to_string());
+                }
+                "tool_result" if role == "user" => {
+                    let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
+                    if !previous_tool_uses.contains(id) {
+                        return bad(format!(
+                            "{at}: tool_result {id:?} must answer a tool_use in the previous message"
+                        ));
+                    }
+                }
+                other => {
+                    return bad(format!(
+                        "{at}: block type {other:?} not allowed in a {role} message"
+                    ));
+                }
+            }
+        }
+        previous_tool_uses = tool_uses;
+    }
+    if let Some(tools) = body.get("tools") {
+        let Some(tools) = tools.as_array() else {
+            return bad("tools: a list");
+        };
+        for (i, t) in tools.iter().enumerate() {
+            let schema_ok = t
+                .get("input_schema")
+                .is_some_and(|s| s.get("type").and_then(Value::as_str) == Some("object"));
+            if !t.get("name").is_some_and(Value::is_string) || !schema_ok {
+                return bad(format!("tools.{i}: name and an input_schema of type object required"));
+            }
+        }
+    }
+    Ok(())
+}
