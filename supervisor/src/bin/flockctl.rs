@@ -664,8 +664,9 @@ fn table(rows: &[PsRow]) -> String {
         "MAILBOX",
         "TURNS",
         "RSS",
+        "TOKENS IN/OUT",
     ];
-    let cells: Vec<[String; 11]> = rows
+    let cells: Vec<[String; 12]> = rows
         .iter()
         .map(|r| {
             [
@@ -680,6 +681,11 @@ fn table(rows: &[PsRow]) -> String {
                 r.mailbox_depth.to_string(),
                 r.turns_total.to_string(),
                 human_bytes(r.rss_bytes),
+                if r.tokens_in + r.tokens_out == 0 {
+                    "-".into()
+                } else {
+                    format!("{}/{}", r.tokens_in, r.tokens_out)
+                },
             ]
         })
         .collect();
