@@ -2,29 +2,25 @@
 //! roles enforced in code, delta notifications (content, caps, cursors, rollback, coalescing, no
 //! replay), mentions and agent states, the archive protocol.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
-use flock_actors::channels::{Caller, Channels, ChannelsArgs, ChannelsMsg};
-use flock_actors::journal::Journal;
-use flock_actors::router::RouterMsg;
-use flock_actors::{
-    ConnKind, ConnLimits, Durability, Router, RouterArgs, Store, StoreActor, serve,
-};
-use flock_ipc::{
-    Body, Connection, DeliveryKind, Frame, Hello, PROTOCOL_VERSION, ROUTER, Transport,
-    UnixTransport,
-};
-use ractor::{Actor, ActorRef};
+use common::{Node, next};
+use flock_actors::channels::{Caller, ChannelsMsg};
+use flock_ipc::{Body, Connection, DeliveryKind, Frame, ROUTER};
 use serde_json::{Value, json};
 
 struct Harness {
-    dir: std::path::PathBuf,
     _tmp: Option<tempfile::TempDir>,
-    socket: std::path::PathBuf,
-    router: ActorRef<RouterMsg>,
-    channels: ActorRef<ChannelsMsg>,
+    node: Node,
+}
+
+impl std::ops::Deref for Harness {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        &self.node
+    }
 }
 
 const AGENTS: &str = "agents:
@@ -41,48 +37,7 @@ async fn harness_at(dir: &std::path::Path, life: u32, channels_yaml: &str) -> Ha
     let yaml = format!(
         "swarm: {{name: t}}\nchannels: {channels_yaml}\nmodels:\n  s: {{provider: scripted, rules: [{{reply: ok}}]}}\ndefaults: {{model: s}}\n{AGENTS}"
     );
-    let path = dir.join("swarm.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    let spec = Arc::new(flock_config::load(&path).unwrap());
-    let store = Store::open(&dir.join("flock.db"), Durability::Normal).unwrap();
-    let (store, _) = Actor::spawn(None, StoreActor, store).await.unwrap();
-    let journal = Arc::new(Journal::open(dir.join("journal"), 1 << 20).unwrap());
-    let (channels, _) = Actor::spawn(
-        None,
-        Channels,
-        ChannelsArgs {
-            spec: spec.clone(),
-            store: store.clone(),
-            journal: Some(journal),
-            agent_ops: None,
-        },
-    )
-    .await
-    .unwrap();
-    let liveness: HashMap<_, _> =
-        spec.agents.iter().map(|a| (a.name.clone(), Arc::default())).collect();
-    let (router, _) = Actor::spawn(
-        None,
-        Router,
-        RouterArgs {
-            spec,
-            store,
-            events: Arc::new(|_| {}),
-            control: Arc::new(|_| {}),
-            liveness,
-            channels: Some(channels.clone()),
-            gateway: None,
-        },
-    )
-    .await
-    .unwrap();
-    channels.cast(ChannelsMsg::SetRouter(router.clone())).unwrap();
-    let socket = dir.join(format!("router-{life}.sock"));
-    let listener = UnixTransport::new(&socket).bind().unwrap();
-    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
-    let limits = ConnLimits { max_frame_bytes: 1 << 20, outbox_frames: 1024, uid };
-    serve::<UnixTransport>(listener, ConnKind::Agent, router.clone(), limits);
-    Harness { dir: dir.to_path_buf(), _tmp: None, socket, router, channels }
+    Harness { _tmp: None, node: common::start(dir, life, &yaml, true).await }
 }
 
 async fn harness(channels_yaml: &str) -> Harness {
@@ -95,23 +50,11 @@ async fn harness(channels_yaml: &str) -> Harness {
 const NO_DELAY: &str = "{delta_delay_min_ms: 0, delta_delay_max_ms: 0}";
 
 impl Harness {
-    async fn agent(&self, name: &str) -> Connection {
-        let token = format!("tok-{name}-{}", fastrand::u64(..));
-        self.router.cast(RouterMsg::Expect { agent: name.into(), token: token.clone() }).unwrap();
-        let hello = Hello {
-            protocol_version: PROTOCOL_VERSION,
-            agent_id: name.into(),
-            instance: "default".into(),
-            pid: 1,
-            token,
-        };
-        Connection::agent(&self.socket, hello, 1024).await.unwrap()
-    }
-
     /// A tool call as a human through flockctl.
     async fn human(&self, name: &str, tool: &str, args: Value) -> Result<Value, String> {
         let caller = Caller { id: format!("human:{name}"), role: None };
-        let r = ractor::call!(self.channels, |reply| ChannelsMsg::Human {
+        let channels = self.channels.as_ref().unwrap();
+        let r = ractor::call!(channels, |reply| ChannelsMsg::Human {
             caller,
             name: tool.into(),
             arguments: args.to_string(),
@@ -122,7 +65,7 @@ impl Harness {
     }
 
     fn journal(&self) -> String {
-        std::fs::read_to_string(self.dir.join("journal/journal.jsonl")).unwrap_or_default()
+        std::fs::read_to_string(self.node.dir.join("journal/journal.jsonl")).unwrap_or_default()
     }
 }
 
@@ -144,19 +87,6 @@ async fn tool(conn: &mut Connection, name: &str, args: Value) -> Result<Value, S
                 Body::ToolResult { ok: false, content } => Err(content),
                 other => panic!("unexpected {other:?}"),
             };
-        }
-    }
-}
-
-async fn next(conn: &mut Connection) -> Frame {
-    loop {
-        let f = tokio::time::timeout(Duration::from_secs(5), conn.reader.read_frame())
-            .await
-            .expect("a frame within 5 s")
-            .unwrap()
-            .expect("connection open");
-        if !matches!(f.body, Body::HeartbeatAck) {
-            return f;
         }
     }
 }
@@ -308,7 +238,9 @@ async fn nothing_is_replayed_after_a_supervisor_restart() {
         tool(&mut orch, "flock_channel_list", json!({})).await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         h.router.stop(None);
-        h.channels.stop(None);
+        if let Some(c) = &h.channels {
+            c.stop(None);
+        }
     }
     let h = harness_at(tmp.path(), 2, NO_DELAY).await;
     let mut qa = h.agent("qa").await;

@@ -1,99 +1,35 @@
 //! The router and store actors in-process, with real Unix sockets and real SQLite, and test
 //! clients playing the agents: ordering, acceptance, dead letters, requests, cycles, handshakes.
 
-use std::collections::HashMap;
-use std::path::Path;
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
-use flock_actors::router::RouterMsg;
-use flock_actors::{
-    ConnKind, ConnLimits, Durability, Router, RouterArgs, Store, StoreActor, StoreMsg, serve,
-};
-use flock_config::SwarmSpec;
+use common::{Node, next};
+use flock_actors::{Durability, Store, StoreMsg};
 use flock_ipc::{
     Body, Connection, DeliveryKind, ErrorCode, Frame, Hello, PROTOCOL_VERSION, ROUTER, SendMode,
-    Transport, UnixTransport,
 };
-use ractor::{Actor, ActorRef};
 
 struct Harness {
     _dir: tempfile::TempDir,
-    socket: std::path::PathBuf,
-    router: ActorRef<RouterMsg>,
-    store: ActorRef<StoreMsg>,
-    db: std::path::PathBuf,
+    node: Node,
 }
 
-fn swarm(dir: &Path, extra: &str) -> SwarmSpec {
-    let yaml = format!(
-        "swarm: {{name: t}}\ndelivery: {{request_timeout_ms: 2000}}\n{extra}\nmodels:\n  s: {{provider: scripted, rules: [{{reply: ok}}]}}\ndefaults: {{model: s}}\nagents:\n  - {{name: a, role: worker}}\n  - {{name: b, role: worker}}\n  - {{name: c, role: worker, can_call: [a]}}\n"
-    );
-    let path = dir.join("swarm.yaml");
-    std::fs::write(&path, &yaml).unwrap();
-    flock_config::load(&path).unwrap()
+impl std::ops::Deref for Harness {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        &self.node
+    }
 }
 
 async fn harness(extra: &str) -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let spec = Arc::new(swarm(dir.path(), extra));
-    let db = dir.path().join("flock.db");
-    let store = Store::open(&db, Durability::Normal).unwrap();
-    let (store, _) = Actor::spawn(None, StoreActor, store).await.unwrap();
-    let liveness: HashMap<_, _> =
-        spec.agents.iter().map(|a| (a.name.clone(), Arc::default())).collect();
-    let (router, _) = Actor::spawn(
-        None,
-        Router,
-        RouterArgs {
-            spec,
-            store: store.clone(),
-            events: Arc::new(|_| {}),
-            control: Arc::new(|_| {}),
-            liveness,
-            channels: None,
-            gateway: None,
-        },
-    )
-    .await
-    .unwrap();
-    let socket = dir.path().join("router.sock");
-    let listener = UnixTransport::new(&socket).bind().unwrap();
-    let limits = ConnLimits { max_frame_bytes: 1 << 20, outbox_frames: 1024, uid: nix_uid() };
-    serve::<UnixTransport>(listener, ConnKind::Agent, router.clone(), limits);
-    Harness { _dir: dir, socket, router, store, db }
-}
-
-fn nix_uid() -> u32 {
-    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap()
-}
-
-impl Harness {
-    async fn agent(&self, name: &str) -> Connection {
-        let token = format!("tok-{name}-{}", fastrand::u64(..));
-        self.router.cast(RouterMsg::Expect { agent: name.into(), token: token.clone() }).unwrap();
-        let hello = Hello {
-            protocol_version: PROTOCOL_VERSION,
-            agent_id: name.into(),
-            instance: "default".into(),
-            pid: 1,
-            token,
-        };
-        Connection::agent(&self.socket, hello, 1024).await.unwrap()
-    }
-}
-
-async fn next(conn: &mut Connection) -> Frame {
-    loop {
-        let f = tokio::time::timeout(Duration::from_secs(5), conn.reader.read_frame())
-            .await
-            .expect("a frame within 5 s")
-            .unwrap()
-            .expect("connection open");
-        if !matches!(f.body, Body::HeartbeatAck) {
-            return f;
-        }
-    }
+    let yaml = format!(
+        "swarm: {{name: t}}\ndelivery: {{request_timeout_ms: 2000}}\n{extra}\nmodels:\n  s: {{provider: scripted, rules: [{{reply: ok}}]}}\ndefaults: {{model: s}}\nagents:\n  - {{name: a, role: worker}}\n  - {{name: b, role: worker}}\n  - {{name: c, role: worker, can_call: [a]}}\n"
+    );
+    let node = common::start(dir.path(), 0, &yaml, false).await;
+    Harness { _dir: dir, node }
 }
 
 async fn send(conn: &Connection, from: &str, to: &str, text: &str) -> Frame {
@@ -142,7 +78,6 @@ async fn durable_sends_are_accepted_after_commit_and_delivered_fifo_one_at_a_tim
         assert!(early.is_err(), "a second delivery arrived before the ack");
         ack(&b, &d, None).await;
     }
-    let _ = h.store;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

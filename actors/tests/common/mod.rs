@@ -1,0 +1,100 @@
+//! Shared by the actor integration tests: the store, router and (optionally) channels actors
+//! in-process over real SQLite and a real Unix socket, and test clients playing the agents.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flock_actors::channels::{Channels, ChannelsArgs, ChannelsMsg};
+use flock_actors::journal::Journal;
+use flock_actors::router::RouterMsg;
+use flock_actors::{
+    ConnKind, ConnLimits, Durability, Router, RouterArgs, Store, StoreActor, StoreMsg, serve,
+};
+use flock_ipc::{Body, Connection, Frame, Hello, PROTOCOL_VERSION, Transport, UnixTransport};
+use ractor::{Actor, ActorRef};
+
+pub struct Node {
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    pub db: PathBuf,
+    pub router: ActorRef<RouterMsg>,
+    pub store: ActorRef<StoreMsg>,
+    pub channels: Option<ActorRef<ChannelsMsg>>,
+}
+
+/// Starts the actors over the files in `dir` from the swarm file text `yaml` (a second start on
+/// the same dir is a supervisor restart); `life` names the socket so lives do not collide.
+pub async fn start(dir: &Path, life: u32, yaml: &str, with_channels: bool) -> Node {
+    let path = dir.join("swarm.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let spec = Arc::new(flock_config::load(&path).unwrap());
+    let db = dir.join("flock.db");
+    let store = Store::open(&db, Durability::Normal).unwrap();
+    let (store, _) = Actor::spawn(None, StoreActor, store).await.unwrap();
+    let channels = if with_channels {
+        let journal = Arc::new(Journal::open(dir.join("journal"), 1 << 20).unwrap());
+        let args = ChannelsArgs {
+            spec: spec.clone(),
+            store: store.clone(),
+            journal: Some(journal),
+            agent_ops: None,
+        };
+        Some(Actor::spawn(None, Channels, args).await.unwrap().0)
+    } else {
+        None
+    };
+    let liveness: HashMap<_, _> = spec.agents.iter().map(|a| (a.key(), Arc::default())).collect();
+    let args = RouterArgs {
+        spec,
+        store: store.clone(),
+        events: Arc::new(|_| {}),
+        control: Arc::new(|_| {}),
+        liveness,
+        channels: channels.clone(),
+        gateway: None,
+    };
+    let (router, _) = Actor::spawn(None, Router, args).await.unwrap();
+    if let Some(c) = &channels {
+        c.cast(ChannelsMsg::SetRouter(router.clone())).unwrap();
+    }
+    let socket = dir.join(format!("router-{life}.sock"));
+    let listener = UnixTransport::new(&socket).bind().unwrap();
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    let limits = ConnLimits { max_frame_bytes: 1 << 20, outbox_frames: 1024, uid };
+    serve::<UnixTransport>(listener, ConnKind::Agent, router.clone(), limits);
+    Node { dir: dir.to_path_buf(), socket, db, router, store, channels }
+}
+
+impl Node {
+    /// Connects as agent `name` with a token the router was told to expect (as the supervisor
+    /// does before a spawn).
+    pub async fn agent(&self, name: &str) -> Connection {
+        let token = format!("tok-{name}-{}", fastrand::u64(..));
+        self.router.cast(RouterMsg::Expect { agent: name.into(), token: token.clone() }).unwrap();
+        let hello = Hello {
+            protocol_version: PROTOCOL_VERSION,
+            agent_id: name.into(),
+            instance: "default".into(),
+            pid: 1,
+            token,
+        };
+        Connection::agent(&self.socket, hello, 1024).await.unwrap()
+    }
+}
+
+/// The next frame that is not a heartbeat answer (5 s at most).
+pub async fn next(conn: &mut Connection) -> Frame {
+    loop {
+        let f = tokio::time::timeout(Duration::from_secs(5), conn.reader.read_frame())
+            .await
+            .expect("a frame within 5 s")
+            .unwrap()
+            .expect("connection open");
+        if !matches!(f.body, Body::HeartbeatAck) {
+            return f;
+        }
+    }
+}
