@@ -1,0 +1,416 @@
+//! The model thread: one llama.cpp model and context, owned by one dedicated OS thread that
+//! serves [`Job`]s one at a time in arrival order (a FIFO channel). It keeps the KV cache between
+//! jobs and decodes only the part of a prompt that differs from what the cache holds; it samples
+//! greedily, through the llguidance matcher when a job carries a JSON schema; it stops early when
+//! the job's cancel flag is raised (the client went away). Not here: HTTP, prompts, JSON.
+
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::wire::Finish;
+
+/// Prompt tokens per `llama_decode` call: big enough for throughput, small enough that a
+/// cancelled request stops within about a second.
+const PROMPT_CHUNK: usize = 128;
+
+/// How the model is loaded.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub model_path: PathBuf,
+    pub threads: usize,
+    pub n_ctx: u32,
+    /// Keep llama.cpp's own log lines (on stderr); otherwise they are silenced.
+    pub verbose: bool,
+}
+
+/// What the loaded model is.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// `general.name` from the GGUF metadata, or the file name.
+    pub name: String,
+    pub n_ctx: u32,
+    pub threads: usize,
+    pub load_time: Duration,
+}
+
+/// One generation request.
+#[derive(Debug)]
+pub struct Job {
+    /// The rendered prompt, special tokens written out (`<|im_start|>` …).
+    pub prompt: String,
+    /// When set, the output must match this JSON schema (llguidance).
+    pub schema: Option<Value>,
+    /// When the schema does not compile: a looser one to try instead.
+    pub fallback_schema: Option<Value>,
+    /// At most this many new tokens (also bounded by the context).
+    pub max_tokens: Option<u32>,
+    /// `None` or ≤ 0: greedy. Ignored under a schema (constrained answers are greedy).
+    pub temperature: Option<f32>,
+    pub seed: Option<u32>,
+    /// Raised when the client has gone: the job stops at the next token.
+    pub cancel: Arc<AtomicBool>,
+    pub reply: oneshot::Sender<Result<Generation, GenerateError>>,
+}
+
+/// What a job produced.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    pub text: String,
+    pub finish: Finish,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    /// Prompt tokens whose KV state was reused from the previous job.
+    pub reused_tokens: u32,
+    pub prompt_time: Duration,
+    pub total_time: Duration,
+}
+
+/// Why a job produced nothing.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GenerateError {
+    #[error(
+        "the prompt is {prompt_tokens} tokens but the context holds {n_ctx}; shorten the \
+         conversation or start flock-model with a larger --ctx"
+    )]
+    ContextExceeded { prompt_tokens: usize, n_ctx: u32 },
+    #[error("the tool schema cannot be compiled into a grammar: {0}")]
+    Grammar(String),
+    #[error("llama.cpp failed: {0}")]
+    Decode(String),
+    #[error("cancelled: the client went away")]
+    Cancelled,
+}
+
+/// Why the model could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot initialise llama.cpp: {0}")]
+    Backend(String),
+    #[error("cannot load the model {path}: {message}")]
+    Model { path: PathBuf, message: String },
+    #[error("cannot create a llama.cpp context of {n_ctx} tokens: {message}")]
+    Context { n_ctx: u32, message: String },
+    #[error("cannot prepare the grammar engine: {0}")]
+    Grammar(String),
+    #[error("the model thread stopped during loading")]
+    ThreadDied,
+}
+
+/// The way to the model thread; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Engine {
+    /// Starts the model thread and waits until the model is loaded.
+    pub fn start(config: EngineConfig) -> Result<(Engine, ModelInfo), LoadError> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("flock-model-llama".into())
+            .spawn(move || model_thread(config, rx, ready_tx))
+            .map_err(|e| LoadError::Backend(format!("cannot start the model thread: {e}")))?;
+        let info = ready_rx.recv().map_err(|_| LoadError::ThreadDied)??;
+        Ok((Engine { jobs }, info))
+    }
+
+    /// Queues a job behind those already waiting; `Err` hands it back if the thread is gone.
+    #[allow(clippy::result_large_err, reason = "hands the unsent job back, like a SendError")]
+    pub fn submit(&self, job: Job) -> Result<(), Job> {
+        self.jobs.send(job).map_err(|e| e.0)
+    }
+}
+
+fn model_thread(
+    config: EngineConfig,
+    jobs: mpsc::Receiver<Job>,
+    ready: mpsc::Sender<Result<ModelInfo, LoadError>>,
+) {
+    let started = Instant::now();
+    if !config.verbose {
+        llama_cpp_2::send_logs_to_tracing(
+            llama_cpp_2::LogOptions::default().with_logs_enabled(false),
+        );
+    }
+    let backend = match LlamaBackend::init() {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = ready.send(Err(LoadError::Backend(e.to_string())));
+            return;
+        }
+    };
+    let model = match LlamaModel::load_from_file(
+        &backend,
+        &config.model_path,
+        &LlamaModelParams::default(),
+    ) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = ready.send(Err(LoadError::Model {
+                path: config.model_path.clone(),
+                message: e.to_string(),
+            }));
+            return;
+        }
+    };
+    let threads = i32::try_from(config.threads.max(1)).unwrap_or(1);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(config.n_ctx))
+        .with_n_batch(PROMPT_CHUNK as u32)
+        .with_n_ubatch(PROMPT_CHUNK as u32)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads);
+    let mut ctx = match model.new_context(&backend, params) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ =
+                ready.send(Err(LoadError::Context { n_ctx: config.n_ctx, message: e.to_string() }));
+            return;
+        }
+    };
+    // Walking the whole vocabulary takes a moment: once per process, not per request.
+    let tok_env = LlamaSampler::llguidance_tok_env(&model);
+    let mut factory = match ParserFactory::new_simple(&tok_env) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = ready.send(Err(LoadError::Grammar(e.to_string())));
+            return;
+        }
+    };
+    factory.quiet();
+    let name =
+        model.meta_val_str("general.name").ok().filter(|n| !n.is_empty()).unwrap_or_else(|| {
+            config
+                .model_path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "local".into())
+        });
+    let info = ModelInfo {
+        name,
+        n_ctx: ctx.n_ctx(),
+        threads: config.threads.max(1),
+        load_time: started.elapsed(),
+    };
+    if ready.send(Ok(info)).is_err() {
+        return;
+    }
+    let mut state = State { model: &model, factory: &factory, cached: Vec::new() };
+    while let Ok(job) = jobs.recv() {
+        let result = if job.cancel.load(Ordering::Relaxed) {
+            Err(GenerateError::Cancelled)
+        } else {
+            state.generate(&mut ctx, &job)
+        };
+        let _gone = job.reply.send(result);
+    }
+}
+
+/// The model thread's state between jobs.
+struct State<'m> {
+    model: &'m LlamaModel,
+    factory: &'m ParserFactory,
+    /// The tokens whose KV entries sit in sequence 0 at positions `0..cached.len()`.
+    cached: Vec<LlamaToken>,
+}
+
+impl State<'_> {
+    fn generate(
+        &mut self,
+        ctx: &mut LlamaContext<'_>,
+        job: &Job,
+    ) -> Result<Generation, GenerateError> {
+        let started = Instant::now();
+        let vocab = self.model.vocab();
+        let prompt = vocab.tokenize(job.prompt.as_bytes(), false, true);
+        let n_ctx = ctx.n_ctx();
+        if prompt.is_empty() || prompt.len() >= n_ctx as usize {
+            return Err(GenerateError::ContextExceeded { prompt_tokens: prompt.len(), n_ctx });
+        }
+        let room = n_ctx as usize - prompt.len();
+        let max_new = job.max_tokens.map_or(room, |m| (m as usize).min(room));
+
+        // Compile the grammar before touching the cache, so a bad schema costs nothing.
+        let mut matcher = match &job.schema {
+            None => None,
+            Some(schema) => Some(self.matcher(schema, job.fallback_schema.as_ref())?),
+        };
+
+        // Reuse the longest common prefix; at least one token must be decoded to get logits.
+        let mut keep = self.cached.iter().zip(&prompt).take_while(|(a, b)| a == b).count();
+        keep = keep.min(prompt.len() - 1);
+        if keep < self.cached.len() {
+            let removed =
+                u32::try_from(keep).ok().and_then(|k| ctx.kv_cache_seq_rm(0, Some(k), None).ok());
+            if removed.is_none() {
+                ctx.clear_kv_cache();
+                keep = 0;
+            }
+            self.cached.truncate(keep);
+        }
+        let reused = keep;
+
+        let mut batch = LlamaBatch::new(PROMPT_CHUNK, 1);
+        let rest = &prompt[keep..];
+        let chunks = rest.len().div_ceil(PROMPT_CHUNK);
+        for (i, chunk) in rest.chunks(PROMPT_CHUNK).enumerate() {
+            if job.cancel.load(Ordering::Relaxed) {
+                return Err(GenerateError::Cancelled);
+            }
+            self.decode(ctx, &mut batch, chunk, i + 1 == chunks)?;
+        }
+        let prompt_time = started.elapsed();
+
+        let mut sampler = match job.temperature {
+            Some(t) if t > 0.0 && matcher.is_none() => Some(LlamaSampler::chain_simple([
+                LlamaSampler::top_k(40),
+                LlamaSampler::top_p(0.95, 1),
+                LlamaSampler::temp(t),
+                LlamaSampler::dist(job.seed.unwrap_or_else(|| fastrand::u32(..))),
+            ])),
+            _ => None,
+        };
+        let mut out: Vec<u8> = Vec::new();
+        let mut generated = 0usize;
+        let mut finish = Finish::Length;
+        let mut logits_idx = batch.n_tokens() - 1;
+        while generated < max_new {
+            if job.cancel.load(Ordering::Relaxed) {
+                return Err(GenerateError::Cancelled);
+            }
+            let token = match (&mut matcher, &mut sampler) {
+                (Some(m), _) => {
+                    let mask =
+                        m.compute_mask().map_err(|e| GenerateError::Grammar(e.to_string()))?;
+                    let logits = ctx.get_logits_ith(logits_idx);
+                    let best = logits
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| mask.is_allowed(*i as u32))
+                        .max_by(|a, b| a.1.total_cmp(b.1))
+                        .map(|(i, _)| i);
+                    match best {
+                        Some(i) => LlamaToken(i as i32),
+                        None => {
+                            finish = Finish::Stop;
+                            break;
+                        }
+                    }
+                }
+                (None, Some(s)) => s.sample(ctx, logits_idx),
+                (None, None) => {
+                    let logits = ctx.get_logits_ith(logits_idx);
+                    let best = logits
+                        .iter()
+                        .enumerate()
+                        .max_by(|a, b| a.1.total_cmp(b.1))
+                        .map(|(i, _)| i)
+                        .unwrap_or(0);
+                    LlamaToken(best as i32)
+                }
+            };
+            if vocab.is_eog(token) || vocab.is_control(token) {
+                finish = Finish::Stop;
+                break;
+            }
+            let mut step = vec![token];
+            if let Some(m) = &mut matcher {
+                m.consume_token(token.0 as u32)
+                    .map_err(|e| GenerateError::Grammar(e.to_string()))?;
+                // Tokens the grammar forces (`"arguments": {"to": "` …) go in one batch.
+                let forced = m.compute_ff_tokens();
+                let forced = &forced[..forced.len().min(max_new - generated - 1)];
+                if !forced.is_empty() && m.consume_tokens(forced).is_ok() {
+                    step.extend(forced.iter().map(|&t| LlamaToken(t as i32)));
+                }
+            }
+            for &t in &step {
+                out.extend(vocab.token_to_piece(t, false, None));
+            }
+            generated += step.len();
+            if matcher.as_ref().is_some_and(Matcher::is_stopped) {
+                finish = Finish::Stop;
+                break;
+            }
+            if generated >= max_new {
+                break;
+            }
+            self.decode(ctx, &mut batch, &step, true)?;
+            logits_idx = batch.n_tokens() - 1;
+        }
+        Ok(Generation {
+            text: String::from_utf8_lossy(&out).into_owned(),
+            finish,
+            prompt_tokens: prompt.len() as u32,
+            completion_tokens: generated as u32,
+            reused_tokens: reused as u32,
+            prompt_time,
+            total_time: started.elapsed(),
+        })
+    }
+
+    /// Decodes `tokens` at the next positions (logits for the last one when `logits`), and
+    /// records them as cached only once llama.cpp has them.
+    fn decode(
+        &mut self,
+        ctx: &mut LlamaContext<'_>,
+        batch: &mut LlamaBatch,
+        tokens: &[LlamaToken],
+        logits: bool,
+    ) -> Result<(), GenerateError> {
+        for part in tokens.chunks(PROMPT_CHUNK) {
+            batch.clear();
+            let start = self.cached.len();
+            let last = part.len() - 1;
+            for (i, &t) in part.iter().enumerate() {
+                batch
+                    .add(t, (start + i) as i32, &[0], logits && i == last)
+                    .map_err(|e| GenerateError::Decode(e.to_string()))?;
+            }
+            if let Err(e) = ctx.decode(batch) {
+                // The cache may hold part of this batch now: start clean next time.
+                ctx.clear_kv_cache();
+                self.cached.clear();
+                return Err(GenerateError::Decode(e.to_string()));
+            }
+            self.cached.extend_from_slice(part);
+        }
+        Ok(())
+    }
+
+    fn matcher(&self, schema: &Value, fallback: Option<&Value>) -> Result<Matcher, GenerateError> {
+        let create =
+            |s: &Value| self.factory.create_parser(TopLevelGrammar::from_json_schema(s.clone()));
+        let parser = match (create(schema), fallback) {
+            (Ok(p), _) => p,
+            (Err(e), Some(f)) => {
+                eprintln!("flock-model: tool schema rejected ({e}); using loose argument schemas");
+                create(f).map_err(|e| GenerateError::Grammar(e.to_string()))?
+            }
+            (Err(e), None) => return Err(GenerateError::Grammar(e.to_string())),
+        };
+        let matcher = Matcher::new(Ok(parser));
+        match matcher.get_error() {
+            Some(e) => Err(GenerateError::Grammar(e)),
+            None => Ok(matcher),
+        }
+    }
+}

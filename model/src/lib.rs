@@ -1,0 +1,130 @@
+//! `flock-model`: the embedded local model. One llama.cpp model (via `llama-cpp-2`) on one
+//! dedicated thread, served as an OpenAI-compatible `POST /v1/chat/completions` on loopback behind
+//! a bearer token, so the supervisor's LLM gateway reaches local and remote models through one
+//! client (`flock-llm`). Requests are served one at a time in arrival order; tool calls are
+//! constrained by a JSON schema (llguidance) so a small model always emits a well-formed call.
+//!
+//! Not here: which agent may use the model, retries, token accounting (the gateway's job), and
+//! fetching the model file (`scripts/setup`).
+
+pub mod engine;
+pub mod http;
+pub mod prompt;
+pub mod threads;
+pub mod verify;
+pub mod wire;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+pub use engine::{Engine, EngineConfig, ModelInfo};
+pub use verify::{MODEL_FILE, MODEL_SHA256, VerifyError, default_model_path};
+
+/// Exit code for a problem a restart cannot fix (no token, missing or wrong model file, bad
+/// flags): a supervisor should not restart on it (`EX_CONFIG`).
+pub const EXIT_CONFIG: i32 = 78;
+
+/// The environment variable holding the bearer token clients must send.
+pub const TOKEN_ENV: &str = "FLOCK_MODEL_TOKEN";
+
+/// Everything `flock-model` needs to start.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub model: PathBuf,
+    pub listen: SocketAddr,
+    /// `None`: `min(2, idle cores)`.
+    pub threads: Option<usize>,
+    pub n_ctx: u32,
+    pub verify: bool,
+    pub token: String,
+    /// llama.cpp's own logs on stderr, and one line per request.
+    pub verbose: bool,
+}
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub struct RunError {
+    pub code: i32,
+    pub error: anyhow::Error,
+}
+
+impl RunError {
+    fn config(error: impl Into<anyhow::Error>) -> Self {
+        RunError { code: EXIT_CONFIG, error: error.into() }
+    }
+}
+
+impl<E: Into<anyhow::Error>> From<E> for RunError {
+    fn from(e: E) -> Self {
+        RunError { code: 1, error: e.into() }
+    }
+}
+
+/// Checks the model, loads it, binds, prints `listening on ADDR` (the readiness line), serves.
+pub async fn run(opts: Options) -> Result<(), RunError> {
+    if opts.token.trim().is_empty() {
+        return Err(RunError::config(anyhow::anyhow!(
+            "{TOKEN_ENV} is not set: clients must send `Authorization: Bearer <token>`, and the \
+             token comes from that environment variable"
+        )));
+    }
+    if !opts.listen.ip().is_loopback() {
+        return Err(RunError::config(anyhow::anyhow!(
+            "--listen {} is not a loopback address; flock-model serves only this machine",
+            opts.listen
+        )));
+    }
+    if opts.n_ctx < 256 {
+        return Err(RunError::config(anyhow::anyhow!(
+            "--ctx {} is too small (at least 256)",
+            opts.n_ctx
+        )));
+    }
+    let model = opts.model.clone();
+    let verify = opts.verify;
+    tokio::task::spawn_blocking(move || {
+        if verify { verify::verify(&model).map(|_| ()) } else { verify::check_exists(&model) }
+    })
+    .await
+    .context("model check")?
+    .map_err(RunError::config)?;
+    let threads = match opts.threads {
+        Some(0) => return Err(RunError::config(anyhow::anyhow!("--threads must be at least 1"))),
+        Some(n) => n,
+        None => threads::default_threads(Duration::from_millis(100)),
+    };
+    let config = EngineConfig {
+        model_path: opts.model.clone(),
+        threads,
+        n_ctx: opts.n_ctx,
+        verbose: opts.verbose,
+    };
+    let (engine, info) = tokio::task::spawn_blocking(move || Engine::start(config))
+        .await
+        .context("model thread")?
+        .with_context(|| format!("load {}", opts.model.display()))?;
+    let listener =
+        TcpListener::bind(opts.listen).await.with_context(|| format!("bind {}", opts.listen))?;
+    let addr = listener.local_addr()?;
+    eprintln!(
+        "flock-model: {} loaded in {} ms, {} thread(s), context {} tokens",
+        info.name,
+        info.load_time.as_millis(),
+        info.threads,
+        info.n_ctx
+    );
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening on {addr}")?;
+        out.flush()?;
+    }
+    let server = Arc::new(http::Server { engine, info, token: opts.token, log: opts.verbose });
+    http::serve(listener, server).await?;
+    Err(anyhow::anyhow!("the listener stopped").into())
+}

@@ -1,0 +1,55 @@
+//! `flock-model`: parse flags, run the server, map failures to exit codes (78 = configuration:
+//! do not restart). See the library for what it does.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Serves a local GGUF model as an OpenAI-compatible chat-completions endpoint on loopback.
+/// Clients authenticate with `Authorization: Bearer $FLOCK_MODEL_TOKEN`. Prints
+/// `listening on ADDR` on stdout once the model is loaded.
+#[derive(Debug, Parser)]
+#[command(name = "flock-model", version)]
+struct Args {
+    /// The GGUF model file [default: $FLOCK_HOME/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf]
+    #[arg(long, value_name = "PATH")]
+    model: Option<PathBuf>,
+    /// Loopback address to serve on; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// llama.cpp threads [default: min(2, idle cores)]
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Context size in tokens (prompt plus answer).
+    #[arg(long, value_name = "TOKENS", default_value_t = 4096)]
+    ctx: u32,
+    /// Skip the sha256 check of the model file (to use a model other than the pinned one).
+    #[arg(long)]
+    no_verify: bool,
+    /// llama.cpp's logs and one line per request on stderr.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args = Args::parse();
+    let Some(model) = args.model.or_else(flock_model::default_model_path) else {
+        eprintln!("flock-model: error: no --model given and neither FLOCK_HOME nor HOME is set");
+        std::process::exit(flock_model::EXIT_CONFIG);
+    };
+    let opts = flock_model::Options {
+        model,
+        listen: args.listen,
+        threads: args.threads,
+        n_ctx: args.ctx,
+        verify: !args.no_verify,
+        token: std::env::var(flock_model::TOKEN_ENV).unwrap_or_default(),
+        verbose: args.verbose,
+    };
+    if let Err(e) = flock_model::run(opts).await {
+        eprintln!("flock-model: error: {:#}", e.error);
+        std::process::exit(e.code);
+    }
+}
