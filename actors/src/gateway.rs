@@ -6,11 +6,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use flock_config::{ModelSpec, RemoteModel};
+use flock_config::{LocalModel, ModelSpec, RemoteModel};
 use flock_ipc::llm::ChatRequest;
 use flock_ipc::{Body, Frame, MsgId, Outbox, ROUTER};
 use flock_llm::{Endpoint, LlmClient, ProviderKind, RetryPolicy, Secret};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::store::WriteOp;
@@ -33,6 +34,44 @@ pub struct GatewayArgs {
     /// Token totals persisted before this run.
     pub usage: HashMap<String, (u64, u64)>,
     pub store: ActorRef<StoreMsg>,
+    /// The embedded model's process, if the swarm runs one.
+    pub local: Option<LocalLink>,
+}
+
+/// How the gateway reaches the embedded model (`flock-model`, run by the supervisor): its base
+/// URL while it is up (`None` while it starts or restarts) and the token it was started with.
+#[derive(Clone)]
+pub struct LocalLink {
+    pub base_url: watch::Receiver<Option<String>>,
+    pub token: Secret,
+}
+
+impl LocalLink {
+    /// The endpoint of the embedded model, waiting (up to the call's timeout) while it is
+    /// starting or restarting after a crash.
+    async fn endpoint(mut self, model: &LocalModel) -> Result<Endpoint, String> {
+        let timeout = Duration::from_secs(model.timeout_secs);
+        let url = tokio::time::timeout(timeout, self.base_url.wait_for(Option::is_some))
+            .await
+            .map_err(|_| {
+                format!(
+                    "the embedded model (flock-model) has not been up for {} s; see `flockctl logs flock-model`",
+                    model.timeout_secs
+                )
+            })?
+            .map_err(|_| "the embedded model (flock-model) is not running".to_owned())?
+            .clone()
+            .unwrap_or_default();
+        Ok(Endpoint {
+            kind: ProviderKind::OpenAi,
+            base_url: url,
+            model: "local".into(),
+            api_key: Some(self.token),
+            timeout,
+            max_tokens: model.max_tokens,
+            retry: RetryPolicy::default(),
+        })
+    }
 }
 
 pub struct Gateway;
@@ -44,6 +83,13 @@ pub struct GatewayState {
     in_flight: HashMap<String, (u64, AbortHandle)>,
     next_call: u64,
     store: ActorRef<StoreMsg>,
+    local: Option<LocalLink>,
+}
+
+/// Where a call goes.
+enum Target {
+    Ready(Endpoint),
+    Local(LocalLink, LocalModel),
 }
 
 /// The endpoint of a remote model, with its key looked up by variable name.
@@ -51,14 +97,14 @@ fn endpoint(
     model: &RemoteModel,
     kind: ProviderKind,
     keys: &HashMap<String, Secret>,
-) -> Result<Endpoint, String> {
+) -> Result<Target, String> {
     let api_key = match &model.api_key_env {
         Some(var) => Some(keys.get(var).cloned().ok_or_else(|| {
             format!("the API key variable {var} is not set in flock-supervisor's environment")
         })?),
         None => None,
     };
-    Ok(Endpoint {
+    Ok(Target::Ready(Endpoint {
         kind,
         base_url: model.base_url.clone(),
         model: model.model.clone(),
@@ -69,7 +115,7 @@ fn endpoint(
             base: Duration::from_millis(model.retry_base_ms),
             ..RetryPolicy::default()
         },
-    })
+    }))
 }
 
 fn answer(outbox: &Outbox, frame_id: MsgId, agent: &str, ok: bool, response: String) {
@@ -98,6 +144,7 @@ impl Actor for Gateway {
             in_flight: HashMap::new(),
             next_call: 0,
             store: args.store,
+            local: args.local,
         })
     }
 
@@ -109,17 +156,19 @@ impl Actor for Gateway {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             GatewayMsg::Call { agent, model, request, frame_id, outbox } => {
-                let (remote, kind) = match &model {
-                    ModelSpec::OpenAi(m) => (m, ProviderKind::OpenAi),
-                    ModelSpec::Anthropic(m) => (m, ProviderKind::Anthropic),
+                let target = match &model {
+                    ModelSpec::OpenAi(m) => endpoint(m, ProviderKind::OpenAi, &st.keys),
+                    ModelSpec::Anthropic(m) => endpoint(m, ProviderKind::Anthropic, &st.keys),
+                    ModelSpec::Local(m) => match &st.local {
+                        Some(link) => Ok(Target::Local(link.clone(), m.clone())),
+                        None => Err("this swarm runs no embedded model (flock-model)".into()),
+                    },
                     ModelSpec::Scripted(_) => {
-                        let msg = "this agent's model is scripted; it runs inside the agent".into();
-                        answer(&outbox, frame_id, &agent, false, msg);
-                        return Ok(());
+                        Err("this agent's model is scripted; it runs inside the agent".into())
                     }
                 };
-                let ep = match endpoint(remote, kind, &st.keys) {
-                    Ok(ep) => ep,
+                let target = match target {
+                    Ok(t) => t,
                     Err(e) => {
                         answer(&outbox, frame_id, &agent, false, e);
                         return Ok(());
@@ -138,12 +187,21 @@ impl Actor for Gateway {
                 let me = myself.clone();
                 let who = agent.clone();
                 let task = tokio::spawn(async move {
-                    let (ok, response, tin, tout) = match client.complete(&ep, &req).await {
+                    let ep = match target {
+                        Target::Ready(ep) => Ok(ep),
+                        // Resolved here, not in the actor: the model may be (re)starting.
+                        Target::Local(link, m) => link.endpoint(&m).await,
+                    };
+                    let result = match ep {
+                        Ok(ep) => client.complete(&ep, &req).await.map_err(|e| e.to_string()),
+                        Err(e) => Err(e),
+                    };
+                    let (ok, response, tin, tout) = match result {
                         Ok(r) => {
                             let (tin, tout) = (r.tokens_in, r.tokens_out);
                             (true, serde_json::to_string(&r).unwrap_or_default(), tin, tout)
                         }
-                        Err(e) => (false, e.to_string(), 0, 0),
+                        Err(e) => (false, e, 0, 0),
                     };
                     answer(&outbox, frame_id, &who, ok, response);
                     let _ = me.cast(GatewayMsg::Done {

@@ -31,7 +31,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -227,7 +226,7 @@ impl JournalEvent {
 // Time and ids
 
 fn unix_ms_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    flock_ipc::time::unix_ms_now()
 }
 
 /// The current time as a journal timestamp.
@@ -235,34 +234,7 @@ pub fn now_timestamp() -> String {
     format_timestamp(unix_ms_now())
 }
 
-/// Milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC).
-pub fn format_timestamp(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let (year, month, day) = civil_from_days(secs / 86_400);
-    let rem = secs % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        unix_ms % 1000
-    )
-}
-
-/// Days since 1970-01-01 to a (year, month, day) in the proleptic Gregorian calendar
-/// (H. Hinnant's `civil_from_days`, restricted to dates after the epoch).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
+pub use flock_ipc::time::format_timestamp;
 
 /// A fresh event id whose date part is the second of `timestamp` (a valid journal timestamp;
 /// anything else gets the current second).

@@ -6,7 +6,9 @@
 //! finished; a redelivered id this process already completed is acked again without a new turn.
 
 pub mod client;
+pub mod extensions;
 pub mod gateway;
+pub mod memory;
 pub mod prompts;
 pub mod provider;
 pub mod tools;
@@ -25,6 +27,7 @@ use flock_ipc::{
 use tokio::sync::{Notify, mpsc};
 
 use crate::client::RouterClient;
+use crate::extensions::{Pipeline, TurnInput};
 use crate::gateway::GatewayProvider;
 use crate::provider::{ChatMessage, LlmProvider, LlmStep, ScriptedProvider};
 
@@ -41,6 +44,8 @@ pub struct AgentEnv {
     pub agent: String,
     pub instance: String,
     pub token: String,
+    /// The swarm's memory folder (`FLOCK_MEMORY_DIR`), if the supervisor set one.
+    pub memory_dir: Option<PathBuf>,
 }
 
 impl AgentEnv {
@@ -55,6 +60,9 @@ impl AgentEnv {
             agent: get(flock_ipc::env::AGENT)?,
             instance: get(flock_ipc::env::INSTANCE)?,
             token: get(flock_ipc::env::TOKEN)?,
+            memory_dir: std::env::var_os(flock_ipc::env::MEMORY_DIR)
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from),
         })
     }
 }
@@ -114,7 +122,8 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
             }
         })
     };
-    let worker = tokio::spawn(turns(spec, client.clone(), inbox, current.clone()));
+    let memory = env.memory_dir.clone().map(memory::Memory::new);
+    let worker = tokio::spawn(turns(spec, client.clone(), inbox, current.clone(), memory));
 
     let mut batch = Vec::new();
     let reason = loop {
@@ -206,10 +215,12 @@ async fn turns(
     client: RouterClient,
     mut inbox: mpsc::UnboundedReceiver<Frame>,
     current: Arc<Current>,
+    memory: Option<memory::Memory>,
 ) {
+    let mut pipeline = Pipeline::new(&spec, client.clone(), memory);
     let mut provider = match spec.model.clone() {
         ModelSpec::Scripted(transcript) => Model::Scripted(ScriptedProvider::new(transcript)),
-        ModelSpec::OpenAi(_) | ModelSpec::Anthropic(_) => {
+        ModelSpec::OpenAi(_) | ModelSpec::Anthropic(_) | ModelSpec::Local(_) => {
             Model::Gateway(GatewayProvider::new(client.clone(), tools::definitions()))
         }
     };
@@ -256,12 +267,13 @@ async fn turns(
                 println!("session {} resumed with {} messages", session_name(&key), loaded.len());
             }
             let mut loaded = loaded;
-            trim_session(&mut loaded);
+            extensions::resume_point(&mut loaded);
+            extensions::window(&mut loaded, SESSION_WINDOW);
             sessions.insert(key.clone(), loaded);
         }
         let session = sessions.entry(key.clone()).or_default();
         let outcome = tokio::select! {
-            r = turn(&spec, &client, &mut provider, id, delivery, session) => Some(r),
+            r = turn(&spec, &client, &mut provider, &mut pipeline, id, delivery, session) => Some(r),
             _ = cancel.notified() => None,
         };
         *current.turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -325,53 +337,62 @@ async fn load_session(client: &RouterClient, channel: &str) -> Vec<ChatMessage> 
     }
 }
 
-/// Keeps a session within [`SESSION_WINDOW`] messages, starting at a user message (providers
-/// such as Anthropic require the conversation to open with the user, and a tool result without
-/// its call is meaningless).
-fn trim_session(session: &mut Vec<ChatMessage>) {
-    let excess = session.len().saturating_sub(SESSION_WINDOW);
-    session.drain(..excess);
-    let first_user =
-        session.iter().position(|m| matches!(m, ChatMessage::User { .. })).unwrap_or(session.len());
-    session.drain(..first_user);
-}
-
 fn session_name(channel: &str) -> String {
     if channel.is_empty() { "(direct)".into() } else { format!("#{channel}") }
 }
 
-/// One turn: system prompt + input, then model steps and tool calls until a final answer.
+/// One turn: `turn.pre`, then model steps (each after `step.pre`) and tool calls (between
+/// `tool_call.pre` and `.post`) until a final answer, then `turn.post`. Returns the reply and the
+/// messages to store in the session.
 async fn turn(
     spec: &AgentSpec,
     client: &RouterClient,
     provider: &mut impl LlmProvider,
+    pipeline: &mut Pipeline,
     id: MsgId,
     delivery: &Delivery,
     session: &mut Vec<ChatMessage>,
 ) -> Result<(String, Vec<ChatMessage>), String> {
-    // Who exists right now (agents created or spawned at run time included).
-    let catalog = tools::catalog(client).await;
-    // The session keeps this channel's earlier turns; the system message always leads.
+    let input = TurnInput { id, from: &delivery.sender, text: &delivery.text };
+    let pre = pipeline.turn_pre(&input, session).await;
+    // Who exists right now (agents created or spawned at run time included), less the agents
+    // the pipeline itself talks to.
+    let catalog = if pipeline.injects_catalog() {
+        let hidden = pipeline.hidden_peers();
+        Some(prompts::without(tools::catalog(client).await.as_deref(), &hidden))
+    } else {
+        None
+    };
+    // The system message always leads; the session keeps this channel's earlier turns.
     let mut conversation =
         vec![ChatMessage::System { text: prompts::system_message(spec, catalog.as_deref()) }];
+    if pipeline.wants_time() {
+        conversation.push(ChatMessage::System { text: "[current_time]".into() });
+    }
+    conversation.extend(pre.context.into_iter().map(|text| ChatMessage::System { text }));
     conversation.extend(session.iter().cloned());
     let start = conversation.len();
     conversation
         .push(ChatMessage::User { from: delivery.sender.clone(), text: delivery.text.clone() });
     let mut calls = 0u32;
-    for _ in 0..MAX_STEPS {
+    let mut reply = None;
+    for step in 0..MAX_STEPS {
+        pipeline.step_pre(step, &mut conversation);
         match provider.next(&conversation).await? {
             LlmStep::Final(text) => {
                 conversation.push(ChatMessage::Assistant { text: text.clone() });
-                // Only a finished turn joins the session (a failed one is retried from scratch).
-                let new: Vec<ChatMessage> = conversation.drain(start..).collect();
-                session.extend(new.iter().cloned());
-                trim_session(session);
-                return Ok((text, new));
+                reply = Some(text);
+                break;
             }
             LlmStep::ToolCalls(requested) => {
                 for call in requested {
-                    let out = tools::execute(client, id, calls, &call.name, &call.arguments).await;
+                    let out = match pipeline.tool_call_pre(&call) {
+                        Some(out) => out,
+                        None => {
+                            tools::execute(client, id, calls, &call.name, &call.arguments).await
+                        }
+                    };
+                    pipeline.tool_call_post(&call, &out);
                     calls += 1;
                     println!(
                         "  tool {} {} → {}: {}",
@@ -396,9 +417,18 @@ async fn turn(
             }
         }
     }
-    let text = format!("(stopped after {MAX_STEPS} steps without a final answer)");
-    conversation.push(ChatMessage::Assistant { text: text.clone() });
-    let new: Vec<ChatMessage> = conversation.drain(start..).collect();
-    session.extend(new.iter().cloned());
+    let text = reply.unwrap_or_else(|| {
+        let text = format!("(stopped after {MAX_STEPS} steps without a final answer)");
+        conversation.push(ChatMessage::Assistant { text: text.clone() });
+        text
+    });
+    pipeline.turn_post(&input, &text).await;
+    // Only a finished turn joins the session (a failed one is retried from scratch). After a
+    // compaction the store gets the compacted session again ahead of the turn, so a restart
+    // resumes from the summary.
+    let turn_messages: Vec<ChatMessage> = conversation.drain(start..).collect();
+    session.extend(turn_messages.iter().cloned());
+    let mut new = pre.persist_first;
+    new.extend(turn_messages);
     Ok((text, new))
 }

@@ -34,8 +34,21 @@ pub fn archetype_prompt(archetype: &str) -> Option<&'static str> {
 
 const COMMON: &str = include_str!("../../prompts/roles/_common.md");
 
+/// The catalog without the agents named in `hidden` (those the runtime talks to on the agent's
+/// behalf: a worker's prompt never mentions its unconscious or observer).
+pub fn without(catalog: Option<&str>, hidden: &[String]) -> String {
+    let entries: Vec<Value> =
+        catalog.and_then(|c| serde_json::from_str::<Vec<Value>>(c).ok()).unwrap_or_default();
+    let kept: Vec<Value> = entries
+        .into_iter()
+        .filter(|e| !hidden.iter().any(|h| e["name"].as_str() == Some(h.as_str())))
+        .collect();
+    Value::Array(kept).to_string()
+}
+
 /// Renders the system message. `catalog` is the JSON array `agents__catalog` answers (who else
-/// exists, with role, archetype, description and whether this agent may call them).
+/// exists, with role, archetype, description and whether this agent may call them); `None`
+/// leaves `[runtime_catalog]` out (no `context_injector`).
 pub fn system_message(spec: &AgentSpec, catalog: Option<&str>) -> String {
     let mut out = format!("You are `{}`.\n\n{}", spec.key(), role_prompt(spec.role).trim_end());
     if let Some(a) = spec.archetype.as_deref() {
@@ -48,8 +61,8 @@ pub fn system_message(spec: &AgentSpec, catalog: Option<&str>) -> String {
         out.push_str(&format!("\n\nYour job here: {}", spec.description));
     }
     out.push_str(&format!("\n\n{}", COMMON.trim_end()));
-    let entries: Vec<Value> =
-        catalog.and_then(|c| serde_json::from_str::<Vec<Value>>(c).ok()).unwrap_or_default();
+    let Some(catalog) = catalog else { return out };
+    let entries: Vec<Value> = serde_json::from_str::<Vec<Value>>(catalog).unwrap_or_default();
     out.push_str("\n\n[runtime_catalog]");
     if entries.is_empty() {
         out.push_str("\n(no other agents)");
@@ -89,6 +102,7 @@ mod tests {
             can_call: Vec::new(),
             model: ModelSpec::Scripted(Transcript::default()),
             instance: None,
+            extensions: Vec::new(),
         }
     }
 

@@ -11,6 +11,7 @@
 //! swarm file and the transcripts it names.
 
 mod error;
+mod extensions;
 mod fields;
 pub mod spec;
 mod swarm;

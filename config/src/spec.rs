@@ -37,6 +37,30 @@ impl SwarmSpec {
     pub fn agent(&self, key: &str) -> Option<&AgentSpec> {
         self.agents.iter().find(|a| a.key() == key)
     }
+
+    /// The embedded model the swarm needs run, if any agent uses one (or one is defined, for
+    /// agents created at run time). Every local model must share one process: an error names
+    /// the conflict otherwise.
+    pub fn local_model(&self) -> Result<Option<LocalModel>, String> {
+        let mut found: Option<LocalModel> = None;
+        let used = self.agents.iter().map(|a| &a.model);
+        for model in used.chain(self.models.values()) {
+            let ModelSpec::Local(m) = model else { continue };
+            match &found {
+                None => found = Some(m.clone()),
+                Some(f) if f.process_key() != m.process_key() => {
+                    return Err(
+                        "the swarm's `provider: local` models differ in `path`, `threads` or \
+                         `ctx`; one flock-model process serves them all, so give them the same \
+                         values"
+                            .into(),
+                    );
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(found)
+    }
 }
 
 /// Swarm-wide supervision settings (`supervision:` in YAML). Defaults: DESIGN.md §6.
@@ -176,6 +200,109 @@ pub struct AgentSpec {
     /// spawned at run time (`agents__spawn`), addressed as `name@key`.
     #[serde(default)]
     pub instance: Option<String>,
+    /// The turn pipeline, in order (DESIGN.md §7): `*.pre` hooks run in this order, `*.post`
+    /// hooks in reverse, like middleware. Defaults per role when the YAML has no `extensions:`.
+    #[serde(default)]
+    pub extensions: Vec<ExtensionSpec>,
+}
+
+/// One built-in extension of the turn pipeline, with its settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ExtensionSpec {
+    /// turn.pre: the session keeps at most `max` messages (cut at a user message).
+    MessageWindow { max: usize },
+    /// turn.pre: past `max_messages` or `max_chars`, everything but the last `keep` messages of
+    /// the session becomes one `[conversation_summary]` message. The turn's input is never
+    /// touched: it is not in the session yet.
+    MessageCompaction { max_messages: usize, max_chars: usize, keep: usize },
+    /// turn.pre: `[runtime_catalog]` — who exists and whom this agent may call.
+    ContextInjector,
+    /// turn.pre: `[current_time]`.
+    DateHelper,
+    /// A timer: after `after_secs` without a turn, each of `notify` is sent `[idle_detected]`
+    /// (once per idle period).
+    IdleMonitor { after_secs: u64, notify: Vec<String> },
+    /// turn.pre: asks `unconscious` (`timeout_ms`, fail open) and injects
+    /// `[unconscious_context]`; turn.post: sends the turn summary to `observer` and appends to
+    /// the worker's journal (`memory/journals/YYYY-MM-DD.md`).
+    WorkerLifecycle { unconscious: Option<String>, observer: Option<String>, timeout_ms: u64 },
+    /// turn.post, by role: the observer appends observations (and at `reflect_after`
+    /// unreflected ones sends `[reflect]` to `reflection`), the reflection agent writes
+    /// `memory/reflections/` and marks what it reflected, dream writes `memory/knowledge/`.
+    MemoryFiles { reflect_after: usize, reflection: Option<String> },
+}
+
+impl ExtensionSpec {
+    pub const NAMES: [&'static str; 7] = [
+        "message_window",
+        "message_compaction",
+        "context_injector",
+        "date_helper",
+        "idle_monitor",
+        "worker_lifecycle",
+        "memory_files",
+    ];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            ExtensionSpec::MessageWindow { .. } => "message_window",
+            ExtensionSpec::MessageCompaction { .. } => "message_compaction",
+            ExtensionSpec::ContextInjector => "context_injector",
+            ExtensionSpec::DateHelper => "date_helper",
+            ExtensionSpec::IdleMonitor { .. } => "idle_monitor",
+            ExtensionSpec::WorkerLifecycle { .. } => "worker_lifecycle",
+            ExtensionSpec::MemoryFiles { .. } => "memory_files",
+        }
+    }
+
+    /// The extension by name with its default settings (`agents` resolves the default peers:
+    /// the swarm's unconscious, observer, reflection and dream agents).
+    pub fn default_for(name: &str, agents: &[(String, Role)]) -> Option<ExtensionSpec> {
+        let first = |role: Role| agents.iter().find(|(_, r)| *r == role).map(|(n, _)| n.clone());
+        Some(match name {
+            "message_window" => ExtensionSpec::MessageWindow { max: crate::SESSION_WINDOW },
+            "message_compaction" => {
+                ExtensionSpec::MessageCompaction { max_messages: 40, max_chars: 12_000, keep: 8 }
+            }
+            "context_injector" => ExtensionSpec::ContextInjector,
+            "date_helper" => ExtensionSpec::DateHelper,
+            "idle_monitor" => ExtensionSpec::IdleMonitor {
+                after_secs: 30 * 60,
+                notify: agents
+                    .iter()
+                    .filter(|(_, r)| *r == Role::Dream)
+                    .map(|(n, _)| n.clone())
+                    .collect(),
+            },
+            "worker_lifecycle" => ExtensionSpec::WorkerLifecycle {
+                unconscious: first(Role::Unconscious),
+                observer: first(Role::Observer),
+                timeout_ms: 10_000,
+            },
+            "memory_files" => ExtensionSpec::MemoryFiles {
+                reflect_after: 20,
+                reflection: first(Role::Reflection),
+            },
+            _ => return None,
+        })
+    }
+
+    /// The pipeline an agent of `role` gets when its YAML says nothing.
+    pub fn defaults(role: Role, agents: &[(String, Role)]) -> Vec<ExtensionSpec> {
+        let has = |r: Role| agents.iter().any(|(_, x)| *x == r);
+        let mut names =
+            vec!["message_window", "message_compaction", "context_injector", "date_helper"];
+        match role {
+            Role::Worker if has(Role::Unconscious) || has(Role::Observer) => {
+                names.push("worker_lifecycle")
+            }
+            Role::Coordinator if has(Role::Dream) => names.push("idle_monitor"),
+            Role::Observer | Role::Reflection | Role::Dream => names.push("memory_files"),
+            _ => {}
+        }
+        names.into_iter().filter_map(|n| Self::default_for(n, agents)).collect()
+    }
 }
 
 impl AgentSpec {
@@ -247,6 +374,36 @@ pub enum ModelSpec {
     OpenAi(RemoteModel),
     /// Anthropic Messages, called by the supervisor's LLM gateway.
     Anthropic(RemoteModel),
+    /// The embedded local model: one `flock-model` process run by the supervisor, shared by
+    /// every agent, reached by the gateway like an OpenAI-compatible endpoint. The default when
+    /// an agent names no model.
+    Local(LocalModel),
+}
+
+/// The embedded model's settings (`provider: local`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LocalModel {
+    /// The GGUF file; `None`: the pinned default under `$FLOCK_HOME/models` (`scripts/setup`).
+    pub path: Option<PathBuf>,
+    /// llama.cpp threads; `None`: `min(2, idle cores)`.
+    pub threads: Option<u32>,
+    /// Context size in tokens.
+    pub ctx: u32,
+    pub timeout_secs: u64,
+    pub max_tokens: u32,
+}
+
+impl Default for LocalModel {
+    fn default() -> Self {
+        LocalModel { path: None, threads: None, ctx: 4096, timeout_secs: 120, max_tokens: 512 }
+    }
+}
+
+impl LocalModel {
+    /// What must be equal for two local models to share one `flock-model` process.
+    pub fn process_key(&self) -> (Option<PathBuf>, Option<u32>, u32) {
+        (self.path.clone(), self.threads, self.ctx)
+    }
 }
 
 /// An HTTP model. Only the *name* of the key's environment variable is here: agents receive this

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Report, closest, list};
 use crate::spec::{
-    AgentSpec, ChannelsSpec, DeliverySpec, ModelSpec, RestartPolicy, Role, Strategy,
+    AgentSpec, ChannelsSpec, DeliverySpec, ExtensionSpec, ModelSpec, RestartPolicy, Role, Strategy,
     SupervisionSpec, SwarmSpec,
 };
 use crate::transcript::{self, Target};
@@ -45,7 +45,12 @@ const MODEL_KEYS: &[&str] = &[
     "timeout_secs",
     "max_tokens",
     "retry_base_ms",
+    "path",
+    "threads",
+    "ctx",
 ];
+/// Keys only the embedded model takes.
+const LOCAL_KEYS: &[&str] = &["path", "threads", "ctx"];
 /// Keys only a remote (HTTP) model takes.
 const REMOTE_KEYS: &[&str] =
     &["base_url", "model", "api_key_env", "timeout_secs", "max_tokens", "retry_base_ms"];
@@ -63,6 +68,7 @@ const AGENT_KEYS: &[&str] = &[
     "env",
     "can_call",
     "model",
+    "extensions",
 ];
 
 const STRATEGIES: &[(&str, Strategy)] = &[
@@ -80,11 +86,13 @@ enum Provider {
     Scripted,
     OpenAi,
     Anthropic,
+    Local,
 }
 const PROVIDERS: &[(&str, Provider)] = &[
     ("scripted", Provider::Scripted),
     ("openai", Provider::OpenAi),
     ("anthropic", Provider::Anthropic),
+    ("local", Provider::Local),
 ];
 
 const AGENTS_EMPTY: &str =
@@ -426,7 +434,7 @@ impl Loader<'_> {
                 self.report.error(
                     node.pos,
                     format!(
-                        "model `{name}` has no `provider`; add `provider: scripted`, `openai` or `anthropic`"
+                        "model `{name}` has no `provider`; add `provider: local`, `scripted`, `openai` or `anthropic`"
                     ),
                 );
                 None
@@ -435,17 +443,19 @@ impl Loader<'_> {
         match provider {
             Some(Provider::OpenAi) => return self.remote(name, node, entries, before, false),
             Some(Provider::Anthropic) => return self.remote(name, node, entries, before, true),
+            Some(Provider::Local) => return self.local(name, entries, before),
             Some(Provider::Scripted) | None => {
                 for (k, _) in entries {
-                    if k.text().is_some_and(|t| REMOTE_KEYS.contains(&t)) {
-                        self.report.error(
-                            k.pos,
-                            format!(
-                                "`{}` is for `provider: openai` or `anthropic` models, not `scripted`; remove it",
-                                k.text().unwrap_or_default()
-                            ),
-                        );
-                    }
+                    let Some(key) = k.text() else { continue };
+                    let owner = if REMOTE_KEYS.contains(&key) {
+                        "`provider: openai` or `anthropic` models"
+                    } else if LOCAL_KEYS.contains(&key) {
+                        "`provider: local` models"
+                    } else {
+                        continue;
+                    };
+                    self.report
+                        .error(k.pos, format!("`{key}` is for {owner}, not `scripted`; remove it"));
                 }
             }
         }
@@ -480,6 +490,52 @@ impl Loader<'_> {
         };
         // Only a model without any problem is usable; a broken one stays out of the spec.
         (self.report.count() == before).then_some(transcript).flatten().map(ModelSpec::Scripted)
+    }
+
+    /// The embedded model (`provider: local`): every key is optional.
+    fn local(&mut self, name: &str, entries: &[(Node, Node)], before: usize) -> Option<ModelSpec> {
+        let what = format!("models.{name}");
+        for (k, _) in entries {
+            let Some(key) = k.text() else { continue };
+            if ["transcript", "rules", "base_url", "model", "api_key_env", "retry_base_ms"]
+                .contains(&key)
+            {
+                self.report.error(
+                    k.pos,
+                    format!(
+                        "`{key}` is not for `provider: local` models (the embedded model takes \
+                         `path`, `threads`, `ctx`, `timeout_secs`, `max_tokens`); remove it from `{what}`"
+                    ),
+                );
+            }
+        }
+        let field = |key: &str| lookup(entries, key).map(|(_, v)| v);
+        let defaults = crate::spec::LocalModel::default();
+        let r = &mut self.report;
+        let path = field("path").and_then(|v| r.string(v, &format!("{what}.path"))).map(|p| {
+            let p = PathBuf::from(p);
+            // Relative to the swarm file, like transcripts.
+            if p.is_absolute() { p } else { std::path::absolute(self.dir.join(&p)).unwrap_or(p) }
+        });
+        let r = &mut self.report;
+        let threads =
+            field("threads").and_then(|v| r.uint::<u32>(v, &format!("{what}.threads"), 1, 256));
+        let ctx = field("ctx")
+            .and_then(|v| r.uint::<u32>(v, &format!("{what}.ctx"), 256, 131_072))
+            .unwrap_or(defaults.ctx);
+        let timeout_secs = field("timeout_secs")
+            .and_then(|v| r.uint(v, &format!("{what}.timeout_secs"), 1, 3600))
+            .unwrap_or(defaults.timeout_secs);
+        let max_tokens = field("max_tokens")
+            .and_then(|v| r.uint::<u32>(v, &format!("{what}.max_tokens"), 1, 32_768))
+            .unwrap_or(defaults.max_tokens);
+        (self.report.count() == before).then_some(ModelSpec::Local(crate::spec::LocalModel {
+            path,
+            threads,
+            ctx,
+            timeout_secs,
+            max_tokens,
+        }))
     }
 
     /// An HTTP model: OpenAI-compatible chat completions or Anthropic Messages. The key is named,
@@ -711,10 +767,20 @@ impl Loader<'_> {
         }
         let known: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
         self.agent_names = known.iter().map(|n| (*n).to_owned()).collect();
+        // Names with their roles, for extensions' default peers (roles are reported by `agent`).
+        let peers: Vec<(String, Role)> = items
+            .iter()
+            .zip(&names)
+            .filter_map(|(item, name)| {
+                let role = lookup(item.entries()?, "role")?.1.text()?;
+                let role = roles().into_iter().find(|(n, _)| *n == role)?.1;
+                Some((name.clone()?, role))
+            })
+            .collect();
 
         let mut agents = Vec::new();
         for (i, (item, name)) in items.iter().zip(&names).enumerate() {
-            if let Some(agent) = self.agent(item, i, name.as_deref(), &known, defaults) {
+            if let Some(agent) = self.agent(item, i, name.as_deref(), &known, &peers, defaults) {
                 agents.push(agent);
             }
         }
@@ -753,6 +819,7 @@ impl Loader<'_> {
         index: usize,
         name: Option<&str>,
         known: &[&str],
+        peers: &[(String, Role)],
         defaults: &Defaults,
     ) -> Option<AgentSpec> {
         let path = match name {
@@ -801,6 +868,10 @@ impl Loader<'_> {
         let can_call =
             field("can_call").map(|(v, what)| can_call(r, v, &what, known)).unwrap_or_default();
         let command = field("command").and_then(|(v, what)| self.command(v, &what));
+        let extensions = match field("extensions") {
+            Some((v, what)) => crate::extensions::parse(&mut self.report, v, &what, peers),
+            None => role.map(|role| ExtensionSpec::defaults(role, peers)).unwrap_or_default(),
+        };
 
         let model = match field("model") {
             Some((v, what)) => match self.report.string(v, &what) {
@@ -809,17 +880,8 @@ impl Loader<'_> {
             },
             None => match &defaults.model {
                 Some((_, spec)) => spec.clone(),
-                None => {
-                    let who = name.map_or_else(|| path.clone(), str::to_owned);
-                    self.report.error(
-                        item.pos,
-                        format!(
-                            "agent `{who}` has no model: add `model: NAME` to it or \
-                             `defaults.model`"
-                        ),
-                    );
-                    None
-                }
+                // No model named anywhere: the embedded local model (DESIGN.md §7).
+                None => Some(ModelSpec::Local(crate::spec::LocalModel::default())),
             },
         };
 
@@ -837,6 +899,7 @@ impl Loader<'_> {
             can_call,
             model: model?,
             instance: None,
+            extensions,
         })
     }
 

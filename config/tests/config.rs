@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use flock_config::{
-    ConfigError, DeliverySpec, Matcher, ModelSpec, RestartPolicy, Role, ScriptStep, Strategy,
-    SupervisionSpec, SwarmSpec, Transcript, load, parse,
+    ConfigError, DeliverySpec, ExtensionSpec, LocalModel, Matcher, ModelSpec, RestartPolicy, Role,
+    ScriptStep, Strategy, SupervisionSpec, SwarmSpec, Transcript, load, parse,
 };
 
 /// A model block most tests reuse: one inline rule that answers everything.
@@ -318,14 +318,86 @@ fn missing_required_agent_keys_are_reported_at_the_agent() {
     let errors = errors(&swarm(
         "agents:\n  - description: nameless\n    role: worker\n    model: echo\n  - name: b\n",
     ));
-    assert_eq!(errors.len(), 3, "{errors:#?}");
+    assert_eq!(errors.len(), 2, "{errors:#?}");
     assert_mentions(&errors[0], &["no `name`"]);
     assert_eq!((errors[0].line, errors[0].column), (10, 5));
     assert_mentions(&errors[1], &["`agents.b` has no `role`", "`worker`"]);
-    assert_mentions(
-        &errors[2],
-        &["agent `b` has no model: add `model: NAME` to it or `defaults.model`"],
+}
+
+#[test]
+fn extensions_default_by_role_and_take_settings_in_order() {
+    let spec = ok("swarm: { name: s }
+agents:
+  - { name: c, role: coordinator }
+  - { name: w, role: worker }
+  - { name: u, role: unconscious }
+  - { name: o, role: observer }
+  - { name: d, role: dream }
+  - name: x
+    role: worker
+    extensions: [date_helper, {message_window: {max: 10}}, {worker_lifecycle: {timeout_ms: 500}}]
+");
+    let names = |a: usize| spec.agents[a].extensions.iter().map(|e| e.name()).collect::<Vec<_>>();
+    let base = ["message_window", "message_compaction", "context_injector", "date_helper"];
+    assert_eq!(names(0), [&base[..], &["idle_monitor"]].concat());
+    assert_eq!(names(1), [&base[..], &["worker_lifecycle"]].concat());
+    assert_eq!(names(2), base);
+    assert_eq!(names(3), [&base[..], &["memory_files"]].concat());
+    assert_eq!(
+        spec.agents[0].extensions[4],
+        ExtensionSpec::IdleMonitor { after_secs: 1800, notify: vec!["d".into()] }
     );
+    assert_eq!(
+        spec.agents[3].extensions[4],
+        ExtensionSpec::MemoryFiles { reflect_after: 20, reflection: None }
+    );
+    assert_eq!(
+        spec.agents[5].extensions,
+        [
+            ExtensionSpec::DateHelper,
+            ExtensionSpec::MessageWindow { max: 10 },
+            ExtensionSpec::WorkerLifecycle {
+                unconscious: Some("u".into()),
+                observer: Some("o".into()),
+                timeout_ms: 500
+            },
+        ]
+    );
+    let error = one_error(
+        "swarm: { name: s }\nagents:\n  - { name: a, role: worker, extensions: [message_windw] }\n",
+    );
+    assert_mentions(
+        &error,
+        &["unknown extension `message_windw`", "did you mean `message_window`"],
+    );
+    assert_eq!((error.line, error.column), (3, 54));
+}
+
+#[test]
+fn an_agent_without_a_model_gets_the_embedded_local_model() {
+    let spec = ok("swarm: { name: s }\nagents:\n  - { name: a, role: worker }\n");
+    assert_eq!(spec.agents[0].model, ModelSpec::Local(LocalModel::default()));
+    assert_eq!(spec.local_model(), Ok(Some(LocalModel::default())));
+}
+
+#[test]
+fn local_models_take_their_own_keys_and_must_share_one_process() {
+    let spec = ok("swarm: { name: s }
+models:
+  small: { provider: local, threads: 1, ctx: 2048, max_tokens: 64, timeout_secs: 30 }
+  other: { provider: local, threads: 2 }
+agents:
+  - { name: a, role: worker, model: small }
+");
+    let ModelSpec::Local(m) = &spec.agents[0].model else { panic!("local") };
+    assert_eq!((m.threads, m.ctx, m.max_tokens, m.timeout_secs), (Some(1), 2048, 64, 30));
+    let conflict = spec.local_model().expect_err("two processes would be needed");
+    assert!(conflict.contains("one flock-model process"), "{conflict}");
+
+    let error = one_error(
+        "swarm: { name: s }\nmodels:\n  l: { provider: local, base_url: http://x }\nagents:\n  - { name: a, role: worker, model: l }\n",
+    );
+    assert_mentions(&error, &["`base_url` is not for `provider: local`", "`threads`"]);
 }
 
 #[test]

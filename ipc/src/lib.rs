@@ -11,6 +11,7 @@ pub mod error;
 pub mod frame;
 pub mod id;
 pub mod llm;
+pub mod time;
 
 pub use codec::{FrameError, FrameReader, decode_frame, encode_frame};
 pub use conn::{Connection, Outbox, PeerCred, Transport, UnixTransport, spawn_writer};
@@ -34,4 +35,7 @@ pub mod env {
     pub const INSTANCE: &str = "FLOCK_INSTANCE";
     /// The per-spawn secret the agent must present in `Hello`.
     pub const TOKEN: &str = "FLOCK_TOKEN";
+    /// The swarm's shared memory folder (`memory/journals`, `observations`, `reflections`,
+    /// `knowledge`).
+    pub const MEMORY_DIR: &str = "FLOCK_MEMORY_DIR";
 }

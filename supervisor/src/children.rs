@@ -453,7 +453,7 @@ impl Actor for ChildSupervisor {
     }
 }
 
-fn describe(status: &std::process::ExitStatus) -> String {
+pub(crate) fn describe(status: &std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("code {code}"),
@@ -477,7 +477,7 @@ fn journal(args: &ChildArgs, agent: &str, kind: &str, status: Status, message: &
     }
 }
 
-fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     format!("{:032x}", fastrand::u128(..))
 }
 
@@ -811,6 +811,7 @@ fn spawn_spec(args: &ChildArgs, spec: &AgentSpec, token: &str) -> SpawnSpec {
             spec.instance.clone().unwrap_or_else(|| flock_actors::router::DEFAULT_INSTANCE.into()),
         ),
         (flock_ipc::env::TOKEN.into(), token.into()),
+        (flock_ipc::env::MEMORY_DIR.into(), args.state_dir.memory_dir().display().to_string()),
     ];
     env.extend(spec.env.iter().cloned());
     SpawnSpec { program, args: rest, cwd, env }

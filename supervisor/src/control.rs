@@ -23,6 +23,8 @@ pub struct ControlCtx {
     pub logs: LogHub,
     pub shutdown: mpsc::UnboundedSender<crate::up::StopReason>,
     pub started: std::time::Instant,
+    /// The embedded model's process, if the swarm runs one.
+    pub model: Option<Arc<crate::model::ModelProcess>>,
 }
 
 impl std::fmt::Debug for ControlCtx {
@@ -63,7 +65,8 @@ async fn run(
         ControlRequest::Ps => ps(ctx).await,
         ControlRequest::Logs { agent, lines, follow } => {
             let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;
-            if !children.iter().any(|c| c.name == agent) {
+            let is_model = ctx.model.is_some() && agent == crate::model::NAME;
+            if !is_model && !children.iter().any(|c| c.name == agent) {
                 let names: Vec<_> = children.iter().map(|c| c.name.as_str()).collect();
                 return Err((
                     ErrorCode::AgentNotFound,
@@ -212,6 +215,24 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
             mailbox_depth: 0,
             turns_total: 0,
             rss_bytes: None,
+            tokens_in: 0,
+            tokens_out: 0,
+        });
+    }
+    if let Some(model) = &ctx.model {
+        let m = model.status();
+        rows.push(PsRow {
+            name: crate::model::NAME.into(),
+            kind: "process".into(),
+            role: "model".into(),
+            pid: m.pid,
+            state: m.state,
+            uptime_secs: m.started.filter(|_| m.pid.is_some()).map_or(0, |t| t.elapsed().as_secs()),
+            restarts: m.restarts,
+            last_exit: m.last_exit,
+            mailbox_depth: 0,
+            turns_total: 0,
+            rss_bytes: m.pid.and_then(crate::spawn::rss_bytes),
             tokens_in: 0,
             tokens_out: 0,
         });

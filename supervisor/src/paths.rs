@@ -63,6 +63,11 @@ impl StateDir {
     pub fn journal_dir(&self) -> PathBuf {
         self.root.join("journal")
     }
+    /// The swarm's shared memory files (brain-persona: journals, observations, reflections,
+    /// knowledge).
+    pub fn memory_dir(&self) -> PathBuf {
+        self.root.join("memory")
+    }
     pub fn workspaces(&self) -> PathBuf {
         self.root.join("workspaces")
     }

@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use crate::children::{ChildArgs, ChildMsg, ChildSupervisor};
 use crate::control::{self, ControlCtx};
 use crate::logs::LogHub;
+use crate::model::ModelProcess;
 use crate::paths::StateDir;
 use crate::spawn::Spawner;
 
@@ -192,17 +193,41 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     .await
     .map_err(|e| anyhow!("start the channels actor: {e}"))?;
 
+    // The embedded model first: agents' first turns need it.
+    let logs = LogHub::new(state.logs_dir());
+    let spawner = Spawner::start(tokio::runtime::Handle::current())?;
+    let local = spec.local_model().map_err(|e| anyhow!(e))?;
+    let model = match local {
+        Some(settings) => {
+            let t0 = Instant::now();
+            let m = ModelProcess::start(
+                settings,
+                spec.supervision.clone(),
+                spawner.clone(),
+                logs.clone(),
+                state.workspaces().join(crate::model::NAME),
+            )
+            .await?;
+            eprintln!("flock: embedded model ready in {} ms", t0.elapsed().as_millis());
+            Some(Arc::new(m))
+        }
+        None => None,
+    };
     let (gateway, _) = Actor::spawn(
         Some("llm-gateway".into()),
         Gateway,
-        GatewayArgs { keys, usage, store: store_ref.clone() },
+        GatewayArgs {
+            keys,
+            usage,
+            store: store_ref.clone(),
+            local: model.as_ref().map(|m| m.link()),
+        },
     )
     .await
     .map_err(|e| anyhow!("start the LLM gateway: {e}"))?;
 
     let liveness: HashMap<String, Arc<AtomicU64>> =
         spec.agents.iter().map(|a| (a.key(), Arc::default())).collect();
-    let logs = LogHub::new(state.logs_dir());
     let (shutdown_tx, mut shutdown_rx) = mpsc::unbounded_channel::<StopReason>();
 
     let control_cell: Arc<OnceLock<Arc<ControlCtx>>> = Arc::default();
@@ -242,7 +267,6 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
         .cast(ChannelsMsg::SetRouter(router.clone()))
         .map_err(|e| anyhow!("wire the channels actor: {e}"))?;
 
-    let spawner = Spawner::start(tokio::runtime::Handle::current())?;
     let (children, _) = Actor::spawn(
         Some("children".into()),
         ChildSupervisor,
@@ -270,6 +294,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
         logs,
         shutdown: shutdown_tx.clone(),
         started,
+        model: model.clone(),
     }));
 
     let limits = ConnLimits {
@@ -314,6 +339,10 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     // A second Ctrl-C during the stop is not needed: StopAll escalates to SIGKILL by itself.
     let _ = std::fs::remove_file(state.control_socket());
     let _ = std::fs::remove_file(state.router_socket());
+    // The model last: a stopping agent may still finish a call.
+    if let Some(model) = &model {
+        model.stop().await;
+    }
     children.stop(None);
     router.stop(None);
     channels.stop(None);

@@ -356,6 +356,11 @@ fn iso(ms: i64) -> String {
 }
 
 impl ChannelsState {
+    /// The swarm file's agents with their roles (default peers of a created agent's extensions).
+    fn peers(&self) -> Vec<(String, flock_config::Role)> {
+        self.spec.agents.iter().map(|a| (a.key(), a.role)).collect()
+    }
+
     async fn db<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
@@ -779,6 +784,7 @@ impl ChannelsState {
             can_call: Vec::new(),
             model,
             instance: None,
+            extensions: flock_config::ExtensionSpec::defaults(role, &self.peers()),
         };
         let started = self.start_agent(caller, spec, "AGENT_CREATED").await?;
         match started {

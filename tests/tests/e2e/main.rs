@@ -4,6 +4,7 @@
 //!
 //! The binaries must be built first: `cargo build --workspace --bins` (scripts/test does).
 
+mod brain_persona;
 mod channels;
 mod cli;
 mod delivery;

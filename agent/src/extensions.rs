@@ -1,0 +1,767 @@
+//! The turn pipeline (DESIGN.md §7): built-in extensions, in the order the agent's spec lists
+//! them, hooked at `turn.pre`, `step.pre`, `tool_call.pre`, `tool_call.post` and `turn.post`.
+//! `*.pre` hooks run in list order and `*.post` hooks in reverse, like middleware unwinding.
+//!
+//! What is guaranteed here in code, not asked of a prompt: the session window and compaction
+//! (the turn's input is never compacted: it is not in the session yet), the unconscious lookup
+//! failing open on its timeout, the turn summary reaching the observer, the observer's files and
+//! the 20-observation trigger of reflection, reflection marking what it read, dream's knowledge
+//! files, and the idle timer that fires with no turn at all.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use flock_config::{AgentSpec, ExtensionSpec, Role};
+use flock_ipc::MsgId;
+use flock_ipc::time::{format_timestamp, unix_ms_now};
+use tokio::sync::Notify;
+
+use crate::client::RouterClient;
+use crate::memory::Memory;
+use crate::provider::{ChatMessage, ToolCall};
+use crate::tools::{self, ToolOutput};
+
+/// Tag of the system message compaction leaves in place of what it summarised.
+pub const SUMMARY_TAG: &str = "[conversation_summary]";
+/// Tool-call indexes the pipeline uses for its own sends (ids derived from the turn's id, so a
+/// replayed turn re-sends the same ids and the router drops the duplicates).
+const OBSERVER_SEND: u32 = u32::MAX - 1;
+const REFLECT_SEND: u32 = u32::MAX - 2;
+/// `[output]` of a turn summary is cut to this many characters (seeds/004).
+const SUMMARY_OUTPUT_CHARS: usize = 500;
+
+/// The turn being run, as extensions see it.
+#[derive(Debug, Clone)]
+pub struct TurnInput<'a> {
+    pub id: MsgId,
+    pub from: &'a str,
+    pub text: &'a str,
+}
+
+/// What `turn.pre` produced.
+#[derive(Debug, Default)]
+pub struct TurnPre {
+    /// System messages placed after the prompt, before the session and the input.
+    pub context: Vec<String>,
+    /// Messages to store ahead of the turn's own (a compaction summary and what it kept), so a
+    /// restarted agent resumes from the same compacted session.
+    pub persist_first: Vec<ChatMessage>,
+}
+
+enum Ext {
+    Window { max: usize },
+    Compaction { max_messages: usize, max_chars: usize, keep: usize },
+    ContextInjector,
+    DateHelper,
+    Idle { activity: Arc<AtomicU64>, wake: Arc<Notify>, task: tokio::task::JoinHandle<()> },
+    Lifecycle { unconscious: Option<String>, observer: Option<String>, timeout: Duration },
+    Memory { reflect_after: usize, reflection: Option<String>, reflecting: Vec<String> },
+}
+
+impl Drop for Ext {
+    fn drop(&mut self) {
+        if let Ext::Idle { task, .. } = self {
+            task.abort();
+        }
+    }
+}
+
+impl Ext {
+    fn name(&self) -> &'static str {
+        match self {
+            Ext::Window { .. } => "message_window",
+            Ext::Compaction { .. } => "message_compaction",
+            Ext::ContextInjector => "context_injector",
+            Ext::DateHelper => "date_helper",
+            Ext::Idle { .. } => "idle_monitor",
+            Ext::Lifecycle { .. } => "worker_lifecycle",
+            Ext::Memory { .. } => "memory_files",
+        }
+    }
+}
+
+/// The pipeline of one agent.
+pub struct Pipeline {
+    exts: Vec<Ext>,
+    role: Role,
+    client: RouterClient,
+    memory: Option<Memory>,
+    /// Hooks run in the current turn, as `point:extension` (for logs and tests).
+    pub trace: Vec<String>,
+    /// Tools called in the current turn (`[tools]` of the observer's summary).
+    tools_used: Vec<String>,
+}
+
+impl Pipeline {
+    /// Builds the pipeline of `spec` (the idle timer starts now). `memory`: the swarm's memory
+    /// folder, if the supervisor named one.
+    pub fn new(spec: &AgentSpec, client: RouterClient, memory: Option<Memory>) -> Pipeline {
+        let exts = spec
+            .extensions
+            .iter()
+            .map(|e| match e.clone() {
+                ExtensionSpec::MessageWindow { max } => Ext::Window { max },
+                ExtensionSpec::MessageCompaction { max_messages, max_chars, keep } => {
+                    Ext::Compaction { max_messages, max_chars, keep }
+                }
+                ExtensionSpec::ContextInjector => Ext::ContextInjector,
+                ExtensionSpec::DateHelper => Ext::DateHelper,
+                ExtensionSpec::IdleMonitor { after_secs, notify } => {
+                    let activity = Arc::new(AtomicU64::new(0));
+                    let wake = Arc::new(Notify::new());
+                    let c = client.clone();
+                    let after = Duration::from_secs(after_secs);
+                    let task = tokio::spawn(idle_timer(after, activity.clone(), wake.clone(), {
+                        move |idle: Duration| {
+                            let (c, notify) = (c.clone(), notify.clone());
+                            tokio::spawn(async move {
+                                let text = format!(
+                                    "[idle_detected] idle_duration={} min, last_activity={}",
+                                    idle.as_secs() / 60,
+                                    format_timestamp(
+                                        unix_ms_now().saturating_sub(idle.as_millis() as u64)
+                                    )
+                                );
+                                for to in notify {
+                                    let args = serde_json::json!({"to": to, "text": text});
+                                    let id = flock_ipc::id::new_id();
+                                    let out = tools::execute(
+                                        &c,
+                                        id,
+                                        0,
+                                        "agents__send",
+                                        &args.to_string(),
+                                    )
+                                    .await;
+                                    println!(
+                                        "idle_monitor: told {to} [idle_detected]: {}",
+                                        out.content
+                                    );
+                                }
+                            });
+                        }
+                    }));
+                    Ext::Idle { activity, wake, task }
+                }
+                ExtensionSpec::WorkerLifecycle { unconscious, observer, timeout_ms } => {
+                    Ext::Lifecycle {
+                        unconscious,
+                        observer,
+                        timeout: Duration::from_millis(timeout_ms),
+                    }
+                }
+                ExtensionSpec::MemoryFiles { reflect_after, reflection } => {
+                    Ext::Memory { reflect_after, reflection, reflecting: Vec::new() }
+                }
+            })
+            .collect();
+        Pipeline {
+            exts,
+            role: spec.role,
+            client,
+            memory,
+            trace: Vec::new(),
+            tools_used: Vec::new(),
+        }
+    }
+
+    /// Agents the pipeline talks to on its own: the prompt's catalog leaves them out (a worker
+    /// does not know its unconscious and observer exist).
+    pub fn hidden_peers(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for e in &self.exts {
+            if let Ext::Lifecycle { unconscious, observer, .. } = e {
+                out.extend(unconscious.iter().cloned());
+                out.extend(observer.iter().cloned());
+            }
+        }
+        out
+    }
+
+    /// Whether `context_injector` is on (the prompt then carries `[runtime_catalog]`).
+    pub fn injects_catalog(&self) -> bool {
+        self.exts.iter().any(|e| matches!(e, Ext::ContextInjector))
+    }
+
+    /// `turn.pre`, in list order: shapes the session and gathers context for the turn.
+    pub async fn turn_pre(
+        &mut self,
+        turn: &TurnInput<'_>,
+        session: &mut Vec<ChatMessage>,
+    ) -> TurnPre {
+        self.trace.clear();
+        self.tools_used.clear();
+        let mut pre = TurnPre::default();
+        for i in 0..self.exts.len() {
+            self.trace.push(format!("turn.pre:{}", self.exts[i].name()));
+            match &mut self.exts[i] {
+                Ext::Window { max } => window(session, *max),
+                Ext::Compaction { max_messages, max_chars, keep } => {
+                    if let Some(n) = compact(session, *max_messages, *max_chars, *keep) {
+                        println!("message_compaction: {n} messages summarised");
+                        pre.persist_first = session.clone();
+                    }
+                }
+                // The catalog itself is rendered into the system prompt (prompts.rs).
+                Ext::ContextInjector => {}
+                Ext::DateHelper => {}
+                Ext::Idle { activity, wake, .. } => {
+                    activity.store(unix_ms_now(), Ordering::Relaxed);
+                    wake.notify_one();
+                }
+                Ext::Lifecycle { unconscious: Some(to), timeout, .. } => {
+                    let (to, timeout) = (to.clone(), *timeout);
+                    if let Some(ctx) = self.ask_unconscious(&to, turn, timeout).await {
+                        pre.context.push(format!("[unconscious_context]\n{ctx}"));
+                    }
+                }
+                Ext::Lifecycle { .. } => {}
+                Ext::Memory { reflecting, .. } => {
+                    if let Some(c) = memory_context(self.role, self.memory.as_ref(), reflecting) {
+                        pre.context.push(c);
+                    }
+                }
+            }
+        }
+        pre
+    }
+
+    /// `step.pre`, before each model call: `date_helper` refreshes `[current_time]`.
+    pub fn step_pre(&mut self, step: usize, conversation: &mut [ChatMessage]) {
+        for e in &self.exts {
+            self.trace.push(format!("step.pre:{}", e.name()));
+            if let Ext::DateHelper = e {
+                let now = format!(
+                    "[current_time] {} (UTC), step {}",
+                    format_timestamp(unix_ms_now()),
+                    step + 1
+                );
+                // The slot is placed by the turn right after the prompt (`wants_time`).
+                if let Some(ChatMessage::System { text }) = conversation.iter_mut().find(|m| {
+                    matches!(m, ChatMessage::System { text } if text.starts_with("[current_time]"))
+                }) {
+                    *text = now;
+                }
+            }
+        }
+    }
+
+    /// Whether `date_helper` wants a `[current_time]` slot in the conversation.
+    pub fn wants_time(&self) -> bool {
+        self.exts.iter().any(|e| matches!(e, Ext::DateHelper))
+    }
+
+    /// `tool_call.pre`: may answer a call itself (none of the built-ins refuses one today).
+    pub fn tool_call_pre(&mut self, call: &ToolCall) -> Option<ToolOutput> {
+        for e in &self.exts {
+            self.trace.push(format!("tool_call.pre:{}", e.name()));
+        }
+        self.tools_used.push(call.name.clone());
+        None
+    }
+
+    /// `tool_call.post`, in reverse order.
+    pub fn tool_call_post(&mut self, _call: &ToolCall, _out: &ToolOutput) {
+        for e in self.exts.iter().rev() {
+            self.trace.push(format!("tool_call.post:{}", e.name()));
+        }
+    }
+
+    /// `turn.post`, in reverse order, after the final answer. Failures are logged, never fail
+    /// the turn (a memory write must not cost the user their answer).
+    pub async fn turn_post(&mut self, turn: &TurnInput<'_>, reply: &str) {
+        for i in (0..self.exts.len()).rev() {
+            self.trace.push(format!("turn.post:{}", self.exts[i].name()));
+            match &mut self.exts[i] {
+                Ext::Idle { activity, wake, .. } => {
+                    activity.store(unix_ms_now(), Ordering::Relaxed);
+                    wake.notify_one();
+                }
+                Ext::Lifecycle { observer, .. } => {
+                    let observer = observer.clone();
+                    self.after_worker_turn(turn, reply, observer.as_deref()).await;
+                }
+                Ext::Memory { reflect_after, reflection, reflecting } => {
+                    let (after, reflection) = (*reflect_after, reflection.clone());
+                    let read = std::mem::take(reflecting);
+                    self.write_memory(turn, reply, after, reflection.as_deref(), &read).await;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Asks the unconscious for context; `None` on an empty answer, an error or the timeout
+    /// (fail open: the turn goes on without it).
+    async fn ask_unconscious(
+        &self,
+        to: &str,
+        turn: &TurnInput<'_>,
+        timeout: Duration,
+    ) -> Option<String> {
+        let args = serde_json::json!({
+            "to": to,
+            "text": turn.text,
+            "timeout_ms": timeout.as_millis() as u64,
+        })
+        .to_string();
+        let call = tools::execute(&self.client, turn.id, 0, "agents__request", &args);
+        match tokio::time::timeout(timeout + Duration::from_millis(200), call).await {
+            Ok(out) if out.ok && !out.content.trim().is_empty() => Some(out.content),
+            Ok(out) if out.ok => None,
+            Ok(out) => {
+                println!(
+                    "worker_lifecycle: {to} did not answer ({}); going on without it",
+                    out.content
+                );
+                None
+            }
+            Err(_) => {
+                println!(
+                    "worker_lifecycle: {to} did not answer within {} ms; going on without it",
+                    timeout.as_millis()
+                );
+                None
+            }
+        }
+    }
+
+    /// The worker's turn.post: the summary to the observer (fire and forget) and its journal.
+    async fn after_worker_turn(&self, turn: &TurnInput<'_>, reply: &str, observer: Option<&str>) {
+        let tools_line =
+            if self.tools_used.is_empty() { "(none)".into() } else { self.tools_used.join(", ") };
+        if let Some(to) = observer {
+            let output: String = reply.chars().take(SUMMARY_OUTPUT_CHARS).collect();
+            let summary = format!(
+                "[input] {}\n[tools] {tools_line}\n[output] {output}\n[agent] {}",
+                turn.text, self.client.name
+            );
+            let args = serde_json::json!({"to": to, "text": summary});
+            let out = tools::execute(
+                &self.client,
+                turn.id,
+                OBSERVER_SEND,
+                "agents__send",
+                &args.to_string(),
+            )
+            .await;
+            if !out.ok {
+                println!("worker_lifecycle: the turn summary did not reach {to}: {}", out.content);
+            }
+        }
+        if let Some(m) = &self.memory
+            && let Err(e) =
+                m.append_journal(unix_ms_now(), turn.text, &format!("tools: {tools_line}"), reply)
+        {
+            println!("worker_lifecycle: journal not written: {e}");
+        }
+    }
+
+    /// The memory agents' turn.post: the observer's observation (and the reflection trigger),
+    /// reflection's file and marks, dream's knowledge.
+    async fn write_memory(
+        &self,
+        turn: &TurnInput<'_>,
+        reply: &str,
+        reflect_after: usize,
+        reflection: Option<&str>,
+        read: &[String],
+    ) {
+        let Some(m) = &self.memory else {
+            println!("memory_files: no memory folder (FLOCK_MEMORY_DIR); nothing written");
+            return;
+        };
+        let now = unix_ms_now();
+        let result = match self.role {
+            Role::Observer => {
+                let id = flock_ipc::id::fmt_id(turn.id);
+                let written = m.append_observation(now, &id, reply);
+                if let (Ok(_), Some(to)) = (&written, reflection) {
+                    match m.unreflected() {
+                        Ok(un) if un.len() >= reflect_after => {
+                            let text = format!(
+                                "[reflect] {} unreflected observations (threshold {reflect_after})",
+                                un.len()
+                            );
+                            let args = serde_json::json!({"to": to, "text": text});
+                            let out = tools::execute(
+                                &self.client,
+                                turn.id,
+                                REFLECT_SEND,
+                                "agents__send",
+                                &args.to_string(),
+                            )
+                            .await;
+                            println!(
+                                "memory_files: {} unreflected observations → {to}: {}",
+                                un.len(),
+                                out.content
+                            );
+                        }
+                        Ok(_) => {}
+                        Err(e) => println!("memory_files: cannot count observations: {e}"),
+                    }
+                }
+                written.map(|w| {
+                    if w { "observation appended" } else { "observation already there" }.to_owned()
+                })
+            }
+            Role::Reflection if !read.is_empty() => m
+                .append_reflection(now, reply)
+                .and_then(|_| m.mark_reflected(now, read))
+                .map(|n| format!("reflection written, {n} observations marked reflected")),
+            Role::Dream => m
+                .merge_knowledge(now, reply)
+                .map(|p| format!("knowledge merged into {}", p.display())),
+            _ => return,
+        };
+        match result {
+            Ok(what) => println!("memory_files: {what}"),
+            Err(e) => println!("memory_files: write failed: {e}"),
+        }
+    }
+}
+
+/// The memory a memory agent reads before its turn: reflection gets the unreflected
+/// observations (and remembers their ids, to mark them after), dream a digest.
+fn memory_context(
+    role: Role,
+    memory: Option<&Memory>,
+    reflecting: &mut Vec<String>,
+) -> Option<String> {
+    let m = memory?;
+    match role {
+        Role::Reflection => {
+            let un = m.unreflected().ok()?;
+            if un.is_empty() {
+                return None;
+            }
+            *reflecting = un.iter().map(|o| o.id.clone()).collect();
+            let list: Vec<String> =
+                un.iter().map(|o| format!("- {}: {}", o.when, o.text.replace('\n', " "))).collect();
+            Some(format!("[observations] {} unreflected:\n{}", un.len(), list.join("\n")))
+        }
+        Role::Dream => m.digest(8_000).ok().map(|d| format!("[memory]\n{d}")),
+        _ => None,
+    }
+}
+
+/// Fires `on_idle` once per idle period: `after` since the last activity (turn start or end;
+/// the process start counts as activity). A real timer: it needs no incoming turn.
+async fn idle_timer(
+    after: Duration,
+    activity: Arc<AtomicU64>,
+    wake: Arc<Notify>,
+    on_idle: impl Fn(Duration),
+) {
+    let mut since = tokio::time::Instant::now();
+    let mut seen = activity.load(Ordering::Relaxed);
+    let mut fired = false;
+    loop {
+        let deadline = since + after;
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline), if !fired => {
+                fired = true;
+                on_idle(since.elapsed());
+            }
+            _ = wake.notified() => {}
+        }
+        let now_seen = activity.load(Ordering::Relaxed);
+        if now_seen != seen {
+            (seen, since, fired) = (now_seen, tokio::time::Instant::now(), false);
+        }
+    }
+}
+
+/// Keeps the last `max` messages, starting at a user message or a summary.
+pub fn window(session: &mut Vec<ChatMessage>, max: usize) {
+    let excess = session.len().saturating_sub(max);
+    session.drain(..excess);
+    let start = session.iter().position(is_start).unwrap_or(session.len());
+    session.drain(..start);
+}
+
+/// Where a stored session may begin: a user message, or a compaction summary (which replaced
+/// everything before it).
+fn is_start(m: &ChatMessage) -> bool {
+    match m {
+        ChatMessage::User { .. } => true,
+        ChatMessage::System { text } => text.starts_with(SUMMARY_TAG),
+        _ => false,
+    }
+}
+
+/// A loaded session resumes at its last compaction summary, if it has one.
+pub fn resume_point(session: &mut Vec<ChatMessage>) {
+    if let Some(i) = session
+        .iter()
+        .rposition(|m| matches!(m, ChatMessage::System { text } if text.starts_with(SUMMARY_TAG)))
+    {
+        session.drain(..i);
+    }
+}
+
+fn chars_of(m: &ChatMessage) -> usize {
+    match m {
+        ChatMessage::System { text }
+        | ChatMessage::Assistant { text }
+        | ChatMessage::User { text, .. } => text.len(),
+        ChatMessage::ToolCall { arguments, .. } => arguments.len(),
+        ChatMessage::ToolResult { content, .. } => content.len(),
+    }
+}
+
+/// Past `max_messages` or `max_chars`, replaces all but the last `keep` messages (moved back to
+/// a user message so no tool result loses its call) by one summary. Returns how many messages
+/// were summarised. Only the stored session is compacted: the current input is never in it.
+pub fn compact(
+    session: &mut Vec<ChatMessage>,
+    max_messages: usize,
+    max_chars: usize,
+    keep: usize,
+) -> Option<usize> {
+    let chars: usize = session.iter().map(chars_of).sum();
+    if session.len() <= max_messages && chars <= max_chars {
+        return None;
+    }
+    // The kept part starts at a user message, so no tool result loses its call: the first one
+    // within the last `keep` messages, else the last one before them.
+    let is_user = |m: &ChatMessage| matches!(m, ChatMessage::User { .. });
+    let from = session.len().saturating_sub(keep);
+    let cut = match session[from..].iter().position(is_user) {
+        Some(i) => from + i,
+        None => session[..from].iter().rposition(is_user)?,
+    };
+    if cut == 0 {
+        return None;
+    }
+    let old: Vec<ChatMessage> = session.drain(..cut).collect();
+    let mut lines = Vec::new();
+    for m in &old {
+        let line = match m {
+            ChatMessage::System { text } if text.starts_with(SUMMARY_TAG) => {
+                text[SUMMARY_TAG.len()..].trim().to_owned()
+            }
+            ChatMessage::System { .. } => continue,
+            ChatMessage::User { from, text } => format!("- {from}: {}", clip(text, 160)),
+            ChatMessage::Assistant { text } => format!("- (me): {}", clip(text, 160)),
+            ChatMessage::ToolCall { name, arguments, .. } => {
+                format!("- (me) called {name} {}", clip(arguments, 80))
+            }
+            ChatMessage::ToolResult { name, ok, content, .. } => {
+                format!("- {name} {}: {}", if *ok { "→" } else { "failed:" }, clip(content, 80))
+            }
+        };
+        lines.push(line);
+    }
+    // The summary itself stays bounded: the oldest lines go first.
+    let mut text = lines.join("\n");
+    let budget = max_chars / 4;
+    if text.len() > budget {
+        let skip = text.len() - budget;
+        let at = text.char_indices().map(|(i, _)| i).find(|i| *i >= skip).unwrap_or(text.len());
+        text = format!("…{}", &text[at..]);
+    }
+    session.insert(
+        0,
+        ChatMessage::System {
+            text: format!("{SUMMARY_TAG} {} earlier messages, in short:\n{text}", old.len()),
+        },
+    );
+    Some(old.len())
+}
+
+fn clip(s: &str, n: usize) -> String {
+    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= n {
+        flat
+    } else {
+        format!("{}…", flat.chars().take(n).collect::<String>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flock_config::{ModelSpec, RestartPolicy, Transcript};
+
+    fn user(i: usize, len: usize) -> ChatMessage {
+        ChatMessage::User { from: "op".into(), text: format!("{i}:{}", "u".repeat(len)) }
+    }
+    fn assistant(i: usize) -> ChatMessage {
+        ChatMessage::Assistant { text: format!("answer {i}") }
+    }
+
+    fn spec(extensions: Vec<ExtensionSpec>) -> AgentSpec {
+        AgentSpec {
+            name: "w".into(),
+            role: Role::Worker,
+            archetype: None,
+            description: String::new(),
+            restart: RestartPolicy::Permanent,
+            stop_timeout_secs: 10,
+            ready_timeout_secs: 10,
+            workspace: None,
+            command: None,
+            env: Vec::new(),
+            can_call: Vec::new(),
+            model: ModelSpec::Scripted(Transcript::default()),
+            instance: None,
+            extensions,
+        }
+    }
+
+    /// A client whose router is gone: extensions that need none must not care.
+    fn offline_client() -> RouterClient {
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        RouterClient::new("w".into(), tx)
+    }
+
+    #[tokio::test]
+    async fn pre_hooks_run_in_list_order_and_post_hooks_in_reverse() {
+        let exts = vec![
+            ExtensionSpec::MessageWindow { max: 80 },
+            ExtensionSpec::MessageCompaction { max_messages: 40, max_chars: 12_000, keep: 8 },
+            ExtensionSpec::DateHelper,
+        ];
+        let mut p = Pipeline::new(&spec(exts), offline_client(), None);
+        let input = TurnInput { id: 1, from: "op", text: "hi" };
+        let mut session = Vec::new();
+        p.turn_pre(&input, &mut session).await;
+        let mut conv = vec![
+            ChatMessage::System { text: "prompt".into() },
+            ChatMessage::System { text: "[current_time]".into() },
+        ];
+        p.step_pre(0, &mut conv);
+        let call = ToolCall { id: "c".into(), name: "agents__list".into(), arguments: "{}".into() };
+        assert!(p.tool_call_pre(&call).is_none());
+        p.tool_call_post(&call, &ToolOutput { ok: true, content: "[]".into() });
+        p.turn_post(&input, "done").await;
+        let names = ["message_window", "message_compaction", "date_helper"];
+        let mut expected = Vec::new();
+        for point in ["turn.pre", "step.pre", "tool_call.pre"] {
+            expected.extend(names.iter().map(|n| format!("{point}:{n}")));
+        }
+        for point in ["tool_call.post", "turn.post"] {
+            expected.extend(names.iter().rev().map(|n| format!("{point}:{n}")));
+        }
+        assert_eq!(p.trace, expected);
+        let ChatMessage::System { text } = &conv[1] else { panic!() };
+        assert!(text.starts_with("[current_time] 20") && text.ends_with("(UTC), step 1"), "{text}");
+    }
+
+    #[test]
+    fn compaction_summarises_the_old_part_and_keeps_the_last_messages_whole() {
+        let mut session: Vec<ChatMessage> =
+            (0..30).flat_map(|i| [user(i, 10), assistant(i)]).collect();
+        let kept: Vec<ChatMessage> = session[52..].to_vec();
+        let n = compact(&mut session, 40, 12_000, 8).expect("60 messages > 40");
+        assert_eq!(n, 52);
+        assert_eq!(session.len(), 9);
+        assert_eq!(&session[1..], &kept[..]);
+        let ChatMessage::System { text } = &session[0] else { panic!("summary first") };
+        assert!(text.starts_with("[conversation_summary] 52 earlier messages"), "{text}");
+        assert!(
+            text.contains("- op: 0:uuuuuuuuuu") && text.contains("- (me): answer 25"),
+            "{text}"
+        );
+        // Under both limits nothing happens.
+        assert_eq!(compact(&mut session, 40, 12_000, 8), None);
+    }
+
+    #[test]
+    fn compaction_by_size_never_splits_a_tool_call_from_its_result() {
+        let mut session = vec![
+            user(0, 6_000),
+            ChatMessage::ToolCall { id: "1".into(), name: "t".into(), arguments: "{}".into() },
+            ChatMessage::ToolResult {
+                call_id: "1".into(),
+                name: "t".into(),
+                ok: true,
+                content: "r".repeat(7_000),
+            },
+            assistant(0),
+            user(1, 10),
+            assistant(1),
+        ];
+        // keep 5 would start at the tool call: the cut moves on to the next user message.
+        compact(&mut session, 40, 12_000, 5).expect("13 000 chars > 12 000");
+        assert!(matches!(&session[1], ChatMessage::User { text, .. } if text.starts_with("1:")));
+        assert_eq!(session.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn compaction_never_touches_the_current_input() {
+        // The turn's input goes in after turn.pre: however big, it reaches the model whole.
+        let exts =
+            vec![ExtensionSpec::MessageCompaction { max_messages: 4, max_chars: 100, keep: 2 }];
+        let mut p = Pipeline::new(&spec(exts), offline_client(), None);
+        let big = "x".repeat(50_000);
+        let input = TurnInput { id: 7, from: "op", text: &big };
+        let mut session: Vec<ChatMessage> =
+            (0..5).flat_map(|i| [user(i, 50), assistant(i)]).collect();
+        let pre = p.turn_pre(&input, &mut session).await;
+        assert!(
+            matches!(&session[0], ChatMessage::System { text } if text.starts_with(SUMMARY_TAG))
+        );
+        assert_eq!(pre.persist_first, session, "the compacted session is stored ahead of the turn");
+        assert!(
+            session.iter().all(|m| !matches!(m, ChatMessage::User { text, .. } if text == &big))
+        );
+    }
+
+    #[test]
+    fn a_stored_session_resumes_at_its_last_summary_and_window_starts_at_a_user_message() {
+        let mut s = vec![
+            user(0, 1),
+            assistant(0),
+            ChatMessage::System { text: format!("{SUMMARY_TAG} 2 earlier messages") },
+            user(1, 1),
+            assistant(1),
+        ];
+        resume_point(&mut s);
+        assert_eq!(s.len(), 3);
+        let mut w = vec![
+            assistant(0),
+            ChatMessage::ToolResult {
+                call_id: "1".into(),
+                name: "t".into(),
+                ok: true,
+                content: "r".into(),
+            },
+            user(1, 1),
+            assistant(1),
+        ];
+        window(&mut w, 3);
+        assert_eq!(w, vec![user(1, 1), assistant(1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_timer_fires_with_no_turn_once_per_idle_period() {
+        let activity = Arc::new(AtomicU64::new(0));
+        let wake = Arc::new(Notify::new());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let after = Duration::from_secs(30 * 60);
+        tokio::spawn(idle_timer(after, activity.clone(), wake.clone(), move |idle| {
+            let _ = tx.send(idle);
+        }));
+        tokio::time::sleep(Duration::from_secs(29 * 60)).await;
+        assert!(rx.try_recv().is_err(), "not idle for 30 minutes yet");
+        tokio::time::sleep(Duration::from_secs(2 * 60)).await;
+        assert_eq!(rx.try_recv().expect("fired at 30 min"), after);
+        tokio::time::sleep(Duration::from_secs(3 * 3600)).await;
+        assert!(rx.try_recv().is_err(), "once per idle period");
+        // Activity starts a new period.
+        activity.store(1, Ordering::Relaxed);
+        wake.notify_one();
+        tokio::time::sleep(Duration::from_secs(20 * 60)).await;
+        assert!(rx.try_recv().is_err());
+        activity.store(2, Ordering::Relaxed);
+        wake.notify_one();
+        tokio::time::sleep(Duration::from_secs(29 * 60)).await;
+        assert!(rx.try_recv().is_err(), "the turn at 20 min restarted the clock");
+        tokio::time::sleep(Duration::from_secs(2 * 60)).await;
+        assert!(rx.try_recv().is_ok());
+    }
+}

@@ -1,0 +1,389 @@
+//! The swarm's memory files (the brain-persona formats, shared/seeds/004), under the folder the
+//! supervisor names in `FLOCK_MEMORY_DIR`:
+//!
+//! - `journals/YYYY-MM-DD.md` (a worker): `HH:MM | request | what was done | result`
+//! - `observations/YYYY-MM-DD.md` (the observer): `## HH:MM`, a third-person line, an id
+//!   comment, `---`; reflection adds `<!-- reflected: YYYY-MM-DD HH:MM -->` to what it read
+//! - `reflections/YYYY-MM-DD.md` (reflection): `## Reflection - HH:MM`, the text, `---`
+//! - `knowledge/<topic>.md` (dream): `# Topic`, sections, `Last updated: YYYY-MM-DD HH:MM`;
+//!   merged into, never overwritten
+//!
+//! Every write holds `memory/.lock` (an exclusive `flock`), so writers in different processes
+//! never interleave; an append is one `write` of a whole entry, and a rewrite (marking
+//! observations reflected, merging knowledge) goes to a temporary file renamed over the old one,
+//! so a crash leaves either the old file or the new one. Times are UTC.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use flock_ipc::time::date_and_minute;
+
+/// One observation entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    /// The id comment (the observer's turn id): unique, and how reflection marks it.
+    pub id: String,
+    /// `YYYY-MM-DD HH:MM`.
+    pub when: String,
+    pub text: String,
+    pub reflected: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Memory {
+    dir: PathBuf,
+}
+
+const ID_PREFIX: &str = "<!-- id: ";
+const REFLECTED_PREFIX: &str = "<!-- reflected: ";
+
+impl Memory {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Memory { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Runs `f` holding the memory folder's lock.
+    fn locked<T>(&self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        std::fs::create_dir_all(&self.dir)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.dir.join(".lock"))?;
+        lock.lock()?;
+        let out = f();
+        let _ = lock.unlock();
+        out
+    }
+
+    fn append(&self, sub: &str, file: &str, entry: &str) -> io::Result<PathBuf> {
+        let folder = self.dir.join(sub);
+        std::fs::create_dir_all(&folder)?;
+        let path = folder.join(file);
+        let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+        f.write_all(entry.as_bytes())?;
+        f.sync_data()?;
+        Ok(path)
+    }
+
+    /// `journals/DATE.md`: `HH:MM | request | what was done | result`.
+    pub fn append_journal(
+        &self,
+        now_ms: u64,
+        request: &str,
+        done: &str,
+        result: &str,
+    ) -> io::Result<PathBuf> {
+        let (date, hm) = date_and_minute(now_ms);
+        let line =
+            format!("{hm} | {} | {} | {}\n", one_line(request), one_line(done), one_line(result));
+        self.locked(|| self.append("journals", &format!("{date}.md"), &line))
+    }
+
+    /// `observations/DATE.md`: one entry, unless an entry with this `id` is already there (a
+    /// turn replayed after a crash does not observe twice). Returns whether it was written.
+    pub fn append_observation(&self, now_ms: u64, id: &str, text: &str) -> io::Result<bool> {
+        let (date, hm) = date_and_minute(now_ms);
+        let marker = format!("{ID_PREFIX}{id} -->");
+        self.locked(|| {
+            let path = self.dir.join("observations").join(format!("{date}.md"));
+            if std::fs::read_to_string(&path).is_ok_and(|t| t.contains(&marker)) {
+                return Ok(false);
+            }
+            let entry = format!("## {hm}\n{}\n{marker}\n---\n\n", text.trim());
+            self.append("observations", &format!("{date}.md"), &entry)?;
+            Ok(true)
+        })
+    }
+
+    /// Every observation of every day, oldest first.
+    pub fn observations(&self) -> io::Result<Vec<Observation>> {
+        let mut out = Vec::new();
+        for (date, path) in dated_files(&self.dir.join("observations"))? {
+            out.extend(parse_observations(&date, &std::fs::read_to_string(path)?));
+        }
+        Ok(out)
+    }
+
+    pub fn unreflected(&self) -> io::Result<Vec<Observation>> {
+        Ok(self.observations()?.into_iter().filter(|o| !o.reflected).collect())
+    }
+
+    /// Marks these observations reflected (`<!-- reflected: … -->` before their `---`), each
+    /// file rewritten atomically. Returns how many were marked.
+    pub fn mark_reflected(&self, now_ms: u64, ids: &[String]) -> io::Result<usize> {
+        let (date, hm) = date_and_minute(now_ms);
+        let stamp = format!("{REFLECTED_PREFIX}{date} {hm} -->");
+        self.locked(|| {
+            let mut marked = 0;
+            for (_, path) in dated_files(&self.dir.join("observations"))? {
+                let text = std::fs::read_to_string(&path)?;
+                let mut out = String::with_capacity(text.len() + 64);
+                let mut current: Option<&str> = None;
+                let mut reflected = false;
+                let mut changed = false;
+                for line in text.lines() {
+                    if line.starts_with("## ") {
+                        (current, reflected) = (None, false);
+                    } else if let Some(id) = line.strip_prefix(ID_PREFIX) {
+                        current = Some(id.trim_end_matches("-->").trim());
+                    } else if line.starts_with(REFLECTED_PREFIX) {
+                        reflected = true;
+                    } else if line == "---"
+                        && !reflected
+                        && current.is_some_and(|id| ids.iter().any(|x| x == id))
+                    {
+                        out.push_str(&stamp);
+                        out.push('\n');
+                        marked += 1;
+                        changed = true;
+                    }
+                    out.push_str(line);
+                    out.push('\n');
+                }
+                if changed {
+                    replace(&path, &out)?;
+                }
+            }
+            Ok(marked)
+        })
+    }
+
+    /// `reflections/DATE.md`: `## Reflection - HH:MM`, the text, `---`.
+    pub fn append_reflection(&self, now_ms: u64, text: &str) -> io::Result<PathBuf> {
+        let (date, hm) = date_and_minute(now_ms);
+        let entry = format!("## Reflection - {hm}\n{}\n---\n\n", text.trim());
+        self.locked(|| self.append("reflections", &format!("{date}.md"), &entry))
+    }
+
+    /// `knowledge/<topic>.md` from a document whose first `# ` line names the topic: a new topic
+    /// becomes a file; an existing one gets the new sections merged in (never overwritten) and
+    /// its `Last updated:` line renewed.
+    pub fn merge_knowledge(&self, now_ms: u64, document: &str) -> io::Result<PathBuf> {
+        let (date, hm) = date_and_minute(now_ms);
+        let mut lines = document.trim().lines();
+        let title = lines
+            .by_ref()
+            .find_map(|l| l.strip_prefix("# "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .unwrap_or("notes")
+            .to_owned();
+        let body: Vec<&str> = lines.filter(|l| !l.starts_with("Last updated:")).collect();
+        let body = body.join("\n").trim().to_owned();
+        let stamp = format!("Last updated: {date} {hm}");
+        let path = self.dir.join("knowledge").join(format!("{}.md", kebab(&title)));
+        self.locked(|| {
+            std::fs::create_dir_all(self.dir.join("knowledge"))?;
+            let text = match std::fs::read_to_string(&path) {
+                Ok(old) => {
+                    let kept: Vec<&str> = old
+                        .trim_end()
+                        .lines()
+                        .filter(|l| !l.starts_with("Last updated:"))
+                        .collect();
+                    let kept = kept.join("\n");
+                    if kept.contains(&body) {
+                        format!("{}\n\n{stamp}\n", kept.trim_end())
+                    } else {
+                        format!("{}\n\n{body}\n\n{stamp}\n", kept.trim_end())
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    format!("# {title}\n\n{body}\n\n{stamp}\n")
+                }
+                Err(e) => return Err(e),
+            };
+            replace(&path, &text)?;
+            Ok(path)
+        })
+    }
+
+    /// What dream reads: recent journals and reflections (newest last, cut to `max_chars`) and
+    /// the knowledge topics that exist.
+    pub fn digest(&self, max_chars: usize) -> io::Result<String> {
+        let mut parts = Vec::new();
+        for sub in ["journals", "reflections"] {
+            for (date, path) in dated_files(&self.dir.join(sub))? {
+                parts.push(format!("### {sub}/{date}.md\n{}", std::fs::read_to_string(path)?));
+            }
+        }
+        let mut text = parts.join("\n");
+        if text.chars().count() > max_chars {
+            let skip = text.chars().count() - max_chars;
+            text = format!("…{}", text.chars().skip(skip).collect::<String>());
+        }
+        let mut topics: Vec<String> = match std::fs::read_dir(self.dir.join("knowledge")) {
+            Ok(rd) => rd
+                .filter_map(|e| {
+                    e.ok()?.file_name().to_str()?.strip_suffix(".md").map(str::to_owned)
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        topics.sort();
+        Ok(format!(
+            "{text}\n### knowledge topics\n{}",
+            if topics.is_empty() { "(none yet)".into() } else { topics.join(", ") }
+        ))
+    }
+}
+
+/// `(YYYY-MM-DD, path)` of the `*.md` files of a folder, by date.
+fn dated_files(folder: &Path) -> io::Result<Vec<(String, PathBuf)>> {
+    let rd = match std::fs::read_dir(folder) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut files: Vec<(String, PathBuf)> = rd
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let date = e.file_name().to_str()?.strip_suffix(".md")?.to_owned();
+            Some((date, e.path()))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn parse_observations(date: &str, text: &str) -> Vec<Observation> {
+    let mut out = Vec::new();
+    let mut cur: Option<Observation> = None;
+    for line in text.lines() {
+        if let Some(hm) = line.strip_prefix("## ") {
+            cur = Some(Observation {
+                id: String::new(),
+                when: format!("{date} {}", hm.trim()),
+                text: String::new(),
+                reflected: false,
+            });
+        } else if let Some(o) = cur.as_mut() {
+            if let Some(id) = line.strip_prefix(ID_PREFIX) {
+                o.id = id.trim_end_matches("-->").trim().to_owned();
+            } else if line.starts_with(REFLECTED_PREFIX) {
+                o.reflected = true;
+            } else if line == "---" {
+                out.extend(cur.take());
+            } else if !line.trim().is_empty() {
+                if !o.text.is_empty() {
+                    o.text.push('\n');
+                }
+                o.text.push_str(line);
+            }
+        }
+    }
+    out
+}
+
+/// Writes `text` to a temporary file beside `path` and renames it over `path`.
+fn replace(path: &Path, text: &str) -> io::Result<()> {
+    let tmp = path.with_extension("md.tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// `|` and newlines would break a journal line.
+fn one_line(s: &str) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "/");
+    let mut out: String = flat.chars().take(200).collect();
+    if flat.chars().count() > 200 {
+        out.push('…');
+    }
+    out
+}
+
+/// `User Preferences!` → `user-preferences`.
+pub fn kebab(title: &str) -> String {
+    let mut out = String::new();
+    for c in title.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    let out = out.trim_end_matches('-').to_owned();
+    if out.is_empty() { "notes".into() } else { out.chars().take(64).collect() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: u64 = 1_763_720_000_000; // 2025-11-21T10:13:20Z
+
+    #[test]
+    fn observations_append_once_per_id_and_are_marked_reflected() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Memory::new(dir.path());
+        assert!(m.append_observation(T, "a1", "Bren answered a question.").unwrap());
+        assert!(!m.append_observation(T, "a1", "Bren answered a question.").unwrap(), "replayed");
+        assert!(m.append_observation(T + 60_000, "a2", "Bren wrote a file.\nA habit.").unwrap());
+        let text = std::fs::read_to_string(dir.path().join("observations/2025-11-21.md")).unwrap();
+        assert_eq!(
+            text,
+            "## 10:13\nBren answered a question.\n<!-- id: a1 -->\n---\n\n\
+             ## 10:14\nBren wrote a file.\nA habit.\n<!-- id: a2 -->\n---\n\n"
+        );
+        let un = m.unreflected().unwrap();
+        assert_eq!(un.len(), 2);
+        assert_eq!(un[1].text, "Bren wrote a file.\nA habit.");
+        assert_eq!(un[1].when, "2025-11-21 10:14");
+        assert_eq!(m.mark_reflected(T + 120_000, &["a1".into()]).unwrap(), 1);
+        assert_eq!(m.mark_reflected(T + 120_000, &["a1".into()]).unwrap(), 0, "already marked");
+        let un = m.unreflected().unwrap();
+        assert_eq!(un.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(), ["a2"]);
+        let text = std::fs::read_to_string(dir.path().join("observations/2025-11-21.md")).unwrap();
+        assert!(text.contains("<!-- id: a1 -->\n<!-- reflected: 2025-11-21 10:15 -->\n---"));
+    }
+
+    #[test]
+    fn journal_lines_stay_one_line_and_knowledge_merges() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Memory::new(dir.path());
+        m.append_journal(T, "fix | the\nbuild", "ran tests", "green").unwrap();
+        let j = std::fs::read_to_string(dir.path().join("journals/2025-11-21.md")).unwrap();
+        assert_eq!(j, "10:13 | fix / the build | ran tests | green\n");
+
+        let p = m.merge_knowledge(T, "# User Preferences\n## Key knowledge\n- likes Rust").unwrap();
+        assert!(p.ends_with("knowledge/user-preferences.md"));
+        m.merge_knowledge(
+            T + 60_000,
+            "# User Preferences\n## Key knowledge\n- prefers short answers",
+        )
+        .unwrap();
+        let k = std::fs::read_to_string(&p).unwrap();
+        assert!(k.starts_with("# User Preferences\n"), "{k}");
+        assert!(k.contains("- likes Rust") && k.contains("- prefers short answers"), "{k}");
+        assert_eq!(k.matches("Last updated:").count(), 1, "{k}");
+        assert!(k.trim_end().ends_with("Last updated: 2025-11-21 10:14"), "{k}");
+        assert!(m.digest(10_000).unwrap().contains("user-preferences"));
+    }
+
+    #[test]
+    fn concurrent_appends_from_many_threads_never_interleave() {
+        let dir = tempfile::tempdir().unwrap();
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let m = Memory::new(dir.path());
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        m.append_observation(T, &format!("{t}-{i}"), &"x".repeat(3000)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().for_each(|h| h.join().unwrap());
+        let all = Memory::new(dir.path()).observations().unwrap();
+        assert_eq!(all.len(), 400);
+        assert!(all.iter().all(|o| o.text.len() == 3000));
+    }
+}

@@ -1,0 +1,360 @@
+//! The embedded model's process, `flock-model` (DESIGN.md §7): started before the agents when the
+//! swarm uses `provider: local` (the default when an agent names no model), restarted with the
+//! swarm's backoff when it crashes, stopped after the agents. One process serves every agent.
+//!
+//! Readiness is its `listening on ADDR` line on stdout (printed once the model is loaded and the
+//! port bound). The gateway reaches it through a [`LocalLink`]: the base URL while it is up and
+//! the token this supervisor made for it (`FLOCK_MODEL_TOKEN`, in no agent's environment). A
+//! restarted process gets the same port back, so calls retried by the gateway find it again.
+//! Exit code 78 means "a restart cannot fix this" (missing or wrong model file): no restart.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use flock_actors::gateway::LocalLink;
+use flock_config::{LocalModel, SupervisionSpec};
+use flock_llm::Secret;
+use nix::sys::signal::Signal;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::{oneshot, watch};
+
+use crate::backoff::{RestartDecision, RestartHistory};
+use crate::logs::LogHub;
+use crate::spawn::{SpawnSpec, Spawner, signal_group};
+
+/// Its name in `flockctl ps` and `flockctl logs`.
+pub const NAME: &str = "flock-model";
+/// The pinned default model file (`scripts/setup` installs it under `$FLOCK_HOME/models`).
+pub const MODEL_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+/// flock-model's exit code for a problem a restart cannot fix.
+const EXIT_CONFIG: i32 = 78;
+/// Loading a 0.5 GB model (and hashing it the first time) takes seconds, not minutes.
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `$FLOCK_HOME` (default `~/.flock`): models shared by every state dir.
+pub fn flock_home() -> Option<PathBuf> {
+    match std::env::var_os("FLOCK_HOME").filter(|h| !h.is_empty()) {
+        Some(h) => Some(PathBuf::from(h)),
+        None => std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| {
+            let mut p = PathBuf::from(h);
+            p.push(".flock");
+            p
+        }),
+    }
+}
+
+/// Finds the `flock-model` binary: `$FLOCK_MODEL_BIN`, else next to this executable.
+pub fn model_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("FLOCK_MODEL_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().context("locate the flock-supervisor executable")?;
+    let candidate = exe.with_file_name(NAME);
+    if candidate.exists() {
+        return Ok(candidate);
+    }
+    bail!(
+        "the swarm uses the embedded local model, but flock-model is not built next to {}; run \
+         `scripts/setup` (it builds it), or give the agents a remote model (`provider: openai` or \
+         `anthropic`, see README \"Models\")",
+        exe.display()
+    )
+}
+
+/// What `flockctl ps` shows of the process.
+#[derive(Debug, Clone, Default)]
+pub struct ModelStatus {
+    pub pid: Option<u32>,
+    pub state: String,
+    pub started: Option<Instant>,
+    pub restarts: u32,
+    pub last_exit: Option<String>,
+}
+
+/// The running `flock-model` and its keeper task.
+pub struct ModelProcess {
+    status: Arc<Mutex<ModelStatus>>,
+    link: LocalLink,
+    stop: watch::Sender<bool>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// Everything the keeper task needs to (re)start the process.
+struct Keeper {
+    program: PathBuf,
+    model: PathBuf,
+    verify: bool,
+    settings: LocalModel,
+    cwd: PathBuf,
+    token: Secret,
+    supervision: SupervisionSpec,
+    spawner: Spawner,
+    logs: LogHub,
+    status: Arc<Mutex<ModelStatus>>,
+    url: watch::Sender<Option<String>>,
+}
+
+impl ModelProcess {
+    /// Starts `flock-model` and returns once it is ready, or with the reason it cannot run
+    /// (missing binary or model file, wrong hash, a crash while loading).
+    pub async fn start(
+        settings: LocalModel,
+        supervision: SupervisionSpec,
+        spawner: Spawner,
+        logs: LogHub,
+        cwd: PathBuf,
+    ) -> Result<ModelProcess> {
+        let program = model_binary()?;
+        let (model, verify) = match &settings.path {
+            Some(p) => (p.clone(), false),
+            None => {
+                let home = flock_home().context(
+                    "neither FLOCK_HOME nor HOME is set: cannot find the embedded model",
+                )?;
+                (home.join("models").join(MODEL_FILE), true)
+            }
+        };
+        if !model.is_file() {
+            bail!(
+                "the embedded model file {} is missing; {}",
+                model.display(),
+                if verify {
+                    "run `scripts/setup` to fetch it (once per machine, ~490 MB)".to_owned()
+                } else {
+                    "fix `path:` of the swarm's `provider: local` model".to_owned()
+                }
+            );
+        }
+        std::fs::create_dir_all(&cwd).with_context(|| format!("create {}", cwd.display()))?;
+        let token = Secret::new(crate::children::new_token());
+        let (url, url_rx) = watch::channel(None);
+        let status =
+            Arc::new(Mutex::new(ModelStatus { state: "starting".into(), ..Default::default() }));
+        let (stop, stop_rx) = watch::channel(false);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let keeper = Keeper {
+            program,
+            model,
+            verify,
+            settings,
+            cwd,
+            token: token.clone(),
+            supervision,
+            spawner,
+            logs,
+            status: status.clone(),
+            url,
+        };
+        let task = tokio::spawn(keeper.run(stop_rx, ready_tx));
+        let link = LocalLink { base_url: url_rx, token };
+        let process = ModelProcess { status, link, stop, task: Mutex::new(Some(task)) };
+        match tokio::time::timeout(READY_TIMEOUT, ready_rx).await {
+            Ok(Ok(Ok(()))) => Ok(process),
+            Ok(Ok(Err(why))) => {
+                process.stop().await;
+                bail!("the embedded model could not start: {why}")
+            }
+            Ok(Err(_)) => {
+                process.stop().await;
+                bail!("the embedded model's keeper stopped before it was ready")
+            }
+            Err(_) => {
+                process.stop().await;
+                bail!(
+                    "the embedded model is not ready after {} s; see `flockctl logs {NAME}` or \
+                     the state dir's logs/{NAME}.log",
+                    READY_TIMEOUT.as_secs()
+                )
+            }
+        }
+    }
+
+    /// How the gateway reaches it.
+    pub fn link(&self) -> LocalLink {
+        self.link.clone()
+    }
+
+    pub fn status(&self) -> ModelStatus {
+        self.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// SIGTERM, then SIGKILL after a few seconds; returns once the process is gone.
+    pub async fn stop(&self) {
+        let _ = self.stop.send(true);
+        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Keeper {
+    fn set(&self, f: impl FnOnce(&mut ModelStatus)) {
+        f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    fn spawn_spec(&self, port: u16) -> SpawnSpec {
+        let mut args = vec![
+            "--model".to_owned(),
+            self.model.display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--ctx".into(),
+            self.settings.ctx.to_string(),
+        ];
+        if let Some(n) = self.settings.threads {
+            args.extend(["--threads".into(), n.to_string()]);
+        }
+        if !self.verify {
+            args.push("--no-verify".into());
+        }
+        SpawnSpec {
+            program: self.program.clone(),
+            args,
+            cwd: self.cwd.clone(),
+            env: vec![("FLOCK_MODEL_TOKEN".into(), self.token.expose().to_owned())],
+        }
+    }
+
+    async fn run(
+        self,
+        mut stop: watch::Receiver<bool>,
+        ready: oneshot::Sender<Result<(), String>>,
+    ) {
+        let mut ready = Some(ready);
+        let mut port = 0u16;
+        let mut history = RestartHistory::default();
+        loop {
+            self.set(|s| s.state = "starting".into());
+            let mut child = match self.spawner.spawn(self.spawn_spec(port)).await {
+                Ok(child) => child,
+                Err(e) => {
+                    let why = format!("{e:#}");
+                    self.logs.line(NAME, "flock", &format!("could not start: {why}"));
+                    self.set(|s| (s.state, s.last_exit) = ("failed".into(), Some(why.clone())));
+                    if let Some(r) = ready.take() {
+                        let _ = r.send(Err(why));
+                    }
+                    return;
+                }
+            };
+            let pid = child.id().unwrap_or(0);
+            let spawned = Instant::now();
+            self.set(|s| (s.pid, s.started) = (Some(pid), Some(spawned)));
+            self.logs.line(NAME, "flock", &format!("spawned pid {pid}"));
+            let last_error = Arc::new(Mutex::new(String::new()));
+            let (addr_tx, mut addr_rx) = watch::channel(None::<SocketAddr>);
+            if let Some(out) = child.stdout.take() {
+                tokio::spawn(watch_stdout(self.logs.clone(), out, addr_tx));
+            }
+            let stderr = child
+                .stderr
+                .take()
+                .map(|err| tokio::spawn(keep_stderr(self.logs.clone(), err, last_error.clone())));
+            let status = loop {
+                tokio::select! {
+                    status = child.wait() => break status,
+                    changed = addr_rx.changed() => {
+                        let addr = *addr_rx.borrow_and_update();
+                        if changed.is_ok() && let Some(addr) = addr {
+                            port = addr.port();
+                            self.set(|s| s.state = "ready".into());
+                            let _ = self.url.send(Some(format!("http://{addr}/v1")));
+                            self.logs.line(NAME, "flock", &format!("ready on {addr} after {} ms", spawned.elapsed().as_millis()));
+                            if let Some(r) = ready.take() {
+                                let _ = r.send(Ok(()));
+                            }
+                        }
+                    }
+                    _ = stop.changed() => {
+                        let _ = self.url.send(None);
+                        self.set(|s| s.state = "stopping".into());
+                        signal_group(pid, Signal::SIGTERM);
+                        if tokio::time::timeout(STOP_TIMEOUT, child.wait()).await.is_err() {
+                            signal_group(pid, Signal::SIGKILL);
+                            let _ = child.wait().await;
+                        }
+                        self.logs.line(NAME, "flock", "stopped");
+                        self.set(|s| (s.state, s.pid) = ("stopped".into(), None));
+                        return;
+                    }
+                }
+            };
+            let _ = self.url.send(None);
+            // Its last words explain the exit: let the reader finish them.
+            if let Some(task) = stderr {
+                let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+            }
+            let exit = match &status {
+                Ok(s) => crate::children::describe(s),
+                Err(e) => format!("wait failed: {e}"),
+            };
+            let error = last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            self.logs.line(NAME, "flock", &format!("exited: {exit}"));
+            let detail = if error.is_empty() { exit.clone() } else { format!("{exit}: {error}") };
+            self.set(|s| (s.pid, s.last_exit) = (None, Some(detail.clone())));
+            let config_error = status.as_ref().ok().and_then(|s| s.code()) == Some(EXIT_CONFIG);
+            // Never ready: a restart would fail the same way; `up` reports why and stops.
+            if config_error || ready.is_some() {
+                self.set(|s| s.state = "failed".into());
+                if let Some(r) = ready.take() {
+                    let _ = r.send(Err(detail));
+                }
+                return;
+            }
+            let jitter = fastrand::f64() * 2.0 - 1.0;
+            match history.on_death(&self.supervision, Instant::now(), spawned.elapsed(), jitter) {
+                RestartDecision::After(delay) => {
+                    self.set(|s| (s.state, s.restarts) = ("restarting".into(), s.restarts + 1));
+                    self.logs.line(
+                        NAME,
+                        "flock",
+                        &format!("restarting in {} ms", delay.as_millis()),
+                    );
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = stop.changed() => {
+                            self.set(|s| s.state = "stopped".into());
+                            return;
+                        }
+                    }
+                }
+                RestartDecision::GiveUp => {
+                    self.logs.line(NAME, "flock", "too many restarts: given up");
+                    self.set(|s| s.state = "failed".into());
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Copies stdout into the log and reports the address of the `listening on ADDR` line.
+async fn watch_stdout(
+    logs: LogHub,
+    out: impl AsyncRead + Unpin,
+    addr: watch::Sender<Option<SocketAddr>>,
+) {
+    let mut lines = BufReader::new(out).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        logs.line(NAME, "out", &line);
+        if let Some(a) = line.strip_prefix("listening on ").and_then(|a| a.trim().parse().ok()) {
+            let _ = addr.send(Some(a));
+        }
+    }
+}
+
+/// Copies stderr into the log and keeps its last `error:` line (the reason of an exit).
+async fn keep_stderr(logs: LogHub, err: impl AsyncRead + Unpin, last: Arc<Mutex<String>>) {
+    let mut lines = BufReader::new(err).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        logs.line(NAME, "err", &line);
+        if let Some(i) = line.find("error: ") {
+            *last.lock().unwrap_or_else(|p| p.into_inner()) = line[i + 7..].to_owned();
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The brain-persona flow (issue #3 item 7), wired in code and run with scripted models: every
+//! input enters the coordinator, which routes it to the worker; the worker's pipeline asks the
+//! unconscious and tells the observer; the observer writes observation files; at the threshold the
+//! runtime wakes reflection, which writes its file and marks what it read; an idle coordinator
+//! wakes dream, which writes knowledge. The human gets exactly one answer, even when the worker is
+//! killed mid-turn.
+
+use std::path::Path;
+
+use flock_testkit::Swarm;
+
+use crate::{LONG, SHORT};
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// All `*.md` files of a memory folder, concatenated.
+fn folder(swarm: &Swarm, sub: &str) -> String {
+    let dir = swarm.state_dir().join("memory").join(sub);
+    let mut files: Vec<_> = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+        Err(_) => return String::new(),
+    };
+    files.sort();
+    files.iter().filter(|p| p.extension().is_some_and(|e| e == "md")).map(|p| read(p)).collect()
+}
+
+const DM: &str = "dm-coordinator--human-operator";
+
+/// `examples/brain-persona.yaml` after `edits` (text replacements), with its transcripts, in a
+/// temp dir; `worker` replaces the worker's transcript if given.
+fn persona(edits: &[(&str, &str)], worker: Option<&str>) -> Swarm {
+    let root = flock_testkit::repo_root().join("examples");
+    let mut yaml = read(&root.join("brain-persona.yaml"));
+    for (from, to) in edits {
+        assert!(yaml.contains(from), "the example no longer has {from:?}");
+        yaml = yaml.replace(from, to);
+    }
+    let worker =
+        worker.map_or_else(|| read(&root.join("transcripts/brain-worker.yaml")), str::to_owned);
+    Swarm::builder(&yaml)
+        .file(
+            "transcripts/brain-coordinator.yaml",
+            &read(&root.join("transcripts/brain-coordinator.yaml")),
+        )
+        .file("transcripts/brain-worker.yaml", &worker)
+        .start()
+}
+
+#[test]
+fn a_message_to_the_coordinator_runs_the_worker_writes_memory_and_answers_once_despite_kill9() {
+    // The worker's turn: send the result, then "think" for a while — long enough to be killed
+    // after its send and before its Ack.
+    let worker = r#"rules:
+  - steps:
+      - tool: agents__send
+        args: { to: coordinator, text: "[result] worker did: {input}" }
+      - delay_ms: 2500
+    reply: "done: {input}"
+"#;
+    let swarm = persona(&[], Some(worker));
+    swarm.ctl_ok(&["send", "coordinator", "plan my week"]);
+    swarm.wait_for_log("worker", "tool agents__send", SHORT);
+    let pid = swarm.kill9("worker");
+    swarm.wait_until(
+        || swarm.pid_of("worker").is_some_and(|p| p != pid) && swarm.turns_total("worker") >= 1,
+        LONG,
+        "the worker restarted and finished the redelivered turn",
+    );
+    swarm.wait_until(
+        || swarm.ctl(&["read", DM]).stdout.windows(9).any(|w| w == b"[result] "),
+        SHORT,
+        "the coordinator answered the human",
+    );
+    // Exactly one answer: the replayed turn re-sent the same message id, which was dropped.
+    swarm.wait_until(|| swarm.turns_total("coordinator") >= 2, SHORT, "coordinator turns");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let answers = swarm.ctl_ok(&["read", DM]);
+    assert_eq!(answers.matches("[result] worker did: plan my week").count(), 1, "{answers}");
+    assert_eq!(swarm.turns_total("coordinator"), 2, "input + result, nothing twice");
+
+    // The worker's pipeline asked the unconscious before its turn (both attempts) …
+    let unconscious = swarm.log("unconscious");
+    assert!(unconscious.contains("from worker (request"), "{unconscious}");
+    // … and told the observer once (the replay's send carried the same id).
+    swarm.wait_until(
+        || folder(&swarm, "observations").contains("Bren handled a request"),
+        SHORT,
+        "an observation",
+    );
+    let observations = folder(&swarm, "observations");
+    assert_eq!(observations.matches("## ").count(), 1, "{observations}");
+    assert!(observations.contains("[input] plan my week"), "{observations}");
+    assert!(observations.contains("[tools] agents__send"), "{observations}");
+    let journal = folder(&swarm, "journals");
+    assert_eq!(journal.lines().count(), 1, "{journal}");
+    assert!(
+        journal.contains("| plan my week | tools: agents__send | done: plan my week"),
+        "{journal}"
+    );
+    assert_eq!(swarm.turns_total("observer"), 1);
+}
+
+#[test]
+fn observations_trigger_reflection_at_the_threshold_and_an_idle_coordinator_wakes_dream() {
+    // Small numbers for a test: reflect at 3, idle after 3 s, and a slow unconscious whose
+    // answer the worker stops waiting for after 300 ms.
+    let swarm = persona(
+        &[
+            (
+                "    model: observer-script\n",
+                "    model: observer-script\n    extensions: [message_window, {memory_files: {reflect_after: 3}}]\n",
+            ),
+            (
+                "    model: coordinator-script\n",
+                "    model: coordinator-script\n    extensions: [{idle_monitor: {after_secs: 3, notify: [dream]}}]\n",
+            ),
+            (
+                "      - reply: \"no relevant memory yet for: {input}\"",
+                "      - steps: [{ delay_ms: 1000 }]\n        reply: \"remembered: {input}\"",
+            ),
+            (
+                "    model: worker-script\n",
+                "    model: worker-script\n    extensions: [context_injector, {worker_lifecycle: {timeout_ms: 300}}]\n",
+            ),
+        ],
+        None,
+    );
+    for task in ["one", "two", "three"] {
+        swarm.ctl_ok(&["send", "coordinator", task]);
+    }
+    swarm.wait_until(|| swarm.turns_total("worker") == 3, LONG, "three worker turns");
+    let worker = swarm.log("worker");
+    // Fail open: the router timed the request out at 300 ms and the turns went on without it.
+    assert_eq!(worker.matches("unconscious did not answer").count(), 3, "{worker}");
+    assert!(worker.contains("within 300 ms") && worker.contains("going on without it"), "{worker}");
+
+    // The third observation crosses the threshold: reflection runs, writes, marks all three.
+    swarm.wait_until(
+        || folder(&swarm, "observations").matches("<!-- reflected: ").count() == 3,
+        LONG,
+        "three observations marked reflected",
+    );
+    let reflections = folder(&swarm, "reflections");
+    assert!(reflections.starts_with("## Reflection - "), "{reflections}");
+    assert!(reflections.contains("### Patterns"), "{reflections}");
+    assert!(swarm.log("reflection").contains("[reflect] 3 unreflected observations"));
+
+    // Nobody talks to the coordinator now: its idle timer wakes dream, with no incoming turn.
+    let knowledge = swarm.state_dir().join("memory/knowledge/work-habits.md");
+    swarm.wait_until(|| knowledge.exists(), LONG, "dream wrote knowledge");
+    let text = read(&knowledge);
+    assert!(text.starts_with("# Work Habits\n") && text.contains("Last updated: "), "{text}");
+    assert!(swarm.log("dream").contains("[idle_detected]"));
+}
