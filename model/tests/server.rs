@@ -30,6 +30,10 @@ fn model_path(test: &str) -> Option<PathBuf> {
     match path {
         Some(p) if p.is_file() => Some(p),
         other => {
+            assert!(
+                std::env::var_os("FLOCK_REQUIRE_MODEL").is_none(),
+                "FLOCK_REQUIRE_MODEL is set but there is no model file ({other:?}): run scripts/setup"
+            );
             println!(
                 "skipped {test}: no model file ({}); run scripts/setup or set FLOCK_MODEL_PATH",
                 other

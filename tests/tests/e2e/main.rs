@@ -9,6 +9,7 @@ mod channels;
 mod cli;
 mod delivery;
 mod llm;
+mod local_model;
 mod sessions;
 mod spawn;
 mod supervision;

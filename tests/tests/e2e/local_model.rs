@@ -1,0 +1,93 @@
+//! The embedded local model: an agent with no `model:` runs on `flock-model`, which the
+//! supervisor starts before the agents, shows in `ps`, restarts after a crash and stops last.
+//!
+//! The real-turn test needs the model file (`scripts/setup`) and the `flock-model` binary
+//! (`cargo build --manifest-path model/Cargo.toml`). `scripts/test` provides both and sets
+//! `FLOCK_REQUIRE_MODEL=1`, so in CI their absence is a failure, not a skip.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use flock_testkit::{Swarm, bin};
+
+const MODEL_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+
+fn model_path() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME")?;
+    Some(PathBuf::from(home).join(".flock/models").join(MODEL_FILE))
+}
+
+/// Whether the model and its binary are here; panics if CI promised them and they are not.
+fn model_available(test: &str) -> bool {
+    let here = model_path().is_some_and(|p| p.is_file()) && bin("flock-model").is_file();
+    if !here {
+        assert!(
+            std::env::var_os("FLOCK_REQUIRE_MODEL").is_none(),
+            "FLOCK_REQUIRE_MODEL is set but the model file or flock-model is missing: run \
+             scripts/setup"
+        );
+        eprintln!("{test}: skipped (no model: run scripts/setup)");
+    }
+    here
+}
+
+#[test]
+fn a_missing_model_file_is_refused_with_the_command_that_fetches_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let swarm = dir.path().join("swarm.yaml");
+    std::fs::write(&swarm, "swarm: { name: local }\nagents:\n  - { name: a, role: worker }\n")
+        .unwrap();
+    let out = Command::new(bin("flock-supervisor"))
+        .arg("up")
+        .arg(&swarm)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .env("FLOCK_HOME", dir.path().join("empty-home"))
+        .env("FLOCK_AGENT_BIN", bin("flock-agent"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("scripts/setup"), "{stderr}");
+    assert!(stderr.contains("empty-home/models/qwen2.5-coder"), "names the file: {stderr}");
+}
+
+#[test]
+fn an_agent_without_a_model_answers_on_the_embedded_model_which_is_supervised() {
+    if !model_available("embedded model turn") {
+        return;
+    }
+    let swarm = Swarm::start(
+        "swarm: { name: local }\nagents:\n  - { name: helper, role: worker, description: \"answers briefly\" }\n",
+    );
+    let model = |s: &Swarm| s.ps().into_iter().find(|r| r["name"] == "flock-model").unwrap();
+    let row = model(&swarm);
+    assert_eq!(row["state"], "ready", "{row}");
+    assert_eq!(row["kind"], "process", "{row}");
+    let first_pid = row["pid"].as_u64().expect("a pid");
+
+    // One real turn: the gateway → flock-model → back to the agent.
+    swarm.ctl_ok(&["send", "helper", "Reply with one short sentence: what is 2 + 2?"]);
+    let slow = Duration::from_secs(240);
+    swarm.wait_until(|| swarm.turns_total("helper") == 1, slow, "one turn on the local model");
+    let log = swarm.log("helper");
+    assert!(log.contains(" done in ") && log.contains("reply \""), "{log}");
+    assert!(!log.contains("turn failed"), "{log}");
+    let helper = swarm.agent("helper");
+    assert!(helper["tokens_in"].as_u64().unwrap() > 100, "the prompt was counted: {helper}");
+    assert!(helper["tokens_out"].as_u64().unwrap() > 0, "{helper}");
+
+    // kill -9 of the model process: restarted on the same port, ready again.
+    flock_testkit::proc::signal(first_pid as u32, nix::sys::signal::Signal::SIGKILL);
+    swarm.wait_until(
+        || {
+            let r = model(&swarm);
+            r["state"] == "ready" && r["pid"].as_u64() != Some(first_pid) && r["restarts"] == 1
+        },
+        Duration::from_secs(60),
+        "flock-model restarted",
+    );
+    swarm.ctl_ok(&["send", "helper", "Say OK."]);
+    swarm.wait_until(|| swarm.turns_total("helper") == 2, slow, "a turn after the restart");
+}
