@@ -370,7 +370,7 @@ agents:
         &error,
         &["unknown extension `message_windw`", "did you mean `message_window`"],
     );
-    assert_eq!((error.line, error.column), (3, 54));
+    assert_eq!((error.line, error.column), (3, 43));
 }
 
 #[test]
