@@ -51,6 +51,10 @@ pub fn to_neutral(conversation: &[ChatMessage]) -> Vec<ChatMsg> {
 }
 
 impl LlmProvider for GatewayProvider {
+    fn set_recipients(&mut self, names: &[String]) {
+        crate::tools::restrict_recipients(&mut self.tools, names);
+    }
+
     async fn next(&mut self, conversation: &[ChatMessage]) -> Result<LlmStep, String> {
         let request = ChatRequest { messages: to_neutral(conversation), tools: self.tools.clone() };
         let request = serde_json::to_string(&request).map_err(|e| e.to_string())?;

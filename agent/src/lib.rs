@@ -201,6 +201,12 @@ enum Model {
 }
 
 impl LlmProvider for Model {
+    fn set_recipients(&mut self, names: &[String]) {
+        if let Model::Gateway(p) = self {
+            p.set_recipients(names);
+        }
+    }
+
     async fn next(&mut self, conversation: &[ChatMessage]) -> Result<LlmStep, String> {
         match self {
             Model::Scripted(p) => p.next(conversation).await,
@@ -221,7 +227,7 @@ async fn turns(
     let mut provider = match spec.model.clone() {
         ModelSpec::Scripted(transcript) => Model::Scripted(ScriptedProvider::new(transcript)),
         ModelSpec::OpenAi(_) | ModelSpec::Anthropic(_) | ModelSpec::Local(_) => {
-            Model::Gateway(GatewayProvider::new(client.clone(), tools::definitions()))
+            Model::Gateway(GatewayProvider::new(client.clone(), tools::definitions_for(spec.role)))
         }
     };
     let mut completed: (HashSet<MsgId>, VecDeque<MsgId>) = Default::default();
@@ -359,7 +365,9 @@ async fn turn(
     // the pipeline itself talks to.
     let catalog = if pipeline.injects_catalog() {
         let hidden = pipeline.hidden_peers();
-        Some(prompts::without(tools::catalog(client).await.as_deref(), &hidden))
+        let catalog = prompts::without(tools::catalog(client).await.as_deref(), &hidden);
+        provider.set_recipients(&prompts::callable(&catalog));
+        Some(catalog)
     } else {
         None
     };
@@ -375,6 +383,7 @@ async fn turn(
     conversation
         .push(ChatMessage::User { from: delivery.sender.clone(), text: delivery.text.clone() });
     let mut calls = 0u32;
+    let mut made = std::collections::HashSet::new();
     let mut reply = None;
     for step in 0..MAX_STEPS {
         pipeline.step_pre(step, &mut conversation);
@@ -386,8 +395,17 @@ async fn turn(
             }
             LlmStep::ToolCalls(requested) => {
                 for call in requested {
+                    // A model that repeats the exact same call in one turn is looping (small
+                    // models do): the repeat is refused and the model told to answer.
+                    let repeat = !made.insert((call.name.clone(), call.arguments.clone()));
                     let out = match pipeline.tool_call_pre(&call) {
                         Some(out) => out,
+                        None if repeat => tools::ToolOutput {
+                            ok: false,
+                            content: "DUPLICATE: you already made this exact call in this turn; \
+                                      do not repeat it — answer in words now"
+                                .into(),
+                        },
                         None => {
                             tools::execute(client, id, calls, &call.name, &call.arguments).await
                         }

@@ -46,6 +46,16 @@ pub fn without(catalog: Option<&str>, hidden: &[String]) -> String {
     Value::Array(kept).to_string()
 }
 
+/// The names in a catalog this agent may call.
+pub fn callable(catalog: &str) -> Vec<String> {
+    let entries: Vec<Value> = serde_json::from_str(catalog).unwrap_or_default();
+    entries
+        .iter()
+        .filter(|e| e["callable"].as_bool() != Some(false))
+        .filter_map(|e| e["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// Renders the system message. `catalog` is the JSON array `agents__catalog` answers (who else
 /// exists, with role, archetype, description and whether this agent may call them); `None`
 /// leaves `[runtime_catalog]` out (no `context_injector`).
@@ -120,6 +130,28 @@ mod tests {
         ] {
             assert!(archetype_prompt(a).is_some(), "{a}");
         }
+    }
+
+    #[test]
+    fn the_catalog_hides_the_pipelines_peers_and_names_whom_the_agent_may_call() {
+        let catalog = r#"[{"name":"coordinator","callable":true},{"name":"unconscious","callable":true},
+                          {"name":"observer","callable":true},{"name":"boss","callable":false}]"#;
+        let shown = without(Some(catalog), &["unconscious".into(), "observer".into()]);
+        let m = system_message(&spec(Role::Worker, None), Some(&shown));
+        assert!(!m.contains("unconscious") && !m.contains("observer"), "{m}");
+        assert_eq!(callable(&shown), ["coordinator"]);
+        // The memory roles get no tools; only the orchestrator gets the orchestrator's.
+        assert!(crate::tools::definitions_for(Role::Observer).is_empty());
+        let names =
+            |r| crate::tools::definitions_for(r).into_iter().map(|d| d.name).collect::<Vec<_>>();
+        assert!(names(Role::Orchestrator).contains(&"flock_channel_create".to_string()));
+        assert!(!names(Role::Worker).contains(&"flock_channel_create".to_string()));
+        assert!(!names(Role::Worker).contains(&"agents__spawn".to_string()));
+        assert!(names(Role::Coordinator).contains(&"agents__spawn".to_string()));
+        let mut defs = crate::tools::definitions_for(Role::Worker);
+        crate::tools::restrict_recipients(&mut defs, &callable(&shown));
+        let send = defs.iter().find(|d| d.name == "agents__send").unwrap();
+        assert_eq!(send.parameters["properties"]["to"]["enum"], serde_json::json!(["coordinator"]));
     }
 
     #[test]

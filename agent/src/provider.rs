@@ -53,6 +53,9 @@ pub trait LlmProvider {
         &mut self,
         conversation: &[ChatMessage],
     ) -> impl std::future::Future<Output = Result<LlmStep, String>>;
+
+    /// Who the agent may address this turn (schema-constrained models get them as an enum).
+    fn set_recipients(&mut self, _names: &[String]) {}
 }
 
 /// Replays a transcript: the first rule matching the turn's input runs its steps in order.

@@ -82,7 +82,12 @@ pub async fn execute(
                 };
             }
             match client.call(frame).await {
-                Ok(f) => answer(f, |_| ToolOutput::ok(format!("delivered to {to}'s mailbox"))),
+                Ok(f) => answer(f, |_| {
+                    ToolOutput::ok(format!(
+                        "delivered to {to}'s mailbox; {to} answers with a message of its own \
+                         later, so do not send it again"
+                    ))
+                }),
                 Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
             }
         }
@@ -114,6 +119,30 @@ pub async fn execute(
             "BAD_REQUEST: no tool named `{other}`; available: {}",
             TOOLS.join(", ")
         )),
+    }
+}
+
+/// The tools an agent of `role` may call (the memory roles answer in text: none).
+pub fn definitions_for(role: flock_config::Role) -> Vec<flock_ipc::llm::ToolDef> {
+    if role.answers_in_text() {
+        return Vec::new();
+    }
+    definitions().into_iter().filter(|d| role.may_use(&d.name)).collect()
+}
+
+/// Restricts `to` of `agents__send` and `agents__request` to `names` (who this agent may call
+/// right now), so a schema-constrained model cannot name an agent that does not exist.
+pub fn restrict_recipients(tools: &mut [flock_ipc::llm::ToolDef], names: &[String]) {
+    for t in tools.iter_mut().filter(|t| t.name == "agents__send" || t.name == "agents__request") {
+        if let Some(to) = t.parameters.pointer_mut("/properties/to") {
+            if names.is_empty() {
+                if let Some(o) = to.as_object_mut() {
+                    o.remove("enum");
+                }
+            } else {
+                to["enum"] = Value::from(names.to_vec());
+            }
+        }
     }
 }
 

@@ -336,7 +336,33 @@ pub enum Role {
     Dream,
 }
 
+/// Tools only the orchestrator (and humans through `flockctl`) may call (DESIGN.md §8).
+pub const ORCHESTRATOR_TOOLS: &[&str] = &[
+    "flock_channel_create",
+    "flock_channel_archive",
+    "flock_assign_members",
+    "flock_create_agent",
+    "flock_decommission_agent",
+];
+
 impl Role {
+    /// Whether an agent of this role may call `tool` (enforced by the router and the channels
+    /// actor; the agent offers its model only these).
+    pub fn may_use(self, tool: &str) -> bool {
+        match tool {
+            // A coordinator spawns a worker per conversation (the brain-persona pattern).
+            "agents__spawn" => matches!(self, Role::Orchestrator | Role::Coordinator),
+            t if ORCHESTRATOR_TOOLS.contains(&t) => self == Role::Orchestrator,
+            _ => true,
+        }
+    }
+
+    /// The memory roles answer in text, which the runtime files (`memory_files`) or returns:
+    /// their model is offered no tools.
+    pub fn answers_in_text(self) -> bool {
+        matches!(self, Role::Unconscious | Role::Observer | Role::Reflection | Role::Dream)
+    }
+
     pub const ALL: [Role; 8] = [
         Role::Orchestrator,
         Role::Sysadmin,

@@ -37,15 +37,6 @@ pub fn is_channel_tool(name: &str) -> bool {
         || name == "agents__spawn"
 }
 
-/// Tools only the orchestrator (and humans through `flockctl`) may call (DESIGN.md §8).
-const ORCHESTRATOR_TOOLS: &[&str] = &[
-    "flock_channel_create",
-    "flock_channel_archive",
-    "flock_assign_members",
-    "flock_create_agent",
-    "flock_decommission_agent",
-];
-
 /// Swarm changes the channels actor asks the supervisor for (it spawns and stops processes).
 #[derive(Debug)]
 pub enum AgentOp {
@@ -75,14 +66,7 @@ impl Caller {
         self.role.is_none()
     }
     fn may(&self, tool: &str) -> bool {
-        if tool == "agents__spawn" {
-            // A coordinator spawns a worker per conversation (the brain-persona pattern).
-            return self.is_human()
-                || matches!(self.role, Some(Role::Orchestrator | Role::Coordinator));
-        }
-        !ORCHESTRATOR_TOOLS.contains(&tool)
-            || self.is_human()
-            || self.role == Some(Role::Orchestrator)
+        self.role.is_none_or(|role| role.may_use(tool))
     }
 }
 

@@ -239,7 +239,7 @@ fn sigkill_after_a_send_replays_the_turn_without_sending_twice() {
     assert_completed_once(&swarm, "job-2", killed);
     let log = swarm.log("slow");
     assert_eq!(
-        count_lines(&log, &["tool agents__send", "→ ok: \"delivered to sink's mailbox\""]),
+        count_lines(&log, &["tool agents__send", "→ ok: \"delivered to sink's mailbox;"]),
         2,
         "both attempts sent (the second one as a duplicate):\n{log}"
     );
