@@ -584,7 +584,6 @@ fn clip(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flock_config::{ModelSpec, RestartPolicy, Transcript};
 
     fn user(i: usize, len: usize) -> ChatMessage {
         ChatMessage::User { from: "op".into(), text: format!("{i}:{}", "u".repeat(len)) }
@@ -594,22 +593,7 @@ mod tests {
     }
 
     fn spec(extensions: Vec<ExtensionSpec>) -> AgentSpec {
-        AgentSpec {
-            name: "w".into(),
-            role: Role::Worker,
-            archetype: None,
-            description: String::new(),
-            restart: RestartPolicy::Permanent,
-            stop_timeout_secs: 10,
-            ready_timeout_secs: 10,
-            workspace: None,
-            command: None,
-            env: Vec::new(),
-            can_call: Vec::new(),
-            model: ModelSpec::Scripted(Transcript::default()),
-            instance: None,
-            extensions,
-        }
+        crate::test_spec(Role::Worker, extensions)
     }
 
     /// A client whose router is gone: extensions that need none must not care.

@@ -450,3 +450,27 @@ async fn turn(
     new.extend(turn_messages);
     Ok((text, new))
 }
+
+/// A scripted agent named `w` for unit tests.
+#[cfg(test)]
+pub(crate) fn test_spec(
+    role: flock_config::Role,
+    extensions: Vec<flock_config::ExtensionSpec>,
+) -> AgentSpec {
+    AgentSpec {
+        name: "w".into(),
+        role,
+        archetype: None,
+        description: String::new(),
+        restart: flock_config::RestartPolicy::Permanent,
+        stop_timeout_secs: 10,
+        ready_timeout_secs: 10,
+        workspace: None,
+        command: None,
+        env: Vec::new(),
+        can_call: Vec::new(),
+        model: ModelSpec::Scripted(flock_config::Transcript::default()),
+        instance: None,
+        extensions,
+    }
+}

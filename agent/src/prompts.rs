@@ -95,24 +95,12 @@ pub fn system_message(spec: &AgentSpec, catalog: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flock_config::{ModelSpec, RestartPolicy, Transcript};
 
     fn spec(role: Role, archetype: Option<&str>) -> AgentSpec {
         AgentSpec {
-            name: "w".into(),
-            role,
             archetype: archetype.map(Into::into),
             description: "builds things".into(),
-            restart: RestartPolicy::Permanent,
-            stop_timeout_secs: 10,
-            ready_timeout_secs: 10,
-            workspace: None,
-            command: None,
-            env: Vec::new(),
-            can_call: Vec::new(),
-            model: ModelSpec::Scripted(Transcript::default()),
-            instance: None,
-            extensions: Vec::new(),
+            ..crate::test_spec(role, Vec::new())
         }
     }
 
