@@ -562,19 +562,13 @@ mod openai_variants {
         let secs = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
         let (days, rem) = (secs / 86_400, secs % 86_400);
         let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
-        // Civil date from days since 1970-01-01 (Hinnant's civil_from_days).
-        let z = days as i64 + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
+        // YYYY-MM-DDTHH:MM:SS… from the project's own formatter.
+        let stamp = flock_ipc::time::format_timestamp(secs * 1000);
+        let num = |r: std::ops::Range<usize>| stamp[r].parse::<usize>().unwrap();
+        let (year, month, day) = (num(0..4), num(5..7), num(8..10));
         let name =
             ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-                [(month - 1) as usize];
+                [month - 1];
         format!(
             "{weekday}, {day:02} {name} {year} {:02}:{:02}:{:02} GMT",
             rem / 3600,

@@ -73,9 +73,17 @@ fn a_message_to_the_coordinator_runs_the_worker_writes_memory_and_answers_once_d
         SHORT,
         "the coordinator answered the human",
     );
-    // Exactly one answer: the replayed turn re-sent the same message id, which was dropped.
-    swarm.wait_until(|| swarm.turns_total("coordinator") >= 2, SHORT, "coordinator turns");
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Exactly one answer: the replayed turn re-sent the same message id, which was dropped. The
+    // worker's turn is over (its Ack counted), so a duplicate would already sit in the
+    // coordinator's mailbox: wait until that mailbox is empty and the coordinator idle.
+    swarm.wait_until(
+        || {
+            let c = swarm.agent("coordinator");
+            c["turns_total"].as_u64() >= Some(2) && c["mailbox_depth"] == 0 && c["state"] == "ready"
+        },
+        SHORT,
+        "the coordinator has nothing left to do",
+    );
     let answers = swarm.ctl_ok(&["read", DM]);
     assert_eq!(answers.matches("[result] worker did: plan my week").count(), 1, "{answers}");
     assert_eq!(swarm.turns_total("coordinator"), 2, "input + result, nothing twice");
