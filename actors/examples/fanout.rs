@@ -62,6 +62,7 @@ async fn main() {
             liveness,
             channels: Some(channels.clone()),
             gateway: None,
+            journal: None,
         },
     )
     .await

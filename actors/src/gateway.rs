@@ -14,12 +14,21 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+use crate::router::RouterMsg;
 use crate::store::WriteOp;
 use crate::store_actor::StoreMsg;
 
 pub enum GatewayMsg {
-    /// A model call from `agent` (its address) with its model; answer on `outbox`.
-    Call { agent: String, model: ModelSpec, request: String, frame_id: MsgId, outbox: Outbox },
+    /// A model call from `agent` (its address) with its model; answer on `outbox`. `chain`: the
+    /// chain of turns the call belongs to and the router to charge its tokens to.
+    Call {
+        agent: String,
+        model: ModelSpec,
+        request: String,
+        frame_id: MsgId,
+        outbox: Outbox,
+        chain: Option<(MsgId, ActorRef<RouterMsg>)>,
+    },
     /// The agent's turn was cancelled: abort its call in flight.
     Cancel { agent: String },
     /// A call finished (sent by its task).
@@ -155,7 +164,7 @@ impl Actor for Gateway {
         st: &mut GatewayState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            GatewayMsg::Call { agent, model, request, frame_id, outbox } => {
+            GatewayMsg::Call { agent, model, request, frame_id, outbox, chain } => {
                 let target = match &model {
                     ModelSpec::OpenAi(m) => endpoint(m, ProviderKind::OpenAi, &st.keys),
                     ModelSpec::Anthropic(m) => endpoint(m, ProviderKind::Anthropic, &st.keys),
@@ -174,13 +183,17 @@ impl Actor for Gateway {
                         return Ok(());
                     }
                 };
-                let req: ChatRequest = match serde_json::from_str(&request) {
+                let mut req: ChatRequest = match serde_json::from_str(&request) {
                     Ok(r) => r,
                     Err(e) => {
                         answer(&outbox, frame_id, &agent, false, format!("malformed LlmCall: {e}"));
                         return Ok(());
                     }
                 };
+                // The embedded model keeps one KV-cache slot per agent, keyed by this name.
+                if matches!(target, Target::Local(..)) {
+                    req.user = Some(agent.clone());
+                }
                 st.next_call += 1;
                 let call = st.next_call;
                 let client = st.client.clone();
@@ -204,6 +217,11 @@ impl Actor for Gateway {
                         Err(e) => (false, e, 0, 0),
                     };
                     answer(&outbox, frame_id, &who, ok, response);
+                    if let Some((chain, router)) = chain
+                        && tin + tout > 0
+                    {
+                        let _ = router.cast(RouterMsg::Tokens { chain, tokens: tin + tout });
+                    }
                     let _ = me.cast(GatewayMsg::Done {
                         agent: who,
                         call,

@@ -627,6 +627,42 @@ impl Filter {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The writer task
+
+/// Appends events on a task of its own, in batches (one lock and one `write` for everything
+/// queued): an actor hands an event over and goes on, never waiting on the file. Events are
+/// lost only if the supervisor dies before the task writes them (milliseconds).
+#[derive(Debug, Clone)]
+pub struct JournalWriter {
+    tx: tokio::sync::mpsc::UnboundedSender<JournalEvent>,
+}
+
+impl JournalWriter {
+    /// Starts the writer task on the current tokio runtime.
+    pub fn spawn(journal: std::sync::Arc<Journal>) -> JournalWriter {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<JournalEvent>();
+        tokio::spawn(async move {
+            let mut batch = Vec::new();
+            while rx.recv_many(&mut batch, 4096).await > 0 {
+                let events = std::mem::take(&mut batch);
+                let j = journal.clone();
+                let written = tokio::task::spawn_blocking(move || j.append_all(&events)).await;
+                match written {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => eprintln!("flock journal: append failed: {e}"),
+                    Err(e) => eprintln!("flock journal: the writer failed: {e}"),
+                }
+            }
+        });
+        JournalWriter { tx }
+    }
+
+    pub fn log(&self, event: JournalEvent) {
+        let _ = self.tx.send(event);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The journal
 
 /// A journal directory. Cheap to open; holds one descriptor on the lock file. Open one per
@@ -699,14 +735,28 @@ impl Journal {
     /// Appends one event (checked against the schema first; an invalid event writes nothing),
     /// then rotates if the current file has grown past `max_bytes`.
     pub fn append(&self, event: &JournalEvent) -> Result<(), JournalError> {
-        let line = event.to_line();
-        validate_line(&line).map_err(JournalError::Invalid)?;
-        if line.len() > MAX_EVENT_BYTES {
-            return Err(JournalError::Invalid(format!(
-                "the event is {} bytes, more than the {MAX_EVENT_BYTES}-byte limit; put large \
-                 content in a file and name it in result.artifacts",
-                line.len()
-            )));
+        self.append_all(std::slice::from_ref(event))
+    }
+
+    /// Appends several events under one lock and in one `write` (each checked first: if any is
+    /// invalid, nothing is written), then rotates if needed.
+    pub fn append_all(&self, events: &[JournalEvent]) -> Result<(), JournalError> {
+        let mut lines = Vec::new();
+        for event in events {
+            let line = event.to_line();
+            validate_line(&line).map_err(JournalError::Invalid)?;
+            if line.len() > MAX_EVENT_BYTES {
+                return Err(JournalError::Invalid(format!(
+                    "the event is {} bytes, more than the {MAX_EVENT_BYTES}-byte limit; put large \
+                     content in a file and name it in result.artifacts",
+                    line.len()
+                )));
+            }
+            lines.extend_from_slice(line.as_bytes());
+            lines.push(b'\n');
+        }
+        if lines.is_empty() {
+            return Ok(());
         }
 
         let _guard = self.lock(true)?;
@@ -720,7 +770,7 @@ impl Journal {
             .open(&path)
             .map_err(io_err("open journal", &path))?;
         let len = file.metadata().map_err(io_err("stat journal", &path))?.len();
-        let mut buf = Vec::with_capacity(line.len() + 2);
+        let mut buf = Vec::with_capacity(lines.len() + 1);
         if len > 0 {
             let mut last = [0u8; 1];
             file.read_exact_at(&mut last, len - 1).map_err(io_err("read journal", &path))?;
@@ -729,8 +779,7 @@ impl Journal {
                 buf.push(b'\n');
             }
         }
-        buf.extend_from_slice(line.as_bytes());
-        buf.push(b'\n');
+        buf.extend_from_slice(&lines);
         file.write_all(&buf).map_err(io_err("append to journal", &path))?;
         drop(file);
 

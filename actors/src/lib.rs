@@ -5,6 +5,7 @@
 //! through [`router::RouterMsg::Expect`]/[`router::RouterMsg::Stop`] and reports back through
 //! [`router::RouterEvent`]s.
 
+pub mod chains;
 pub mod channels;
 pub mod gateway;
 pub mod journal;

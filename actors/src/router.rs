@@ -9,20 +9,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use flock_config::{AgentSpec, SwarmSpec};
-use flock_ipc::id::{fmt_id, new_id};
+use flock_ipc::id::{derive_id, fmt_id, new_id};
 use flock_ipc::{
-    Body, ControlRequest, Delivery, DeliveryKind, ErrorCode, Frame, Hello, MsgId, OPERATOR, Outbox,
-    PROTOCOL_VERSION, PeerCred, ROUTER, SendMode, Welcome,
+    Body, ChainEnd, ChainOutcome, ControlReply, ControlRequest, Delivery, DeliveryKind, ErrorCode,
+    Frame, Hello, MsgId, OPERATOR, Outbox, PROTOCOL_VERSION, PeerCred, ROUTER, SendMode, Welcome,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
+use crate::chains::{self, ChainTag, Chains, Route, StopKind, clip};
 use crate::channels::{Caller, ChannelsMsg, ToolReply};
 use crate::gateway::GatewayMsg;
+use crate::journal::{JournalEvent, JournalWriter, Status};
 use crate::store::{NewMessage, WriteOp, WriteOutcome};
 use crate::store_actor::{Origin, StoreMsg, StoredOutcome};
 
+/// Index under which a turn's routed answer is derived from its input's id (a replayed turn
+/// re-derives the same id, so the durable mailbox drops the duplicate).
+const RESULT_INDEX: u32 = u32::MAX - 16;
+/// The identity of the operator (`flockctl`) as a chain participant: answers go to their DM.
+pub const OPERATOR_HUMAN: &str = "human:operator";
+
 pub type ConnId = u64;
+
+/// The connection of a write nobody waits to hear about (a routed result).
+const NO_CONN: ConnId = u64::MAX;
 
 /// Which socket a connection came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +80,9 @@ pub struct RouterCounters {
     pub dropped: u64,
     pub late_replies: u64,
     pub connections: u64,
+    /// Chains of turns in flight now, and those stopped by a budget since the start.
+    pub chains_live: u64,
+    pub chains_stopped: u64,
 }
 
 /// Writes committed by the store, handed back so the router can answer and deliver.
@@ -108,8 +122,19 @@ pub enum RouterMsg {
     /// Refuse new sends: the swarm is shutting down.
     Drain,
     /// Hand a channel notification to `agent` as a turn input (from the channels actor); the
-    /// channels actor hears back through `ChannelsMsg::DeltaDone`.
-    Delta { agent: String, channel: String, upto: u64, text: String },
+    /// channels actor hears back through `ChannelsMsg::DeltaDone`. `chain`: the chain of the
+    /// newest post it covers and that post's hop (a person's post starts a new chain).
+    Delta {
+        agent: String,
+        channel: String,
+        upto: u64,
+        text: String,
+        chain: Option<(ChainTag, u32)>,
+    },
+    /// Model tokens a chain's turn used (from the gateway).
+    Tokens { chain: MsgId, tokens: u64 },
+    /// The channels actor posted (or found already posted) a chain's answer to a person.
+    Answered(AnswerPosted),
     /// Tell `agent` that `channel` was archived, so it closes that session.
     SessionClosed { agent: String, channel: String },
     /// An agent created at run time (`flock_create_agent`): route to it from now on.
@@ -131,6 +156,23 @@ pub struct RouterArgs {
     pub channels: Option<ActorRef<ChannelsMsg>>,
     /// The LLM gateway (`LlmCall`), if remote models are enabled.
     pub gateway: Option<ActorRef<GatewayMsg>>,
+    /// Where chain hops are journaled (`None`: not journaled).
+    pub journal: Option<JournalWriter>,
+}
+
+/// What the channels actor reports after posting a chain's answer.
+#[derive(Debug)]
+pub struct AnswerPosted {
+    pub chain: MsgId,
+    /// The answering agent and the person.
+    pub agent: String,
+    pub human: String,
+    pub text: String,
+    /// The durable message whose turn gave the answer: completed only now that the answer is
+    /// stored (`None` for a stop notice).
+    pub msg: Option<MsgId>,
+    /// (channel, seq, whether an answer to this chain was already there), or why it failed.
+    pub outcome: Result<(String, u64, bool), String>,
 }
 
 pub struct Router;
@@ -147,6 +189,35 @@ struct Queued {
     call_chain: Vec<String>,
     /// For deltas: the channel and the seq the delta covers up to.
     channel: Option<(String, u64)>,
+    /// Its chain and who waits for the answer of its turn.
+    route: Route,
+    /// The turn handed this input over (`Delegate`): its own answer is not routed.
+    delegated: bool,
+}
+
+impl Queued {
+    fn new(id: MsgId, kind: DeliveryKind, sender: String, text: String, route: Route) -> Queued {
+        Queued {
+            id,
+            kind,
+            sender,
+            text,
+            attempts: 0,
+            call_chain: Vec::new(),
+            channel: None,
+            route,
+            delegated: false,
+        }
+    }
+
+    /// Durable in SQLite (messages and results), as opposed to in memory only.
+    fn durable(&self) -> bool {
+        matches!(self.kind, DeliveryKind::Message | DeliveryKind::Result)
+    }
+
+    fn chain(&self) -> MsgId {
+        self.route.chain.id
+    }
 }
 
 struct Slot {
@@ -221,6 +292,9 @@ pub struct RouterState {
     /// Turns finished since the last flush, per agent (requests, deltas, at_most_once messages;
     /// durable messages count in their own completion write).
     unflushed_turns: HashMap<String, u64>,
+    /// Live chains of turns and their budgets.
+    chains: Chains,
+    journal: Option<JournalWriter>,
 }
 
 pub(crate) fn unix_ms() -> u64 {
@@ -265,20 +339,20 @@ impl Actor for Router {
             slots.insert(key, Slot::new(spec.clone(), last_seen, turns)?);
         }
         let mut orphans = 0;
+        let mut chains = Chains::default();
         for m in pending {
-            match slots.get_mut(&m.target) {
-                Some(slot) => slot.queue.push_back(Queued {
-                    id: m.id,
-                    kind: DeliveryKind::Message,
-                    sender: m.sender,
-                    text: m.text,
-                    attempts: m.attempts,
-                    call_chain: Vec::new(),
-                    channel: None,
-                }),
+            let Some(slot) = slots.get_mut(&m.target) else {
                 // The agent was removed from the swarm file; its mail waits for it to return.
-                None => orphans += 1,
-            }
+                orphans += 1;
+                continue;
+            };
+            // Chains resume where their messages say they were (hops and start time).
+            let route = Route::load(&m.route, m.id, &m.sender, &m.target, &m.text, m.enqueued_at);
+            chains.entry(&route.chain, route.hop).live += 1;
+            let kind = if route.result { DeliveryKind::Result } else { DeliveryKind::Message };
+            let mut q = Queued::new(m.id, kind, m.sender, m.text, route);
+            q.attempts = m.attempts;
+            slot.queue.push_back(q);
         }
         if orphans > 0 {
             eprintln!(
@@ -302,6 +376,8 @@ impl Actor for Router {
             deadlines: std::collections::BTreeSet::new(),
             deadline_armed: None,
             unflushed_turns: HashMap::new(),
+            chains,
+            journal: args.journal,
         })
     }
 
@@ -343,7 +419,12 @@ impl Actor for Router {
                 }
                 state.arm_deadline(&myself);
             }
-            RouterMsg::FlushTurns => state.flush_turns(),
+            RouterMsg::FlushTurns => {
+                state.flush_turns();
+                state.check_wall_budgets();
+            }
+            RouterMsg::Tokens { chain, tokens } => state.charge_tokens(chain, tokens),
+            RouterMsg::Answered(posted) => state.answered(posted),
             RouterMsg::RetryDeliver(agent) => {
                 if let Some(slot) = state.slots.get_mut(&agent) {
                     slot.retry_scheduled = false;
@@ -369,8 +450,8 @@ impl Actor for Router {
                 state.draining = true;
                 state.flush_turns();
             }
-            RouterMsg::Delta { agent, channel, upto, text } => {
-                state.delta(&myself, agent, channel, upto, text);
+            RouterMsg::Delta { agent, channel, upto, text, chain } => {
+                state.delta(&myself, agent, channel, upto, text, chain);
             }
             RouterMsg::SessionClosed { agent, channel } => {
                 if let Some(conn) = state.slots.get(&agent).and_then(|s| s.conn) {
@@ -399,6 +480,8 @@ impl Actor for Router {
                                 },
                             );
                         }
+                        // Its mail stays in the store; the chains no longer wait for it.
+                        state.leave(q.chain());
                     }
                 }
             }
@@ -415,7 +498,10 @@ impl Actor for Router {
                         turns_total: s.turns_total,
                     })
                     .collect();
-                let _ = reply.send((infos, state.counters.clone()));
+                let mut counters = state.counters.clone();
+                counters.chains_live = state.chains.map.len() as u64;
+                counters.chains_stopped = state.chains.stopped_total;
+                let _ = reply.send((infos, counters));
             }
         }
         Ok(())
@@ -549,6 +635,9 @@ impl RouterState {
         match &frame.body {
             Body::Send { .. } => self.send(myself, conn, frame),
             Body::Request { .. } => self.request(myself, conn, frame),
+            Body::Delegate { .. } if kind == ConnKind::Agent => {
+                self.delegate(myself, conn, identity, frame)
+            }
             Body::Ack { .. } | Body::Nack { .. } if kind == ConnKind::Agent => {
                 self.turn_finished(myself, identity, frame)
             }
@@ -564,10 +653,14 @@ impl RouterState {
                 let outbox = self.conns.get(&conn).map(|i| i.outbox.clone());
                 match (&self.channels, outbox) {
                     (Some(ch), Some(outbox)) => {
+                        // Posts carry the poster's chain on to the deltas they cause, so a
+                        // conversation between agents in a channel is one budgeted chain.
+                        let chain = self.current_chain(identity);
                         let msg = ChannelsMsg::Tool {
                             caller: Caller { id: identity.to_owned(), role: Some(role) },
                             name: name.clone(),
                             arguments: arguments.clone(),
+                            chain,
                             reply: ToolReply {
                                 outbox,
                                 frame_id: frame.id,
@@ -599,7 +692,17 @@ impl RouterState {
                 self.answer(conn, Frame::answer(&frame, ROUTER, Body::ToolResult { ok, content }));
             }
             Body::LlmCall { request } if kind == ConnKind::Agent => {
-                let model = self.slots.get(identity).map(|s| s.spec.model.clone());
+                let slot = self.slots.get(identity);
+                let model = slot.map(|s| s.spec.model.clone());
+                // A model call belongs to the chain of the turn that makes it; a stopped chain
+                // gets no more model time.
+                let chain = slot.and_then(|s| s.in_flight.as_ref()).map(Queued::chain);
+                if let Some(reason) =
+                    chain.and_then(|c| self.chains.map.get(&c)).and_then(|c| c.stopped.clone())
+                {
+                    let msg = format!("this chain of turns was stopped: {reason}");
+                    return self.answer(conn, Frame::error(&frame, ErrorCode::BudgetExceeded, msg));
+                }
                 let outbox = self.conns.get(&conn).map(|i| i.outbox.clone());
                 match (&self.gateway, model, outbox) {
                     (Some(gw), Some(model), Some(outbox)) => {
@@ -609,6 +712,7 @@ impl RouterState {
                             request: request.clone(),
                             frame_id: frame.id,
                             outbox,
+                            chain: chain.map(|c| (c, myself.clone())),
                         };
                         if gw.cast(call).is_err() {
                             let err = Frame::error(
@@ -639,6 +743,28 @@ impl RouterState {
                 self.answer(conn, Frame::answer(&frame, ROUTER, Body::HeartbeatAck));
             }
             Body::ShutdownAck | Body::HeartbeatAck => {}
+            Body::Control(ControlRequest::Watch { chain }) if kind == ConnKind::Control => {
+                match self.chains.map.get_mut(chain) {
+                    Some(c) => c.watchers.push((conn, frame.id)),
+                    None => {
+                        let msg = format!(
+                            "no chain {} in flight (it may have ended already; see `flockctl journal query corr={}`)",
+                            fmt_id(*chain),
+                            fmt_id(*chain)
+                        );
+                        self.answer(conn, Frame::error(&frame, ErrorCode::BadRequest, msg));
+                    }
+                }
+            }
+            Body::Control(ControlRequest::Chains) if kind == ConnKind::Control => {
+                let now = unix_ms();
+                let budget = &self.spec.budget;
+                let mut rows: Vec<_> =
+                    self.chains.map.values().map(|c| c.row(budget, now)).collect();
+                rows.sort_by_key(|r| std::cmp::Reverse(r.age_ms));
+                let reply = Body::ControlReply(ControlReply::Chains(rows));
+                self.answer(conn, Frame::answer(&frame, ROUTER, reply));
+            }
             Body::Control(request) if kind == ConnKind::Control => {
                 if let Some(info) = self.conns.get(&conn) {
                     (self.control)(ControlCall {
@@ -691,38 +817,115 @@ impl RouterState {
     }
 
     fn send(&mut self, myself: &ActorRef<RouterMsg>, conn: ConnId, frame: Frame) {
-        let Body::Send { mode, .. } = &frame.body else { return };
+        let Body::Send { mode, text } = &frame.body else { return };
         if let Err((code, msg)) = self.check_target(&frame.from, &frame.to) {
             return self.answer(conn, Frame::error(&frame, code, msg));
         }
-        match mode {
-            SendMode::Durable => {
-                let Frame { id, from, to, body: Body::Send { text, .. }, .. } = frame else {
-                    return;
-                };
-                let msg = NewMessage { id, sender: from, target: to, text };
-                let write = StoreMsg::Write {
-                    op: WriteOp::Enqueue(msg),
-                    origin: Some(Origin { conn, frame: id }),
-                    notify: Some(myself.clone()),
-                };
-                if let Err(e) = self.store.cast(write) {
-                    eprintln!("flock router: the store is not running: {e}");
-                    let err = Frame {
-                        correlation_id: Some(id),
-                        ..Frame::new(
-                            ROUTER,
-                            "",
-                            Body::Error {
-                                code: ErrorCode::Internal,
-                                message: "the store is not running".into(),
-                            },
-                        )
-                    };
-                    self.answer(conn, err);
-                }
+        if *mode == SendMode::AtMostOnce {
+            return self.route_at_most_once(conn, frame);
+        }
+        // A person's message waits for an answer; an agent's send during a turn joins that
+        // turn's chain (nobody waits for its answer: delegation is `Delegate`).
+        let mut route = if frame.from == OPERATOR {
+            Route::root(
+                frame.id,
+                OPERATOR_HUMAN,
+                &frame.to,
+                text,
+                unix_ms(),
+                Some(OPERATOR_HUMAN.to_owned()),
+            )
+        } else {
+            self.child_route(&frame.from, frame.id, &frame.to, text, Vec::new())
+        };
+        if let Err(msg) = self.admit(&mut route, "SEND", &frame.from, &frame.to, text) {
+            return self.answer(conn, Frame::error(&frame, ErrorCode::BudgetExceeded, msg));
+        }
+        self.enqueue(myself, frame.id, frame.from, frame.to, text.clone(), &route, Some(conn));
+    }
+
+    /// Hands the caller's current input over to `frame.to`: the callee's answer comes back as a
+    /// `Result` input of the caller, whose own turn gives no answer.
+    fn delegate(&mut self, myself: &ActorRef<RouterMsg>, conn: ConnId, agent: &str, frame: Frame) {
+        let Body::Delegate { text } = &frame.body else { return };
+        if let Err((code, msg)) = self.check_target(agent, &frame.to) {
+            return self.answer(conn, Frame::error(&frame, code, msg));
+        }
+        let current = self.slots.get(agent).and_then(|s| s.in_flight.as_ref());
+        let refusal = match current {
+            None => Some("delegation belongs to a turn: this agent is not working on an input"),
+            Some(q) if q.route.answer_to().is_none() => Some(
+                "nobody waits for an answer to this input, so there is nothing to delegate; use agents__send",
+            ),
+            Some(q) if q.kind == DeliveryKind::Result => Some(
+                "this input is a delegated agent's result: answer it yourself, it cannot be delegated again",
+            ),
+            Some(q) if q.kind != DeliveryKind::Message => {
+                Some("only a message can be delegated (a request's caller waits for this agent)")
             }
-            SendMode::AtMostOnce => self.route_at_most_once(conn, frame),
+            Some(q) if q.delegated => Some("this turn has already delegated its input"),
+            Some(_) => None,
+        };
+        if let Some(msg) = refusal {
+            return self.answer(conn, Frame::error(&frame, ErrorCode::BadRequest, msg));
+        }
+        let Some(q) = current else { return };
+        let mut path = q.route.answer_path.clone();
+        path.push(agent.to_owned());
+        let mut route = self.child_route(agent, frame.id, &frame.to, text, path);
+        if let Err(msg) = self.admit(&mut route, "DELEGATE", agent, &frame.to, text) {
+            return self.answer(conn, Frame::error(&frame, ErrorCode::BudgetExceeded, msg));
+        }
+        if let Some(q) = self.slots.get_mut(agent).and_then(|s| s.in_flight.as_mut()) {
+            q.delegated = true;
+        }
+        self.enqueue(
+            myself,
+            frame.id,
+            agent.to_owned(),
+            frame.to,
+            text.clone(),
+            &route,
+            Some(conn),
+        );
+    }
+
+    /// Puts a durable message in its target's SQLite mailbox; it is queued for the target (and
+    /// `Accepted` answered on `conn`, if any) once the store has committed it.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        id: MsgId,
+        sender: String,
+        target: String,
+        text: String,
+        route: &Route,
+        conn: Option<ConnId>,
+    ) {
+        let msg = NewMessage { id, sender, target, text, route: route.store(id) };
+        let write = StoreMsg::Write {
+            op: WriteOp::Enqueue(msg),
+            origin: Some(Origin { conn: conn.unwrap_or(NO_CONN), frame: id }),
+            notify: Some(myself.clone()),
+        };
+        if let Err(e) = self.store.cast(write) {
+            eprintln!("flock router: the store is not running: {e}");
+            self.leave(route.chain.id);
+            if let Some(conn) = conn {
+                let err = Frame {
+                    correlation_id: Some(id),
+                    ..Frame::new(
+                        ROUTER,
+                        "",
+                        Body::Error {
+                            code: ErrorCode::Internal,
+                            message: "the store is not running".into(),
+                        },
+                    )
+                };
+                self.answer(conn, err);
+            }
         }
     }
 
@@ -745,6 +948,9 @@ impl RouterState {
                 durable: false,
                 call_chain: Vec::new(),
                 channel: None,
+                // The raw path is outside chain budgets (models cannot send at_most_once).
+                answer_to: None,
+                chain: None,
             }),
         };
         let target = self.slots.get(&out.to).and_then(|s| s.conn).and_then(|c| self.conns.get(&c));
@@ -779,20 +985,29 @@ impl RouterState {
             return self.answer(conn, Frame::error(&frame, code, msg));
         }
         // The call chain is the router's own record of who is serving whom, never the caller's.
-        let mut chain = self
+        let mut calls = self
             .slots
             .get(&frame.from)
             .and_then(|s| s.in_flight.as_ref())
             .map(|q| q.call_chain.clone())
             .unwrap_or_default();
         if frame.from != OPERATOR {
-            chain.push(chain_entry(&frame.from));
+            calls.push(chain_entry(&frame.from));
         }
         let callee = chain_entry(&frame.to);
-        if chain.contains(&callee) {
+        if calls.contains(&callee) {
             let msg =
-                format!("calling {callee} would close a cycle: {} → {callee}", chain.join(" → "));
+                format!("calling {callee} would close a cycle: {} → {callee}", calls.join(" → "));
             return self.answer(conn, Frame::error(&frame, ErrorCode::CircularCall, msg));
+        }
+        // The caller waits for the reply itself: nobody else waits on the callee's turn.
+        let mut route = if frame.from == OPERATOR {
+            Route::root(frame.id, OPERATOR_HUMAN, &frame.to, text, unix_ms(), None)
+        } else {
+            self.child_route(&frame.from, frame.id, &frame.to, text, Vec::new())
+        };
+        if let Err(msg) = self.admit(&mut route, "REQUEST", &frame.from, &frame.to, text) {
+            return self.answer(conn, Frame::error(&frame, ErrorCode::BudgetExceeded, msg));
         }
         let timeout_ms =
             if *timeout_ms == 0 { self.spec.delivery.request_timeout_ms } else { *timeout_ms };
@@ -811,65 +1026,92 @@ impl RouterState {
         self.deadlines.insert((deadline, id));
         self.arm_deadline(myself);
         let Some(slot) = self.slots.get_mut(&frame.to) else { return };
-        slot.queue.push_back(Queued {
-            id,
-            kind: DeliveryKind::Request,
-            sender: frame.from.clone(),
-            text: text.clone(),
-            attempts: 0,
-            call_chain: chain,
-            channel: None,
-        });
+        let mut q = Queued::new(id, DeliveryKind::Request, frame.from.clone(), text.clone(), route);
+        q.call_chain = calls;
+        slot.queue.push_back(q);
         let to = frame.to.clone();
         self.deliver_next(myself, &to);
     }
 
     /// Hands the next queued input to `agent` if it is connected and idle.
     fn deliver_next(&mut self, myself: &ActorRef<RouterMsg>, agent: &str) {
-        let Some(slot) = self.slots.get_mut(agent) else { return };
-        if slot.in_flight.is_some() || slot.stopping {
-            return;
-        }
-        let Some(info) = slot.conn.and_then(|c| self.conns.get(&c)) else { return };
-        while let Some(q) = slot.queue.pop_front() {
-            // A request whose caller already timed out is skipped (lazily, to keep this O(1)).
-            if q.kind == DeliveryKind::Request && !self.requests.contains_key(&q.id) {
-                continue;
-            }
-            let frame = Frame {
-                id: q.id,
-                from: q.sender.clone(),
-                to: agent.to_owned(),
-                correlation_id: None,
-                deadline_ms: None,
-                body: Body::Deliver(Delivery {
-                    kind: q.kind,
-                    sender: q.sender.clone(),
-                    text: q.text.clone(),
-                    attempt: q.attempts + 1,
-                    durable: q.kind == DeliveryKind::Message,
-                    call_chain: q.call_chain.clone(),
-                    channel: q.channel.as_ref().map(|(c, _)| c.clone()),
-                }),
-            };
-            match info.outbox.try_send(frame) {
-                Ok(()) => {
-                    self.counters.routed += 1;
-                    slot.in_flight = Some(q);
+        let mut dropped = Vec::new();
+        if let Some(slot) = self.slots.get_mut(agent)
+            && slot.in_flight.is_none()
+            && !slot.stopping
+            && let Some(info) = slot.conn.and_then(|c| self.conns.get(&c))
+        {
+            while let Some(q) = slot.queue.pop_front() {
+                // Skipped lazily, to keep this O(1): a request whose caller already timed out,
+                // and anything of a chain that was stopped.
+                let stale = q.kind == DeliveryKind::Request && !self.requests.contains_key(&q.id);
+                let stopped = self.chains.map.get(&q.chain()).is_some_and(|c| c.stopped.is_some());
+                if stale || stopped {
+                    dropped.push(q);
+                    continue;
                 }
-                Err(_) => {
-                    slot.queue.push_front(q);
-                    if !slot.retry_scheduled {
-                        slot.retry_scheduled = true;
-                        let name = agent.to_owned();
-                        myself.send_after(Duration::from_millis(10), move || {
-                            RouterMsg::RetryDeliver(name)
-                        });
+                let frame = Frame {
+                    id: q.id,
+                    from: q.sender.clone(),
+                    to: agent.to_owned(),
+                    correlation_id: None,
+                    deadline_ms: None,
+                    body: Body::Deliver(Delivery {
+                        kind: q.kind,
+                        sender: q.sender.clone(),
+                        text: q.text.clone(),
+                        attempt: q.attempts + 1,
+                        durable: q.durable(),
+                        call_chain: q.call_chain.clone(),
+                        channel: q.channel.as_ref().map(|(c, _)| c.clone()),
+                        answer_to: if q.delegated {
+                            None
+                        } else {
+                            q.route.answer_to().map(str::to_owned)
+                        },
+                        chain: Some(q.chain()),
+                    }),
+                };
+                match info.outbox.try_send(frame) {
+                    Ok(()) => {
+                        self.counters.routed += 1;
+                        slot.in_flight = Some(q);
+                    }
+                    Err(_) => {
+                        slot.queue.push_front(q);
+                        if !slot.retry_scheduled {
+                            slot.retry_scheduled = true;
+                            let name = agent.to_owned();
+                            myself.send_after(Duration::from_millis(10), move || {
+                                RouterMsg::RetryDeliver(name)
+                            });
+                        }
                     }
                 }
+                break;
             }
-            return;
         }
+        for q in dropped {
+            self.discard(agent, q, "its chain of turns was stopped");
+        }
+    }
+
+    /// Drops an input that will never run (stale request, stopped chain): a durable message is
+    /// marked done in the store (not a dead letter, not a turn), a waiting caller is told.
+    fn discard(&mut self, agent: &str, q: Queued, reason: &str) {
+        match q.kind {
+            DeliveryKind::Message | DeliveryKind::Result => {
+                let op = WriteOp::Discard { id: q.id, reason: reason.to_owned() };
+                let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+            }
+            DeliveryKind::Request if self.requests.contains_key(&q.id) => {
+                let message = format!("`{agent}` will not answer: {reason}");
+                self.reply(q.id, agent, Body::Error { code: ErrorCode::BudgetExceeded, message });
+            }
+            DeliveryKind::Request => {}
+            DeliveryKind::Delta => self.delta_done(agent, &q, false),
+        }
+        self.leave(q.chain());
     }
 
     fn turn_finished(&mut self, myself: &ActorRef<RouterMsg>, agent: &str, frame: Frame) {
@@ -885,43 +1127,478 @@ impl RouterState {
                     return;
                 }
                 let Some(done) = slot.in_flight.take() else { return };
+                let reply = reply.unwrap_or_default();
+                self.journal_turn(agent, &done, &reply);
                 match done.kind {
-                    // The completion and its turn count commit together: counted exactly once.
-                    DeliveryKind::Message => {
-                        let op = WriteOp::Complete { id, agent: agent.into() };
-                        let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+                    DeliveryKind::Message | DeliveryKind::Result => {
+                        // The completion and its turn count commit together: counted exactly
+                        // once. An answer to a person completes the message only once it is
+                        // posted, so a crash in between replays the turn, never loses the answer.
+                        if !self.route_answer(myself, agent, &done, &reply) {
+                            let op = WriteOp::Complete { id, agent: agent.into() };
+                            let _ =
+                                self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+                        }
                     }
                     // Not worth a commit per turn: counted in memory, flushed every second.
-                    DeliveryKind::Request | DeliveryKind::Delta => {
+                    DeliveryKind::Request => {
                         *self.unflushed_turns.entry(agent.to_owned()).or_default() += 1;
+                        self.reply(id, agent, Body::Reply { text: reply });
+                    }
+                    DeliveryKind::Delta => {
+                        *self.unflushed_turns.entry(agent.to_owned()).or_default() += 1;
+                        self.delta_done(agent, &done, true);
                     }
                 }
-                self.delta_done(agent, &done, true);
-                if done.kind == DeliveryKind::Request {
-                    self.reply(id, agent, Body::Reply { text: reply.unwrap_or_default() });
-                }
+                self.leave(done.chain());
             }
             Body::Nack { reason } => {
                 if !current {
                     return;
                 }
                 let Some(failed) = slot.in_flight.take() else { return };
+                let stopped =
+                    self.chains.map.get(&failed.chain()).is_some_and(|c| c.stopped.is_some());
                 match failed.kind {
                     DeliveryKind::Request => {
-                        let msg = format!("`{agent}` could not finish the request: {reason}");
-                        self.reply(
-                            id,
-                            agent,
-                            Body::Error { code: ErrorCode::Internal, message: msg },
-                        );
+                        let (code, msg) = if stopped {
+                            (
+                                ErrorCode::BudgetExceeded,
+                                format!("`{agent}` stopped: its chain of turns was stopped"),
+                            )
+                        } else {
+                            (
+                                ErrorCode::Internal,
+                                format!("`{agent}` could not finish the request: {reason}"),
+                            )
+                        };
+                        self.reply(id, agent, Body::Error { code, message: msg });
+                        self.leave(failed.chain());
                     }
-                    DeliveryKind::Message => self.failed_delivery(agent, failed, reason),
-                    DeliveryKind::Delta => self.delta_done(agent, &failed, false),
+                    DeliveryKind::Message | DeliveryKind::Result if stopped => {
+                        self.discard(agent, failed, "its chain of turns was stopped")
+                    }
+                    DeliveryKind::Message | DeliveryKind::Result => {
+                        self.failed_delivery(agent, failed, reason)
+                    }
+                    DeliveryKind::Delta => {
+                        self.delta_done(agent, &failed, false);
+                        self.leave(failed.chain());
+                    }
                 }
             }
             _ => return,
         }
         self.deliver_next(myself, agent);
+    }
+
+    /// Routes a finished turn's answer to whoever waits for it, once per input: a person gets it
+    /// in their DM with `agent`, an agent that delegated gets it as a `Result` input. Returns
+    /// whether the input's completion waits for the answer's post.
+    fn route_answer(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        agent: &str,
+        done: &Queued,
+        reply: &str,
+    ) -> bool {
+        if done.delegated {
+            return false;
+        }
+        let Some(to) = done.route.answer_to().map(str::to_owned) else { return false };
+        let text =
+            if reply.trim().is_empty() { "(no answer)".to_owned() } else { reply.to_owned() };
+        if to.starts_with("human:") {
+            self.post_answer(agent, &to, text, done.chain(), Some(done.id));
+            return true;
+        }
+        let mut path = done.route.answer_path.clone();
+        path.pop();
+        let mut route = Route {
+            answer_path: path,
+            result: true,
+            chain: done.route.chain.clone(),
+            hop: 0,
+            parent: Some(done.id),
+        };
+        // A stopped chain's person has been told already; the result goes nowhere.
+        if self.admit(&mut route, "RESULT", agent, &to, &text).is_ok() {
+            let id = derive_id(done.id, RESULT_INDEX);
+            self.enqueue(myself, id, agent.to_owned(), to, text, &route, None);
+        }
+        false
+    }
+
+    /// Asks the channels actor to post a chain's answer (or stop notice) in the DM of `agent`
+    /// and `human`; it answers with [`RouterMsg::Answered`]. `msg` is completed after the post.
+    fn post_answer(
+        &mut self,
+        agent: &str,
+        human: &str,
+        text: String,
+        chain: MsgId,
+        msg: Option<MsgId>,
+    ) {
+        let posted = match &self.channels {
+            Some(ch) => {
+                let ask = ChannelsMsg::Answer {
+                    agent: agent.to_owned(),
+                    human: human.to_owned(),
+                    text,
+                    chain,
+                    msg,
+                };
+                ch.cast(ask).is_ok()
+            }
+            None => false,
+        };
+        if posted {
+            if let Some(c) = self.chains.map.get_mut(&chain) {
+                c.live += 1;
+            }
+        } else {
+            eprintln!(
+                "flock router: no channels actor: the answer of {agent} to {human} cannot be posted"
+            );
+            if let Some(id) = msg {
+                let op = WriteOp::Complete { id, agent: agent.into() };
+                let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+            }
+        }
+    }
+
+    /// The channels actor stored a chain's answer: complete the input it answers, tell the
+    /// watchers.
+    fn answered(&mut self, p: AnswerPosted) {
+        if let Some(id) = p.msg {
+            let op = WriteOp::Complete { id, agent: p.agent.clone() };
+            let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+        }
+        match &p.outcome {
+            Ok((channel, seq, duplicate)) => {
+                let action = if *duplicate { "ANSWER_DUPLICATE" } else { "ANSWER" };
+                let message = if *duplicate {
+                    format!(
+                        "#{channel} already holds this chain's answer (seq {seq}); not posted again"
+                    )
+                } else {
+                    format!("#{channel} seq {seq}: {}", quote(&p.text))
+                };
+                self.journal_chain(
+                    p.chain,
+                    None,
+                    &p.agent,
+                    action,
+                    Status::Success,
+                    message,
+                    |e| {
+                        e.param("to", p.human.clone())
+                            .param("channel", channel.clone())
+                            .param("seq", *seq)
+                    },
+                );
+                let stopped = match self.chains.map.get_mut(&p.chain) {
+                    Some(c) => {
+                        c.answered = true;
+                        c.stopped.is_some()
+                    }
+                    None => false,
+                };
+                if !*duplicate {
+                    let outcome =
+                        if stopped { ChainOutcome::Stopped } else { ChainOutcome::Answered };
+                    self.end_watchers(p.chain, outcome, &p.text, &p.agent, channel, *seq);
+                }
+            }
+            Err(e) => {
+                eprintln!(
+                    "flock router: the answer of {} to {} was not posted: {e}",
+                    p.agent, p.human
+                );
+                self.journal_chain(
+                    p.chain,
+                    None,
+                    &p.agent,
+                    "ANSWER",
+                    Status::Failed,
+                    e.clone(),
+                    |e| e.param("to", p.human.clone()),
+                );
+            }
+        }
+        self.leave(p.chain);
+    }
+
+    /// Tells every `flockctl send --wait` of a chain how it ended.
+    fn end_watchers(
+        &mut self,
+        chain: MsgId,
+        outcome: ChainOutcome,
+        text: &str,
+        by: &str,
+        channel: &str,
+        seq: u64,
+    ) {
+        let Some(c) = self.chains.map.get_mut(&chain) else { return };
+        let watchers = std::mem::take(&mut c.watchers);
+        let end = ChainEnd {
+            chain,
+            outcome,
+            text: text.to_owned(),
+            by: by.to_owned(),
+            channel: channel.to_owned(),
+            seq,
+            hops: c.hops,
+            tokens: c.tokens,
+            elapsed_ms: unix_ms().saturating_sub(c.tag.started_ms),
+        };
+        for (conn, frame_id) in watchers {
+            let frame = Frame {
+                correlation_id: Some(frame_id),
+                ..Frame::new(ROUTER, OPERATOR, Body::ChainEnded(end.clone()))
+            };
+            self.answer(conn, frame);
+        }
+    }
+
+    /// The route of a message `sender` sends now: in the chain of the input it is working on,
+    /// or the root of a new chain when it works on none (a timer, a program's own send).
+    fn child_route(
+        &self,
+        sender: &str,
+        id: MsgId,
+        to: &str,
+        text: &str,
+        answer_path: Vec<String>,
+    ) -> Route {
+        match self.slots.get(sender).and_then(|s| s.in_flight.as_ref()) {
+            Some(q) => Route {
+                answer_path,
+                result: false,
+                chain: q.route.chain.clone(),
+                hop: 0,
+                parent: Some(q.id),
+            },
+            None => {
+                let mut r = Route::root(id, sender, to, text, unix_ms(), None);
+                r.answer_path = answer_path;
+                r
+            }
+        }
+    }
+
+    /// The chain `agent` is working in, and its hops so far.
+    fn current_chain(&self, agent: &str) -> Option<(ChainTag, u32)> {
+        let q = self.slots.get(agent)?.in_flight.as_ref()?;
+        let hops = self.chains.map.get(&q.chain()).map_or(q.route.hop, |c| c.hops);
+        Some((q.route.chain.clone(), hops))
+    }
+
+    /// Charges one more hop to `route`'s chain (creating the chain for a root), or refuses it:
+    /// a stopped chain takes nothing, and a hop past the budget stops the chain. Sets the hop.
+    fn admit(
+        &mut self,
+        route: &mut Route,
+        action: &str,
+        from: &str,
+        to: &str,
+        text: &str,
+    ) -> Result<(), String> {
+        let budget = self.spec.budget.clone();
+        let now = unix_ms();
+        let chain = self.chains.entry(&route.chain, route.hop);
+        if let Some(reason) = &chain.stopped {
+            return Err(format!("this chain of turns was stopped: {reason}"));
+        }
+        let over = if chain.hops >= budget.max_hops {
+            Some(StopKind::Hops)
+        } else {
+            chain.over(&budget, now)
+        };
+        if let Some(kind) = over {
+            let id = route.chain.id;
+            self.stop_chain(id, kind);
+            return Err(format!(
+                "this chain of turns was stopped: {}",
+                chains::describe_stop(kind, &budget)
+            ));
+        }
+        chain.hops += 1;
+        chain.live += 1;
+        route.hop = chain.hops;
+        let verb = match action {
+            "SEND" => "sent to",
+            "REQUEST" => "asked",
+            "DELEGATE" => "delegated to",
+            "RESULT" => "answered",
+            "DELTA" => "notified",
+            _ => "→",
+        };
+        chain.note(format!("{from} {verb} {to}"));
+        let (id, parent, hop) = (route.chain.id, route.parent, route.hop);
+        self.journal_chain(
+            id,
+            parent,
+            from,
+            action,
+            Status::Success,
+            format!("{from} {verb} {to} (hop {hop}): {}", quote(text)),
+            |e| e.param("to", to.to_owned()).param("hop", hop),
+        );
+        Ok(())
+    }
+
+    /// One of the chain's deliveries (or a pending answer) is over; the chain ends at none.
+    fn leave(&mut self, chain: MsgId) {
+        let Some(c) = self.chains.map.get_mut(&chain) else { return };
+        c.live = c.live.saturating_sub(1);
+        if c.live > 0 {
+            return;
+        }
+        if !c.watchers.is_empty() {
+            let by = c.tag.entry.clone();
+            let text = match &c.stopped {
+                Some(r) => format!("[stopped] {r}"),
+                None => "(the chain ended without an answer for you)".to_owned(),
+            };
+            let outcome =
+                if c.stopped.is_some() { ChainOutcome::Stopped } else { ChainOutcome::Ended };
+            self.end_watchers(chain, outcome, &text, &by, "", 0);
+        }
+        self.chains.map.remove(&chain);
+    }
+
+    /// Stops a chain at a budget: nothing more of it runs, its running turns are cancelled, and
+    /// the person who started it is told in their DM (once).
+    fn stop_chain(&mut self, id: MsgId, kind: StopKind) {
+        let reason = chains::describe_stop(kind, &self.spec.budget);
+        let Some(chain) = self.chains.map.get_mut(&id) else { return };
+        if chain.stopped.is_some() {
+            return;
+        }
+        chain.stopped = Some(reason.clone());
+        self.chains.stopped_total += 1;
+        let notice = chain.stop_notice(&reason);
+        let (origin, entry, answered) =
+            (chain.tag.origin.clone(), chain.tag.entry.clone(), chain.answered);
+        eprintln!("flock router: chain {} stopped: {reason}", fmt_id(id));
+        self.journal_chain(
+            id,
+            None,
+            &entry,
+            "CHAIN_STOPPED",
+            Status::Failed,
+            notice.clone(),
+            |e| e.param("reason", reason.clone()).param("origin", origin.clone()),
+        );
+        let running: Vec<(String, MsgId, Option<ConnId>)> = self
+            .slots
+            .iter()
+            .filter_map(|(name, s)| {
+                let q = s.in_flight.as_ref().filter(|q| q.chain() == id)?;
+                Some((name.clone(), q.id, s.conn))
+            })
+            .collect();
+        for (agent, delivery, conn) in running {
+            if let Some(gw) = &self.gateway {
+                let _ = gw.cast(GatewayMsg::Cancel { agent: agent.clone() });
+            }
+            if let Some(conn) = conn {
+                let cancel = Frame {
+                    correlation_id: Some(delivery),
+                    ..Frame::new(
+                        ROUTER,
+                        agent,
+                        Body::Cancel {
+                            reason: format!("its chain of turns was stopped: {reason}"),
+                        },
+                    )
+                };
+                self.answer(conn, cancel);
+            }
+        }
+        if !answered && origin.starts_with("human:") {
+            self.post_answer(&entry, &origin, notice, id, None);
+        } else {
+            self.end_watchers(id, ChainOutcome::Stopped, &notice, &entry, "", 0);
+        }
+    }
+
+    /// Model tokens a chain used; past its token budget it is stopped.
+    fn charge_tokens(&mut self, chain: MsgId, tokens: u64) {
+        let budget = &self.spec.budget;
+        let Some(c) = self.chains.map.get_mut(&chain) else { return };
+        c.tokens += tokens;
+        if c.stopped.is_none() && c.tokens > budget.max_tokens {
+            self.stop_chain(chain, StopKind::Tokens);
+        }
+    }
+
+    /// Stops the chains that ran past their time budget (checked every second).
+    fn check_wall_budgets(&mut self) {
+        let now = unix_ms();
+        let limit = self.spec.budget.max_wall_secs * 1000;
+        let late: Vec<MsgId> = self
+            .chains
+            .map
+            .values()
+            .filter(|c| c.stopped.is_none() && c.live > 0)
+            .filter(|c| now.saturating_sub(c.tag.started_ms) > limit)
+            .map(|c| c.tag.id)
+            .collect();
+        for id in late {
+            self.stop_chain(id, StopKind::Wall);
+        }
+    }
+
+    /// A finished turn, journaled in its chain.
+    fn journal_turn(&self, agent: &str, done: &Queued, reply: &str) {
+        if self.journal.is_none() {
+            return;
+        }
+        let kind = match done.kind {
+            DeliveryKind::Message => "message",
+            DeliveryKind::Request => "request",
+            DeliveryKind::Delta => "delta",
+            DeliveryKind::Result => "result",
+        };
+        let what = if done.delegated { "delegated its input".to_owned() } else { quote(reply) };
+        self.journal_chain(
+            done.chain(),
+            Some(done.id),
+            agent,
+            "TURN",
+            Status::Success,
+            format!("{agent} finished a turn on a {kind} from {}: {what}", done.sender),
+            |e| {
+                e.param("input", kind)
+                    .param("from", done.sender.clone())
+                    .param("hop", done.route.hop)
+            },
+        );
+    }
+
+    /// Appends a chain event to the journal (if the router journals): `trace.correlation_id`
+    /// is the chain, `trace.parent_id` the message whose turn caused it.
+    #[allow(clippy::too_many_arguments)]
+    fn journal_chain(
+        &self,
+        chain: MsgId,
+        parent: Option<MsgId>,
+        agent: &str,
+        action: &str,
+        status: Status,
+        message: String,
+        more: impl FnOnce(JournalEvent) -> JournalEvent,
+    ) {
+        let Some(j) = &self.journal else { return };
+        let who = if agent == OPERATOR { OPERATOR_HUMAN } else { agent };
+        let mut e =
+            JournalEvent::new(who, action, status, message).correlation(chains::corr(chain));
+        if let Some(p) = parent {
+            e = e.parent(fmt_id(p));
+        }
+        j.log(more(e));
     }
 
     /// Arms the one deadline timer for the earliest pending deadline, unless it already fires
@@ -967,23 +1644,36 @@ impl RouterState {
         let max = self.spec.delivery.max_delivery_attempts;
         let Some(slot) = self.slots.get_mut(agent) else { return };
         q.attempts += 1;
-        let op = if q.attempts >= max {
-            eprintln!(
-                "flock router: message {} to `{agent}` dead-lettered after {} failed deliveries ({reason})",
-                fmt_id(q.id),
-                q.attempts
-            );
-            WriteOp::DeadLetter {
-                id: q.id,
-                attempts: q.attempts,
-                reason: format!("{} failed deliveries; last: {reason}", q.attempts),
-            }
-        } else {
+        if q.attempts < max {
             let op = WriteOp::FailedAttempt { id: q.id, attempts: q.attempts };
             slot.queue.push_front(q);
-            op
+            let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+            return;
+        }
+        eprintln!(
+            "flock router: message {} to `{agent}` dead-lettered after {} failed deliveries ({reason})",
+            fmt_id(q.id),
+            q.attempts
+        );
+        let op = WriteOp::DeadLetter {
+            id: q.id,
+            attempts: q.attempts,
+            reason: format!("{} failed deliveries; last: {reason}", q.attempts),
         };
         let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+        // A person waiting for this input's answer hears that there will be none.
+        if let Some(human) = q.route.answer_to().filter(|to| to.starts_with("human:"))
+            && !q.delegated
+        {
+            let text = format!(
+                "[failed] I could not process \"{}\": it failed {} times (last: {reason}). \
+                 It is in `flockctl dead-letters`.",
+                clip(&q.text, 80),
+                q.attempts
+            );
+            self.post_answer(agent, human, text, q.chain(), None);
+        }
+        self.leave(q.chain());
     }
 
     /// Appends a finished turn to the agent's session (before its `Ack` is handled: same
@@ -1036,22 +1726,34 @@ impl RouterState {
         channel: String,
         upto: u64,
         text: String,
+        chain: Option<(ChainTag, u32)>,
     ) {
-        let Some(slot) = self.slots.get_mut(&agent) else {
+        let id = new_id();
+        let from = format!("#{channel}");
+        let mut route = match chain {
+            Some((tag, hops)) => Route {
+                answer_path: Vec::new(),
+                result: false,
+                chain: tag,
+                hop: hops + 1,
+                parent: None,
+            },
+            None => Route::root(id, &from, &agent, &text, unix_ms(), None),
+        };
+        let known = self.slots.contains_key(&agent);
+        let admitted = known && self.admit(&mut route, "DELTA", &from, &agent, &text).is_ok();
+        let Some(slot) = self.slots.get_mut(&agent).filter(|_| admitted) else {
+            // An unknown agent's delta is retried when it is back; one refused by a stopped
+            // chain counts as handled (the messages stay readable with flock_channel_read).
             if let Some(ch) = &self.channels {
-                let _ = ch.cast(ChannelsMsg::DeltaDone { agent, channel, upto, ok: false });
+                let ok = known;
+                let _ = ch.cast(ChannelsMsg::DeltaDone { agent, channel, upto, ok });
             }
             return;
         };
-        slot.queue.push_back(Queued {
-            id: new_id(),
-            kind: DeliveryKind::Delta,
-            sender: format!("#{channel}"),
-            text,
-            attempts: 0,
-            call_chain: Vec::new(),
-            channel: Some((channel, upto)),
-        });
+        let mut q = Queued::new(id, DeliveryKind::Delta, from, text, route);
+        q.channel = Some((channel, upto));
+        slot.queue.push_back(q);
         self.deliver_next(myself, &agent);
     }
 
@@ -1080,15 +1782,22 @@ impl RouterState {
         }
         slot.conn = None;
         if let Some(q) = slot.in_flight.take() {
+            let stopped = self.chains.map.get(&q.chain()).is_some_and(|c| c.stopped.is_some());
             match q.kind {
+                _ if stopped => self.discard(&agent, q, "its chain of turns was stopped"),
                 // A request is retried within its deadline; a deliberate stop is nobody's fault.
                 DeliveryKind::Request => slot.queue.push_front(q),
-                DeliveryKind::Message if slot.stopping => slot.queue.push_front(q),
-                DeliveryKind::Message => {
+                DeliveryKind::Message | DeliveryKind::Result if slot.stopping => {
+                    slot.queue.push_front(q)
+                }
+                DeliveryKind::Message | DeliveryKind::Result => {
                     self.failed_delivery(&agent, q, "the agent's connection closed mid-turn".into())
                 }
                 // The channels actor rolls its cursor back and retries when the agent returns.
-                DeliveryKind::Delta => self.delta_done(&agent, &q, false),
+                DeliveryKind::Delta => {
+                    self.delta_done(&agent, &q, false);
+                    self.leave(q.chain());
+                }
             }
         }
         (self.events)(RouterEvent::Disconnected { agent: agent.clone() });
@@ -1098,30 +1807,53 @@ impl RouterState {
         for (op, origin, outcome) in batch.items {
             let WriteOp::Enqueue(msg) = op else { continue };
             let Some(origin) = origin else { continue };
+            let route =
+                Route::load(&msg.route, msg.id, &msg.sender, &msg.target, &msg.text, unix_ms());
+            let chain = route.chain.id;
             let answer = match outcome {
                 Ok(WriteOutcome::Inserted) => {
                     let target = msg.target.clone();
-                    if let Some(slot) = self.slots.get_mut(&target) {
-                        slot.queue.push_back(Queued {
-                            id: msg.id,
-                            kind: DeliveryKind::Message,
-                            sender: msg.sender.clone(),
-                            text: msg.text,
-                            attempts: 0,
-                            call_chain: Vec::new(),
-                            channel: None,
-                        });
+                    match self.slots.get_mut(&target) {
+                        Some(slot) => {
+                            let kind = if route.result {
+                                DeliveryKind::Result
+                            } else {
+                                DeliveryKind::Message
+                            };
+                            slot.queue.push_back(Queued::new(
+                                msg.id,
+                                kind,
+                                msg.sender.clone(),
+                                msg.text,
+                                route,
+                            ));
+                            self.deliver_next(myself, &target);
+                        }
+                        // Decommissioned meanwhile: the mail stays in the store.
+                        None => self.leave(chain),
                     }
-                    self.deliver_next(myself, &target);
                     Body::Accepted
                 }
-                // Accepted before (a replayed turn re-sent it): accepted, not queued twice.
-                Ok(_) => Body::Accepted,
-                Err(e) => Body::Error {
-                    code: ErrorCode::Internal,
-                    message: format!("the message could not be stored: {e}"),
-                },
+                // Accepted before (a replayed turn re-sent it): accepted, not queued or charged
+                // twice.
+                Ok(_) => {
+                    if let Some(c) = self.chains.map.get_mut(&chain) {
+                        c.hops = c.hops.saturating_sub(1);
+                    }
+                    self.leave(chain);
+                    Body::Accepted
+                }
+                Err(e) => {
+                    self.leave(chain);
+                    Body::Error {
+                        code: ErrorCode::Internal,
+                        message: format!("the message could not be stored: {e}"),
+                    }
+                }
             };
+            if origin.conn == NO_CONN {
+                continue;
+            }
             let frame = Frame {
                 id: new_id(),
                 from: ROUTER.into(),
@@ -1219,6 +1951,11 @@ impl RouterState {
             )),
         }
     }
+}
+
+/// A message's text for the journal: one line, at most 200 characters, quoted.
+fn quote(text: &str) -> String {
+    format!("{:?}", clip(text, 200))
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -113,6 +113,14 @@ const MIGRATIONS: &[&str] = &[
         created_at        INTEGER NOT NULL,
         decommissioned_at INTEGER
     );",
+    // 3: chains of turns (issue #8). `route` is the router's routing record of a message (JSON:
+    // who waits for the answer, the chain it belongs to, its hop); '' means "starts its own
+    // chain, nobody waits". A channel post that answers a chain names it in `answers`, unique:
+    // a chain's answer is posted once, whatever crashes and replays happen around it.
+    "ALTER TABLE messages ADD COLUMN route TEXT NOT NULL DEFAULT '';
+    ALTER TABLE channel_messages ADD COLUMN answers BLOB;
+    CREATE UNIQUE INDEX channel_messages_answers ON channel_messages (answers)
+        WHERE answers IS NOT NULL;",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +149,8 @@ pub struct NewMessage {
     pub sender: String,
     pub target: String,
     pub text: String,
+    /// The router's routing record (opaque here; '' for none).
+    pub route: String,
 }
 
 /// A message waiting in a mailbox, as loaded at startup.
@@ -151,6 +161,9 @@ pub struct PendingMessage {
     pub target: String,
     pub text: String,
     pub attempts: u32,
+    pub route: String,
+    /// Unix ms when it was accepted.
+    pub enqueued_at: u64,
 }
 
 /// One write, applied inside a group-commit transaction.
@@ -168,6 +181,8 @@ pub enum WriteOp {
     FailedAttempt { id: MsgId, attempts: u32 },
     /// Give up on this message.
     DeadLetter { id: MsgId, attempts: u32, reason: String },
+    /// This message will never run (its chain was stopped): done, with a reason, no turn counted.
+    Discard { id: MsgId, reason: String },
 }
 
 /// What a [`WriteOp`] did.
@@ -249,8 +264,8 @@ impl Store {
         let mut out = Vec::with_capacity(ops.len());
         {
             let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO messages (id, sender, target, text, enqueued_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT OR IGNORE INTO messages (id, sender, target, text, enqueued_at, route)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
             let mut complete = tx.prepare_cached(
                 "UPDATE messages SET state = 1, finished_at = ?2 WHERE id = ?1 AND state = 0",
@@ -269,6 +284,10 @@ impl Store {
             )?;
             let mut attempt =
                 tx.prepare_cached("UPDATE messages SET attempts = ?2 WHERE id = ?1 AND state = 0")?;
+            let mut discard = tx.prepare_cached(
+                "UPDATE messages SET state = 1, reason = ?2, finished_at = ?3
+                 WHERE id = ?1 AND state = 0",
+            )?;
             let mut dead = tx.prepare_cached(
                 "UPDATE messages SET state = 2, attempts = ?2, reason = ?3, finished_at = ?4
                  WHERE id = ?1 AND state = 0",
@@ -281,7 +300,8 @@ impl Store {
                             m.sender,
                             m.target,
                             m.text,
-                            now
+                            now,
+                            m.route
                         ])?;
                         if n == 1 { WriteOutcome::Inserted } else { WriteOutcome::Duplicate }
                     }
@@ -308,6 +328,10 @@ impl Store {
                         dead.execute(params![id_bytes(*id), attempts, reason, now])?;
                         WriteOutcome::Applied
                     }
+                    WriteOp::Discard { id, reason } => {
+                        discard.execute(params![id_bytes(*id), reason, now])?;
+                        WriteOutcome::Applied
+                    }
                 };
                 out.push(outcome);
             }
@@ -319,7 +343,8 @@ impl Store {
     /// Every pending message, oldest first (mailbox order).
     pub fn pending(&self) -> Result<Vec<PendingMessage>, StoreError> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, sender, target, text, attempts FROM messages WHERE state = 0 ORDER BY seq",
+            "SELECT id, sender, target, text, attempts, route, enqueued_at
+             FROM messages WHERE state = 0 ORDER BY seq",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(PendingMessage {
@@ -328,6 +353,8 @@ impl Store {
                 target: r.get(2)?,
                 text: r.get(3)?,
                 attempts: r.get(4)?,
+                route: r.get(5)?,
+                enqueued_at: r.get::<_, i64>(6)?.max(0) as u64,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -390,7 +417,13 @@ mod tests {
     use super::*;
 
     fn msg(id: MsgId, target: &str) -> NewMessage {
-        NewMessage { id, sender: "a".into(), target: target.into(), text: format!("m{id}") }
+        NewMessage {
+            id,
+            sender: "a".into(),
+            target: target.into(),
+            text: format!("m{id}"),
+            route: String::new(),
+        }
     }
 
     #[test]

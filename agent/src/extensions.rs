@@ -502,7 +502,7 @@ pub fn resume_point(session: &mut Vec<ChatMessage>) {
     }
 }
 
-fn chars_of(m: &ChatMessage) -> usize {
+pub(crate) fn chars_of(m: &ChatMessage) -> usize {
     match m {
         ChatMessage::System { text }
         | ChatMessage::Assistant { text }

@@ -11,12 +11,11 @@ use crate::provider::{ChatMessage, LlmProvider, LlmStep};
 #[derive(Debug)]
 pub struct GatewayProvider {
     client: RouterClient,
-    tools: Vec<ToolDef>,
 }
 
 impl GatewayProvider {
-    pub fn new(client: RouterClient, tools: Vec<ToolDef>) -> Self {
-        GatewayProvider { client, tools }
+    pub fn new(client: RouterClient) -> Self {
+        GatewayProvider { client }
     }
 }
 
@@ -51,12 +50,13 @@ pub fn to_neutral(conversation: &[ChatMessage]) -> Vec<ChatMsg> {
 }
 
 impl LlmProvider for GatewayProvider {
-    fn set_recipients(&mut self, names: &[String]) {
-        crate::tools::restrict_recipients(&mut self.tools, names);
-    }
-
-    async fn next(&mut self, conversation: &[ChatMessage]) -> Result<LlmStep, String> {
-        let request = ChatRequest { messages: to_neutral(conversation), tools: self.tools.clone() };
+    async fn next(
+        &mut self,
+        conversation: &[ChatMessage],
+        tools: &[ToolDef],
+    ) -> Result<LlmStep, String> {
+        let request =
+            ChatRequest { messages: to_neutral(conversation), tools: tools.to_vec(), user: None };
         let request = serde_json::to_string(&request).map_err(|e| e.to_string())?;
         let frame = Frame::new(&self.client.name, ROUTER, Body::LlmCall { request });
         match self.client.call(frame).await?.body {

@@ -12,6 +12,7 @@ pub mod memory;
 pub mod prompts;
 pub mod provider;
 pub mod tools;
+pub mod turn;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -21,15 +22,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow};
 use flock_config::{AgentSpec, ModelSpec};
 use flock_ipc::id::fmt_id;
-use flock_ipc::{
-    Body, Connection, Delivery, DeliveryKind, Frame, Hello, MsgId, PROTOCOL_VERSION, ROUTER,
-};
+use flock_ipc::{Body, Connection, DeliveryKind, Frame, Hello, MsgId, PROTOCOL_VERSION, ROUTER};
 use tokio::sync::{Notify, mpsc};
 
 use crate::client::RouterClient;
-use crate::extensions::{Pipeline, TurnInput};
+use crate::extensions::Pipeline;
 use crate::gateway::GatewayProvider;
-use crate::provider::{ChatMessage, LlmProvider, LlmStep, ScriptedProvider};
+use crate::provider::{ChatMessage, LlmProvider, LlmStep, ScriptedProvider, ToolDef};
 
 /// Steps (model calls) a turn may take before it is ended (DESIGN.md §7).
 pub const MAX_STEPS: usize = 24;
@@ -185,13 +184,17 @@ fn short(id: MsgId) -> String {
     fmt_id(id)[20..].to_owned()
 }
 
-fn quote(text: &str) -> String {
-    const MAX: usize = 200;
-    let mut s: String = text.chars().take(MAX).collect();
-    if text.chars().count() > MAX {
+pub(crate) fn quote(text: &str) -> String {
+    format!("{:?}", chains_clip(text, 200))
+}
+
+/// The start of `text`, at most `n` characters (an ellipsis marks a cut).
+pub(crate) fn chains_clip(text: &str, n: usize) -> String {
+    let mut s: String = text.chars().take(n).collect();
+    if text.chars().count() > n {
         s.push('…');
     }
-    format!("{s:?}")
+    s
 }
 
 /// The model of this agent: in-process (scripted) or through the supervisor's gateway.
@@ -201,16 +204,14 @@ enum Model {
 }
 
 impl LlmProvider for Model {
-    fn set_recipients(&mut self, names: &[String]) {
-        if let Model::Gateway(p) = self {
-            p.set_recipients(names);
-        }
-    }
-
-    async fn next(&mut self, conversation: &[ChatMessage]) -> Result<LlmStep, String> {
+    async fn next(
+        &mut self,
+        conversation: &[ChatMessage],
+        tools: &[ToolDef],
+    ) -> Result<LlmStep, String> {
         match self {
-            Model::Scripted(p) => p.next(conversation).await,
-            Model::Gateway(p) => p.next(conversation).await,
+            Model::Scripted(p) => p.next(conversation, tools).await,
+            Model::Gateway(p) => p.next(conversation, tools).await,
         }
     }
 }
@@ -227,7 +228,7 @@ async fn turns(
     let mut provider = match spec.model.clone() {
         ModelSpec::Scripted(transcript) => Model::Scripted(ScriptedProvider::new(transcript)),
         ModelSpec::OpenAi(_) | ModelSpec::Anthropic(_) | ModelSpec::Local(_) => {
-            Model::Gateway(GatewayProvider::new(client.clone(), tools::definitions_for(spec.role)))
+            Model::Gateway(GatewayProvider::new(client.clone()))
         }
     };
     let mut completed: (HashSet<MsgId>, VecDeque<MsgId>) = Default::default();
@@ -260,6 +261,7 @@ async fn turns(
                 DeliveryKind::Message => "message",
                 DeliveryKind::Request => "request",
                 DeliveryKind::Delta => "channel delta",
+                DeliveryKind::Result => "delegated result",
             },
             delivery.attempt,
             quote(&delivery.text)
@@ -279,12 +281,12 @@ async fn turns(
         }
         let session = sessions.entry(key.clone()).or_default();
         let outcome = tokio::select! {
-            r = turn(&spec, &client, &mut provider, &mut pipeline, id, delivery, session) => Some(r),
+            r = turn::run(&spec, &client, &mut provider, &mut pipeline, id, delivery, session) => Some(r),
             _ = cancel.notified() => None,
         };
         *current.turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let body = match outcome {
-            Some(Ok((reply, new))) => {
+            Some(Ok(turn::Finished { reply, messages: new })) => {
                 // The session is saved before the Ack: a turn counts as done once it is stored.
                 let messages = serde_json::to_string(&new).unwrap_or_else(|_| "[]".into());
                 let save =
@@ -298,8 +300,8 @@ async fn turns(
                     started.elapsed().as_millis(),
                     quote(&reply)
                 );
-                let reply = (delivery.kind == DeliveryKind::Request).then_some(reply);
-                Body::Ack { reply }
+                // The router routes it: a request's reply, or the answer to whoever waits.
+                Body::Ack { reply: Some(reply) }
             }
             Some(Err(e)) => {
                 println!("turn {} failed: {e}", short(id));
@@ -347,110 +349,6 @@ fn session_name(channel: &str) -> String {
     if channel.is_empty() { "(direct)".into() } else { format!("#{channel}") }
 }
 
-/// One turn: `turn.pre`, then model steps (each after `step.pre`) and tool calls (between
-/// `tool_call.pre` and `.post`) until a final answer, then `turn.post`. Returns the reply and the
-/// messages to store in the session.
-async fn turn(
-    spec: &AgentSpec,
-    client: &RouterClient,
-    provider: &mut impl LlmProvider,
-    pipeline: &mut Pipeline,
-    id: MsgId,
-    delivery: &Delivery,
-    session: &mut Vec<ChatMessage>,
-) -> Result<(String, Vec<ChatMessage>), String> {
-    let input = TurnInput { id, from: &delivery.sender, text: &delivery.text };
-    let pre = pipeline.turn_pre(&input, session).await;
-    // Who exists right now (agents created or spawned at run time included), less the agents
-    // the pipeline itself talks to.
-    let catalog = if pipeline.injects_catalog() {
-        let hidden = pipeline.hidden_peers();
-        let catalog = prompts::without(tools::catalog(client).await.as_deref(), &hidden);
-        provider.set_recipients(&prompts::callable(&catalog));
-        Some(catalog)
-    } else {
-        None
-    };
-    // The system message always leads; the session keeps this channel's earlier turns.
-    let mut conversation =
-        vec![ChatMessage::System { text: prompts::system_message(spec, catalog.as_deref()) }];
-    if pipeline.wants_time() {
-        conversation.push(ChatMessage::System { text: "[current_time]".into() });
-    }
-    conversation.extend(pre.context.into_iter().map(|text| ChatMessage::System { text }));
-    conversation.extend(session.iter().cloned());
-    let start = conversation.len();
-    conversation
-        .push(ChatMessage::User { from: delivery.sender.clone(), text: delivery.text.clone() });
-    let mut calls = 0u32;
-    let mut made = std::collections::HashSet::new();
-    let mut reply = None;
-    for step in 0..MAX_STEPS {
-        pipeline.step_pre(step, &mut conversation);
-        match provider.next(&conversation).await? {
-            LlmStep::Final(text) => {
-                conversation.push(ChatMessage::Assistant { text: text.clone() });
-                reply = Some(text);
-                break;
-            }
-            LlmStep::ToolCalls(requested) => {
-                for call in requested {
-                    // A model that repeats the exact same call in one turn is looping (small
-                    // models do): the repeat is refused and the model told to answer.
-                    let repeat = !made.insert((call.name.clone(), call.arguments.clone()));
-                    let out = match pipeline.tool_call_pre(&call) {
-                        Some(out) => out,
-                        None if repeat => tools::ToolOutput {
-                            ok: false,
-                            content: "DUPLICATE: you already made this exact call in this turn; \
-                                      do not repeat it — answer in words now"
-                                .into(),
-                        },
-                        None => {
-                            tools::execute(client, id, calls, &call.name, &call.arguments).await
-                        }
-                    };
-                    pipeline.tool_call_post(&call, &out);
-                    calls += 1;
-                    println!(
-                        "  tool {} {} → {}: {}",
-                        call.name,
-                        call.arguments,
-                        if out.ok { "ok" } else { "error" },
-                        quote(&out.content)
-                    );
-                    let result = ChatMessage::ToolResult {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        ok: out.ok,
-                        content: out.content,
-                    };
-                    conversation.push(ChatMessage::ToolCall {
-                        id: call.id,
-                        name: call.name,
-                        arguments: call.arguments,
-                    });
-                    conversation.push(result);
-                }
-            }
-        }
-    }
-    let text = reply.unwrap_or_else(|| {
-        let text = format!("(stopped after {MAX_STEPS} steps without a final answer)");
-        conversation.push(ChatMessage::Assistant { text: text.clone() });
-        text
-    });
-    pipeline.turn_post(&input, &text).await;
-    // Only a finished turn joins the session (a failed one is retried from scratch). After a
-    // compaction the store gets the compacted session again ahead of the turn, so a restart
-    // resumes from the summary.
-    let turn_messages: Vec<ChatMessage> = conversation.drain(start..).collect();
-    session.extend(turn_messages.iter().cloned());
-    let mut new = pre.persist_first;
-    new.extend(turn_messages);
-    Ok((text, new))
-}
-
 /// A scripted agent named `w` for unit tests.
 #[cfg(test)]
 pub(crate) fn test_spec(
@@ -469,6 +367,7 @@ pub(crate) fn test_spec(
         command: None,
         env: Vec::new(),
         can_call: Vec::new(),
+        tools: None,
         model: ModelSpec::Scripted(flock_config::Transcript::default()),
         instance: None,
         extensions,

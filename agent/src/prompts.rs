@@ -136,10 +136,34 @@ mod tests {
         assert!(!names(Role::Worker).contains(&"flock_channel_create".to_string()));
         assert!(!names(Role::Worker).contains(&"agents__spawn".to_string()));
         assert!(names(Role::Coordinator).contains(&"agents__spawn".to_string()));
-        let mut defs = crate::tools::definitions_for(Role::Worker);
-        crate::tools::restrict_recipients(&mut defs, &callable(&shown));
+        use crate::tools::{TurnState, offered};
+        let defs = offered(Role::Worker, None, TurnState::Free, &callable(&shown), None);
         let send = defs.iter().find(|d| d.name == "agents__send").unwrap();
         assert_eq!(send.parameters["properties"]["to"]["enum"], serde_json::json!(["coordinator"]));
+        // Working on the coordinator's task, the worker has nobody else to address: its answer
+        // goes back by itself, so no addressing tool is offered at all; `tools:` narrows the rest.
+        let defs =
+            offered(Role::Worker, None, TurnState::Owed, &callable(&shown), Some("coordinator"));
+        let addressing = ["agents__send", "agents__request", "agents__delegate"];
+        assert!(defs.iter().all(|d| !addressing.contains(&d.name.as_str())), "{defs:?}");
+        assert!(defs.iter().any(|d| d.name == "flock_channel_post"), "{defs:?}");
+        let only = ["agents__request".to_string()];
+        let defs = offered(
+            Role::Worker,
+            Some(&only),
+            TurnState::Owed,
+            &callable(&shown),
+            Some("coordinator"),
+        );
+        assert!(defs.is_empty(), "{defs:?}");
+        // A coordinator owing a person an answer: delegate or answer, nothing else; answering a
+        // result: text only.
+        let team = vec!["worker".to_string(), "dream".to_string()];
+        let defs = offered(Role::Coordinator, None, TurnState::Owed, &team, Some("human:operator"));
+        assert_eq!(defs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["agents__delegate"]);
+        assert!(
+            offered(Role::Coordinator, None, TurnState::Result, &team, Some("human:op")).is_empty()
+        );
     }
 
     #[test]

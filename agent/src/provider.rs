@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use flock_config::{ScriptRule, ScriptStep, Transcript};
-pub use flock_ipc::llm::ToolCall;
+pub use flock_ipc::llm::{ToolCall, ToolDef};
 use serde_json::Value;
 
 /// One message of a turn's conversation (stored in sessions as JSON).
@@ -47,15 +47,14 @@ pub enum LlmStep {
     Final(String),
 }
 
-/// A model. `next` sees the whole conversation so far and returns the next step.
+/// A model. `next` sees the whole conversation so far and the tools offered for this step (none:
+/// answer in text), and returns the next step.
 pub trait LlmProvider {
     fn next(
         &mut self,
         conversation: &[ChatMessage],
+        tools: &[ToolDef],
     ) -> impl std::future::Future<Output = Result<LlmStep, String>>;
-
-    /// Who the agent may address this turn (schema-constrained models get them as an enum).
-    fn set_recipients(&mut self, _names: &[String]) {}
 }
 
 /// Replays a transcript: the first rule matching the turn's input runs its steps in order.
@@ -100,7 +99,13 @@ pub fn fill_json(arguments: &str, input: &str, from: &str) -> String {
 }
 
 impl LlmProvider for ScriptedProvider {
-    async fn next(&mut self, conversation: &[ChatMessage]) -> Result<LlmStep, String> {
+    /// A transcript plays its rule whatever tools are offered (it stands for a model that
+    /// knows what it wants; the router and the channels actor still check every call).
+    async fn next(
+        &mut self,
+        conversation: &[ChatMessage],
+        _tools: &[ToolDef],
+    ) -> Result<LlmStep, String> {
         let (from, input) = conversation
             .iter()
             .rev()
@@ -175,7 +180,7 @@ mod tests {
     async fn scripted_turn_emits_steps_in_order_then_the_reply() {
         let mut p = ScriptedProvider::new(transcript());
         let mut conv = vec![ChatMessage::User { from: "op".into(), text: "build \"x\"".into() }];
-        let LlmStep::ToolCalls(calls) = p.next(&conv).await.unwrap() else { panic!() };
+        let LlmStep::ToolCalls(calls) = p.next(&conv, &[]).await.unwrap() else { panic!() };
         assert_eq!(calls[0].name, "agents__send");
         let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
         assert_eq!(args["text"], "do build \"x\"");
@@ -190,20 +195,23 @@ mod tests {
             ok: true,
             content: "ok".into(),
         });
-        let LlmStep::ToolCalls(calls) = p.next(&conv).await.unwrap() else { panic!() };
+        let LlmStep::ToolCalls(calls) = p.next(&conv, &[]).await.unwrap() else { panic!() };
         assert_eq!(calls[0].name, "agents__list");
         conv.push(ChatMessage::ToolCall {
             id: calls[0].id.clone(),
             name: calls[0].name.clone(),
             arguments: calls[0].arguments.clone(),
         });
-        assert_eq!(p.next(&conv).await.unwrap(), LlmStep::Final("done build \"x\" for op".into()));
+        assert_eq!(
+            p.next(&conv, &[]).await.unwrap(),
+            LlmStep::Final("done build \"x\" for op".into())
+        );
     }
 
     #[tokio::test]
     async fn unmatched_input_falls_through_to_the_catch_all() {
         let mut p = ScriptedProvider::new(transcript());
         let conv = vec![ChatMessage::User { from: "op".into(), text: "hello".into() }];
-        assert_eq!(p.next(&conv).await.unwrap(), LlmStep::Final("ack".into()));
+        assert_eq!(p.next(&conv, &[]).await.unwrap(), LlmStep::Final("ack".into()));
     }
 }

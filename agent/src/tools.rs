@@ -1,5 +1,5 @@
-//! Tools an agent can call: `agents__send`, `agents__request`, `agents__list`, `agents__catalog`
-//! and the channel tools `flock_*`. All go through the router (the `flock_*` ones on to the
+//! Tools an agent can call: `agents__send`, `agents__request`, `agents__delegate`,
+//! `agents__list`, `agents__catalog` and the channel tools `flock_*`. All go through the router (the `flock_*` ones on to the
 //! channels actor), which takes the caller's identity from its connection and checks its role.
 //! A malformed call returns an error *result* for the model, never an `Err`.
 
@@ -91,6 +91,24 @@ pub async fn execute(
                 Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
             }
         }
+        "agents__delegate" => {
+            let (to, text) = match (arg(&args, "to", name), arg(&args, "task", name)) {
+                (Ok(to), Ok(text)) => (to, text),
+                (Err(e), _) | (_, Err(e)) => return e,
+            };
+            let frame = Frame {
+                id: derive_id(turn, index),
+                ..Frame::new(&client.name, to, Body::Delegate { text: text.into() })
+            };
+            match client.call(frame).await {
+                Ok(f) => answer(f, |_| {
+                    ToolOutput::ok(format!(
+                        "delegated to {to}; its answer comes back to you as a [result]"
+                    ))
+                }),
+                Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
+            }
+        }
         "agents__request" => {
             let (to, text) = match (arg(&args, "to", name), arg(&args, "text", name)) {
                 (Ok(to), Ok(text)) => (to, text),
@@ -130,20 +148,60 @@ pub fn definitions_for(role: flock_config::Role) -> Vec<flock_ipc::llm::ToolDef>
     definitions().into_iter().filter(|d| role.may_use(&d.name)).collect()
 }
 
-/// Restricts `to` of `agents__send` and `agents__request` to `names` (who this agent may call
-/// right now), so a schema-constrained model cannot name an agent that does not exist.
-pub fn restrict_recipients(tools: &mut [flock_ipc::llm::ToolDef], names: &[String]) {
-    for t in tools.iter_mut().filter(|t| t.name == "agents__send" || t.name == "agents__request") {
+/// What the input of a turn asks of the agent, which decides the choices its model is offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnState {
+    /// Someone waits for this turn's answer and it may be handed over (`agents__delegate`).
+    Owed,
+    /// A delegated agent's result: the answer goes to whoever waits; nothing more to hand over.
+    Result,
+    /// A request: the caller waits for this turn's answer.
+    Request,
+    /// A channel notification: channel work.
+    Channel,
+    /// A message nobody waits on.
+    Free,
+}
+
+/// The tools offered for one turn: only the choices that make sense in this state (a small
+/// model picks among them under a schema). `allowed`: the agent's `tools:` (its role's tools
+/// when `None`); `callable`: whom it may address right now; `waiting`: who receives this turn's
+/// answer (never a recipient: the runtime answers them).
+///
+/// - answering a delegated result: no tools at all — the answer is the text;
+/// - a coordinator owing an answer: `agents__delegate` or the answer, nothing else;
+/// - `agents__delegate` only when someone waits for this turn's answer (not for requests);
+/// - addressing tools only with someone to address.
+pub fn offered(
+    role: flock_config::Role,
+    allowed: Option<&[String]>,
+    state: TurnState,
+    callable: &[String],
+    waiting: Option<&str>,
+) -> Vec<flock_ipc::llm::ToolDef> {
+    use flock_config::Role;
+    let recipients: Vec<String> =
+        callable.iter().filter(|n| Some(n.as_str()) != waiting).cloned().collect();
+    let mut tools = definitions_for(role);
+    if let Some(allowed) = allowed {
+        tools.retain(|t| allowed.contains(&t.name));
+    }
+    tools.retain(|t| match state {
+        TurnState::Result => false,
+        TurnState::Owed if role == Role::Coordinator => t.name == "agents__delegate",
+        TurnState::Owed => true,
+        TurnState::Request | TurnState::Channel | TurnState::Free => t.name != "agents__delegate",
+    });
+    let addressing = ["agents__send", "agents__request", "agents__delegate"];
+    if recipients.is_empty() {
+        tools.retain(|t| !addressing.contains(&t.name.as_str()));
+    }
+    for t in tools.iter_mut().filter(|t| addressing.contains(&t.name.as_str())) {
         if let Some(to) = t.parameters.pointer_mut("/properties/to") {
-            if names.is_empty() {
-                if let Some(o) = to.as_object_mut() {
-                    o.remove("enum");
-                }
-            } else {
-                to["enum"] = Value::from(names.to_vec());
-            }
+            to["enum"] = Value::from(recipients.clone());
         }
     }
+    tools
 }
 
 /// The tools a model may call, with JSON Schemas of their arguments (sent with every model call).
@@ -163,6 +221,13 @@ pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
             "Send a message to another agent's durable mailbox (no answer awaited).",
             json!({"to": s("agent name"), "text": s("the message")}),
             &["to", "text"],
+        ),
+        def(
+            "agents__delegate",
+            "Hand this request to another agent: it does the work, its answer comes back to you \
+             as a [result], and you answer then. Ends your turn.",
+            json!({"to": s("agent name"), "task": s("what it must do, with every detail it needs")}),
+            &["to", "task"],
         ),
         def(
             "agents__request",

@@ -200,10 +200,10 @@ async fn echo(mut a: Agent) -> Result<()> {
             let Body::Deliver(Delivery { kind, durable, text, .. }) = frame.body else { continue };
             match kind {
                 DeliveryKind::Request => a.ack(frame.id, Some(text)).await?,
-                DeliveryKind::Message | DeliveryKind::Delta if durable => {
+                DeliveryKind::Message | DeliveryKind::Delta | DeliveryKind::Result if durable => {
                     a.ack(frame.id, None).await?
                 }
-                DeliveryKind::Message | DeliveryKind::Delta => {}
+                DeliveryKind::Message | DeliveryKind::Delta | DeliveryKind::Result => {}
             }
         }
         a.recycle(batch);

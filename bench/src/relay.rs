@@ -105,6 +105,8 @@ async fn connection(stream: UnixStream, table: Table, outbox_frames: usize) {
                                 durable: false,
                                 call_chain: Vec::new(),
                                 channel: None,
+                                answer_to: None,
+                                chain: None,
                             }),
                         };
                         if target.try_send(deliver).is_err() {
@@ -147,6 +149,8 @@ async fn connection(stream: UnixStream, table: Table, outbox_frames: usize) {
                                 durable: mode == SendMode::Durable,
                                 call_chain: Vec::new(),
                                 channel: None,
+                                answer_to: None,
+                                chain: None,
                             }),
                         };
                         match mode {

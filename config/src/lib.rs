@@ -28,6 +28,7 @@ pub use spec::*;
 pub const KNOWN_TOOLS: &[&str] = &[
     "agents__send",
     "agents__request",
+    "agents__delegate",
     "agents__list",
     "agents__catalog",
     "agents__spawn",

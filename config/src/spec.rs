@@ -20,6 +20,7 @@ pub struct SwarmSpec {
     pub source: Option<PathBuf>,
     pub supervision: SupervisionSpec,
     pub delivery: DeliverySpec,
+    pub budget: BudgetSpec,
     pub channels: ChannelsSpec,
     /// Every valid model of `models:` by name (agents created at run time pick from these).
     pub models: std::collections::BTreeMap<String, ModelSpec>,
@@ -139,6 +140,25 @@ impl Default for DeliverySpec {
     }
 }
 
+/// Limits of one chain of turns (`budget:` in YAML): every turn, message, request and model call
+/// that one outside input (a person's message, a timer) sets off, enforced by the router. A chain
+/// past any limit is stopped and the person who started it is told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetSpec {
+    /// Deliveries (turns) in the chain, the first included (12).
+    pub max_hops: u32,
+    /// Model tokens (prompt + completion) used by the chain's turns (40 000).
+    pub max_tokens: u64,
+    /// Time from the outside input to the chain's last turn (300 s).
+    pub max_wall_secs: u64,
+}
+
+impl Default for BudgetSpec {
+    fn default() -> Self {
+        Self { max_hops: 12, max_tokens: 40_000, max_wall_secs: 300 }
+    }
+}
+
 /// Swarm-wide channel settings (`channels:` in YAML). Defaults: DESIGN.md §8.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChannelsSpec {
@@ -194,6 +214,10 @@ pub struct AgentSpec {
     pub env: Vec<(String, String)>,
     /// Agents this one may call with `agents__send`/`agents__request`; empty = everyone.
     pub can_call: Vec<String>,
+    /// The tools its model is offered (`tools:` in YAML); `None`: every tool its role may use.
+    /// The role still decides what may run (router and channels actor).
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
     /// The model this agent's turns use.
     pub model: ModelSpec,
     /// `None` for the agent declared in the swarm file; `Some(key)` for an extra instance

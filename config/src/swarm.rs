@@ -10,15 +10,16 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Report, closest, list};
 use crate::spec::{
-    AgentSpec, ChannelsSpec, DeliverySpec, ExtensionSpec, ModelSpec, RestartPolicy, Role, Strategy,
-    SupervisionSpec, SwarmSpec,
+    AgentSpec, BudgetSpec, ChannelsSpec, DeliverySpec, ExtensionSpec, ModelSpec, RestartPolicy,
+    Role, Strategy, SupervisionSpec, SwarmSpec,
 };
 use crate::transcript::{self, Target};
 use crate::valid_agent_name;
 use crate::yaml::{self, Node, Pos, lookup};
 
 const TOP_KEYS: &[&str] =
-    &["swarm", "supervision", "delivery", "channels", "models", "defaults", "agents"];
+    &["swarm", "supervision", "delivery", "budget", "channels", "models", "defaults", "agents"];
+const BUDGET_KEYS: &[&str] = &["max_hops", "max_tokens", "max_wall_secs"];
 const CHANNELS_KEYS: &[&str] =
     &["delta_delay_min_ms", "delta_delay_max_ms", "archive_deadline_secs"];
 const SWARM_KEYS: &[&str] = &["name"];
@@ -67,6 +68,7 @@ const AGENT_KEYS: &[&str] = &[
     "command",
     "env",
     "can_call",
+    "tools",
     "model",
     "extensions",
 ];
@@ -181,6 +183,10 @@ impl Loader<'_> {
             Some((_, node)) => self.channels(node),
             None => ChannelsSpec::default(),
         };
+        let budget = match lookup(top, "budget") {
+            Some((_, node)) => self.budget(node),
+            None => BudgetSpec::default(),
+        };
         if let Some((_, node)) = lookup(top, "models") {
             self.models(node);
         }
@@ -208,9 +214,39 @@ impl Loader<'_> {
             source: Some(std::path::absolute(origin).unwrap_or_else(|_| origin.to_path_buf())),
             supervision,
             delivery,
+            budget,
             channels,
             agents,
         })
+    }
+
+    fn budget(&mut self, node: &Node) -> BudgetSpec {
+        let mut spec = BudgetSpec::default();
+        if node.is_null() {
+            return spec;
+        }
+        let Some(entries) = self.report.mapping(node, "budget") else {
+            return spec;
+        };
+        let r = &mut self.report;
+        r.unknown_keys(entries, BUDGET_KEYS, "`budget`");
+        let field = |key: &str| lookup(entries, key).map(|(_, v)| (v, format!("budget.{key}")));
+        if let Some((v, what)) = field("max_hops")
+            && let Some(n) = r.uint(v, &what, 1, U32_MAX)
+        {
+            spec.max_hops = n;
+        }
+        if let Some((v, what)) = field("max_tokens")
+            && let Some(n) = r.uint(v, &what, 1, U64_MAX)
+        {
+            spec.max_tokens = n;
+        }
+        if let Some((v, what)) = field("max_wall_secs")
+            && let Some(n) = r.uint(v, &what, 1, U64_MAX)
+        {
+            spec.max_wall_secs = n;
+        }
+        spec
     }
 
     fn swarm_name(&mut self, top: &[(Node, Node)]) -> Option<String> {
@@ -867,6 +903,7 @@ impl Loader<'_> {
         let env = field("env").map(|(v, what)| env(r, v, &what)).unwrap_or_default();
         let can_call =
             field("can_call").map(|(v, what)| can_call(r, v, &what, known)).unwrap_or_default();
+        let tools = field("tools").map(|(v, what)| tools(r, v, &what, role));
         let command = field("command").and_then(|(v, what)| self.command(v, &what));
         let extensions = match field("extensions") {
             Some((v, what)) => crate::extensions::parse(&mut self.report, v, &what, peers),
@@ -897,6 +934,7 @@ impl Loader<'_> {
             command,
             env,
             can_call,
+            tools,
             model: model?,
             instance: None,
             extensions,
@@ -1018,6 +1056,40 @@ fn env(r: &mut Report<'_>, node: &Node, what: &str) -> Vec<(String, String)> {
         }
     }
     env
+}
+
+/// `tools: [name, …]`: the tools offered to this agent's model (a subset of its role's).
+fn tools(r: &mut Report<'_>, node: &Node, what: &str, role: Option<Role>) -> Vec<String> {
+    if node.is_null() {
+        return Vec::new();
+    }
+    let Some(items) = r.list(node, what) else {
+        return Vec::new();
+    };
+    let mut names = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let Some(name) = r.string(item, &format!("{what}[{i}]")) else { continue };
+        if !crate::KNOWN_TOOLS.contains(&name.as_str()) {
+            r.error(
+                item.pos,
+                format!(
+                    "`{what}[{i}]`: no tool named `{name}`; tools: {}",
+                    crate::KNOWN_TOOLS.join(", ")
+                ),
+            );
+        } else if let Some(role) = role.filter(|r| !r.may_use(&name)) {
+            r.error(
+                item.pos,
+                format!(
+                    "`{what}[{i}]`: a {} may not use `{name}` (only the orchestrator may); remove it",
+                    role.as_str()
+                ),
+            );
+        } else {
+            names.push(name);
+        }
+    }
+    names
 }
 
 fn can_call(r: &mut Report<'_>, node: &Node, what: &str, known: &[&str]) -> Vec<String> {

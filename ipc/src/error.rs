@@ -22,6 +22,9 @@ pub enum ErrorCode {
     BadRequest,
     /// Too much traffic; try again later.
     RateLimited,
+    /// The chain of turns this frame belongs to used up its budget (hops, tokens or wall time)
+    /// and was stopped by the router.
+    BudgetExceeded,
     /// A bug or an unexpected failure inside Flock.
     Internal,
 }
@@ -38,11 +41,12 @@ impl ErrorCode {
             ErrorCode::Forbidden => "FORBIDDEN",
             ErrorCode::BadRequest => "BAD_REQUEST",
             ErrorCode::RateLimited => "RATE_LIMITED",
+            ErrorCode::BudgetExceeded => "BUDGET_EXCEEDED",
             ErrorCode::Internal => "INTERNAL",
         }
     }
 
-    pub const ALL: [ErrorCode; 9] = [
+    pub const ALL: [ErrorCode; 10] = [
         ErrorCode::AgentNotFound,
         ErrorCode::TargetUnavailable,
         ErrorCode::Timeout,
@@ -51,6 +55,7 @@ impl ErrorCode {
         ErrorCode::Forbidden,
         ErrorCode::BadRequest,
         ErrorCode::RateLimited,
+        ErrorCode::BudgetExceeded,
         ErrorCode::Internal,
     ];
 }

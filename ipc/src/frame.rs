@@ -92,6 +92,13 @@ pub enum Body {
     Reply {
         text: String,
     },
+    /// Agent → router: hand the current input over to agent `to`. Its final answer comes back
+    /// to the sender as a [`DeliveryKind::Result`] input, and the sender's own turn gives no
+    /// answer. Only allowed while the sender's input has someone waiting for its answer (and it
+    /// is not itself a result). Answered by `Accepted` (durable, like `Send`) or `Error`.
+    Delegate {
+        text: String,
+    },
 
     /// Router → agent: one input to run a turn on. `id` is the message id.
     Deliver(Delivery),
@@ -166,6 +173,8 @@ pub enum Body {
     Control(ControlRequest),
     /// Router → `flockctl`.
     ControlReply(ControlReply),
+    /// Router → a `flockctl` that asked to `Watch` a chain: the chain ended.
+    ChainEnded(ChainEnd),
 }
 
 impl Body {
@@ -179,6 +188,7 @@ impl Body {
             Body::Accepted => "Accepted",
             Body::Request { .. } => "Request",
             Body::Reply { .. } => "Reply",
+            Body::Delegate { .. } => "Delegate",
             Body::Deliver(_) => "Deliver",
             Body::Ack { .. } => "Ack",
             Body::Nack { .. } => "Nack",
@@ -198,6 +208,7 @@ impl Body {
             Body::Error { .. } => "Error",
             Body::Control(_) => "Control",
             Body::ControlReply(_) => "ControlReply",
+            Body::ChainEnded(_) => "ChainEnded",
         }
     }
 }
@@ -241,6 +252,9 @@ pub enum DeliveryKind {
     Request,
     /// A channel notification: the messages new to this agent since its cursor.
     Delta,
+    /// The final answer of an agent this one delegated to (`Delegate`); this turn's own answer
+    /// goes on to whoever waits for it.
+    Result,
 }
 
 /// One input handed to an agent.
@@ -258,6 +272,71 @@ pub struct Delivery {
     pub call_chain: Vec<String>,
     /// The channel this input belongs to (deltas), so it lands in that channel's session.
     pub channel: Option<String>,
+    /// Who gets this turn's final answer, delivered by the router (an agent as a `Result`
+    /// input, or `human:NAME` as a post in their DM with this agent); `None`: nobody waits.
+    pub answer_to: Option<String>,
+    /// The chain of turns this input belongs to: the id of the outside input that started it.
+    pub chain: Option<MsgId>,
+}
+
+/// How a chain of turns ended (see [`Body::ChainEnded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChainOutcome {
+    /// The person who started it got their answer.
+    Answered,
+    /// The router stopped it at a budget (hops, tokens, wall time); the person was told.
+    Stopped,
+    /// Every turn finished and nobody was waiting for an answer (or none could be given).
+    Ended,
+}
+
+impl ChainOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChainOutcome::Answered => "answered",
+            ChainOutcome::Stopped => "stopped",
+            ChainOutcome::Ended => "ended",
+        }
+    }
+}
+
+/// The end of a chain, for whoever watches it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainEnd {
+    pub chain: MsgId,
+    pub outcome: ChainOutcome,
+    /// The answer, or what the person was told when the chain was stopped.
+    pub text: String,
+    /// The agent that answered (or that the person addressed).
+    pub by: String,
+    /// The DM channel the answer was posted in and its seq (empty / 0 when nothing was posted).
+    pub channel: String,
+    pub seq: u64,
+    pub hops: u32,
+    pub tokens: u64,
+    pub elapsed_ms: u64,
+}
+
+/// One chain of turns in flight, for `flockctl chains`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainRow {
+    pub id: MsgId,
+    /// Who started it: `human:NAME`, or the agent whose send began it outside any turn.
+    pub origin: String,
+    /// Whom the outside input addressed.
+    pub entry: String,
+    /// The start of the input's text.
+    pub text: String,
+    /// `running`, `answered` (still finishing background turns), or `stopped: REASON`.
+    pub state: String,
+    pub hops: u32,
+    pub max_hops: u32,
+    pub tokens: u64,
+    pub max_tokens: u64,
+    pub age_ms: u64,
+    pub max_wall_ms: u64,
+    /// Deliveries of the chain queued or in progress.
+    pub live: u32,
 }
 
 /// Requests `flockctl` makes on the control socket.
@@ -295,6 +374,13 @@ pub enum ControlRequest {
         arguments: String,
         as_name: String,
     },
+    /// Tell this connection when chain `chain` ends (`Body::ChainEnded`, correlated to this
+    /// request's frame id); an unknown chain is an `Error`.
+    Watch {
+        chain: MsgId,
+    },
+    /// The chains of turns in flight, with their budgets.
+    Chains,
 }
 
 /// Answers on the control socket.
@@ -308,6 +394,7 @@ pub enum ControlReply {
     Done(String),
     /// A tool's JSON result.
     Json(String),
+    Chains(Vec<ChainRow>),
 }
 
 /// One row of `flockctl ps`.

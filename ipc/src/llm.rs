@@ -5,10 +5,14 @@
 use serde::{Deserialize, Serialize};
 
 /// One model call: the conversation so far and the tools the model may call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<ChatMsg>,
     pub tools: Vec<ToolDef>,
+    /// Who the call is for (OpenAI's `user`); the gateway sets it to the agent's address for the
+    /// embedded model, which keeps one KV-cache slot per agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// A message of the conversation, in the neutral form.

@@ -49,7 +49,45 @@ fn control() -> impl Strategy<Value = ControlRequest> {
             arguments,
             as_name
         }),
+        any::<u128>().prop_map(|chain| ControlRequest::Watch { chain }),
+        Just(ControlRequest::Chains),
     ]
+}
+
+fn chain_row() -> impl Strategy<Value = ChainRow> {
+    (any::<u128>(), s(), s(), any::<u32>(), any::<u64>()).prop_map(|(id, origin, text, hops, n)| {
+        ChainRow {
+            id,
+            origin,
+            entry: "coordinator".into(),
+            text,
+            state: "running".into(),
+            hops,
+            max_hops: 12,
+            tokens: n,
+            max_tokens: 40_000,
+            age_ms: n / 2,
+            max_wall_ms: 300_000,
+            live: hops / 2,
+        }
+    })
+}
+
+fn chain_end() -> impl Strategy<Value = ChainEnd> {
+    (any::<u128>(), 0u8..3, s(), s(), any::<u64>(), any::<u32>()).prop_map(
+        |(chain, o, text, channel, n, hops)| ChainEnd {
+            chain,
+            outcome: [ChainOutcome::Answered, ChainOutcome::Stopped, ChainOutcome::Ended]
+                [o as usize],
+            text,
+            by: "coordinator".into(),
+            channel,
+            seq: n,
+            hops,
+            tokens: n / 3,
+            elapsed_ms: n / 5,
+        },
+    )
 }
 
 fn control_reply() -> impl Strategy<Value = ControlReply> {
@@ -68,6 +106,7 @@ fn control_reply() -> impl Strategy<Value = ControlReply> {
         )),
         s().prop_map(ControlReply::Done),
         s().prop_map(ControlReply::Json),
+        proptest::collection::vec(chain_row(), 0..3).prop_map(ControlReply::Chains),
     ]
 }
 
@@ -91,26 +130,37 @@ fn body() -> impl Strategy<Value = Body> {
         Just(Body::Accepted),
         (s(), any::<u64>()).prop_map(|(text, timeout_ms)| Body::Request { text, timeout_ms }),
         s().prop_map(|text| Body::Reply { text }),
+        s().prop_map(|text| Body::Delegate { text }),
         (
             s(),
             s(),
             any::<u32>(),
-            0u8..3,
+            0u8..4,
             proptest::collection::vec(s(), 0..3),
-            proptest::option::of(s())
+            proptest::option::of(s()),
+            proptest::option::of(s()),
+            any::<Option<u128>>(),
         )
-            .prop_map(|(sender, text, attempt, kind, call_chain, channel)| Body::Deliver(
-                Delivery {
-                    kind: [DeliveryKind::Message, DeliveryKind::Request, DeliveryKind::Delta]
-                        [kind as usize],
-                    sender,
-                    text,
-                    attempt,
-                    durable: kind == 0,
-                    call_chain,
-                    channel
+            .prop_map(
+                |(sender, text, attempt, kind, call_chain, channel, answer_to, chain)| {
+                    Body::Deliver(Delivery {
+                        kind: [
+                            DeliveryKind::Message,
+                            DeliveryKind::Request,
+                            DeliveryKind::Delta,
+                            DeliveryKind::Result,
+                        ][kind as usize],
+                        sender,
+                        text,
+                        attempt,
+                        durable: kind == 0,
+                        call_chain,
+                        channel,
+                        answer_to,
+                        chain,
+                    })
                 }
-            )),
+            ),
         s().prop_map(|channel| Body::SessionClosed { channel }),
         (s(), s()).prop_map(|(channel, messages)| Body::SessionSave { channel, messages }),
         s().prop_map(|channel| Body::SessionLoad { channel }),
@@ -129,6 +179,7 @@ fn body() -> impl Strategy<Value = Body> {
         (code(), s()).prop_map(|(code, message)| Body::Error { code, message }),
         control().prop_map(Body::Control),
         control_reply().prop_map(Body::ControlReply),
+        chain_end().prop_map(Body::ChainEnded),
     ]
 }
 

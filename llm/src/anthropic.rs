@@ -156,6 +156,7 @@ mod tests {
     fn consecutive_same_role_messages_merge_and_systems_join() {
         let ep = Endpoint::new(ProviderKind::Anthropic, "http://x", "claude");
         let req = ChatRequest {
+            user: None,
             messages: vec![
                 ChatMsg::System { text: "one".into() },
                 ChatMsg::User { text: "hi".into() },

@@ -133,6 +133,7 @@ mod tests {
     fn body_sends_every_system_message_and_omits_empty_parts() {
         let ep = Endpoint::new(ProviderKind::OpenAi, "http://x/v1", "m");
         let req = ChatRequest {
+            user: None,
             messages: vec![
                 ChatMsg::System { text: "a".into() },
                 ChatMsg::User { text: "hi".into() },
@@ -160,6 +161,7 @@ mod tests {
     fn tool_definitions_get_an_object_schema_even_without_parameters() {
         let ep = Endpoint::new(ProviderKind::OpenAi, "http://x/v1", "m");
         let req = ChatRequest {
+            user: None,
             messages: vec![],
             tools: vec![ToolDef {
                 name: "t".into(),

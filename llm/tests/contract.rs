@@ -40,7 +40,7 @@ fn client() -> LlmClient {
 }
 
 fn ask(text: &str) -> ChatRequest {
-    ChatRequest { messages: vec![ChatMsg::User { text: text.into() }], tools: vec![] }
+    ChatRequest { messages: vec![ChatMsg::User { text: text.into() }], ..Default::default() }
 }
 
 fn json_args(call: &ToolCall) -> Value {
@@ -126,6 +126,7 @@ async fn tool_call_round_trip(kind: ProviderKind) {
         },
     ];
     let mut req = ChatRequest {
+        user: None,
         messages: vec![
             ChatMsg::System { text: "You are a worker.".into() },
             ChatMsg::User { text: "Copy a.txt to b.txt".into() },
@@ -226,6 +227,7 @@ async fn every_system_message_reaches_the_wire(kind: ProviderKind) {
     let fake = fake(kind);
     fake.push_text("ok");
     let req = ChatRequest {
+        user: None,
         messages: vec![
             ChatMsg::System { text: "S1: you are the coordinator.".into() },
             ChatMsg::User { text: "first".into() },

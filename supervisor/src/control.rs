@@ -63,6 +63,10 @@ async fn run(
 ) -> CtlResult {
     match request {
         ControlRequest::Ps => ps(ctx).await,
+        // The router answers these itself (it owns the chains).
+        ControlRequest::Watch { .. } | ControlRequest::Chains => {
+            Err((ErrorCode::Internal, "chains are answered by the router".into()))
+        }
         ControlRequest::Logs { agent, lines, follow } => {
             let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;
             let is_model = ctx.model.is_some() && agent == crate::model::NAME;
@@ -178,7 +182,7 @@ async fn child_call(
 
 async fn ps(ctx: &ControlCtx) -> CtlResult {
     let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;
-    let (routes, _counters) = ractor::call!(ctx.router, RouterMsg::Snapshot).map_err(internal)?;
+    let (routes, counters) = ractor::call!(ctx.router, RouterMsg::Snapshot).map_err(internal)?;
     let me = std::process::id();
     let uptime = ctx.started.elapsed().as_secs();
     let mut rows = vec![PsRow {
@@ -219,6 +223,25 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
             tokens_out: 0,
         });
     }
+    // Chains of turns (one per outside input) with their budgets: `flockctl chains` for detail.
+    rows.push(PsRow {
+        name: "chains".into(),
+        kind: "chains".into(),
+        role: "router".into(),
+        pid: None,
+        state: format!(
+            "{} in flight, {} stopped by budget",
+            counters.chains_live, counters.chains_stopped
+        ),
+        uptime_secs: uptime,
+        restarts: 0,
+        last_exit: None,
+        mailbox_depth: counters.chains_live,
+        turns_total: 0,
+        rss_bytes: None,
+        tokens_in: 0,
+        tokens_out: 0,
+    });
     if let Some(model) = &ctx.model {
         let m = model.status();
         rows.push(PsRow {

@@ -258,6 +258,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
             liveness: liveness.clone(),
             channels: Some(channels.clone()),
             gateway: Some(gateway.clone()),
+            journal: Some(flock_actors::journal::JournalWriter::spawn(journal.clone())),
         },
     )
     .await

@@ -25,8 +25,9 @@ use tokio::sync::oneshot;
 
 use self::delta::{dm_channel_id, mentions, strip_hash, valid_channel_id};
 use self::store::{Card, ChannelRow, ChannelState, Cursor};
+use crate::chains::ChainTag;
 use crate::journal::{Journal, JournalEvent, Status};
-use crate::router::RouterMsg;
+use crate::router::{AnswerPosted, RouterMsg};
 use crate::store::{Store, StoreError, now_ms};
 use crate::store_actor::{StoreMsg, with_store};
 
@@ -107,8 +108,19 @@ pub struct ToolReply {
 pub type ToolResult = Result<String, (ErrorCode, String)>;
 
 pub enum ChannelsMsg {
-    /// A `flock_*` call from an agent connection.
-    Tool { caller: Caller, name: String, arguments: String, reply: ToolReply },
+    /// A `flock_*` call from an agent connection; `chain`: the chain of the turn making it (and
+    /// its hops so far), carried on to the deltas its posts cause.
+    Tool {
+        caller: Caller,
+        name: String,
+        arguments: String,
+        chain: Option<(ChainTag, u32)>,
+        reply: ToolReply,
+    },
+    /// Post a chain's answer (or stop notice) from `agent` to `human` in their DM, creating the
+    /// DM if needed, at most once per chain; the router hears back through
+    /// [`RouterMsg::Answered`].
+    Answer { agent: String, human: String, text: String, chain: MsgId, msg: Option<MsgId> },
     /// The same tools for a human through `flockctl`.
     Human { caller: Caller, name: String, arguments: String, reply: RpcReplyPort<ToolResult> },
     /// The coalescing delay of (agent, channel) passed: send its delta.
@@ -150,6 +162,10 @@ pub struct ChannelsState {
     /// Deltas that failed, by (agent, channel): the seq to retry up to when the agent is back.
     retry: HashMap<(String, String), u64>,
     myself: Option<ActorRef<ChannelsMsg>>,
+    /// The chain of the tool call being run (set around each agent's call).
+    current_chain: Option<(ChainTag, u32)>,
+    /// Per (agent, channel): the chain of the newest post waiting in its delta.
+    delta_chain: HashMap<(String, String), (ChainTag, u32)>,
 }
 
 impl Actor for Channels {
@@ -184,6 +200,8 @@ impl Actor for Channels {
             armed: HashSet::new(),
             retry: HashMap::new(),
             myself: Some(myself.clone()),
+            current_chain: None,
+            delta_chain: HashMap::new(),
         };
         // Archive deadlines survive restarts.
         let now = now_ms();
@@ -220,8 +238,10 @@ impl Actor for Channels {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ChannelsMsg::SetRouter(r) => st.router = Some(r),
-            ChannelsMsg::Tool { caller, name, arguments, reply } => {
+            ChannelsMsg::Tool { caller, name, arguments, chain, reply } => {
+                st.current_chain = chain;
                 let result = st.tool(&myself, &caller, &name, &arguments).await;
+                st.current_chain = None;
                 let (ok, content) = match result {
                     Ok(c) => (true, c),
                     Err((code, msg)) => (false, format!("{code}: {msg}")),
@@ -235,6 +255,20 @@ impl Actor for Channels {
             ChannelsMsg::Human { caller, name, arguments, reply } => {
                 let result = st.tool(&myself, &caller, &name, &arguments).await;
                 let _ = reply.send(result);
+            }
+            ChannelsMsg::Answer { agent, human, text, chain, msg } => {
+                let outcome = st.answer(&myself, &agent, &human, &text, chain).await;
+                let posted = AnswerPosted {
+                    chain,
+                    agent,
+                    human,
+                    text,
+                    msg,
+                    outcome: outcome.map_err(|(code, m)| format!("{code}: {m}")),
+                };
+                if let Some(r) = &st.router {
+                    let _ = r.cast(RouterMsg::Answered(posted));
+                }
             }
             ChannelsMsg::DeltaDue { agent, channel } => st.send_delta(&agent, &channel).await,
             ChannelsMsg::DeltaDone { agent, channel, upto, ok } => {
@@ -507,7 +541,7 @@ impl ChannelsState {
             "flock_channel_post" => {
                 let channel = self.channel(str_arg(args, "channel"))?.id.clone();
                 let text = str_arg(args, "text").ok_or_else(|| bad("`text` is required"))?;
-                let seq = self.post(myself, &channel, &caller.id, text).await?;
+                let (seq, _) = self.post(myself, &channel, &caller.id, text, None).await?;
                 Ok(json!({"channel": channel, "seq": seq}).to_string())
             }
             "flock_channel_read" => {
@@ -623,27 +657,8 @@ impl ChannelsState {
                 if to == caller.id {
                     return Err(bad("a DM needs someone else"));
                 }
-                let id = dm_channel_id(&caller.id, &to);
-                if !self.channels.contains_key(&id) {
-                    let row = ChannelRow {
-                        id: id.clone(),
-                        name: format!("DM {} / {}", caller.id, to),
-                        topic: String::new(),
-                        created_by: caller.id.clone(),
-                        created_at: now_ms(),
-                        state: ChannelState::Active,
-                        last_seq: 0,
-                        is_dm: true,
-                        members: vec![caller.id.clone(), to.clone()],
-                        archiving_started_at: None,
-                        archive_deadline_at: None,
-                        ready: Vec::new(),
-                    };
-                    let r = row.clone();
-                    self.db(move |s| s.create_channel(&r)).await?;
-                    self.channels.insert(id.clone(), row);
-                }
-                let seq = self.post(myself, &id, &caller.id, text).await?;
+                let id = self.ensure_dm(&caller.id, &to).await?;
+                let (seq, _) = self.post(myself, &id, &caller.id, text, None).await?;
                 Ok(json!({"channel": id, "seq": seq}).to_string())
             }
             "flock_discover" => {
@@ -766,6 +781,7 @@ impl ChannelsState {
             command: None,
             env: Vec::new(),
             can_call: Vec::new(),
+            tools: None,
             model,
             instance: None,
             extensions: flock_config::ExtensionSpec::defaults(role, &self.peers()),
@@ -912,14 +928,57 @@ impl ChannelsState {
         Ok(())
     }
 
-    /// Appends a message (seq assigned in its insert transaction) and notifies members.
+    /// The DM channel of `a` and `b`, created (by `a`) if it does not exist yet.
+    async fn ensure_dm(&mut self, a: &str, b: &str) -> Result<String, (ErrorCode, String)> {
+        let id = dm_channel_id(a, b);
+        if !self.channels.contains_key(&id) {
+            let row = ChannelRow {
+                id: id.clone(),
+                name: format!("DM {a} / {b}"),
+                topic: String::new(),
+                created_by: a.to_owned(),
+                created_at: now_ms(),
+                state: ChannelState::Active,
+                last_seq: 0,
+                is_dm: true,
+                members: vec![a.to_owned(), b.to_owned()],
+                archiving_started_at: None,
+                archive_deadline_at: None,
+                ready: Vec::new(),
+            };
+            let r = row.clone();
+            self.db(move |s| s.create_channel(&r)).await?;
+            self.channels.insert(id.clone(), row);
+        }
+        Ok(id)
+    }
+
+    /// Posts a chain's answer to a person in their DM with `agent`, once per chain: returns the
+    /// DM, the seq, and whether an answer to this chain was already there.
+    async fn answer(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        agent: &str,
+        human: &str,
+        text: &str,
+        chain: MsgId,
+    ) -> Result<(String, u64, bool), (ErrorCode, String)> {
+        let id = self.ensure_dm(agent, human).await?;
+        let (seq, duplicate) = self.post(myself, &id, agent, text, Some(chain)).await?;
+        Ok((id, seq, duplicate))
+    }
+
+    /// Appends a message (seq assigned in its insert transaction) and notifies members. With
+    /// `answers` (a chain), at most once per chain: a repeat is not posted, and `true` comes
+    /// back with the first one's seq.
     async fn post(
         &mut self,
         myself: &ActorRef<ChannelsMsg>,
         channel: &str,
         author: &str,
         text: &str,
-    ) -> Result<u64, (ErrorCode, String)> {
+        answers: Option<MsgId>,
+    ) -> Result<(u64, bool), (ErrorCode, String)> {
         let ch =
             self.channels.get(channel).ok_or_else(|| bad(format!("no channel `#{channel}`")))?;
         if ch.state == ChannelState::Archived {
@@ -928,7 +987,10 @@ impl ChannelsState {
             )));
         }
         let (c, a, t) = (channel.to_owned(), author.to_owned(), text.to_owned());
-        let seq = self.db(move |s| s.post_message(&c, &a, &t)).await?;
+        let (seq, duplicate) = self.db(move |s| s.post_answer(&c, &a, &t, answers)).await?;
+        if duplicate {
+            return Ok((seq, true));
+        }
         let ch = self.channels.get_mut(channel).ok_or_else(|| internal("channel vanished"))?;
         ch.last_seq = seq;
         let members = ch.members.clone();
@@ -953,8 +1015,16 @@ impl ChannelsState {
             }
             notify_now.push(m);
         }
+        // The deltas carry the poster's chain (a person's post starts a new one).
+        for m in &notify_now {
+            let key = (m.clone(), channel.to_owned());
+            match &self.current_chain {
+                Some(c) => self.delta_chain.insert(key, c.clone()),
+                None => self.delta_chain.remove(&key),
+            };
+        }
         self.schedule_all(myself, channel, &notify_now, seq).await;
-        Ok(seq)
+        Ok((seq, false))
     }
 
     /// Raises the scheduled cursor to `upto` and arms the coalescing timer if none is armed.
@@ -1057,7 +1127,9 @@ impl ChannelsState {
         let text = delta::render_page(&id, &name, &topic, first, total, &newest);
         match &self.router {
             Some(router) => {
-                let msg = RouterMsg::Delta { agent: agent.to_owned(), channel: id, upto, text };
+                let chain = self.delta_chain.remove(&key);
+                let msg =
+                    RouterMsg::Delta { agent: agent.to_owned(), channel: id, upto, text, chain };
                 if router.cast(msg).is_err() {
                     self.armed.remove(&key);
                 }
@@ -1149,7 +1221,7 @@ impl ChannelsState {
             roll.join(" "),
             iso(deadline)
         );
-        self.post(myself, channel, &caller.id, &notice).await?;
+        self.post(myself, channel, &caller.id, &notice, None).await?;
         let wait = Duration::from_millis((deadline - started).max(0) as u64);
         let ch = channel.to_owned();
         myself.send_after(wait, move || ChannelsMsg::ArchiveDeadline { channel: ch });

@@ -89,18 +89,45 @@ impl Store {
         author: &str,
         text: &str,
     ) -> Result<u64, StoreError> {
+        Ok(self.post_answer(channel, author, text, None)?.0)
+    }
+
+    /// Posts like [`Store::post_message`]; with `answers` (a chain id) at most once per chain:
+    /// a second answer to the same chain is not posted, and the first one's seq comes back with
+    /// `true` (a duplicate).
+    pub fn post_answer(
+        &mut self,
+        channel: &str,
+        author: &str,
+        text: &str,
+        answers: Option<flock_ipc::MsgId>,
+    ) -> Result<(u64, bool), StoreError> {
+        let key = answers.map(|id| id.to_be_bytes().to_vec());
         let tx = self.conn.transaction()?;
+        if let Some(key) = &key {
+            let earlier: Option<i64> = tx
+                .query_row(
+                    "SELECT seq FROM channel_messages WHERE answers = ?1",
+                    params![key],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(seq) = earlier {
+                return Ok((seq as u64, true));
+            }
+        }
         let seq: i64 = tx.query_row(
             "UPDATE channels SET last_seq = last_seq + 1 WHERE id = ?1 RETURNING last_seq",
             params![channel],
             |r| r.get(0),
         )?;
         tx.execute(
-            "INSERT INTO channel_messages (channel, seq, author, text, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![channel, seq, author, text, now_ms()],
+            "INSERT INTO channel_messages (channel, seq, author, text, created_at, answers)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![channel, seq, author, text, now_ms(), key],
         )?;
         tx.commit()?;
-        Ok(seq as u64)
+        Ok((seq as u64, false))
     }
 
     /// Messages with `after < seq <= upto`, ascending; at most `limit`, the newest ones.

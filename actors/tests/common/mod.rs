@@ -34,12 +34,12 @@ pub async fn start(dir: &Path, life: u32, yaml: &str, with_channels: bool) -> No
     let db = dir.join("flock.db");
     let store = Store::open(&db, Durability::Normal).unwrap();
     let (store, _) = Actor::spawn(None, StoreActor, store).await.unwrap();
+    let journal = Arc::new(Journal::open(dir.join("journal"), 1 << 20).unwrap());
     let channels = if with_channels {
-        let journal = Arc::new(Journal::open(dir.join("journal"), 1 << 20).unwrap());
         let args = ChannelsArgs {
             spec: spec.clone(),
             store: store.clone(),
-            journal: Some(journal),
+            journal: Some(journal.clone()),
             agent_ops: None,
         };
         Some(Actor::spawn(None, Channels, args).await.unwrap().0)
@@ -55,6 +55,7 @@ pub async fn start(dir: &Path, life: u32, yaml: &str, with_channels: bool) -> No
         liveness,
         channels: channels.clone(),
         gateway: None,
+        journal: Some(flock_actors::journal::JournalWriter::spawn(journal)),
     };
     let (router, _) = Actor::spawn(None, Router, args).await.unwrap();
     if let Some(c) = &channels {

@@ -31,13 +31,35 @@ enum Command {
         #[arg(long)]
         watch: bool,
     },
-    /// Send a message to an agent; exits 0 once it is in the agent's durable mailbox.
+    /// Send a message to an agent as human:operator; exits 0 once it is in the agent's durable
+    /// mailbox. The agent's answer is posted in your DM with it (`flockctl read dm-AGENT--human-operator`);
+    /// with --wait, it is printed here.
+    ///
+    /// Exit codes with --wait: 0 answered, 3 stopped by a budget (the reason is printed), 4 the
+    /// work ended without an answer, 5 --timeout passed first, 1 any other error.
+    #[command(verbatim_doc_comment)]
     Send {
         agent: String,
         text: String,
         /// Route in memory only (lost if the agent is down); no acceptance is awaited.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "wait")]
         at_most_once: bool,
+        /// Wait for the answer and print it (progress goes to stderr every 10 s).
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this many seconds.
+        #[arg(long, default_value_t = 600, value_name = "SECS")]
+        timeout: u64,
+        /// With --wait: print the outcome as JSON (chain, outcome, text, by, channel, seq, hops,
+        /// tokens, elapsed_ms).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Chains of turns in flight (one per outside input): hops, tokens and time against their
+    /// budgets.
+    Chains {
+        #[arg(long)]
+        json: bool,
     },
     /// Show an agent's log (spawns, exits, turns, tool calls).
     Logs {
@@ -280,6 +302,92 @@ async fn next_reply(conn: &mut Connection) -> Result<ControlReply> {
     }
 }
 
+/// The DM of the operator with `agent` (where its answers are posted).
+fn dm_of(agent: &str) -> String {
+    flock_actors::channels::delta::dm_channel_id(agent, "human:operator")
+}
+
+fn chain_rows_json(rows: &[flock_ipc::ChainRow]) -> serde_json::Value {
+    rows.iter()
+        .map(|r| {
+            json!({"chain": flock_ipc::id::fmt_id(r.id), "origin": r.origin, "entry": r.entry,
+                   "text": r.text, "state": r.state, "hops": r.hops, "max_hops": r.max_hops,
+                   "tokens": r.tokens, "max_tokens": r.max_tokens, "age_ms": r.age_ms,
+                   "max_wall_ms": r.max_wall_ms, "live": r.live})
+        })
+        .collect()
+}
+
+/// Waits for chain `id` to end (`send --wait`), printing progress to stderr every 10 s.
+async fn wait_for_end(
+    conn: &mut Connection,
+    id: flock_ipc::MsgId,
+    timeout: u64,
+    json: bool,
+) -> Result<ExitCode> {
+    use std::time::{Duration, Instant};
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(timeout);
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(10),
+        Duration::from_secs(10),
+    );
+    loop {
+        tokio::select! {
+            frame = conn.reader.read_frame() => match frame? {
+                Some(Frame { body: Body::ChainEnded(end), .. }) if end.chain == id => {
+                    let code = match end.outcome {
+                        flock_ipc::ChainOutcome::Answered => 0,
+                        flock_ipc::ChainOutcome::Stopped => 3,
+                        flock_ipc::ChainOutcome::Ended => 4,
+                    };
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&json!({
+                            "chain": flock_ipc::id::fmt_id(end.chain), "outcome": end.outcome.as_str(),
+                            "text": end.text, "by": end.by, "channel": end.channel, "seq": end.seq,
+                            "hops": end.hops, "tokens": end.tokens, "elapsed_ms": end.elapsed_ms,
+                        }))?);
+                    } else {
+                        println!("{}", end.text);
+                        eprintln!(
+                            "({} by {} in {:.1} s: {} hops, {} tokens{})",
+                            end.outcome.as_str(),
+                            end.by,
+                            end.elapsed_ms as f64 / 1000.0,
+                            end.hops,
+                            end.tokens,
+                            if end.channel.is_empty() { String::new() } else { format!("; #{} seq {}", end.channel, end.seq) }
+                        );
+                    }
+                    return Ok(ExitCode::from(code));
+                }
+                Some(Frame { body: Body::ControlReply(ControlReply::Chains(rows)), .. }) => {
+                    if let Some(r) = rows.iter().find(|r| r.id == id) {
+                        eprintln!(
+                            "… {} s: {} hops, {} tokens, {}",
+                            started.elapsed().as_secs(), r.hops, r.tokens, r.state
+                        );
+                    }
+                }
+                Some(Frame { body: Body::Error { code, message }, .. }) => bail!("{code}: {message}"),
+                Some(_) => continue,
+                None => bail!("the supervisor closed the connection before the answer came"),
+            },
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                eprintln!(
+                    "no answer within {timeout} s; the work goes on (flockctl chains; flockctl journal query corr={})",
+                    flock_ipc::id::fmt_id(id)
+                );
+                return Ok(ExitCode::from(5));
+            }
+            _ = tick.tick() => {
+                let ask = Frame::new(flock_ipc::OPERATOR, ROUTER, Body::Control(ControlRequest::Chains));
+                conn.outbox.send(ask).await.map_err(|_| anyhow!("the supervisor closed the connection"))?;
+            }
+        }
+    }
+}
+
 async fn run(cli: Cli) -> Result<ExitCode> {
     let state = StateDir::resolve(cli.state_dir.as_deref())?;
     // The journal is a file: it is read and written without a running swarm.
@@ -332,7 +440,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         },
-        Command::Send { agent, text, at_most_once } => {
+        Command::Send { agent, text, at_most_once, wait, timeout, json } => {
             let mode = if at_most_once { SendMode::AtMostOnce } else { SendMode::Durable };
             let frame = Frame::new(flock_ipc::OPERATOR, &agent, Body::Send { text, mode });
             let id = frame.id;
@@ -353,15 +461,34 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 println!("routed to {agent} (at_most_once)");
                 return Ok(ExitCode::SUCCESS);
             }
+            // The message id is its chain's id: watch it before anything can end it.
+            let watch = Frame::new(
+                flock_ipc::OPERATOR,
+                ROUTER,
+                Body::Control(ControlRequest::Watch { chain: id }),
+            );
+            if wait {
+                conn.outbox
+                    .send(watch)
+                    .await
+                    .map_err(|_| anyhow!("the supervisor closed the connection"))?;
+            }
             loop {
                 match conn.reader.read_frame().await? {
                     Some(f) if f.correlation_id == Some(id) => match f.body {
                         Body::Accepted => {
-                            println!(
-                                "accepted into {agent}'s mailbox (id {})",
-                                flock_ipc::id::fmt_id(id)
+                            let chain = flock_ipc::id::fmt_id(id);
+                            if !wait {
+                                println!(
+                                    "accepted into {agent}'s mailbox (chain {chain}); the answer will be in your DM: flockctl read {}",
+                                    dm_of(&agent)
+                                );
+                                return Ok(ExitCode::SUCCESS);
+                            }
+                            eprintln!(
+                                "accepted into {agent}'s mailbox (chain {chain}); waiting for the answer…"
                             );
-                            return Ok(ExitCode::SUCCESS);
+                            break;
                         }
                         Body::Error { code, message } => bail!("{code}: {message}"),
                         other => bail!("unexpected {} answer", other.kind()),
@@ -372,6 +499,37 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     }
                 }
             }
+            wait_for_end(&mut conn, id, timeout, json).await
+        }
+        Command::Chains { json } => {
+            let ControlReply::Chains(rows) = control(&mut conn, ControlRequest::Chains).await?
+            else {
+                bail!("unexpected answer to chains");
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&chain_rows_json(&rows))?);
+            } else if rows.is_empty() {
+                println!("no chains in flight");
+            } else {
+                println!(
+                    "{:<32}  {:<16}  {:<12}  {:>9}  {:>13}  {:>11}  {:<10}  TEXT",
+                    "CHAIN", "FROM", "TO", "HOPS", "TOKENS", "TIME", "STATE"
+                );
+                for r in &rows {
+                    println!(
+                        "{:<32}  {:<16}  {:<12}  {:>9}  {:>13}  {:>11}  {:<10}  {}",
+                        flock_ipc::id::fmt_id(r.id),
+                        r.origin,
+                        r.entry,
+                        format!("{}/{}", r.hops, r.max_hops),
+                        format!("{}/{}", r.tokens, r.max_tokens),
+                        format!("{}/{}s", r.age_ms / 1000, r.max_wall_ms / 1000),
+                        r.state,
+                        r.text
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Logs { agent, follow, lines } => {
             let req = ControlRequest::Logs { agent, lines, follow };

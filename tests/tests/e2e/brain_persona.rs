@@ -1,9 +1,10 @@
-//! The brain-persona flow (issue #3 item 7), wired in code and run with scripted models: every
-//! input enters the coordinator, which routes it to the worker; the worker's pipeline asks the
-//! unconscious and tells the observer; the observer writes observation files; at the threshold the
-//! runtime wakes reflection, which writes its file and marks what it read; an idle coordinator
-//! wakes dream, which writes knowledge. The human gets exactly one answer, even when the worker is
-//! killed mid-turn.
+//! The brain-persona flow (issue #3 item 7, issue #8), wired in code and run with scripted
+//! models: every input enters the coordinator, which delegates it to the worker; the worker's
+//! pipeline asks the unconscious and tells the observer; the worker's answer comes back to the
+//! coordinator as a result, and the coordinator's answer reaches the person's DM by the runtime;
+//! the observer writes observation files; at the threshold the runtime wakes reflection, which
+//! writes its file and marks what it read; an idle coordinator wakes dream, which writes
+//! knowledge. The person gets exactly one answer, even when the worker is killed mid-turn.
 
 use std::path::Path;
 
@@ -50,18 +51,22 @@ fn persona(edits: &[(&str, &str)], worker: Option<&str>) -> Swarm {
 
 #[test]
 fn a_message_to_the_coordinator_runs_the_worker_writes_memory_and_answers_once_despite_kill9() {
-    // The worker's turn: send the result, then "think" for a while — long enough to be killed
-    // after its send and before its Ack.
+    // The worker "thinks" long enough to be killed mid-turn, before its Ack.
     let worker = r#"rules:
   - steps:
-      - tool: agents__send
-        args: { to: coordinator, text: "[result] worker did: {input}" }
       - delay_ms: 2500
-    reply: "done: {input}"
+    reply: "worker did: {input}"
 "#;
     let swarm = persona(&[], Some(worker));
-    swarm.ctl_ok(&["send", "coordinator", "plan my week"]);
-    swarm.wait_for_log("worker", "tool agents__send", SHORT);
+    let sent = swarm.ctl_ok(&["send", "coordinator", "plan my week"]);
+    let chain = sent
+        .split("chain ")
+        .nth(1)
+        .map(|s| s.chars().take_while(char::is_ascii_hexdigit).collect::<String>())
+        .unwrap_or_default();
+    assert_eq!(chain.len(), 32, "send names the chain: {sent}");
+    swarm.wait_for_log("worker", "turn ", SHORT);
+    swarm.wait_for_log("coordinator", "tool agents__delegate", SHORT);
     let pid = swarm.kill9("worker");
     swarm.wait_until(
         || swarm.pid_of("worker").is_some_and(|p| p != pid) && swarm.turns_total("worker") >= 1,
@@ -73,9 +78,8 @@ fn a_message_to_the_coordinator_runs_the_worker_writes_memory_and_answers_once_d
         SHORT,
         "the coordinator answered the human",
     );
-    // Exactly one answer: the replayed turn re-sent the same message id, which was dropped. The
-    // worker's turn is over (its Ack counted), so a duplicate would already sit in the
-    // coordinator's mailbox: wait until that mailbox is empty and the coordinator idle.
+    // Exactly one answer, from the coordinator's turn on the worker's result. Wait until the
+    // coordinator has nothing left to do (a duplicate would be in its mailbox).
     swarm.wait_until(
         || {
             let c = swarm.agent("coordinator");
@@ -85,13 +89,24 @@ fn a_message_to_the_coordinator_runs_the_worker_writes_memory_and_answers_once_d
         "the coordinator has nothing left to do",
     );
     let answers = swarm.ctl_ok(&["read", DM]);
-    assert_eq!(answers.matches("[result] worker did: plan my week").count(), 1, "{answers}");
+    assert_eq!(
+        answers.matches("Here is what the worker found: [result] worker did: plan my week").count(),
+        1,
+        "{answers}"
+    );
     assert_eq!(swarm.turns_total("coordinator"), 2, "input + result, nothing twice");
+
+    // The journal tells the chain's whole story under its correlation id.
+    let story = swarm.ctl_ok(&["journal", "query", &format!("corr={chain}"), "--json"]);
+    for action in ["SEND", "DELEGATE", "REQUEST", "RESULT", "TURN", "ANSWER"] {
+        assert!(story.contains(&format!("\"type\":\"{action}\"")), "{action} missing: {story}");
+    }
+    assert_eq!(story.matches("\"type\":\"ANSWER\"").count(), 1, "{story}");
 
     // The worker's pipeline asked the unconscious before its turn (both attempts) …
     let unconscious = swarm.log("unconscious");
     assert!(unconscious.contains("from worker (request"), "{unconscious}");
-    // … and told the observer once (the replay's send carried the same id).
+    // … and told the observer once (only the finished turn did).
     swarm.wait_until(
         || folder(&swarm, "observations").contains("Bren handled a request"),
         SHORT,
@@ -100,11 +115,11 @@ fn a_message_to_the_coordinator_runs_the_worker_writes_memory_and_answers_once_d
     let observations = folder(&swarm, "observations");
     assert_eq!(observations.matches("## ").count(), 1, "{observations}");
     assert!(observations.contains("[input] plan my week"), "{observations}");
-    assert!(observations.contains("[tools] agents__send"), "{observations}");
+    assert!(observations.contains("[tools] (none)"), "{observations}");
     let journal = folder(&swarm, "journals");
     assert_eq!(journal.lines().count(), 1, "{journal}");
     assert!(
-        journal.contains("| plan my week | tools: agents__send | done: plan my week"),
+        journal.contains("| plan my week | tools: (none) | worker did: plan my week"),
         "{journal}"
     );
     assert_eq!(swarm.turns_total("observer"), 1);

@@ -1,0 +1,310 @@
+//! Chains of turns: everything one outside input sets off (a person's message, a timer, an
+//! agent's send made outside any turn). The router keeps one [`Chain`] per live chain, charges it
+//! every hop (a delivery: message, request, delegation, result) and every model token, and stops
+//! it at its budget (`budget:` in the swarm file). Routing records ([`Route`]) travel with each
+//! message, in memory and in its SQLite row, so a restarted supervisor resumes a chain where it
+//! was (its hop count and start time; model tokens spent before the restart are not recovered).
+//!
+//! Nothing here does I/O: the router applies the decisions.
+
+use std::collections::HashMap;
+
+use flock_config::BudgetSpec;
+use flock_ipc::id::fmt_id;
+use flock_ipc::{ChainRow, MsgId};
+use serde::{Deserialize, Serialize};
+
+/// A chain's identity and what the router needs to rebuild it after a restart. Carried by every
+/// message of the chain (so a chain survives its root message's completion).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainTag {
+    #[serde(with = "hex_id")]
+    pub id: MsgId,
+    /// Who started it (`human:NAME`, or the agent whose send began it).
+    pub origin: String,
+    /// Whom the outside input addressed.
+    pub entry: String,
+    /// The start of the outside input's text (for the person's notice when it is stopped).
+    pub text: String,
+    pub started_ms: u64,
+}
+
+/// The routing record of one message: who waits for the answer of the turn it starts, and
+/// where it sits in its chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// Who waits for answers, outermost first; the last one gets this turn's final answer
+    /// (`human:NAME`, or an agent that delegated). Empty: nobody waits.
+    #[serde(default)]
+    pub answer_path: Vec<String>,
+    /// The message is a delegated agent's final answer (a `Result` input).
+    #[serde(default)]
+    pub result: bool,
+    pub chain: ChainTag,
+    /// 1 for the outside input, +1 per delivery after it.
+    pub hop: u32,
+    /// The message whose turn sent this one.
+    #[serde(default, with = "opt_hex_id")]
+    pub parent: Option<MsgId>,
+}
+
+impl Route {
+    /// A message that starts its own chain.
+    pub fn root(
+        id: MsgId,
+        origin: &str,
+        entry: &str,
+        text: &str,
+        now_ms: u64,
+        answer_to: Option<String>,
+    ) -> Route {
+        Route {
+            answer_path: answer_to.into_iter().collect(),
+            result: false,
+            chain: ChainTag {
+                id,
+                origin: origin.to_owned(),
+                entry: entry.to_owned(),
+                text: clip(text, 80),
+                started_ms: now_ms,
+            },
+            hop: 1,
+            parent: None,
+        }
+    }
+
+    /// Who gets this turn's final answer.
+    pub fn answer_to(&self) -> Option<&str> {
+        self.answer_path.last().map(String::as_str)
+    }
+
+    /// The stored form; `""` for a root that nobody waits on (the common case of an agent's send
+    /// outside any turn), which [`Route::load`] rebuilds from the message itself.
+    pub fn store(&self, id: MsgId) -> String {
+        let plain_root = self.chain.id == id
+            && self.hop == 1
+            && self.answer_path.is_empty()
+            && !self.result
+            && self.parent.is_none();
+        if plain_root { String::new() } else { serde_json::to_string(self).unwrap_or_default() }
+    }
+
+    /// The route of a stored message (see [`Route::store`]); a record this version cannot read
+    /// makes the message a root of its own.
+    pub fn load(stored: &str, id: MsgId, sender: &str, target: &str, text: &str, at: u64) -> Route {
+        serde_json::from_str(stored)
+            .unwrap_or_else(|_| Route::root(id, sender, target, text, at, None))
+    }
+}
+
+/// Why a chain was stopped.
+pub fn describe_stop(kind: StopKind, budget: &BudgetSpec) -> String {
+    match kind {
+        StopKind::Hops => format!("its hop budget of {} was used up", budget.max_hops),
+        StopKind::Tokens => format!("its budget of {} model tokens was used up", budget.max_tokens),
+        StopKind::Wall => format!("it ran past its {} s time budget", budget.max_wall_secs),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopKind {
+    Hops,
+    Tokens,
+    Wall,
+}
+
+/// One live chain.
+#[derive(Debug, Clone)]
+pub struct Chain {
+    pub tag: ChainTag,
+    pub hops: u32,
+    pub tokens: u64,
+    /// Deliveries queued or in progress, plus answers being posted: the chain ends at 0.
+    pub live: u32,
+    /// Set once the chain is stopped (the reason).
+    pub stopped: Option<String>,
+    /// The person got their answer (or the stop notice): nothing more is posted to them.
+    pub answered: bool,
+    /// What happened, shortest form ("coordinator → worker (delegated)"), for the stop notice.
+    pub trail: Vec<String>,
+    /// `flockctl send --wait` connections: (connection, request frame id).
+    pub watchers: Vec<(u64, MsgId)>,
+}
+
+/// Trail entries kept per chain (the notice shows the last ones).
+const TRAIL: usize = 16;
+
+impl Chain {
+    pub fn new(tag: ChainTag) -> Chain {
+        Chain {
+            tag,
+            hops: 0,
+            tokens: 0,
+            live: 0,
+            stopped: None,
+            answered: false,
+            trail: Vec::new(),
+            watchers: Vec::new(),
+        }
+    }
+
+    pub fn note(&mut self, step: String) {
+        if self.trail.len() == TRAIL {
+            self.trail.remove(0);
+        }
+        self.trail.push(step);
+    }
+
+    /// Which budget, if any, the chain is past at `now_ms`.
+    pub fn over(&self, budget: &BudgetSpec, now_ms: u64) -> Option<StopKind> {
+        if self.hops > budget.max_hops {
+            Some(StopKind::Hops)
+        } else if self.tokens > budget.max_tokens {
+            Some(StopKind::Tokens)
+        } else if now_ms.saturating_sub(self.tag.started_ms) > budget.max_wall_secs * 1000 {
+            Some(StopKind::Wall)
+        } else {
+            None
+        }
+    }
+
+    pub fn row(&self, budget: &BudgetSpec, now_ms: u64) -> ChainRow {
+        let state = match (&self.stopped, self.answered) {
+            (Some(r), _) => format!("stopped: {r}"),
+            (None, true) => "answered".into(),
+            (None, false) => "running".into(),
+        };
+        ChainRow {
+            id: self.tag.id,
+            origin: self.tag.origin.clone(),
+            entry: self.tag.entry.clone(),
+            text: self.tag.text.clone(),
+            state,
+            hops: self.hops,
+            max_hops: budget.max_hops,
+            tokens: self.tokens,
+            max_tokens: budget.max_tokens,
+            age_ms: now_ms.saturating_sub(self.tag.started_ms),
+            max_wall_ms: budget.max_wall_secs * 1000,
+            live: self.live,
+        }
+    }
+
+    /// What the person is told when the chain is stopped.
+    pub fn stop_notice(&self, reason: &str) -> String {
+        let trail = if self.trail.is_empty() { "nothing".into() } else { self.trail.join("; ") };
+        format!(
+            "[stopped] I stopped working on \"{}\": {reason}, after {} hops and {} model tokens. \
+             What was done: {trail}. Nothing else will be sent for this request; ask again, more \
+             specifically, or raise `budget:` in the swarm file.",
+            self.tag.text, self.hops, self.tokens
+        )
+    }
+}
+
+/// Every live chain, by id.
+#[derive(Debug, Default)]
+pub struct Chains {
+    pub map: HashMap<MsgId, Chain>,
+    /// Chains stopped by a budget since the supervisor started.
+    pub stopped_total: u64,
+}
+
+impl Chains {
+    /// The chain of `tag`, created (with `hop - 1` hops already spent) if the router does not
+    /// know it: the first message of a chain, or a chain resumed after a restart.
+    pub fn entry(&mut self, tag: &ChainTag, hop: u32) -> &mut Chain {
+        let chain = self.map.entry(tag.id).or_insert_with(|| Chain::new(tag.clone()));
+        chain.hops = chain.hops.max(hop.saturating_sub(1));
+        chain
+    }
+}
+
+/// The start of `text`, at most `n` characters, on one line.
+pub fn clip(text: &str, n: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= n {
+        flat
+    } else {
+        format!("{}…", flat.chars().take(n).collect::<String>())
+    }
+}
+
+/// The journal's correlation id of a chain.
+pub fn corr(id: MsgId) -> String {
+    fmt_id(id)
+}
+
+mod hex_id {
+    use flock_ipc::MsgId;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(id: &MsgId, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&flock_ipc::id::fmt_id(*id))
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<MsgId, D::Error> {
+        let s = String::deserialize(d)?;
+        flock_ipc::id::parse_id(&s).ok_or_else(|| serde::de::Error::custom("not a message id"))
+    }
+}
+
+mod opt_hex_id {
+    use flock_ipc::MsgId;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(id: &Option<MsgId>, s: S) -> Result<S::Ok, S::Error> {
+        match id {
+            Some(id) => s.serialize_some(&flock_ipc::id::fmt_id(*id)),
+            None => s.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<MsgId>, D::Error> {
+        let s = Option::<String>::deserialize(d)?;
+        s.map(|s| {
+            flock_ipc::id::parse_id(&s).ok_or_else(|| serde::de::Error::custom("not a message id"))
+        })
+        .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_root_is_stored_as_nothing_and_everything_else_round_trips() {
+        let root = Route::root(7, "w1", "w2", "hi", 1000, None);
+        assert_eq!(root.store(7), "");
+        assert_eq!(Route::load("", 7, "w1", "w2", "hi", 1000), root);
+        let mut r =
+            Route::root(7, "operator", "coordinator", "plan", 1000, Some("human:op".into()));
+        r.hop = 3;
+        r.parent = Some(9);
+        r.answer_path.push("coordinator".into());
+        let stored = r.store(11);
+        assert_eq!(Route::load(&stored, 11, "x", "y", "z", 0), r);
+        assert_eq!(r.answer_to(), Some("coordinator"));
+    }
+
+    #[test]
+    fn budgets_are_checked_in_order_hops_tokens_wall() {
+        let b = BudgetSpec { max_hops: 2, max_tokens: 100, max_wall_secs: 10 };
+        let mut c = Chain::new(Route::root(1, "a", "b", "t", 0, None).chain);
+        assert_eq!(c.over(&b, 5_000), None);
+        c.tokens = 101;
+        assert_eq!(c.over(&b, 5_000), Some(StopKind::Tokens));
+        c.hops = 3;
+        assert_eq!(c.over(&b, 5_000), Some(StopKind::Hops));
+        c.hops = 1;
+        c.tokens = 0;
+        assert_eq!(c.over(&b, 10_001), Some(StopKind::Wall));
+    }
+
+    #[test]
+    fn a_resumed_chain_keeps_the_hops_its_messages_carry() {
+        let mut chains = Chains::default();
+        let tag = Route::root(1, "a", "b", "t", 0, None).chain;
+        assert_eq!(chains.entry(&tag, 5).hops, 4);
+        assert_eq!(chains.entry(&tag, 2).hops, 4, "never lowered");
+    }
+}

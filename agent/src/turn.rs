@@ -1,0 +1,335 @@
+//! One turn: `turn.pre`, then model steps (each after `step.pre`) and tool calls (between
+//! `tool_call.pre` and `.post`) until a final answer, then `turn.post`.
+//!
+//! What the runtime guarantees here, whatever the model does: the model is offered only the
+//! choices that make sense for this input (`tools::offered`); a delegation ends the turn (the
+//! answer comes back later as a result); a repeated call is not run again — the model is asked
+//! for its answer instead; a tool error is never the reply; the conversation is laid out so its
+//! stable part (prompt, history) is a prefix the model server can keep in its KV cache.
+
+use flock_config::{AgentSpec, ModelSpec};
+use flock_ipc::{Delivery, DeliveryKind, ErrorCode, MsgId};
+
+use crate::client::RouterClient;
+use crate::extensions::{Pipeline, TurnInput};
+use crate::provider::{ChatMessage, LlmProvider, LlmStep};
+use crate::tools::{self, TurnState};
+use crate::{MAX_STEPS, prompts};
+
+/// History kept for a local model, as a share of its context window (the prompt, the tools and
+/// the turn's own messages need the rest), in characters per token of the estimate.
+const HISTORY_SHARE_OF_CTX: usize = 4;
+const CHARS_PER_TOKEN: usize = 3;
+
+impl TurnState {
+    /// What a delivery asks of its agent.
+    pub fn of(delivery: &Delivery) -> TurnState {
+        match delivery.kind {
+            DeliveryKind::Result => TurnState::Result,
+            DeliveryKind::Request => TurnState::Request,
+            DeliveryKind::Delta => TurnState::Channel,
+            DeliveryKind::Message if delivery.answer_to.is_some() => TurnState::Owed,
+            DeliveryKind::Message => TurnState::Free,
+        }
+    }
+}
+
+/// A finished turn: its answer and the messages to append to the session.
+#[derive(Debug)]
+pub struct Finished {
+    pub reply: String,
+    pub messages: Vec<ChatMessage>,
+}
+
+/// Runs one turn of `spec` on `delivery`; `session` is this channel's conversation so far (the
+/// turn's messages are appended to it).
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    spec: &AgentSpec,
+    client: &RouterClient,
+    provider: &mut impl LlmProvider,
+    pipeline: &mut Pipeline,
+    id: MsgId,
+    delivery: &Delivery,
+    session: &mut Vec<ChatMessage>,
+) -> Result<Finished, String> {
+    let input = TurnInput { id, from: &delivery.sender, text: &delivery.text };
+    let pre = pipeline.turn_pre(&input, session).await;
+    if let Some(budget) = history_budget(spec) {
+        trim_history(session, budget);
+    }
+    // Who exists right now (agents created or spawned at run time included), less the agents
+    // the pipeline itself talks to; the prompt shows it only with `context_injector`.
+    let catalog =
+        prompts::without(tools::catalog(client).await.as_deref(), &pipeline.hidden_peers());
+    let state = TurnState::of(delivery);
+    let waiting = delivery.answer_to.as_deref();
+    let offered = tools::offered(
+        spec.role,
+        spec.tools.as_deref(),
+        state,
+        &prompts::callable(&catalog),
+        waiting,
+    );
+    let shown = pipeline.injects_catalog().then_some(catalog.as_str());
+
+    // Stable first (prompt, then history): that prefix stays in the model's KV cache from turn
+    // to turn. What changes every turn (context, hints, time) goes after it, with the input.
+    let mut conversation = vec![ChatMessage::System { text: prompts::system_message(spec, shown) }];
+    conversation.extend(session.iter().cloned());
+    conversation.extend(pre.context.into_iter().map(|text| ChatMessage::System { text }));
+    if let Some(hint) = hint(state, delivery, &offered) {
+        conversation.push(ChatMessage::System { text: hint });
+    }
+    if pipeline.wants_time() {
+        conversation.push(ChatMessage::System { text: "[current_time]".into() });
+    }
+    let start = conversation.len();
+    let text = match delivery.kind {
+        DeliveryKind::Result => format!("[result] {}", delivery.text),
+        _ => delivery.text.clone(),
+    };
+    conversation.push(ChatMessage::User { from: delivery.sender.clone(), text });
+
+    let mut calls = 0u32;
+    let mut made = std::collections::HashSet::new();
+    let mut errors: Vec<String> = Vec::new();
+    let mut text_only = false;
+    let mut retried = false;
+    let mut reply = None;
+    for step in 0..MAX_STEPS {
+        pipeline.step_pre(step, &mut conversation);
+        let tools: &[_] = if text_only { &[] } else { &offered };
+        match provider.next(&conversation, tools).await? {
+            LlmStep::Final(text) => {
+                if echoes_an_error(&text, &errors) {
+                    if !retried {
+                        // Ask once more, in words; the echo is not kept.
+                        println!("  the answer repeated a tool error; asking again for words");
+                        retried = true;
+                        text_only = true;
+                        conversation.push(ChatMessage::System { text: RETRY_NOTE.into() });
+                        continue;
+                    }
+                    let fallback = could_not_finish(&errors);
+                    conversation.retain(|m| !is_retry_note(m));
+                    conversation.push(ChatMessage::Assistant { text: fallback.clone() });
+                    reply = Some(fallback);
+                    break;
+                }
+                conversation.retain(|m| !is_retry_note(m));
+                conversation.push(ChatMessage::Assistant { text: text.clone() });
+                reply = Some(text);
+                break;
+            }
+            LlmStep::ToolCalls(requested) => {
+                let mut delegated = None;
+                for call in requested {
+                    // A model that repeats the exact same call in one turn is looping (small
+                    // models do): the repeat is not run, and the next step may only answer.
+                    if !made.insert((call.name.clone(), call.arguments.clone())) {
+                        println!(
+                            "  repeated call {} not run again; asking for the answer",
+                            call.name
+                        );
+                        text_only = true;
+                        continue;
+                    }
+                    let out = match pipeline.tool_call_pre(&call) {
+                        Some(out) => out,
+                        None => {
+                            tools::execute(client, id, calls, &call.name, &call.arguments).await
+                        }
+                    };
+                    pipeline.tool_call_post(&call, &out);
+                    calls += 1;
+                    println!(
+                        "  tool {} {} → {}: {}",
+                        call.name,
+                        call.arguments,
+                        if out.ok { "ok" } else { "error" },
+                        crate::quote(&out.content)
+                    );
+                    if out.ok && call.name == "agents__delegate" {
+                        delegated = serde_json::from_str::<serde_json::Value>(&call.arguments)
+                            .ok()
+                            .and_then(|a| a["to"].as_str().map(str::to_owned));
+                    }
+                    if !out.ok {
+                        errors.push(out.content.clone());
+                    }
+                    conversation.push(ChatMessage::ToolCall {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: call.arguments,
+                    });
+                    conversation.push(ChatMessage::ToolResult {
+                        call_id: call.id,
+                        name: call.name,
+                        ok: out.ok,
+                        content: out.content,
+                    });
+                    if delegated.is_some() {
+                        break;
+                    }
+                }
+                // A delegation ends the turn: the answer is the delegate's, later.
+                if let Some(to) = delegated {
+                    let text = format!("(delegated to {to})");
+                    conversation.push(ChatMessage::Assistant { text: text.clone() });
+                    reply = Some(text);
+                    break;
+                }
+            }
+        }
+    }
+    let text = reply.unwrap_or_else(|| {
+        let text = format!("(stopped after {MAX_STEPS} steps without a final answer)");
+        conversation.push(ChatMessage::Assistant { text: text.clone() });
+        text
+    });
+    pipeline.turn_post(&input, &text).await;
+    // Only a finished turn joins the session (a failed one is retried from scratch). After a
+    // compaction the store gets the compacted session again ahead of the turn, so a restart
+    // resumes from the summary.
+    let turn_messages: Vec<ChatMessage> = conversation.drain(start..).collect();
+    session.extend(turn_messages.iter().cloned());
+    let mut messages = pre.persist_first;
+    messages.extend(turn_messages);
+    Ok(Finished { reply: text, messages })
+}
+
+/// What the runtime will do with this turn's answer, told to the model right before the input.
+fn hint(
+    state: TurnState,
+    delivery: &Delivery,
+    offered: &[flock_ipc::llm::ToolDef],
+) -> Option<String> {
+    let waiting = delivery.answer_to.as_deref().unwrap_or("the sender");
+    let can_delegate = offered.iter().any(|t| t.name == "agents__delegate");
+    Some(match state {
+        TurnState::Owed if waiting.starts_with("human:") => format!(
+            "[turn] {waiting} waits for your answer; your final answer is delivered to them.{}",
+            if can_delegate {
+                " If the work needs a worker, call agents__delegate instead: its result comes back to you."
+            } else {
+                ""
+            }
+        ),
+        TurnState::Owed => format!(
+            "[turn] {waiting} gave you this task; your final answer goes back to {waiting} \
+             automatically: do the task and answer with the result itself."
+        ),
+        TurnState::Result => format!(
+            "[turn] Below is the result of the work you delegated. Answer {waiting} now, in your \
+             own words and briefly, using it; your answer is delivered to them."
+        ),
+        TurnState::Request => {
+            format!(
+                "[turn] {} asked you and waits: your final answer is the reply.",
+                delivery.sender
+            )
+        }
+        TurnState::Channel | TurnState::Free => return None,
+    })
+}
+
+const RETRY_NOTE: &str = "[note] Your last answer only repeated a tool error. Answer the request \
+                          itself now, in plain words, with what you know or did.";
+
+fn is_retry_note(m: &ChatMessage) -> bool {
+    matches!(m, ChatMessage::System { text } if text == RETRY_NOTE)
+}
+
+/// Whether a final answer is only an error string (one the tools returned, or in their form).
+pub fn echoes_an_error(text: &str, errors: &[String]) -> bool {
+    let t = text.trim();
+    if t.is_empty() {
+        return false;
+    }
+    let upper = t.trim_start_matches(['[', '(', '"', '\'']);
+    let code_like = ErrorCode::ALL.iter().any(|c| upper.starts_with(c.as_str()))
+        || upper.starts_with("ERROR")
+        || upper.starts_with("DUPLICATE");
+    code_like || errors.iter().any(|e| e.len() >= 20 && t.contains(e.trim()))
+}
+
+/// The answer when the model could only repeat an error: what failed, said for a person.
+fn could_not_finish(errors: &[String]) -> String {
+    let last = errors.last().map(|e| crate::chains_clip(e, 160)).unwrap_or_default();
+    format!("I could not finish this: a step failed ({last}).")
+}
+
+/// The history budget, in characters, of an agent on the embedded model (its context is
+/// small); `None` for remote models, whose windows are large.
+fn history_budget(spec: &AgentSpec) -> Option<usize> {
+    match &spec.model {
+        ModelSpec::Local(m) => Some(m.ctx as usize / HISTORY_SHARE_OF_CTX * CHARS_PER_TOKEN),
+        _ => None,
+    }
+}
+
+/// Past `budget` characters, drops the oldest messages down to half the budget, cutting at a
+/// user message or summary. Dropping in big steps (not one message per turn) keeps the history
+/// a stable prefix for many turns, which is what the model server's KV cache reuses.
+pub fn trim_history(session: &mut Vec<ChatMessage>, budget: usize) {
+    let total: usize = session.iter().map(crate::extensions::chars_of).sum();
+    if total <= budget {
+        return;
+    }
+    let mut over = total - budget / 2;
+    let mut cut = 0;
+    while cut < session.len() && over > 0 {
+        over = over.saturating_sub(crate::extensions::chars_of(&session[cut]));
+        cut += 1;
+    }
+    session.drain(..cut);
+    crate::extensions::window(session, usize::MAX);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_strings_are_recognised_in_any_usual_form() {
+        let errors = vec!["BAD_REQUEST: no channel named `general-talk` here".to_string()];
+        assert!(echoes_an_error("ERROR DUPLICATE: you already made this call", &[]));
+        assert!(echoes_an_error("BAD_REQUEST: x", &[]));
+        assert!(echoes_an_error("[FORBIDDEN] nope", &[]));
+        assert!(echoes_an_error(
+            "It says: BAD_REQUEST: no channel named `general-talk` here",
+            &errors
+        ));
+        assert!(!echoes_an_error(
+            "Your week: Monday talk A, Wednesday talk B, Friday release.",
+            &errors
+        ));
+        assert!(!echoes_an_error("", &errors));
+    }
+
+    #[test]
+    fn history_is_trimmed_in_big_steps_and_starts_at_a_user_message() {
+        let msg = |i: usize| {
+            if i.is_multiple_of(2) {
+                ChatMessage::User { from: "op".into(), text: "u".repeat(100) }
+            } else {
+                ChatMessage::Assistant { text: "a".repeat(100) }
+            }
+        };
+        let mut s: Vec<ChatMessage> = (0..10).map(msg).collect();
+        trim_history(&mut s, 2_000);
+        assert_eq!(s.len(), 10, "under budget: untouched");
+        s.extend((10..20).map(msg));
+        trim_history(&mut s, 1_000);
+        // 2 000 chars > 1 000: down to at most 500, starting at a user message.
+        let total: usize = s.iter().map(crate::extensions::chars_of).sum();
+        assert!(total <= 500, "{total}");
+        assert!(matches!(s[0], ChatMessage::User { .. }));
+        // The next turns add to the same prefix until the budget is passed again.
+        let before = s.clone();
+        s.push(msg(20));
+        trim_history(&mut s, 1_000);
+        assert_eq!(&s[..before.len()], &before[..]);
+    }
+}
