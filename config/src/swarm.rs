@@ -49,9 +49,10 @@ const MODEL_KEYS: &[&str] = &[
     "path",
     "threads",
     "ctx",
+    "slots",
 ];
 /// Keys only the embedded model takes.
-const LOCAL_KEYS: &[&str] = &["path", "threads", "ctx"];
+const LOCAL_KEYS: &[&str] = &["path", "threads", "ctx", "slots"];
 /// Keys only a remote (HTTP) model takes.
 const REMOTE_KEYS: &[&str] =
     &["base_url", "model", "api_key_env", "timeout_secs", "max_tokens", "retry_base_ms"];
@@ -533,14 +534,13 @@ impl Loader<'_> {
         let what = format!("models.{name}");
         for (k, _) in entries {
             let Some(key) = k.text() else { continue };
-            if ["transcript", "rules", "base_url", "model", "api_key_env", "retry_base_ms"]
-                .contains(&key)
-            {
+            if ["transcript", "rules", "base_url", "api_key_env", "retry_base_ms"].contains(&key) {
                 self.report.error(
                     k.pos,
                     format!(
                         "`{key}` is not for `provider: local` models (the embedded model takes \
-                         `path`, `threads`, `ctx`, `timeout_secs`, `max_tokens`); remove it from `{what}`"
+                         `model`, `path`, `threads`, `ctx`, `slots`, `timeout_secs`, `max_tokens`); \
+                         remove it from `{what}`"
                     ),
                 );
             }
@@ -554,8 +554,32 @@ impl Loader<'_> {
             if p.is_absolute() { p } else { std::path::absolute(self.dir.join(&p)).unwrap_or(p) }
         });
         let r = &mut self.report;
+        let model = match field("model") {
+            Some(v) => match r.string(v, &format!("{what}.model")) {
+                Some(m) if crate::spec::KnownModel::find(&m).is_some() => m,
+                Some(m) => {
+                    r.error(
+                        v.pos,
+                        format!(
+                            "`{what}.model`: no local model named `{m}`; known: {} (fetch one with \
+                             `scripts/setup --model NAME`), or give `path:` to another GGUF file",
+                            crate::spec::KnownModel::names().join(", ")
+                        ),
+                    );
+                    defaults.model.clone()
+                }
+                None => defaults.model.clone(),
+            },
+            None => defaults.model.clone(),
+        };
+        if let (Some(v), Some(_)) = (field("model"), field("path")) {
+            r.error(v.pos, format!("`{what}` has both `model` and `path`; keep one"));
+        }
         let threads =
             field("threads").and_then(|v| r.uint::<u32>(v, &format!("{what}.threads"), 1, 256));
+        let slots = field("slots")
+            .and_then(|v| r.uint::<u32>(v, &format!("{what}.slots"), 1, 64))
+            .unwrap_or(defaults.slots);
         let ctx = field("ctx")
             .and_then(|v| r.uint::<u32>(v, &format!("{what}.ctx"), 256, 131_072))
             .unwrap_or(defaults.ctx);
@@ -566,9 +590,11 @@ impl Loader<'_> {
             .and_then(|v| r.uint::<u32>(v, &format!("{what}.max_tokens"), 1, 32_768))
             .unwrap_or(defaults.max_tokens);
         (self.report.count() == before).then_some(ModelSpec::Local(crate::spec::LocalModel {
+            model,
             path,
             threads,
             ctx,
+            slots,
             timeout_secs,
             max_tokens,
         }))

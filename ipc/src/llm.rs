@@ -64,4 +64,8 @@ pub struct ChatResponse {
     pub tool_calls: Vec<ToolCall>,
     pub tokens_in: u64,
     pub tokens_out: u64,
+    /// Prompt tokens the provider served from its cache (OpenAI's `cached_tokens`; the embedded
+    /// model's KV-cache slot).
+    #[serde(default)]
+    pub tokens_cached: u64,
 }

@@ -140,6 +140,8 @@ pub(crate) fn parse_response(body: &Value) -> Result<ChatResponse, String> {
         tool_calls,
         tokens_in: count("input_tokens"),
         tokens_out: count("output_tokens"),
+        // Anthropic's prompt cache reads (`cache_read_input_tokens`).
+        tokens_cached: count("cache_read_input_tokens"),
     })
 }
 

@@ -30,6 +30,9 @@ pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest) -> Value {
         body.insert("tools".into(), Value::Array(tools));
     }
     body.insert("max_tokens".into(), json!(ep.max_tokens));
+    if let Some(user) = &req.user {
+        body.insert("user".into(), json!(user));
+    }
     Value::Object(body)
 }
 
@@ -98,11 +101,16 @@ pub(crate) fn parse_response(body: &Value) -> Result<ChatResponse, String> {
     }
     let usage = body.get("usage");
     let count = |field: &str| usage.and_then(|u| u.get(field)).and_then(Value::as_u64).unwrap_or(0);
+    let cached = usage
+        .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     Ok(ChatResponse {
         text,
         tool_calls,
         tokens_in: count("prompt_tokens"),
         tokens_out: count("completion_tokens"),
+        tokens_cached: cached,
     })
 }
 

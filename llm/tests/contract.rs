@@ -9,7 +9,9 @@ use flock_llm::{
     ChatMsg, ChatRequest, ChatResponse, Endpoint, LlmClient, LlmError, ProviderKind, RetryPolicy,
     Secret, ToolCall, ToolDef,
 };
-use flock_testkit::fake_llm::{FAKE_TOKENS_IN, FAKE_TOKENS_OUT, FakeLlm, FakeProvider};
+use flock_testkit::fake_llm::{
+    FAKE_TOKENS_CACHED, FAKE_TOKENS_IN, FAKE_TOKENS_OUT, FakeLlm, FakeProvider,
+};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-0123456789-DO-NOT-LEAK";
@@ -69,6 +71,7 @@ async fn plain_answer_returns_text_and_usage(kind: ProviderKind) {
             tool_calls: vec![],
             tokens_in: FAKE_TOKENS_IN,
             tokens_out: FAKE_TOKENS_OUT,
+            tokens_cached: FAKE_TOKENS_CACHED,
         }
     );
     let sent = fake.requests();

@@ -1,8 +1,11 @@
 //! The model thread: one llama.cpp model and context, owned by one dedicated OS thread that
-//! serves [`Job`]s one at a time in arrival order (a FIFO channel). It keeps the KV cache between
-//! jobs and decodes only the part of a prompt that differs from what the cache holds; it samples
-//! greedily, through the llguidance matcher when a job carries a JSON schema; it stops early when
-//! the job's cancel flag is raised (the client went away). Not here: HTTP, prompts, JSON.
+//! serves [`Job`]s one at a time in arrival order (a FIFO channel). The context holds several
+//! sequences — KV-cache *slots* — and each client key (an agent) keeps its own: a job decodes
+//! only the part of its prompt that differs from what its slot holds, so every agent's stable
+//! prefix (rules, tools, history) is processed once, not once per turn of whoever ran last. A new
+//! key takes a free slot or the least recently used one. It samples greedily, through the
+//! llguidance matcher when a job carries a JSON schema; it stops early when the job's cancel flag
+//! is raised (the client went away). Not here: HTTP, prompts, JSON.
 
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -35,7 +38,10 @@ const PROMPT_CHUNK: usize = 128;
 pub struct EngineConfig {
     pub model_path: PathBuf,
     pub threads: usize,
+    /// Context of each slot, in tokens (prompt plus answer).
     pub n_ctx: u32,
+    /// KV-cache slots (sequences): one per client key, least recently used evicted first.
+    pub slots: u32,
     /// Keep llama.cpp's own log lines (on stderr); otherwise they are silenced.
     pub verbose: bool,
 }
@@ -45,7 +51,9 @@ pub struct EngineConfig {
 pub struct ModelInfo {
     /// `general.name` from the GGUF metadata, or the file name.
     pub name: String,
+    /// Context of each slot.
     pub n_ctx: u32,
+    pub slots: u32,
     pub threads: usize,
     pub load_time: Duration,
 }
@@ -55,6 +63,10 @@ pub struct ModelInfo {
 pub struct Job {
     /// The rendered prompt, special tokens written out (`<|im_start|>` …).
     pub prompt: String,
+    /// Whose KV-cache slot to use (an agent's name); jobs without one share a slot.
+    pub key: String,
+    /// Named parts of the prompt to count tokens for, in the log (`system`, `tools`, …).
+    pub parts: Vec<(&'static str, String)>,
     /// When set, the output must match this JSON schema (llguidance).
     pub schema: Option<Value>,
     /// When the schema does not compile: a looser one to try instead.
@@ -76,8 +88,12 @@ pub struct Generation {
     pub finish: Finish,
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
-    /// Prompt tokens whose KV state was reused from the previous job.
+    /// Prompt tokens whose KV state was reused from the slot's previous job.
     pub reused_tokens: u32,
+    /// The slot used.
+    pub slot: u32,
+    /// Tokens of each named part of the prompt (as the job listed them).
+    pub part_tokens: Vec<(&'static str, u32)>,
     pub prompt_time: Duration,
     pub total_time: Duration,
 }
@@ -172,8 +188,13 @@ fn model_thread(
         }
     };
     let threads = i32::try_from(config.threads.max(1)).unwrap_or(1);
+    let slots = config.slots.max(1);
+    // One sequence per slot, each with its own cells (not unified): a slot's attention covers
+    // only its own tokens, and one agent's long prompt never evicts another's.
     let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(config.n_ctx))
+        .with_n_ctx(NonZeroU32::new(config.n_ctx.saturating_mul(slots)))
+        .with_n_seq_max(slots)
+        .with_kv_unified(false)
         .with_n_batch(PROMPT_CHUNK as u32)
         .with_n_ubatch(PROMPT_CHUNK as u32)
         .with_n_threads(threads)
@@ -181,8 +202,10 @@ fn model_thread(
     let mut ctx = match model.new_context(&backend, params) {
         Ok(c) => c,
         Err(e) => {
-            let _ =
-                ready.send(Err(LoadError::Context { n_ctx: config.n_ctx, message: e.to_string() }));
+            let _ = ready.send(Err(LoadError::Context {
+                n_ctx: config.n_ctx.saturating_mul(slots),
+                message: e.to_string(),
+            }));
             return;
         }
     };
@@ -206,14 +229,22 @@ fn model_thread(
         });
     let info = ModelInfo {
         name,
-        n_ctx: ctx.n_ctx(),
+        n_ctx: ctx.n_ctx() / slots,
+        slots,
         threads: config.threads.max(1),
         load_time: started.elapsed(),
     };
+    let n_ctx_slot = info.n_ctx;
     if ready.send(Ok(info)).is_err() {
         return;
     }
-    let mut state = State { model: &model, factory: &factory, cached: Vec::new() };
+    let mut state = State {
+        model: &model,
+        factory: &factory,
+        slots: (0..slots).map(|_| Slot::default()).collect(),
+        n_ctx: n_ctx_slot,
+        clock: 0,
+    };
     while let Ok(job) = jobs.recv() {
         let result = if job.cancel.load(Ordering::Relaxed) {
             Err(GenerateError::Cancelled)
@@ -224,12 +255,48 @@ fn model_thread(
     }
 }
 
+/// One KV-cache slot: a llama.cpp sequence and who uses it.
+#[derive(Default)]
+struct Slot {
+    key: Option<String>,
+    /// The tokens whose KV entries sit in this sequence at positions `0..cached.len()`.
+    cached: Vec<LlamaToken>,
+    last_used: u64,
+}
+
 /// The model thread's state between jobs.
 struct State<'m> {
     model: &'m LlamaModel,
     factory: &'m ParserFactory,
-    /// The tokens whose KV entries sit in sequence 0 at positions `0..cached.len()`.
-    cached: Vec<LlamaToken>,
+    slots: Vec<Slot>,
+    /// Context of each slot.
+    n_ctx: u32,
+    /// Counts jobs, for least-recently-used eviction.
+    clock: u64,
+}
+
+impl State<'_> {
+    /// The slot of `key`: its own, else a free one, else the least recently used (cleared).
+    fn slot_for(&mut self, ctx: &mut LlamaContext<'_>, key: &str) -> usize {
+        self.clock += 1;
+        let found = self.slots.iter().position(|s| s.key.as_deref() == Some(key));
+        let i = found.unwrap_or_else(|| {
+            let free = self.slots.iter().position(|s| s.key.is_none());
+            free.unwrap_or_else(|| {
+                (0..self.slots.len()).min_by_key(|&i| self.slots[i].last_used).unwrap_or(0)
+            })
+        });
+        let slot = &mut self.slots[i];
+        if slot.key.as_deref() != Some(key) {
+            if !slot.cached.is_empty() {
+                let _ = ctx.clear_kv_cache_seq(Some(i as u32), None, None);
+                slot.cached.clear();
+            }
+            slot.key = Some(key.to_owned());
+        }
+        slot.last_used = self.clock;
+        i
+    }
 }
 
 impl State<'_> {
@@ -241,7 +308,12 @@ impl State<'_> {
         let started = Instant::now();
         let vocab = self.model.vocab();
         let prompt = vocab.tokenize(job.prompt.as_bytes(), false, true);
-        let n_ctx = ctx.n_ctx();
+        let part_tokens = job
+            .parts
+            .iter()
+            .map(|(name, text)| (*name, vocab.tokenize(text.as_bytes(), false, true).len() as u32))
+            .collect();
+        let n_ctx = self.n_ctx;
         if prompt.is_empty() || prompt.len() >= n_ctx as usize {
             return Err(GenerateError::ContextExceeded { prompt_tokens: prompt.len(), n_ctx });
         }
@@ -254,17 +326,21 @@ impl State<'_> {
             Some(schema) => Some(self.matcher(schema, job.fallback_schema.as_ref())?),
         };
 
-        // Reuse the longest common prefix; at least one token must be decoded to get logits.
-        let mut keep = self.cached.iter().zip(&prompt).take_while(|(a, b)| a == b).count();
+        // The key's own slot; reuse the longest common prefix of what it holds (at least one
+        // token must be decoded to get logits).
+        let slot = self.slot_for(ctx, &job.key);
+        let seq = slot as i32;
+        let cached = &mut self.slots[slot].cached;
+        let mut keep = cached.iter().zip(&prompt).take_while(|(a, b)| a == b).count();
         keep = keep.min(prompt.len() - 1);
-        if keep < self.cached.len() {
+        if keep < cached.len() {
             let removed =
-                u32::try_from(keep).ok().and_then(|k| ctx.kv_cache_seq_rm(0, Some(k), None).ok());
+                u32::try_from(keep).ok().and_then(|k| ctx.kv_cache_seq_rm(seq, Some(k), None).ok());
             if removed.is_none() {
-                ctx.clear_kv_cache();
+                let _ = ctx.clear_kv_cache_seq(Some(slot as u32), None, None);
                 keep = 0;
             }
-            self.cached.truncate(keep);
+            cached.truncate(keep);
         }
         let reused = keep;
 
@@ -275,7 +351,7 @@ impl State<'_> {
             if job.cancel.load(Ordering::Relaxed) {
                 return Err(GenerateError::Cancelled);
             }
-            self.decode(ctx, &mut batch, chunk, i + 1 == chunks)?;
+            self.decode(ctx, &mut batch, slot, chunk, i + 1 == chunks)?;
         }
         let prompt_time = started.elapsed();
 
@@ -353,7 +429,7 @@ impl State<'_> {
             if generated >= max_new {
                 break;
             }
-            self.decode(ctx, &mut batch, &step, true)?;
+            self.decode(ctx, &mut batch, slot, &step, true)?;
             logits_idx = batch.n_tokens() - 1;
         }
         Ok(Generation {
@@ -362,6 +438,8 @@ impl State<'_> {
             prompt_tokens: prompt.len() as u32,
             completion_tokens: generated as u32,
             reused_tokens: reused as u32,
+            slot: slot as u32,
+            part_tokens,
             prompt_time,
             total_time: started.elapsed(),
         })
@@ -373,25 +451,27 @@ impl State<'_> {
         &mut self,
         ctx: &mut LlamaContext<'_>,
         batch: &mut LlamaBatch,
+        slot: usize,
         tokens: &[LlamaToken],
         logits: bool,
     ) -> Result<(), GenerateError> {
+        let seq = slot as i32;
         for part in tokens.chunks(PROMPT_CHUNK) {
             batch.clear();
-            let start = self.cached.len();
+            let start = self.slots[slot].cached.len();
             let last = part.len() - 1;
             for (i, &t) in part.iter().enumerate() {
                 batch
-                    .add(t, (start + i) as i32, &[0], logits && i == last)
+                    .add(t, (start + i) as i32, &[seq], logits && i == last)
                     .map_err(|e| GenerateError::Decode(e.to_string()))?;
             }
             if let Err(e) = ctx.decode(batch) {
-                // The cache may hold part of this batch now: start clean next time.
-                ctx.clear_kv_cache();
-                self.cached.clear();
+                // The slot may hold part of this batch now: start it clean next time.
+                let _ = ctx.clear_kv_cache_seq(Some(slot as u32), None, None);
+                self.slots[slot].cached.clear();
                 return Err(GenerateError::Decode(e.to_string()));
             }
-            self.cached.extend_from_slice(part);
+            self.slots[slot].cached.extend_from_slice(part);
         }
         Ok(())
     }

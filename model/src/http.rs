@@ -25,8 +25,6 @@ pub struct Server {
     pub info: ModelInfo,
     /// The bearer token every `/v1/*` request must carry.
     pub token: String,
-    /// Log one line per completion on stderr.
-    pub log: bool,
 }
 
 /// Accepts connections until the listener fails.
@@ -162,8 +160,11 @@ async fn chat_completion(
     let constrained = chat.constrained();
     let (tx, mut rx) = oneshot::channel();
     let cancel = Arc::new(AtomicBool::new(false));
+    let key = parsed.user.clone().unwrap_or_default();
     let job = Job {
         prompt: prompt::render(&chat),
+        key: key.clone(),
+        parts: prompt::parts(&chat),
         schema: constrained.then(|| prompt::answer_schema(&chat)),
         fallback_schema: constrained.then(|| prompt::loose_answer_schema(&chat)),
         max_tokens: parsed.token_limit(),
@@ -215,17 +216,23 @@ async fn chat_completion(
             ));
         }
     };
-    if server.log {
-        eprintln!(
-            "flock-model: {} prompt tokens ({} reused) in {} ms, {} generated, {} ms total{}",
-            generation.prompt_tokens,
-            generation.reused_tokens,
-            generation.prompt_time.as_millis(),
-            generation.completion_tokens,
-            generation.total_time.as_millis(),
-            if constrained { ", constrained" } else { "" },
-        );
-    }
+    // One line per request (`flockctl logs flock-model`, read by scripts/eval): how much of the
+    // prompt the slot reused, what was processed, and the token budget of each part.
+    let parts: Vec<String> =
+        generation.part_tokens.iter().map(|(name, n)| format!("{name}={n}")).collect();
+    eprintln!(
+        "flock-model: slot {} ({}): prompt {} tokens, reused {}, processed {} in {} ms; {} generated; {} ms total{}; parts {}",
+        generation.slot,
+        if key.is_empty() { "-" } else { key.as_str() },
+        generation.prompt_tokens,
+        generation.reused_tokens,
+        generation.prompt_tokens - generation.reused_tokens,
+        generation.prompt_time.as_millis(),
+        generation.completion_tokens,
+        generation.total_time.as_millis(),
+        if constrained { ", constrained" } else { "" },
+        parts.join(" "),
+    );
     let model = parsed.model.as_deref().filter(|m| !m.is_empty()).unwrap_or(&server.info.name);
     Some(Response::json(
         200,
@@ -236,6 +243,7 @@ async fn chat_completion(
             generation.finish,
             generation.prompt_tokens,
             generation.completion_tokens,
+            generation.reused_tokens,
         ),
     ))
 }

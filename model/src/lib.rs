@@ -39,8 +39,13 @@ pub struct Options {
     pub listen: SocketAddr,
     /// `None`: `min(2, idle cores)`.
     pub threads: Option<usize>,
+    /// Context of each KV-cache slot, in tokens.
     pub n_ctx: u32,
+    /// KV-cache slots: one per agent (least recently used evicted first).
+    pub slots: u32,
     pub verify: bool,
+    /// The sha256 the model file must have; `None`: the pinned default model's.
+    pub sha256: Option<String>,
     pub token: String,
     /// llama.cpp's own logs on stderr, and one line per request.
     pub verbose: bool,
@@ -85,10 +90,19 @@ pub async fn run(opts: Options) -> Result<(), RunError> {
             opts.n_ctx
         )));
     }
+    if !(1..=64).contains(&opts.slots) {
+        return Err(RunError::config(anyhow::anyhow!(
+            "--slots {} must be between 1 and 64",
+            opts.slots
+        )));
+    }
     let model = opts.model.clone();
     let verify = opts.verify;
-    tokio::task::spawn_blocking(move || {
-        if verify { verify::verify(&model).map(|_| ()) } else { verify::check_exists(&model) }
+    let expected = opts.sha256.clone();
+    tokio::task::spawn_blocking(move || match (verify, expected) {
+        (false, _) => verify::check_exists(&model),
+        (true, None) => verify::verify(&model).map(|_| ()),
+        (true, Some(sha)) => verify::verify_sha256(&model, &sha).map(|_| ()),
     })
     .await
     .context("model check")?
@@ -102,6 +116,7 @@ pub async fn run(opts: Options) -> Result<(), RunError> {
         model_path: opts.model.clone(),
         threads,
         n_ctx: opts.n_ctx,
+        slots: opts.slots,
         verbose: opts.verbose,
     };
     let (engine, info) = tokio::task::spawn_blocking(move || Engine::start(config))
@@ -112,10 +127,11 @@ pub async fn run(opts: Options) -> Result<(), RunError> {
         TcpListener::bind(opts.listen).await.with_context(|| format!("bind {}", opts.listen))?;
     let addr = listener.local_addr()?;
     eprintln!(
-        "flock-model: {} loaded in {} ms, {} thread(s), context {} tokens",
+        "flock-model: {} loaded in {} ms, {} thread(s), {} KV-cache slots of {} tokens",
         info.name,
         info.load_time.as_millis(),
         info.threads,
+        info.slots,
         info.n_ctx
     );
     {
@@ -124,7 +140,7 @@ pub async fn run(opts: Options) -> Result<(), RunError> {
         writeln!(out, "listening on {addr}")?;
         out.flush()?;
     }
-    let server = Arc::new(http::Server { engine, info, token: opts.token, log: opts.verbose });
+    let server = Arc::new(http::Server { engine, info, token: opts.token });
     http::serve(listener, server).await?;
     Err(anyhow::anyhow!("the listener stopped").into())
 }

@@ -21,13 +21,20 @@ struct Args {
     /// llama.cpp threads [default: min(2, idle cores)]
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
-    /// Context size in tokens (prompt plus answer).
+    /// Context size of each KV-cache slot, in tokens (prompt plus answer).
     #[arg(long, value_name = "TOKENS", default_value_t = 4096)]
     ctx: u32,
+    /// KV-cache slots: each client (an agent, by the request's `user`) keeps its prompt prefix
+    /// in its own; memory grows with slots × ctx.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    slots: u32,
+    /// The sha256 the model file must have [default: the pinned default model's].
+    #[arg(long, value_name = "HEX", conflicts_with = "no_verify")]
+    sha256: Option<String>,
     /// Skip the sha256 check of the model file (to use a model other than the pinned one).
     #[arg(long)]
     no_verify: bool,
-    /// llama.cpp's logs and one line per request on stderr.
+    /// llama.cpp's own logs on stderr (one line per request is always logged).
     #[arg(long, short)]
     verbose: bool,
 }
@@ -44,7 +51,9 @@ async fn main() {
         listen: args.listen,
         threads: args.threads,
         n_ctx: args.ctx,
+        slots: args.slots,
         verify: !args.no_verify,
+        sha256: args.sha256,
         token: std::env::var(flock_model::TOKEN_ENV).unwrap_or_default(),
         verbose: args.verbose,
     };

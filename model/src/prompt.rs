@@ -152,6 +152,46 @@ pub fn render(chat: &Chat) -> String {
     out
 }
 
+/// The prompt's parts whose token counts are logged: `system` (the first system message: rules
+/// and catalog), `tools` (the tool list and answer format), `context` (later system messages:
+/// memory, hints, time), `history` (earlier turns) and `turn` (the last user message and what
+/// followed it). Texts only; the chat template's few tokens per message are not counted.
+pub fn parts(chat: &Chat) -> Vec<(&'static str, String)> {
+    let text = |m: &Msg| match m {
+        Msg::System(t) | Msg::User(t) | Msg::Tool(t) => t.clone(),
+        Msg::Assistant { text, calls } => {
+            let calls: Vec<String> =
+                calls.iter().map(|c| format!("{} {}", c.name, c.arguments)).collect();
+            format!("{}{}", text.clone().unwrap_or_default(), calls.join("\n"))
+        }
+    };
+    let (first, rest) = match chat.messages.split_first() {
+        Some((Msg::System(t), rest)) => (t.clone(), rest),
+        _ => (String::new(), chat.messages.as_slice()),
+    };
+    let last_user = rest.iter().rposition(|m| matches!(m, Msg::User(_))).unwrap_or(rest.len());
+    let mut context = String::new();
+    let mut history = String::new();
+    let mut turn = String::new();
+    for (i, m) in rest.iter().enumerate() {
+        let into = match m {
+            Msg::System(_) => &mut context,
+            _ if i < last_user => &mut history,
+            _ => &mut turn,
+        };
+        into.push_str(&text(m));
+        into.push('\n');
+    }
+    let tools = if chat.constrained() { tools_section(chat) } else { String::new() };
+    vec![
+        ("system", first),
+        ("tools", tools),
+        ("context", context),
+        ("history", history),
+        ("turn", turn),
+    ]
+}
+
 fn turn(out: &mut String, role: &str, text: &str) {
     out.push_str("<|im_start|>");
     out.push_str(role);

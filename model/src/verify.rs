@@ -19,11 +19,11 @@ pub enum VerifyError {
     #[error("the model file {path} does not exist; run `scripts/setup` to fetch it")]
     Missing { path: PathBuf },
     #[error(
-        "the model file {path} has sha256 {actual}, not the pinned {expected} \
-         (Qwen2.5-Coder-0.5B-Instruct Q4_K_M): it is damaged or another file; delete it and run \
-         `scripts/setup`, or pass --no-verify to use another model on purpose"
+        "the model file {path} has sha256 {actual}, not the pinned {expected}: it is damaged or \
+         another file; delete it and run `scripts/setup` (with `--model NAME` for another \
+         model), or pass --no-verify to use another model on purpose"
     )]
-    Mismatch { path: PathBuf, actual: String, expected: &'static str },
+    Mismatch { path: PathBuf, actual: String, expected: String },
     #[error("cannot read the model file {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
 }
@@ -43,6 +43,11 @@ pub fn verify(path: &Path) -> Result<bool, VerifyError> {
     verify_against(path, MODEL_SHA256)
 }
 
+/// Whether the file is there and has the sha256 `expected` (lowercase hex).
+pub fn verify_sha256(path: &Path, expected: &str) -> Result<bool, VerifyError> {
+    verify_against(path, &expected.to_ascii_lowercase())
+}
+
 /// Only that the file exists (for `--no-verify`).
 pub fn check_exists(path: &Path) -> Result<(), VerifyError> {
     match std::fs::metadata(path) {
@@ -55,7 +60,7 @@ pub fn check_exists(path: &Path) -> Result<(), VerifyError> {
     }
 }
 
-fn verify_against(path: &Path, expected: &'static str) -> Result<bool, VerifyError> {
+fn verify_against(path: &Path, expected: &str) -> Result<bool, VerifyError> {
     check_exists(path)?;
     let read_err = |source| VerifyError::Read { path: path.to_path_buf(), source };
     let stamp = stamp(path).map_err(read_err)?;
@@ -66,6 +71,7 @@ fn verify_against(path: &Path, expected: &'static str) -> Result<bool, VerifyErr
     let actual = sha256_file(path).map_err(read_err)?;
     if actual != expected {
         let _stale = std::fs::remove_file(&record);
+        let expected = expected.to_owned();
         return Err(VerifyError::Mismatch { path: path.to_path_buf(), actual, expected });
     }
     // Best effort: a read-only models directory only costs a re-hash next time.

@@ -26,6 +26,9 @@ pub struct CompletionRequest {
     pub seed: Option<u32>,
     #[serde(default)]
     pub stream: Option<bool>,
+    /// Who the request is for: requests with the same `user` share a KV-cache slot.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -169,6 +172,7 @@ pub fn completion_response(
     finish: Finish,
     prompt_tokens: u32,
     completion_tokens: u32,
+    cached_tokens: u32,
 ) -> Value {
     let answer = if chat.constrained() { read_answer(chat, output) } else { None };
     let (message, finish_reason) = match answer {
@@ -208,6 +212,8 @@ pub fn completion_response(
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            // OpenAI's field for prompt tokens served from cache: here, the KV-cache slot.
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
         },
     })
 }
@@ -280,6 +286,7 @@ mod tests {
             Finish::Stop,
             10,
             5,
+            0,
         );
         let msg = &r["choices"][0]["message"];
         assert_eq!(msg["tool_calls"][0]["function"]["name"], "f");
@@ -294,10 +301,11 @@ mod tests {
             Finish::Stop,
             1,
             1,
+            0,
         );
         assert_eq!(r["choices"][0]["message"]["content"], "hi");
         assert_eq!(r["choices"][0]["finish_reason"], "stop");
-        let r = completion_response(&chat, "m", r#"{"tool": "f", "argu"#, Finish::Length, 1, 1);
+        let r = completion_response(&chat, "m", r#"{"tool": "f", "argu"#, Finish::Length, 1, 1, 0);
         assert_eq!(r["choices"][0]["finish_reason"], "length");
     }
 }

@@ -198,6 +198,7 @@ fn tool_request(system: &str, user: &str) -> ChatRequest {
             ChatMsg::User { text: user.into() },
         ],
         tools: tools(),
+        user: None,
     }
 }
 
@@ -222,6 +223,7 @@ async fn embedded_model_serves_the_gateway_client() {
     let hello = ChatRequest {
         messages: vec![ChatMsg::User { text: "Say hello in five words.".into() }],
         tools: vec![],
+        user: None,
     };
     for key in [None, Some("wrong-token")] {
         match client.complete(&server.endpoint(key), &hello).await {
@@ -347,6 +349,7 @@ async fn embedded_model_serves_the_gateway_client() {
     let short = ChatRequest {
         messages: vec![ChatMsg::User { text: "Name one colour.".into() }],
         tools: vec![],
+        user: None,
     };
     let mut short_ep = ep.clone();
     short_ep.max_tokens = 8;

@@ -27,8 +27,6 @@ use crate::spawn::{SpawnSpec, Spawner, signal_group};
 
 /// Its name in `flockctl ps` and `flockctl logs`.
 pub const NAME: &str = "flock-model";
-/// The pinned default model file (`scripts/setup` installs it under `$FLOCK_HOME/models`).
-pub const MODEL_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 /// flock-model's exit code for a problem a restart cannot fix.
 const EXIT_CONFIG: i32 = 78;
 /// Loading a 0.5 GB model (and hashing it the first time) takes seconds, not minutes.
@@ -87,7 +85,8 @@ pub struct ModelProcess {
 struct Keeper {
     program: PathBuf,
     model: PathBuf,
-    verify: bool,
+    /// The sha256 to check the file against (known models); `None`: `path:` files, unchecked.
+    sha256: Option<&'static str>,
     settings: LocalModel,
     cwd: PathBuf,
     token: Secret,
@@ -109,23 +108,38 @@ impl ModelProcess {
         cwd: PathBuf,
     ) -> Result<ModelProcess> {
         let program = model_binary()?;
-        let (model, verify) = match &settings.path {
-            Some(p) => (p.clone(), false),
-            None => {
+        let known = match (&settings.path, settings.known()) {
+            (Some(_), _) => None,
+            (None, Some(k)) => Some(k),
+            (None, None) => bail!(
+                "no local model named `{}`; known: {}",
+                settings.model,
+                flock_config::KnownModel::names().join(", ")
+            ),
+        };
+        let model = match (&settings.path, known) {
+            (Some(p), _) => p.clone(),
+            (None, k) => {
                 let home = flock_home().context(
                     "neither FLOCK_HOME nor HOME is set: cannot find the embedded model",
                 )?;
-                (home.join("models").join(MODEL_FILE), true)
+                home.join("models").join(k.map_or("", |k| k.file))
             }
         };
         if !model.is_file() {
             bail!(
                 "the embedded model file {} is missing; {}",
                 model.display(),
-                if verify {
-                    "run `scripts/setup` to fetch it (once per machine, ~490 MB)".to_owned()
-                } else {
-                    "fix `path:` of the swarm's `provider: local` model".to_owned()
+                match known {
+                    Some(k) if k.name == flock_config::KNOWN_LOCAL_MODELS[0].name => format!(
+                        "run `scripts/setup` to fetch it (once per machine, {})",
+                        k.description
+                    ),
+                    Some(k) => format!(
+                        "run `scripts/setup --model {}` to fetch it (once per machine, {})",
+                        k.name, k.description
+                    ),
+                    None => "fix `path:` of the swarm's `provider: local` model".to_owned(),
                 }
             );
         }
@@ -139,7 +153,7 @@ impl ModelProcess {
         let keeper = Keeper {
             program,
             model,
-            verify,
+            sha256: known.map(|k| k.sha256),
             settings,
             cwd,
             token: token.clone(),
@@ -205,12 +219,15 @@ impl Keeper {
             format!("127.0.0.1:{port}"),
             "--ctx".into(),
             self.settings.ctx.to_string(),
+            "--slots".into(),
+            self.settings.slots.to_string(),
         ];
         if let Some(n) = self.settings.threads {
             args.extend(["--threads".into(), n.to_string()]);
         }
-        if !self.verify {
-            args.push("--no-verify".into());
+        match self.sha256 {
+            Some(sha) => args.extend(["--sha256".into(), sha.to_owned()]),
+            None => args.push("--no-verify".into()),
         }
         SpawnSpec {
             program: self.program.clone(),

@@ -368,7 +368,7 @@ pub enum StopReason {
 
 /// `up --detach`: re-runs `up` in the background, in its own session, with output in
 /// `<state>/logs/supervisor.log`; returns once the control socket answers or the child died.
-pub fn detach(swarm_file: &Path, state: &StateDir) -> Result<u32> {
+pub fn detach(swarm_file: &Path, state: &StateDir, model: Option<&str>) -> Result<u32> {
     use std::os::unix::process::CommandExt;
     state.create()?;
     let log_path = state.logs_dir().join("supervisor.log");
@@ -383,6 +383,7 @@ pub fn detach(swarm_file: &Path, state: &StateDir) -> Result<u32> {
         .arg(swarm_file)
         .arg("--state-dir")
         .arg(&state.root)
+        .args(model.map(|m| ["--model", m]).into_iter().flatten())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -32,6 +32,8 @@ pub enum FakeProvider {
 pub const FAKE_TOKENS_IN: u64 = 17;
 /// Token usage every successful answer reports (completion / output side).
 pub const FAKE_TOKENS_OUT: u64 = 5;
+/// Prompt tokens every successful answer reports as served from the provider's cache.
+pub const FAKE_TOKENS_CACHED: u64 = 12;
 
 /// How long [`FakeLlm::wait_requests`] waits (real time) before failing the test.
 pub const WAIT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -83,6 +85,8 @@ struct Shared {
     count: watch::Sender<usize>,
     required_key: Mutex<Option<String>>,
     next_id: Mutex<u64>,
+    /// Answered when the script is empty (`None`: an error saying so).
+    always: Mutex<Option<Reply>>,
 }
 
 /// A running fake provider; stops when dropped.
@@ -106,6 +110,7 @@ impl FakeLlm {
         listener.set_nonblocking(true).expect("non-blocking listener");
         let addr = listener.local_addr().expect("fake LLM address");
         let shared = Arc::new(Shared {
+            always: Mutex::new(None),
             provider,
             script: Mutex::new(VecDeque::new()),
             received: Mutex::new(Vec::new()),
@@ -153,6 +158,11 @@ impl FakeLlm {
 
     pub fn push(&self, reply: Reply) {
         lock(&self.shared.script).push_back(reply);
+    }
+
+    /// Answers `reply` to every request once the script is used up (a model that never stops).
+    pub fn always(&self, reply: Reply) {
+        *lock(&self.shared.always) = Some(reply);
     }
 
     pub fn push_text(&self, text: &str) {
@@ -401,7 +411,8 @@ async fn answer(shared: &Shared, request: &Received) -> Answer {
     if let Err((status, message)) = check {
         return error(provider, status, &format!("fake {provider:?}: {message}"), None);
     }
-    let Some(mut reply) = lock(&shared.script).pop_front() else {
+    let next = lock(&shared.script).pop_front().or_else(|| lock(&shared.always).clone());
+    let Some(mut reply) = next else {
         let n = *shared.count.borrow();
         return error(
             provider,
@@ -525,11 +536,13 @@ fn openai_usage() -> Value {
         "prompt_tokens": FAKE_TOKENS_IN,
         "completion_tokens": FAKE_TOKENS_OUT,
         "total_tokens": FAKE_TOKENS_IN + FAKE_TOKENS_OUT,
+        "prompt_tokens_details": {"cached_tokens": FAKE_TOKENS_CACHED},
     })
 }
 
 fn anthropic_usage() -> Value {
-    json!({"input_tokens": FAKE_TOKENS_IN, "output_tokens": FAKE_TOKENS_OUT})
+    json!({"input_tokens": FAKE_TOKENS_IN, "output_tokens": FAKE_TOKENS_OUT,
+           "cache_read_input_tokens": FAKE_TOKENS_CACHED})
 }
 
 /// The provider's error body for `status`.

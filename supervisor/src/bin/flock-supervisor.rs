@@ -29,6 +29,10 @@ enum Command {
         /// Where the swarm keeps its database, sockets, logs and workspaces [default: $FLOCK_HOME or ~/.flock].
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
+        /// Run every embedded-model agent on this local model instead of the swarm file's
+        /// (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b; fetch with `scripts/setup --model NAME`).
+        #[arg(long, value_name = "NAME")]
+        model: Option<String>,
     },
     /// Check a swarm file and print every problem at once, with line and column.
     Validate {
@@ -56,8 +60,8 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Up { file, detach, state_dir } => {
-            let spec = match flock_config::load(&file) {
+        Command::Up { file, detach, state_dir, model } => {
+            let mut spec = match flock_config::load(&file) {
                 Ok(spec) => spec,
                 Err(errors) => {
                     eprintln!("{errors}");
@@ -69,6 +73,12 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
+            if let Some(name) = &model
+                && let Err(e) = spec.use_local_model(name)
+            {
+                eprintln!("flock-supervisor: --model: {e}");
+                return ExitCode::from(2);
+            }
             let state = match StateDir::resolve(state_dir.as_deref()) {
                 Ok(s) => s,
                 Err(e) => {
@@ -77,7 +87,7 @@ fn main() -> ExitCode {
                 }
             };
             if detach {
-                return match flock_supervisor::up::detach(&file, &state) {
+                return match flock_supervisor::up::detach(&file, &state, model.as_deref()) {
                     Ok(pid) => {
                         println!(
                             "swarm `{}` is up in the background (supervisor pid {pid}); `flockctl ps` to look, `flockctl down` to stop",
