@@ -47,6 +47,8 @@ pub struct TurnPre {
     /// Messages to store ahead of the turn's own (a compaction summary and what it kept), so a
     /// restarted agent resumes from the same compacted session.
     pub persist_first: Vec<ChatMessage>,
+    /// The turn's answer, found without the model (the unconscious's recall): no model call.
+    pub reply: Option<String>,
 }
 
 enum Ext {
@@ -217,6 +219,9 @@ impl Pipeline {
                     }
                 }
                 Ext::Lifecycle { .. } => {}
+                Ext::Memory { .. } if self.role == Role::Unconscious => {
+                    pre.reply = Some(recall(self.memory.as_ref(), turn.text));
+                }
                 Ext::Memory { reflecting, .. } => {
                     if let Some(c) = memory_context(self.role, self.memory.as_ref(), reflecting) {
                         pre.context.push(c);
@@ -227,27 +232,15 @@ impl Pipeline {
         pre
     }
 
-    /// `step.pre`, before each model call: `date_helper` refreshes `[current_time]`.
-    pub fn step_pre(&mut self, step: usize, conversation: &mut [ChatMessage]) {
+    /// `step.pre`, before each model call (none of the built-ins changes the conversation here:
+    /// `date_helper` dates the prompt and each input instead, see [`Pipeline::wants_time`]).
+    pub fn step_pre(&mut self, _step: usize, _conversation: &mut [ChatMessage]) {
         for e in &self.exts {
             self.trace.push(format!("step.pre:{}", e.name()));
-            if let Ext::DateHelper = e {
-                let now = format!(
-                    "[current_time] {} (UTC), step {}",
-                    format_timestamp(unix_ms_now()),
-                    step + 1
-                );
-                // The slot is placed by the turn right after the prompt (`wants_time`).
-                if let Some(ChatMessage::System { text }) = conversation.iter_mut().find(|m| {
-                    matches!(m, ChatMessage::System { text } if text.starts_with("[current_time]"))
-                }) {
-                    *text = now;
-                }
-            }
         }
     }
 
-    /// Whether `date_helper` wants a `[current_time]` slot in the conversation.
+    /// Whether `date_helper` is on: the prompt says today's date and each input its time.
     pub fn wants_time(&self) -> bool {
         self.exts.iter().any(|e| matches!(e, Ext::DateHelper))
     }
@@ -423,6 +416,27 @@ impl Pipeline {
     }
 }
 
+/// Memories the unconscious answers a worker's input with: what the memory files say about
+/// it, one per line, or nothing (then the worker gets no context at all, not a guess).
+fn recall(memory: Option<&Memory>, input: &str) -> String {
+    let Some(m) = memory else { return String::new() };
+    match m.recall(input, 5) {
+        Ok(hits) if !hits.is_empty() => {
+            let lines: Vec<String> = hits.iter().map(|h| format!("- {h}")).collect();
+            println!("memory_files: recalled {} memories", hits.len());
+            lines.join("\n")
+        }
+        Ok(_) => {
+            println!("memory_files: nothing in memory about this");
+            String::new()
+        }
+        Err(e) => {
+            println!("memory_files: recall failed: {e}");
+            String::new()
+        }
+    }
+}
+
 /// The memory a memory agent reads before its turn: reflection gets the unreflected
 /// observations (and remembers their ids, to mark them after), dream a digest.
 fn memory_context(
@@ -544,7 +558,7 @@ pub fn compact(
                 text[SUMMARY_TAG.len()..].trim().to_owned()
             }
             ChatMessage::System { .. } => continue,
-            ChatMessage::User { from, text } => format!("- {from}: {}", clip(text, 160)),
+            ChatMessage::User { from, text, .. } => format!("- {from}: {}", clip(text, 160)),
             ChatMessage::Assistant { text } => format!("- (me): {}", clip(text, 160)),
             ChatMessage::ToolCall { name, arguments, .. } => {
                 format!("- (me) called {name} {}", clip(arguments, 80))
@@ -586,7 +600,7 @@ mod tests {
     use super::*;
 
     fn user(i: usize, len: usize) -> ChatMessage {
-        ChatMessage::User { from: "op".into(), text: format!("{i}:{}", "u".repeat(len)) }
+        ChatMessage::User { from: "op".into(), text: format!("{i}:{}", "u".repeat(len)), at: None }
     }
     fn assistant(i: usize) -> ChatMessage {
         ChatMessage::Assistant { text: format!("answer {i}") }
@@ -613,10 +627,7 @@ mod tests {
         let input = TurnInput { id: 1, from: "op", text: "hi" };
         let mut session = Vec::new();
         p.turn_pre(&input, &mut session).await;
-        let mut conv = vec![
-            ChatMessage::System { text: "prompt".into() },
-            ChatMessage::System { text: "[current_time]".into() },
-        ];
+        let mut conv = vec![ChatMessage::System { text: "prompt".into() }];
         p.step_pre(0, &mut conv);
         let call = ToolCall { id: "c".into(), name: "agents__list".into(), arguments: "{}".into() };
         assert!(p.tool_call_pre(&call).is_none());
@@ -631,8 +642,7 @@ mod tests {
             expected.extend(names.iter().rev().map(|n| format!("{point}:{n}")));
         }
         assert_eq!(p.trace, expected);
-        let ChatMessage::System { text } = &conv[1] else { panic!() };
-        assert!(text.starts_with("[current_time] 20") && text.ends_with("(UTC), step 1"), "{text}");
+        assert!(p.wants_time());
     }
 
     #[test]

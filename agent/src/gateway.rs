@@ -26,8 +26,14 @@ pub fn to_neutral(conversation: &[ChatMessage]) -> Vec<ChatMsg> {
         .iter()
         .map(|m| match m {
             ChatMessage::System { text } => ChatMsg::System { text: text.clone() },
-            ChatMessage::User { from, text } => {
+            ChatMessage::User { from, text, at: None } => {
                 ChatMsg::User { text: format!("[from {from}] {text}") }
+            }
+            // The time of day on the input itself (`date_helper`), where a small model reads it
+            // as part of the message instead of copying a timestamp line into its answer.
+            ChatMessage::User { from, text, at: Some(ms) } => {
+                let stamp = flock_ipc::time::format_timestamp(*ms);
+                ChatMsg::User { text: format!("[from {from}, {} UTC] {text}", &stamp[11..16]) }
             }
             ChatMessage::ToolCall { id, name, arguments } => ChatMsg::Assistant {
                 text: None,
@@ -94,8 +100,13 @@ mod tests {
     fn every_message_kind_maps_and_system_messages_stay() {
         let conv = vec![
             ChatMessage::System { text: "be brief".into() },
-            ChatMessage::System { text: "[current_time] now".into() },
-            ChatMessage::User { from: "human:alice".into(), text: "hi".into() },
+            ChatMessage::System { text: "[unconscious_context] none".into() },
+            ChatMessage::User { from: "human:alice".into(), text: "hi".into(), at: None },
+            ChatMessage::User {
+                from: "coordinator".into(),
+                text: "plan".into(),
+                at: Some(1_764_000_000_000),
+            },
             ChatMessage::ToolCall {
                 id: "c1".into(),
                 name: "agents__list".into(),
@@ -112,8 +123,9 @@ mod tests {
         let n = to_neutral(&conv);
         assert_eq!(n.iter().filter(|m| matches!(m, ChatMsg::System { .. })).count(), 2);
         assert_eq!(n[2], ChatMsg::User { text: "[from human:alice] hi".into() });
+        assert_eq!(n[3], ChatMsg::User { text: "[from coordinator, 16:00 UTC] plan".into() });
         assert!(
-            matches!(&n[4], ChatMsg::Tool { call_id, content, .. } if call_id == "c1" && content.starts_with("ERROR"))
+            matches!(&n[5], ChatMsg::Tool { call_id, content, .. } if call_id == "c1" && content.starts_with("ERROR"))
         );
     }
 }

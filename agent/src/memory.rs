@@ -234,6 +234,71 @@ impl Memory {
     }
 }
 
+/// Words too common to tell memories apart.
+const STOPWORDS: &[&str] = &[
+    "about", "after", "again", "also", "and", "are", "because", "been", "but", "can", "could",
+    "does", "for", "from", "give", "have", "here", "into", "just", "make", "more", "must",
+    "please", "should", "some", "than", "that", "the", "their", "them", "then", "there", "these",
+    "they", "this", "what", "when", "where", "which", "while", "will", "with", "would", "write",
+    "your",
+];
+
+/// The distinct significant words of a text (lowercase, 3+ letters, no stopwords).
+fn keywords(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .filter(|w| w.chars().count() >= 3 && !STOPWORDS.contains(&w.as_str()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+impl Memory {
+    /// Memories that share words with `query`, best first, at most `limit`: observations,
+    /// reflections and knowledge entries (journals are the worker's own log, not memory). An
+    /// entry needs two shared words (one when the query has no more than two). A keyword recall,
+    /// not a semantic search: it finds what was said, and finds nothing rather than guessing.
+    pub fn recall(&self, query: &str, limit: usize) -> io::Result<Vec<String>> {
+        let wanted = keywords(query);
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let needed = if wanted.len() <= 2 { 1 } else { 2 };
+        let mut scored: Vec<(usize, String)> = Vec::new();
+        let mut consider = |entry: String| {
+            let words = keywords(&entry);
+            let score = wanted.iter().filter(|w| words.binary_search(w).is_ok()).count();
+            if score >= needed {
+                scored.push((score, entry));
+            }
+        };
+        for o in self.observations()? {
+            consider(format!("{}: {}", o.when, one_line(&o.text)));
+        }
+        for sub in ["reflections", "knowledge"] {
+            let folder = self.dir.join(sub);
+            let mut files: Vec<PathBuf> = match std::fs::read_dir(&folder) {
+                Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            files.sort();
+            for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+                let text = std::fs::read_to_string(path)?;
+                for section in text.split("\n## ").filter(|s| !s.trim().is_empty()) {
+                    consider(one_line(section).chars().take(400).collect());
+                }
+            }
+        }
+        // Best first; among equals, the newest (later entries were read later).
+        scored.reverse();
+        scored.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
+        Ok(scored.into_iter().take(limit).map(|(_, e)| e).collect())
+    }
+}
+
 /// `(YYYY-MM-DD, path)` of the `*.md` files of a folder, by date.
 fn dated_files(folder: &Path) -> io::Result<Vec<(String, PathBuf)>> {
     let rd = match std::fs::read_dir(folder) {
@@ -366,6 +431,30 @@ mod tests {
         assert_eq!(k.matches("Last updated:").count(), 1, "{k}");
         assert!(k.trim_end().ends_with("Last updated: 2025-11-21 10:14"), "{k}");
         assert!(m.digest(10_000).unwrap().contains("user-preferences"));
+    }
+
+    #[test]
+    fn recall_finds_memories_that_share_words_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Memory::new(dir.path());
+        m.append_observation(
+            1_764_072_000_000,
+            "a",
+            "Bren planned the Rust meetup talk for Monday.",
+        )
+        .unwrap();
+        m.append_observation(1_764_072_060_000, "b", "Bren likes short answers.").unwrap();
+        m.merge_knowledge(
+            1_764_072_120_000,
+            "# Talks\n## Key knowledge\n- The Rust meetup is in Lisbon.",
+        )
+        .unwrap();
+        let hits = m.recall("When is my Rust meetup talk?", 5).unwrap();
+        assert_eq!(hits.len(), 2, "{hits:?}");
+        assert!(hits[0].contains("Monday"), "three shared words rank first: {hits:?}");
+        assert!(hits[1].contains("Lisbon"), "{hits:?}");
+        assert!(m.recall("What is 17 + 25?", 5).unwrap().is_empty());
+        assert!(m.recall("answers", 5).unwrap()[0].contains("short answers"));
     }
 
     #[test]

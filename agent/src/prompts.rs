@@ -59,7 +59,17 @@ pub fn callable(catalog: &str) -> Vec<String> {
 /// Renders the system message. `catalog` is the JSON array `agents__catalog` answers (who else
 /// exists, with role, archetype, description and whether this agent may call them); `None`
 /// leaves `[runtime_catalog]` out (no `context_injector`).
-pub fn system_message(spec: &AgentSpec, catalog: Option<&str>) -> String {
+/// The date line of `date_helper`: `Today is Wednesday, 2026-11-25 (UTC).` (it changes once a
+/// day, so the prompt stays a cacheable prefix; each input carries its own time of day).
+pub fn today(now_ms: u64) -> String {
+    const DAYS: [&str; 7] =
+        ["Thursday", "Friday", "Saturday", "Sunday", "Monday", "Tuesday", "Wednesday"];
+    let day = DAYS[((now_ms / 86_400_000) % 7) as usize];
+    let date = &flock_ipc::time::format_timestamp(now_ms)[..10];
+    format!("Today is {day}, {date} (UTC).")
+}
+
+pub fn system_message(spec: &AgentSpec, catalog: Option<&str>, today: Option<&str>) -> String {
     let mut out = format!("You are `{}`.\n\n{}", spec.key(), role_prompt(spec.role).trim_end());
     if let Some(a) = spec.archetype.as_deref() {
         match archetype_prompt(a) {
@@ -71,6 +81,9 @@ pub fn system_message(spec: &AgentSpec, catalog: Option<&str>) -> String {
         out.push_str(&format!("\n\nYour job here: {}", spec.description));
     }
     out.push_str(&format!("\n\n{}", COMMON.trim_end()));
+    if let Some(today) = today {
+        out.push_str(&format!("\n\n{today}"));
+    }
     let Some(catalog) = catalog else { return out };
     let entries: Vec<Value> = serde_json::from_str::<Vec<Value>>(catalog).unwrap_or_default();
     out.push_str("\n\n[runtime_catalog]");
@@ -105,6 +118,13 @@ mod tests {
     }
 
     #[test]
+    fn the_date_line_names_the_weekday() {
+        // 2026-11-25 was a Wednesday; 1970-01-01 a Thursday.
+        assert_eq!(today(1_795_608_000_000), "Today is Wednesday, 2026-11-25 (UTC).");
+        assert_eq!(today(0), "Today is Thursday, 1970-01-01 (UTC).");
+    }
+
+    #[test]
     fn every_role_and_archetype_has_a_prompt() {
         for role in Role::ALL {
             assert!(!role_prompt(role).trim().is_empty(), "{role:?}");
@@ -125,7 +145,7 @@ mod tests {
         let catalog = r#"[{"name":"coordinator","callable":true},{"name":"unconscious","callable":true},
                           {"name":"observer","callable":true},{"name":"boss","callable":false}]"#;
         let shown = without(Some(catalog), &["unconscious".into(), "observer".into()]);
-        let m = system_message(&spec(Role::Worker, None), Some(&shown));
+        let m = system_message(&spec(Role::Worker, None), Some(&shown), None);
         assert!(!m.contains("unconscious") && !m.contains("observer"), "{m}");
         assert_eq!(callable(&shown), ["coordinator"]);
         // The memory roles get no tools; only the orchestrator gets the orchestrator's.
@@ -170,7 +190,7 @@ mod tests {
     fn system_message_has_role_archetype_human_priority_and_catalog() {
         let catalog = r#"[{"name":"qa","role":"worker","archetype":"qa","description":"tests","callable":true},
                           {"name":"boss","role":"orchestrator","archetype":null,"description":"","callable":false}]"#;
-        let m = system_message(&spec(Role::Worker, Some("code-reviewer")), Some(catalog));
+        let m = system_message(&spec(Role::Worker, Some("code-reviewer")), Some(catalog), None);
         assert!(m.starts_with("You are `w`."));
         assert!(m.contains("archetype is **code reviewer**"));
         assert!(m.contains("`human:` participants"));

@@ -17,6 +17,9 @@ pub enum ChatMessage {
     User {
         from: String,
         text: String,
+        /// When it arrived (Unix ms), shown to the model with `date_helper`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<u64>,
     },
     /// A tool call the model made.
     ToolCall {
@@ -110,7 +113,7 @@ impl LlmProvider for ScriptedProvider {
             .iter()
             .rev()
             .find_map(|m| match m {
-                ChatMessage::User { from, text } => Some((from.as_str(), text.as_str())),
+                ChatMessage::User { from, text, .. } => Some((from.as_str(), text.as_str())),
                 _ => None,
             })
             .ok_or("the conversation has no input")?;
@@ -179,7 +182,8 @@ mod tests {
     #[tokio::test]
     async fn scripted_turn_emits_steps_in_order_then_the_reply() {
         let mut p = ScriptedProvider::new(transcript());
-        let mut conv = vec![ChatMessage::User { from: "op".into(), text: "build \"x\"".into() }];
+        let mut conv =
+            vec![ChatMessage::User { from: "op".into(), text: "build \"x\"".into(), at: None }];
         let LlmStep::ToolCalls(calls) = p.next(&conv, &[]).await.unwrap() else { panic!() };
         assert_eq!(calls[0].name, "agents__send");
         let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
@@ -211,7 +215,7 @@ mod tests {
     #[tokio::test]
     async fn unmatched_input_falls_through_to_the_catch_all() {
         let mut p = ScriptedProvider::new(transcript());
-        let conv = vec![ChatMessage::User { from: "op".into(), text: "hello".into() }];
+        let conv = vec![ChatMessage::User { from: "op".into(), text: "hello".into(), at: None }];
         assert_eq!(p.next(&conv, &[]).await.unwrap(), LlmStep::Final("ack".into()));
     }
 }

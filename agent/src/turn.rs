@@ -74,30 +74,36 @@ pub async fn run(
     let shown = pipeline.injects_catalog().then_some(catalog.as_str());
 
     // Stable first (prompt, then history): that prefix stays in the model's KV cache from turn
-    // to turn. What changes every turn (context, hints, time) goes after it, with the input.
-    let mut conversation = vec![ChatMessage::System { text: prompts::system_message(spec, shown) }];
+    // to turn (the prompt's date changes once a day). What changes every turn (memory context)
+    // goes after it, with the input — which carries its own time of day.
+    let now = flock_ipc::time::unix_ms_now();
+    let today = pipeline.wants_time().then(|| prompts::today(now));
+    let system = prompts::system_message(spec, shown, today.as_deref());
+    let mut conversation = vec![ChatMessage::System { text: system }];
     conversation.extend(session.iter().cloned());
     conversation.extend(pre.context.into_iter().map(|text| ChatMessage::System { text }));
-    if let Some(hint) = hint(state, delivery, &offered) {
-        conversation.push(ChatMessage::System { text: hint });
-    }
-    if pipeline.wants_time() {
-        conversation.push(ChatMessage::System { text: "[current_time]".into() });
-    }
     let start = conversation.len();
     let text = match delivery.kind {
         DeliveryKind::Result => format!("[result] {}", delivery.text),
         _ => delivery.text.clone(),
     };
-    conversation.push(ChatMessage::User { from: delivery.sender.clone(), text });
+    let at = pipeline.wants_time().then_some(now);
+    conversation.push(ChatMessage::User { from: delivery.sender.clone(), text, at });
 
+    // The pipeline may have found the answer itself (the unconscious's recall): no model call.
+    let mut reply = pre.reply;
+    if let Some(text) = &reply {
+        conversation.push(ChatMessage::Assistant { text: text.clone() });
+    }
     let mut calls = 0u32;
     let mut made = std::collections::HashSet::new();
     let mut errors: Vec<String> = Vec::new();
     let mut text_only = false;
     let mut retried = false;
-    let mut reply = None;
     for step in 0..MAX_STEPS {
+        if reply.is_some() {
+            break;
+        }
         pipeline.step_pre(step, &mut conversation);
         let tools: &[_] = if text_only { &[] } else { &offered };
         match provider.next(&conversation, tools).await? {
@@ -199,41 +205,6 @@ pub async fn run(
     Ok(Finished { reply: text, messages })
 }
 
-/// What the runtime will do with this turn's answer, told to the model right before the input.
-fn hint(
-    state: TurnState,
-    delivery: &Delivery,
-    offered: &[flock_ipc::llm::ToolDef],
-) -> Option<String> {
-    let waiting = delivery.answer_to.as_deref().unwrap_or("the sender");
-    let can_delegate = offered.iter().any(|t| t.name == "agents__delegate");
-    Some(match state {
-        TurnState::Owed if waiting.starts_with("human:") => format!(
-            "[turn] {waiting} waits for your answer; your final answer is delivered to them.{}",
-            if can_delegate {
-                " If the work needs a worker, call agents__delegate instead: its result comes back to you."
-            } else {
-                ""
-            }
-        ),
-        TurnState::Owed => format!(
-            "[turn] {waiting} gave you this task; your final answer goes back to {waiting} \
-             automatically: do the task and answer with the result itself."
-        ),
-        TurnState::Result => format!(
-            "[turn] Below is the result of the work you delegated. Answer {waiting} now, in your \
-             own words and briefly, using it; your answer is delivered to them."
-        ),
-        TurnState::Request => {
-            format!(
-                "[turn] {} asked you and waits: your final answer is the reply.",
-                delivery.sender
-            )
-        }
-        TurnState::Channel | TurnState::Free => return None,
-    })
-}
-
 const RETRY_NOTE: &str = "[note] Your last answer only repeated a tool error. Answer the request \
                           itself now, in plain words, with what you know or did.";
 
@@ -241,11 +212,15 @@ fn is_retry_note(m: &ChatMessage) -> bool {
     matches!(m, ChatMessage::System { text } if text == RETRY_NOTE)
 }
 
-/// Whether a final answer is only an error string (one the tools returned, or in their form).
+/// Whether a final answer is only an error string (one the tools returned, or in their form),
+/// or a tool call written out as text (`{"tool": …}`) instead of made.
 pub fn echoes_an_error(text: &str, errors: &[String]) -> bool {
     let t = text.trim();
     if t.is_empty() {
         return false;
+    }
+    if serde_json::from_str::<serde_json::Value>(t).is_ok_and(|v| v.get("tool").is_some()) {
+        return true;
     }
     let upper = t.trim_start_matches(['[', '(', '"', '\'']);
     let code_like = ErrorCode::ALL.iter().any(|c| upper.starts_with(c.as_str()))
@@ -256,8 +231,12 @@ pub fn echoes_an_error(text: &str, errors: &[String]) -> bool {
 
 /// The answer when the model could only repeat an error: what failed, said for a person.
 fn could_not_finish(errors: &[String]) -> String {
-    let last = errors.last().map(|e| crate::chains_clip(e, 160)).unwrap_or_default();
-    format!("I could not finish this: a step failed ({last}).")
+    match errors.last() {
+        Some(e) => {
+            format!("I could not finish this: a step failed ({}).", crate::chains_clip(e, 160))
+        }
+        None => "I could not finish this: I found no answer to give.".to_owned(),
+    }
 }
 
 /// The history budget, in characters, of an agent on the embedded model (its context is
@@ -297,6 +276,7 @@ mod tests {
         assert!(echoes_an_error("ERROR DUPLICATE: you already made this call", &[]));
         assert!(echoes_an_error("BAD_REQUEST: x", &[]));
         assert!(echoes_an_error("[FORBIDDEN] nope", &[]));
+        assert!(echoes_an_error(r#"{"tool": "agents__list", "arguments": {}}"#, &[]));
         assert!(echoes_an_error(
             "It says: BAD_REQUEST: no channel named `general-talk` here",
             &errors
@@ -312,7 +292,7 @@ mod tests {
     fn history_is_trimmed_in_big_steps_and_starts_at_a_user_message() {
         let msg = |i: usize| {
             if i.is_multiple_of(2) {
-                ChatMessage::User { from: "op".into(), text: "u".repeat(100) }
+                ChatMessage::User { from: "op".into(), text: "u".repeat(100), at: None }
             } else {
                 ChatMessage::Assistant { text: "a".repeat(100) }
             }

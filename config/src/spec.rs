@@ -268,7 +268,8 @@ pub enum ExtensionSpec {
     /// `[unconscious_context]`; turn.post: sends the turn summary to `observer` and appends to
     /// the worker's journal (`memory/journals/YYYY-MM-DD.md`).
     WorkerLifecycle { unconscious: Option<String>, observer: Option<String>, timeout_ms: u64 },
-    /// turn.post, by role: the observer appends observations (and at `reflect_after`
+    /// By role: the unconscious answers from a keyword recall of the memory files (turn.pre, no
+    /// model call); turn.post: the observer appends observations (and at `reflect_after`
     /// unreflected ones sends `[reflect]` to `reflection`), the reflection agent writes
     /// `memory/reflections/` and marks what it reflected, dream writes `memory/knowledge/`.
     MemoryFiles { reflect_after: usize, reflection: Option<String> },
@@ -339,7 +340,9 @@ impl ExtensionSpec {
                 names.push("worker_lifecycle")
             }
             Role::Coordinator if has(Role::Dream) => names.push("idle_monitor"),
-            Role::Observer | Role::Reflection | Role::Dream => names.push("memory_files"),
+            Role::Unconscious | Role::Observer | Role::Reflection | Role::Dream => {
+                names.push("memory_files")
+            }
             _ => {}
         }
         names.into_iter().filter_map(|n| Self::default_for(n, agents)).collect()

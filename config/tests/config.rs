@@ -341,7 +341,7 @@ agents:
     let base = ["message_window", "message_compaction", "context_injector", "date_helper"];
     assert_eq!(names(0), [&base[..], &["idle_monitor"]].concat());
     assert_eq!(names(1), [&base[..], &["worker_lifecycle"]].concat());
-    assert_eq!(names(2), base);
+    assert_eq!(names(2), [&base[..], &["memory_files"]].concat(), "the unconscious recalls");
     assert_eq!(names(3), [&base[..], &["memory_files"]].concat());
     assert_eq!(
         spec.agents[0].extensions[4],

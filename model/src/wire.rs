@@ -189,6 +189,11 @@ pub fn completion_response(
             "tool_calls",
         ),
         Some(Answer::Text(text)) => (json!({"role": "assistant", "content": text}), "stop"),
+        // A text-only request after tool calls: a small model may still write its answer in the
+        // constrained form it saw in the history; the text is what it meant.
+        None if !chat.constrained() && unconstrained_final(output).is_some() => {
+            (json!({"role": "assistant", "content": unconstrained_final(output)}), "stop")
+        }
         // Plain generation, or a constrained answer cut off by the token limit: the raw text.
         None => (
             json!({"role": "assistant", "content": output}),
@@ -216,6 +221,14 @@ pub fn completion_response(
             "prompt_tokens_details": {"cached_tokens": cached_tokens},
         },
     })
+}
+
+/// The text of `{"tool": "final_answer", "arguments": {"text": …}}` written without a schema.
+fn unconstrained_final(output: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(output.trim()).ok()?;
+    (v.get("tool")?.as_str()? == crate::prompt::FINAL_ANSWER)
+        .then(|| v.pointer("/arguments/text")?.as_str().map(str::to_owned))
+        .flatten()
 }
 
 /// An OpenAI-style error body.

@@ -38,16 +38,43 @@ enum Command {
     Validate {
         /// The swarm file (YAML).
         file: PathBuf,
+        /// Print only the name of the local model the swarm needs (nothing if none): for scripts
+        /// that fetch and build the embedded model only when it is used.
+        #[arg(long)]
+        local_model: bool,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Validate { file } => match flock_config::load(&file) {
+        Command::Validate { file, local_model } => match flock_config::load(&file) {
             Ok(spec) => {
+                let local = match spec.local_model() {
+                    Ok(l) => l,
+                    Err(e) => {
+                        eprintln!("{}: {e}", file.display());
+                        return ExitCode::from(1);
+                    }
+                };
+                if local_model {
+                    if let Some(m) = local {
+                        println!("{}", m.path.map_or(m.model, |p| p.display().to_string()));
+                    }
+                    return ExitCode::SUCCESS;
+                }
+                let model = match local {
+                    Some(m) => match &m.path {
+                        Some(p) => format!("; embedded model {}", p.display()),
+                        None => format!(
+                            "; embedded model {} ({} KV-cache slots of {} tokens)",
+                            m.model, m.slots, m.ctx
+                        ),
+                    },
+                    None => String::new(),
+                };
                 println!(
-                    "{}: ok — swarm `{}` with {} agents",
+                    "{}: ok — swarm `{}` with {} agents{model}",
                     file.display(),
                     spec.name,
                     spec.agents.len()

@@ -143,6 +143,11 @@ fn observations_trigger_reflection_at_the_threshold_and_an_idle_coordinator_wake
                 "      - reply: \"no relevant memory yet for: {input}\"",
                 "      - steps: [{ delay_ms: 1000 }]\n        reply: \"remembered: {input}\"",
             ),
+            // A slow model behind the unconscious (not its recall, which answers at once).
+            (
+                "    model: unconscious-script\n",
+                "    model: unconscious-script\n    extensions: [message_window]\n",
+            ),
             (
                 "    model: worker-script\n",
                 "    model: worker-script\n    extensions: [context_injector, {worker_lifecycle: {timeout_ms: 300}}]\n",
