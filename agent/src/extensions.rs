@@ -37,6 +37,9 @@ pub struct TurnInput<'a> {
     pub id: MsgId,
     pub from: &'a str,
     pub text: &'a str,
+    /// The input is a delegated agent's result (its work was already remembered and observed
+    /// in that agent's own turn).
+    pub result: bool,
 }
 
 /// What `turn.pre` produced.
@@ -86,6 +89,8 @@ impl Ext {
 /// The pipeline of one agent.
 pub struct Pipeline {
     exts: Vec<Ext>,
+    /// The agents the extensions talk to.
+    peers: Vec<String>,
     role: Role,
     client: RouterClient,
     memory: Option<Memory>,
@@ -160,6 +165,7 @@ impl Pipeline {
             .collect();
         Pipeline {
             exts,
+            peers: spec.extensions.iter().flat_map(ExtensionSpec::peers).collect(),
             role: spec.role,
             client,
             memory,
@@ -168,17 +174,11 @@ impl Pipeline {
         }
     }
 
-    /// Agents the pipeline talks to on its own: the prompt's catalog leaves them out (a worker
-    /// does not know its unconscious and observer exist).
+    /// Agents the pipeline talks to on its own: the prompt's catalog leaves them out and the
+    /// model cannot address them (a worker does not know its unconscious and observer exist; a
+    /// coordinator does not hand a request to dream).
     pub fn hidden_peers(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for e in &self.exts {
-            if let Ext::Lifecycle { unconscious, observer, .. } = e {
-                out.extend(unconscious.iter().cloned());
-                out.extend(observer.iter().cloned());
-            }
-        }
-        out
+        self.peers.clone()
     }
 
     /// Whether `context_injector` is on (the prompt then carries `[runtime_catalog]`).
@@ -212,7 +212,7 @@ impl Pipeline {
                     activity.store(unix_ms_now(), Ordering::Relaxed);
                     wake.notify_one();
                 }
-                Ext::Lifecycle { unconscious: Some(to), timeout, .. } => {
+                Ext::Lifecycle { unconscious: Some(to), timeout, .. } if !turn.result => {
                     let (to, timeout) = (to.clone(), *timeout);
                     if let Some(ctx) = self.ask_unconscious(&to, turn, timeout).await {
                         pre.context.push(format!("[unconscious_context]\n{ctx}"));
@@ -261,9 +261,10 @@ impl Pipeline {
         }
     }
 
-    /// `turn.post`, in reverse order, after the final answer. Failures are logged, never fail
-    /// the turn (a memory write must not cost the user their answer).
-    pub async fn turn_post(&mut self, turn: &TurnInput<'_>, reply: &str) {
+    /// `turn.post`, in reverse order, after the final answer (`delegated`: the turn handed its
+    /// input over instead). Failures are logged, never fail the turn (a memory write must not
+    /// cost the user their answer).
+    pub async fn turn_post(&mut self, turn: &TurnInput<'_>, reply: &str, delegated: bool) {
         for i in (0..self.exts.len()).rev() {
             self.trace.push(format!("turn.post:{}", self.exts[i].name()));
             match &mut self.exts[i] {
@@ -271,7 +272,9 @@ impl Pipeline {
                     activity.store(unix_ms_now(), Ordering::Relaxed);
                     wake.notify_one();
                 }
-                Ext::Lifecycle { observer, .. } => {
+                // Each piece of work is observed once, in the turn that did it: not a hand-over,
+                // not the relaying of a delegate's result.
+                Ext::Lifecycle { observer, .. } if !turn.result && !delegated => {
                     let observer = observer.clone();
                     self.after_worker_turn(turn, reply, observer.as_deref()).await;
                 }
@@ -624,7 +627,7 @@ mod tests {
             ExtensionSpec::DateHelper,
         ];
         let mut p = Pipeline::new(&spec(exts), offline_client(), None);
-        let input = TurnInput { id: 1, from: "op", text: "hi" };
+        let input = TurnInput { id: 1, from: "op", text: "hi", result: false };
         let mut session = Vec::new();
         p.turn_pre(&input, &mut session).await;
         let mut conv = vec![ChatMessage::System { text: "prompt".into() }];
@@ -632,7 +635,7 @@ mod tests {
         let call = ToolCall { id: "c".into(), name: "agents__list".into(), arguments: "{}".into() };
         assert!(p.tool_call_pre(&call).is_none());
         p.tool_call_post(&call, &ToolOutput { ok: true, content: "[]".into() });
-        p.turn_post(&input, "done").await;
+        p.turn_post(&input, "done", false).await;
         let names = ["message_window", "message_compaction", "date_helper"];
         let mut expected = Vec::new();
         for point in ["turn.pre", "step.pre", "tool_call.pre"] {
@@ -692,7 +695,7 @@ mod tests {
             vec![ExtensionSpec::MessageCompaction { max_messages: 4, max_chars: 100, keep: 2 }];
         let mut p = Pipeline::new(&spec(exts), offline_client(), None);
         let big = "x".repeat(50_000);
-        let input = TurnInput { id: 7, from: "op", text: &big };
+        let input = TurnInput { id: 7, from: "op", text: &big, result: false };
         let mut session: Vec<ChatMessage> =
             (0..5).flat_map(|i| [user(i, 50), assistant(i)]).collect();
         let pre = p.turn_pre(&input, &mut session).await;

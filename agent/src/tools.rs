@@ -224,9 +224,9 @@ pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
         ),
         def(
             "agents__delegate",
-            "Hand this request to another agent: it does the work, its answer comes back to you \
-             as a [result], and you answer then. Ends your turn.",
-            json!({"to": s("agent name"), "task": s("what it must do, with every detail it needs")}),
+            "Hand the request to another agent when it asks for work (a plan, a list, writing, a \
+             file): it does the work and its answer comes back to you as a [result].",
+            json!({"to": s("agent name"), "task": s("the request, in full")}),
             &["to", "task"],
         ),
         def(

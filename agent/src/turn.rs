@@ -53,7 +53,12 @@ pub async fn run(
     delivery: &Delivery,
     session: &mut Vec<ChatMessage>,
 ) -> Result<Finished, String> {
-    let input = TurnInput { id, from: &delivery.sender, text: &delivery.text };
+    let input = TurnInput {
+        id,
+        from: &delivery.sender,
+        text: &delivery.text,
+        result: delivery.kind == DeliveryKind::Result,
+    };
     let pre = pipeline.turn_pre(&input, session).await;
     if let Some(budget) = history_budget(spec) {
         trim_history(session, budget);
@@ -100,6 +105,7 @@ pub async fn run(
     let mut errors: Vec<String> = Vec::new();
     let mut text_only = false;
     let mut retried = false;
+    let mut delegated = false;
     for step in 0..MAX_STEPS {
         if reply.is_some() {
             break;
@@ -129,7 +135,7 @@ pub async fn run(
                 break;
             }
             LlmStep::ToolCalls(requested) => {
-                let mut delegated = None;
+                let mut delegated_to = None;
                 for call in requested {
                     // A model that repeats the exact same call in one turn is looping (small
                     // models do): the repeat is not run, and the next step may only answer.
@@ -157,7 +163,7 @@ pub async fn run(
                         crate::quote(&out.content)
                     );
                     if out.ok && call.name == "agents__delegate" {
-                        delegated = serde_json::from_str::<serde_json::Value>(&call.arguments)
+                        delegated_to = serde_json::from_str::<serde_json::Value>(&call.arguments)
                             .ok()
                             .and_then(|a| a["to"].as_str().map(str::to_owned));
                     }
@@ -175,15 +181,17 @@ pub async fn run(
                         ok: out.ok,
                         content: out.content,
                     });
-                    if delegated.is_some() {
+                    if delegated_to.is_some() {
                         break;
                     }
                 }
-                // A delegation ends the turn: the answer is the delegate's, later.
-                if let Some(to) = delegated {
-                    let text = format!("(delegated to {to})");
-                    conversation.push(ChatMessage::Assistant { text: text.clone() });
-                    reply = Some(text);
+                // A delegation ends the turn: the answer is the delegate's, later. The session
+                // keeps only the input: the result turn then reads the request and the result
+                // side by side (a small model copies a stored "(delegated …)" line instead).
+                if let Some(to) = delegated_to {
+                    conversation.truncate(start + 1);
+                    reply = Some(format!("(delegated to {to})"));
+                    delegated = true;
                     break;
                 }
             }
@@ -194,7 +202,7 @@ pub async fn run(
         conversation.push(ChatMessage::Assistant { text: text.clone() });
         text
     });
-    pipeline.turn_post(&input, &text).await;
+    pipeline.turn_post(&input, &text, delegated).await;
     // Only a finished turn joins the session (a failed one is retried from scratch). After a
     // compaction the store gets the compacted session again ahead of the turn, so a restart
     // resumes from the summary.

@@ -330,16 +330,36 @@ impl ExtensionSpec {
         })
     }
 
+    /// The agents this extension talks to on the agent's behalf (they are callable by it,
+    /// whatever `can_call` says: the pipeline is part of the agent).
+    pub fn peers(&self) -> Vec<String> {
+        match self {
+            ExtensionSpec::IdleMonitor { notify, .. } => notify.clone(),
+            ExtensionSpec::WorkerLifecycle { unconscious, observer, .. } => {
+                unconscious.iter().chain(observer.iter()).cloned().collect()
+            }
+            ExtensionSpec::MemoryFiles { reflection, .. } => reflection.iter().cloned().collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The pipeline an agent of `role` gets when its YAML says nothing.
     pub fn defaults(role: Role, agents: &[(String, Role)]) -> Vec<ExtensionSpec> {
         let has = |r: Role| agents.iter().any(|(_, x)| *x == r);
         let mut names =
             vec!["message_window", "message_compaction", "context_injector", "date_helper"];
+        let lifecycle = has(Role::Unconscious) || has(Role::Observer);
         match role {
-            Role::Worker if has(Role::Unconscious) || has(Role::Observer) => {
-                names.push("worker_lifecycle")
+            Role::Worker if lifecycle => names.push("worker_lifecycle"),
+            // The coordinator answers many requests itself: it recalls and is observed too.
+            Role::Coordinator => {
+                if lifecycle {
+                    names.push("worker_lifecycle");
+                }
+                if has(Role::Dream) {
+                    names.push("idle_monitor");
+                }
             }
-            Role::Coordinator if has(Role::Dream) => names.push("idle_monitor"),
             Role::Unconscious | Role::Observer | Role::Reflection | Role::Dream => {
                 names.push("memory_files")
             }

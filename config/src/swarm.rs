@@ -935,6 +935,16 @@ impl Loader<'_> {
             Some((v, what)) => crate::extensions::parse(&mut self.report, v, &what, peers),
             None => role.map(|role| ExtensionSpec::defaults(role, peers)).unwrap_or_default(),
         };
+        // The pipeline's peers are callable by the agent (a restricted `can_call` lists whom its
+        // model may address; the pipeline is part of the agent).
+        let mut can_call = can_call;
+        if !can_call.is_empty() {
+            for peer in extensions.iter().flat_map(ExtensionSpec::peers) {
+                if !can_call.contains(&peer) {
+                    can_call.push(peer);
+                }
+            }
+        }
 
         let model = match field("model") {
             Some((v, what)) => match self.report.string(v, &what) {

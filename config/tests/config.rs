@@ -339,12 +339,12 @@ agents:
 ");
     let names = |a: usize| spec.agents[a].extensions.iter().map(|e| e.name()).collect::<Vec<_>>();
     let base = ["message_window", "message_compaction", "context_injector", "date_helper"];
-    assert_eq!(names(0), [&base[..], &["idle_monitor"]].concat());
+    assert_eq!(names(0), [&base[..], &["worker_lifecycle", "idle_monitor"]].concat());
     assert_eq!(names(1), [&base[..], &["worker_lifecycle"]].concat());
     assert_eq!(names(2), [&base[..], &["memory_files"]].concat(), "the unconscious recalls");
     assert_eq!(names(3), [&base[..], &["memory_files"]].concat());
     assert_eq!(
-        spec.agents[0].extensions[4],
+        spec.agents[0].extensions[5],
         ExtensionSpec::IdleMonitor { after_secs: 1800, notify: vec!["d".into()] }
     );
     assert_eq!(
@@ -363,6 +363,16 @@ agents:
             },
         ]
     );
+    // A restricted `can_call` still lets the pipeline reach its peers.
+    let spec = ok("swarm: { name: s }
+agents:
+  - { name: c, role: coordinator, can_call: [w] }
+  - { name: w, role: worker }
+  - { name: u, role: unconscious }
+  - { name: o, role: observer }
+  - { name: d, role: dream }
+");
+    assert_eq!(spec.agents[0].can_call, ["w", "u", "o", "d"]);
     let error = one_error(
         "swarm: { name: s }\nagents:\n  - { name: a, role: worker, extensions: [message_windw] }\n",
     );

@@ -194,7 +194,11 @@ pub fn completion_response(
         None if !chat.constrained() && unconstrained_final(output).is_some() => {
             (json!({"role": "assistant", "content": unconstrained_final(output)}), "stop")
         }
-        // Plain generation, or a constrained answer cut off by the token limit: the raw text.
+        // A constrained text answer cut off by the token limit: the text so far.
+        None if chat.constrained() && truncated_final(output).is_some() => {
+            (json!({"role": "assistant", "content": truncated_final(output)}), "length")
+        }
+        // Plain generation, or a constrained call cut off by the token limit: the raw text.
         None => (
             json!({"role": "assistant", "content": output}),
             match finish {
@@ -221,6 +225,33 @@ pub fn completion_response(
             "prompt_tokens_details": {"cached_tokens": cached_tokens},
         },
     })
+}
+
+/// The text so far of a `final_answer` the token limit cut off mid-string.
+fn truncated_final(output: &str) -> Option<String> {
+    let prefix =
+        format!("{{\"tool\": \"{}\", \"arguments\": {{\"text\": \"", crate::prompt::FINAL_ANSWER);
+    let rest = output.trim_start().strip_prefix(&prefix)?;
+    // Up to the closing quote if there is one, else all of it less a dangling escape.
+    let mut end = rest.len();
+    let mut escaped = false;
+    for (i, c) in rest.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let mut body = &rest[..end];
+    while body.ends_with('\\') && !body.ends_with("\\\\") {
+        body = &body[..body.len() - 1];
+    }
+    let text: String = serde_json::from_str(&format!("\"{body}\"")).ok()?;
+    (!text.trim().is_empty()).then(|| format!("{} …", text.trim_end()))
 }
 
 /// The text of `{"tool": "final_answer", "arguments": {"text": …}}` written without a schema.
@@ -320,5 +351,10 @@ mod tests {
         assert_eq!(r["choices"][0]["finish_reason"], "stop");
         let r = completion_response(&chat, "m", r#"{"tool": "f", "argu"#, Finish::Length, 1, 1, 0);
         assert_eq!(r["choices"][0]["finish_reason"], "length");
+        // A text answer cut off mid-string keeps what was written.
+        let cut =
+            r#"{"tool": "final_answer", "arguments": {"text": "1. Pack boxes\n2. Book the van\"#;
+        let r = completion_response(&chat, "m", cut, Finish::Length, 1, 1, 0);
+        assert_eq!(r["choices"][0]["message"]["content"], "1. Pack boxes\n2. Book the van …");
     }
 }
