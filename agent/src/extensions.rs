@@ -370,6 +370,8 @@ impl Pipeline {
         };
         let now = unix_ms_now();
         let result = match self.role {
+            // Selective: "nothing" (or an empty answer) is not an observation.
+            Role::Observer if is_nothing(reply) => Ok("nothing worth observing".to_owned()),
             Role::Observer => {
                 let id = flock_ipc::id::fmt_id(turn.id);
                 let written = m.append_observation(now, &id, reply);
@@ -417,6 +419,12 @@ impl Pipeline {
             Err(e) => println!("memory_files: write failed: {e}"),
         }
     }
+}
+
+/// The observer's way of saying an exchange holds nothing worth remembering.
+fn is_nothing(reply: &str) -> bool {
+    let r = reply.trim().trim_end_matches('.').to_lowercase();
+    r.is_empty() || r == "nothing" || r == "none"
 }
 
 /// Memories the unconscious answers a worker's input with: what the memory files say about

@@ -343,9 +343,18 @@ impl ExtensionSpec {
         }
     }
 
-    /// The pipeline an agent of `role` gets when its YAML says nothing.
+    /// The pipeline an agent of `role` gets when its YAML says nothing. The memory roles answer
+    /// each input on its own (no history: a small model copies earlier answers) and see no
+    /// catalog (they call nobody).
     pub fn defaults(role: Role, agents: &[(String, Role)]) -> Vec<ExtensionSpec> {
         let has = |r: Role| agents.iter().any(|(_, x)| *x == r);
+        if role.answers_in_text() {
+            let mut out = vec![ExtensionSpec::MessageWindow { max: 0 }];
+            out.extend(
+                ["date_helper", "memory_files"].iter().filter_map(|n| Self::default_for(n, agents)),
+            );
+            return out;
+        }
         let mut names =
             vec!["message_window", "message_compaction", "context_injector", "date_helper"];
         let lifecycle = has(Role::Unconscious) || has(Role::Observer);
@@ -359,9 +368,6 @@ impl ExtensionSpec {
                 if has(Role::Dream) {
                     names.push("idle_monitor");
                 }
-            }
-            Role::Unconscious | Role::Observer | Role::Reflection | Role::Dream => {
-                names.push("memory_files")
             }
             _ => {}
         }

@@ -341,14 +341,16 @@ agents:
     let base = ["message_window", "message_compaction", "context_injector", "date_helper"];
     assert_eq!(names(0), [&base[..], &["worker_lifecycle", "idle_monitor"]].concat());
     assert_eq!(names(1), [&base[..], &["worker_lifecycle"]].concat());
-    assert_eq!(names(2), [&base[..], &["memory_files"]].concat(), "the unconscious recalls");
-    assert_eq!(names(3), [&base[..], &["memory_files"]].concat());
+    let memory = ["message_window", "date_helper", "memory_files"];
+    assert_eq!(names(2), memory, "the unconscious recalls");
+    assert_eq!(names(3), memory);
+    assert_eq!(spec.agents[3].extensions[0], ExtensionSpec::MessageWindow { max: 0 }, "no history");
     assert_eq!(
         spec.agents[0].extensions[5],
         ExtensionSpec::IdleMonitor { after_secs: 1800, notify: vec!["d".into()] }
     );
     assert_eq!(
-        spec.agents[3].extensions[4],
+        spec.agents[3].extensions[2],
         ExtensionSpec::MemoryFiles { reflect_after: 20, reflection: None }
     );
     assert_eq!(
