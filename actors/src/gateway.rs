@@ -28,6 +28,8 @@ pub enum GatewayMsg {
         frame_id: MsgId,
         outbox: Outbox,
         chain: Option<(MsgId, ActorRef<RouterMsg>)>,
+        /// Background work (the memory roles): nobody waits on it.
+        background: bool,
     },
     /// The agent's turn was cancelled: abort its call in flight.
     Cancel { agent: String },
@@ -164,7 +166,7 @@ impl Actor for Gateway {
         st: &mut GatewayState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            GatewayMsg::Call { agent, model, request, frame_id, outbox, chain } => {
+            GatewayMsg::Call { agent, model, request, frame_id, outbox, chain, background } => {
                 let target = match &model {
                     ModelSpec::OpenAi(m) => endpoint(m, ProviderKind::OpenAi, &st.keys),
                     ModelSpec::Anthropic(m) => endpoint(m, ProviderKind::Anthropic, &st.keys),
@@ -191,8 +193,10 @@ impl Actor for Gateway {
                     }
                 };
                 // The embedded model keeps one KV-cache slot per agent, keyed by this name.
+                // and serves background work after the turns people wait for.
                 if matches!(target, Target::Local(..)) {
                     req.user = Some(agent.clone());
+                    req.service_tier = background.then(|| "flex".to_owned());
                 }
                 st.next_call += 1;
                 let call = st.next_call;

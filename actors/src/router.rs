@@ -713,6 +713,7 @@ impl RouterState {
                             frame_id: frame.id,
                             outbox,
                             chain: chain.map(|c| (c, myself.clone())),
+                            background: slot.is_some_and(|s| s.spec.role.answers_in_text()),
                         };
                         if gw.cast(call).is_err() {
                             let err = Frame::error(

@@ -61,8 +61,11 @@ impl LlmProvider for GatewayProvider {
         conversation: &[ChatMessage],
         tools: &[ToolDef],
     ) -> Result<LlmStep, String> {
-        let request =
-            ChatRequest { messages: to_neutral(conversation), tools: tools.to_vec(), user: None };
+        let request = ChatRequest {
+            messages: to_neutral(conversation),
+            tools: tools.to_vec(),
+            ..Default::default()
+        };
         let request = serde_json::to_string(&request).map_err(|e| e.to_string())?;
         let frame = Frame::new(&self.client.name, ROUTER, Body::LlmCall { request });
         match self.client.call(frame).await?.body {

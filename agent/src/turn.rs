@@ -87,6 +87,18 @@ pub async fn run(
     let mut conversation = vec![ChatMessage::System { text: system }];
     conversation.extend(session.iter().cloned());
     conversation.extend(pre.context.into_iter().map(|text| ChatMessage::System { text }));
+    // A delegate's result is not a message to answer *to its sender*: say whom the answer is for
+    // (models, small and not so small, otherwise thank the worker).
+    if state == TurnState::Result {
+        let waiting = waiting.unwrap_or("the person who asked");
+        conversation.push(ChatMessage::System {
+            text: format!(
+                "The message below is {}'s result for the request above. Answer {waiting} now, \
+                 using it; your answer is delivered to them.",
+                delivery.sender
+            ),
+        });
+    }
     let start = conversation.len();
     let text = match delivery.kind {
         DeliveryKind::Result => format!("[result] {}", delivery.text),

@@ -99,7 +99,7 @@ fn settings_of(
     };
     match ext {
         ExtensionSpec::MessageWindow { max } => {
-            if let Some(n) = num(r, "max", 2, 100_000) {
+            if let Some(n) = num(r, "max", 0, 100_000) {
                 *max = n as usize;
             }
         }

@@ -13,6 +13,10 @@ pub struct ChatRequest {
     /// embedded model, which keeps one KV-cache slot per agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// OpenAI's `service_tier`; the gateway sets `flex` for the embedded model's background
+    /// work (the memory roles), which then waits behind the turns people wait for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<String>,
 }
 
 /// A message of the conversation, in the neutral form.

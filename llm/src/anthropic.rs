@@ -159,6 +159,7 @@ mod tests {
         let ep = Endpoint::new(ProviderKind::Anthropic, "http://x", "claude");
         let req = ChatRequest {
             user: None,
+            service_tier: None,
             messages: vec![
                 ChatMsg::System { text: "one".into() },
                 ChatMsg::User { text: "hi".into() },

@@ -33,6 +33,9 @@ pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest) -> Value {
     if let Some(user) = &req.user {
         body.insert("user".into(), json!(user));
     }
+    if let Some(tier) = &req.service_tier {
+        body.insert("service_tier".into(), json!(tier));
+    }
     Value::Object(body)
 }
 
@@ -142,6 +145,7 @@ mod tests {
         let ep = Endpoint::new(ProviderKind::OpenAi, "http://x/v1", "m");
         let req = ChatRequest {
             user: None,
+            service_tier: None,
             messages: vec![
                 ChatMsg::System { text: "a".into() },
                 ChatMsg::User { text: "hi".into() },
@@ -170,6 +174,7 @@ mod tests {
         let ep = Endpoint::new(ProviderKind::OpenAi, "http://x/v1", "m");
         let req = ChatRequest {
             user: None,
+            service_tier: None,
             messages: vec![],
             tools: vec![ToolDef {
                 name: "t".into(),

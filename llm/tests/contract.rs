@@ -130,6 +130,7 @@ async fn tool_call_round_trip(kind: ProviderKind) {
     ];
     let mut req = ChatRequest {
         user: None,
+        service_tier: None,
         messages: vec![
             ChatMsg::System { text: "You are a worker.".into() },
             ChatMsg::User { text: "Copy a.txt to b.txt".into() },
@@ -231,6 +232,7 @@ async fn every_system_message_reaches_the_wire(kind: ProviderKind) {
     fake.push_text("ok");
     let req = ChatRequest {
         user: None,
+        service_tier: None,
         messages: vec![
             ChatMsg::System { text: "S1: you are the coordinator.".into() },
             ChatMsg::User { text: "first".into() },

@@ -7,6 +7,7 @@
 //! llguidance matcher when a job carries a JSON schema; it stops early when the job's cancel flag
 //! is raised (the client went away). Not here: HTTP, prompts, JSON.
 
+use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -65,6 +66,8 @@ pub struct Job {
     pub prompt: String,
     /// Whose KV-cache slot to use (an agent's name); jobs without one share a slot.
     pub key: String,
+    /// Background work: served only when no other job waits.
+    pub background: bool,
     /// Named parts of the prompt to count tokens for, in the log (`system`, `tools`, …).
     pub parts: Vec<(&'static str, String)>,
     /// When set, the output must match this JSON schema (llguidance).
@@ -245,7 +248,19 @@ fn model_thread(
         n_ctx: n_ctx_slot,
         clock: 0,
     };
-    while let Ok(job) = jobs.recv() {
+    // Arrival order within a tier; background jobs wait while any other job does.
+    let (mut now, mut later) = (VecDeque::new(), VecDeque::new());
+    loop {
+        while let Ok(job) = jobs.try_recv() {
+            if job.background { later.push_back(job) } else { now.push_back(job) }
+        }
+        let job = match now.pop_front().or_else(|| later.pop_front()) {
+            Some(job) => job,
+            None => match jobs.recv() {
+                Ok(job) => job,
+                Err(_) => break,
+            },
+        };
         let result = if job.cancel.load(Ordering::Relaxed) {
             Err(GenerateError::Cancelled)
         } else {

@@ -164,6 +164,7 @@ async fn chat_completion(
     let job = Job {
         prompt: prompt::render(&chat),
         key: key.clone(),
+        background: parsed.service_tier.as_deref() == Some("flex"),
         parts: prompt::parts(&chat),
         schema: constrained.then(|| prompt::answer_schema(&chat)),
         fallback_schema: constrained.then(|| prompt::loose_answer_schema(&chat)),

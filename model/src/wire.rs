@@ -29,6 +29,9 @@ pub struct CompletionRequest {
     /// Who the request is for: requests with the same `user` share a KV-cache slot.
     #[serde(default)]
     pub user: Option<String>,
+    /// `flex`: background work, served after every waiting request of another tier.
+    #[serde(default)]
+    pub service_tier: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -199,6 +199,7 @@ fn tool_request(system: &str, user: &str) -> ChatRequest {
         ],
         tools: tools(),
         user: None,
+        service_tier: None,
     }
 }
 
@@ -224,6 +225,7 @@ async fn embedded_model_serves_the_gateway_client() {
         messages: vec![ChatMsg::User { text: "Say hello in five words.".into() }],
         tools: vec![],
         user: None,
+        service_tier: None,
     };
     for key in [None, Some("wrong-token")] {
         match client.complete(&server.endpoint(key), &hello).await {
@@ -350,6 +352,7 @@ async fn embedded_model_serves_the_gateway_client() {
         messages: vec![ChatMsg::User { text: "Name one colour.".into() }],
         tools: vec![],
         user: None,
+        service_tier: None,
     };
     let mut short_ep = ep.clone();
     short_ep.max_tokens = 8;
@@ -404,4 +407,42 @@ fn startup_refuses_missing_model_bad_hash_and_no_token() {
     assert!(err.contains("wrong.gguf"), "{err}");
     assert!(stdout.is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Each client (`user`) keeps its prompt prefix in its own KV-cache slot: two agents taking
+/// turns no longer evict each other, so after its first request an agent's prompt is served
+/// mostly from cache (OpenAI's `cached_tokens`), and a background (`flex`) request still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_agent_keeps_its_prompt_prefix_in_its_own_slot() {
+    let Some(model) = model_path("every_agent_keeps_its_prompt_prefix_in_its_own_slot") else {
+        return;
+    };
+    let server = ModelServer::start(&model);
+    let client = LlmClient::new().unwrap();
+    let mut ep = server.endpoint(Some(TOKEN));
+    ep.max_tokens = 8;
+    let long = |who: &str| {
+        format!("You are {who}. {}", "Keep every answer to one short sentence. ".repeat(60))
+    };
+    let ask = |who: &str, question: &str| ChatRequest {
+        messages: vec![
+            ChatMsg::System { text: long(who) },
+            ChatMsg::User { text: question.into() },
+        ],
+        user: Some(who.into()),
+        service_tier: (who == "observer").then(|| "flex".into()),
+        ..Default::default()
+    };
+    let mut shares = Vec::new();
+    for (round, q) in ["Name a colour.", "Name a fruit.", "Name a city."].iter().enumerate() {
+        for who in ["coordinator", "worker", "observer"] {
+            let r = client.complete(&ep, &ask(who, q)).await.expect("completion");
+            assert!(r.tokens_in > 400, "{who}: {} prompt tokens", r.tokens_in);
+            if round > 0 {
+                shares.push(r.tokens_cached as f64 / r.tokens_in as f64);
+            }
+        }
+    }
+    // Rounds 2 and 3 reuse the whole system prompt of each agent despite the interleaving.
+    assert!(shares.iter().all(|s| *s > 0.8), "cached shares of the prompt: {shares:?}");
 }

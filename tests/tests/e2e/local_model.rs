@@ -91,3 +91,51 @@ fn an_agent_without_a_model_answers_on_the_embedded_model_which_is_supervised() 
     swarm.ctl_ok(&["send", "helper", "Say OK."]);
     swarm.wait_until(|| swarm.turns_total("helper") == 2, slow, "a turn after the restart");
 }
+
+/// The README's main job, as a user runs it: the brain-persona swarm on the embedded model, one
+/// question with `flockctl send … --wait`. The answer is printed, is right, reaches the person's
+/// DM exactly once, and the journal tells the chain's story under its id.
+#[test]
+fn the_readme_main_job_answers_on_the_embedded_model_once_with_its_story_in_the_journal() {
+    if !model_available("the README main job") {
+        return;
+    }
+    let file = flock_testkit::repo_root().join("examples/brain-persona-local.yaml");
+    let swarm = Swarm::builder_from_file(&file).start();
+    let out = swarm.ctl(&[
+        "send",
+        "coordinator",
+        "What is the capital of France?",
+        "--wait",
+        "--json",
+        "--timeout",
+        "600",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let end: serde_json::Value = serde_json::from_str(&stdout).expect("JSON outcome");
+    let answer = end["text"].as_str().unwrap_or_default();
+    assert_eq!(end["outcome"], "answered", "{end}");
+    assert!(answer.contains("Paris"), "a right answer: {end}");
+    assert_eq!(end["channel"], "dm-coordinator--human-operator", "{end}");
+
+    // Exactly one answer in the DM, once the chain has nothing left to do.
+    swarm.wait_until(
+        || swarm.ps().iter().any(|r| r["name"] == "chains" && r["mailbox_depth"] == 0),
+        Duration::from_secs(240),
+        "the chain's background turns (observer) finished",
+    );
+    let dm = swarm.ctl_ok(&["read", "dm-coordinator--human-operator", "--json"]);
+    let posts: Vec<serde_json::Value> =
+        dm.lines().map(|l| serde_json::from_str(l).expect("a JSON line per message")).collect();
+    assert_eq!(posts.len(), 1, "{dm}");
+    assert_eq!(posts[0]["author"], "coordinator", "{dm}");
+    assert_eq!(posts[0]["text"], answer, "{dm}");
+
+    let chain = end["chain"].as_str().unwrap();
+    let story = swarm.ctl_ok(&["journal", "query", &format!("corr={chain}"), "--json"]);
+    for action in ["\"type\":\"SEND\"", "\"type\":\"TURN\"", "\"type\":\"ANSWER\""] {
+        assert!(story.contains(action), "{action} missing: {story}");
+    }
+    assert_eq!(story.matches("\"type\":\"ANSWER\"").count(), 1, "{story}");
+}
