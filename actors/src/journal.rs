@@ -646,7 +646,15 @@ impl JournalWriter {
             while rx.recv_many(&mut batch, 4096).await > 0 {
                 let events = std::mem::take(&mut batch);
                 let j = journal.clone();
-                let written = tokio::task::spawn_blocking(move || j.append_all(&events)).await;
+                // One invalid event must not cost the others their line: on a refusal the batch
+                // is written event by event.
+                let written = tokio::task::spawn_blocking(move || match j.append_all(&events) {
+                    Err(JournalError::Invalid(_)) => {
+                        events.iter().map(|e| j.append(e)).find(Result::is_err).unwrap_or(Ok(()))
+                    }
+                    other => other,
+                })
+                .await;
                 match written {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => eprintln!("flock journal: append failed: {e}"),

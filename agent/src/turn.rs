@@ -89,7 +89,8 @@ pub async fn run(
     conversation.extend(pre.context.into_iter().map(|text| ChatMessage::System { text }));
     // A delegate's result is not a message to answer *to its sender*: say whom the answer is for
     // (models, small and not so small, otherwise thank the worker).
-    if state == TurnState::Result {
+    let relay = state == TurnState::Result && spec.role.relays_results();
+    if state == TurnState::Result && !relay {
         let waiting = waiting.unwrap_or("the person who asked");
         conversation.push(ChatMessage::System {
             text: format!(
@@ -107,8 +108,9 @@ pub async fn run(
     let at = pipeline.wants_time().then_some(now);
     conversation.push(ChatMessage::User { from: delivery.sender.clone(), text, at });
 
-    // The pipeline may have found the answer itself (the unconscious's recall): no model call.
-    let mut reply = pre.reply;
+    // The pipeline may have found the answer itself (the unconscious's recall), or the role
+    // relays a delegate's result as it is: no model call.
+    let mut reply = if relay { Some(delivery.text.clone()) } else { pre.reply };
     if let Some(text) = &reply {
         conversation.push(ChatMessage::Assistant { text: text.clone() });
     }

@@ -427,6 +427,13 @@ impl Role {
         }
     }
 
+    /// The coordinator is the reflexive part of a persona: when a worker's result comes back, it
+    /// passes it on to the person as it is, once (the brain-persona sample's "deliver the
+    /// worker's result"), rather than have its model reword — or lose — it.
+    pub fn relays_results(self) -> bool {
+        self == Role::Coordinator
+    }
+
     /// The memory roles answer in text, which the runtime files (`memory_files`) or returns:
     /// their model is offered no tools.
     pub fn answers_in_text(self) -> bool {
