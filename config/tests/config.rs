@@ -783,3 +783,22 @@ fn remote_model_mistakes_are_reported_with_positions() {
     assert!(err.contains("must start with http:// or https://"), "{err}");
     assert!(err.contains("`model` is for `provider: openai` or `anthropic` models"), "{err}");
 }
+
+/// scripts/setup fetches exactly the models flock-config knows (name, file, size, hash).
+#[test]
+fn the_setup_script_pins_every_known_local_model() {
+    let setup = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/setup"),
+    )
+    .unwrap();
+    for m in flock_config::KNOWN_LOCAL_MODELS {
+        let line = format!("fetch {} {} \\\n    {} {}", m.name, m.file, m.sha256, m.bytes);
+        assert!(setup.contains(&line), "scripts/setup does not fetch {m:?} as {line:?}");
+    }
+    let default = &flock_config::KNOWN_LOCAL_MODELS[0];
+    assert!(
+        setup.contains(&format!("want={}", default.name)),
+        "setup's default is {}",
+        default.name
+    );
+}

@@ -12,7 +12,7 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "flock-model", version)]
 struct Args {
-    /// The GGUF model file [default: $FLOCK_HOME/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf]
+    /// The GGUF model file [default: $FLOCK_HOME/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf]
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
     /// Loopback address to serve on; port 0 picks a free one.

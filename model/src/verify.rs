@@ -1,5 +1,5 @@
 //! The model file check: it must exist and have the pinned sha256 (the wheels it is assembled
-//! from come from an anonymous publisher). Hashing 491 MB takes a second or two, so a verified
+//! from come from an anonymous publisher). Hashing a 1.1 GB file takes a few seconds, so a verified
 //! file is remembered in `<file>.sha256-ok` (size, mtime and hash); a file that changes since is
 //! hashed again.
 
@@ -8,10 +8,11 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-/// The default model: Qwen2.5-Coder-0.5B-Instruct Q4_K_M, as `scripts/setup` installs it.
-pub const MODEL_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+/// The default model: Qwen2.5-Coder-1.5B-Instruct Q4_K_M, as `scripts/setup` installs it (the
+/// supervisor passes `--sha256` for any other known model).
+pub const MODEL_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 /// Its sha256 (shared/REFERENCES.md §5).
-pub const MODEL_SHA256: &str = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32";
+pub const MODEL_SHA256: &str = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046";
 
 /// Why the model file cannot be used.
 #[derive(Debug, thiserror::Error)]

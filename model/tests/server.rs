@@ -85,7 +85,7 @@ impl ModelServer {
         let mut ep = Endpoint::new(
             ProviderKind::OpenAi,
             format!("http://127.0.0.1:{}/v1", self.port),
-            "qwen2.5-coder-0.5b-instruct",
+            "qwen2.5-coder-1.5b-instruct",
         );
         ep.retry = RetryPolicy { retries: 0, ..RetryPolicy::default() };
         match key {

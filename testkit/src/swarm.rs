@@ -154,9 +154,15 @@ impl Swarm {
     /// `flockctl --state-dir <state> ARGS`, with a deadline.
     #[track_caller]
     pub fn ctl(&self, args: &[&str]) -> Output {
+        self.ctl_within(args, CTL_TIMEOUT)
+    }
+
+    /// [`Swarm::ctl`] with another deadline (`send --wait` on a real model takes longer).
+    #[track_caller]
+    pub fn ctl_within(&self, args: &[&str], timeout: Duration) -> Output {
         let mut cmd = Command::new(bin("flockctl"));
         cmd.arg("--state-dir").arg(&self.state).args(args).env_remove("FLOCK_HOME");
-        match try_run(&mut cmd, CTL_TIMEOUT) {
+        match try_run(&mut cmd, timeout) {
             Ok(out) => out,
             Err(e) => panic!("{}", self.report(&e)),
         }

@@ -30,7 +30,7 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
         /// Run every embedded-model agent on this local model instead of the swarm file's
-        /// (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b; fetch with `scripts/setup --model NAME`).
+        /// (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b; fetch with `scripts/setup --model NAME`).
         #[arg(long, value_name = "NAME")]
         model: Option<String>,
     },

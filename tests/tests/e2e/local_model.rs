@@ -11,11 +11,19 @@ use std::time::Duration;
 
 use flock_testkit::{Swarm, bin};
 
-const MODEL_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+const MODEL_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 
 fn model_path() -> Option<PathBuf> {
     let home = std::env::var_os("HOME")?;
     Some(PathBuf::from(home).join(".flock/models").join(MODEL_FILE))
+}
+
+/// The tests that run the model take turns: two llama.cpp processes on 2 cores would each run
+/// at a fraction of their speed.
+static ONE_MODEL_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_model_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_MODEL_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Whether the model and its binary are here; panics if CI promised them and they are not.
@@ -58,6 +66,7 @@ fn an_agent_without_a_model_answers_on_the_embedded_model_which_is_supervised() 
     if !model_available("embedded model turn") {
         return;
     }
+    let _turn = one_model_at_a_time();
     let swarm = Swarm::start(
         "swarm: { name: local }\nagents:\n  - { name: helper, role: worker, description: \"answers briefly\" }\n",
     );
@@ -100,9 +109,10 @@ fn the_readme_main_job_answers_on_the_embedded_model_once_with_its_story_in_the_
     if !model_available("the README main job") {
         return;
     }
+    let _turn = one_model_at_a_time();
     let file = flock_testkit::repo_root().join("examples/brain-persona-local.yaml");
     let swarm = Swarm::builder_from_file(&file).start();
-    let out = swarm.ctl(&[
+    let args = [
         "send",
         "coordinator",
         "What is the capital of France?",
@@ -110,7 +120,8 @@ fn the_readme_main_job_answers_on_the_embedded_model_once_with_its_story_in_the_
         "--json",
         "--timeout",
         "600",
-    ]);
+    ];
+    let out = swarm.ctl_within(&args, Duration::from_secs(630));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let end: serde_json::Value = serde_json::from_str(&stdout).expect("JSON outcome");
