@@ -696,7 +696,15 @@ impl RouterState {
                 let model = slot.map(|s| s.spec.model.clone());
                 // A model call belongs to the chain of the turn that makes it; a stopped chain
                 // gets no more model time.
-                let chain = slot.and_then(|s| s.in_flight.as_ref()).map(Queued::chain);
+                let current = slot
+                    .and_then(|s| s.in_flight.as_ref())
+                    .map(|q| (q.route.chain.clone(), q.route.hop));
+                // Model tokens are charged: the chain is kept from its first model call on.
+                if let Some((tag, hop)) = &current {
+                    self.materialize(tag, hop + 1, 1);
+                }
+                let slot = self.slots.get(identity);
+                let chain = current.map(|(tag, _)| tag.id);
                 if let Some(reason) =
                     chain.and_then(|c| self.chains.map.get(&c)).and_then(|c| c.stopped.clone())
                 {
@@ -1219,7 +1227,7 @@ impl RouterState {
             answer_path: path,
             result: true,
             chain: done.route.chain.clone(),
-            hop: 0,
+            hop: done.route.hop + 1,
             parent: Some(done.id),
         };
         // A stopped chain's person has been told already; the result goes nowhere.
@@ -1377,7 +1385,7 @@ impl RouterState {
                 answer_path,
                 result: false,
                 chain: q.route.chain.clone(),
-                hop: 0,
+                hop: q.route.hop + 1,
                 parent: Some(q.id),
             },
             None => {
@@ -1408,7 +1416,20 @@ impl RouterState {
         let budget = self.spec.budget.clone();
         let now = unix_ms();
         let from = if from == OPERATOR { OPERATOR_HUMAN } else { from };
-        let chain = self.chains.entry(&route.chain, route.hop);
+        if !self.chains.map.contains_key(&route.chain.id) {
+            let root = route.parent.is_none() && route.hop <= 1;
+            if root && route.answer_path.is_empty() {
+                // A root nobody waits on costs nothing until it sets something off (a program's
+                // message to a sink never does): its chain is made by its first follow-up.
+                route.hop = 1;
+                return Ok(());
+            }
+            // A follow-up of such a root counts its parent's turn, which is in flight.
+            self.materialize(&route.chain, route.hop, u32::from(route.parent.is_some()));
+        }
+        let Some(chain) = self.chains.map.get_mut(&route.chain.id) else {
+            return Err("internal: the chain vanished".into());
+        };
         if let Some(reason) = &chain.stopped {
             return Err(format!("this chain of turns was stopped: {reason}"));
         }
@@ -1448,6 +1469,25 @@ impl RouterState {
             |e| e.param("to", to.to_owned()).param("hop", hop),
         );
         Ok(())
+    }
+
+    /// Starts keeping chain `tag` (whose next hop is `hop`) with `live` deliveries already in
+    /// progress; a chain made after its first hop journals that hop now.
+    fn materialize(&mut self, tag: &ChainTag, hop: u32, live: u32) {
+        if self.chains.map.contains_key(&tag.id) {
+            return;
+        }
+        let chain = self.chains.entry(tag, hop);
+        chain.live = live;
+        let late_root = chain.hops >= 1;
+        if late_root {
+            chain.note(format!("{} sent to {}", tag.origin, tag.entry));
+            let message =
+                format!("{} sent to {} (hop 1): {}", tag.origin, tag.entry, quote(&tag.text));
+            self.journal_chain(tag.id, None, &tag.origin, "SEND", Status::Success, message, |e| {
+                e.param("to", tag.entry.clone()).param("hop", 1)
+            });
+        }
     }
 
     /// One of the chain's deliveries (or a pending answer) is over; the chain ends at none.
@@ -1553,9 +1593,9 @@ impl RouterState {
         }
     }
 
-    /// A finished turn, journaled in its chain.
+    /// A finished turn, journaled in its chain (if the router keeps it: a lone root is not).
     fn journal_turn(&self, agent: &str, done: &Queued, reply: &str) {
-        if self.journal.is_none() {
+        if self.journal.is_none() || !self.chains.map.contains_key(&done.chain()) {
             return;
         }
         let kind = match done.kind {
