@@ -161,6 +161,8 @@ pub async fn run(
                         text_only = true;
                         continue;
                     }
+                    // A hand-over says whose request it is: "my week" is the person's week.
+                    let call = with_requester(call, delivery);
                     let out = match pipeline.tool_call_pre(&call) {
                         Some(out) => out,
                         None => {
@@ -225,6 +227,28 @@ pub async fn run(
     let mut messages = pre.persist_first;
     messages.extend(turn_messages);
     Ok(Finished { reply: text, messages })
+}
+
+/// An `agents__delegate` of a person's request, its task prefixed with who asks.
+fn with_requester(
+    mut call: crate::provider::ToolCall,
+    delivery: &Delivery,
+) -> crate::provider::ToolCall {
+    let person = match delivery.sender.as_str() {
+        flock_ipc::OPERATOR => "human:operator",
+        s if s.starts_with("human:") => s,
+        _ => return call,
+    };
+    if call.name != "agents__delegate" {
+        return call;
+    }
+    if let Ok(mut args) = serde_json::from_str::<serde_json::Value>(&call.arguments)
+        && let Some(task) = args["task"].as_str().filter(|t| !t.starts_with(person))
+    {
+        args["task"] = format!("{person} asks: {task}").into();
+        call.arguments = args.to_string();
+    }
+    call
 }
 
 const RETRY_NOTE: &str = "[note] Your last answer only repeated a tool error. Answer the request \

@@ -89,7 +89,9 @@ fn a_message_to_the_coordinator_runs_the_worker_writes_memory_and_answers_once_d
         "the coordinator has nothing left to do",
     );
     let answers = swarm.ctl_ok(&["read", DM]);
-    assert_eq!(answers.matches("worker did: plan my week").count(), 1, "{answers}");
+    // The hand-over said whose request it was; the worker's answer was passed on as it is.
+    let relayed = "worker did: human:operator asks: plan my week";
+    assert_eq!(answers.matches(relayed).count(), 1, "{answers}");
     assert_eq!(swarm.turns_total("coordinator"), 2, "input + result, nothing twice");
 
     // The journal tells the chain's whole story under its correlation id.
@@ -110,12 +112,13 @@ fn a_message_to_the_coordinator_runs_the_worker_writes_memory_and_answers_once_d
     );
     let observations = folder(&swarm, "observations");
     assert_eq!(observations.matches("## ").count(), 1, "{observations}");
-    assert!(observations.contains("[input] plan my week"), "{observations}");
+    assert!(observations.contains("[input] human:operator asks: plan my week"), "{observations}");
     assert!(observations.contains("[tools] (none)"), "{observations}");
     let journal = folder(&swarm, "journals");
     assert_eq!(journal.lines().count(), 1, "{journal}");
     assert!(
-        journal.contains("| plan my week | tools: (none) | worker did: plan my week"),
+        journal
+            .contains(&format!("| human:operator asks: plan my week | tools: (none) | {relayed}")),
         "{journal}"
     );
     assert_eq!(swarm.turns_total("observer"), 1);
