@@ -11,13 +11,21 @@ use crate::provider::{ChatMessage, LlmProvider, LlmStep};
 #[derive(Debug)]
 pub struct GatewayProvider {
     client: RouterClient,
+    /// The longest answer this agent needs (`None`: the model's limit).
+    max_tokens: Option<u32>,
 }
 
 impl GatewayProvider {
-    pub fn new(client: RouterClient) -> Self {
-        GatewayProvider { client }
+    pub fn new(client: RouterClient, role: flock_config::Role) -> Self {
+        // An observation is one sentence: a model that goes on would hold the shared model
+        // for tens of seconds.
+        let max_tokens = (role == flock_config::Role::Observer).then_some(OBSERVATION_TOKENS);
+        GatewayProvider { client, max_tokens }
     }
 }
+
+/// The answer limit of an observer's model call.
+const OBSERVATION_TOKENS: u32 = 96;
 
 /// The conversation in the provider-neutral form. Every system message is kept; who wrote a
 /// user message is shown to the model (humans' messages take priority, and the model must know).
@@ -64,6 +72,7 @@ impl LlmProvider for GatewayProvider {
         let request = ChatRequest {
             messages: to_neutral(conversation),
             tools: tools.to_vec(),
+            max_tokens: self.max_tokens,
             ..Default::default()
         };
         let request = serde_json::to_string(&request).map_err(|e| e.to_string())?;

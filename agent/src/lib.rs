@@ -228,7 +228,7 @@ async fn turns(
     let mut provider = match spec.model.clone() {
         ModelSpec::Scripted(transcript) => Model::Scripted(ScriptedProvider::new(transcript)),
         ModelSpec::OpenAi(_) | ModelSpec::Anthropic(_) | ModelSpec::Local(_) => {
-            Model::Gateway(GatewayProvider::new(client.clone()))
+            Model::Gateway(GatewayProvider::new(client.clone(), spec.role))
         }
     };
     let mut completed: (HashSet<MsgId>, VecDeque<MsgId>) = Default::default();

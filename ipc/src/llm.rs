@@ -17,6 +17,9 @@ pub struct ChatRequest {
     /// work (the memory roles), which then waits behind the turns people wait for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_tier: Option<String>,
+    /// A shorter answer limit than the model's `max_tokens` (an observer writes one sentence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
 }
 
 /// A message of the conversation, in the neutral form.

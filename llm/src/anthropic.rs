@@ -12,7 +12,8 @@ pub(crate) const API_VERSION: &str = "2023-06-01";
 pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(ep.model));
-    body.insert("max_tokens".into(), json!(ep.max_tokens));
+    let limit = req.max_tokens.map_or(ep.max_tokens, |m| m.min(ep.max_tokens));
+    body.insert("max_tokens".into(), json!(limit));
     // Anthropic takes one system text: every system message goes into it, in order.
     let system: Vec<&str> = req
         .messages
@@ -160,6 +161,7 @@ mod tests {
         let req = ChatRequest {
             user: None,
             service_tier: None,
+            max_tokens: None,
             messages: vec![
                 ChatMsg::System { text: "one".into() },
                 ChatMsg::User { text: "hi".into() },

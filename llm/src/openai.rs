@@ -29,7 +29,8 @@ pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
-    body.insert("max_tokens".into(), json!(ep.max_tokens));
+    let limit = req.max_tokens.map_or(ep.max_tokens, |m| m.min(ep.max_tokens));
+    body.insert("max_tokens".into(), json!(limit));
     if let Some(user) = &req.user {
         body.insert("user".into(), json!(user));
     }
@@ -146,6 +147,7 @@ mod tests {
         let req = ChatRequest {
             user: None,
             service_tier: None,
+            max_tokens: None,
             messages: vec![
                 ChatMsg::System { text: "a".into() },
                 ChatMsg::User { text: "hi".into() },
@@ -167,6 +169,19 @@ mod tests {
                 "max_tokens": 4096,
             })
         );
+        // A call's own limit narrows the endpoint's; the agent and the tier go out as given.
+        let req = ChatRequest {
+            user: Some("observer".into()),
+            service_tier: Some("flex".into()),
+            max_tokens: Some(96),
+            ..req
+        };
+        let body = request_body(&ep, &req);
+        assert_eq!(
+            (body["max_tokens"].clone(), body["user"].clone()),
+            (json!(96), json!("observer"))
+        );
+        assert_eq!(body["service_tier"], "flex");
     }
 
     #[test]
@@ -175,6 +190,7 @@ mod tests {
         let req = ChatRequest {
             user: None,
             service_tier: None,
+            max_tokens: None,
             messages: vec![],
             tools: vec![ToolDef {
                 name: "t".into(),

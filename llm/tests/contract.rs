@@ -131,6 +131,7 @@ async fn tool_call_round_trip(kind: ProviderKind) {
     let mut req = ChatRequest {
         user: None,
         service_tier: None,
+        max_tokens: None,
         messages: vec![
             ChatMsg::System { text: "You are a worker.".into() },
             ChatMsg::User { text: "Copy a.txt to b.txt".into() },
@@ -233,6 +234,7 @@ async fn every_system_message_reaches_the_wire(kind: ProviderKind) {
     let req = ChatRequest {
         user: None,
         service_tier: None,
+        max_tokens: None,
         messages: vec![
             ChatMsg::System { text: "S1: you are the coordinator.".into() },
             ChatMsg::User { text: "first".into() },

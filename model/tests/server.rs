@@ -200,6 +200,7 @@ fn tool_request(system: &str, user: &str) -> ChatRequest {
         tools: tools(),
         user: None,
         service_tier: None,
+        max_tokens: None,
     }
 }
 
@@ -226,6 +227,7 @@ async fn embedded_model_serves_the_gateway_client() {
         tools: vec![],
         user: None,
         service_tier: None,
+        max_tokens: None,
     };
     for key in [None, Some("wrong-token")] {
         match client.complete(&server.endpoint(key), &hello).await {
@@ -353,6 +355,7 @@ async fn embedded_model_serves_the_gateway_client() {
         tools: vec![],
         user: None,
         service_tier: None,
+        max_tokens: None,
     };
     let mut short_ep = ep.clone();
     short_ep.max_tokens = 8;
