@@ -39,7 +39,9 @@ enum Command {
     /// work ended without an answer, 5 --timeout passed first, 1 any other error.
     #[command(verbatim_doc_comment)]
     Send {
+        /// The agent, e.g. coordinator (`flockctl ps` lists them).
         agent: String,
+        /// The message (quote it).
         text: String,
         /// Route in memory only (lost if the agent is down); no acceptance is awaited.
         #[arg(long, conflicts_with = "wait")]
