@@ -1948,8 +1948,34 @@ impl RouterState {
     }
 
     /// Tools the router answers itself.
-    fn router_tool(&self, caller: &str, name: &str, _arguments: &str) -> Result<String, String> {
+    fn router_tool(&self, caller: &str, name: &str, arguments: &str) -> Result<String, String> {
         match name {
+            // An agent's own record of what it did (a file written), journaled in the chain it is
+            // working in, under its own name (from its connection). Not a model's tool.
+            "journal__event" => {
+                let args: serde_json::Value = serde_json::from_str(arguments)
+                    .map_err(|e| format!("BAD_REQUEST: arguments are not JSON: {e}"))?;
+                let kind = args["type"].as_str().unwrap_or_default();
+                if kind.is_empty()
+                    || kind.len() > 40
+                    || !kind.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                {
+                    return Err("BAD_REQUEST: `type` must be UPPER_SNAKE_CASE".into());
+                }
+                let message = clip(args["message"].as_str().unwrap_or_default(), 400);
+                let params = args["params"].as_object().cloned().unwrap_or_default();
+                let q = self.slots.get(caller).and_then(|s| s.in_flight.as_ref());
+                let Some(j) = &self.journal else { return Ok("{}".into()) };
+                let mut e = JournalEvent::new(caller, kind, Status::Success, message);
+                if let Some(q) = q {
+                    e = e.correlation(chains::corr(q.chain())).parent(fmt_id(q.id));
+                }
+                for (k, v) in params.into_iter().take(8) {
+                    e = e.param(k, v);
+                }
+                j.log(e);
+                Ok("{}".into())
+            }
             "agents__list" => {
                 let list: Vec<_> = self
                     .order

@@ -13,6 +13,7 @@ pub mod prompts;
 pub mod provider;
 pub mod tools;
 pub mod turn;
+pub mod workspace;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -225,6 +226,15 @@ async fn turns(
     memory: Option<memory::Memory>,
 ) {
     let mut pipeline = Pipeline::new(&spec, client.clone(), memory);
+    // The workspace tools work in the process's working directory (the supervisor sets it to
+    // the agent's workspace), held open from the start.
+    let workspace = match crate::workspace::Workspace::open(std::path::Path::new(".")) {
+        Ok(ws) => Some(ws),
+        Err(e) => {
+            eprintln!("the workspace cannot be opened ({e}); fs_* tools will fail");
+            None
+        }
+    };
     let mut provider = match spec.model.clone() {
         ModelSpec::Scripted(transcript) => Model::Scripted(ScriptedProvider::new(transcript)),
         ModelSpec::OpenAi(_) | ModelSpec::Anthropic(_) | ModelSpec::Local(_) => {
@@ -281,7 +291,7 @@ async fn turns(
         }
         let session = sessions.entry(key.clone()).or_default();
         let outcome = tokio::select! {
-            r = turn::run(&spec, &client, &mut provider, &mut pipeline, id, delivery, session) => Some(r),
+            r = turn::run(&spec, &client, &mut provider, &mut pipeline, workspace.as_ref(), id, delivery, session) => Some(r),
             _ = cancel.notified() => None,
         };
         *current.turn.lock().unwrap_or_else(|p| p.into_inner()) = None;

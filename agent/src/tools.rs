@@ -140,6 +140,56 @@ pub async fn execute(
     }
 }
 
+/// Runs a workspace tool (`fs_*`) in `ws`; `None` for any other tool. A write is journaled
+/// through the router (path and bytes), in the chain of the turn.
+pub async fn workspace_tool(
+    client: &RouterClient,
+    role: flock_config::Role,
+    ws: Option<&crate::workspace::Workspace>,
+    name: &str,
+    arguments: &str,
+) -> Option<ToolOutput> {
+    if !name.starts_with("fs_") {
+        return None;
+    }
+    // The same rule the router applies to its tools, here where these run.
+    if !role.may_use(name) {
+        return Some(ToolOutput::err(format!(
+            "FORBIDDEN: a {} may not use {name}: only workers touch files",
+            role.as_str()
+        )));
+    }
+    let Some(ws) = ws else {
+        return Some(ToolOutput::err("INTERNAL: this agent has no workspace"));
+    };
+    let args: Value = match serde_json::from_str(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => return Some(ToolOutput::err("BAD_REQUEST: tool arguments must be a JSON object")),
+    };
+    let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
+    let out = match name {
+        "fs_read" => ws.read(text("path")),
+        "fs_write" => ws.write(text("path"), text("content")),
+        "fs_list" => ws.list(text("path")),
+        "fs_search" => ws.search(text("query"), text("path")),
+        "fs_patch" => ws.patch(text("path"), text("diff")),
+        other => ToolOutput::err(format!("BAD_REQUEST: no tool named `{other}`")),
+    };
+    if out.ok && matches!(name, "fs_write" | "fs_patch") {
+        let bytes = match name {
+            "fs_write" => text("content").len(),
+            _ => ws.read(text("path")).content.len(),
+        };
+        let event = serde_json::json!({
+            "type": "FILE_WRITE",
+            "message": format!("{} {} ({bytes} bytes)", if name == "fs_write" { "wrote" } else { "patched" }, text("path")),
+            "params": {"path": text("path"), "bytes": bytes, "tool": name},
+        });
+        let _ = forward(client, "journal__event", &event).await;
+    }
+    Some(out)
+}
+
 /// The tools an agent of `role` may call (the memory roles answer in text: none).
 pub fn definitions_for(role: flock_config::Role) -> Vec<flock_ipc::llm::ToolDef> {
     if role.answers_in_text() {
@@ -234,6 +284,36 @@ pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
             "Ask another agent and wait for its answer.",
             json!({"to": s("agent name"), "text": s("the question"), "timeout_ms": {"type": "integer"}}),
             &["to", "text"],
+        ),
+        def(
+            "fs_read",
+            "Read a text file of your workspace.",
+            json!({"path": s("file path inside your workspace, e.g. notes/plan.md")}),
+            &["path"],
+        ),
+        def(
+            "fs_write",
+            "Create or replace a file of your workspace with this content (folders are made).",
+            json!({"path": s("file path inside your workspace"), "content": s("the whole new content")}),
+            &["path", "content"],
+        ),
+        def(
+            "fs_list",
+            "List the files of your workspace (or of a folder in it).",
+            json!({"path": s("folder inside your workspace; empty for all of it")}),
+            &[],
+        ),
+        def(
+            "fs_search",
+            "Find the lines of your workspace's files that contain a text.",
+            json!({"query": s("the text to find"), "path": s("folder to search in; empty for all")}),
+            &["query"],
+        ),
+        def(
+            "fs_patch",
+            "Change a file of your workspace with a unified diff (@@ hunks).",
+            json!({"path": s("file path inside your workspace"), "diff": s("the unified diff")}),
+            &["path", "diff"],
         ),
         def("agents__list", "List the other agents and whether they are ready.", json!({}), &[]),
         def(

@@ -49,6 +49,7 @@ pub async fn run(
     client: &RouterClient,
     provider: &mut impl LlmProvider,
     pipeline: &mut Pipeline,
+    workspace: Option<&crate::workspace::Workspace>,
     id: MsgId,
     delivery: &Delivery,
     session: &mut Vec<ChatMessage>,
@@ -163,7 +164,14 @@ pub async fn run(
                     }
                     // A hand-over says whose request it is: "my week" is the person's week.
                     let call = with_requester(call, delivery);
-                    let out = match pipeline.tool_call_pre(&call) {
+                    let local = match pipeline.tool_call_pre(&call) {
+                        Some(out) => Some(out),
+                        None => {
+                            let (name, args) = (&call.name, &call.arguments);
+                            tools::workspace_tool(client, spec.role, workspace, name, args).await
+                        }
+                    };
+                    let out = match local {
                         Some(out) => out,
                         None => {
                             tools::execute(client, id, calls, &call.name, &call.arguments).await

@@ -422,6 +422,8 @@ impl Role {
         match tool {
             // A coordinator spawns a worker per conversation (the brain-persona pattern).
             "agents__spawn" => matches!(self, Role::Orchestrator | Role::Coordinator),
+            // Workers do the work: only they touch files (in their own workspace).
+            t if t.starts_with("fs_") => self == Role::Worker,
             t if ORCHESTRATOR_TOOLS.contains(&t) => self == Role::Orchestrator,
             _ => true,
         }

@@ -16,6 +16,7 @@ mod spawn;
 mod supervision;
 mod swarm_management;
 mod wire;
+mod workspace;
 
 use std::time::Duration;
 
