@@ -181,6 +181,8 @@ mod tests {
         let team = vec!["worker".to_string(), "dream".to_string()];
         let defs = offered(Role::Coordinator, None, TurnState::Owed, &team, Some("human:operator"));
         assert_eq!(defs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["agents__delegate"]);
+        // It picks the delegate; the request goes over as it is.
+        assert_eq!(defs[0].parameters["required"], serde_json::json!(["to"]), "{defs:?}");
         assert!(
             offered(Role::Coordinator, None, TurnState::Result, &team, Some("human:op")).is_empty()
         );

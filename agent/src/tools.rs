@@ -250,6 +250,17 @@ pub fn offered(
         if let Some(to) = t.parameters.pointer_mut("/properties/to") {
             to["enum"] = Value::from(recipients.clone());
         }
+        // A reflexive role hands over the input as it is: its model only picks the delegate.
+        if t.name == "agents__delegate" && role.is_reflexive() {
+            t.parameters = serde_json::json!({
+                "type": "object",
+                "properties": {"to": t.parameters["properties"]["to"].clone()},
+                "required": ["to"],
+            });
+            t.description = "Hand the request, as it is, to another agent when it asks for work \
+                             (a plan, a list, writing, a file): its answer goes to the person."
+                .into();
+        }
     }
     tools
 }

@@ -90,7 +90,7 @@ pub async fn run(
     conversation.extend(pre.context.into_iter().map(|text| ChatMessage::System { text }));
     // A delegate's result is not a message to answer *to its sender*: say whom the answer is for
     // (models, small and not so small, otherwise thank the worker).
-    let relay = state == TurnState::Result && spec.role.relays_results();
+    let relay = state == TurnState::Result && spec.role.is_reflexive();
     if state == TurnState::Result && !relay {
         let waiting = waiting.unwrap_or("the person who asked");
         conversation.push(ChatMessage::System {
@@ -163,7 +163,7 @@ pub async fn run(
                         continue;
                     }
                     // A hand-over says whose request it is: "my week" is the person's week.
-                    let call = with_requester(call, delivery);
+                    let call = hand_over(call, delivery, spec.role.is_reflexive());
                     let local = match pipeline.tool_call_pre(&call) {
                         Some(out) => Some(out),
                         None => {
@@ -237,25 +237,33 @@ pub async fn run(
     Ok(Finished { reply: text, messages })
 }
 
-/// An `agents__delegate` of a person's request, its task prefixed with who asks.
-fn with_requester(
+/// An `agents__delegate` as it goes out: a reflexive role hands over the input itself (its model
+/// only picks the delegate), and a person's request says who asks ("my week" is theirs).
+fn hand_over(
     mut call: crate::provider::ToolCall,
     delivery: &Delivery,
+    reflexive: bool,
 ) -> crate::provider::ToolCall {
-    let person = match delivery.sender.as_str() {
-        flock_ipc::OPERATOR => "human:operator",
-        s if s.starts_with("human:") => s,
-        _ => return call,
-    };
     if call.name != "agents__delegate" {
         return call;
     }
-    if let Ok(mut args) = serde_json::from_str::<serde_json::Value>(&call.arguments)
-        && let Some(task) = args["task"].as_str().filter(|t| !t.starts_with(person))
-    {
-        args["task"] = format!("{person} asks: {task}").into();
-        call.arguments = args.to_string();
+    let Ok(mut args) = serde_json::from_str::<serde_json::Value>(&call.arguments) else {
+        return call;
+    };
+    let mut task = match (reflexive, args["task"].as_str()) {
+        (false, Some(t)) => t.to_owned(),
+        _ => delivery.text.clone(),
+    };
+    let person = match delivery.sender.as_str() {
+        flock_ipc::OPERATOR => Some("human:operator"),
+        s if s.starts_with("human:") => Some(s),
+        _ => None,
+    };
+    if let Some(person) = person.filter(|p| !task.starts_with(p)) {
+        task = format!("{person} asks: {task}");
     }
+    args["task"] = task.into();
+    call.arguments = args.to_string();
     call
 }
 

@@ -429,10 +429,11 @@ impl Role {
         }
     }
 
-    /// The coordinator is the reflexive part of a persona: when a worker's result comes back, it
-    /// passes it on to the person as it is, once (the brain-persona sample's "deliver the
-    /// worker's result"), rather than have its model reword — or lose — it.
-    pub fn relays_results(self) -> bool {
+    /// The coordinator is the reflexive part of a persona (the brain-persona sample): it hands
+    /// the person's message to a worker as it is and passes the worker's result back as it is —
+    /// its model only chooses whether to answer itself and to whom to hand over, it never
+    /// rewords (or loses) a request or a result.
+    pub fn is_reflexive(self) -> bool {
         self == Role::Coordinator
     }
 
