@@ -270,6 +270,24 @@ fn model_thread(
     }
 }
 
+/// Whether the output ends in a loop: its last line (real or JSON-escaped `\n`) already came
+/// three times among the lines just before it.
+fn repeating(out: &[u8]) -> bool {
+    let tail = &out[out.len().saturating_sub(4_000)..];
+    let text = String::from_utf8_lossy(tail);
+    let lines: Vec<&str> = text
+        .split(['\n'])
+        .flat_map(|l| l.split("\\n"))
+        .map(str::trim)
+        .filter(|l| l.len() >= 10)
+        .collect();
+    // The last line may still be growing: look at the one before it.
+    let Some((last, before)) = lines.split_last().and_then(|(_, rest)| rest.split_last()) else {
+        return false;
+    };
+    before.iter().rev().take(30).filter(|l| l == &last).count() >= 3
+}
+
 /// One KV-cache slot: a llama.cpp sequence and who uses it.
 #[derive(Default)]
 struct Slot {
@@ -444,6 +462,11 @@ impl State<'_> {
             if generated >= max_new {
                 break;
             }
+            // Greedy decoding of a small model can fall into a loop of the same lines: stop it
+            // (as if the token limit were reached) rather than spend the rest of the budget.
+            if generated % 8 == 0 && repeating(&out) {
+                break;
+            }
             self.decode(ctx, &mut batch, slot, &step, true)?;
             logits_idx = batch.n_tokens() - 1;
         }
@@ -507,5 +530,23 @@ impl State<'_> {
             Some(e) => Err(GenerateError::Grammar(e)),
             None => Ok(matcher),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::repeating;
+
+    #[test]
+    fn a_loop_of_lines_is_seen_in_plain_and_json_escaped_text() {
+        let looping =
+            "- Move all boxes to the van\\n  - Check if all boxes are in place\\n".repeat(4);
+        assert!(repeating(format!("{{\"text\": \"To do:\\n{looping}- Move").as_bytes()));
+        let plain = "Check the van is booked\n".repeat(5);
+        assert!(repeating(plain.as_bytes()));
+        let fine =
+            "1. Pack the boxes\n2. Book the van\n3. Get the new keys\n4. Clean the old flat\n";
+        assert!(!repeating(fine.as_bytes()));
+        assert!(!repeating(b"short\nshort\nshort\nshort\n"), "lines under 10 bytes do not count");
     }
 }
