@@ -464,7 +464,7 @@ impl State<'_> {
             }
             // Greedy decoding of a small model can fall into a loop of the same lines: stop it
             // (as if the token limit were reached) rather than spend the rest of the budget.
-            if generated % 8 == 0 && repeating(&out) {
+            if generated.is_multiple_of(8) && repeating(&out) {
                 break;
             }
             self.decode(ctx, &mut batch, slot, &step, true)?;
