@@ -270,22 +270,22 @@ fn model_thread(
     }
 }
 
-/// Whether the output ends in a loop: its last line (real or JSON-escaped `\n`) already came
-/// three times among the lines just before it.
+/// Whether the output ends in a loop: its last 32 characters (numbers aside, so "12. Move the
+/// boxes" and "13. Move the boxes" are the same) already came four times in the text before.
 fn repeating(out: &[u8]) -> bool {
-    let tail = &out[out.len().saturating_sub(4_000)..];
-    let text = String::from_utf8_lossy(tail);
-    let lines: Vec<&str> = text
-        .split(['\n'])
-        .flat_map(|l| l.split("\\n"))
-        .map(str::trim)
-        .filter(|l| l.len() >= 10)
-        .collect();
-    // The last line may still be growing: look at the one before it.
-    let Some((last, before)) = lines.split_last().and_then(|(_, rest)| rest.split_last()) else {
+    const WINDOW: usize = 32;
+    let tail = &out[out.len().saturating_sub(3_000)..];
+    let text: Vec<char> =
+        String::from_utf8_lossy(tail).chars().filter(|c| !c.is_ascii_digit()).collect();
+    if text.len() < WINDOW * 5 {
         return false;
-    };
-    before.iter().rev().take(30).filter(|l| l == &last).count() >= 3
+    }
+    let needle = &text[text.len() - WINDOW..];
+    if needle.iter().all(|c| c.is_whitespace()) {
+        return false;
+    }
+    let before = &text[..text.len() - WINDOW];
+    before.windows(WINDOW).filter(|w| *w == needle).count() >= 4
 }
 
 /// One KV-cache slot: a llama.cpp sequence and who uses it.
@@ -538,15 +538,21 @@ mod tests {
     use super::repeating;
 
     #[test]
-    fn a_loop_of_lines_is_seen_in_plain_and_json_escaped_text() {
+    fn a_loop_is_seen_in_lines_json_escaped_text_and_numbered_runs() {
         let looping =
-            "- Move all boxes to the van\\n  - Check if all boxes are in place\\n".repeat(4);
-        assert!(repeating(format!("{{\"text\": \"To do:\\n{looping}- Move").as_bytes()));
-        let plain = "Check the van is booked\n".repeat(5);
-        assert!(repeating(plain.as_bytes()));
-        let fine =
-            "1. Pack the boxes\n2. Book the van\n3. Get the new keys\n4. Clean the old flat\n";
+            r"- Move all boxes to the van\n  - Check if all boxes are in place\n".repeat(5);
+        assert!(repeating(format!(r#"{{"text": "To do:\n{looping}"#).as_bytes()));
+        let numbered: String =
+            (1..12).map(|i| format!("{i}. Move the boxes to the new location ")).collect();
+        assert!(repeating(numbered.as_bytes()));
+        let fine = "1. Pack the boxes\n2. Book the van for Saturday morning\n3. Get the new keys \
+                    from the agent\n4. Clean the old flat\n5. Hand back the old keys\n6. Unpack\n";
         assert!(!repeating(fine.as_bytes()));
-        assert!(!repeating(b"short\nshort\nshort\nshort\n"), "lines under 10 bytes do not count");
+        // Three days with the same time line are a plan, not a loop.
+        let plan: String = ["Rust meetup", "PyCon", "v3 release"]
+            .iter()
+            .map(|e| format!("- {e}\n  - Time: 10:00 AM - 12:00 PM\n  - Where: online\n"))
+            .collect();
+        assert!(!repeating(plan.as_bytes()));
     }
 }
