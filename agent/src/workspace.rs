@@ -56,6 +56,11 @@ fn relative(path: &str) -> Result<PathBuf, ToolOutput> {
     Ok(p.components().filter(|c| *c != Component::CurDir).collect())
 }
 
+/// A folder a model gave; empty means the whole workspace.
+fn folder(path: &str) -> Result<PathBuf, ToolOutput> {
+    if path.trim().is_empty() { Ok(PathBuf::new()) } else { relative(path) }
+}
+
 fn bad(msg: &str) -> ToolOutput {
     ToolOutput { ok: false, content: format!("BAD_REQUEST: {msg}") }
 }
@@ -205,13 +210,9 @@ impl Workspace {
 
     /// `fs_list`: a folder's entries (folders end with `/`), two levels deep.
     pub fn list(&self, path: &str) -> ToolOutput {
-        let rel = if path.trim().is_empty() {
-            PathBuf::new()
-        } else {
-            match relative(path) {
-                Ok(r) => r,
-                Err(e) => return e,
-            }
+        let rel = match folder(path) {
+            Ok(r) => r,
+            Err(e) => return e,
         };
         let mut out = Vec::new();
         if let Err(e) = self.walk(&rel, 2, &mut |p, is_dir| {
@@ -270,13 +271,9 @@ impl Workspace {
         if query.trim().is_empty() {
             return bad("give the text to search for");
         }
-        let rel = if path.trim().is_empty() {
-            PathBuf::new()
-        } else {
-            match relative(path) {
-                Ok(r) => r,
-                Err(e) => return e,
-            }
+        let rel = match folder(path) {
+            Ok(r) => r,
+            Err(e) => return e,
         };
         let mut files = Vec::new();
         if let Err(e) = self.walk(&rel, 16, &mut |p, is_dir| {
