@@ -155,9 +155,9 @@ impl Chain {
         self.trail.push(step);
     }
 
-    /// Which budget, if any, the chain is past at `now_ms`.
-    pub fn over(&self, budget: &BudgetSpec, now_ms: u64) -> Option<StopKind> {
-        if self.hops > budget.max_hops {
+    /// Which budget, if any, forbids the chain another hop at `now_ms`.
+    pub fn refuses_next_hop(&self, budget: &BudgetSpec, now_ms: u64) -> Option<StopKind> {
+        if self.hops >= budget.max_hops {
             Some(StopKind::Hops)
         } else if self.tokens > budget.max_tokens {
             Some(StopKind::Tokens)
@@ -290,14 +290,15 @@ mod tests {
     fn budgets_are_checked_in_order_hops_tokens_wall() {
         let b = BudgetSpec { max_hops: 2, max_tokens: 100, max_wall_secs: 10 };
         let mut c = Chain::new(Route::root(1, "a", "b", "t", 0, None).chain);
-        assert_eq!(c.over(&b, 5_000), None);
+        c.hops = 1;
+        assert_eq!(c.refuses_next_hop(&b, 5_000), None);
         c.tokens = 101;
-        assert_eq!(c.over(&b, 5_000), Some(StopKind::Tokens));
-        c.hops = 3;
-        assert_eq!(c.over(&b, 5_000), Some(StopKind::Hops));
+        assert_eq!(c.refuses_next_hop(&b, 5_000), Some(StopKind::Tokens));
+        c.hops = 2;
+        assert_eq!(c.refuses_next_hop(&b, 5_000), Some(StopKind::Hops), "the third of 2 hops");
         c.hops = 1;
         c.tokens = 0;
-        assert_eq!(c.over(&b, 10_001), Some(StopKind::Wall));
+        assert_eq!(c.refuses_next_hop(&b, 10_001), Some(StopKind::Wall));
     }
 
     #[test]

@@ -1118,7 +1118,8 @@ impl RouterState {
                 self.reply(q.id, agent, Body::Error { code: ErrorCode::BudgetExceeded, message });
             }
             DeliveryKind::Request => {}
-            DeliveryKind::Delta => self.delta_done(agent, &q, false),
+            // Handled, as a delta refused at admission is: its messages stay readable.
+            DeliveryKind::Delta => self.delta_done(agent, &q, true),
         }
         self.leave(q.chain());
     }
@@ -1169,23 +1170,17 @@ impl RouterState {
                 let stopped =
                     self.chains.map.get(&failed.chain()).is_some_and(|c| c.stopped.is_some());
                 match failed.kind {
+                    // Whatever its kind, an input of a stopped chain is over (a waiting caller
+                    // hears BUDGET_EXCEEDED, a delta counts as handled).
+                    _ if stopped => self.discard(agent, failed, "its chain of turns was stopped"),
                     DeliveryKind::Request => {
-                        let (code, msg) = if stopped {
-                            (
-                                ErrorCode::BudgetExceeded,
-                                format!("`{agent}` stopped: its chain of turns was stopped"),
-                            )
-                        } else {
-                            (
-                                ErrorCode::Internal,
-                                format!("`{agent}` could not finish the request: {reason}"),
-                            )
-                        };
-                        self.reply(id, agent, Body::Error { code, message: msg });
+                        let msg = format!("`{agent}` could not finish the request: {reason}");
+                        self.reply(
+                            id,
+                            agent,
+                            Body::Error { code: ErrorCode::Internal, message: msg },
+                        );
                         self.leave(failed.chain());
-                    }
-                    DeliveryKind::Message | DeliveryKind::Result if stopped => {
-                        self.discard(agent, failed, "its chain of turns was stopped")
                     }
                     DeliveryKind::Message | DeliveryKind::Result => {
                         self.failed_delivery(agent, failed, reason)
@@ -1433,11 +1428,7 @@ impl RouterState {
         if let Some(reason) = &chain.stopped {
             return Err(format!("this chain of turns was stopped: {reason}"));
         }
-        let over = if chain.hops >= budget.max_hops {
-            Some(StopKind::Hops)
-        } else {
-            chain.over(&budget, now)
-        };
+        let over = chain.refuses_next_hop(&budget, now);
         if let Some(kind) = over {
             let id = route.chain.id;
             self.stop_chain(id, kind);

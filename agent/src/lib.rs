@@ -186,11 +186,11 @@ fn short(id: MsgId) -> String {
 }
 
 pub(crate) fn quote(text: &str) -> String {
-    format!("{:?}", chains_clip(text, 200))
+    format!("{:?}", clip(text, 200))
 }
 
 /// The start of `text`, at most `n` characters (an ellipsis marks a cut).
-pub(crate) fn chains_clip(text: &str, n: usize) -> String {
+pub(crate) fn clip(text: &str, n: usize) -> String {
     let mut s: String = text.chars().take(n).collect();
     if text.chars().count() > n {
         s.push('…');

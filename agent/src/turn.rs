@@ -295,7 +295,7 @@ pub fn echoes_an_error(text: &str, errors: &[String]) -> bool {
 fn could_not_finish(errors: &[String]) -> String {
     match errors.last() {
         Some(e) => {
-            format!("I could not finish this: a step failed ({}).", crate::chains_clip(e, 160))
+            format!("I could not finish this: a step failed ({}).", crate::clip(e, 160))
         }
         None => "I could not finish this: I found no answer to give.".to_owned(),
     }

@@ -299,7 +299,7 @@ impl Workspace {
                         "{}:{}: {}",
                         file.display(),
                         n + 1,
-                        crate::chains_clip(line.trim(), 200)
+                        crate::clip(line.trim(), 200)
                     ));
                     if hits.len() >= MAX_MATCHES {
                         hits.push(format!("… (first {MAX_MATCHES} matches)"));
