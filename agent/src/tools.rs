@@ -149,13 +149,13 @@ pub async fn workspace_tool(
     name: &str,
     arguments: &str,
 ) -> Option<ToolOutput> {
-    if !name.starts_with("fs_") {
+    if !name.starts_with("fs_") && name != "exec" {
         return None;
     }
     // The same rule the router applies to its tools, here where these run.
     if !role.may_use(name) {
         return Some(ToolOutput::err(format!(
-            "FORBIDDEN: a {} may not use {name}: only workers touch files",
+            "FORBIDDEN: a {} may not use {name}: only workers touch files and run commands",
             role.as_str()
         )));
     }
@@ -167,6 +167,10 @@ pub async fn workspace_tool(
         _ => return Some(ToolOutput::err("BAD_REQUEST: tool arguments must be a JSON object")),
     };
     let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
+    if name == "exec" {
+        let timeout = args.get("timeout_secs").and_then(Value::as_u64);
+        return Some(exec(client, ws, text("command"), timeout).await);
+    }
     let out = match name {
         "fs_read" => ws.read(text("path")),
         "fs_write" => ws.write(text("path"), text("content")),
@@ -188,6 +192,72 @@ pub async fn workspace_tool(
         let _ = forward(client, "journal__event", &event).await;
     }
     Some(out)
+}
+
+/// Default and longest wall-clock time of one `exec`.
+const EXEC_TIMEOUT_SECS: (u64, u64) = (60, 600);
+/// Each output stream of an `exec` keeps this much for the model (head and tail).
+const EXEC_OUTPUT_BYTES: usize = 16 * 1024;
+
+/// `exec`: runs a command in the worker's workspace inside the native sandbox (no network, no
+/// file outside the workspace, bounded CPU, memory, processes and disk; see `flock-sandbox`).
+/// Journaled (`EXEC`: command, exit, duration) in the turn's chain, and logged.
+async fn exec(
+    client: &RouterClient,
+    ws: &crate::workspace::Workspace,
+    command: &str,
+    timeout: Option<u64>,
+) -> ToolOutput {
+    if command.trim().is_empty() {
+        return ToolOutput::err(
+            "BAD_REQUEST: exec needs a `command`, e.g. `cargo test` or `ls -la`",
+        );
+    }
+    let (default, max) = EXEC_TIMEOUT_SECS;
+    let secs = timeout.unwrap_or(default).clamp(1, max);
+    let policy = flock_sandbox::Policy::new(ws.path(), command);
+    let helper = flock_sandbox::helper_path();
+    let out = match flock_sandbox::run(
+        &helper,
+        &policy,
+        std::time::Duration::from_secs(secs),
+        EXEC_OUTPUT_BYTES,
+    )
+    .await
+    {
+        Ok(out) => out,
+        Err(e) => return ToolOutput::err(format!("INTERNAL: the sandbox did not start: {e}")),
+    };
+    use flock_sandbox::Status;
+    let (verdict, exit) = match &out.status {
+        Status::Exited(code) => (format!("exit {code}"), Some(*code)),
+        Status::Signaled(sig) => {
+            (format!("killed by signal {sig} (a limit: CPU, memory, file size)"), None)
+        }
+        Status::TimedOut => (format!("timed out after {secs} s and was killed"), None),
+        Status::SetupFailed(why) => {
+            eprintln!("exec `{command}` → the sandbox failed: {why}");
+            return ToolOutput::err(format!("SANDBOX: the command did not run: {why}"));
+        }
+    };
+    let secs_taken = out.elapsed.as_secs_f64();
+    eprintln!("exec `{command}` → {verdict} in {secs_taken:.2} s");
+    let event = serde_json::json!({
+        "type": "EXEC",
+        "message": format!("`{command}` → {verdict} ({secs_taken:.2} s)"),
+        "params": {"command": command, "exit": exit, "ms": out.elapsed.as_millis() as u64},
+    });
+    let _ = forward(client, "journal__event", &event).await;
+    let mut content = format!("{verdict} in {secs_taken:.2} s\n");
+    for (label, stream) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+        if !stream.text.is_empty() {
+            content.push_str(&format!("--- {label} ---\n{}", stream.text));
+            if !stream.text.ends_with('\n') {
+                content.push('\n');
+            }
+        }
+    }
+    ToolOutput { ok: out.success(), content }
 }
 
 /// The tools an agent of `role` may call (the memory roles answer in text: none).
@@ -325,6 +395,13 @@ pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
             "Change a file of your workspace with a unified diff (@@ hunks).",
             json!({"path": s("file path inside your workspace"), "diff": s("the unified diff")}),
             &["path", "diff"],
+        ),
+        def(
+            "exec",
+            "Run a shell command in your workspace (a sandbox: no network, no files outside \
+             the workspace); returns the exit status and output.",
+            json!({"command": s("the shell command, e.g. `sh test.sh`"), "timeout_secs": {"type": "integer"}}),
+            &["command"],
         ),
         def("agents__list", "List the other agents and whether they are ready.", json!({}), &[]),
         def(

@@ -93,7 +93,9 @@ impl Workspace {
             Mode::empty(),
         )
         .map_err(std::io::Error::from)?;
-        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let path = std::fs::canonicalize(path)
+            .or_else(|_| std::path::absolute(path))
+            .unwrap_or_else(|_| path.to_path_buf());
         Ok(Workspace { root, path })
     }
 

@@ -34,6 +34,7 @@ pub const KNOWN_TOOLS: &[&str] = &[
     "fs_list",
     "fs_search",
     "fs_patch",
+    "exec",
     "agents__list",
     "agents__catalog",
     "agents__spawn",

@@ -422,8 +422,9 @@ impl Role {
         match tool {
             // A coordinator spawns a worker per conversation (the brain-persona pattern).
             "agents__spawn" => matches!(self, Role::Orchestrator | Role::Coordinator),
-            // Workers do the work: only they touch files (in their own workspace).
-            t if t.starts_with("fs_") => self == Role::Worker,
+            // Workers do the work: only they touch files (in their own workspace) and run
+            // commands (in the sandbox).
+            t if t.starts_with("fs_") || t == "exec" => self == Role::Worker,
             t if ORCHESTRATOR_TOOLS.contains(&t) => self == Role::Orchestrator,
             _ => true,
         }

@@ -71,3 +71,47 @@ agents:
     assert!(swarm.log("boss").contains("FORBIDDEN: a coordinator may not use fs_write"));
     assert!(!swarm.state_dir().join("workspaces/boss/boss.txt").exists());
 }
+
+/// `exec` (issue #11 item 2): a worker writes a test script and runs it in the native sandbox;
+/// the exit status and output come back to its model, every command is journaled in the chain
+/// and logged; the sandbox refuses what lies outside the workspace.
+#[test]
+fn a_worker_runs_commands_in_the_sandbox() {
+    let yaml = r#"swarm: { name: exec }
+models:
+  builder:
+    provider: scripted
+    rules:
+      - steps:
+          - tool: fs_write
+            args: { path: test.sh, content: "echo running tests; [ \"$(cat answer.txt)\" = 42 ] && echo PASS" }
+          - tool: exec
+            args: { command: "echo 42 > answer.txt && sh test.sh" }
+          - tool: exec
+            args: { command: "cat ../../flock.db; cat /etc/shadow" }
+          - tool: exec
+            args: { command: "sleep 30", timeout_secs: 1 }
+        reply: "done"
+agents:
+  - { name: builder, role: worker, model: builder }
+"#;
+    let swarm = Swarm::start(yaml);
+    let out = swarm.ctl(&["send", "builder", "run the tests", "--wait", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let end: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let log = swarm.log("builder");
+    assert!(log.contains("exec `echo 42 > answer.txt && sh test.sh` → exit 0"), "{log}");
+    assert!(log.contains("running tests\\nPASS"), "{log}");
+    assert!(log.contains("exec `cat ../../flock.db; cat /etc/shadow` → exit 1"), "{log}");
+    assert!(log.contains("exec `sleep 30` → timed out after 1 s"), "{log}");
+    assert_eq!(
+        std::fs::read_to_string(swarm.state_dir().join("workspaces/builder/answer.txt")).unwrap(),
+        "42\n"
+    );
+
+    let chain = end["chain"].as_str().unwrap();
+    let execs = swarm.ctl_ok(&["journal", "query", &format!("corr={chain} type=EXEC"), "--json"]);
+    assert_eq!(execs.matches("\"type\":\"EXEC\"").count(), 3, "{execs}");
+    assert!(execs.contains("\"exit\":0") && execs.contains("\"exit\":1"), "{execs}");
+}
