@@ -24,6 +24,9 @@ use crate::journal::{JournalEvent, JournalWriter, Status};
 use crate::store::{NewMessage, WriteOp, WriteOutcome};
 use crate::store_actor::{Origin, StoreMsg, StoredOutcome};
 
+mod permit;
+pub use permit::{PermissionEffects, PermissionReply};
+
 /// Index under which a turn's routed answer is derived from its input's id (a replayed turn
 /// re-derives the same id, so the durable mailbox drops the duplicate).
 const RESULT_INDEX: u32 = u32::MAX - 16;
@@ -143,6 +146,15 @@ pub enum RouterMsg {
     RemoveAgent { name: String },
     /// Routing facts for `flockctl ps`.
     Snapshot(RpcReplyPort<(Vec<RouteInfo>, RouterCounters)>),
+    /// A person's permission tool through `flockctl` (`permission_list`, `permission_decide`).
+    PermissionHuman {
+        person: String,
+        tool: String,
+        arguments: String,
+        reply: RpcReplyPort<(bool, String)>,
+    },
+    /// What a permission job did (from the store actor): journal it, deliver its messages.
+    Permission(PermissionEffects),
 }
 
 pub struct RouterArgs {
@@ -424,6 +436,12 @@ impl Actor for Router {
                 state.check_wall_budgets();
             }
             RouterMsg::Tokens { chain, tokens } => state.charge_tokens(chain, tokens),
+            RouterMsg::PermissionHuman { person, tool, arguments, reply } => {
+                let caller = crate::permissions::Caller { id: person, role: None };
+                let reply = PermissionReply::Human(reply);
+                state.permission_call(&myself, caller, tool, arguments, new_id(), reply);
+            }
+            RouterMsg::Permission(effects) => state.permission_effects(&myself, effects),
             RouterMsg::Answered(posted) => state.answered(posted),
             RouterMsg::RetryDeliver(agent) => {
                 if let Some(slot) = state.slots.get_mut(&agent) {
@@ -682,6 +700,24 @@ impl RouterState {
                         self.answer(conn, err);
                     }
                 }
+            }
+            Body::ToolCall { name, arguments }
+                if kind == ConnKind::Agent && crate::permissions::is_permission_tool(name) =>
+            {
+                let Some(role) = self.slots.get(identity).map(|s| s.spec.role) else {
+                    let msg = format!("`{identity}` is no longer an agent of this swarm");
+                    return self.answer(conn, Frame::error(&frame, ErrorCode::Forbidden, msg));
+                };
+                let Some(outbox) = self.conns.get(&conn).map(|i| i.outbox.clone()) else {
+                    return;
+                };
+                let caller =
+                    crate::permissions::Caller { id: identity.to_owned(), role: Some(role) };
+                let reply =
+                    PermissionReply::Agent { outbox, frame_id: frame.id, to: identity.to_owned() };
+                // The call's id is the key: a replayed turn re-sends the same one.
+                let (tool, args) = (name.clone(), arguments.clone());
+                self.permission_call(myself, caller, tool, args, frame.id, reply);
             }
             Body::ToolCall { name, arguments } if kind == ConnKind::Agent => {
                 let result = self.router_tool(identity, name, arguments);

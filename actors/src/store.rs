@@ -121,6 +121,8 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE channel_messages ADD COLUMN answers BLOB;
     CREATE UNIQUE INDEX channel_messages_answers ON channel_messages (answers)
         WHERE answers IS NOT NULL;",
+    // 4: permission requests and grants (issue #11).
+    crate::permissions::SCHEMA,
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -258,6 +260,39 @@ impl Store {
     }
 
     /// Applies `ops` in one transaction (group commit). All or nothing.
+    /// The state dir: the folder of the database file (`None` in memory).
+    pub fn state_dir(&self) -> Option<std::path::PathBuf> {
+        let path = self.conn.path().filter(|p| !p.is_empty())?;
+        std::path::Path::new(path).parent().map(std::path::Path::to_path_buf)
+    }
+
+    /// Runs `f` in one transaction and enqueues the messages it returns in the same one: a
+    /// record and the messages that announce it are stored together or not at all. Nothing is
+    /// written when `f` fails.
+    pub fn with_messages<T>(
+        &mut self,
+        f: impl FnOnce(&rusqlite::Connection) -> Result<(T, Vec<NewMessage>), String>,
+    ) -> Result<(T, Vec<NewMessage>), String> {
+        let tx = self.conn.transaction().map_err(|e| e.to_string())?;
+        let (value, messages) = f(&tx)?;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO messages (id, sender, target, text, enqueued_at, route)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .map_err(|e| e.to_string())?;
+            let now = now_ms();
+            for m in &messages {
+                insert
+                    .execute(params![id_bytes(m.id), m.sender, m.target, m.text, now, m.route])
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        tx.commit().map_err(|e| e.to_string())?;
+        Ok((value, messages))
+    }
+
     pub fn apply(&mut self, ops: &[WriteOp]) -> Result<Vec<WriteOutcome>, StoreError> {
         let now = now_ms();
         let tx = self.conn.transaction()?;

@@ -127,6 +127,28 @@ pub async fn execute(
                 Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
             }
         }
+        // Stored once per call: the id derives from the turn, so a replayed turn finds its
+        // request instead of filing a second one.
+        "permission_request" => {
+            let frame = Frame {
+                id: derive_id(turn, index),
+                ..Frame::new(
+                    &client.name,
+                    flock_ipc::ROUTER,
+                    Body::ToolCall { name: name.into(), arguments: args.to_string() },
+                )
+            };
+            match client.call(frame).await {
+                Ok(f) => answer(f, |b| match b {
+                    Body::ToolResult { ok, content } => ToolOutput { ok, content },
+                    other => {
+                        ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind()))
+                    }
+                }),
+                Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
+            }
+        }
+        "permission_verdict" | "permission_list" => forward(client, name, &args).await,
         // Router tools and the channels actor's tools: the caller's identity and role come from
         // this connection, never from the arguments.
         "agents__list" | "agents__catalog" | "agents__spawn" => forward(client, name, &args).await,
@@ -213,9 +235,15 @@ async fn exec(
             "BAD_REQUEST: exec needs a `command`, e.g. `cargo test` or `ls -la`",
         );
     }
+    // What a person or the sysadmin granted this agent (read through its own connection: the
+    // router answers for this agent only).
+    let grants = Grants::fetch(client).await;
     let (default, max) = EXEC_TIMEOUT_SECS;
-    let secs = timeout.unwrap_or(default).clamp(1, max);
-    let policy = flock_sandbox::Policy::new(ws.path(), command);
+    let secs = timeout.unwrap_or(default).clamp(1, max.max(grants.timeout_secs));
+    let mut policy = flock_sandbox::Policy::new(ws.path(), command);
+    policy.network = grants.network;
+    policy.read_only = grants.read;
+    policy.limits.cpu_secs = policy.limits.cpu_secs.max(secs);
     let helper = flock_sandbox::helper_path();
     let out = match flock_sandbox::run(
         &helper,
@@ -258,6 +286,36 @@ async fn exec(
         }
     }
     ToolOutput { ok: out.success(), content }
+}
+
+/// The grants in force for this agent (`permissions__grants`).
+#[derive(Debug, Default)]
+struct Grants {
+    network: bool,
+    read: Vec<std::path::PathBuf>,
+    timeout_secs: u64,
+}
+
+impl Grants {
+    async fn fetch(client: &RouterClient) -> Grants {
+        let out = forward(client, "permissions__grants", &Value::Object(Default::default())).await;
+        let rows: Vec<Value> = if out.ok {
+            serde_json::from_str(&out.content).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let mut g = Grants::default();
+        for r in rows {
+            let target = r["target"].as_str().unwrap_or_default();
+            match r["capability"].as_str() {
+                Some("network") => g.network = true,
+                Some("read") => g.read.push(target.into()),
+                Some("timeout") => g.timeout_secs = g.timeout_secs.max(target.parse().unwrap_or(0)),
+                _ => {}
+            }
+        }
+        g
+    }
 }
 
 /// The tools an agent of `role` may call (the memory roles answer in text: none).
@@ -402,6 +460,36 @@ pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
              the workspace); returns the exit status and output.",
             json!({"command": s("the shell command, e.g. `sh test.sh`"), "timeout_secs": {"type": "integer"}}),
             &["command"],
+        ),
+        def(
+            "permission_request",
+            "Ask for more than your sandbox allows: network access to a host, reading a path \
+             outside your workspace, or a longer command timeout. The sysadmin (or a person) \
+             decides; you get a message with the answer.",
+            json!({
+                "capability": {"type": "string", "enum": ["network", "read", "timeout"]},
+                "target": s("the host (crates.io), the absolute path (/usr/share/dict) or the seconds (900)"),
+                "reason": s("why your task needs it"),
+            }),
+            &["capability", "target", "reason"],
+        ),
+        def(
+            "permission_verdict",
+            "Decide a permission request: GREEN (safe, grant), YELLOW (unclear: ask the \
+             requester a question) or RED (risky: a person decides).",
+            json!({
+                "id": {"type": "integer"},
+                "verdict": {"type": "string", "enum": ["GREEN", "YELLOW", "RED"]},
+                "reason": s("one line: why"),
+                "question": s("for YELLOW: the question for the requester"),
+            }),
+            &["id", "verdict", "reason"],
+        ),
+        def(
+            "permission_list",
+            "List the open permission requests (or all with all=true).",
+            json!({"all": {"type": "boolean"}}),
+            &[],
         ),
         def("agents__list", "List the other agents and whether they are ready.", json!({}), &[]),
         def(

@@ -51,6 +51,17 @@ pub fn handle(ctx: Arc<ControlCtx>, call: ControlCall) {
 
 type CtlResult = Result<ControlReply, (ErrorCode, String)>;
 
+/// A tool's refusal ("FORBIDDEN: …") as an error code and its message.
+fn coded(text: String) -> (ErrorCode, String) {
+    let code = match text.split(':').next().unwrap_or_default() {
+        "FORBIDDEN" => ErrorCode::Forbidden,
+        "BAD_REQUEST" => ErrorCode::BadRequest,
+        _ => ErrorCode::Internal,
+    };
+    let message = text.split_once(": ").map_or(text.as_str(), |(_, m)| m).to_string();
+    (code, message)
+}
+
 fn internal(e: impl std::fmt::Display) -> (ErrorCode, String) {
     (ErrorCode::Internal, e.to_string())
 }
@@ -148,6 +159,21 @@ async fn run(
                     ErrorCode::BadRequest,
                     format!("`{as_name}` is not a usable name for --as: one word, e.g. --as alice"),
                 ));
+            }
+            if flock_actors::permissions::is_permission_tool(&tool) {
+                let list = tool == "permission_list";
+                let (ok, text) = ractor::call!(ctx.router, |reply| RouterMsg::PermissionHuman {
+                    person: format!("human:{name}"),
+                    tool,
+                    arguments,
+                    reply
+                })
+                .map_err(internal)?;
+                return match (ok, list) {
+                    (true, true) => Ok(ControlReply::Json(text)),
+                    (true, false) => Ok(ControlReply::Done(text)),
+                    (false, _) => Err(coded(text)),
+                };
             }
             let caller = Caller { id: format!("human:{name}"), role: None };
             let result = ractor::call!(ctx.channels, |reply| ChannelsMsg::Human {

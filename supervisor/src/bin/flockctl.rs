@@ -86,6 +86,35 @@ enum Command {
     },
     /// Stop every agent in reverse start order, then the supervisor.
     Down,
+    /// Permission requests waiting for a person (RED, or network access the sysadmin found
+    /// safe); with --all, every request and how it was decided.
+    Approvals {
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Grant permission request ID; the agent's sandbox enforces it from its next command.
+    Approve {
+        id: i64,
+        /// Why (recorded in the journal and told to the agent).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Grant for this many seconds only.
+        #[arg(long, value_name = "SECS")]
+        expires: Option<u64>,
+        /// Decide as human:NAME [default: $USER, else operator].
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+    /// Refuse permission request ID; the agent is told why.
+    Deny {
+        id: i64,
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
     /// Post to a channel as `human:NAME`.
     Post {
         /// The channel, e.g. '#project-login' (quote it: `#` starts a shell comment).
@@ -588,6 +617,68 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Journal { .. } => unreachable!("handled before connecting"),
+        Command::Approvals { all, json } => {
+            let req = ControlRequest::Channel {
+                tool: "permission_list".into(),
+                arguments: json!({"all": all}).to_string(),
+                as_name: person(None),
+            };
+            let ControlReply::Json(text) = control(&mut conn, req).await? else {
+                bail!("unexpected answer to permission_list");
+            };
+            if json {
+                println!("{text}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let rows: Vec<serde_json::Value> = serde_json::from_str(&text)?;
+            if rows.is_empty() {
+                println!(
+                    "{}",
+                    if all { "no permission requests" } else { "nothing waits for a decision" }
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "{:<5} {:<16} {:<9} {:<28} {:<9} REASON / VERDICT",
+                "ID", "AGENT", "WANTS", "TARGET", "STATE"
+            );
+            for r in rows {
+                let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
+                let verdict = match (r["verdict"].as_str(), r["verdict_reason"].as_str()) {
+                    (Some(v), Some(why)) => format!(" — {v}: {why}"),
+                    (None, Some(why)) => format!(" — {why}"),
+                    _ => String::new(),
+                };
+                println!(
+                    "{:<5} {:<16} {:<9} {:<28} {:<9} {}{verdict}",
+                    r["id"],
+                    s("agent"),
+                    s("capability"),
+                    s("target"),
+                    s("state"),
+                    s("reason")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Approve { id, reason, expires, as_name } => {
+            let args = json!({"id": id, "approve": true, "reason": reason.unwrap_or_default(), "expires_secs": expires});
+            let req = ControlRequest::Channel {
+                tool: "permission_decide".into(),
+                arguments: args.to_string(),
+                as_name: person(as_name),
+            };
+            done(control(&mut conn, req).await?)
+        }
+        Command::Deny { id, reason, as_name } => {
+            let args = json!({"id": id, "approve": false, "reason": reason.unwrap_or_default()});
+            let req = ControlRequest::Channel {
+                tool: "permission_decide".into(),
+                arguments: args.to_string(),
+                as_name: person(as_name),
+            };
+            done(control(&mut conn, req).await?)
+        }
         Command::Post { channel, text, as_name } => {
             let args = json!({"channel": channel, "text": text});
             let r = channel_tool(&mut conn, "flock_channel_post", args, as_name).await?;
@@ -771,6 +862,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// The person `flockctl` acts as: --as, else $USER, else operator.
+fn person(as_name: Option<String>) -> String {
+    as_name
+        .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| "operator".into())
+}
+
 /// Runs a channel tool as `human:<name>` and returns its JSON result.
 async fn channel_tool(
     conn: &mut Connection,
@@ -778,10 +876,11 @@ async fn channel_tool(
     args: serde_json::Value,
     as_name: Option<String>,
 ) -> Result<serde_json::Value> {
-    let as_name = as_name
-        .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
-        .unwrap_or_else(|| "operator".into());
-    let req = ControlRequest::Channel { tool: tool.into(), arguments: args.to_string(), as_name };
+    let req = ControlRequest::Channel {
+        tool: tool.into(),
+        arguments: args.to_string(),
+        as_name: person(as_name),
+    };
     match control(conn, req).await? {
         ControlReply::Json(text) => Ok(serde_json::from_str(&text)?),
         other => bail!("unexpected answer {other:?}"),

@@ -11,6 +11,7 @@ mod cli;
 mod delivery;
 mod llm;
 mod local_model;
+mod permissions;
 mod sessions;
 mod spawn;
 mod supervision;

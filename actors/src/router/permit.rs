@@ -1,0 +1,164 @@
+//! The router's side of permission requests (`crate::permissions` holds the rules): a tool call
+//! becomes one job in the store actor — the record and the messages that announce it are
+//! committed together — whose answer goes straight back to the caller, and whose effects
+//! (messages to deliver, journal events) come back to the router.
+
+use flock_ipc::id::{fmt_id, new_id};
+use flock_ipc::{Body, Frame, MsgId, Outbox, ROUTER};
+use ractor::{ActorRef, RpcReplyPort};
+
+use super::{NO_CONN, RouterMsg, RouterState, StoredBatch, unix_ms};
+use crate::journal::{JournalEvent, Status};
+use crate::permissions::{self, Caller, Invariants};
+use crate::store::{NewMessage, Store, WriteOp, WriteOutcome};
+use crate::store_actor::{Origin, StoreJob, StoreMsg};
+
+/// Where the answer of a permission tool goes.
+pub enum PermissionReply {
+    /// An agent's tool call: a `ToolResult` frame on its connection.
+    Agent { outbox: Outbox, frame_id: MsgId, to: String },
+    /// A person through `flockctl`: (ok, text).
+    Human(RpcReplyPort<(bool, String)>),
+}
+
+impl PermissionReply {
+    fn send(self, ok: bool, content: String) {
+        match self {
+            PermissionReply::Agent { outbox, frame_id, to } => {
+                let frame = Frame {
+                    correlation_id: Some(frame_id),
+                    ..Frame::new(ROUTER, to, Body::ToolResult { ok, content })
+                };
+                let _ = outbox.try_send(frame);
+            }
+            PermissionReply::Human(port) => {
+                let _ = port.send((ok, content));
+            }
+        }
+    }
+}
+
+/// What a permission job hands back to the router.
+pub struct PermissionEffects {
+    pub journal: Vec<crate::permissions::Logged>,
+    pub stored: Vec<NewMessage>,
+}
+
+impl RouterState {
+    /// The swarm's sysadmin: the first agent of that role (it receives permission requests).
+    fn sysadmin(&self) -> Option<String> {
+        self.order
+            .iter()
+            .find(|n| {
+                self.slots.get(*n).is_some_and(|s| s.spec.role == flock_config::Role::Sysadmin)
+            })
+            .cloned()
+    }
+
+    /// Paths never opened to a sandbox besides the state dir: workspaces declared outside it.
+    fn protected_paths(&self) -> Vec<std::path::PathBuf> {
+        self.slots
+            .values()
+            .filter_map(|s| s.spec.workspace.clone())
+            .filter(|w| w.is_absolute())
+            .collect()
+    }
+
+    /// Runs permission tool `tool` for `caller` in the store actor; `key` identifies the call
+    /// (a replayed turn sends the same key, and gets the same record).
+    pub(super) fn permission_call(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        caller: Caller,
+        tool: String,
+        arguments: String,
+        key: MsgId,
+        reply: PermissionReply,
+    ) {
+        let args: serde_json::Value = match serde_json::from_str(&arguments) {
+            Ok(v @ serde_json::Value::Object(_)) => v,
+            _ => return reply.send(false, "BAD_REQUEST: arguments must be a JSON object".into()),
+        };
+        let mut inv = Invariants::new(self.protected_paths());
+        let sysadmin = self.sysadmin();
+        let router = myself.clone();
+        let job: StoreJob = Box::new(move |store: &mut Store| {
+            if let Some(dir) = store.state_dir() {
+                inv.protected.push(dir);
+            }
+            let now = unix_ms() as i64;
+            let key = fmt_id(key).into_bytes();
+            let result = store.with_messages(|conn| {
+                let r = permissions::call(
+                    conn,
+                    &inv,
+                    &caller,
+                    sysadmin.as_deref(),
+                    &tool,
+                    &args,
+                    &key,
+                    now,
+                )?;
+                let messages = r
+                    .effects
+                    .notify
+                    .iter()
+                    .map(|(from, to, text)| NewMessage {
+                        id: new_id(),
+                        sender: from.clone(),
+                        target: to.clone(),
+                        text: text.clone(),
+                        route: String::new(),
+                    })
+                    .collect();
+                Ok((r, messages))
+            });
+            match result {
+                Ok((r, stored)) => {
+                    let effects = PermissionEffects { journal: r.effects.journal, stored };
+                    let _ = router.cast(RouterMsg::Permission(effects));
+                    reply.send(r.ok, r.text);
+                }
+                Err(e) => reply.send(false, e),
+            }
+        });
+        if let Err(e) = self.store.cast(StoreMsg::With(job)) {
+            eprintln!("flock router: the store is not running: {e}");
+        }
+    }
+
+    /// Journals what a permission operation did and delivers the messages it stored.
+    pub(super) fn permission_effects(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        effects: PermissionEffects,
+    ) {
+        if let Some(j) = &self.journal {
+            for permissions::Logged { who, kind, message, request: id, params } in effects.journal {
+                let status = if kind == "PERMISSION_BLOCKED" || kind == "PERMISSION_DENIED" {
+                    Status::Failed
+                } else {
+                    Status::Success
+                };
+                let mut e = JournalEvent::new(who, kind, status, message)
+                    .correlation(format!("permission-{id}"))
+                    .param("request", id);
+                for (k, v) in params {
+                    e = e.param(k, v);
+                }
+                j.log(e);
+            }
+        }
+        if !effects.stored.is_empty() {
+            let items = effects
+                .stored
+                .into_iter()
+                .map(|m| {
+                    let origin = Origin { conn: NO_CONN, frame: m.id };
+                    (WriteOp::Enqueue(m), Some(origin), Ok(WriteOutcome::Inserted))
+                })
+                .collect();
+            self.stored(myself, StoredBatch { items });
+        }
+    }
+}
