@@ -378,6 +378,7 @@ pub(crate) fn test_spec(
         env: Vec::new(),
         can_call: Vec::new(),
         tools: None,
+        sandbox: Default::default(),
         model: ModelSpec::Scripted(flock_config::Transcript::default()),
         instance: None,
         extensions,

@@ -167,6 +167,7 @@ pub async fn execute(
 pub async fn workspace_tool(
     client: &RouterClient,
     role: flock_config::Role,
+    sandbox: flock_config::SandboxKind,
     ws: Option<&crate::workspace::Workspace>,
     name: &str,
     arguments: &str,
@@ -191,7 +192,7 @@ pub async fn workspace_tool(
     let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
     if name == "exec" {
         let timeout = args.get("timeout_secs").and_then(Value::as_u64);
-        return Some(exec(client, ws, text("command"), timeout).await);
+        return Some(exec(client, sandbox, ws, text("command"), timeout).await);
     }
     let out = match name {
         "fs_read" => ws.read(text("path")),
@@ -226,6 +227,7 @@ const EXEC_OUTPUT_BYTES: usize = 16 * 1024;
 /// Journaled (`EXEC`: command, exit, duration) in the turn's chain, and logged.
 async fn exec(
     client: &RouterClient,
+    sandbox: flock_config::SandboxKind,
     ws: &crate::workspace::Workspace,
     command: &str,
     timeout: Option<u64>,
@@ -244,15 +246,17 @@ async fn exec(
     policy.network = grants.network;
     policy.read_only = grants.read;
     policy.limits.cpu_secs = policy.limits.cpu_secs.max(secs);
-    let helper = flock_sandbox::helper_path();
-    let out = match flock_sandbox::run(
-        &helper,
-        &policy,
-        std::time::Duration::from_secs(secs),
-        EXEC_OUTPUT_BYTES,
-    )
-    .await
-    {
+    let timeout = std::time::Duration::from_secs(secs);
+    let ran = match sandbox {
+        flock_config::SandboxKind::Native => {
+            let helper = flock_sandbox::helper_path();
+            flock_sandbox::run(&helper, &policy, timeout, EXEC_OUTPUT_BYTES).await
+        }
+        flock_config::SandboxKind::Docker => {
+            flock_sandbox::docker::run(&policy, timeout, EXEC_OUTPUT_BYTES).await
+        }
+    };
+    let out = match ran {
         Ok(out) => out,
         Err(e) => return ToolOutput::err(format!("INTERNAL: the sandbox did not start: {e}")),
     };

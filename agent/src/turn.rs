@@ -168,7 +168,15 @@ pub async fn run(
                         Some(out) => Some(out),
                         None => {
                             let (name, args) = (&call.name, &call.arguments);
-                            tools::workspace_tool(client, spec.role, workspace, name, args).await
+                            tools::workspace_tool(
+                                client,
+                                spec.role,
+                                spec.sandbox,
+                                workspace,
+                                name,
+                                args,
+                            )
+                            .await
                         }
                     };
                     let out = match local {

@@ -193,6 +193,25 @@ impl Default for ChannelsSpec {
     }
 }
 
+/// The sandbox backend of an agent's commands (`sandbox:` in YAML). There is no `none`: Flock
+/// does not run a worker's commands unconfined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxKind {
+    #[default]
+    Native,
+    Docker,
+}
+
+impl SandboxKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxKind::Native => "native",
+            SandboxKind::Docker => "docker",
+        }
+    }
+}
+
 /// OTP restart policy of one child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -235,6 +254,10 @@ pub struct AgentSpec {
     /// The role still decides what may run (router and channels actor).
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// Where its `exec` commands run: `native` (namespaces, Landlock, seccomp; the default) or
+    /// `docker` (a container of the locally built `flock-sandbox:1` image).
+    #[serde(default)]
+    pub sandbox: SandboxKind,
     /// The model this agent's turns use.
     pub model: ModelSpec,
     /// `None` for the agent declared in the swarm file; `Some(key)` for an extra instance

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Report, closest, list};
 use crate::spec::{
     AgentSpec, BudgetSpec, ChannelsSpec, DeliverySpec, ExtensionSpec, ModelSpec, RestartPolicy,
-    Role, Strategy, SupervisionSpec, SwarmSpec,
+    Role, SandboxKind, Strategy, SupervisionSpec, SwarmSpec,
 };
 use crate::transcript::{self, Target};
 use crate::valid_agent_name;
@@ -70,6 +70,7 @@ const AGENT_KEYS: &[&str] = &[
     "env",
     "can_call",
     "tools",
+    "sandbox",
     "model",
     "extensions",
 ];
@@ -79,6 +80,8 @@ const STRATEGIES: &[(&str, Strategy)] = &[
     ("one_for_all", Strategy::OneForAll),
     ("rest_for_one", Strategy::RestForOne),
 ];
+const SANDBOXES: &[(&str, SandboxKind)] =
+    &[("native", SandboxKind::Native), ("docker", SandboxKind::Docker)];
 const RESTART_POLICIES: &[(&str, RestartPolicy)] = &[
     ("permanent", RestartPolicy::Permanent),
     ("transient", RestartPolicy::Transient),
@@ -930,6 +933,9 @@ impl Loader<'_> {
         let can_call =
             field("can_call").map(|(v, what)| can_call(r, v, &what, known)).unwrap_or_default();
         let tools = field("tools").map(|(v, what)| tools(r, v, &what, role));
+        let sandbox = field("sandbox")
+            .and_then(|(v, what)| r.choice(v, &what, "sandbox backend", SANDBOXES))
+            .unwrap_or_default();
         let command = field("command").and_then(|(v, what)| self.command(v, &what));
         let extensions = match field("extensions") {
             Some((v, what)) => crate::extensions::parse(&mut self.report, v, &what, peers),
@@ -971,6 +977,7 @@ impl Loader<'_> {
             env,
             can_call,
             tools,
+            sandbox,
             model: model?,
             instance: None,
             extensions,

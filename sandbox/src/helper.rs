@@ -599,7 +599,7 @@ fn landlock() -> Result<()> {
 }
 
 /// Gives the workspace to the sandbox user (when Flock runs as root), without following links.
-fn hand_over(dir: &Path, uid: u32, gid: u32) -> Result<()> {
+pub(crate) fn hand_over(dir: &Path, uid: u32, gid: u32) -> Result<()> {
     let mut stack = vec![dir.to_path_buf()];
     while let Some(path) = stack.pop() {
         let meta = std::fs::symlink_metadata(&path)
@@ -618,7 +618,7 @@ fn hand_over(dir: &Path, uid: u32, gid: u32) -> Result<()> {
 }
 
 /// Bytes the workspace takes on disk (bounded walk: a huge tree counts as what was seen).
-fn disk_usage(dir: &Path) -> u64 {
+pub(crate) fn disk_usage(dir: &Path) -> u64 {
     let mut total = 0u64;
     let mut seen = 0usize;
     let mut stack = vec![dir.to_path_buf()];

@@ -10,57 +10,57 @@ use seccompiler::{
     SeccompRule,
 };
 
-/// System calls refused whatever their arguments.
-const DENIED: &[libc::c_long] = &[
-    libc::SYS_ptrace,
-    libc::SYS_process_vm_readv,
-    libc::SYS_process_vm_writev,
-    libc::SYS_process_madvise,
-    libc::SYS_pidfd_getfd,
-    libc::SYS_kcmp,
-    libc::SYS_mount,
-    libc::SYS_umount2,
-    libc::SYS_pivot_root,
-    libc::SYS_chroot,
-    libc::SYS_move_mount,
-    libc::SYS_open_tree,
-    libc::SYS_fsopen,
-    libc::SYS_fsconfig,
-    libc::SYS_fsmount,
-    libc::SYS_fspick,
-    libc::SYS_mount_setattr,
-    libc::SYS_unshare,
-    libc::SYS_setns,
-    libc::SYS_init_module,
-    libc::SYS_finit_module,
-    libc::SYS_delete_module,
-    libc::SYS_kexec_load,
-    libc::SYS_reboot,
-    libc::SYS_swapon,
-    libc::SYS_swapoff,
-    libc::SYS_bpf,
-    libc::SYS_perf_event_open,
-    libc::SYS_userfaultfd,
-    libc::SYS_keyctl,
-    libc::SYS_add_key,
-    libc::SYS_request_key,
-    libc::SYS_open_by_handle_at,
-    libc::SYS_name_to_handle_at,
-    libc::SYS_acct,
-    libc::SYS_quotactl,
-    libc::SYS_settimeofday,
-    libc::SYS_clock_settime,
-    libc::SYS_clock_adjtime,
-    libc::SYS_adjtimex,
-    libc::SYS_syslog,
-    libc::SYS_fanotify_init,
-    libc::SYS_personality,
+/// System calls refused whatever their arguments: (name for Docker's profile, number).
+pub const DENIED: &[(&str, libc::c_long)] = &[
+    ("ptrace", libc::SYS_ptrace),
+    ("process_vm_readv", libc::SYS_process_vm_readv),
+    ("process_vm_writev", libc::SYS_process_vm_writev),
+    ("process_madvise", libc::SYS_process_madvise),
+    ("pidfd_getfd", libc::SYS_pidfd_getfd),
+    ("kcmp", libc::SYS_kcmp),
+    ("mount", libc::SYS_mount),
+    ("umount2", libc::SYS_umount2),
+    ("pivot_root", libc::SYS_pivot_root),
+    ("chroot", libc::SYS_chroot),
+    ("move_mount", libc::SYS_move_mount),
+    ("open_tree", libc::SYS_open_tree),
+    ("fsopen", libc::SYS_fsopen),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("fsmount", libc::SYS_fsmount),
+    ("fspick", libc::SYS_fspick),
+    ("mount_setattr", libc::SYS_mount_setattr),
+    ("unshare", libc::SYS_unshare),
+    ("setns", libc::SYS_setns),
+    ("init_module", libc::SYS_init_module),
+    ("finit_module", libc::SYS_finit_module),
+    ("delete_module", libc::SYS_delete_module),
+    ("kexec_load", libc::SYS_kexec_load),
+    ("reboot", libc::SYS_reboot),
+    ("swapon", libc::SYS_swapon),
+    ("swapoff", libc::SYS_swapoff),
+    ("bpf", libc::SYS_bpf),
+    ("perf_event_open", libc::SYS_perf_event_open),
+    ("userfaultfd", libc::SYS_userfaultfd),
+    ("keyctl", libc::SYS_keyctl),
+    ("add_key", libc::SYS_add_key),
+    ("request_key", libc::SYS_request_key),
+    ("open_by_handle_at", libc::SYS_open_by_handle_at),
+    ("name_to_handle_at", libc::SYS_name_to_handle_at),
+    ("acct", libc::SYS_acct),
+    ("quotactl", libc::SYS_quotactl),
+    ("settimeofday", libc::SYS_settimeofday),
+    ("clock_settime", libc::SYS_clock_settime),
+    ("clock_adjtime", libc::SYS_clock_adjtime),
+    ("adjtimex", libc::SYS_adjtimex),
+    ("syslog", libc::SYS_syslog),
+    ("fanotify_init", libc::SYS_fanotify_init),
+    ("personality", libc::SYS_personality),
     #[cfg(target_arch = "x86_64")]
-    libc::SYS_kexec_file_load,
+    ("kexec_file_load", libc::SYS_kexec_file_load),
     #[cfg(target_arch = "x86_64")]
-    libc::SYS_iopl,
+    ("iopl", libc::SYS_iopl),
     #[cfg(target_arch = "x86_64")]
-    libc::SYS_ioperm,
+    ("ioperm", libc::SYS_ioperm),
 ];
 
 /// Namespace flags `clone` may not carry.
@@ -101,7 +101,7 @@ pub fn filters() -> Result<Vec<BpfProgram>, String> {
     );
 
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        DENIED.iter().map(|&n| (n, Vec::new())).collect();
+        DENIED.iter().map(|&(_, n)| (n, Vec::new())).collect();
     // clone with any namespace flag.
     rules.insert(
         libc::SYS_clone,
@@ -139,6 +139,31 @@ pub fn filters() -> Result<Vec<BpfProgram>, String> {
             BpfProgram::try_from(f).map_err(|e| format!("seccomp: {e}"))
         })
         .collect()
+}
+
+/// The same rules as a Docker seccomp profile (JSON), for the Docker backend: the engine loads
+/// it into the container instead of its default profile.
+pub fn docker_profile() -> String {
+    let errno = |names: Vec<&str>, args: serde_json::Value| serde_json::json!({"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": libc::EPERM, "args": args});
+    let mut rules = vec![errno(DENIED.iter().map(|(n, _)| *n).collect(), serde_json::json!([]))];
+    rules.push(serde_json::json!({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": libc::ENOSYS}));
+    for f in NAMESPACE_FLAGS {
+        let arg = serde_json::json!([{"index": 0, "value": *f as u64, "valueTwo": *f as u64, "op": "SCMP_CMP_MASKED_EQ"}]);
+        rules.push(errno(vec!["clone"], arg));
+    }
+    for domain in [libc::AF_UNIX, libc::AF_NETLINK, libc::AF_PACKET] {
+        let arg = serde_json::json!([{"index": 0, "value": domain, "op": "SCMP_CMP_EQ"}]);
+        rules.push(errno(vec!["socket"], arg));
+    }
+    let raw = serde_json::json!([{"index": 1, "value": 0xf, "valueTwo": libc::SOCK_RAW, "op": "SCMP_CMP_MASKED_EQ"}]);
+    rules.push(errno(vec!["socket"], raw));
+    for req in [libc::TIOCSTI, libc::TIOCLINUX] {
+        rules.push(errno(
+            vec!["ioctl"],
+            serde_json::json!([{"index": 1, "value": req, "op": "SCMP_CMP_EQ"}]),
+        ));
+    }
+    serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": rules}).to_string()
 }
 
 #[cfg(test)]

@@ -782,6 +782,7 @@ impl ChannelsState {
             env: Vec::new(),
             can_call: Vec::new(),
             tools: None,
+            sandbox: Default::default(),
             model,
             instance: None,
             extensions: flock_config::ExtensionSpec::defaults(role, &self.peers()),

@@ -77,6 +77,21 @@ agents:
 /// and logged; the sandbox refuses what lies outside the workspace.
 #[test]
 fn a_worker_runs_commands_in_the_sandbox() {
+    runs_commands("");
+}
+
+/// The same on the Docker backend (`sandbox: docker`), where a Docker engine answers.
+#[test]
+fn a_worker_runs_commands_in_a_docker_sandbox() {
+    let engine = std::process::Command::new("docker").arg("info").output();
+    if !engine.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: no Docker engine answers here (the docker backend is not tested)");
+        return;
+    }
+    runs_commands(", sandbox: docker");
+}
+
+fn runs_commands(sandbox: &str) {
     let yaml = r#"swarm: { name: exec }
 models:
   builder:
@@ -93,9 +108,10 @@ models:
             args: { command: "sleep 30", timeout_secs: 1 }
         reply: "done"
 agents:
-  - { name: builder, role: worker, model: builder }
-"#;
-    let swarm = Swarm::start(yaml);
+  - { name: builder, role: worker, model: builder SANDBOX }
+"#
+    .replace(" SANDBOX", sandbox);
+    let swarm = Swarm::start(&yaml);
     let out = swarm.ctl(&["send", "builder", "run the tests", "--wait", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let end: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
