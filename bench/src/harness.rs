@@ -49,7 +49,10 @@ pub struct RunArgs {
     /// Encoded size of each sent frame, length prefix included.
     #[arg(long, default_value_t = 150)]
     pub frame_bytes: usize,
-    /// Only these figures (comma-separated): routed,raw,durable,request,up,restart,rss.
+    /// Runs of `exec true` per sandbox backend (the Docker one at most 30).
+    #[arg(long, default_value_t = 100)]
+    pub exec_runs: usize,
+    /// Only these figures (comma-separated): routed,raw,durable,request,up,restart,rss,sandbox.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where flock-supervisor and flock-agent are [default: next to this executable].
@@ -97,7 +100,8 @@ macro_rules! say {
 
 async fn run(args: RunArgs) -> Result<()> {
     let started = Instant::now();
-    const FIGURES: [&str; 7] = ["routed", "raw", "durable", "request", "up", "restart", "rss"];
+    const FIGURES: [&str; 8] =
+        ["routed", "raw", "durable", "request", "up", "restart", "rss", "sandbox"];
     if let Some(bad) = args.only.iter().find(|o| !FIGURES.contains(&o.as_str())) {
         bail!("--only {bad}: choose among {}", FIGURES.join(","));
     }
@@ -121,6 +125,10 @@ async fn run(args: RunArgs) -> Result<()> {
         }
         if want("durable") {
             durable(&bins, &root, &args, &mut out).await?;
+        }
+        if want("sandbox") {
+            let helper = bins.supervisor.with_file_name("flock-sandbox");
+            crate::sandbox::run(&helper, &root, args.exec_runs, &mut out).await?;
         }
         if want("up") || want("restart") || want("rss") {
             lifecycle(&bins, &root, &args, &mut out, want("up"), want("restart"), want("rss"))
@@ -946,6 +954,32 @@ fn print_table(out: &Map<String, Value>) {
     let row = |what: &str, measured: String, target: &str, ok: Option<bool>, cmp: String| {
         println!("{what:<38} {measured:>18} {target:>16} {:>7}  {cmp}", ok.map_or("", mark));
     };
+    let ms = |k: &str| {
+        let us = |p: &str| get(&format!("{k}_{p}_us")).map(|x| x / 1000.0);
+        us("p50").zip(us("p95"))
+    };
+    let base = ms("exec_baseline").map(|(p50, _)| p50);
+    let vs_sh = |p50: f64| {
+        base.map_or(String::new(), |b| format!("{:.1}× sh -c true ({b:.2} ms)", p50 / b))
+    };
+    for (key, what, target) in [
+        ("exec_native", "exec true, native sandbox p50/p95", 15.0),
+        ("exec_docker", "exec true, docker sandbox p50/p95", 400.0),
+    ] {
+        if let Some((p50, p95)) = ms(key) {
+            let t = format!("p50 ≤ {target} ms");
+            row(what, format!("{p50:.2}/{p95:.2} ms"), &t, Some(p50 <= target), vs_sh(p50));
+        }
+    }
+    for (key, base_key, what) in [
+        ("fs_write_4k", "std_write_4k", "fs_write 4 KiB p50"),
+        ("fs_read_4k", "std_read_4k", "fs_read 4 KiB p50"),
+    ] {
+        if let (Some((p50, _)), Some((b, _))) = (ms(key), ms(base_key)) {
+            let cmp = format!("{:.1}× std::fs ({:.1} µs)", p50 / b, b * 1000.0);
+            row(what, format!("{:.1} µs", p50 * 1000.0), "", None, cmp);
+        }
+    }
     if let Some(x) = get("routed_send_msgs_per_sec") {
         row(
             "routed at_most_once send",

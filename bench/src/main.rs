@@ -10,6 +10,7 @@ mod agent;
 mod harness;
 mod proto;
 mod relay;
+mod sandbox;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
