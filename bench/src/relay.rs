@@ -229,5 +229,6 @@ fn ps_row(name: &str) -> PsRow {
         rss_bytes: None,
         tokens_in: 0,
         tokens_out: 0,
+        sandbox: None,
     }
 }

@@ -418,6 +418,8 @@ pub struct PsRow {
     /// Model tokens used (prompt / completion), persisted across restarts.
     pub tokens_in: u64,
     pub tokens_out: u64,
+    /// Where a worker's commands run (`native`, `docker`); `None` for everything else.
+    pub sandbox: Option<String>,
 }
 
 /// A message that could not be delivered.

@@ -28,6 +28,7 @@ fn ps_row() -> impl Strategy<Value = PsRow> {
             rss_bytes: rss,
             tokens_in: 0,
             tokens_out: 0,
+            sandbox: None,
         },
     )
 }

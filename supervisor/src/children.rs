@@ -77,6 +77,8 @@ pub struct ChildInfo {
     pub restarts: u32,
     pub last_exit: Option<String>,
     pub rss_bytes: Option<u64>,
+    /// Workers: where their commands run.
+    pub sandbox: Option<String>,
 }
 
 type Reply = RpcReplyPort<Result<String, String>>;
@@ -435,6 +437,8 @@ impl Actor for ChildSupervisor {
                     .map(|c| ChildInfo {
                         name: c.spec.key(),
                         role: c.spec.role.as_str().into(),
+                        sandbox: (c.spec.role == flock_config::Role::Worker)
+                            .then(|| c.spec.sandbox.as_str().to_string()),
                         pid: c.pid,
                         state: c.state.label(),
                         uptime_secs: match (c.pid, c.spawned_at) {

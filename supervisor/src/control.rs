@@ -225,6 +225,7 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
         rss_bytes: crate::spawn::rss_bytes(me),
         tokens_in: 0,
         tokens_out: 0,
+        sandbox: None,
     }];
     for (name, actor) in [
         ("router", ctx.router.get_cell()),
@@ -247,6 +248,7 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
             rss_bytes: None,
             tokens_in: 0,
             tokens_out: 0,
+            sandbox: None,
         });
     }
     // Chains of turns (one per outside input) with their budgets: `flockctl chains` for detail.
@@ -267,6 +269,7 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
         rss_bytes: None,
         tokens_in: 0,
         tokens_out: 0,
+        sandbox: None,
     });
     if let Some(model) = &ctx.model {
         let m = model.status();
@@ -284,6 +287,7 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
             rss_bytes: m.pid.and_then(crate::spawn::rss_bytes),
             tokens_in: 0,
             tokens_out: 0,
+            sandbox: None,
         });
     }
     let usage = ractor::call!(ctx.gateway, GatewayMsg::Usage).unwrap_or_default();
@@ -305,6 +309,7 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
             rss_bytes: c.rss_bytes,
             tokens_in,
             tokens_out,
+            sandbox: c.sandbox,
         });
     }
     Ok(ControlReply::Ps(rows))

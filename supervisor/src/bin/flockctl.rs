@@ -915,6 +915,7 @@ fn table(rows: &[PsRow]) -> String {
         "NAME",
         "KIND",
         "ROLE",
+        "SANDBOX",
         "PID",
         "STATE",
         "UPTIME",
@@ -925,13 +926,14 @@ fn table(rows: &[PsRow]) -> String {
         "RSS",
         "TOKENS IN/OUT",
     ];
-    let cells: Vec<[String; 12]> = rows
+    let cells: Vec<[String; 13]> = rows
         .iter()
         .map(|r| {
             [
                 r.name.clone(),
                 r.kind.clone(),
                 r.role.clone(),
+                r.sandbox.clone().unwrap_or_else(|| "-".into()),
                 r.pid.map_or("-".into(), |p| p.to_string()),
                 r.state.clone(),
                 if r.pid.is_some() { human_secs(r.uptime_secs) } else { "-".into() },

@@ -55,6 +55,9 @@ agents:
         fetch = fetch.replace('"', "\\\""),
     );
     let mut swarm = Swarm::start(&yaml);
+    // `ps` names each worker's sandbox backend.
+    assert_eq!(swarm.agent("builder")["sandbox"], "native");
+    assert!(swarm.agent("sysadmin")["sandbox"].is_null());
     swarm.ctl_ok(&["send", "builder", "build and test it", "--wait"]);
     let log = swarm.log("builder");
     assert!(log.contains("exec `sh test.sh` → exit 0"), "{log}");

@@ -112,6 +112,8 @@ agents:
 "#
     .replace(" SANDBOX", sandbox);
     let swarm = Swarm::start(&yaml);
+    let backend = if sandbox.is_empty() { "native" } else { "docker" };
+    assert_eq!(swarm.agent("builder")["sandbox"], backend);
     let out = swarm.ctl(&["send", "builder", "run the tests", "--wait", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let end: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
