@@ -6,6 +6,7 @@
 //! finished; a redelivered id this process already completed is acked again without a new turn.
 
 pub mod client;
+mod commands;
 pub mod extensions;
 pub mod gateway;
 pub mod memory;

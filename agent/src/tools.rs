@@ -8,6 +8,7 @@ use flock_ipc::{Body, Frame, MsgId, SendMode};
 use serde_json::Value;
 
 use crate::client::RouterClient;
+use crate::commands;
 
 pub use flock_config::KNOWN_TOOLS as TOOLS;
 
@@ -19,10 +20,10 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
-    fn ok(content: impl Into<String>) -> Self {
+    pub(crate) fn ok(content: impl Into<String>) -> Self {
         ToolOutput { ok: true, content: content.into() }
     }
-    fn err(content: impl Into<String>) -> Self {
+    pub(crate) fn err(content: impl Into<String>) -> Self {
         ToolOutput { ok: false, content: content.into() }
     }
 }
@@ -129,25 +130,7 @@ pub async fn execute(
         }
         // Stored once per call: the id derives from the turn, so a replayed turn finds its
         // request instead of filing a second one.
-        "permission_request" => {
-            let frame = Frame {
-                id: derive_id(turn, index),
-                ..Frame::new(
-                    &client.name,
-                    flock_ipc::ROUTER,
-                    Body::ToolCall { name: name.into(), arguments: args.to_string() },
-                )
-            };
-            match client.call(frame).await {
-                Ok(f) => answer(f, |b| match b {
-                    Body::ToolResult { ok, content } => ToolOutput { ok, content },
-                    other => {
-                        ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind()))
-                    }
-                }),
-                Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
-            }
-        }
+        "permission_request" => forward_as(client, derive_id(turn, index), name, &args).await,
         "permission_verdict" | "permission_list" => forward(client, name, &args).await,
         // Router tools and the channels actor's tools: the caller's identity and role come from
         // this connection, never from the arguments.
@@ -172,7 +155,7 @@ pub async fn workspace_tool(
     name: &str,
     arguments: &str,
 ) -> Option<ToolOutput> {
-    if !name.starts_with("fs_") && name != "exec" {
+    if !name.starts_with("fs_") && !matches!(name, "exec" | "http_fetch") {
         return None;
     }
     // The same rule the router applies to its tools, here where these run.
@@ -190,9 +173,11 @@ pub async fn workspace_tool(
         _ => return Some(ToolOutput::err("BAD_REQUEST: tool arguments must be a JSON object")),
     };
     let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
-    if name == "exec" {
-        let timeout = args.get("timeout_secs").and_then(Value::as_u64);
-        return Some(exec(client, sandbox, ws, text("command"), timeout).await);
+    let timeout = args.get("timeout_secs").and_then(Value::as_u64);
+    match name {
+        "exec" => return Some(commands::exec(client, sandbox, ws, text("command"), timeout).await),
+        "http_fetch" => return Some(commands::http_fetch(client, sandbox, ws, &args).await),
+        _ => {}
     }
     let out = match name {
         "fs_read" => ws.read(text("path")),
@@ -215,111 +200,6 @@ pub async fn workspace_tool(
         let _ = forward(client, "journal__event", &event).await;
     }
     Some(out)
-}
-
-/// Default and longest wall-clock time of one `exec`.
-const EXEC_TIMEOUT_SECS: (u64, u64) = (60, 600);
-/// Each output stream of an `exec` keeps this much for the model (head and tail).
-const EXEC_OUTPUT_BYTES: usize = 16 * 1024;
-
-/// `exec`: runs a command in the worker's workspace inside the native sandbox (no network, no
-/// file outside the workspace, bounded CPU, memory, processes and disk; see `flock-sandbox`).
-/// Journaled (`EXEC`: command, exit, duration) in the turn's chain, and logged.
-async fn exec(
-    client: &RouterClient,
-    sandbox: flock_config::SandboxKind,
-    ws: &crate::workspace::Workspace,
-    command: &str,
-    timeout: Option<u64>,
-) -> ToolOutput {
-    if command.trim().is_empty() {
-        return ToolOutput::err(
-            "BAD_REQUEST: exec needs a `command`, e.g. `cargo test` or `ls -la`",
-        );
-    }
-    // What a person or the sysadmin granted this agent (read through its own connection: the
-    // router answers for this agent only).
-    let grants = Grants::fetch(client).await;
-    let (default, max) = EXEC_TIMEOUT_SECS;
-    let secs = timeout.unwrap_or(default).clamp(1, max.max(grants.timeout_secs));
-    let mut policy = flock_sandbox::Policy::new(ws.path(), command);
-    policy.network = grants.network;
-    policy.read_only = grants.read;
-    policy.limits.cpu_secs = policy.limits.cpu_secs.max(secs);
-    let timeout = std::time::Duration::from_secs(secs);
-    let ran = match sandbox {
-        flock_config::SandboxKind::Native => {
-            let helper = flock_sandbox::helper_path();
-            flock_sandbox::run(&helper, &policy, timeout, EXEC_OUTPUT_BYTES).await
-        }
-        flock_config::SandboxKind::Docker => {
-            flock_sandbox::docker::run(&policy, timeout, EXEC_OUTPUT_BYTES).await
-        }
-    };
-    let out = match ran {
-        Ok(out) => out,
-        Err(e) => return ToolOutput::err(format!("INTERNAL: the sandbox did not start: {e}")),
-    };
-    use flock_sandbox::Status;
-    let (verdict, exit) = match &out.status {
-        Status::Exited(code) => (format!("exit {code}"), Some(*code)),
-        Status::Signaled(sig) => {
-            (format!("killed by signal {sig} (a limit: CPU, memory, file size)"), None)
-        }
-        Status::TimedOut => (format!("timed out after {secs} s and was killed"), None),
-        Status::SetupFailed(why) => {
-            eprintln!("exec `{command}` → the sandbox failed: {why}");
-            return ToolOutput::err(format!("SANDBOX: the command did not run: {why}"));
-        }
-    };
-    let secs_taken = out.elapsed.as_secs_f64();
-    eprintln!("exec `{command}` → {verdict} in {secs_taken:.2} s");
-    let event = serde_json::json!({
-        "type": "EXEC",
-        "message": format!("`{command}` → {verdict} ({secs_taken:.2} s)"),
-        "params": {"command": command, "exit": exit, "ms": out.elapsed.as_millis() as u64},
-    });
-    let _ = forward(client, "journal__event", &event).await;
-    let mut content = format!("{verdict} in {secs_taken:.2} s\n");
-    for (label, stream) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
-        if !stream.text.is_empty() {
-            content.push_str(&format!("--- {label} ---\n{}", stream.text));
-            if !stream.text.ends_with('\n') {
-                content.push('\n');
-            }
-        }
-    }
-    ToolOutput { ok: out.success(), content }
-}
-
-/// The grants in force for this agent (`permissions__grants`).
-#[derive(Debug, Default)]
-struct Grants {
-    network: bool,
-    read: Vec<std::path::PathBuf>,
-    timeout_secs: u64,
-}
-
-impl Grants {
-    async fn fetch(client: &RouterClient) -> Grants {
-        let out = forward(client, "permissions__grants", &Value::Object(Default::default())).await;
-        let rows: Vec<Value> = if out.ok {
-            serde_json::from_str(&out.content).unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        let mut g = Grants::default();
-        for r in rows {
-            let target = r["target"].as_str().unwrap_or_default();
-            match r["capability"].as_str() {
-                Some("network") => g.network = true,
-                Some("read") => g.read.push(target.into()),
-                Some("timeout") => g.timeout_secs = g.timeout_secs.max(target.parse().unwrap_or(0)),
-                _ => {}
-            }
-        }
-        g
-    }
 }
 
 /// The tools an agent of `role` may call (the memory roles answer in text: none).
@@ -466,6 +346,17 @@ pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
             &["command"],
         ),
         def(
+            "http_fetch",
+            "Fetch a URL (GET, or POST with a body) from a host you were granted network access \
+             to; returns the status line, headers and body. No redirects are followed.",
+            json!({
+                "url": s("http:// or https:// URL"),
+                "method": {"type": "string", "enum": ["GET", "POST"]},
+                "body": s("for POST: the body"),
+            }),
+            &["url"],
+        ),
+        def(
             "permission_request",
             "Ask for more than your sandbox allows: network access to a host, reading a path \
              outside your workspace, or a longer command timeout. The sysadmin (or a person) \
@@ -586,12 +477,21 @@ pub async fn catalog(client: &RouterClient) -> Option<String> {
 }
 
 /// Runs a tool on the supervisor's side: `ToolCall` → `ToolResult`.
-async fn forward(client: &RouterClient, name: &str, args: &Value) -> ToolOutput {
-    let frame = Frame::new(
-        &client.name,
-        flock_ipc::ROUTER,
-        Body::ToolCall { name: name.into(), arguments: args.to_string() },
-    );
+pub(crate) async fn forward(client: &RouterClient, name: &str, args: &Value) -> ToolOutput {
+    forward_as(client, flock_ipc::id::new_id(), name, args).await
+}
+
+/// [`forward`] with the call's id given: one derived from the turn makes a replayed call the
+/// same call.
+async fn forward_as(client: &RouterClient, id: MsgId, name: &str, args: &Value) -> ToolOutput {
+    let frame = Frame {
+        id,
+        ..Frame::new(
+            &client.name,
+            flock_ipc::ROUTER,
+            Body::ToolCall { name: name.into(), arguments: args.to_string() },
+        )
+    };
     match client.call(frame).await {
         Ok(f) => answer(f, |b| match b {
             Body::ToolResult { ok, content } => ToolOutput { ok, content },

@@ -35,6 +35,7 @@ pub const KNOWN_TOOLS: &[&str] = &[
     "fs_search",
     "fs_patch",
     "exec",
+    "http_fetch",
     "permission_request",
     "permission_verdict",
     "permission_list",

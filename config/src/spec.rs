@@ -255,7 +255,7 @@ pub struct AgentSpec {
     #[serde(default)]
     pub tools: Option<Vec<String>>,
     /// Where its `exec` commands run: `native` (namespaces, Landlock, seccomp; the default) or
-    /// `docker` (a container of the locally built `flock-sandbox:1` image).
+    /// `docker` (a container of the locally built `flock-sandbox:2` image).
     #[serde(default)]
     pub sandbox: SandboxKind,
     /// The model this agent's turns use.
@@ -458,7 +458,7 @@ impl Role {
             "agents__spawn" => matches!(self, Role::Orchestrator | Role::Coordinator),
             // Workers do the work: only they touch files (in their own workspace) and run
             // commands (in the sandbox).
-            t if t.starts_with("fs_") || t == "exec" => self == Role::Worker,
+            t if t.starts_with("fs_") || t == "exec" || t == "http_fetch" => self == Role::Worker,
             // Asking for more than the sandbox gives: workers. Deciding: the sysadmin.
             "permission_request" => self == Role::Worker,
             "permission_verdict" | "permission_list" => self == Role::Sysadmin,

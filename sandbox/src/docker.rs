@@ -1,6 +1,6 @@
 //! The Docker backend: the same [`Policy`] enforced by a container instead of the native helper.
 //!
-//! The image (`flock-sandbox:1`) is built on this machine from its own files by
+//! The image (`flock-sandbox:2`) is built on this machine from its own files by
 //! `scripts/sandbox-image` (no registry: nothing is pulled). Each command runs in a fresh
 //! container with no network (unless granted), a read-only root, the workspace as its one
 //! writable bind mount at `/workspace`, a private size-bounded `/tmp`, every capability dropped,
@@ -23,7 +23,7 @@ use crate::helper::{WORKSPACE, disk_usage, hand_over};
 use crate::{Captured, Output, Policy, ROOT_SANDBOX_UID, Status};
 
 /// The image the Docker backend runs (built by `scripts/sandbox-image`).
-pub const IMAGE: &str = "flock-sandbox:1";
+pub const IMAGE: &str = "flock-sandbox:2";
 const MIB: i64 = 1024 * 1024;
 
 /// Whether a Docker engine answers here (`Err`: why not, for a clear skip or error).

@@ -662,22 +662,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Approve { id, reason, expires, as_name } => {
-            let args = json!({"id": id, "approve": true, "reason": reason.unwrap_or_default(), "expires_secs": expires});
-            let req = ControlRequest::Channel {
-                tool: "permission_decide".into(),
-                arguments: args.to_string(),
-                as_name: person(as_name),
-            };
-            done(control(&mut conn, req).await?)
+            decide(&mut conn, id, true, reason, expires, as_name).await
         }
         Command::Deny { id, reason, as_name } => {
-            let args = json!({"id": id, "approve": false, "reason": reason.unwrap_or_default()});
-            let req = ControlRequest::Channel {
-                tool: "permission_decide".into(),
-                arguments: args.to_string(),
-                as_name: person(as_name),
-            };
-            done(control(&mut conn, req).await?)
+            decide(&mut conn, id, false, reason, None, as_name).await
         }
         Command::Post { channel, text, as_name } => {
             let args = json!({"channel": channel, "text": text});
@@ -860,6 +848,29 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `approve` / `deny`: a person's decision on a permission request.
+async fn decide(
+    conn: &mut Connection,
+    id: i64,
+    approve: bool,
+    reason: Option<String>,
+    expires_secs: Option<u64>,
+    as_name: Option<String>,
+) -> Result<ExitCode> {
+    let args = json!({
+        "id": id,
+        "approve": approve,
+        "reason": reason.unwrap_or_default(),
+        "expires_secs": expires_secs,
+    });
+    let req = ControlRequest::Channel {
+        tool: "permission_decide".into(),
+        arguments: args.to_string(),
+        as_name: person(as_name),
+    };
+    done(control(conn, req).await?)
 }
 
 /// The person `flockctl` acts as: --as, else $USER, else operator.
