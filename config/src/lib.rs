@@ -121,6 +121,28 @@ fn sort_errors(errors: &mut [ConfigError], swarm_file: &str) {
     errors.sort_by_key(|e| (rank(&e.file), e.line, e.column));
 }
 
+/// Names an agent may not take: a message to or from them would mean someone else (the
+/// operator's `flockctl send` would inherit the agent's `can_call`), and `ps` lists the
+/// supervisor's own rows under them.
+pub const RESERVED_AGENT_NAMES: &[&str] = &[
+    "operator",
+    "human",
+    "supervisor",
+    "router",
+    "store",
+    "channels",
+    "children",
+    "chains",
+    "llm-gateway",
+    "flock-model",
+    "flock",
+    "system",
+];
+/// Whether `name` is one Flock keeps for itself ([`RESERVED_AGENT_NAMES`]).
+pub fn reserved_agent_name(name: &str) -> bool {
+    RESERVED_AGENT_NAMES.contains(&name)
+}
+
 /// Whether `name` is a valid agent name: `[a-z0-9][a-z0-9-]{0,62}`.
 ///
 /// Agent names appear in socket paths, log file names and `flockctl` commands, so they are kept

@@ -875,6 +875,16 @@ impl Loader<'_> {
             );
             return None;
         }
+        if crate::reserved_agent_name(&name) {
+            self.report.error(
+                value.pos,
+                format!(
+                    "`{name}` is reserved: Flock uses it for itself (the operator, the supervisor \
+                     and its actors, people); choose another name, e.g. `{name}-agent`"
+                ),
+            );
+            return None;
+        }
         Some(name)
     }
 
@@ -925,10 +935,25 @@ impl Loader<'_> {
         let ready_timeout_secs = field("ready_timeout_secs")
             .and_then(|(v, what)| r.uint(v, &what, 1, U64_MAX))
             .unwrap_or(defaults.ready_timeout_secs);
-        let workspace = field("workspace")
-            .filter(|(v, _)| !v.is_null())
-            .and_then(|(v, what)| r.string(v, &what))
-            .map(PathBuf::from);
+        let workspace = field("workspace").filter(|(v, _)| !v.is_null()).and_then(|(v, what)| {
+            let path = PathBuf::from(r.string(v, &what)?);
+            // A relative workspace lives under the state dir's `workspaces/`; `..` would take
+            // it out (into the state dir itself, or anywhere). An absolute path is the user's
+            // own choice.
+            if path.is_relative() && path.components().any(|c| c == std::path::Component::ParentDir)
+            {
+                r.error(
+                    v.pos,
+                    format!(
+                        "`{what}`: `{}` leaves the state dir's workspaces/ folder (`..`); give a \
+                         plain relative name (e.g. `shared`) or an absolute path",
+                        path.display()
+                    ),
+                );
+                return None;
+            }
+            Some(path)
+        });
         let env = field("env").map(|(v, what)| env(r, v, &what)).unwrap_or_default();
         let can_call =
             field("can_call").map(|(v, what)| can_call(r, v, &what, known)).unwrap_or_default();

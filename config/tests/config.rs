@@ -802,3 +802,28 @@ fn the_setup_script_pins_every_known_local_model() {
         default.name
     );
 }
+
+#[test]
+fn reserved_agent_names_are_refused() {
+    for name in ["operator", "supervisor", "router", "human", "system"] {
+        let e = one_error(&swarm(&format!(
+            "agents:\n  - {{ name: {name}, role: worker, model: echo }}\n"
+        )));
+        assert_mentions(&e, &[name, "reserved"]);
+        assert_eq!(e.line, 10, "{e:?}");
+    }
+}
+
+#[test]
+fn a_relative_workspace_may_not_climb_out_of_the_state_dir() {
+    let e = one_error(&swarm(
+        "agents:\n  - { name: w, role: worker, model: echo, workspace: ../../.. }\n",
+    ));
+    assert_mentions(&e, &["../../..", "workspaces/", "absolute"]);
+    let spec =
+        ok(&swarm("agents:\n  - { name: w, role: worker, model: echo, workspace: /srv/w }\n"));
+    assert_eq!(spec.agents[0].workspace.as_deref(), Some(Path::new("/srv/w")));
+    let spec =
+        ok(&swarm("agents:\n  - { name: w, role: worker, model: echo, workspace: team/a }\n"));
+    assert_eq!(spec.agents[0].workspace.as_deref(), Some(Path::new("team/a")));
+}

@@ -254,12 +254,13 @@ fn init(p: &Policy) -> Result<i32> {
     // between ids that are not the namespace's root keeps the capabilities the mounts need.
     // The parent-death signal comes after: a change of user clears it.
     let parent = getppid();
+    let carried = gather(p)?;
     become_inner()?;
     prctl::set_pdeathsig(Signal::SIGKILL).map_err(err("PR_SET_PDEATHSIG"))?;
     if getppid() != parent {
         return Err("the sandbox's parent exited".into());
     }
-    build_root(p)?;
+    build_root(p, carried)?;
     let _ = nix::unistd::sethostname("flock-sandbox");
     if !p.network {
         loopback_up();
@@ -364,12 +365,18 @@ impl Held {
     }
 }
 
-fn build_root(p: &Policy) -> Result<()> {
-    // Nothing mounted here propagates back to the host.
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .map_err(err("make / private"))?;
-    // Everything to carry over, held open before the new root covers /tmp. Merged-/usr links
-    // at the top (/bin -> usr/bin) are recreated as links.
+/// What the new root carries over from the host, held open (`O_PATH`) by the sandbox's init
+/// while it still has the caller's identity: the sandbox user may not be able to walk to the
+/// workspace (a 0700 state dir), and the new root covers `/tmp`, where a workspace may live.
+struct Carried {
+    /// Merged-/usr links at the top (/bin -> usr/bin), recreated as links.
+    links: Vec<(PathBuf, PathBuf)>,
+    held: Vec<Held>,
+    workspace: Held,
+    devices: Vec<Held>,
+}
+
+fn gather(p: &Policy) -> Result<Carried> {
     let mut links = Vec::new();
     let mut held = Vec::new();
     for path in
@@ -381,10 +388,9 @@ fn build_root(p: &Policy) -> Result<()> {
         let top_link = path.parent() == Some(Path::new("/"))
             && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
         if top_link {
-            links.push((
-                path,
-                std::fs::read_link(path).map_err(|e| format!("{}: {e}", path.display()))?,
-            ));
+            let target =
+                std::fs::read_link(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            links.push((path.to_path_buf(), target));
         } else if let Some(h) = Held::open(path)? {
             held.push(h);
         }
@@ -398,6 +404,14 @@ fn build_root(p: &Policy) -> Result<()> {
         .into_iter()
         .flatten()
         .collect();
+    Ok(Carried { links, held, workspace, devices })
+}
+
+fn build_root(p: &Policy, carried: Carried) -> Result<()> {
+    let Carried { links, held, workspace, devices } = carried;
+    // Nothing mounted here propagates back to the host.
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .map_err(err("make / private"))?;
 
     // The new root is a small tmpfs over the host's /tmp (hidden once we pivot).
     let new_root = Path::new("/tmp");
@@ -410,7 +424,7 @@ fn build_root(p: &Policy) -> Result<()> {
     )
     .map_err(err("mount the new root"))?;
     for (link, target) in links {
-        let dst = new_root.join(link.strip_prefix("/").unwrap_or(link));
+        let dst = new_root.join(link.strip_prefix("/").unwrap_or(&link));
         std::os::unix::fs::symlink(target, &dst)
             .map_err(|e| format!("link {}: {e}", dst.display()))?;
     }

@@ -55,7 +55,7 @@ on_both_backends!(
     output_is_bounded_and_setup_errors_are_clear,
 );
 
-/// A state dir like Flock's: `flock.db` with a secret, `control.sock`, and two workspaces.
+/// A state dir like Flock's (0700): `flock.db` with a secret, `control.sock`, two workspaces.
 struct State {
     _dir: tempfile::TempDir,
     root: PathBuf,
@@ -73,6 +73,9 @@ impl State {
         let workspace = root.join("workspaces/me");
         std::fs::create_dir_all(&workspace).unwrap();
         std::fs::write(workspace.join("hello.txt"), "hello from the workspace\n").unwrap();
+        // As Flock makes it: nobody else may walk into the state dir.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
         State { _dir: dir, root, workspace, backend }
     }
 

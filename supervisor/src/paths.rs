@@ -72,11 +72,16 @@ impl StateDir {
         self.root.join("workspaces")
     }
 
-    /// Creates the layout; the run dir is 0700 so only this user can reach the sockets.
+    /// Creates the layout; the state dir and the run dir are 0700: only this user reaches the
+    /// database, the logs and the sockets.
     pub fn create(&self) -> Result<()> {
         for d in [self.root.clone(), self.logs_dir(), self.workspaces()] {
             std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;
         }
+        // The state dir itself too, in case it existed with wider permissions: nothing in it is
+        // for other users.
+        std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("chmod 0700 {}", self.root.display()))?;
         let run = self.run_dir();
         if !run.exists() {
             std::fs::DirBuilder::new()

@@ -157,9 +157,17 @@ fn agent_ops(
     })
 }
 
+/// Everything the supervisor and its agents create is theirs alone: the database and its WAL,
+/// logs, the journal, memory files and workspaces hold every message and every secret an agent
+/// saw (0600 files, 0700 folders).
+fn private_files() {
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+}
+
 /// Runs a swarm until it is told to stop. Returns once every agent has stopped.
 pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     let started = Instant::now();
+    private_files();
     state.create()?;
     let _lock = lock_state_dir(&state)?;
     let agent_bin = agent_binary()?;
@@ -370,6 +378,7 @@ pub enum StopReason {
 /// `<state>/logs/supervisor.log`; returns once the control socket answers or the child died.
 pub fn detach(swarm_file: &Path, state: &StateDir, model: Option<&str>) -> Result<u32> {
     use std::os::unix::process::CommandExt;
+    private_files();
     state.create()?;
     let log_path = state.logs_dir().join("supervisor.log");
     let log = std::fs::OpenOptions::new()

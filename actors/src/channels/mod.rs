@@ -736,6 +736,11 @@ impl ChannelsState {
                 "`{name}` is not a valid agent name: 1–63 of a-z, 0-9 and -, starting with a letter or digit"
             )));
         }
+        if flock_config::reserved_agent_name(&name) {
+            return Err(bad(format!(
+                "`{name}` is reserved: Flock uses it for itself; pick another name"
+            )));
+        }
         let decommissioned = {
             let n = name.clone();
             self.db(move |s| Ok(s.decommissioned_agents()?.contains(&n))).await?

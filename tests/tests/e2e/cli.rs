@@ -213,3 +213,25 @@ fn stop_start_and_down_keep_durable_mail_and_end_every_process() {
     assert_eq!(out.status.code(), Some(1), "flockctl ps after down should fail");
     assert!(String::from_utf8_lossy(&out.stderr).contains("no swarm is running"));
 }
+
+/// The state dir holds every message and everything agents saw: nobody else may read it
+/// (issue #13: the database, WAL, logs and journal used to be 0644).
+#[test]
+fn the_state_dir_and_its_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let swarm = Swarm::start(
+        "swarm: { name: private }\nmodels: { m: { provider: scripted, rules: [ { reply: ok } ] } }\nagents:\n  - { name: a, role: worker, model: m }\n",
+    );
+    swarm.ctl_ok(&["send", "a", "hello", "--wait"]);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let state = swarm.state_dir();
+    assert_eq!(mode(state), 0o700, "{}", state.display());
+    for entry in ["flock.db", "flock.db-wal", "logs/a.log", "logs"] {
+        let p = state.join(entry);
+        if p.exists() {
+            let m = mode(&p);
+            assert_eq!(m & 0o077, 0, "{} is {m:o}", p.display());
+        }
+    }
+    assert!(state.join("flock.db").exists() && state.join("logs/a.log").exists());
+}
