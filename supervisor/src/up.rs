@@ -410,7 +410,12 @@ pub fn detach(swarm_file: &Path, state: &StateDir, model: Option<&str>) -> Resul
                 Vec::from(tail).join("\n")
             );
         }
-        if std::os::unix::net::UnixStream::connect(state.control_socket()).is_ok() {
+        // Ready means *this* supervisor holds the state dir (its pid in the lock file) and
+        // answers: another one already running there would answer too, while ours exits.
+        let holder = std::fs::read_to_string(state.lock_file()).unwrap_or_default();
+        if holder.trim() == pid.to_string()
+            && std::os::unix::net::UnixStream::connect(state.control_socket()).is_ok()
+        {
             return Ok(pid);
         }
         if Instant::now() > deadline {

@@ -235,3 +235,25 @@ fn the_state_dir_and_its_files_are_private() {
     }
     assert!(state.join("flock.db").exists() && state.join("logs/a.log").exists());
 }
+
+/// `up --detach` on a state dir another supervisor holds fails with the reason, instead of
+/// reporting the other one's answer as its own success (issue #13 item 6).
+#[test]
+fn up_detach_on_a_held_state_dir_says_who_holds_it() {
+    let swarm = Swarm::start(
+        "swarm: { name: held }\nmodels: { m: { provider: scripted, rules: [ { reply: ok } ] } }\nagents:\n  - { name: a, role: worker, model: m }\n",
+    );
+    let out = Command::new(bin("flock-supervisor"))
+        .arg("up")
+        .arg(swarm.swarm_file())
+        .arg("--detach")
+        .arg("--state-dir")
+        .arg(swarm.state_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "stdout: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(err.contains("another flock-supervisor"), "{err}");
+    // The running swarm is untouched.
+    assert_eq!(swarm.state_of("a"), "ready");
+}
