@@ -111,13 +111,13 @@ impl Node {
         }
     }
 
-    /// The number of nodes in this subtree, for the alias-expansion budget.
-    fn size(&self) -> usize {
+    /// What this subtree costs the expansion budget: one per node plus the bytes of its text.
+    fn weight(&self) -> usize {
         match &self.value {
-            Value::Scalar { .. } => 1,
-            Value::Seq(items) => 1 + items.iter().map(Node::size).sum::<usize>(),
+            Value::Scalar { text, .. } => 1 + text.len(),
+            Value::Seq(items) => 1 + items.iter().map(Node::weight).sum::<usize>(),
             Value::Map(entries) => {
-                1 + entries.iter().map(|(k, v)| k.size() + v.size()).sum::<usize>()
+                1 + entries.iter().map(|(k, v)| k.weight() + v.weight()).sum::<usize>()
             }
         }
     }
@@ -186,9 +186,10 @@ fn parse_int(text: &str) -> Option<i128> {
     Some(if negative { -value } else { value })
 }
 
-/// Most nodes a document may expand to. Aliases are copied, so a few nested anchors could
-/// otherwise blow up into billions of nodes ("billion laughs"); real swarm files are far smaller.
-const MAX_NODES: usize = 1_000_000;
+/// Most a document may expand to, in nodes plus bytes of text. Aliases are copied, so a few
+/// nested anchors could otherwise blow up into billions of nodes or gigabytes of text ("billion
+/// laughs"); real swarm files are far smaller. Checked before each copy is made.
+const MAX_WEIGHT: usize = 32 * 1024 * 1024;
 
 /// Parses `text` into a tree. Syntax errors and duplicate keys are reported to `report`; on a
 /// syntax error the tree is `None` (the parser cannot go on). An empty document is `Some` null.
@@ -227,16 +228,29 @@ enum Flow {
 
 /// A collection being built, with the anchor id to register when it closes.
 enum Frame {
-    Seq { pos: Pos, anchor: usize, items: Vec<Node> },
-    Map { pos: Pos, anchor: usize, entries: Vec<(Node, Node)>, key: Option<Node> },
+    Seq {
+        pos: Pos,
+        anchor: usize,
+        items: Vec<Node>,
+    },
+    Map {
+        pos: Pos,
+        anchor: usize,
+        entries: Vec<(Node, Node)>,
+        key: Option<Node>,
+        /// Where each key was first seen: duplicates found in O(1), not by a scan.
+        seen: HashMap<String, Pos>,
+    },
 }
 
 #[derive(Default)]
 struct Builder {
     stack: Vec<Frame>,
-    anchors: HashMap<usize, Node>,
+    /// Completed anchors with their weight.
+    anchors: HashMap<usize, (Node, usize)>,
     root: Option<Node>,
-    nodes: usize,
+    /// The expansion so far (nodes + bytes).
+    weight: usize,
     documents: usize,
 }
 
@@ -263,8 +277,10 @@ impl Builder {
             Event::Scalar(text, style, anchor, tag) => {
                 let quoted = style != ScalarStyle::Plain
                     || tag.as_ref().and_then(|t| t.core_suffix()) == Some("str");
+                let weight = 1 + text.len();
                 self.finish(
                     Node { value: Value::Scalar { text: text.into_owned(), quoted }, pos },
+                    weight,
                     anchor,
                     report,
                 )?;
@@ -273,19 +289,20 @@ impl Builder {
                 self.stack.push(Frame::Seq { pos, anchor, items: Vec::new() });
             }
             Event::MappingStart(_, anchor, _) => {
-                self.stack.push(Frame::Map { pos, anchor, entries: Vec::new(), key: None });
+                let (entries, seen) = (Vec::new(), HashMap::new());
+                self.stack.push(Frame::Map { pos, anchor, entries, key: None, seen });
             }
             Event::SequenceEnd | Event::MappingEnd => match self.stack.pop() {
                 Some(Frame::Seq { pos, anchor, items }) => {
-                    self.finish(Node { value: Value::Seq(items), pos }, anchor, report)?;
+                    self.finish(Node { value: Value::Seq(items), pos }, 1, anchor, report)?;
                 }
                 Some(Frame::Map { pos, anchor, entries, .. }) => {
-                    self.finish(Node { value: Value::Map(entries), pos }, anchor, report)?;
+                    self.finish(Node { value: Value::Map(entries), pos }, 1, anchor, report)?;
                 }
                 None => return Err((pos, "unbalanced YAML structure".to_owned())),
             },
             Event::Alias(id) => {
-                let Some(target) = self.anchors.get(&id) else {
+                let Some(weight) = self.anchors.get(&id).map(|(_, w)| *w) else {
                     return Err((
                         pos,
                         "alias refers to an anchor that is not complete yet (a node cannot \
@@ -293,10 +310,12 @@ impl Builder {
                             .to_owned(),
                     ));
                 };
-                let mut node = target.clone();
+                // The budget is checked before the copy is made.
+                self.charge(weight, pos)?;
+                let mut node = self.anchors[&id].0.clone();
                 // The copy keeps its inner positions; only the alias itself points at `*name`.
                 node.pos = pos;
-                self.finish(node, 0, report)?;
+                self.place(node, report);
             }
             Event::UnresolvedAlias(name) => {
                 return Err((
@@ -312,30 +331,45 @@ impl Builder {
         Ok(Flow::Continue)
     }
 
-    /// Places a completed node: into the open collection, or as the document root.
-    fn finish(
-        &mut self,
-        node: Node,
-        anchor: usize,
-        report: &mut Report<'_>,
-    ) -> Result<(), (Pos, String)> {
-        self.nodes = self.nodes.saturating_add(node.size());
-        if self.nodes > MAX_NODES {
+    /// Counts `weight` against the expansion budget.
+    fn charge(&mut self, weight: usize, pos: Pos) -> Result<(), (Pos, String)> {
+        self.weight = self.weight.saturating_add(weight);
+        if self.weight > MAX_WEIGHT {
             return Err((
-                node.pos,
+                pos,
                 format!(
-                    "the document expands to more than {MAX_NODES} nodes (through aliases?); \
-                     simplify it"
+                    "the document expands to more than {} MiB of nodes and text (through \
+                     aliases?); simplify it",
+                    MAX_WEIGHT >> 20
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// A node just completed (`weight`: its own cost, its children were counted already).
+    fn finish(
+        &mut self,
+        node: Node,
+        weight: usize,
+        anchor: usize,
+        report: &mut Report<'_>,
+    ) -> Result<(), (Pos, String)> {
+        self.charge(weight, node.pos)?;
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            let total = node.weight();
+            self.anchors.insert(anchor, (node.clone(), total));
         }
+        self.place(node, report);
+        Ok(())
+    }
+
+    /// Places a completed node: into the open collection, or as the document root.
+    fn place(&mut self, node: Node, report: &mut Report<'_>) {
         match self.stack.last_mut() {
             None => self.root = Some(node),
             Some(Frame::Seq { items, .. }) => items.push(node),
-            Some(Frame::Map { entries, key, .. }) => match key.take() {
+            Some(Frame::Map { entries, key, seen, .. }) => match key.take() {
                 None => *key = Some(node),
                 Some(k) => {
                     let mut value = node;
@@ -344,22 +378,25 @@ impl Builder {
                     if value.is_empty_plain() {
                         value.pos = k.pos;
                     }
-                    if let Some(name) = k.text()
-                        && let Some((first, _)) = lookup(entries, name)
-                    {
-                        report.error(
-                            k.pos,
-                            format!(
-                                "duplicate key `{name}` (first at line {}): keep only one of them",
-                                first.pos.line
+                    if let Some(name) = k.text() {
+                        match seen.get(name) {
+                            Some(first) => report.error(
+                                k.pos,
+                                format!(
+                                    "duplicate key `{name}` (first at line {}): keep only one \
+                                     of them",
+                                    first.line
+                                ),
                             ),
-                        );
+                            None => {
+                                seen.insert(name.to_owned(), k.pos);
+                            }
+                        }
                     }
                     entries.push((k, value));
                 }
             },
         }
-        Ok(())
     }
 }
 
@@ -412,6 +449,32 @@ mod tests {
         let a = lookup(entries, "a").map(|(_, v)| v.value.clone());
         let b = lookup(entries, "b").map(|(_, v)| v.value.clone());
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_before_it_expands() {
+        // 64 KiB of text, aliased ten times per level, six levels: 64 GiB once expanded.
+        let mut yaml = format!("l0: &l0 \"{}\"\n", "x".repeat(64 * 1024));
+        for i in 1..=6 {
+            let refs = vec![format!("*l{}", i - 1); 10].join(", ");
+            yaml.push_str(&format!("l{i}: &l{i} [{refs}]\n"));
+        }
+        let mut errors = Vec::new();
+        let node = parse(&yaml, &mut Report::new("bomb.yaml", &mut errors));
+        assert!(node.is_none());
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].message.contains("through aliases"), "{}", errors[0].message);
+    }
+
+    #[test]
+    fn many_keys_are_checked_for_duplicates_without_a_scan_each() {
+        let mut yaml: String = (0..80_000).map(|i| format!("k{i}: {i}\n")).collect();
+        yaml.push_str("k79999: again\n");
+        let mut errors = Vec::new();
+        let node = parse(&yaml, &mut Report::new("keys.yaml", &mut errors));
+        assert_eq!(node.and_then(|n| n.entries().map(<[_]>::len)), Some(80_001));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].message.contains("first at line 80000"), "{}", errors[0].message);
     }
 
     #[test]
