@@ -13,6 +13,8 @@ use tokio::task::JoinHandle;
 
 use crate::router::{ConnKind, RouterMsg};
 
+/// The largest frame a peer may send before its handshake.
+pub const HANDSHAKE_MAX_FRAME: u32 = 4096;
 /// A peer must complete its handshake within this time.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Frames one connection may have waiting in the router's mailbox before its reader pauses.
@@ -74,7 +76,9 @@ async fn connection<T: Transport>(
     let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = mpsc::channel(limits.outbox_frames.max(16));
     let writer = spawn_writer(w, rx);
-    let mut reader = FrameReader::new(r, limits.max_frame_bytes);
+    // Until a peer has said who it is, it may only send a small frame (a hello is a few hundred
+    // bytes): a stranger cannot make the supervisor hold megabytes.
+    let mut reader = FrameReader::new(r, HANDSHAKE_MAX_FRAME);
 
     let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, reader.read_frame()).await {
         Ok(Ok(Some(f))) => Some(f),
@@ -91,6 +95,7 @@ async fn connection<T: Transport>(
         }
     };
     if let Some(first) = first {
+        reader.set_max_frame(limits.max_frame_bytes);
         let (closer_tx, mut closer_rx) = oneshot::channel();
         let open =
             RouterMsg::Open { conn, kind, first, outbox: tx.clone(), closer: closer_tx, peer };

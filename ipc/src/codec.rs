@@ -94,6 +94,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         FrameReader { inner, buf: vec![0; READ_CHUNK], start: 0, end: 0, max_frame }
     }
 
+    /// Changes the largest frame accepted from now on (e.g. a small limit until the handshake,
+    /// the swarm's limit after it).
+    pub fn set_max_frame(&mut self, max_frame: u32) {
+        self.max_frame = max_frame;
+    }
+
     /// Waits for at least one frame, then appends every complete frame already buffered to `out`.
     /// Returns the number appended; `0` means the peer closed the stream cleanly between frames.
     pub async fn read_batch(&mut self, out: &mut Vec<Frame>) -> Result<usize, FrameError> {
@@ -169,7 +175,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// Reads more bytes; false on end of stream.
     async fn fill(&mut self) -> Result<bool, FrameError> {
-        // Make room: compact, and grow only as far as the frame being read needs.
+        // Make room: compact, and grow as bytes arrive — doubling, never to the length a peer
+        // merely claims (300 peers claiming 16 MiB each must not cost 4.8 GiB).
         if self.start > 0 && (self.end == self.buf.len() || self.start > self.buf.len() / 2) {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -181,7 +188,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             } else {
                 READ_CHUNK
             };
-            let new_len = need.max(self.buf.len() * 2).min(self.max_frame as usize + 4);
+            let new_len = need.min(self.buf.len() * 2).min(self.max_frame as usize + 4);
             if new_len <= self.buf.len() {
                 // Cannot happen: the length was checked against max_frame before we got here.
                 return Err(FrameError::TooLarge { len: need as u32, max: self.max_frame });
@@ -195,5 +202,33 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     pub fn into_inner(self) -> R {
         self.inner
+    }
+}
+
+#[cfg(test)]
+mod growth {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_buffer_grows_with_the_bytes_not_with_the_claim() {
+        // A peer claims a 16 MiB frame and sends 200 KiB of it, then stops.
+        let mut bytes = (16u32 << 20).to_le_bytes().to_vec();
+        bytes.extend(std::iter::repeat_n(0u8, 200 * 1024));
+        let mut reader = FrameReader::new(&bytes[..], 16 << 20);
+        let err = reader.read_frame().await.unwrap_err();
+        assert!(matches!(err, FrameError::Truncated { .. }), "{err:?}");
+        assert!(reader.buf.len() <= 512 * 1024, "buffer of {} bytes", reader.buf.len());
+    }
+
+    #[tokio::test]
+    async fn a_lowered_limit_refuses_what_the_higher_one_took() {
+        let frame = Frame::new("a", "b", crate::Body::Heartbeat);
+        let mut bytes = Vec::new();
+        encode_frame(&frame, &mut bytes).unwrap();
+        let mut reader = FrameReader::new(&bytes[..], 4);
+        assert!(matches!(reader.read_frame().await, Err(FrameError::TooLarge { .. })));
+        let mut reader = FrameReader::new(&bytes[..], 4);
+        reader.set_max_frame(1 << 20);
+        assert_eq!(reader.read_frame().await.unwrap(), Some(frame));
     }
 }

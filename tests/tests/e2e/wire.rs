@@ -173,3 +173,35 @@ fn a_spoofed_from_is_replaced_by_the_connection_identity() {
     let log = swarm.log("echo");
     assert!(log.contains("from operator (message, attempt 1): \"who am i\""), "{log}");
 }
+
+/// 300 strangers each claiming a 16 MiB frame and sending 64 KiB of it: refused before their
+/// handshake, and the supervisor stays small (issue #13: it grew from 13 MiB to 4.8 GiB).
+#[test]
+fn hostile_connections_claiming_huge_frames_cost_the_supervisor_little() {
+    use std::io::Write;
+    let swarm = echo_swarm();
+    let pid = swarm.supervisor_pid().expect("the supervisor runs");
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        let Ok(mut s) = std::os::unix::net::UnixStream::connect(swarm.router_socket()) else {
+            continue;
+        };
+        let mut bytes = (16u32 << 20).to_le_bytes().to_vec();
+        bytes.extend(std::iter::repeat_n(0xabu8, 64 * 1024));
+        let _ = s.write_all(&bytes);
+        held.push(s);
+    }
+    let rss_kib = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").trim().to_owned())
+        })
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap();
+    assert!(rss_kib < 100 * 1024, "supervisor RSS {rss_kib} KiB with 300 hostile connections");
+    // Everyone else is served as before.
+    let ps = swarm.ctl_ok(&["ps"]);
+    assert!(ps.contains("echo"), "{ps}");
+    drop(held);
+}
