@@ -156,6 +156,14 @@ impl Engine {
     pub fn submit(&self, job: Job) -> Result<(), Job> {
         self.jobs.send(job).map_err(|e| e.0)
     }
+
+    /// An engine whose model thread is gone (every `submit` fails, a 503): for HTTP tests that
+    /// need no model.
+    #[cfg(test)]
+    pub(crate) fn stopped() -> Engine {
+        let (jobs, _) = mpsc::channel();
+        Engine { jobs }
+    }
 }
 
 fn model_thread(

@@ -140,7 +140,7 @@ pub async fn run(opts: Options) -> Result<(), RunError> {
         writeln!(out, "listening on {addr}")?;
         out.flush()?;
     }
-    let server = Arc::new(http::Server { engine, info, token: opts.token });
-    http::serve(listener, server).await?;
-    Err(anyhow::anyhow!("the listener stopped").into())
+    let server = Arc::new(http::Server::new(engine, info, opts.token));
+    // Serves until the process is stopped: accept errors are waited out, not returned.
+    match http::serve(listener, server).await {}
 }

@@ -167,6 +167,13 @@ pub enum Finish {
     Length,
 }
 
+/// 64 bits from the operating system's CSPRNG, for the ids of completions and tool calls: a
+/// client must not be able to predict another's ids from its own (fastrand's are predictable).
+fn random_u64() -> u64 {
+    // getrandom on Linux: it blocks only until the kernel's pool is first seeded, at boot.
+    getrandom::u64().expect("the operating system's random source failed")
+}
+
 /// The response body for one completion.
 pub fn completion_response(
     chat: &Chat,
@@ -184,7 +191,7 @@ pub fn completion_response(
                 "role": "assistant",
                 "content": null,
                 "tool_calls": [{
-                    "id": format!("call_{:016x}", fastrand::u64(..)),
+                    "id": format!("call_{:016x}", random_u64()),
                     "type": "function",
                     "function": {"name": call.name, "arguments": call.arguments},
                 }],
@@ -215,7 +222,7 @@ pub fn completion_response(
         .map(|d| d.as_secs())
         .unwrap_or(0);
     json!({
-        "id": format!("chatcmpl-{:016x}", fastrand::u64(..)),
+        "id": format!("chatcmpl-{:016x}", random_u64()),
         "object": "chat.completion",
         "created": created,
         "model": model,
