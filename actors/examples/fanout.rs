@@ -70,7 +70,8 @@ async fn main() {
     channels.cast(ChannelsMsg::SetRouter(router.clone())).expect("wire");
     let socket = dir.path().join("router.sock");
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("proc"));
-    let limits = ConnLimits { max_frame_bytes: 1 << 20, outbox_frames: 4096, uid };
+    let limits =
+        ConnLimits { max_frame_bytes: 1 << 20, outbox_frames: 4096, uid, max_connections: 4096 };
     serve::<UnixTransport>(
         UnixTransport::new(&socket).bind().expect("bind"),
         ConnKind::Agent,

@@ -575,6 +575,7 @@ impl RouterState {
                     swarm: self.spec.name.clone(),
                     agent_spec_json: slot.spec_json.clone(),
                     heartbeat_interval_ms: self.spec.supervision.heartbeat_interval_ms,
+                    max_frame_bytes: self.spec.delivery.max_frame_bytes,
                 };
                 let _ = outbox.try_send(Frame::answer(&first, ROUTER, Body::Welcome(welcome)));
                 self.conns.insert(
@@ -602,6 +603,7 @@ impl RouterState {
                     swarm: self.spec.name.clone(),
                     agent_spec_json: String::new(),
                     heartbeat_interval_ms: self.spec.supervision.heartbeat_interval_ms,
+                    max_frame_bytes: self.spec.delivery.max_frame_bytes,
                 };
                 let _ = outbox.try_send(Frame::answer(&first, ROUTER, Body::Welcome(welcome)));
                 self.conns.insert(
@@ -650,6 +652,22 @@ impl RouterState {
     ) {
         // Identity comes from the connection, never from the frame.
         frame.from = identity.to_owned();
+        // Message texts are bounded where they come in, so whatever they become further on (a
+        // delivery, a delegated result, an answer) still fits in a frame at its reader.
+        let limit = flock_ipc::max_message_bytes(self.spec.delivery.max_frame_bytes);
+        match &mut frame.body {
+            Body::Send { text, .. } | Body::Request { text, .. } | Body::Delegate { text }
+                if text.len() > limit =>
+            {
+                let msg = too_long("the message", text.len(), limit);
+                return self.answer(conn, Frame::error(&frame, ErrorCode::BadRequest, msg));
+            }
+            // An answer is never refused (its turn would hang): it is cut, and says so.
+            Body::Reply { text } | Body::Ack { reply: Some(text) } if text.len() > limit => {
+                cut_to(text, limit);
+            }
+            _ => {}
+        }
         match &frame.body {
             Body::Send { .. } => self.send(myself, conn, frame),
             Body::Request { .. } => self.request(myself, conn, frame),
@@ -2055,4 +2073,25 @@ fn quote(text: &str) -> String {
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Why a text of `len` bytes is refused; says the limit and how to raise it.
+pub fn too_long(what: &str, len: usize, limit: usize) -> String {
+    format!(
+        "{what} is {} and the limit is {}: send it in parts, or put it in a file and send its path \
+         (the limit is an eighth of `delivery.max_frame_bytes` in the swarm file)",
+        flock_ipc::human_bytes(len),
+        flock_ipc::human_bytes(limit)
+    )
+}
+
+/// Cuts `text` to at most `limit` bytes (on a char boundary) and says how much was cut.
+fn cut_to(text: &mut String, limit: usize) {
+    let note = format!("\n[… cut: the answer was {}]", flock_ipc::human_bytes(text.len()));
+    let mut end = limit.saturating_sub(note.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&note);
 }

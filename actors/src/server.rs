@@ -17,6 +17,10 @@ use crate::router::{ConnKind, RouterMsg};
 pub const HANDSHAKE_MAX_FRAME: u32 = 4096;
 /// A peer must complete its handshake within this time.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections one listener serves at once (each agent holds one; `flockctl` one per command).
+/// Past it a new peer gets a `Reject` and is closed: a flood of connections costs the supervisor
+/// a bounded amount of memory and file descriptors, never the router.
+pub const MAX_CONNECTIONS: usize = 1024;
 /// Frames one connection may have waiting in the router's mailbox before its reader pauses.
 const MAX_QUEUED_FRAMES: u32 = 8192;
 
@@ -29,6 +33,8 @@ pub struct ConnLimits {
     pub outbox_frames: usize,
     /// Only peers running as this uid are served.
     pub uid: u32,
+    /// At most this many connections at once ([`MAX_CONNECTIONS`] in the supervisor).
+    pub max_connections: usize,
 }
 
 /// Serves `listener` until the router stops. Each peer gets its own task.
@@ -39,6 +45,7 @@ pub fn serve<T: Transport>(
     limits: ConnLimits,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let slots = Arc::new(Semaphore::new(limits.max_connections));
         loop {
             let (r, w, peer) = match T::accept(&listener).await {
                 Ok(x) => x,
@@ -55,10 +62,66 @@ pub fn serve<T: Transport>(
                 );
                 continue;
             }
+            // The operator is a person's shell, never something this supervisor started: an
+            // agent (or anything it spawned, however detached: they stay in our process tree,
+            // see `spawn`) cannot use the control socket to act as the operator.
+            if kind == ConnKind::Control
+                && let Some(pid) = peer.pid
+                && descends_from(pid, std::process::id() as i32)
+            {
+                eprintln!(
+                    "flock server: refused a control connection from pid {pid}, a process this supervisor started"
+                );
+                let reason = "the control socket serves the operator, not processes this supervisor started (agents and their children)".to_string();
+                refuse::<T>(w, ErrorCode::Forbidden, reason);
+                continue;
+            }
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                let reason = format!(
+                    "too many connections ({} at once); try again when some have closed",
+                    limits.max_connections
+                );
+                refuse::<T>(w, ErrorCode::RateLimited, reason);
+                continue;
+            };
             let router = router.clone();
-            tokio::spawn(connection::<T>(r, w, peer, kind, router, limits));
+            tokio::spawn(async move {
+                connection::<T>(r, w, peer, kind, router, limits).await;
+                drop(slot);
+            });
         }
     })
+}
+
+/// Sends one `Reject` and closes the connection (the writer task ends after that frame).
+fn refuse<T: Transport>(w: T::Write, code: ErrorCode, reason: String) {
+    let (tx, rx) = mpsc::channel(1);
+    let _ = tx.try_send(Frame::new(ROUTER, "", Body::Reject { code, reason }));
+    drop(spawn_writer(w, rx));
+}
+
+/// Whether `pid` is a strict descendant of `ancestor`, by the parent links in `/proc`.
+pub fn descends_from(pid: i32, ancestor: i32) -> bool {
+    let mut current = pid;
+    // A process tree is shallow; the bound only guards against a cycle from pid reuse.
+    for _ in 0..128 {
+        if current <= 1 {
+            return false;
+        }
+        let Some(parent) = parent_of(current) else { return false };
+        if parent == ancestor {
+            return true;
+        }
+        current = parent;
+    }
+    false
+}
+
+/// The parent pid from `/proc/<pid>/stat` (after the `(comm)`, which may hold spaces).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn error_frame(code: ErrorCode, message: String) -> Frame {

@@ -14,6 +14,10 @@ use flock_ipc::{DeadLetter, MsgId};
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Versioned migrations; `PRAGMA user_version` records how many ran. Append only.
+/// A dead letter's text is listed up to this many characters (a listing must fit in a frame
+/// however large the messages were).
+pub const DEAD_LETTER_PREVIEW_CHARS: u32 = 2000;
+
 const MIGRATIONS: &[&str] = &[
     // 1: durable mailboxes and per-agent counters.
     "CREATE TABLE messages (
@@ -413,19 +417,25 @@ impl Store {
     }
 
     /// Messages in the dead-letter state, oldest first.
-    pub fn dead_letters(&self) -> Result<Vec<DeadLetter>, StoreError> {
+    pub fn dead_letters(&self, offset: u32, limit: u32) -> Result<Vec<DeadLetter>, StoreError> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, sender, target, text, attempts, COALESCE(reason, '')
-             FROM messages WHERE state = 2 ORDER BY seq",
+            "SELECT id, sender, target, substr(text, 1, ?3), length(CAST(text AS BLOB)), attempts,
+                    COALESCE(reason, '')
+             FROM messages WHERE state = 2 ORDER BY seq LIMIT ?2 OFFSET ?1",
         )?;
-        let rows = stmt.query_map([], |r| {
+        let rows = stmt.query_map(params![offset, limit, DEAD_LETTER_PREVIEW_CHARS], |r| {
+            let mut text: String = r.get(3)?;
+            let bytes = r.get::<_, i64>(4)? as usize;
+            if bytes > text.len() {
+                text.push_str(&format!(" … [{bytes} bytes in all]"));
+            }
             Ok(DeadLetter {
                 id: id_from(r.get(0)?),
                 sender: r.get(1)?,
                 target: r.get(2)?,
-                text: r.get(3)?,
-                attempts: r.get(4)?,
-                reason: r.get(5)?,
+                text,
+                attempts: r.get(5)?,
+                reason: r.get(6)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -505,8 +515,37 @@ mod tests {
         assert_eq!(s.pending().unwrap()[0].attempts, 4);
         s.apply(&[WriteOp::DeadLetter { id: 9, attempts: 5, reason: "crashed".into() }]).unwrap();
         assert!(s.pending().unwrap().is_empty());
-        let dl = s.dead_letters().unwrap();
+        let dl = s.dead_letters(0, 10).unwrap();
         assert_eq!((dl[0].id, dl[0].attempts, dl[0].reason.as_str()), (9, 5, "crashed"));
+    }
+
+    #[test]
+    fn dead_letters_come_in_pages_with_long_texts_cut_to_a_preview() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("f.db"), Durability::Normal).unwrap();
+        let big = "é".repeat(1_000_000);
+        let mut ops = Vec::new();
+        for id in 1..=3u128 {
+            let mut m = msg(id, "w");
+            if id == 2 {
+                m.text = big.clone();
+            }
+            ops.push(WriteOp::Enqueue(m));
+            ops.push(WriteOp::DeadLetter { id, attempts: 5, reason: "crashed".into() });
+        }
+        s.apply(&ops).unwrap();
+        let first = s.dead_letters(0, 2).unwrap();
+        assert_eq!(first.iter().map(|d| d.id).collect::<Vec<_>>(), vec![1, 2]);
+        let preview = &first[1].text;
+        assert!(preview.starts_with(&"é".repeat(DEAD_LETTER_PREVIEW_CHARS as usize)));
+        assert!(
+            preview.ends_with(" … [2000000 bytes in all]"),
+            "{}",
+            &preview[preview.len() - 40..]
+        );
+        let second = s.dead_letters(2, 2).unwrap();
+        assert_eq!(second.iter().map(|d| d.id).collect::<Vec<_>>(), vec![3]);
+        assert!(s.dead_letters(3, 2).unwrap().is_empty());
     }
 
     #[test]

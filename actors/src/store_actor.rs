@@ -27,7 +27,12 @@ pub enum StoreMsg {
     Flush,
     Pending(RpcReplyPort<Result<Vec<PendingMessage>, String>>),
     TurnsTotals(RpcReplyPort<Result<std::collections::HashMap<String, u64>, String>>),
-    DeadLetters(RpcReplyPort<Result<Vec<DeadLetter>, String>>),
+    /// One page of dead letters, oldest first.
+    DeadLetters {
+        offset: u32,
+        limit: u32,
+        reply: RpcReplyPort<Result<Vec<DeadLetter>, String>>,
+    },
     /// Run a closure on the store (channel operations): the store actor stays the only writer,
     /// and queued mailbox writes are committed first so the closure sees them.
     With(StoreJob),
@@ -88,8 +93,9 @@ impl Actor for StoreActor {
             StoreMsg::TurnsTotals(reply) => {
                 let _ = reply.send(state.store.turns_totals().map_err(|e| e.to_string()));
             }
-            StoreMsg::DeadLetters(reply) => {
-                let _ = reply.send(state.store.dead_letters().map_err(|e| e.to_string()));
+            StoreMsg::DeadLetters { offset, limit, reply } => {
+                let page = state.store.dead_letters(offset, limit);
+                let _ = reply.send(page.map_err(|e| e.to_string()));
             }
         }
         Ok(())

@@ -117,7 +117,10 @@ async fn lost_deliveries_are_retried_then_dead_lettered_after_five() {
         "fine",
         "the next message flows after the dead letter"
     );
-    let dead = ractor::call!(h.store, StoreMsg::DeadLetters).unwrap().unwrap();
+    let dead =
+        ractor::call!(h.store, |reply| StoreMsg::DeadLetters { offset: 0, limit: 100, reply })
+            .unwrap()
+            .unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!((dead[0].text.as_str(), dead[0].attempts), ("poison", 5));
 }

@@ -63,6 +63,7 @@ async fn connection(stream: UnixStream, table: Table, outbox_frames: usize) {
                 swarm: "relay".into(),
                 agent_spec_json: String::new(),
                 heartbeat_interval_ms: 5_000,
+                max_frame_bytes: flock_ipc::DEFAULT_MAX_FRAME_BYTES,
             };
             let _ = tx.send(Frame::answer(&first, ROUTER, Body::Welcome(welcome))).await;
             if identity != OPERATOR {

@@ -7,6 +7,11 @@
 use crate::error::{Report, closest, did_you_mean, list};
 use crate::yaml::{Node, Scalar, Value};
 
+/// The longest text any one field may hold (a long system prompt fits; a pasted log does not).
+pub const MAX_FIELD_BYTES: usize = 64 * 1024;
+/// The longest `description`: every agent's catalog shows every description.
+pub const MAX_DESCRIPTION_BYTES: usize = 2 * 1024;
+
 impl Report<'_> {
     /// Reports every key of `entries` that is not in `allowed`, with a typo suggestion.
     pub(crate) fn unknown_keys(
@@ -73,8 +78,27 @@ impl Report<'_> {
     }
 
     /// Free text. Numbers and booleans are taken as written (`name: 2024` is the text "2024").
+    /// At most [`MAX_FIELD_BYTES`] (a system prompt's worth); see [`Report::string_of_at_most`].
     pub(crate) fn string(&mut self, node: &Node, what: &str) -> Option<String> {
+        self.string_of_at_most(node, what, MAX_FIELD_BYTES)
+    }
+
+    /// Free text of at most `max` bytes: a field shown to every agent (a `description`) or kept
+    /// per message has a smaller bound than a prompt.
+    pub(crate) fn string_of_at_most(
+        &mut self,
+        node: &Node,
+        what: &str,
+        max: usize,
+    ) -> Option<String> {
         if let Some(text) = node.text() {
+            if text.len() > max {
+                self.error(
+                    node.pos,
+                    format!("`{what}` is {} bytes long; at most {max} are allowed", text.len()),
+                );
+                return None;
+            }
             return Some(text.to_owned());
         }
         let message = if node.is_null() {

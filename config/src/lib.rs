@@ -21,6 +21,7 @@ mod yaml;
 use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use fields::{MAX_DESCRIPTION_BYTES, MAX_FIELD_BYTES};
 pub use spec::*;
 
 /// Tools an agent can call today (and so a scripted transcript may use): the router's

@@ -924,7 +924,9 @@ impl Loader<'_> {
             .and_then(|(v, what)| r.string(v, &what));
         let description = field("description")
             .filter(|(v, _)| !v.is_null())
-            .and_then(|(v, what)| r.string(v, &what))
+            .and_then(|(v, what)| {
+                r.string_of_at_most(v, &what, crate::fields::MAX_DESCRIPTION_BYTES)
+            })
             .unwrap_or_default();
         let restart = field("restart")
             .and_then(|(v, what)| r.choice(v, &what, "restart policy", RESTART_POLICIES))

@@ -827,3 +827,24 @@ fn a_relative_workspace_may_not_climb_out_of_the_state_dir() {
         ok(&swarm("agents:\n  - { name: w, role: worker, model: echo, workspace: team/a }\n"));
     assert_eq!(spec.agents[0].workspace.as_deref(), Some(Path::new("team/a")));
 }
+
+#[test]
+fn oversized_fields_are_refused_where_they_are_written() {
+    let long = "d".repeat(flock_config::MAX_DESCRIPTION_BYTES + 1);
+    let e = one_error(&swarm(&format!(
+        "agents:\n  - {{ name: w, role: worker, model: echo, description: {long} }}\n"
+    )));
+    assert_mentions(&e, &["`agents.w.description`", "2049 bytes long", "at most 2048"]);
+    assert_eq!(e.line, 10, "{e:?}");
+    let fits = "d".repeat(flock_config::MAX_DESCRIPTION_BYTES);
+    ok(&swarm(&format!(
+        "agents:\n  - {{ name: w, role: worker, model: echo, description: {fits} }}\n"
+    )));
+
+    // Any other text field has the general bound.
+    let huge = "a".repeat(flock_config::MAX_FIELD_BYTES + 1);
+    let e = one_error(&swarm(&format!(
+        "agents:\n  - {{ name: w, role: worker, model: echo, archetype: {huge} }}\n"
+    )));
+    assert_mentions(&e, &["archetype", "65537 bytes long", "at most 65536"]);
+}

@@ -191,6 +191,9 @@ impl Connection {
         outbox.send(hello).await.map_err(|_| ConnectError::Protocol("writer closed".into()))?;
         match reader.read_frame().await {
             Ok(Some(Frame { body: Body::Welcome(welcome), .. })) => {
+                // The swarm may allow larger frames than the default; never read with less than
+                // the default (a small swarm limit bounds what peers send, not what they receive).
+                reader.set_max_frame(welcome.max_frame_bytes.max(DEFAULT_MAX_FRAME_BYTES));
                 Ok(Connection { reader, outbox, welcome, writer })
             }
             Ok(Some(Frame { body: Body::Reject { code, reason }, .. })) => {

@@ -234,6 +234,9 @@ pub struct Welcome {
     pub agent_spec_json: String,
     /// How often the agent must send `Heartbeat`.
     pub heartbeat_interval_ms: u64,
+    /// The swarm's frame limit (`delivery.max_frame_bytes`): the router sends no larger frame,
+    /// and the peer reads with this limit from here on.
+    pub max_frame_bytes: u32,
 }
 
 /// Delivery guarantee asked for by a `Send`.
@@ -359,8 +362,12 @@ pub enum ControlRequest {
     Restart {
         agent: String,
     },
-    /// Messages that exhausted their delivery attempts.
-    DeadLetters,
+    /// Messages that exhausted their delivery attempts, oldest first: `limit` of them after the
+    /// first `offset` (texts cut to a preview).
+    DeadLetters {
+        offset: u32,
+        limit: u32,
+    },
     /// Stop every agent (reverse order) and then the supervisor.
     Down,
     /// An agent's stored sessions: one channel's messages, or a list of its sessions.

@@ -20,10 +20,30 @@ pub use frame::*;
 pub use id::MsgId;
 
 /// Bumped on any incompatible change of [`Frame`]; the router rejects other versions.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Default largest frame (length prefix excluded) accepted on any socket: 16 MiB.
 pub const DEFAULT_MAX_FRAME_BYTES: u32 = 16 * 1024 * 1024;
+
+/// The largest message text (a send, request, delegation, answer or channel post) a swarm with
+/// frames of at most `max_frame_bytes` accepts: an eighth of a frame. What a message becomes on
+/// its way (a delivery with its chain, a delegated result, a page of a channel) must still fit
+/// in one frame at the reader, so the limit is enforced where the text comes in, never later.
+pub const fn max_message_bytes(max_frame_bytes: u32) -> usize {
+    max_frame_bytes as usize / 8
+}
+
+/// "2.0 MiB"-style size for error messages.
+pub fn human_bytes(n: usize) -> String {
+    const UNITS: [&str; 4] = ["bytes", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{n} bytes") } else { format!("{v:.1} {}", UNITS[unit]) }
+}
 
 /// Environment variables through which the supervisor hands a spawned agent its identity.
 pub mod env {

@@ -41,7 +41,8 @@ fn control() -> impl Strategy<Value = ControlRequest> {
         s().prop_map(|agent| ControlRequest::Stop { agent }),
         s().prop_map(|agent| ControlRequest::Start { agent }),
         s().prop_map(|agent| ControlRequest::Restart { agent }),
-        Just(ControlRequest::DeadLetters),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(offset, limit)| ControlRequest::DeadLetters { offset, limit }),
         Just(ControlRequest::Down),
         (s(), proptest::option::of(s()))
             .prop_map(|(agent, channel)| ControlRequest::Session { agent, channel }),
@@ -117,12 +118,15 @@ fn body() -> impl Strategy<Value = Body> {
             Hello { protocol_version: v, agent_id: a, instance: i, pid, token: t }
         )),
         (any::<u32>(), s()).prop_map(|(v, c)| Body::ClientHello { protocol_version: v, client: c }),
-        (any::<u32>(), s(), s(), any::<u64>()).prop_map(|(v, sw, j, h)| Body::Welcome(Welcome {
-            protocol_version: v,
-            swarm: sw,
-            agent_spec_json: j,
-            heartbeat_interval_ms: h
-        })),
+        (any::<u32>(), s(), s(), any::<u64>(), any::<u32>()).prop_map(|(v, sw, j, h, m)| {
+            Body::Welcome(Welcome {
+                protocol_version: v,
+                swarm: sw,
+                agent_spec_json: j,
+                heartbeat_interval_ms: h,
+                max_frame_bytes: m,
+            })
+        }),
         (code(), s()).prop_map(|(code, reason)| Body::Reject { code, reason }),
         (s(), any::<bool>()).prop_map(|(text, d)| Body::Send {
             text,

@@ -481,8 +481,13 @@ fn journal(args: &ChildArgs, agent: &str, kind: &str, status: Status, message: &
     }
 }
 
+/// A secret of 128 bits from the operating system's CSPRNG (a per-spawn agent token, the
+/// embedded model's bearer token): unguessable, unlike a fast PRNG whose state can be inferred.
 pub(crate) fn new_token() -> String {
-    format!("{:032x}", fastrand::u128(..))
+    let mut bytes = [0u8; 16];
+    // getrandom(2) does not fail on Linux once the pool is initialised; fall back loudly.
+    getrandom::fill(&mut bytes).expect("the operating system's random source");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl ChildSupState {
@@ -611,6 +616,15 @@ impl ChildSupState {
         c.pid = None;
         c.last_exit = Some(how.clone());
         self.args.logs.line(name, "flock", &format!("exited: {how}"));
+        // What it started and left behind goes with it (spawn.rs: it is ours to kill now).
+        let logs = self.args.logs.clone();
+        let n = name.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let killed = crate::spawn::sweep_orphans();
+            if killed > 0 {
+                logs.line(&n, "flock", &format!("killed {killed} process(es) it had left running"));
+            }
+        });
         if self.starting.as_deref() == Some(name) {
             self.starting = None;
         }

@@ -49,6 +49,9 @@ pub fn handle(ctx: Arc<ControlCtx>, call: ControlCall) {
     });
 }
 
+/// The most dead letters one answer lists (each text is a preview, so a page fits in a frame).
+const MAX_DEAD_LETTERS_PAGE: u32 = 500;
+
 type CtlResult = Result<ControlReply, (ErrorCode, String)>;
 
 /// A tool's refusal ("FORBIDDEN: …") as an error code and its message.
@@ -124,10 +127,12 @@ async fn run(
         ControlRequest::Restart { agent } => {
             child_call(ctx, |reply| ChildMsg::Restart { name: agent, reply }).await
         }
-        ControlRequest::DeadLetters => {
-            let letters = ractor::call!(ctx.store, StoreMsg::DeadLetters)
-                .map_err(internal)?
-                .map_err(internal)?;
+        ControlRequest::DeadLetters { offset, limit } => {
+            let limit = limit.clamp(1, MAX_DEAD_LETTERS_PAGE);
+            let letters =
+                ractor::call!(ctx.store, |reply| StoreMsg::DeadLetters { offset, limit, reply })
+                    .map_err(internal)?
+                    .map_err(internal)?;
             Ok(ControlReply::DeadLetters(letters))
         }
         ControlRequest::Session { agent, channel } => {

@@ -57,6 +57,15 @@ pub fn log(journal: &Journal, json_text: &str) -> Result<String> {
     }
     let event = validate_value(&value)
         .map_err(|why| anyhow::anyhow!("the event does not match the journal schema: {why}"))?;
+    // A person writes as a person: entries of agents and of the supervisor come from them
+    // (under the identity of their connection), never from this command.
+    let author = event.agent.as_str();
+    if author.strip_prefix("human:").is_none_or(|name| name.trim().is_empty()) {
+        bail!(
+            "`agent` is `{author}`: a person's journal entries are written as `human:<your name>` \
+             (e.g. \"agent\":\"human:ana\"); only agents and the supervisor write under their own names"
+        );
+    }
     journal.append(&event).context("append to the journal")?;
     Ok(format!("{}\n", event.id))
 }
@@ -331,12 +340,26 @@ mod tests {
     fn log_keeps_a_given_id_and_timestamp() {
         let dir = tempfile::tempdir().unwrap();
         let j = open(dir.path());
-        let line = r#"{"id":"evt_20250903142510_f4a9b1c8","timestamp":"2025-09-03T14:25:10.591Z","agent":"Claude","status":"SUCCESS","action":{"type":"FILE_CREATE","params":{"path":"server.js"}},"result":{"message":"created","artifacts":["server.js"]},"trace":{"correlation_id":"task_abc_123"}}"#;
+        let line = r#"{"id":"evt_20250903142510_f4a9b1c8","timestamp":"2025-09-03T14:25:10.591Z","agent":"human:claude","status":"SUCCESS","action":{"type":"FILE_CREATE","params":{"path":"server.js"}},"result":{"message":"created","artifacts":["server.js"]},"trace":{"correlation_id":"task_abc_123"}}"#;
         assert_eq!(log(&j, line).unwrap(), "evt_20250903142510_f4a9b1c8\n");
-        let with_ts_only = r#"{"timestamp":"2025-09-03T14:25:11.000Z","agent":"Claude","status":"FAILED","action":{"type":"CMD_RUN","params":{}},"result":{"message":"no"}}"#;
+        let with_ts_only = r#"{"timestamp":"2025-09-03T14:25:11.000Z","agent":"human:claude","status":"FAILED","action":{"type":"CMD_RUN","params":{}},"result":{"message":"no"}}"#;
         let id = log(&j, with_ts_only).unwrap();
         assert!(id.starts_with("evt_20250903142511_"), "id follows the timestamp: {id}");
         assert_eq!(read(&j, 10, false).unwrap().lines().count(), 2);
+    }
+
+    #[test]
+    fn a_person_cannot_log_as_an_agent_or_the_supervisor() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = open(dir.path());
+        for author in ["worker-1", "flock-supervisor", "system", "human:", "human: ", "operator"] {
+            let line = format!(
+                r#"{{"agent":"{author}","status":"SUCCESS","action":{{"type":"NOTE","params":{{}}}},"result":{{"message":"m"}}}}"#
+            );
+            let e = log(&j, &line).unwrap_err().to_string();
+            assert!(e.contains("written as `human:<your name>`"), "{author}: {e}");
+        }
+        assert_eq!(read(&j, 10, false).unwrap(), "", "nothing was written");
     }
 
     #[test]

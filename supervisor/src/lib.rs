@@ -12,6 +12,7 @@ pub mod journal_cli;
 pub mod logs;
 pub mod model;
 pub mod paths;
+pub mod secrets;
 pub mod spawn;
 pub mod up;
 

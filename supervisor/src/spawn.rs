@@ -5,12 +5,20 @@
 //! Every child gets its own session (`setsid`, so its process group is its pid and signals to the
 //! group reach everything it started), dies with the supervisor (`PR_SET_PDEATHSIG`), an
 //! environment cleared to an allowlist, and its workspace as working directory.
+//!
+//! Nothing a child starts outlives it: the supervisor and every child are *subreapers*
+//! (`PR_SET_CHILD_SUBREAPER`), so a process that detaches (double fork, `setsid`, `nohup`) stays
+//! in the tree — adopted by the agent while the agent lives, by the supervisor once it is gone.
+//! After a child exits, [`sweep_orphans`] kills whatever the supervisor adopted: a process group
+//! alone would miss the ones that left it.
 
 #![allow(unsafe_code)]
 
+use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::sync::mpsc as std_mpsc;
 
 use anyhow::{Context, Result, anyhow};
@@ -67,7 +75,16 @@ impl Spawner {
                 // tokio's child reaping needs the runtime context on the forking thread.
                 let _guard = runtime.enter();
                 for job in rx {
-                    let _ = job.reply.send(spawn_now(&job.spec));
+                    // Registered under the lock, so a sweep never takes a newborn for an orphan.
+                    let mut spawned = lock_spawned();
+                    let child = spawn_now(&job.spec);
+                    if let Ok(c) = &child
+                        && let Some(pid) = c.id()
+                    {
+                        spawned.insert(pid);
+                    }
+                    drop(spawned);
+                    let _ = job.reply.send(child);
                 }
             })
             .context("start the spawner thread")?;
@@ -110,6 +127,10 @@ fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // Kept across exec: whatever the child starts and abandons stays its own.
+            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             // The supervisor may have died before prctl took effect.
             if libc::getppid() != parent {
                 libc::_exit(1);
@@ -122,6 +143,66 @@ fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
         .spawn()
         .with_context(|| format!("spawn {}", spec.program.display()))?;
     Ok(child)
+}
+
+/// Pids this process spawned and has not seen go: everything else among its children is an
+/// orphan it adopted.
+static SPAWNED: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+
+fn lock_spawned() -> std::sync::MutexGuard<'static, BTreeSet<u32>> {
+    SPAWNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Makes this process the reaper of its descendants' orphans (see the module docs).
+pub fn become_subreaper() -> Result<()> {
+    // SAFETY: prctl with these arguments only sets a flag on this process.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } < 0 {
+        return Err(std::io::Error::last_os_error()).context("prctl(PR_SET_CHILD_SUBREAPER)");
+    }
+    Ok(())
+}
+
+/// Kills and reaps every child of this process it did not spawn itself: what exited agents (or
+/// the model server) left behind. Repeats until none is left, since killing one hands its own
+/// children to us. Returns how many it killed. Blocking: call it from a blocking task.
+pub fn sweep_orphans() -> usize {
+    let me = std::process::id() as i32;
+    let mut killed = 0;
+    // Bounded: a fork bomb racing the sweep is stopped by the next sweep, not by this loop.
+    for _ in 0..200 {
+        let orphans: Vec<i32> = {
+            let mut spawned = lock_spawned();
+            let children = children_of(me);
+            spawned.retain(|pid| children.contains(&(*pid as i32)));
+            children.into_iter().filter(|pid| !spawned.contains(&(*pid as u32))).collect()
+        };
+        if orphans.is_empty() {
+            break;
+        }
+        for &pid in &orphans {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            // A killed process is ours to reap (it is no tokio child: nobody else waits for it).
+            let _ = nix::sys::wait::waitpid(pid, None);
+            killed += 1;
+        }
+    }
+    killed
+}
+
+/// The pids whose parent is `parent`, from `/proc/<pid>/stat`.
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| parent_pid(pid) == Some(parent))
+        .collect()
+}
+
+/// The parent pid from `/proc/<pid>/stat` (after the `(comm)`, which may hold spaces).
+pub fn parent_pid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Sends `signal` to the process group led by `pid` (each child leads its own session).

@@ -99,25 +99,34 @@ fn with_registry(mut spec: SwarmSpec, store: &Store) -> Result<SwarmSpec> {
     Ok(spec)
 }
 
-/// Reads the API key of every remote model from the variable its `api_key_env` names. The keys
-/// stay in this process (the gateway); agents are spawned with a cleared environment.
-fn api_keys(spec: &SwarmSpec) -> Result<HashMap<String, Secret>> {
-    let mut keys = HashMap::new();
+/// Raises the soft limit on open files to the hard limit (at most 65 536): each agent and each
+/// `flockctl` holds a socket, and the listeners serve up to
+/// [`flock_actors::server::MAX_CONNECTIONS`] each; a default soft limit of 1 024 would run out
+/// first.
+fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let want = hard.min(65_536);
+        if soft < want {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, want, hard);
+        }
+    }
+}
+
+/// Checks that every model an agent uses has its API key (read from the variable its
+/// `api_key_env` names by [`crate::secrets::take_api_keys`]). The keys stay in this process (the
+/// gateway); agents are spawned with a cleared environment.
+fn check_api_keys(spec: &SwarmSpec, keys: &HashMap<String, Secret>) -> Result<()> {
     let mut missing = Vec::new();
-    let models = spec.agents.iter().map(|a| &a.model).chain(spec.models.values());
-    for model in models {
-        let (ModelSpec::OpenAi(m) | ModelSpec::Anthropic(m)) = model else { continue };
-        let Some(var) = &m.api_key_env else { continue };
-        match std::env::var(var) {
-            Ok(v) if !v.trim().is_empty() => {
-                keys.insert(var.clone(), Secret::new(v.trim()));
-            }
-            // Only models an agent uses must have their key now (`flock_create_agent` may pick
-            // another model later; its calls then fail with the variable's name).
-            _ if spec.agents.iter().any(|a| &a.model == model) && !missing.contains(var) => {
-                missing.push(var.clone());
-            }
-            _ => {}
+    for agent in &spec.agents {
+        let (ModelSpec::OpenAi(m) | ModelSpec::Anthropic(m)) = &agent.model else { continue };
+        // Only models an agent uses must have their key now (`flock_create_agent` may pick
+        // another model later; its calls then fail with the variable's name).
+        if let Some(var) = &m.api_key_env
+            && !keys.contains_key(var)
+            && !missing.contains(var)
+        {
+            missing.push(var.clone());
         }
     }
     if !missing.is_empty() {
@@ -127,7 +136,7 @@ fn api_keys(spec: &SwarmSpec) -> Result<HashMap<String, Secret>> {
             if missing.len() == 1 { "it" } else { "them" }
         );
     }
-    Ok(keys)
+    Ok(())
 }
 
 /// How the channels actor creates and decommissions agents: through the router (routing) and the
@@ -165,7 +174,7 @@ fn private_files() {
 }
 
 /// Runs a swarm until it is told to stop. Returns once every agent has stopped.
-pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
+pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>) -> Result<()> {
     let started = Instant::now();
     private_files();
     state.create()?;
@@ -175,7 +184,10 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     let store = Store::open(&state.db(), Durability::Normal)
         .with_context(|| format!("open the store {}", state.db().display()))?;
     let spec = Arc::new(with_registry(spec, &store)?);
-    let keys = api_keys(&spec)?;
+    check_api_keys(&spec, &keys)?;
+    raise_fd_limit();
+    // Whatever an agent starts stays in our process tree, to be stopped with it (spawn.rs).
+    crate::spawn::become_subreaper()?;
     let usage = store.token_totals().context("read token totals")?;
     let (store_ref, _) = Actor::spawn(Some("store".into()), StoreActor, store)
         .await
@@ -310,6 +322,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
         max_frame_bytes: spec.delivery.max_frame_bytes,
         outbox_frames: spec.delivery.outbox_frames,
         uid: nix::unistd::getuid().as_raw(),
+        max_connections: flock_actors::server::MAX_CONNECTIONS,
     };
     let agents_listener = UnixTransport::new(state.router_socket())
         .bind()
@@ -351,6 +364,11 @@ pub async fn up(spec: SwarmSpec, state: StateDir) -> Result<()> {
     // The model last: a stopping agent may still finish a call.
     if let Some(model) = &model {
         model.stop().await;
+    }
+    // Whatever the agents left running (detached children) goes with them.
+    let leftovers = tokio::task::spawn_blocking(crate::spawn::sweep_orphans).await.unwrap_or(0);
+    if leftovers > 0 {
+        eprintln!("flock: killed {leftovers} process(es) the agents had left running");
     }
     children.stop(None);
     router.stop(None);

@@ -298,6 +298,18 @@ impl Actor for Channels {
     }
 }
 
+/// A description, refused past [`flock_config::MAX_DESCRIPTION_BYTES`] (every catalog shows it).
+fn described(text: &str) -> Result<String, (ErrorCode, String)> {
+    if text.len() > flock_config::MAX_DESCRIPTION_BYTES {
+        return Err(bad(format!(
+            "`description` is {} bytes long; at most {} are allowed",
+            text.len(),
+            flock_config::MAX_DESCRIPTION_BYTES
+        )));
+    }
+    Ok(text.to_owned())
+}
+
 fn bad(msg: impl Into<String>) -> (ErrorCode, String) {
     (ErrorCode::BadRequest, msg.into())
 }
@@ -559,6 +571,20 @@ impl ChannelsState {
                         self.db(move |s| s.messages_between(&id, 0, last, limit)).await?
                     }
                 };
+                // A page stays well inside one frame: messages are cut off by bytes as well as
+                // by count (always at least one; each is at most a message's limit).
+                let budget = self.spec.delivery.max_frame_bytes as usize / 4;
+                let mut used = 0;
+                let keep = messages
+                    .iter()
+                    .take_while(|m| {
+                        used += m.text.len() + m.author.len();
+                        used <= budget
+                    })
+                    .count()
+                    .max(1);
+                let mut messages = messages;
+                messages.truncate(keep);
                 let next_after = messages.last().map(|m| m.seq);
                 Ok(json!({
                     "channel": ch.id, "name": ch.name, "topic": ch.topic, "state": ch.state.as_str(),
@@ -699,7 +725,7 @@ impl ChannelsState {
                     .cloned()
                     .unwrap_or_else(|| Card { agent: caller.id.clone(), ..Card::default() });
                 if let Some(d) = str_arg(args, "description") {
-                    card.description = d.to_owned();
+                    card.description = described(d)?;
                 }
                 if args.get("skills").is_some() {
                     card.skills = list_arg(args, "skills")?;
@@ -778,7 +804,7 @@ impl ChannelsState {
             name: name.clone(),
             role,
             archetype: str_arg(args, "archetype").map(str::to_owned),
-            description: str_arg(args, "description").unwrap_or_default().to_owned(),
+            description: described(str_arg(args, "description").unwrap_or_default())?,
             restart: self.spec.default_restart,
             stop_timeout_secs: self.spec.default_stop_timeout_secs,
             ready_timeout_secs: self.spec.default_ready_timeout_secs,
@@ -985,6 +1011,10 @@ impl ChannelsState {
         text: &str,
         answers: Option<MsgId>,
     ) -> Result<(u64, bool), (ErrorCode, String)> {
+        let limit = flock_ipc::max_message_bytes(self.spec.delivery.max_frame_bytes);
+        if text.len() > limit {
+            return Err(bad(crate::router::too_long("the post", text.len(), limit)));
+        }
         let ch =
             self.channels.get(channel).ok_or_else(|| bad(format!("no channel `#{channel}`")))?;
         if ch.state == ChannelState::Archived {

@@ -64,7 +64,8 @@ pub async fn start(dir: &Path, life: u32, yaml: &str, with_channels: bool) -> No
     let socket = dir.join(format!("router-{life}.sock"));
     let listener = UnixTransport::new(&socket).bind().unwrap();
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
-    let limits = ConnLimits { max_frame_bytes: 1 << 20, outbox_frames: 1024, uid };
+    let limits =
+        ConnLimits { max_frame_bytes: 1 << 20, outbox_frames: 1024, uid, max_connections: 1024 };
     serve::<UnixTransport>(listener, ConnKind::Agent, router.clone(), limits);
     Node { dir: dir.to_path_buf(), socket, db, router, store, channels }
 }

@@ -128,6 +128,14 @@ fn main() -> ExitCode {
                     }
                 };
             }
+            // API keys leave the environment before any thread starts (an agent's child could
+            // read them in /proc otherwise), and the supervisor cannot be inspected or traced.
+            #[allow(unsafe_code)]
+            // SAFETY: single-threaded still: the runtime is built below.
+            let keys = unsafe { flock_supervisor::secrets::take_api_keys(&spec) };
+            if let Err(e) = flock_supervisor::secrets::not_dumpable() {
+                eprintln!("flock-supervisor: warning: cannot make the process non-dumpable: {e}");
+            }
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
@@ -139,7 +147,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            match runtime.block_on(flock_supervisor::up::up(spec, state)) {
+            match runtime.block_on(flock_supervisor::up::up(spec, state, keys)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("flock-supervisor: {e:#}");

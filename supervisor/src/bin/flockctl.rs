@@ -41,7 +41,7 @@ enum Command {
     Send {
         /// The agent, e.g. coordinator (`flockctl ps` lists them).
         agent: String,
-        /// The message (quote it).
+        /// The message (quote it; `-` reads it from standard input).
         text: String,
         /// Route in memory only (lost if the agent is down); no acceptance is awaited.
         #[arg(long, conflicts_with = "wait")]
@@ -79,8 +79,15 @@ enum Command {
     Start { agent: String },
     /// Restart an agent; waits until it is ready again.
     Restart { agent: String },
-    /// List messages that exhausted their delivery attempts.
+    /// List messages that exhausted their delivery attempts, oldest first, a page at a time
+    /// (texts are shown up to 2 000 characters).
     DeadLetters {
+        /// How many to list (at most 500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Skip this many first (the next page: --offset 50).
+        #[arg(long, default_value_t = 0)]
+        offset: u32,
         #[arg(long)]
         json: bool,
     },
@@ -119,6 +126,7 @@ enum Command {
     Post {
         /// The channel, e.g. '#project-login' (quote it: `#` starts a shell comment).
         channel: String,
+        /// The post (`-` reads it from standard input).
         text: String,
         /// Post as human:NAME [default: $USER, else operator].
         #[arg(long = "as", value_name = "NAME")]
@@ -264,6 +272,17 @@ enum JournalCommand {
     /// Append one event given as JSON (validated against the schema; id and timestamp are filled
     /// in when absent).
     Log { json: String },
+}
+
+/// The text as given, or standard input for `-`.
+fn text_or_stdin(text: String) -> Result<String> {
+    if text != "-" {
+        return Ok(text);
+    }
+    let mut buf = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf)
+        .context("read the text from standard input (it must be UTF-8)")?;
+    Ok(buf)
 }
 
 fn main() -> ExitCode {
@@ -472,6 +491,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         },
         Command::Send { agent, text, at_most_once, wait, timeout, json } => {
+            let text = text_or_stdin(text)?;
             let mode = if at_most_once { SendMode::AtMostOnce } else { SendMode::Durable };
             let frame = Frame::new(flock_ipc::OPERATOR, &agent, Body::Send { text, mode });
             let id = frame.id;
@@ -584,9 +604,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Restart { agent } => {
             done(control(&mut conn, ControlRequest::Restart { agent }).await?)
         }
-        Command::DeadLetters { json } => {
+        Command::DeadLetters { limit, offset, json } => {
+            let limit = limit.clamp(1, 500);
             let ControlReply::DeadLetters(letters) =
-                control(&mut conn, ControlRequest::DeadLetters).await?
+                control(&mut conn, ControlRequest::DeadLetters { offset, limit }).await?
             else {
                 bail!("unexpected answer");
             };
@@ -600,8 +621,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else if letters.is_empty() {
-                println!("no dead letters");
+                println!("no dead letters{}", if offset > 0 { " on this page" } else { "" });
             } else {
+                let full = letters.len() as u32 == limit;
                 for d in letters {
                     println!(
                         "{} {} → {} ({} attempts: {}): {:?}",
@@ -611,6 +633,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         d.attempts,
                         d.reason,
                         d.text
+                    );
+                }
+                if full {
+                    println!(
+                        "(more may follow: flockctl dead-letters --offset {})",
+                        offset + limit
                     );
                 }
             }
@@ -668,6 +696,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             decide(&mut conn, id, false, reason, None, as_name).await
         }
         Command::Post { channel, text, as_name } => {
+            let text = text_or_stdin(text)?;
             let args = json!({"channel": channel, "text": text});
             let r = channel_tool(&mut conn, "flock_channel_post", args, as_name).await?;
             println!("posted to #{} as seq {}", r["channel"].as_str().unwrap_or(""), r["seq"]);

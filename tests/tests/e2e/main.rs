@@ -9,6 +9,7 @@ mod chains;
 mod channels;
 mod cli;
 mod delivery;
+mod isolation;
 mod llm;
 mod local_model;
 mod permissions;

@@ -205,3 +205,71 @@ fn hostile_connections_claiming_huge_frames_cost_the_supervisor_little() {
     assert!(ps.contains("echo"), "{ps}");
     drop(held);
 }
+
+/// `flockctl` with `args`, its standard input fed from `input`.
+fn ctl_with_stdin(swarm: &Swarm, args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new(flock_testkit::bin("flockctl"))
+        .arg("--state-dir")
+        .arg(swarm.state_dir())
+        .args(args)
+        .env_remove("FLOCK_HOME")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn flockctl");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    // flockctl may refuse before reading everything: a broken pipe is then expected.
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    child.wait_with_output().expect("wait for flockctl")
+}
+
+#[test]
+fn a_message_too_large_for_the_swarm_is_refused_at_the_door_and_nothing_else_suffers() {
+    let swarm = echo_swarm();
+    let pid = swarm.pid_of("echo");
+    // 3 MiB: a frame takes it (16 MiB), but what it becomes further on might not; the limit
+    // for a message is an eighth of a frame (2 MiB).
+    let big = "x".repeat(3 * 1024 * 1024);
+    let out = ctl_with_stdin(&swarm, &["send", "echo", "-"], big.as_bytes());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a 3 MiB send was accepted");
+    assert!(err.contains("the message is 3.0 MiB and the limit is 2.0 MiB"), "{err}");
+    assert!(err.contains("delivery.max_frame_bytes"), "{err}");
+
+    // A channel post the same.
+    swarm.ctl_ok(&["channel", "create", "big", "--members", "echo"]);
+    let out = ctl_with_stdin(&swarm, &["post", "#big", "-"], big.as_bytes());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a 3 MiB post was accepted");
+    assert!(err.contains("the post is 3.0 MiB and the limit is 2.0 MiB"), "{err}");
+
+    // Just under the limit goes through, read from standard input, and is answered.
+    let fits = format!("{}end", "y".repeat(2 * 1024 * 1024 - 100));
+    let out = ctl_with_stdin(&swarm, &["send", "echo", "--wait", "-"], fits.as_bytes());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).trim_end().ends_with("end"));
+    // Nothing was dead-lettered and the agent never restarted.
+    assert_eq!(swarm.ctl_ok(&["dead-letters"]).trim(), "no dead letters");
+    assert_echo_undisturbed(&swarm, pid, "still here");
+}
+
+#[test]
+fn past_the_connection_cap_a_peer_is_refused_and_the_rest_are_served_after() {
+    let swarm = echo_swarm();
+    // flock_actors::server::MAX_CONNECTIONS.
+    let cap = 1024;
+    // Each connection takes a slot from the moment it is accepted, handshake or not.
+    let held: Vec<_> = (0..cap)
+        .map(|_| std::os::unix::net::UnixStream::connect(swarm.control_socket()).unwrap())
+        .collect();
+    let mut extra = RawConn::connect(&swarm.control_socket());
+    let closed = extra.read_until_closed();
+    let reason = expect_reject(&closed.frames, ErrorCode::RateLimited);
+    assert!(reason.contains(&format!("too many connections ({cap} at once)")), "{reason}");
+    drop(held);
+    // The slots come back as their connections close.
+    swarm.wait_until(|| swarm.try_ps().is_ok(), SHORT, "flockctl is served again");
+}
