@@ -63,6 +63,7 @@ async fn main() {
             channels: Some(channels.clone()),
             gateway: None,
             journal: None,
+            memory: None,
         },
     )
     .await

@@ -192,6 +192,9 @@ impl Actor for Gateway {
                         return Ok(());
                     }
                 };
+                // Secrets never reach a model, whatever carried them in (a tool result, a file,
+                // a person's message).
+                mask_request(&mut req);
                 // The embedded model keeps one KV-cache slot per agent, keyed by this name.
                 // and serves background work after the turns people wait for.
                 if matches!(target, Target::Local(..)) {
@@ -260,5 +263,69 @@ impl Actor for Gateway {
             }
         }
         Ok(())
+    }
+}
+
+/// Masks every text of a model request (`flock_memory::mask`): messages, tool results and the
+/// arguments of earlier tool calls.
+pub fn mask_request(req: &mut ChatRequest) {
+    use flock_ipc::llm::ChatMsg;
+    use flock_memory::mask::mask_in_place;
+    for m in &mut req.messages {
+        match m {
+            ChatMsg::System { text } | ChatMsg::User { text } => {
+                mask_in_place(text);
+            }
+            ChatMsg::Assistant { text, tool_calls } => {
+                if let Some(t) = text {
+                    mask_in_place(t);
+                }
+                for c in tool_calls {
+                    mask_in_place(&mut c.arguments);
+                }
+            }
+            ChatMsg::Tool { content, .. } => {
+                mask_in_place(content);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flock_ipc::llm::{ChatMsg, ToolCall};
+
+    #[test]
+    fn no_text_of_a_model_request_keeps_a_secret() {
+        let key = "sk-proj-abcdefghijklmnopqrstuvwxyz012345";
+        let mut req = ChatRequest {
+            messages: vec![
+                ChatMsg::System { text: format!("deploy with {key}") },
+                ChatMsg::User { text: "password: hunter2hunter".into() },
+                ChatMsg::Assistant {
+                    text: Some(format!("using {key}")),
+                    tool_calls: vec![ToolCall {
+                        id: "c1".into(),
+                        name: "fs_read".into(),
+                        arguments: format!("{{\"path\":\"{key}\"}}"),
+                    }],
+                },
+                ChatMsg::Tool {
+                    call_id: "c1".into(),
+                    name: "fs_read".into(),
+                    content: format!("OPENAI_API_KEY={key}\nmail ana@example.com"),
+                },
+            ],
+            tools: Vec::new(),
+            user: None,
+            service_tier: None,
+            max_tokens: None,
+        };
+        mask_request(&mut req);
+        let text = serde_json::to_string(&req).unwrap();
+        assert!(!text.contains(key) && !text.contains("hunter2"), "{text}");
+        assert!(!text.contains("ana@example.com"), "{text}");
+        assert_eq!(text.matches("[masked:").count(), 6, "{text}");
     }
 }

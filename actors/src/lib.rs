@@ -9,6 +9,7 @@ pub mod chains;
 pub mod channels;
 pub mod gateway;
 pub mod journal;
+pub mod memory;
 pub mod permissions;
 pub mod router;
 pub mod server;

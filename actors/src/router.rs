@@ -170,6 +170,8 @@ pub struct RouterArgs {
     pub gateway: Option<ActorRef<GatewayMsg>>,
     /// Where chain hops are journaled (`None`: not journaled).
     pub journal: Option<JournalWriter>,
+    /// The memory tools (`memory_search`…), if the swarm has a memory dir.
+    pub memory: Option<crate::memory::MemoryService>,
 }
 
 /// What the channels actor reports after posting a chain's answer.
@@ -285,6 +287,7 @@ struct PendingRequest {
 
 pub struct RouterState {
     spec: Arc<SwarmSpec>,
+    memory: Option<crate::memory::MemoryService>,
     store: ActorRef<StoreMsg>,
     events: EventSink,
     control: ControlSink,
@@ -390,6 +393,7 @@ impl Actor for Router {
             unflushed_turns: HashMap::new(),
             chains,
             journal: args.journal,
+            memory: args.memory,
         })
     }
 
@@ -736,6 +740,41 @@ impl RouterState {
                 // The call's id is the key: a replayed turn re-sends the same one.
                 let (tool, args) = (name.clone(), arguments.clone());
                 self.permission_call(myself, caller, tool, args, frame.id, reply);
+            }
+            Body::ToolCall { name, arguments }
+                if kind == ConnKind::Agent && crate::memory::is_memory_tool(name) =>
+            {
+                let allowed = self
+                    .slots
+                    .get(identity)
+                    .is_some_and(|s| name.contains("__") || s.spec.role.may_use(name));
+                let (Some(memory), Some(outbox), true) =
+                    (&self.memory, self.conns.get(&conn).map(|i| i.outbox.clone()), allowed)
+                else {
+                    let msg = if allowed {
+                        "this swarm keeps no memory index".to_owned()
+                    } else {
+                        format!("`{identity}` may not use {name}")
+                    };
+                    let code = if allowed { ErrorCode::Internal } else { ErrorCode::Forbidden };
+                    return self.answer(conn, Frame::error(&frame, code, msg));
+                };
+                let (id, to) = (frame.id, identity.to_owned());
+                memory.call(
+                    name,
+                    arguments,
+                    Box::new(move |result| {
+                        let (ok, content) = match result {
+                            Ok(c) => (true, c),
+                            Err(e) => (false, e),
+                        };
+                        let answer = Frame {
+                            correlation_id: Some(id),
+                            ..Frame::new(ROUTER, to, Body::ToolResult { ok, content })
+                        };
+                        let _ = outbox.blocking_send(answer);
+                    }),
+                );
             }
             Body::ToolCall { name, arguments } if kind == ConnKind::Agent => {
                 let result = self.router_tool(identity, name, arguments);

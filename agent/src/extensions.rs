@@ -215,12 +215,16 @@ impl Pipeline {
                 Ext::Lifecycle { unconscious: Some(to), timeout, .. } if !turn.result => {
                     let (to, timeout) = (to.clone(), *timeout);
                     if let Some(ctx) = self.ask_unconscious(&to, turn, timeout).await {
+                        println!(
+                            "worker_lifecycle: [unconscious_context] {}",
+                            clip(&ctx.replace('\n', " "), 300)
+                        );
                         pre.context.push(format!("[unconscious_context]\n{ctx}"));
                     }
                 }
                 Ext::Lifecycle { .. } => {}
                 Ext::Memory { .. } if self.role == Role::Unconscious => {
-                    pre.reply = Some(recall(self.memory.as_ref(), turn.text));
+                    pre.reply = Some(recall(&self.client, turn.text).await);
                 }
                 Ext::Memory { reflecting, .. } => {
                     if let Some(c) = memory_context(self.role, self.memory.as_ref(), reflecting) {
@@ -427,25 +431,44 @@ fn is_nothing(reply: &str) -> bool {
     r.is_empty() || r == "nothing" || r == "none"
 }
 
-/// Memories the unconscious answers a worker's input with: what the memory files say about
-/// it, one per line, or nothing (then the worker gets no context at all, not a guess).
-fn recall(memory: Option<&Memory>, input: &str) -> String {
-    let Some(m) = memory else { return String::new() };
-    match m.recall(input, 5) {
-        Ok(hits) if !hits.is_empty() => {
-            let lines: Vec<String> = hits.iter().map(|h| format!("- {h}")).collect();
-            println!("memory_files: recalled {} memories", hits.len());
-            lines.join("\n")
-        }
-        Ok(_) => {
-            println!("memory_files: nothing in memory about this");
-            String::new()
-        }
-        Err(e) => {
-            println!("memory_files: recall failed: {e}");
-            String::new()
-        }
+/// Memories the unconscious answers a worker's input with: the best matches of the swarm's
+/// memory index (`memory__search`: BM25 over observations, reflections and knowledge, with
+/// priority and recency boosts), one per line, or nothing (then the worker gets no context at
+/// all, not a guess).
+async fn recall(client: &RouterClient, input: &str) -> String {
+    let args = serde_json::json!({
+        "query": input,
+        "limit": 5,
+        "kinds": ["observation", "reflection", "knowledge"],
+    });
+    let out = crate::tools::forward(client, "memory__search", &args).await;
+    if !out.ok {
+        println!("memory_files: recall failed: {}", out.content);
+        return String::new();
     }
+    let hits: Vec<serde_json::Value> = serde_json::from_str::<serde_json::Value>(&out.content)
+        .ok()
+        .and_then(|v| v["hits"].as_array().cloned())
+        .unwrap_or_default();
+    if hits.is_empty() {
+        println!("memory_files: nothing in memory about this");
+        return String::new();
+    }
+    println!("memory_files: recalled {} memories", hits.len());
+    let lines: Vec<String> = hits
+        .iter()
+        .map(|h| {
+            let text: String = h["text"].as_str().unwrap_or_default().replace('\n', " ");
+            let text: String = text.chars().take(400).collect();
+            let when = format!(
+                "{} {}",
+                h["date"].as_str().unwrap_or(""),
+                h["time"].as_str().unwrap_or("")
+            );
+            format!("- {}: {text}", when.trim())
+        })
+        .collect();
+    lines.join("\n")
 }
 
 /// The memory a memory agent reads before its turn: reflection gets the unreflected

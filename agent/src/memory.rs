@@ -11,13 +11,17 @@
 //! Every write holds `memory/.lock` (an exclusive `flock`), so writers in different processes
 //! never interleave; an append is one `write` of a whole entry, and a rewrite (marking
 //! observations reflected, merging knowledge) goes to a temporary file renamed over the old one,
-//! so a crash leaves either the old file or the new one. Times are UTC.
+//! so a crash leaves either the old file or the new one. Times are UTC. Every entry is masked
+//! (`flock_memory::mask`: API keys, tokens, passwords, private keys, e-mail and card numbers)
+//! before it is written.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use flock_ipc::time::date_and_minute;
+// Secrets never reach the memory files: every entry is masked before it is written.
+use flock_memory::mask;
 
 /// One observation entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +86,7 @@ impl Memory {
         let (date, hm) = date_and_minute(now_ms);
         let line =
             format!("{hm} | {} | {} | {}\n", one_line(request), one_line(done), one_line(result));
+        let line = mask(&line);
         self.locked(|| self.append("journals", &format!("{date}.md"), &line))
     }
 
@@ -95,7 +100,7 @@ impl Memory {
             if std::fs::read_to_string(&path).is_ok_and(|t| t.contains(&marker)) {
                 return Ok(false);
             }
-            let entry = format!("## {hm}\n{}\n{marker}\n---\n\n", text.trim());
+            let entry = format!("## {hm}\n{}\n{marker}\n---\n\n", mask(text.trim()));
             self.append("observations", &format!("{date}.md"), &entry)?;
             Ok(true)
         })
@@ -157,7 +162,7 @@ impl Memory {
     /// `reflections/DATE.md`: `## Reflection - HH:MM`, the text, `---`.
     pub fn append_reflection(&self, now_ms: u64, text: &str) -> io::Result<PathBuf> {
         let (date, hm) = date_and_minute(now_ms);
-        let entry = format!("## Reflection - {hm}\n{}\n---\n\n", text.trim());
+        let entry = format!("## Reflection - {hm}\n{}\n---\n\n", mask(text.trim()));
         self.locked(|| self.append("reflections", &format!("{date}.md"), &entry))
     }
 
@@ -166,6 +171,7 @@ impl Memory {
     /// its `Last updated:` line renewed.
     pub fn merge_knowledge(&self, now_ms: u64, document: &str) -> io::Result<PathBuf> {
         let (date, hm) = date_and_minute(now_ms);
+        let document = mask(document);
         let mut lines = document.trim().lines();
         let title = lines
             .by_ref()
@@ -234,71 +240,6 @@ impl Memory {
     }
 }
 
-/// Words too common to tell memories apart.
-const STOPWORDS: &[&str] = &[
-    "about", "after", "again", "also", "and", "are", "because", "been", "but", "can", "could",
-    "does", "for", "from", "give", "have", "here", "into", "just", "make", "more", "must",
-    "please", "should", "some", "than", "that", "the", "their", "them", "then", "there", "these",
-    "they", "this", "what", "when", "where", "which", "while", "will", "with", "would", "write",
-    "your",
-];
-
-/// The distinct significant words of a text (lowercase, 3+ letters, no stopwords).
-fn keywords(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .map(str::to_lowercase)
-        .filter(|w| w.chars().count() >= 3 && !STOPWORDS.contains(&w.as_str()))
-        .collect();
-    out.sort();
-    out.dedup();
-    out
-}
-
-impl Memory {
-    /// Memories that share words with `query`, best first, at most `limit`: observations,
-    /// reflections and knowledge entries (journals are the worker's own log, not memory). An
-    /// entry needs two shared words (one when the query has no more than two). A keyword recall,
-    /// not a semantic search: it finds what was said, and finds nothing rather than guessing.
-    pub fn recall(&self, query: &str, limit: usize) -> io::Result<Vec<String>> {
-        let wanted = keywords(query);
-        if wanted.is_empty() {
-            return Ok(Vec::new());
-        }
-        let needed = if wanted.len() <= 2 { 1 } else { 2 };
-        let mut scored: Vec<(usize, String)> = Vec::new();
-        let mut consider = |entry: String| {
-            let words = keywords(&entry);
-            let score = wanted.iter().filter(|w| words.binary_search(w).is_ok()).count();
-            if score >= needed {
-                scored.push((score, entry));
-            }
-        };
-        for o in self.observations()? {
-            consider(format!("{}: {}", o.when, one_line(&o.text)));
-        }
-        for sub in ["reflections", "knowledge"] {
-            let folder = self.dir.join(sub);
-            let mut files: Vec<PathBuf> = match std::fs::read_dir(&folder) {
-                Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            files.sort();
-            for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
-                let text = std::fs::read_to_string(path)?;
-                for section in text.split("\n## ").filter(|s| !s.trim().is_empty()) {
-                    consider(one_line(section).chars().take(400).collect());
-                }
-            }
-        }
-        // Best first; among equals, the newest (later entries were read later).
-        scored.reverse();
-        scored.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
-        Ok(scored.into_iter().take(limit).map(|(_, e)| e).collect())
-    }
-}
-
 /// `(YYYY-MM-DD, path)` of the `*.md` files of a folder, by date.
 fn dated_files(folder: &Path) -> io::Result<Vec<(String, PathBuf)>> {
     let rd = match std::fs::read_dir(folder) {
@@ -333,6 +274,8 @@ fn parse_observations(date: &str, text: &str) -> Vec<Observation> {
                 o.id = id.trim_end_matches("-->").trim().to_owned();
             } else if line.starts_with(REFLECTED_PREFIX) {
                 o.reflected = true;
+            } else if line.starts_with("<!--") {
+                // Other annotations (`<!-- priority: high; category: task -->`) are the index's.
             } else if line == "---" {
                 out.extend(cur.take());
             } else if !line.trim().is_empty() {
@@ -411,6 +354,26 @@ mod tests {
     }
 
     #[test]
+    fn secrets_are_masked_before_any_memory_file_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Memory::new(dir.path());
+        let key = "sk-proj-abcdefghijklmnopqrstuvwxyz012345";
+        m.append_observation(T, "s1", &format!("Ana set OPENAI_API_KEY to {key}.")).unwrap();
+        m.append_journal(T, "deploy", &format!("used password: hunter2hunter and {key}"), "ok")
+            .unwrap();
+        m.append_reflection(T, &format!("Mail ana@example.com about {key}")).unwrap();
+        m.merge_knowledge(T, &format!("# Keys\n\nThe key is {key}.")).unwrap();
+        for sub in ["observations", "journals", "reflections", "knowledge"] {
+            for entry in std::fs::read_dir(dir.path().join(sub)).unwrap() {
+                let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+                assert!(!text.contains(key) && !text.contains("hunter2"), "{sub}: {text}");
+                assert!(!text.contains("ana@example.com"), "{sub}: {text}");
+                assert!(text.contains("[masked:"), "{sub}: {text}");
+            }
+        }
+    }
+
+    #[test]
     fn journal_lines_stay_one_line_and_knowledge_merges() {
         let dir = tempfile::tempdir().unwrap();
         let m = Memory::new(dir.path());
@@ -431,30 +394,6 @@ mod tests {
         assert_eq!(k.matches("Last updated:").count(), 1, "{k}");
         assert!(k.trim_end().ends_with("Last updated: 2025-11-21 10:14"), "{k}");
         assert!(m.digest(10_000).unwrap().contains("user-preferences"));
-    }
-
-    #[test]
-    fn recall_finds_memories_that_share_words_and_nothing_else() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Memory::new(dir.path());
-        m.append_observation(
-            1_764_072_000_000,
-            "a",
-            "Bren planned the Rust meetup talk for Monday.",
-        )
-        .unwrap();
-        m.append_observation(1_764_072_060_000, "b", "Bren likes short answers.").unwrap();
-        m.merge_knowledge(
-            1_764_072_120_000,
-            "# Talks\n## Key knowledge\n- The Rust meetup is in Lisbon.",
-        )
-        .unwrap();
-        let hits = m.recall("When is my Rust meetup talk?", 5).unwrap();
-        assert_eq!(hits.len(), 2, "{hits:?}");
-        assert!(hits[0].contains("Monday"), "three shared words rank first: {hits:?}");
-        assert!(hits[1].contains("Lisbon"), "{hits:?}");
-        assert!(m.recall("What is 17 + 25?", 5).unwrap().is_empty());
-        assert!(m.recall("answers", 5).unwrap()[0].contains("short answers"));
     }
 
     #[test]

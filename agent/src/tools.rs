@@ -135,6 +135,8 @@ pub async fn execute(
         // Router tools and the channels actor's tools: the caller's identity and role come from
         // this connection, never from the arguments.
         "agents__list" | "agents__catalog" | "agents__spawn" => forward(client, name, &args).await,
+        // Answered from the swarm's memory index on the supervisor's side.
+        "memory_search" | "memory_get" => forward(client, name, &args).await,
         other if other.starts_with("flock_") && TOOLS.contains(&other) => {
             forward(client, name, &args).await
         }
@@ -245,8 +247,9 @@ pub fn offered(
     let recipients: Vec<String> =
         callable.iter().filter(|n| Some(n.as_str()) != waiting).cloned().collect();
     let mut tools = definitions_for(role);
-    if let Some(allowed) = allowed {
-        tools.retain(|t| allowed.contains(&t.name));
+    match allowed {
+        Some(allowed) => tools.retain(|t| allowed.contains(&t.name)),
+        None => tools.retain(|t| !flock_config::OPT_IN_TOOLS.contains(&t.name.as_str())),
     }
     tools.retain(|t| match state {
         TurnState::Result => false,
@@ -344,6 +347,23 @@ pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
              the workspace); returns the exit status and output.",
             json!({"command": s("the shell command, e.g. `sh test.sh`"), "timeout_secs": {"type": "integer"}}),
             &["command"],
+        ),
+        def(
+            "memory_search",
+            "Search the team's long-term memory (observations, reflections, knowledge, journals) \
+             for words; returns the best records with their ids and dates.",
+            json!({
+                "query": s("the words to look for"),
+                "limit": {"type": "integer", "description": "at most this many (default 5)"},
+                "all": {"type": "boolean", "description": "include records older than a year"},
+            }),
+            &["query"],
+        ),
+        def(
+            "memory_get",
+            "Read one long-term memory record in full, by the id memory_search gave.",
+            json!({"id": s("the record's id")}),
+            &["id"],
         ),
         def(
             "http_fetch",

@@ -52,7 +52,8 @@ pub struct RunArgs {
     /// Runs of `exec true` per sandbox backend (the Docker one at most 30).
     #[arg(long, default_value_t = 100)]
     pub exec_runs: usize,
-    /// Only these figures (comma-separated): routed,raw,durable,request,up,restart,rss,sandbox.
+    /// Only these figures (comma-separated): routed,raw,durable,request,up,restart,rss,sandbox,
+    /// memory.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where flock-supervisor and flock-agent are [default: next to this executable].
@@ -100,8 +101,8 @@ macro_rules! say {
 
 async fn run(args: RunArgs) -> Result<()> {
     let started = Instant::now();
-    const FIGURES: [&str; 8] =
-        ["routed", "raw", "durable", "request", "up", "restart", "rss", "sandbox"];
+    const FIGURES: [&str; 9] =
+        ["routed", "raw", "durable", "request", "up", "restart", "rss", "sandbox", "memory"];
     if let Some(bad) = args.only.iter().find(|o| !FIGURES.contains(&o.as_str())) {
         bail!("--only {bad}: choose among {}", FIGURES.join(","));
     }
@@ -129,6 +130,10 @@ async fn run(args: RunArgs) -> Result<()> {
         if want("sandbox") {
             let helper = bins.supervisor.with_file_name("flock-sandbox");
             crate::sandbox::run(&helper, &root, args.exec_runs, &mut out).await?;
+        }
+        if want("memory") {
+            say!("memory: indexing 100 000 observations, then 200 searches");
+            crate::memory::run(&root, 100_000, &mut out)?;
         }
         if want("up") || want("restart") || want("rss") {
             lifecycle(&bins, &root, &args, &mut out, want("up"), want("restart"), want("rss"))
@@ -970,6 +975,24 @@ fn print_table(out: &Map<String, Value>) {
             let t = format!("p50 ≤ {target} ms");
             row(what, format!("{p50:.2}/{p95:.2} ms"), &t, Some(p50 <= target), vs_sh(p50));
         }
+    }
+    if let (Some(p50), Some(p95)) = (get("memory_search_p50_ms"), get("memory_search_p95_ms")) {
+        let cmp = get("memory_scan_p50_ms")
+            .map_or(String::new(), |b| format!("{:.3}× file scan ({b:.0} ms)", p50 / b));
+        let what = format!(
+            "memory search, {} records p50/p95",
+            thousands(get("memory_records").unwrap_or(0.0))
+        );
+        row(&what, format!("{p50:.2}/{p95:.2} ms"), "p95 ≤ 150 ms", Some(p95 <= 150.0), cmp);
+    }
+    if let Some(ms) = get("memory_rebuild_ms") {
+        row(
+            "memory index rebuild from files",
+            format!("{:.1} s", ms / 1000.0),
+            "",
+            None,
+            String::new(),
+        );
     }
     for (key, base_key, what) in [
         ("fs_write_4k", "std_write_4k", "fs_write 4 KiB p50"),

@@ -8,6 +8,7 @@
 
 mod agent;
 mod harness;
+mod memory;
 mod proto;
 mod relay;
 mod sandbox;

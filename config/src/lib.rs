@@ -56,7 +56,13 @@ pub const KNOWN_TOOLS: &[&str] = &[
     "flock_sleep",
     "flock_create_agent",
     "flock_decommission_agent",
+    "memory_search",
+    "memory_get",
 ];
+
+/// Tools an agent's model is offered only when its `tools:` lists them (they would lengthen
+/// every prompt of a small model for little use by default).
+pub const OPT_IN_TOOLS: &[&str] = &["memory_search", "memory_get"];
 
 /// Reads and validates the swarm file at `path`.
 ///

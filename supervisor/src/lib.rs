@@ -10,6 +10,7 @@ pub mod children;
 pub mod control;
 pub mod journal_cli;
 pub mod logs;
+pub mod memory_cli;
 pub mod model;
 pub mod paths;
 pub mod secrets;

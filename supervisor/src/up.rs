@@ -213,6 +213,16 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
     .await
     .map_err(|e| anyhow!("start the channels actor: {e}"))?;
 
+    // The memory index: rebuildable from the memory files, so a failure to open it costs the
+    // memory tools, never the swarm.
+    let memory_service = match flock_actors::memory::MemoryService::start(state.memory_dir()) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            eprintln!("flock: memory search is off: {e}");
+            None
+        }
+    };
+
     // The embedded model first: agents' first turns need it.
     let logs = LogHub::new(state.logs_dir());
     let spawner = Spawner::start(tokio::runtime::Handle::current())?;
@@ -279,6 +289,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
             channels: Some(channels.clone()),
             gateway: Some(gateway.clone()),
             journal: Some(flock_actors::journal::JournalWriter::spawn(journal.clone())),
+            memory: memory_service,
         },
     )
     .await

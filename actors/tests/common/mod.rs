@@ -56,6 +56,7 @@ pub async fn start(dir: &Path, life: u32, yaml: &str, with_channels: bool) -> No
         channels: channels.clone(),
         gateway: None,
         journal: Some(flock_actors::journal::JournalWriter::spawn(journal)),
+        memory: None,
     };
     let (router, _) = Actor::spawn(None, Router, args).await.unwrap();
     if let Some(c) = &channels {

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
 use flock_ipc::{Body, Connection, ControlReply, ControlRequest, Frame, PsRow, ROUTER, SendMode};
-use flock_supervisor::journal_cli;
 use flock_supervisor::paths::StateDir;
+use flock_supervisor::{journal_cli, memory_cli};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -172,6 +172,44 @@ enum Command {
         #[command(subcommand)]
         command: JournalCommand,
     },
+    /// The swarm's long-term memory: search, show, stats, rebuild the index (works without a
+    /// running swarm; the markdown files under memory/ are the truth, the index is rebuildable).
+    Memory {
+        #[command(subcommand)]
+        command: MemoryCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum MemoryCommand {
+    /// Records matching words, best first (BM25 with priority and recency boosts); cold records
+    /// (older than 365 days) only with --all.
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// Cold records too.
+        #[arg(long)]
+        all: bool,
+        /// Only these kinds: journal, observation, reflection, knowledge (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        kind: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One record in full, by the id search shows.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Records per kind and tier, files, index size.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild the index from the memory files (safe at any time: the files are the truth).
+    Rebuild,
 }
 
 #[derive(Subcommand)]
@@ -440,6 +478,20 @@ async fn wait_for_end(
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     let state = StateDir::resolve(cli.state_dir.as_deref())?;
+    // Memory is files and a rebuildable index: no running swarm needed either.
+    if let Command::Memory { command } = &cli.command {
+        let dir = state.memory_dir();
+        let out = match command {
+            MemoryCommand::Search { query, limit, all, kind, json } => {
+                memory_cli::search(&dir, query, *limit, *all, kind, *json)?
+            }
+            MemoryCommand::Show { id, json } => memory_cli::show(&dir, id, *json)?,
+            MemoryCommand::Stats { json } => memory_cli::stats(&dir, *json)?,
+            MemoryCommand::Rebuild => memory_cli::rebuild(&dir)?,
+        };
+        print!("{out}");
+        return Ok(ExitCode::SUCCESS);
+    }
     // The journal is a file: it is read and written without a running swarm.
     if let Command::Journal { command } = &cli.command {
         let journal = flock_actors::journal::Journal::open(
@@ -644,7 +696,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Journal { .. } => unreachable!("handled before connecting"),
+        Command::Journal { .. } | Command::Memory { .. } => {
+            unreachable!("handled before connecting")
+        }
         Command::Approvals { all, json } => {
             let req = ControlRequest::Channel {
                 tool: "permission_list".into(),

@@ -181,3 +181,53 @@ fn observations_trigger_reflection_at_the_threshold_and_an_idle_coordinator_wake
     assert!(text.starts_with("# Work Habits\n") && text.contains("Last updated: "), "{text}");
     assert!(swarm.log("dream").contains("[idle_detected]"));
 }
+
+#[test]
+fn a_fact_from_one_conversation_reaches_the_worker_in_a_later_one_through_the_memory_index() {
+    let swarm = persona(&[], None);
+    // A secret said in passing is masked before the observation is written.
+    let key = "sk-proj-abcdefghijklmnopqrstuvwxyz012345";
+    swarm.ctl_ok(&[
+        "send",
+        "coordinator",
+        &format!("remember that the dentist appointment is Friday at 15:00, key {key}"),
+    ]);
+    swarm.wait_until(
+        || folder(&swarm, "observations").contains("dentist appointment is Friday"),
+        LONG,
+        "the observer wrote the fact down",
+    );
+    let observations = folder(&swarm, "observations");
+    assert!(
+        !observations.contains(key) && observations.contains("[masked:api_key]"),
+        "{observations}"
+    );
+
+    // A later conversation about it: the unconscious finds the observation in the index and the
+    // worker's turn starts with it as context.
+    swarm.ctl_ok(&["send", "coordinator", "when is the dentist?"]);
+    swarm.wait_for_log("worker", "[unconscious_context] - 20", LONG);
+    let worker = swarm.log("worker");
+    let context = worker
+        .lines()
+        .find(|l| l.contains("[unconscious_context]") && l.contains("dentist"))
+        .unwrap_or_else(|| panic!("no context with the fact:\n{worker}"));
+    assert!(context.contains("Friday at 15:00"), "{context}");
+    assert!(swarm.log("unconscious").contains("recalled"), "{}", swarm.log("unconscious"));
+
+    // flockctl finds it too, and a rebuild from the files gives the same first answer.
+    let found = swarm.ctl_ok(&["memory", "search", "dentist appointment", "--json"]);
+    let hits: serde_json::Value = serde_json::from_str(&found).unwrap();
+    let first = hits[0]["id"].as_str().expect("a hit").to_owned();
+    assert!(hits[0]["text"].as_str().unwrap_or("").contains("Friday at 15:00"), "{found}");
+    let rebuilt = swarm.ctl_ok(&["memory", "rebuild"]);
+    assert!(rebuilt.contains("rebuilt the memory index"), "{rebuilt}");
+    let again = swarm.ctl_ok(&["memory", "search", "dentist appointment", "--json"]);
+    let again: serde_json::Value = serde_json::from_str(&again).unwrap();
+    assert_eq!(again[0]["id"].as_str(), Some(first.as_str()));
+    let shown = swarm.ctl_ok(&["memory", "show", &first]);
+    assert!(shown.starts_with(&first) && shown.contains("Friday at 15:00"), "{shown}");
+    let stats = swarm.ctl_ok(&["memory", "stats", "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert!(stats["kinds"]["observation"].as_u64() >= Some(1), "{stats}");
+}

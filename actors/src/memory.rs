@@ -1,0 +1,129 @@
+//! The memory tools, answered on the supervisor's side from the swarm's memory index
+//! (`flock_memory::index`): one thread owns the index (the one writer of `memory/index.db`),
+//! brings it in step with the files before each search, and answers; the router never waits for
+//! it.
+//!
+//! - `memory__search` — the runtime's (the unconscious's recall)
+//! - `memory_search {query, limit?, all?, kinds?}`, `memory_get {id}` — a model's, where its
+//!   agent lists them in `tools:`
+
+use std::path::PathBuf;
+use std::sync::mpsc as std_mpsc;
+
+use flock_memory::index::{Index, Query, today};
+use flock_memory::{Kind, Record};
+use serde_json::{Value, json};
+
+/// Whether the memory service answers `name`.
+pub fn is_memory_tool(name: &str) -> bool {
+    matches!(name, "memory__search" | "memory_search" | "memory_get")
+}
+
+type Reply = Box<dyn FnOnce(Result<String, String>) + Send>;
+
+struct Job {
+    tool: String,
+    arguments: String,
+    reply: Reply,
+}
+
+/// Handle to the memory thread.
+#[derive(Clone)]
+pub struct MemoryService {
+    tx: std_mpsc::Sender<Job>,
+}
+
+impl std::fmt::Debug for MemoryService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryService")
+    }
+}
+
+impl MemoryService {
+    /// Opens (or creates) the index of the memory dir `dir` and starts its thread.
+    pub fn start(dir: PathBuf) -> Result<MemoryService, String> {
+        let mut index = Index::open(&dir)?;
+        if let Err(e) = index.sync() {
+            eprintln!("flock: memory index: {e}");
+        }
+        let (tx, rx) = std_mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("flock-memory".into())
+            .spawn(move || {
+                for job in rx {
+                    let result = run(&mut index, &job.tool, &job.arguments);
+                    (job.reply)(result);
+                }
+            })
+            .map_err(|e| format!("start the memory thread: {e}"))?;
+        Ok(MemoryService { tx })
+    }
+
+    /// Runs `tool`; `reply` gets the JSON result or a coded error (`BAD_REQUEST: …`).
+    pub fn call(&self, tool: &str, arguments: &str, reply: Reply) {
+        let job = Job { tool: tool.to_owned(), arguments: arguments.to_owned(), reply };
+        if let Err(std_mpsc::SendError(job)) = self.tx.send(job) {
+            (job.reply)(Err("INTERNAL: the memory thread has stopped".into()));
+        }
+    }
+}
+
+fn run(index: &mut Index, tool: &str, arguments: &str) -> Result<String, String> {
+    let args: Value =
+        serde_json::from_str(if arguments.trim().is_empty() { "{}" } else { arguments })
+            .map_err(|e| format!("BAD_REQUEST: arguments are not JSON: {e}"))?;
+    index.sync().map_err(|e| format!("INTERNAL: {e}"))?;
+    match tool {
+        "memory__search" | "memory_search" => {
+            let text = args["query"]
+                .as_str()
+                .filter(|q| !q.trim().is_empty())
+                .ok_or("BAD_REQUEST: `query` is required (the words to look for)")?;
+            let mut kinds = Vec::new();
+            for k in args["kinds"].as_array().into_iter().flatten() {
+                let name = k.as_str().unwrap_or_default();
+                kinds.push(Kind::parse(name).ok_or_else(|| {
+                    format!(
+                        "BAD_REQUEST: no memory kind `{name}`; kinds: journal, observation, reflection, knowledge"
+                    )
+                })?);
+            }
+            let query = Query {
+                text,
+                limit: args["limit"].as_u64().map_or(5, |l| l.clamp(1, 20) as usize),
+                all: args["all"].as_bool().unwrap_or(false),
+                kinds,
+                today: today(),
+            };
+            let hits = index.search(&query).map_err(|e| format!("INTERNAL: {e}"))?;
+            let hits: Vec<Value> = hits
+                .iter()
+                .map(|h| {
+                    let mut v = record_json(&h.record);
+                    v["tier"] = json!(h.tier);
+                    v["score"] = json!((h.score * 1000.0).round() / 1000.0);
+                    v
+                })
+                .collect();
+            Ok(json!({"hits": hits}).to_string())
+        }
+        "memory_get" => {
+            let id = args["id"].as_str().ok_or("BAD_REQUEST: `id` is required")?;
+            match index.get(id).map_err(|e| format!("INTERNAL: {e}"))? {
+                Some(r) => Ok(record_json(&r).to_string()),
+                None => {
+                    Err(format!("BAD_REQUEST: no memory with id `{id}` (memory_search lists ids)"))
+                }
+            }
+        }
+        other => Err(format!("BAD_REQUEST: `{other}` is not a memory tool")),
+    }
+}
+
+/// A record as the tools show it.
+pub fn record_json(r: &Record) -> Value {
+    json!({
+        "id": r.id, "kind": r.kind.as_str(), "date": r.date, "time": r.time,
+        "priority": r.priority.as_str(), "category": r.category, "path": r.path, "text": r.text,
+    })
+}

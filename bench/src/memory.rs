@@ -1,0 +1,142 @@
+//! The memory figures (issue #10): an index of 100 000 observations built from its files
+//! (rebuild time), then search latency p50/p95 over varied queries, against a baseline measured
+//! in the same run: a plain scan of the same files for the query's words (what recall did before
+//! the index).
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Result, anyhow};
+use flock_memory::index::{Index, Query};
+use flock_memory::records::days_of;
+use serde_json::{Map, Value, json};
+
+use crate::proto::percentile;
+
+const WORDS: &[&str] = &[
+    "deploy",
+    "staging",
+    "database",
+    "backup",
+    "invoice",
+    "meeting",
+    "dentist",
+    "report",
+    "budget",
+    "release",
+    "review",
+    "kafka",
+    "postgres",
+    "latency",
+    "customer",
+    "travel",
+    "flight",
+    "hotel",
+    "garden",
+    "recipe",
+    "training",
+    "marathon",
+    "doctor",
+    "insurance",
+    "contract",
+    "lawyer",
+    "roadmap",
+    "hiring",
+    "interview",
+    "laptop",
+    "printer",
+    "network",
+    "router",
+    "firewall",
+];
+
+/// `n` observations over `days` daily files, deterministic (seeded).
+fn write_corpus(dir: &Path, n: usize, days: usize) -> Result<()> {
+    let mut rng = fastrand::Rng::with_seed(10);
+    let folder = dir.join("observations");
+    std::fs::create_dir_all(&folder)?;
+    let per_day = n.div_ceil(days);
+    let start = days_of("2026-11-25").ok_or_else(|| anyhow!("date"))? - days as i64;
+    let mut written = 0;
+    for d in 0..days {
+        let date = date_of(start + d as i64);
+        let mut text = String::new();
+        for i in 0..per_day.min(n - written) {
+            let words: Vec<&str> = (0..12).map(|_| WORDS[rng.usize(..WORDS.len())]).collect();
+            let prio = ["low", "medium", "high"][rng.usize(..3)];
+            text.push_str(&format!(
+                "## {:02}:{:02}\nAna noted {} number {}.\n<!-- id: b{d}-{i} -->\n<!-- priority: {prio} -->\n---\n\n",
+                i / 60 % 24,
+                i % 60,
+                words.join(" "),
+                rng.u32(..1_000_000)
+            ));
+        }
+        written += per_day.min(n - written);
+        std::fs::write(folder.join(format!("{date}.md")), text)?;
+    }
+    Ok(())
+}
+
+fn date_of(days: i64) -> String {
+    // civil_from_days (Howard Hinnant).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// The old recall: read every file, keep entries sharing a word with the query.
+fn scan(dir: &Path, words: &[&str]) -> Result<usize> {
+    let mut found = 0;
+    for entry in std::fs::read_dir(dir.join("observations"))? {
+        let text = std::fs::read_to_string(entry?.path())?;
+        found += text.split("\n## ").filter(|e| words.iter().any(|w| e.contains(w))).count();
+    }
+    Ok(found)
+}
+
+pub fn run(root: &Path, n: usize, out: &mut Map<String, Value>) -> Result<()> {
+    let dir = root.join("memory-bench");
+    let _ = std::fs::remove_dir_all(&dir);
+    write_corpus(&dir, n, 400)?;
+    let t = Instant::now();
+    let mut index = Index::open(&dir).map_err(|e| anyhow!(e))?;
+    let synced = index.rebuild().map_err(|e| anyhow!(e))?;
+    out.insert("memory_records".into(), json!(synced.records));
+    out.insert("memory_rebuild_ms".into(), json!(t.elapsed().as_millis() as u64));
+    let today = days_of("2026-11-25").ok_or_else(|| anyhow!("date"))?;
+    let mut rng = fastrand::Rng::with_seed(11);
+    let mut search = Vec::new();
+    let mut baseline = Vec::new();
+    for i in 0..200 {
+        let words: Vec<&str> = (0..2 + i % 3).map(|_| WORDS[rng.usize(..WORDS.len())]).collect();
+        let text = format!("what about the {}?", words.join(" and "));
+        let t = Instant::now();
+        let hits = index
+            .search(&Query { text: &text, limit: 10, all: false, kinds: Vec::new(), today })
+            .map_err(|e| anyhow!(e))?;
+        search.push(t.elapsed().as_nanos() as u64);
+        std::hint::black_box(hits);
+        if i < 20 {
+            let t = Instant::now();
+            std::hint::black_box(scan(&dir, &words)?);
+            baseline.push(t.elapsed().as_nanos() as u64);
+        }
+    }
+    for (key, samples) in [("memory_search", &mut search), ("memory_scan", &mut baseline)] {
+        samples.sort_unstable();
+        for p in [50.0, 95.0] {
+            let ms = percentile(samples, p) as f64 / 1e6;
+            out.insert(format!("{key}_p{p:.0}_ms"), json!((ms * 100.0).round() / 100.0));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}

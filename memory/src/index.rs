@@ -1,0 +1,504 @@
+//! The search index: `memory/index.db`, SQLite with FTS5, rebuilt from the files whenever asked
+//! and kept in step with them by [`Index::sync`] (a file whose size or mtime changed is read
+//! again, a file that went away takes its records with it). Deleting `index.db` loses nothing.
+//!
+//! Ranking: FTS5's BM25 over the record text (porter stemming), then boosted by priority
+//! (high ×1.5, low ×0.75) and recency (×1 today, falling to ×0.5 over months). Tiers by age:
+//! hot up to [`WARM_AFTER_DAYS`], warm up to [`COLD_AFTER_DAYS`], cold after; a default search
+//! leaves cold records out, `all` finds them too.
+
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::records::{FOLDERS, Kind, Priority, Record, days_of, parse_file};
+
+/// Records older than this many days are warm.
+pub const WARM_AFTER_DAYS: i64 = 90;
+/// Records older than this many days are cold: out of the default search scope.
+pub const COLD_AFTER_DAYS: i64 = 365;
+/// BM25 candidates re-ranked per search.
+const CANDIDATES: usize = 200;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    rid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL,
+    date TEXT NOT NULL,
+    time TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    category TEXT NOT NULL,
+    path TEXT NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS records_path ON records(path);
+CREATE VIRTUAL TABLE IF NOT EXISTS records_fts USING fts5(
+    text, content='records', content_rowid='rid', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS records_ai AFTER INSERT ON records BEGIN
+    INSERT INTO records_fts(rowid, text) VALUES (new.rid, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS records_ad AFTER DELETE ON records BEGIN
+    INSERT INTO records_fts(records_fts, rowid, text) VALUES ('delete', old.rid, old.text);
+END;
+";
+
+/// Words too common to tell memories apart (left out of a query).
+const STOPWORDS: &[&str] = &[
+    "a", "about", "after", "again", "all", "also", "an", "and", "any", "are", "as", "at", "be",
+    "because", "been", "but", "by", "can", "could", "did", "do", "does", "for", "from", "give",
+    "had", "has", "have", "he", "her", "here", "his", "how", "i", "if", "in", "into", "is", "it",
+    "its", "just", "make", "me", "more", "must", "my", "no", "not", "of", "on", "or", "our",
+    "please", "she", "should", "so", "some", "than", "that", "the", "their", "them", "then",
+    "there", "these", "they", "this", "to", "us", "was", "we", "were", "what", "when", "where",
+    "which", "while", "who", "why", "will", "with", "would", "write", "you", "your",
+];
+
+/// What to search.
+#[derive(Debug, Clone)]
+pub struct Query<'a> {
+    pub text: &'a str,
+    pub limit: usize,
+    /// Cold records too.
+    pub all: bool,
+    /// Only these kinds (empty: every kind).
+    pub kinds: Vec<Kind>,
+    /// Today, in days since the epoch (tiers and recency are relative to it).
+    pub today: i64,
+}
+
+/// A found record and its score (higher is better).
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub record: Record,
+    pub score: f64,
+    pub tier: &'static str,
+}
+
+/// Counts for `flockctl memory stats`.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub files: u64,
+    /// `(kind, records)`.
+    pub by_kind: Vec<(String, u64)>,
+    /// `(tier, records)`: hot, warm, cold, undated.
+    pub by_tier: Vec<(String, u64)>,
+    pub index_bytes: u64,
+}
+
+/// What a sync did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Synced {
+    pub files_read: usize,
+    pub files_dropped: usize,
+    pub records: usize,
+}
+
+#[derive(Debug)]
+pub struct Index {
+    dir: PathBuf,
+    conn: Connection,
+}
+
+type Result<T> = std::result::Result<T, String>;
+
+fn err(what: &str) -> impl Fn(rusqlite::Error) -> String + '_ {
+    move |e| format!("memory index: {what}: {e}")
+}
+
+impl Index {
+    /// The index of the memory dir `dir` (`dir/index.db`, created if missing).
+    pub fn open(dir: &Path) -> Result<Index> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let path = dir.join("index.db");
+        let conn = Connection::open(&path).map_err(err("open"))?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(err("WAL"))?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(err("synchronous"))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(err("busy timeout"))?;
+        conn.execute_batch(SCHEMA).map_err(err("schema"))?;
+        Ok(Index { dir: dir.to_owned(), conn })
+    }
+
+    /// Reads again every file that changed since the last sync, drops the records of files that
+    /// are gone. Cheap when nothing changed (one `stat` per file).
+    pub fn sync(&mut self) -> Result<Synced> {
+        let mut seen = Vec::new();
+        let mut done = Synced::default();
+        let tx = self.conn.transaction().map_err(err("begin"))?;
+        for folder in FOLDERS {
+            let Ok(entries) = std::fs::read_dir(self.dir.join(folder)) else { continue };
+            let mut files: Vec<_> = entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().extension().is_some_and(|x| x == "md"))
+                .collect();
+            files.sort_by_key(|e| e.file_name());
+            for entry in files {
+                let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+                let rel = format!("{folder}/{name}");
+                let Ok(meta) = entry.metadata() else { continue };
+                let mtime = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos() as i64);
+                let size = meta.len() as i64;
+                seen.push(rel.clone());
+                let known: Option<(i64, i64)> = tx
+                    .query_row("SELECT mtime_ns, size FROM files WHERE path = ?1", [&rel], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })
+                    .optional()
+                    .map_err(err("read files"))?;
+                if known == Some((mtime, size)) {
+                    continue;
+                }
+                let Ok(text) = std::fs::read_to_string(entry.path()) else { continue };
+                let records = parse_file(&rel, &text);
+                tx.execute("DELETE FROM records WHERE path = ?1", [&rel]).map_err(err("delete"))?;
+                {
+                    let mut insert = tx
+                        .prepare_cached(
+                            "INSERT OR IGNORE INTO records (id, kind, date, time, priority, category, path, text)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                        )
+                        .map_err(err("prepare"))?;
+                    for r in &records {
+                        insert
+                            .execute(params![
+                                r.id,
+                                r.kind.as_str(),
+                                r.date,
+                                r.time,
+                                r.priority as i64,
+                                r.category,
+                                r.path,
+                                r.text
+                            ])
+                            .map_err(err("insert"))?;
+                    }
+                }
+                tx.execute(
+                    "INSERT OR REPLACE INTO files (path, mtime_ns, size) VALUES (?1, ?2, ?3)",
+                    params![rel, mtime, size],
+                )
+                .map_err(err("files"))?;
+                done.files_read += 1;
+                done.records += records.len();
+            }
+        }
+        let known: Vec<String> = {
+            let mut stmt = tx.prepare("SELECT path FROM files").map_err(err("files"))?;
+            stmt.query_map([], |r| r.get(0))
+                .map_err(err("files"))?
+                .collect::<std::result::Result<_, _>>()
+                .map_err(err("files"))?
+        };
+        for gone in known.iter().filter(|p| !seen.contains(p)) {
+            tx.execute("DELETE FROM records WHERE path = ?1", [gone]).map_err(err("delete"))?;
+            tx.execute("DELETE FROM files WHERE path = ?1", [gone]).map_err(err("delete"))?;
+            done.files_dropped += 1;
+        }
+        tx.commit().map_err(err("commit"))?;
+        Ok(done)
+    }
+
+    /// Forgets everything and reads every file again.
+    pub fn rebuild(&mut self) -> Result<Synced> {
+        self.conn
+            .execute_batch("DELETE FROM records; DELETE FROM files; INSERT INTO records_fts(records_fts) VALUES ('rebuild');")
+            .map_err(err("clear"))?;
+        self.sync()
+    }
+
+    /// The best records for `q`, best first.
+    pub fn search(&self, q: &Query<'_>) -> Result<Vec<Hit>> {
+        let Some(fts) = fts_query(q.text) else { return Ok(Vec::new()) };
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT r.id, r.kind, r.date, r.time, r.priority, r.category, r.path, r.text,
+                        bm25(records_fts)
+                 FROM records_fts JOIN records r ON r.rid = records_fts.rowid
+                 WHERE records_fts MATCH ?1 ORDER BY bm25(records_fts) LIMIT ?2",
+            )
+            .map_err(err("prepare search"))?;
+        let rows = stmt
+            .query_map(params![fts, CANDIDATES as i64], |r| {
+                Ok((
+                    Record {
+                        id: r.get(0)?,
+                        kind: Kind::parse(&r.get::<_, String>(1)?).unwrap_or(Kind::Observation),
+                        date: r.get(2)?,
+                        time: r.get(3)?,
+                        priority: Priority::from_level(r.get(4)?),
+                        category: r.get(5)?,
+                        path: r.get(6)?,
+                        text: r.get(7)?,
+                    },
+                    r.get::<_, f64>(8)?,
+                ))
+            })
+            .map_err(err("search"))?;
+        let mut hits = Vec::new();
+        for row in rows {
+            let (record, bm25) = row.map_err(err("search"))?;
+            if !q.kinds.is_empty() && !q.kinds.contains(&record.kind) {
+                continue;
+            }
+            let age = days_of(&record.date).map(|d| (q.today - d).max(0));
+            let tier = tier(age);
+            if tier == "cold" && !q.all {
+                continue;
+            }
+            // bm25() is lower-is-better (negative); flip it, then boost.
+            let priority = match record.priority {
+                Priority::High => 1.5,
+                Priority::Medium => 1.0,
+                Priority::Low => 0.75,
+            };
+            let recency = age.map_or(0.75, |a| 0.5 + 0.5 * (-(a as f64) / 90.0).exp());
+            hits.push(Hit { score: -bm25 * priority * recency, record, tier });
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.truncate(q.limit);
+        Ok(hits)
+    }
+
+    /// One record by id.
+    pub fn get(&self, id: &str) -> Result<Option<Record>> {
+        self.conn
+            .query_row(
+                "SELECT id, kind, date, time, priority, category, path, text FROM records WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok(Record {
+                        id: r.get(0)?,
+                        kind: Kind::parse(&r.get::<_, String>(1)?).unwrap_or(Kind::Observation),
+                        date: r.get(2)?,
+                        time: r.get(3)?,
+                        priority: Priority::from_level(r.get(4)?),
+                        category: r.get(5)?,
+                        path: r.get(6)?,
+                        text: r.get(7)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(err("get"))
+    }
+
+    pub fn stats(&self, today: i64) -> Result<Stats> {
+        let count = |sql: &str| -> Result<u64> {
+            self.conn
+                .query_row(sql, [], |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(err("stats"))
+        };
+        let mut stats = Stats { files: count("SELECT COUNT(*) FROM files")?, ..Stats::default() };
+        let mut stmt = self
+            .conn
+            .prepare("SELECT kind, COUNT(*) FROM records GROUP BY kind ORDER BY kind")
+            .map_err(err("stats"))?;
+        stats.by_kind = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
+            .map_err(err("stats"))?
+            .collect::<std::result::Result<_, _>>()
+            .map_err(err("stats"))?;
+        let mut tiers = [("hot", 0u64), ("warm", 0), ("cold", 0), ("undated", 0)];
+        let mut stmt = self
+            .conn
+            .prepare("SELECT date, COUNT(*) FROM records GROUP BY date")
+            .map_err(err("stats"))?;
+        let dates = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
+            .map_err(err("stats"))?;
+        for row in dates {
+            let (date, n) = row.map_err(err("stats"))?;
+            let t = tier(days_of(&date).map(|d| (today - d).max(0)));
+            if let Some(slot) = tiers.iter_mut().find(|(name, _)| *name == t) {
+                slot.1 += n;
+            }
+        }
+        stats.by_tier = tiers.iter().map(|(t, n)| (t.to_string(), *n)).collect();
+        stats.index_bytes = ["index.db", "index.db-wal"]
+            .iter()
+            .filter_map(|f| std::fs::metadata(self.dir.join(f)).ok())
+            .map(|m| m.len())
+            .sum();
+        Ok(stats)
+    }
+}
+
+/// The tier of a record `age` days old (`None`: undated).
+pub fn tier(age: Option<i64>) -> &'static str {
+    match age {
+        None => "undated",
+        Some(a) if a > COLD_AFTER_DAYS => "cold",
+        Some(a) if a > WARM_AFTER_DAYS => "warm",
+        Some(_) => "hot",
+    }
+}
+
+/// An FTS5 query from free text: its significant words, each quoted, OR-ed (BM25 ranks records
+/// with more of them higher). `None` if no word is left.
+fn fts_query(text: &str) -> Option<String> {
+    let mut words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .filter(|w| w.chars().count() >= 2 && !STOPWORDS.contains(&w.as_str()))
+        .collect();
+    words.sort();
+    words.dedup();
+    (!words.is_empty())
+        .then(|| words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" OR "))
+}
+
+/// Today in days since the epoch, from the system clock.
+pub fn today() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64 / 86_400)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, rel: &str, text: &str) {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn obs(time: &str, id: &str, text: &str, extra: &str) -> String {
+        format!("## {time}\n{text}\n<!-- id: {id} -->\n{extra}---\n\n")
+    }
+
+    fn ids(hits: &[Hit]) -> Vec<&str> {
+        hits.iter().map(|h| h.record.id.as_str()).collect()
+    }
+
+    fn query<'a>(text: &'a str, today: &str) -> Query<'a> {
+        Query { text, limit: 10, all: false, kinds: Vec::new(), today: days_of(today).unwrap() }
+    }
+
+    #[test]
+    fn search_finds_by_words_ranks_by_priority_and_follows_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write(
+            d,
+            "observations/2026-11-20.md",
+            &(obs("09:00", "a", "The staging database runs on port 5433.", "")
+                + &obs(
+                    "10:00",
+                    "b",
+                    "Ana wants the staging database backed up nightly.",
+                    "<!-- priority: high; category: task -->\n",
+                )
+                + &obs("11:00", "c", "Lunch was late.", "")),
+        );
+        let mut index = Index::open(d).unwrap();
+        assert_eq!(index.sync().unwrap(), Synced { files_read: 1, files_dropped: 0, records: 3 });
+        let hits = index.search(&query("staging database?", "2026-11-25")).unwrap();
+        assert_eq!(ids(&hits), ["b", "a"], "the high-priority one first");
+        assert_eq!(hits[0].record.category, "task");
+        // Porter stemming: "backing" finds "backed".
+        assert_eq!(ids(&index.search(&query("backing", "2026-11-25")).unwrap()), ["b"]);
+
+        // Nothing changed: nothing read. A file that grows is read again; one that goes, goes.
+        assert_eq!(index.sync().unwrap().files_read, 0);
+        write(
+            d,
+            "knowledge/ports.md",
+            "# Ports\n\nStaging uses 5433.\n\nLast updated: 2026-11-21 08:00\n",
+        );
+        assert_eq!(index.sync().unwrap().files_read, 1);
+        assert_eq!(index.search(&query("5433", "2026-11-25")).unwrap().len(), 2);
+        std::fs::remove_file(d.join("observations/2026-11-20.md")).unwrap();
+        assert_eq!(index.sync().unwrap().files_dropped, 1);
+        assert_eq!(
+            ids(&index.search(&query("5433", "2026-11-25")).unwrap()),
+            ["knowledge/ports.md#0"]
+        );
+    }
+
+    #[test]
+    fn rebuild_from_the_files_gives_the_same_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for day in 1..=9 {
+            let text: String = (0..20)
+                .map(|i| {
+                    obs(
+                        "09:00",
+                        &format!("{day}-{i}"),
+                        &format!("note {i} about topic{} and day{day}", i % 5),
+                        "",
+                    )
+                })
+                .collect();
+            write(d, &format!("observations/2026-11-0{day}.md"), &text);
+        }
+        let mut index = Index::open(d).unwrap();
+        index.sync().unwrap();
+        let before: Vec<Vec<String>> = ["topic3", "day4 topic1", "note 7"]
+            .iter()
+            .map(|q| {
+                ids(&index.search(&query(q, "2026-11-25")).unwrap())
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            })
+            .collect();
+        drop(index);
+        std::fs::remove_file(d.join("index.db")).unwrap();
+        let _ = std::fs::remove_file(d.join("index.db-wal"));
+        let mut index = Index::open(d).unwrap();
+        assert_eq!(index.rebuild().unwrap().records, 180);
+        let after: Vec<Vec<String>> = ["topic3", "day4 topic1", "note 7"]
+            .iter()
+            .map(|q| {
+                ids(&index.search(&query(q, "2026-11-25")).unwrap())
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(before, after);
+        assert!(!before[0].is_empty());
+    }
+
+    #[test]
+    fn cold_records_leave_the_default_scope_but_stay_searchable() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write(d, "observations/2025-01-10.md", &obs("09:00", "old", "The vendor is Acme.", ""));
+        write(d, "observations/2026-11-01.md", &obs("09:00", "new", "Acme shipped late.", ""));
+        let mut index = Index::open(d).unwrap();
+        index.sync().unwrap();
+        // A controlled clock: in November 2026 the January 2025 record is cold.
+        let q = query("acme", "2026-11-25");
+        let hits = index.search(&q).unwrap();
+        assert_eq!(ids(&hits), ["new"]);
+        assert_eq!(hits[0].tier, "hot");
+        let hits = index.search(&Query { all: true, ..q.clone() }).unwrap();
+        assert_eq!(ids(&hits), ["new", "old"]);
+        assert_eq!(hits[1].tier, "cold");
+        // Earlier, the same record was only warm, and in scope.
+        let hits = index.search(&query("acme", "2025-06-01")).unwrap();
+        assert_eq!(hits.iter().find(|h| h.record.id == "old").map(|h| h.tier), Some("warm"));
+        let stats = index.stats(days_of("2026-11-25").unwrap()).unwrap();
+        assert_eq!(stats.by_tier[0], ("hot".to_string(), 1));
+        assert_eq!(stats.by_tier[2], ("cold".to_string(), 1));
+    }
+
+    #[test]
+    fn queries_of_only_stopwords_or_punctuation_find_nothing() {
+        assert_eq!(fts_query("what is the?"), None);
+        assert_eq!(fts_query("\"; DROP TABLE x --").as_deref(), Some("\"drop\" OR \"table\""));
+    }
+}

@@ -1,0 +1,20 @@
+//! Flock's long-term memory (issue #10, first part).
+//!
+//! - [`mask`]: secrets (API keys, tokens, passwords, private keys, e-mail addresses, card
+//!   numbers) replaced by `[masked:KIND]` before any memory write and before any text reaches a
+//!   model.
+//! - [`records`]: the memory files (`journals/`, `observations/`, `reflections/`, `knowledge/`,
+//!   the brain-persona formats) read as records with ids, dates, priority and category. The files
+//!   are the truth.
+//! - [`index`] (feature `index`): a SQLite FTS5 index of those records, kept in step with the
+//!   files (re-read when a file's size or mtime changes) and rebuildable from them at any time;
+//!   BM25 ranking with recency and priority boosts, hot/warm/cold tiers by age.
+
+pub mod mask;
+pub mod records;
+
+#[cfg(feature = "index")]
+pub mod index;
+
+pub use mask::mask;
+pub use records::{Kind, Priority, Record};
