@@ -4,6 +4,8 @@
 //! it.
 //!
 //! - `memory__search` — the runtime's (the unconscious's recall)
+//! - after a sync that changed something, `active_memory.md` is rewritten (this thread is its
+//!   one writer): what matters most, within [`ACTIVE_MEMORY_CHARS`]
 //! - `memory_search {query, limit?, all?, kinds?}`, `memory_get {id}` — a model's, where its
 //!   agent lists them in `tools:`
 
@@ -43,15 +45,16 @@ impl MemoryService {
     /// Opens (or creates) the index of the memory dir `dir` and starts its thread.
     pub fn start(dir: PathBuf) -> Result<MemoryService, String> {
         let mut index = Index::open(&dir)?;
-        if let Err(e) = index.sync() {
-            eprintln!("flock: memory index: {e}");
+        match index.sync() {
+            Ok(_) => refresh_active_memory(&index, &dir),
+            Err(e) => eprintln!("flock: memory index: {e}"),
         }
         let (tx, rx) = std_mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("flock-memory".into())
             .spawn(move || {
                 for job in rx {
-                    let result = run(&mut index, &job.tool, &job.arguments);
+                    let result = run(&mut index, &dir, &job.tool, &job.arguments);
                     (job.reply)(result);
                 }
             })
@@ -68,11 +71,39 @@ impl MemoryService {
     }
 }
 
-fn run(index: &mut Index, tool: &str, arguments: &str) -> Result<String, String> {
+/// `active_memory.md` of the memory dir, at most this many characters (about 4 000 tokens).
+pub const ACTIVE_MEMORY_CHARS: usize = 16_000;
+
+/// Rewrites `active_memory.md` from the index (temp file + rename: a reader sees the old file or
+/// the new one). This thread is its only writer.
+fn refresh_active_memory(index: &Index, dir: &std::path::Path) {
+    let text = match index.active_memory(today(), ACTIVE_MEMORY_CHARS) {
+        Ok(t) => t,
+        Err(e) => return eprintln!("flock: active memory: {e}"),
+    };
+    let path = dir.join("active_memory.md");
+    if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
+        return;
+    }
+    let tmp = dir.join(".active_memory.md.tmp");
+    if let Err(e) = std::fs::write(&tmp, &text).and_then(|()| std::fs::rename(&tmp, &path)) {
+        eprintln!("flock: active memory: write {}: {e}", path.display());
+    }
+}
+
+fn run(
+    index: &mut Index,
+    dir: &std::path::Path,
+    tool: &str,
+    arguments: &str,
+) -> Result<String, String> {
     let args: Value =
         serde_json::from_str(if arguments.trim().is_empty() { "{}" } else { arguments })
             .map_err(|e| format!("BAD_REQUEST: arguments are not JSON: {e}"))?;
-    index.sync().map_err(|e| format!("INTERNAL: {e}"))?;
+    let synced = index.sync().map_err(|e| format!("INTERNAL: {e}"))?;
+    if synced.files_read + synced.files_dropped > 0 {
+        refresh_active_memory(index, dir);
+    }
     match tool {
         "memory__search" | "memory_search" => {
             let text = args["query"]

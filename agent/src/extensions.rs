@@ -214,6 +214,9 @@ impl Pipeline {
                 }
                 Ext::Lifecycle { unconscious: Some(to), timeout, .. } if !turn.result => {
                     let (to, timeout) = (to.clone(), *timeout);
+                    if let Some(active) = self.active_memory() {
+                        pre.context.push(format!("[active_memory]\n{active}"));
+                    }
                     if let Some(ctx) = self.ask_unconscious(&to, turn, timeout).await {
                         println!(
                             "worker_lifecycle: [unconscious_context] {}",
@@ -292,6 +295,14 @@ impl Pipeline {
         }
     }
 
+    /// `active_memory.md` without its header (the supervisor keeps it), if there is any.
+    fn active_memory(&self) -> Option<String> {
+        let path = self.memory.as_ref()?.dir().join("active_memory.md");
+        let text = std::fs::read_to_string(path).ok()?;
+        let items: Vec<&str> = text.lines().filter(|l| l.starts_with("- ")).collect();
+        (!items.is_empty()).then(|| items.join("\n"))
+    }
+
     /// Asks the unconscious for context; `None` on an empty answer, an error or the timeout
     /// (fail open: the turn goes on without it).
     async fn ask_unconscious(
@@ -350,11 +361,16 @@ impl Pipeline {
                 println!("worker_lifecycle: the turn summary did not reach {to}: {}", out.content);
             }
         }
-        if let Some(m) = &self.memory
-            && let Err(e) =
-                m.append_journal(unix_ms_now(), turn.text, &format!("tools: {tools_line}"), reply)
-        {
-            println!("worker_lifecycle: journal not written: {e}");
+        if let Some(m) = &self.memory {
+            let id = flock_ipc::id::fmt_id(turn.id);
+            let done = format!("tools: {tools_line}");
+            match m.append_journal(unix_ms_now(), &id, turn.text, &done, reply) {
+                Ok(true) => {}
+                Ok(false) => {
+                    println!("worker_lifecycle: journal line of this turn already written")
+                }
+                Err(e) => println!("worker_lifecycle: journal not written: {e}"),
+            }
         }
     }
 
@@ -378,7 +394,8 @@ impl Pipeline {
             Role::Observer if is_nothing(reply) => Ok("nothing worth observing".to_owned()),
             Role::Observer => {
                 let id = flock_ipc::id::fmt_id(turn.id);
-                let written = m.append_observation(now, &id, reply);
+                let (tag, text) = observation_tag(reply);
+                let written = m.append_observation_tagged(now, &id, text, tag);
                 if let (Ok(_), Some(to)) = (&written, reflection) {
                     match m.unreflected() {
                         Ok(un) if un.len() >= reflect_after => {
@@ -409,10 +426,32 @@ impl Pipeline {
                     if w { "observation appended" } else { "observation already there" }.to_owned()
                 })
             }
-            Role::Reflection if !read.is_empty() => m
-                .append_reflection(now, reply)
-                .and_then(|_| m.mark_reflected(now, read))
-                .map(|n| format!("reflection written, {n} observations marked reflected")),
+            // A degenerate reflection is refused: nothing is written and the observations stay
+            // unreflected, so the next reflection reads them again.
+            Role::Reflection if !read.is_empty() => match degenerate(reply) {
+                Some(why) => {
+                    Ok(format!("reflection refused ({why}); observations kept unreflected"))
+                }
+                None => {
+                    let input: usize = m
+                        .observations()
+                        .map(|all| {
+                            all.iter()
+                                .filter(|o| read.contains(&o.id))
+                                .map(|o| o.text.chars().count())
+                                .sum()
+                        })
+                        .unwrap_or(0);
+                    let ratio = input as f64 / reply.trim().chars().count().max(1) as f64;
+                    m.append_reflection(now, reply).and_then(|_| m.mark_reflected(now, read)).map(
+                        |n| {
+                            format!(
+                                "reflection written ({ratio:.1}× compression), {n} observations marked reflected"
+                            )
+                        },
+                    )
+                }
+            },
             Role::Dream => m
                 .merge_knowledge(now, reply)
                 .map(|p| format!("knowledge merged into {}", p.display())),
@@ -426,6 +465,56 @@ impl Pipeline {
 }
 
 /// The observer's way of saying an exchange holds nothing worth remembering.
+/// An observation's leading tag, `[high decision]` (priority, then an optional category of
+/// `flock_memory::records::CATEGORIES`), and the text after it. No tag, or one that is not
+/// recognised: `None` and the whole text.
+fn observation_tag(reply: &str) -> (Option<(&'static str, &str)>, &str) {
+    let trimmed = reply.trim_start();
+    let Some((tag, rest)) = trimmed.strip_prefix('[').and_then(|t| t.split_once(']')) else {
+        return (None, reply);
+    };
+    let mut words = tag.split([' ', ',', '/']).filter(|w| !w.is_empty());
+    let priority = match words.next().map(str::to_ascii_lowercase).as_deref() {
+        Some("high") => "high",
+        Some("medium") => "medium",
+        Some("low") => "low",
+        _ => return (None, reply),
+    };
+    let category = words
+        .next()
+        .and_then(|c| flock_memory::records::CATEGORIES.iter().find(|k| k.eq_ignore_ascii_case(c)))
+        .copied()
+        .unwrap_or("");
+    (Some((priority, category)), rest.trim_start())
+}
+
+/// Why a memory text is unusable: empty, or repeating itself (a small model's loop). `None`
+/// when it may be written.
+pub fn degenerate(text: &str) -> Option<&'static str> {
+    if is_nothing(text) {
+        return Some("empty");
+    }
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if lines.len() >= 4 {
+        let mut unique = lines.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        if unique.len() * 2 < lines.len() {
+            return Some("the same lines over and over");
+        }
+    }
+    let words: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
+    if words.len() >= 40 {
+        let mut unique = words.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        if unique.len() * 5 < words.len() {
+            return Some("the same words over and over");
+        }
+    }
+    None
+}
+
 fn is_nothing(reply: &str) -> bool {
     let r = reply.trim().trim_end_matches('.').to_lowercase();
     r.is_empty() || r == "nothing" || r == "none"
@@ -677,6 +766,29 @@ mod tests {
         }
         assert_eq!(p.trace, expected);
         assert!(p.wants_time());
+    }
+
+    #[test]
+    fn an_observation_tag_gives_priority_and_category() {
+        assert_eq!(
+            observation_tag("[high decision] Bren chose Postgres."),
+            (Some(("high", "decision")), "Bren chose Postgres.")
+        );
+        assert_eq!(observation_tag("[Low] Bren said hi."), (Some(("low", "")), "Bren said hi."));
+        assert_eq!(observation_tag("[input] Bren did x"), (None, "[input] Bren did x"));
+        assert_eq!(observation_tag("Bren did x"), (None, "Bren did x"));
+    }
+
+    #[test]
+    fn degenerate_memory_texts_are_told_apart_from_real_ones() {
+        assert_eq!(degenerate("  "), Some("empty"));
+        assert_eq!(degenerate("Nothing."), Some("empty"));
+        assert_eq!(degenerate(&"Ana likes tea.\n".repeat(6)), Some("the same lines over and over"));
+        assert_eq!(degenerate(&"tea tea coffee ".repeat(20)), Some("the same words over and over"));
+        let real = "Ana works on the billing service and prefers short answers.\n\
+                    She asked twice about the staging database; it runs on port 5433.\n\
+                    The team ships on Fridays.";
+        assert_eq!(degenerate(real), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The swarm's memory files (the brain-persona formats, shared/seeds/004), under the folder the
 //! supervisor names in `FLOCK_MEMORY_DIR`:
 //!
-//! - `journals/YYYY-MM-DD.md` (a worker): `HH:MM | request | what was done | result`
+//! - `journals/YYYY-MM-DD.md` (a worker): `HH:MM | request | what was done | result <!-- id -->`
 //! - `observations/YYYY-MM-DD.md` (the observer): `## HH:MM`, a third-person line, an id
 //!   comment, `---`; reflection adds `<!-- reflected: YYYY-MM-DD HH:MM -->` to what it read
 //! - `reflections/YYYY-MM-DD.md` (reflection): `## Reflection - HH:MM`, the text, `---`
@@ -75,29 +75,70 @@ impl Memory {
         Ok(path)
     }
 
-    /// `journals/DATE.md`: `HH:MM | request | what was done | result`.
+    /// `journals/DATE.md`: `HH:MM | request | what was done | result <!-- id: ID -->`, unless a
+    /// line with this `id` is already there (today's or yesterday's file: a turn replayed after a
+    /// crash, even past midnight, does not journal twice). Returns whether it was written.
     pub fn append_journal(
         &self,
         now_ms: u64,
+        id: &str,
         request: &str,
         done: &str,
         result: &str,
-    ) -> io::Result<PathBuf> {
+    ) -> io::Result<bool> {
         let (date, hm) = date_and_minute(now_ms);
-        let line =
-            format!("{hm} | {} | {} | {}\n", one_line(request), one_line(done), one_line(result));
+        let (yesterday, _) = date_and_minute(now_ms.saturating_sub(86_400_000));
+        let marker = format!("{ID_PREFIX}{id} -->");
+        let line = format!(
+            "{hm} | {} | {} | {} {marker}\n",
+            one_line(request),
+            one_line(done),
+            one_line(result)
+        );
         let line = mask(&line);
-        self.locked(|| self.append("journals", &format!("{date}.md"), &line))
+        self.locked(|| {
+            for day in [&yesterday, &date] {
+                let path = self.dir.join("journals").join(format!("{day}.md"));
+                if std::fs::read_to_string(&path).is_ok_and(|t| t.contains(&marker)) {
+                    return Ok(false);
+                }
+            }
+            self.append("journals", &format!("{date}.md"), &line)?;
+            Ok(true)
+        })
     }
 
     /// `observations/DATE.md`: one entry, unless an entry with this `id` is already there (a
     /// turn replayed after a crash does not observe twice). Returns whether it was written.
     pub fn append_observation(&self, now_ms: u64, id: &str, text: &str) -> io::Result<bool> {
+        self.append_observation_tagged(now_ms, id, text, None)
+    }
+
+    /// [`Memory::append_observation`] with a priority and category (`high`, `decision`), kept
+    /// as `<!-- priority: …; category: … -->` for the index.
+    pub fn append_observation_tagged(
+        &self,
+        now_ms: u64,
+        id: &str,
+        text: &str,
+        tag: Option<(&str, &str)>,
+    ) -> io::Result<bool> {
         let (date, hm) = date_and_minute(now_ms);
-        let marker = format!("{ID_PREFIX}{id} -->");
+        let marker = match tag {
+            Some((priority, category)) => {
+                let category = if category.is_empty() {
+                    String::new()
+                } else {
+                    format!("; category: {category}")
+                };
+                format!("{ID_PREFIX}{id} -->\n<!-- priority: {priority}{category} -->")
+            }
+            None => format!("{ID_PREFIX}{id} -->"),
+        };
         self.locked(|| {
             let path = self.dir.join("observations").join(format!("{date}.md"));
-            if std::fs::read_to_string(&path).is_ok_and(|t| t.contains(&marker)) {
+            let id_marker = format!("{ID_PREFIX}{id} -->");
+            if std::fs::read_to_string(&path).is_ok_and(|t| t.contains(&id_marker)) {
                 return Ok(false);
             }
             let entry = format!("## {hm}\n{}\n{marker}\n---\n\n", mask(text.trim()));
@@ -359,8 +400,14 @@ mod tests {
         let m = Memory::new(dir.path());
         let key = "sk-proj-abcdefghijklmnopqrstuvwxyz012345";
         m.append_observation(T, "s1", &format!("Ana set OPENAI_API_KEY to {key}.")).unwrap();
-        m.append_journal(T, "deploy", &format!("used password: hunter2hunter and {key}"), "ok")
-            .unwrap();
+        m.append_journal(
+            T,
+            "j1",
+            "deploy",
+            &format!("used password: hunter2hunter and {key}"),
+            "ok",
+        )
+        .unwrap();
         m.append_reflection(T, &format!("Mail ana@example.com about {key}")).unwrap();
         m.merge_knowledge(T, &format!("# Keys\n\nThe key is {key}.")).unwrap();
         for sub in ["observations", "journals", "reflections", "knowledge"] {
@@ -377,9 +424,13 @@ mod tests {
     fn journal_lines_stay_one_line_and_knowledge_merges() {
         let dir = tempfile::tempdir().unwrap();
         let m = Memory::new(dir.path());
-        m.append_journal(T, "fix | the\nbuild", "ran tests", "green").unwrap();
+        assert!(m.append_journal(T, "t1", "fix | the\nbuild", "ran tests", "green").unwrap());
+        // The same turn replayed, even a day later, is not journaled again.
+        assert!(!m.append_journal(T + 60_000, "t1", "fix", "ran tests", "green").unwrap());
+        assert!(!m.append_journal(T + 86_400_000, "t1", "fix", "ran tests", "green").unwrap());
         let j = std::fs::read_to_string(dir.path().join("journals/2025-11-21.md")).unwrap();
-        assert_eq!(j, "10:13 | fix / the build | ran tests | green\n");
+        assert_eq!(j, "10:13 | fix / the build | ran tests | green <!-- id: t1 -->\n");
+        assert!(!dir.path().join("journals/2025-11-22.md").exists());
 
         let p = m.merge_knowledge(T, "# User Preferences\n## Key knowledge\n- likes Rust").unwrap();
         assert!(p.ends_with("knowledge/user-preferences.md"));

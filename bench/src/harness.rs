@@ -53,7 +53,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 100)]
     pub exec_runs: usize,
     /// Only these figures (comma-separated): routed,raw,durable,request,up,restart,rss,sandbox,
-    /// memory.
+    /// memory,recall.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where flock-supervisor and flock-agent are [default: next to this executable].
@@ -101,8 +101,10 @@ macro_rules! say {
 
 async fn run(args: RunArgs) -> Result<()> {
     let started = Instant::now();
-    const FIGURES: [&str; 9] =
-        ["routed", "raw", "durable", "request", "up", "restart", "rss", "sandbox", "memory"];
+    const FIGURES: [&str; 10] = [
+        "routed", "raw", "durable", "request", "up", "restart", "rss", "sandbox", "memory",
+        "recall",
+    ];
     if let Some(bad) = args.only.iter().find(|o| !FIGURES.contains(&o.as_str())) {
         bail!("--only {bad}: choose among {}", FIGURES.join(","));
     }
@@ -134,6 +136,10 @@ async fn run(args: RunArgs) -> Result<()> {
         if want("memory") {
             say!("memory: indexing 100 000 observations, then 200 searches");
             crate::memory::run(&root, 100_000, &mut out)?;
+        }
+        if want("recall") {
+            say!("recall: LongMemEval-style fixture (seed {})", crate::recall::SEED);
+            crate::recall::run(&root, args.keep, &mut out)?;
         }
         if want("up") || want("restart") || want("rss") {
             lifecycle(&bins, &root, &args, &mut out, want("up"), want("restart"), want("rss"))
@@ -984,6 +990,20 @@ fn print_table(out: &Map<String, Value>) {
             thousands(get("memory_records").unwrap_or(0.0))
         );
         row(&what, format!("{p50:.2}/{p95:.2} ms"), "p95 ≤ 150 ms", Some(p95 <= 150.0), cmp);
+    }
+    if let (Some(a5), Some(a10)) = (get("recall_bm25_at5"), get("recall_bm25_at10")) {
+        let what = format!(
+            "recall@5/@10, BM25 ({} q, {} sessions)",
+            get("recall_questions").unwrap_or(0.0),
+            get("recall_sessions").unwrap_or(0.0)
+        );
+        row(
+            &what,
+            format!("{a5:.3}/{a10:.3}"),
+            "@5 ≥ 0.95 (hybrid)",
+            Some(a5 >= 0.95),
+            String::new(),
+        );
     }
     if let Some(ms) = get("memory_rebuild_ms") {
         row(

@@ -10,6 +10,7 @@ mod agent;
 mod harness;
 mod memory;
 mod proto;
+mod recall;
 mod relay;
 mod sandbox;
 

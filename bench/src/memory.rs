@@ -1,14 +1,16 @@
 //! The memory figures (issue #10): an index of 100 000 observations built from its files
-//! (rebuild time), then search latency p50/p95 over varied queries, against a baseline measured
-//! in the same run: a plain scan of the same files for the query's words (what recall did before
-//! the index).
+//! (rebuild time), then search latency p50/p95 over 200 queries, against a baseline measured in
+//! the same run: a plain scan of the same files for the query's words (what recall did before the
+//! index, without its ranking). The corpus is synthetic: 34 topic words and a Zipf-distributed
+//! vocabulary of 5 000, twelve words per observation, so common words match tens of thousands of
+//! records, as in real memory.
 
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Result, anyhow};
 use flock_memory::index::{Index, Query};
-use flock_memory::records::days_of;
+use flock_memory::records::{date_of, days_of};
 use serde_json::{Map, Value, json};
 
 use crate::proto::percentile;
@@ -50,9 +52,35 @@ const WORDS: &[&str] = &[
     "firewall",
 ];
 
-/// `n` observations over `days` daily files, deterministic (seeded).
+/// Words of a Zipf-distributed vocabulary of 5 000 (`w17`…), as in real text a few words are
+/// everywhere and most are rare.
+struct Zipf {
+    cumulative: Vec<f64>,
+}
+
+impl Zipf {
+    fn new(n: usize) -> Zipf {
+        let mut total = 0.0;
+        let cumulative = (0..n)
+            .map(|r| {
+                total += 1.0 / (r as f64 + 1.0);
+                total
+            })
+            .collect();
+        Zipf { cumulative }
+    }
+
+    fn word(&self, rng: &mut fastrand::Rng) -> String {
+        let x = rng.f64() * self.cumulative.last().copied().unwrap_or(1.0);
+        format!("w{}", self.cumulative.partition_point(|&c| c < x))
+    }
+}
+
+/// `n` observations over `days` daily files, deterministic (seeded): two topic words and ten
+/// words of the Zipf vocabulary each.
 fn write_corpus(dir: &Path, n: usize, days: usize) -> Result<()> {
     let mut rng = fastrand::Rng::with_seed(10);
+    let zipf = Zipf::new(5_000);
     let folder = dir.join("observations");
     std::fs::create_dir_all(&folder)?;
     let per_day = n.div_ceil(days);
@@ -62,7 +90,9 @@ fn write_corpus(dir: &Path, n: usize, days: usize) -> Result<()> {
         let date = date_of(start + d as i64);
         let mut text = String::new();
         for i in 0..per_day.min(n - written) {
-            let words: Vec<&str> = (0..12).map(|_| WORDS[rng.usize(..WORDS.len())]).collect();
+            let mut words: Vec<String> =
+                (0..2).map(|_| WORDS[rng.usize(..WORDS.len())].to_owned()).collect();
+            words.extend((0..10).map(|_| zipf.word(&mut rng)));
             let prio = ["low", "medium", "high"][rng.usize(..3)];
             text.push_str(&format!(
                 "## {:02}:{:02}\nAna noted {} number {}.\n<!-- id: b{d}-{i} -->\n<!-- priority: {prio} -->\n---\n\n",
@@ -76,20 +106,6 @@ fn write_corpus(dir: &Path, n: usize, days: usize) -> Result<()> {
         std::fs::write(folder.join(format!("{date}.md")), text)?;
     }
     Ok(())
-}
-
-fn date_of(days: i64) -> String {
-    // civil_from_days (Howard Hinnant).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
 }
 
 /// The old recall: read every file, keep entries sharing a word with the query.
@@ -113,10 +129,14 @@ pub fn run(root: &Path, n: usize, out: &mut Map<String, Value>) -> Result<()> {
     out.insert("memory_rebuild_ms".into(), json!(t.elapsed().as_millis() as u64));
     let today = days_of("2026-11-25").ok_or_else(|| anyhow!("date"))?;
     let mut rng = fastrand::Rng::with_seed(11);
+    let zipf = Zipf::new(5_000);
     let mut search = Vec::new();
     let mut baseline = Vec::new();
     for i in 0..200 {
-        let words: Vec<&str> = (0..2 + i % 3).map(|_| WORDS[rng.usize(..WORDS.len())]).collect();
+        // A topic word and one to three others, as a question would have.
+        let mut words = vec![WORDS[rng.usize(..WORDS.len())].to_owned()];
+        words.extend((0..1 + i % 3).map(|_| zipf.word(&mut rng)));
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
         let text = format!("what about the {}?", words.join(" and "));
         let t = Instant::now();
         let hits = index

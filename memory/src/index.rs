@@ -332,6 +332,70 @@ impl Index {
     }
 }
 
+impl Index {
+    /// `active_memory.md`: what matters most now, within `max_chars` — every hot or warm
+    /// observation, reflection and knowledge section ranked by priority and recency (journals
+    /// are the workers' logs, not memory), best first. Empty when there is nothing to keep.
+    pub fn active_memory(&self, today: i64, max_chars: usize) -> Result<String> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, kind, date, time, priority, category, path, text FROM records
+                 WHERE kind != 'journal'",
+            )
+            .map_err(err("active memory"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(Record {
+                    id: r.get(0)?,
+                    kind: Kind::parse(&r.get::<_, String>(1)?).unwrap_or(Kind::Observation),
+                    date: r.get(2)?,
+                    time: r.get(3)?,
+                    priority: Priority::from_level(r.get(4)?),
+                    category: r.get(5)?,
+                    path: r.get(6)?,
+                    text: r.get(7)?,
+                })
+            })
+            .map_err(err("active memory"))?;
+        let mut ranked: Vec<(f64, Record)> = Vec::new();
+        for row in rows {
+            let r = row.map_err(err("active memory"))?;
+            let age = days_of(&r.date).map(|d| (today - d).max(0));
+            if tier(age) == "cold" {
+                continue;
+            }
+            let weight = match r.priority {
+                Priority::High => 3.0,
+                Priority::Medium => 1.0,
+                Priority::Low => 0.3,
+            };
+            let recency = age.map_or(0.5, |a| (-(a as f64) / 30.0).exp());
+            // Reflections and knowledge are already condensed: they count double.
+            let kind = if r.kind == Kind::Observation { 1.0 } else { 2.0 };
+            ranked.push((weight * kind * (0.2 + recency), r));
+        }
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.date.cmp(&a.1.date)));
+        let header = "# Active memory\n\nWhat matters most now, best first (rebuilt from the memory files; do not edit).\n\n";
+        let mut out = String::from(header);
+        for (_, r) in ranked {
+            let category =
+                if r.category.is_empty() { String::new() } else { format!(" [{}]", r.category) };
+            let line = format!(
+                "- {} {}{category}: {}\n",
+                r.date,
+                r.priority.as_str(),
+                r.text.replace('\n', " ")
+            );
+            if out.len() + line.len() > max_chars {
+                continue;
+            }
+            out.push_str(&line);
+        }
+        Ok(if out.len() == header.len() { String::new() } else { out })
+    }
+}
+
 /// The tier of a record `age` days old (`None`: undated).
 pub fn tier(age: Option<i64>) -> &'static str {
     match age {
@@ -494,6 +558,40 @@ mod tests {
         let stats = index.stats(days_of("2026-11-25").unwrap()).unwrap();
         assert_eq!(stats.by_tier[0], ("hot".to_string(), 1));
         assert_eq!(stats.by_tier[2], ("cold".to_string(), 1));
+    }
+
+    #[test]
+    fn active_memory_keeps_what_matters_most_within_its_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let mut text = String::new();
+        for i in 0..50 {
+            text += &obs("09:00", &format!("m{i}"), &format!("medium fact number {i}"), "");
+        }
+        text += &obs(
+            "10:00",
+            "h",
+            "Ana decided to ship on Fridays.",
+            "<!-- priority: high; category: decision -->\n",
+        );
+        write(d, "observations/2026-11-24.md", &text);
+        write(
+            d,
+            "observations/2024-01-01.md",
+            &obs("09:00", "cold", "An old vendor.", "<!-- priority: high -->\n"),
+        );
+        write(d, "journals/2026-11-24.md", "09:00 | a | b | c\n");
+        let mut index = Index::open(d).unwrap();
+        index.sync().unwrap();
+        let today = days_of("2026-11-25").unwrap();
+        let active = index.active_memory(today, 600).unwrap();
+        assert!(active.len() <= 600, "{}", active.len());
+        let first = active.lines().find(|l| l.starts_with("- ")).unwrap();
+        assert!(first.contains("high [decision]: Ana decided to ship on Fridays."), "{active}");
+        assert!(!active.contains("old vendor"), "cold items leave active memory: {active}");
+        assert!(!active.contains("| a |"), "journals are not memory: {active}");
+        assert!(active.contains("medium fact number"));
+        assert_eq!(Index::open(&d.join("empty")).unwrap().active_memory(today, 600).unwrap(), "");
     }
 
     #[test]

@@ -128,7 +128,18 @@ pub fn parse_file(rel: &str, text: &str) -> Vec<Record> {
             .enumerate()
             .map(|(n, line)| {
                 let time = line.split(" | ").next().filter(|t| is_hhmm(t)).unwrap_or_default();
-                base(n, stem, time, line.trim().to_owned())
+                // A trailing `<!-- id: … -->` (the turn's) is the record's id.
+                let tail =
+                    line.trim_end().strip_suffix("-->").and_then(|l| l.rsplit_once("<!-- id:"));
+                let (text, id) = match tail {
+                    Some((text, id)) => (text.trim_end(), Some(id.trim().to_owned())),
+                    None => (line.trim(), None),
+                };
+                let mut r = base(n, stem, time, text.to_owned());
+                if let Some(id) = id {
+                    r.id = id;
+                }
+                r
             })
             .collect(),
         Kind::Observation | Kind::Reflection => entries(text)
@@ -269,6 +280,21 @@ pub fn days_of(date: &str) -> Option<i64> {
     Some(era * 146_097 + doe - 719_468)
 }
 
+/// The `YYYY-MM-DD` date of a day count since the Unix epoch (the inverse of [`days_of`]).
+pub fn date_of(days: i64) -> String {
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,12 +313,13 @@ mod tests {
 
         let j = parse_file(
             "journals/2026-11-24.md",
-            "08:00 | build X | ran cargo | ok\n\n09:00 | b | c | d\n",
+            "08:00 | build X | ran cargo | ok\n\n09:00 | b | c | d <!-- id: t9 -->\n",
         );
         assert_eq!(
             j.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
-            ["journals/2026-11-24.md#0", "journals/2026-11-24.md#1"]
+            ["journals/2026-11-24.md#0", "t9"]
         );
+        assert_eq!(j[1].text, "09:00 | b | c | d");
         assert_eq!(j[1].time, "09:00");
 
         let refl = parse_file(
@@ -316,5 +343,8 @@ mod tests {
         assert_eq!(days_of("2026-11-25"), Some(20_782));
         assert_eq!(days_of("2026-13-01"), None);
         assert_eq!(days_of("nope"), None);
+        for d in [0, 59, 60, 20_782, 11_016, -1] {
+            assert_eq!(days_of(&date_of(d)), Some(d), "{}", date_of(d));
+        }
     }
 }
