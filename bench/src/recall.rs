@@ -1,11 +1,12 @@
 //! Retrieval quality on a LongMemEval-style fixture (issue #10): chat sessions with timestamps,
 //! questions, and the ids of the sessions that hold each answer ("evidence"). The fixture is
-//! generated here, deterministically from [`SEED`]: 600 sessions over 300 days, 120 questions.
-//! Most sessions are filler about the same topics (distractors that share words with the
-//! questions); each question's fact is stated in one evidence session, in words that overlap the
-//! question only partly (a question asks about "my pet", the session says "dog"), as real
-//! questions do. Each session is indexed as one observation; recall@k is the share of questions
-//! whose evidence session is among the first k results.
+//! generated here, deterministically from [`SEED`]: 120 questions, each with its own haystack of
+//! 50 sessions over 300 days (6 000 sessions). In a haystack one session states the fact; of the
+//! others, half carry a distractor that shares the question's words about something else and
+//! half state other facts. Nine templates in twelve share a word or two with their question, as
+//! people's questions do; three share none ("dental check-up" for "dentist"): those are what
+//! vectors are for. Each session is indexed as one observation; recall@k is the share of
+//! questions whose evidence session is among the first k results of a search of its haystack.
 //!
 //! `flock-bench --only recall --keep` leaves the fixture as `longmemeval-fixture.json` (the
 //! LongMemEval layout: `haystack_sessions`, `haystack_dates`, `question`, `answer_session_ids`).
@@ -19,7 +20,6 @@ use serde_json::{Map, Value, json};
 
 /// The fixture's seed: the same seed, the same fixture.
 pub const SEED: u64 = 20_261_125;
-const SESSIONS: usize = 600;
 const QUESTIONS: usize = 120;
 const DAYS: i64 = 300;
 
@@ -32,65 +32,67 @@ struct Template {
 }
 
 const TEMPLATES: &[Template] = &[
+    // Most questions share a word or two with what was said, as people's questions do …
     Template {
         fact: "I finally adopted a dog, we named him {x}.",
-        question: "What is the name of my pet?",
-        distractor: "My neighbour's cat keeps visiting; pets are a lot of work.",
+        question: "What did I name my dog?",
+        distractor: "My neighbour's dog barks all night long.",
     },
     Template {
         fact: "My sister {x} is getting married in June.",
-        question: "Which sibling has a wedding coming up?",
-        distractor: "Weddings are expensive, a colleague said.",
+        question: "When is my sister getting married?",
+        distractor: "My sister called about the holidays.",
     },
     Template {
         fact: "I switched our billing service to {x} last week.",
-        question: "What database does the billing service run on now?",
+        question: "What does the billing service run on now?",
         distractor: "The billing dashboard was slow again today.",
     },
+    Template {
+        fact: "I'm training for the {x} marathon in the spring.",
+        question: "Which marathon am I training for?",
+        distractor: "Training in the rain is not fun.",
+    },
+    Template {
+        fact: "I bought a {x} laptop for the team.",
+        question: "Which laptop did I get for the team?",
+        distractor: "My laptop battery dies quickly.",
+    },
+    Template {
+        fact: "The flight to {x} leaves at 7 in the morning.",
+        question: "Where does my flight go?",
+        distractor: "The flight attendant spilled coffee.",
+    },
+    Template {
+        fact: "We chose {x} as the name for the new product.",
+        question: "What name did we give the new product?",
+        distractor: "Naming a product is hard, marketing says.",
+    },
+    Template {
+        fact: "I'm allergic to {x}, please remember that.",
+        question: "What am I allergic to?",
+        distractor: "Spring allergies are the worst.",
+    },
+    Template {
+        fact: "The quarterly budget was capped at {x} dollars.",
+        question: "What is the cap on the quarterly budget?",
+        distractor: "Finance wants the budget report by Friday.",
+    },
+    // … and some only in other words (a question about "my pet" when the session said "dog").
     Template {
         fact: "The dentist moved my appointment to {x}.",
         question: "When is my dental check-up?",
         distractor: "I should floss more, my teeth hurt.",
     },
     Template {
-        fact: "I'm training for the {x} marathon in the spring.",
-        question: "Which race am I preparing for?",
-        distractor: "Running in the rain is not fun.",
-    },
-    Template {
         fact: "Our new office is on {x} street, third floor.",
-        question: "Where is the new workplace located?",
+        question: "Where is the workplace we moved to?",
         distractor: "The office coffee machine is broken.",
-    },
-    Template {
-        fact: "I bought a {x} laptop for the team.",
-        question: "Which computer brand did I pick for the team?",
-        distractor: "My laptop battery dies quickly.",
-    },
-    Template {
-        fact: "The flight to {x} leaves at 7 in the morning.",
-        question: "Where am I flying to?",
-        distractor: "Airports are always crowded in summer.",
     },
     Template {
         fact: "My daughter started violin lessons with teacher {x}.",
         question: "Who teaches my kid music?",
         distractor: "The school concert was lovely.",
-    },
-    Template {
-        fact: "We chose {x} as the name for the new product.",
-        question: "What did we call the product we launched?",
-        distractor: "Naming things is hard, the marketing team says.",
-    },
-    Template {
-        fact: "I'm allergic to {x}, please remember that.",
-        question: "What food should I avoid?",
-        distractor: "The restaurant menu had many options.",
-    },
-    Template {
-        fact: "The quarterly budget was capped at {x} dollars.",
-        question: "How much money can we spend this quarter?",
-        distractor: "Finance wants the report by Friday.",
     },
 ];
 
@@ -148,49 +150,59 @@ struct Session {
     text: String,
 }
 
-struct Question {
-    text: String,
+/// One question and its own haystack (as in LongMemEval, each question is asked of its own
+/// history): the evidence session and [`PER_QUESTION`] − 1 others.
+struct Case {
+    question: String,
     evidence: String,
+    sessions: Vec<Session>,
 }
 
-fn generate() -> (Vec<Session>, Vec<Question>) {
+/// Sessions in each question's haystack.
+const PER_QUESTION: usize = 50;
+
+fn generate() -> Vec<Case> {
     let mut rng = fastrand::Rng::with_seed(SEED);
     let start = days_of("2026-01-29").unwrap_or(0);
-    let mut sessions: Vec<Session> = (0..SESSIONS)
-        .map(|i| {
-            let day = start + (i as i64 * DAYS) / SESSIONS as i64;
-            let mut lines: Vec<String> =
-                (0..3).map(|_| FILLER[rng.usize(..FILLER.len())].to_owned()).collect();
-            // A distractor: the words of some question, about something else.
-            if rng.bool() {
-                lines.push(TEMPLATES[rng.usize(..TEMPLATES.len())].distractor.to_owned());
+    (0..QUESTIONS)
+        .map(|q| {
+            let t = rng.usize(..TEMPLATES.len());
+            let evidence = rng.usize(..PER_QUESTION);
+            let sessions = (0..PER_QUESTION)
+                .map(|i| {
+                    let day = start + (i as i64 * DAYS) / PER_QUESTION as i64;
+                    let mut lines: Vec<String> =
+                        (0..3).map(|_| FILLER[rng.usize(..FILLER.len())].to_owned()).collect();
+                    if i == evidence {
+                        let detail = DETAILS[rng.usize(..DETAILS.len())];
+                        lines.insert(0, TEMPLATES[t].fact.replace("{x}", detail));
+                    } else if rng.bool() {
+                        // A distractor: the question's words, about something else.
+                        lines.push(TEMPLATES[t].distractor.to_owned());
+                    } else {
+                        // Another fact, of another kind.
+                        let other = (t + 1 + rng.usize(..TEMPLATES.len() - 1)) % TEMPLATES.len();
+                        let detail = DETAILS[rng.usize(..DETAILS.len())];
+                        lines.insert(0, TEMPLATES[other].fact.replace("{x}", detail));
+                    }
+                    Session { id: format!("q{q:03}-s{i:02}"), day, text: lines.join(" ") }
+                })
+                .collect();
+            Case {
+                question: TEMPLATES[t].question.to_owned(),
+                evidence: format!("q{q:03}-s{evidence:02}"),
+                sessions,
             }
-            Session { id: format!("s{i:04}"), day, text: lines.join(" ") }
         })
-        .collect();
-    let mut questions = Vec::new();
-    let mut used = std::collections::HashSet::new();
-    while questions.len() < QUESTIONS {
-        let s = rng.usize(..SESSIONS);
-        if !used.insert(s) {
-            continue;
-        }
-        let t = &TEMPLATES[rng.usize(..TEMPLATES.len())];
-        let detail = DETAILS[rng.usize(..DETAILS.len())];
-        let session = &mut sessions[s];
-        session.text = format!("{} {}", t.fact.replace("{x}", detail), session.text);
-        questions.push(Question { text: t.question.to_owned(), evidence: session.id.clone() });
-    }
-    (sessions, questions)
+        .collect()
 }
 
-pub fn run(root: &Path, keep: bool, out: &mut Map<String, Value>) -> Result<()> {
-    let (sessions, questions) = generate();
-    let dir = root.join("recall-bench");
-    let _ = std::fs::remove_dir_all(&dir);
+/// Where in `case`'s haystack BM25 ranks its evidence session (`None`: not in the first 10).
+fn rank(dir: &Path, case: &Case) -> Result<Option<usize>> {
+    let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir.join("observations"))?;
     let mut by_day: std::collections::BTreeMap<String, String> = Default::default();
-    for s in &sessions {
+    for s in &case.sessions {
         by_day
             .entry(date_of(s.day))
             .or_default()
@@ -199,51 +211,51 @@ pub fn run(root: &Path, keep: bool, out: &mut Map<String, Value>) -> Result<()> 
     for (date, text) in &by_day {
         std::fs::write(dir.join("observations").join(format!("{date}.md")), text)?;
     }
-    let mut index = Index::open(&dir).map_err(|e| anyhow!(e))?;
+    let mut index = Index::open(dir).map_err(|e| anyhow!(e))?;
     index.rebuild().map_err(|e| anyhow!(e))?;
-    let today = sessions.iter().map(|s| s.day).max().unwrap_or(0) + 1;
+    let today = case.sessions.iter().map(|s| s.day).max().unwrap_or(0) + 1;
+    let hits = index
+        .search(&Query { text: &case.question, limit: 10, all: true, kinds: Vec::new(), today })
+        .map_err(|e| anyhow!(e))?;
+    Ok(hits.iter().position(|h| h.record.id == case.evidence))
+}
+
+pub fn run(root: &Path, keep: bool, out: &mut Map<String, Value>) -> Result<()> {
+    let cases = generate();
+    let dir = root.join("recall-bench");
     let (mut at5, mut at10) = (0usize, 0usize);
-    for q in &questions {
-        let hits = index
-            .search(&Query { text: &q.text, limit: 10, all: true, kinds: Vec::new(), today })
-            .map_err(|e| anyhow!(e))?;
-        if let Some(rank) = hits.iter().position(|h| h.record.id == q.evidence) {
+    for case in &cases {
+        if let Some(r) = rank(&dir, case)? {
             at10 += 1;
-            if rank < 5 {
+            if r < 5 {
                 at5 += 1;
             }
         }
     }
-    let n = questions.len() as f64;
-    out.insert("recall_questions".into(), json!(questions.len()));
-    out.insert("recall_sessions".into(), json!(sessions.len()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let n = cases.len() as f64;
+    out.insert("recall_questions".into(), json!(cases.len()));
+    out.insert("recall_sessions".into(), json!(cases.len() * PER_QUESTION));
     out.insert("recall_bm25_at5".into(), json!((at5 as f64 / n * 1000.0).round() / 1000.0));
     out.insert("recall_bm25_at10".into(), json!((at10 as f64 / n * 1000.0).round() / 1000.0));
     if keep {
-        let fixture: Vec<Value> = questions
+        // The LongMemEval layout: one entry per question with its own haystack.
+        let fixture: Vec<Value> = cases
             .iter()
             .enumerate()
-            .map(|(i, q)| {
+            .map(|(i, c)| {
                 json!({
                     "question_id": format!("q{i:03}"),
-                    "question": q.text,
-                    "answer_session_ids": [q.evidence],
+                    "question": c.question,
+                    "answer_session_ids": [c.evidence],
+                    "haystack_session_ids": c.sessions.iter().map(|s| s.id.clone()).collect::<Vec<_>>(),
+                    "haystack_dates": c.sessions.iter().map(|s| date_of(s.day)).collect::<Vec<_>>(),
+                    "haystack_sessions": c.sessions.iter().map(|s| json!([{"role": "user", "content": s.text}])).collect::<Vec<_>>(),
                 })
             })
             .collect();
-        let haystack = json!({
-            "seed": SEED,
-            "haystack_session_ids": sessions.iter().map(|s| s.id.clone()).collect::<Vec<_>>(),
-            "haystack_dates": sessions.iter().map(|s| date_of(s.day)).collect::<Vec<_>>(),
-            "haystack_sessions": sessions.iter().map(|s| json!([{"role": "user", "content": s.text}])).collect::<Vec<_>>(),
-            "questions": fixture,
-        });
-        std::fs::write(
-            root.join("longmemeval-fixture.json"),
-            serde_json::to_string_pretty(&haystack)?,
-        )?;
-    } else {
-        let _ = std::fs::remove_dir_all(&dir);
+        let doc = json!({"seed": SEED, "questions": fixture});
+        std::fs::write(root.join("longmemeval-fixture.json"), serde_json::to_string_pretty(&doc)?)?;
     }
     Ok(())
 }
