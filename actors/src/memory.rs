@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::sync::mpsc as std_mpsc;
 
-use flock_memory::index::{Index, Query, today};
+use flock_memory::index::{Index, Mode, Query, today};
 use flock_memory::{Kind, Record};
 use serde_json::{Value, json};
 
@@ -53,7 +53,14 @@ impl MemoryService {
         std::thread::Builder::new()
             .name("flock-memory".into())
             .spawn(move || {
+                // The embedding model (90 MB) is loaded on the first call, not at start: most
+                // swarms search rarely, and a test swarm never.
+                let mut embedder_tried = false;
                 for job in rx {
+                    if !embedder_tried {
+                        embedder_tried = true;
+                        load_embedder(&mut index);
+                    }
                     let result = run(&mut index, &dir, &job.tool, &job.arguments);
                     (job.reply)(result);
                 }
@@ -68,6 +75,26 @@ impl MemoryService {
         if let Err(std_mpsc::SendError(job)) = self.tx.send(job) {
             (job.reply)(Err("INTERNAL: the memory thread has stopped".into()));
         }
+    }
+}
+
+/// Texts embedded per call at most (about 0.3 s): a backlog (a memory dir indexed before the
+/// model was fetched) is worked off a slice at a time, never holding up a search for long.
+const EMBED_PER_CALL: usize = 64;
+
+/// Gives the index the embedding model if `scripts/setup` fetched it; words only otherwise.
+fn load_embedder(index: &mut Index) {
+    let Some(dir) = flock_memory::embed::default_dir() else { return };
+    if !dir.join("model.safetensors").exists() {
+        eprintln!(
+            "flock: memory search by words only: no embedding model in {} (scripts/setup fetches it)",
+            dir.display()
+        );
+        return;
+    }
+    match flock_memory::embed::Embedder::load(&dir) {
+        Ok(e) => index.set_embedder(std::sync::Arc::new(e)),
+        Err(e) => eprintln!("flock: memory search by words only: {e}"),
     }
 }
 
@@ -104,6 +131,9 @@ fn run(
     if synced.files_read + synced.files_dropped > 0 {
         refresh_active_memory(index, dir);
     }
+    if let Err(e) = index.embed_pending(EMBED_PER_CALL) {
+        eprintln!("flock: memory vectors: {e}");
+    }
     match tool {
         "memory__search" | "memory_search" => {
             let text = args["query"]
@@ -125,6 +155,7 @@ fn run(
                 all: args["all"].as_bool().unwrap_or(false),
                 kinds,
                 today: today(),
+                mode: Mode::Hybrid,
             };
             let hits = index.search(&query).map_err(|e| format!("INTERNAL: {e}"))?;
             let hits: Vec<Value> = hits

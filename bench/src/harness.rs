@@ -991,19 +991,21 @@ fn print_table(out: &Map<String, Value>) {
         );
         row(&what, format!("{p50:.2}/{p95:.2} ms"), "p95 ≤ 150 ms", Some(p95 <= 150.0), cmp);
     }
-    if let (Some(a5), Some(a10)) = (get("recall_bm25_at5"), get("recall_bm25_at10")) {
+    for (key, label, target) in
+        [("bm25", "BM25", ""), ("vector", "vectors", ""), ("hybrid", "hybrid", "@5 ≥ 0.95")]
+    {
+        let (Some(a5), Some(a10)) =
+            (get(&format!("recall_{key}_at5")), get(&format!("recall_{key}_at10")))
+        else {
+            continue;
+        };
         let what = format!(
-            "recall@5/@10, BM25 ({} q, {} sessions)",
+            "recall@5/@10 {label} ({} q, {} sessions)",
             get("recall_questions").unwrap_or(0.0),
             get("recall_sessions").unwrap_or(0.0)
         );
-        row(
-            &what,
-            format!("{a5:.3}/{a10:.3}"),
-            "@5 ≥ 0.95 (hybrid)",
-            Some(a5 >= 0.95),
-            String::new(),
-        );
+        let ok = (!target.is_empty()).then_some(a5 >= 0.95);
+        row(&what, format!("{a5:.3}/{a10:.3}"), target, ok, String::new());
     }
     if let Some(ms) = get("memory_rebuild_ms") {
         row(

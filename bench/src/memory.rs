@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Result, anyhow};
-use flock_memory::index::{Index, Query};
+use flock_memory::index::{Index, Mode, Query};
 use flock_memory::records::{date_of, days_of};
 use serde_json::{Map, Value, json};
 
@@ -140,7 +140,14 @@ pub fn run(root: &Path, n: usize, out: &mut Map<String, Value>) -> Result<()> {
         let text = format!("what about the {}?", words.join(" and "));
         let t = Instant::now();
         let hits = index
-            .search(&Query { text: &text, limit: 10, all: false, kinds: Vec::new(), today })
+            .search(&Query {
+                text: &text,
+                limit: 10,
+                all: false,
+                kinds: Vec::new(),
+                today,
+                mode: Mode::Bm25,
+            })
             .map_err(|e| anyhow!(e))?;
         search.push(t.elapsed().as_nanos() as u64);
         std::hint::black_box(hits);

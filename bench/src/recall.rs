@@ -14,7 +14,11 @@
 use std::path::Path;
 
 use anyhow::{Result, anyhow};
-use flock_memory::index::{Index, Query};
+use std::sync::Arc;
+use std::time::Instant;
+
+use flock_memory::embed::Embedder;
+use flock_memory::index::{Index, Mode, Query};
 use flock_memory::records::{date_of, days_of};
 use serde_json::{Map, Value, json};
 
@@ -197,8 +201,9 @@ fn generate() -> Vec<Case> {
         .collect()
 }
 
-/// Where in `case`'s haystack BM25 ranks its evidence session (`None`: not in the first 10).
-fn rank(dir: &Path, case: &Case) -> Result<Option<usize>> {
+/// Where each mode ranks `case`'s evidence session in its haystack (`None`: not in the first
+/// 10): BM25, vectors, hybrid.
+fn ranks(dir: &Path, case: &Case, embedder: Option<&Arc<Embedder>>) -> Result<[Option<usize>; 3]> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir.join("observations"))?;
     let mut by_day: std::collections::BTreeMap<String, String> = Default::default();
@@ -213,31 +218,58 @@ fn rank(dir: &Path, case: &Case) -> Result<Option<usize>> {
     }
     let mut index = Index::open(dir).map_err(|e| anyhow!(e))?;
     index.rebuild().map_err(|e| anyhow!(e))?;
+    if let Some(e) = embedder {
+        index.set_embedder(e.clone());
+        index.embed_pending(PER_QUESTION).map_err(|e| anyhow!(e))?;
+    }
     let today = case.sessions.iter().map(|s| s.day).max().unwrap_or(0) + 1;
-    let hits = index
-        .search(&Query { text: &case.question, limit: 10, all: true, kinds: Vec::new(), today })
-        .map_err(|e| anyhow!(e))?;
-    Ok(hits.iter().position(|h| h.record.id == case.evidence))
+    let mut out = [None; 3];
+    for (slot, mode) in out.iter_mut().zip([Mode::Bm25, Mode::Vector, Mode::Hybrid]) {
+        let q =
+            Query { text: &case.question, limit: 10, all: true, kinds: Vec::new(), today, mode };
+        let hits = index.search(&q).map_err(|e| anyhow!(e))?;
+        *slot = hits.iter().position(|h| h.record.id == case.evidence);
+    }
+    Ok(out)
 }
 
 pub fn run(root: &Path, keep: bool, out: &mut Map<String, Value>) -> Result<()> {
     let cases = generate();
     let dir = root.join("recall-bench");
-    let (mut at5, mut at10) = (0usize, 0usize);
+    let embedder =
+        match flock_memory::embed::default_dir().filter(|d| d.join("model.safetensors").exists()) {
+            Some(d) => Some(Arc::new(Embedder::load(&d).map_err(|e| anyhow!(e))?)),
+            None => {
+                eprintln!("flock-bench: recall: no embedding model (scripts/setup): BM25 only");
+                None
+            }
+        };
+    let started = Instant::now();
+    // [mode][@5, @10]
+    let mut found = [[0usize; 2]; 3];
     for case in &cases {
-        if let Some(r) = rank(&dir, case)? {
-            at10 += 1;
-            if r < 5 {
-                at5 += 1;
+        for (m, rank) in ranks(&dir, case, embedder.as_ref())?.into_iter().enumerate() {
+            if let Some(r) = rank {
+                found[m][1] += 1;
+                if r < 5 {
+                    found[m][0] += 1;
+                }
             }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
     let n = cases.len() as f64;
+    let share = |k: usize| (k as f64 / n * 1000.0).round() / 1000.0;
     out.insert("recall_questions".into(), json!(cases.len()));
     out.insert("recall_sessions".into(), json!(cases.len() * PER_QUESTION));
-    out.insert("recall_bm25_at5".into(), json!((at5 as f64 / n * 1000.0).round() / 1000.0));
-    out.insert("recall_bm25_at10".into(), json!((at10 as f64 / n * 1000.0).round() / 1000.0));
+    out.insert("recall_secs".into(), json!(started.elapsed().as_secs_f64()));
+    for (m, name) in ["bm25", "vector", "hybrid"].iter().enumerate() {
+        if m > 0 && embedder.is_none() {
+            continue;
+        }
+        out.insert(format!("recall_{name}_at5"), json!(share(found[m][0])));
+        out.insert(format!("recall_{name}_at10"), json!(share(found[m][1])));
+    }
     if keep {
         // The LongMemEval layout: one entry per question with its own haystack.
         let fixture: Vec<Value> = cases

@@ -7,6 +7,7 @@
 //! hot up to [`WARM_AFTER_DAYS`], warm up to [`COLD_AFTER_DAYS`], cold after; a default search
 //! leaves cold records out, `all` finds them too.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
@@ -18,14 +19,20 @@ use crate::records::{FOLDERS, Kind, Priority, Record, days_of, parse_file};
 pub const WARM_AFTER_DAYS: i64 = 90;
 /// Records older than this many days are cold: out of the default search scope.
 pub const COLD_AFTER_DAYS: i64 = 365;
-/// BM25 candidates re-ranked per search.
+/// Candidates each list (BM25, vectors) brings to the fusion.
 const CANDIDATES: usize = 200;
+/// The `k` of reciprocal rank fusion: a record's share from a list is `1 / (k + rank)`.
+const RRF_K: f64 = 60.0;
+
+/// Bumped on any change of [`SCHEMA`].
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS records (
     rid INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
+    hash TEXT NOT NULL,
     kind TEXT NOT NULL,
     date TEXT NOT NULL,
     time TEXT NOT NULL,
@@ -35,6 +42,7 @@ CREATE TABLE IF NOT EXISTS records (
     text TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS records_path ON records(path);
+CREATE INDEX IF NOT EXISTS records_hash ON records(hash);
 CREATE VIRTUAL TABLE IF NOT EXISTS records_fts USING fts5(
     text, content='records', content_rowid='rid', tokenize='porter unicode61'
 );
@@ -44,6 +52,8 @@ END;
 CREATE TRIGGER IF NOT EXISTS records_ad AFTER DELETE ON records BEGIN
     INSERT INTO records_fts(records_fts, rowid, text) VALUES ('delete', old.rid, old.text);
 END;
+-- A vector is a function of the text alone: keyed by its hash, it outlives rebuilds.
+CREATE TABLE IF NOT EXISTS vectors (hash TEXT PRIMARY KEY, v BLOB NOT NULL);
 ";
 
 /// Words too common to tell memories apart (left out of a query).
@@ -68,6 +78,18 @@ pub struct Query<'a> {
     pub kinds: Vec<Kind>,
     /// Today, in days since the epoch (tiers and recency are relative to it).
     pub today: i64,
+    /// Words, meaning, or both (both without an embedder is words only).
+    pub mode: Mode,
+}
+
+/// How a search finds candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// BM25 and vectors, fused by reciprocal rank (BM25 only without an embedder).
+    Hybrid,
+    Bm25,
+    /// Vectors only (nothing without an embedder).
+    Vector,
 }
 
 /// A found record and its score (higher is better).
@@ -101,6 +123,19 @@ pub struct Synced {
 pub struct Index {
     dir: PathBuf,
     conn: Connection,
+    #[cfg(feature = "vectors")]
+    vectors: Option<Vectors>,
+}
+
+/// The embedder and the vectors of every record, kept in memory for the scan (384 × 4 bytes a
+/// record: 15 MB at 10 000 records).
+#[cfg(feature = "vectors")]
+#[derive(Debug)]
+struct Vectors {
+    embedder: std::sync::Arc<crate::embed::Embedder>,
+    /// `(text hash, unit vector)`; loaded from `vectors` on first use, extended as texts are
+    /// embedded.
+    cache: Option<Vec<(String, Vec<f32>)>>,
 }
 
 type Result<T> = std::result::Result<T, String>;
@@ -118,8 +153,24 @@ impl Index {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(err("WAL"))?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(err("synchronous"))?;
         conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(err("busy timeout"))?;
+        // The index is rebuildable: an older layout is dropped and rebuilt, never migrated.
+        let version: i64 =
+            conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(err("version"))?;
+        if version != SCHEMA_VERSION {
+            conn.execute_batch(
+                "DROP TABLE IF EXISTS records_fts; DROP TABLE IF EXISTS records;
+                 DROP TABLE IF EXISTS files; DROP TABLE IF EXISTS vectors;",
+            )
+            .map_err(err("drop an old layout"))?;
+            conn.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(err("version"))?;
+        }
         conn.execute_batch(SCHEMA).map_err(err("schema"))?;
-        Ok(Index { dir: dir.to_owned(), conn })
+        Ok(Index {
+            dir: dir.to_owned(),
+            conn,
+            #[cfg(feature = "vectors")]
+            vectors: None,
+        })
     }
 
     /// Reads again every file that changed since the last sync, drops the records of files that
@@ -161,14 +212,15 @@ impl Index {
                 {
                     let mut insert = tx
                         .prepare_cached(
-                            "INSERT OR IGNORE INTO records (id, kind, date, time, priority, category, path, text)
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                            "INSERT OR IGNORE INTO records (id, hash, kind, date, time, priority, category, path, text)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                         )
                         .map_err(err("prepare"))?;
                     for r in &records {
                         insert
                             .execute(params![
                                 r.id,
+                                text_hash(&r.text),
                                 r.kind.as_str(),
                                 r.date,
                                 r.time,
@@ -205,46 +257,38 @@ impl Index {
         Ok(done)
     }
 
-    /// Forgets everything and reads every file again.
+    /// Forgets everything and reads every file again. Vectors stay (they depend on the text
+    /// alone); those of texts no record has any more go.
     pub fn rebuild(&mut self) -> Result<Synced> {
         self.conn
             .execute_batch("DELETE FROM records; DELETE FROM files; INSERT INTO records_fts(records_fts) VALUES ('rebuild');")
             .map_err(err("clear"))?;
-        self.sync()
+        let synced = self.sync()?;
+        self.conn
+            .execute("DELETE FROM vectors WHERE hash NOT IN (SELECT hash FROM records)", [])
+            .map_err(err("prune vectors"))?;
+        Ok(synced)
     }
 
-    /// The best records for `q`, best first.
-    pub fn search(&self, q: &Query<'_>) -> Result<Vec<Hit>> {
-        let Some(fts) = fts_query(q.text) else { return Ok(Vec::new()) };
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT r.id, r.kind, r.date, r.time, r.priority, r.category, r.path, r.text,
-                        bm25(records_fts)
-                 FROM records_fts JOIN records r ON r.rid = records_fts.rowid
-                 WHERE records_fts MATCH ?1 ORDER BY bm25(records_fts) LIMIT ?2",
-            )
-            .map_err(err("prepare search"))?;
-        let rows = stmt
-            .query_map(params![fts, CANDIDATES as i64], |r| {
-                Ok((
-                    Record {
-                        id: r.get(0)?,
-                        kind: Kind::parse(&r.get::<_, String>(1)?).unwrap_or(Kind::Observation),
-                        date: r.get(2)?,
-                        time: r.get(3)?,
-                        priority: Priority::from_level(r.get(4)?),
-                        category: r.get(5)?,
-                        path: r.get(6)?,
-                        text: r.get(7)?,
-                    },
-                    r.get::<_, f64>(8)?,
-                ))
-            })
-            .map_err(err("search"))?;
+    /// The best records for `q`, best first: BM25 over the words, and, with an embedder (feature
+    /// `vectors`), the cosine similarity of the meaning, fused by reciprocal rank; then boosted by
+    /// priority and recency.
+    pub fn search(&mut self, q: &Query<'_>) -> Result<Vec<Hit>> {
+        let words = match (q.mode, fts_query(q.text)) {
+            (Mode::Vector, _) | (_, None) => Vec::new(),
+            (_, Some(fts)) => self.bm25(&fts)?,
+        };
+        let meaning = if q.mode == Mode::Bm25 { Vec::new() } else { self.nearest(q.text)? };
+        // Reciprocal rank fusion (k = 60); a list alone keeps its own order.
+        let mut fused: HashMap<i64, f64> = HashMap::new();
+        for list in [&words, &meaning] {
+            for (rank, rid) in list.iter().enumerate() {
+                *fused.entry(*rid).or_default() += 1.0 / (RRF_K + rank as f64 + 1.0);
+            }
+        }
         let mut hits = Vec::new();
-        for row in rows {
-            let (record, bm25) = row.map_err(err("search"))?;
+        for (rid, relevance) in fused {
+            let Some(record) = self.record(rid)? else { continue };
             if !q.kinds.is_empty() && !q.kinds.contains(&record.kind) {
                 continue;
             }
@@ -253,18 +297,150 @@ impl Index {
             if tier == "cold" && !q.all {
                 continue;
             }
-            // bm25() is lower-is-better (negative); flip it, then boost.
             let priority = match record.priority {
                 Priority::High => 1.5,
                 Priority::Medium => 1.0,
                 Priority::Low => 0.75,
             };
             let recency = age.map_or(0.75, |a| 0.5 + 0.5 * (-(a as f64) / 90.0).exp());
-            hits.push(Hit { score: -bm25 * priority * recency, record, tier });
+            hits.push(Hit { score: relevance * 1000.0 * priority * recency, record, tier });
         }
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.sort_by(|a, b| {
+            b.score.total_cmp(&a.score).then_with(|| a.record.id.cmp(&b.record.id))
+        });
         hits.truncate(q.limit);
         Ok(hits)
+    }
+
+    /// The rids of the records nearest in meaning to `text`, best first (none without an
+    /// embedder).
+    #[cfg(not(feature = "vectors"))]
+    fn nearest(&mut self, _text: &str) -> Result<Vec<i64>> {
+        Ok(Vec::new())
+    }
+
+    #[cfg(feature = "vectors")]
+    fn nearest(&mut self, text: &str) -> Result<Vec<i64>> {
+        if self.vectors.is_none() {
+            return Ok(Vec::new());
+        }
+        self.load_vectors()?;
+        let Some(v) = &self.vectors else { return Ok(Vec::new()) };
+        let query = v.embedder.embed(&[text])?.pop().unwrap_or_default();
+        let mut scored: Vec<(f32, &str)> = v
+            .cache
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .map(|(hash, vec)| (crate::embed::cosine(&query, vec), hash.as_str()))
+            .collect();
+        let n = CANDIDATES.min(scored.len());
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        scored.select_nth_unstable_by(n - 1, |a, b| b.0.total_cmp(&a.0));
+        scored.truncate(n);
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT rid FROM records WHERE hash = ?1")
+            .map_err(err("vector hits"))?;
+        let mut rids = Vec::new();
+        for (_, hash) in scored {
+            let rows =
+                stmt.query_map([hash], |r| r.get::<_, i64>(0)).map_err(err("vector hits"))?;
+            for rid in rows {
+                rids.push(rid.map_err(err("vector hits"))?);
+            }
+        }
+        Ok(rids)
+    }
+
+    /// Searches by meaning too from now on (and embeds what is not embedded yet, a batch per
+    /// [`Index::sync`]).
+    #[cfg(feature = "vectors")]
+    pub fn set_embedder(&mut self, embedder: std::sync::Arc<crate::embed::Embedder>) {
+        self.vectors = Some(Vectors { embedder, cache: None });
+    }
+
+    #[cfg(feature = "vectors")]
+    fn load_vectors(&mut self) -> Result<()> {
+        let Some(v) = self.vectors.as_mut() else { return Ok(()) };
+        if v.cache.is_some() {
+            return Ok(());
+        }
+        let mut stmt = self.conn.prepare("SELECT hash, v FROM vectors").map_err(err("vectors"))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, from_blob(&r.get::<_, Vec<u8>>(1)?))))
+            .map_err(err("vectors"))?;
+        v.cache = Some(rows.collect::<std::result::Result<_, _>>().map_err(err("vectors"))?);
+        Ok(())
+    }
+
+    /// Embeds up to `max` texts that have no vector yet, newest first; returns how many.
+    #[cfg(feature = "vectors")]
+    pub fn embed_pending(&mut self, max: usize) -> Result<usize> {
+        if self.vectors.is_none() {
+            return Ok(0);
+        }
+        self.load_vectors()?;
+        let pending: Vec<(String, String)> = {
+            let mut stmt = self
+                .conn
+                .prepare(
+                    "SELECT hash, MIN(text) FROM records WHERE hash NOT IN (SELECT hash FROM vectors)
+                     GROUP BY hash ORDER BY MAX(rid) DESC LIMIT ?1",
+                )
+                .map_err(err("pending vectors"))?;
+            let rows = stmt
+                .query_map([max as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(err("pending vectors"))?;
+            rows.collect::<std::result::Result<_, _>>().map_err(err("pending vectors"))?
+        };
+        let Some(v) = self.vectors.as_mut() else { return Ok(0) };
+        let tx = self.conn.transaction().map_err(err("begin"))?;
+        for chunk in pending.chunks(16) {
+            let texts: Vec<&str> = chunk.iter().map(|(_, t)| t.as_str()).collect();
+            let vecs = v.embedder.embed(&texts)?;
+            for ((hash, _), vec) in chunk.iter().zip(vecs) {
+                tx.execute(
+                    "INSERT OR REPLACE INTO vectors (hash, v) VALUES (?1, ?2)",
+                    params![hash, to_blob(&vec)],
+                )
+                .map_err(err("store vector"))?;
+                if let Some(cache) = v.cache.as_mut() {
+                    cache.push((hash.clone(), vec));
+                }
+            }
+        }
+        tx.commit().map_err(err("commit"))?;
+        Ok(pending.len())
+    }
+
+    /// The rids of the best BM25 matches, best first.
+    fn bm25(&self, fts: &str) -> Result<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT rowid FROM records_fts WHERE records_fts MATCH ?1
+                 ORDER BY bm25(records_fts) LIMIT ?2",
+            )
+            .map_err(err("prepare search"))?;
+        let rows = stmt
+            .query_map(params![fts, CANDIDATES as i64], |r| r.get::<_, i64>(0))
+            .map_err(err("search"))?;
+        rows.collect::<std::result::Result<_, _>>().map_err(err("search"))
+    }
+
+    fn record(&self, rid: i64) -> Result<Option<Record>> {
+        self.conn
+            .prepare_cached(
+                "SELECT id, kind, date, time, priority, category, path, text FROM records WHERE rid = ?1",
+            )
+            .map_err(err("record"))?
+            .query_row([rid], row_record)
+            .optional()
+            .map_err(err("record"))
     }
 
     /// One record by id.
@@ -273,18 +449,7 @@ impl Index {
             .query_row(
                 "SELECT id, kind, date, time, priority, category, path, text FROM records WHERE id = ?1",
                 [id],
-                |r| {
-                    Ok(Record {
-                        id: r.get(0)?,
-                        kind: Kind::parse(&r.get::<_, String>(1)?).unwrap_or(Kind::Observation),
-                        date: r.get(2)?,
-                        time: r.get(3)?,
-                        priority: Priority::from_level(r.get(4)?),
-                        category: r.get(5)?,
-                        path: r.get(6)?,
-                        text: r.get(7)?,
-                    })
-                },
+                row_record,
             )
             .optional()
             .map_err(err("get"))
@@ -396,6 +561,20 @@ impl Index {
     }
 }
 
+/// A `records` row (`id, kind, date, time, priority, category, path, text`) as a [`Record`].
+fn row_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
+    Ok(Record {
+        id: r.get(0)?,
+        kind: Kind::parse(&r.get::<_, String>(1)?).unwrap_or(Kind::Observation),
+        date: r.get(2)?,
+        time: r.get(3)?,
+        priority: Priority::from_level(r.get(4)?),
+        category: r.get(5)?,
+        path: r.get(6)?,
+        text: r.get(7)?,
+    })
+}
+
 /// The tier of a record `age` days old (`None`: undated).
 pub fn tier(age: Option<i64>) -> &'static str {
     match age {
@@ -418,6 +597,27 @@ fn fts_query(text: &str) -> Option<String> {
     words.dedup();
     (!words.is_empty())
         .then(|| words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" OR "))
+}
+
+#[cfg(feature = "vectors")]
+fn to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[cfg(feature = "vectors")]
+fn from_blob(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// FNV-1a (64 bits) of a record's text, as hex: the key of its vector. Stable across builds,
+/// unlike `std`'s hasher.
+fn text_hash(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
 
 /// Today in days since the epoch, from the system clock.
@@ -446,7 +646,14 @@ mod tests {
     }
 
     fn query<'a>(text: &'a str, today: &str) -> Query<'a> {
-        Query { text, limit: 10, all: false, kinds: Vec::new(), today: days_of(today).unwrap() }
+        Query {
+            text,
+            limit: 10,
+            all: false,
+            kinds: Vec::new(),
+            today: days_of(today).unwrap(),
+            mode: Mode::Hybrid,
+        }
     }
 
     #[test]
@@ -592,6 +799,41 @@ mod tests {
         assert!(!active.contains("| a |"), "journals are not memory: {active}");
         assert!(active.contains("medium fact number"));
         assert_eq!(Index::open(&d.join("empty")).unwrap().active_memory(today, 600).unwrap(), "");
+    }
+
+    /// Runs only where `scripts/setup` fetched the embedding model.
+    #[cfg(feature = "vectors")]
+    #[test]
+    fn a_question_in_other_words_is_found_by_meaning_and_vectors_outlive_a_rebuild() {
+        let Some(model) =
+            crate::embed::default_dir().filter(|d| d.join("model.safetensors").exists())
+        else {
+            eprintln!("skipped: no embedding model (scripts/setup fetches it)");
+            return;
+        };
+        let embedder = std::sync::Arc::new(crate::embed::Embedder::load(&model).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write(
+            d,
+            "observations/2026-11-20.md",
+            &(obs("09:00", "dentist", "The dentist moved my appointment to Thursday.", "")
+                + &obs("10:00", "printer", "The printer on the second floor jams again.", "")
+                + &obs("11:00", "teeth", "I should floss more.", "")),
+        );
+        let mut index = Index::open(d).unwrap();
+        index.sync().unwrap();
+        index.set_embedder(embedder.clone());
+        assert_eq!(index.embed_pending(100).unwrap(), 3);
+        assert_eq!(index.embed_pending(100).unwrap(), 0, "each text once");
+        let q = |mode| Query { mode, ..query("When is my dental check-up?", "2026-11-25") };
+        assert!(index.search(&q(Mode::Bm25)).unwrap().is_empty(), "no shared word");
+        assert_eq!(ids(&index.search(&q(Mode::Vector)).unwrap())[0], "dentist");
+        assert_eq!(ids(&index.search(&q(Mode::Hybrid)).unwrap())[0], "dentist");
+        // The vectors are keyed by text: a rebuild finds them all again, nothing is embedded twice.
+        index.rebuild().unwrap();
+        assert_eq!(index.embed_pending(100).unwrap(), 0);
+        assert_eq!(ids(&index.search(&q(Mode::Hybrid)).unwrap())[0], "dentist");
     }
 
     #[test]

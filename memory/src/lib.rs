@@ -16,5 +16,8 @@ pub mod records;
 #[cfg(feature = "index")]
 pub mod index;
 
+#[cfg(feature = "vectors")]
+pub mod embed;
+
 pub use mask::mask;
 pub use records::{Kind, Priority, Record};

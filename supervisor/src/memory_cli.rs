@@ -8,13 +8,26 @@ use std::time::Instant;
 use anyhow::{Result, anyhow, bail};
 use flock_actors::memory::record_json;
 use flock_memory::Kind;
-use flock_memory::index::{Index, Query, today};
+use flock_memory::index::{Index, Mode, Query, today};
 use serde_json::json;
 
 fn open(dir: &Path) -> Result<Index> {
     let mut index = Index::open(dir).map_err(|e| anyhow!(e))?;
     index.sync().map_err(|e| anyhow!(e))?;
     Ok(index)
+}
+
+/// Texts `flockctl memory search` embeds before it searches, at most (a few seconds).
+const EMBED_PER_SEARCH: usize = 512;
+
+/// The search mode a user names: `hybrid` (the default), `bm25` or `vector`.
+pub fn mode(name: &str) -> Result<Mode> {
+    Ok(match name {
+        "hybrid" => Mode::Hybrid,
+        "bm25" | "words" => Mode::Bm25,
+        "vector" | "meaning" => Mode::Vector,
+        other => bail!("no search mode `{other}`; modes: hybrid, bm25, vector"),
+    })
 }
 
 /// `memory search QUERY`: the best records, best first.
@@ -24,6 +37,7 @@ pub fn search(
     limit: usize,
     all: bool,
     kinds: &[String],
+    mode: Mode,
     as_json: bool,
 ) -> Result<String> {
     let kinds = kinds
@@ -34,8 +48,20 @@ pub fn search(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let index = open(dir)?;
-    let query = Query { text, limit: limit.clamp(1, 1000), all, kinds, today: today() };
+    let mut index = open(dir)?;
+    let mut note = String::new();
+    if mode != Mode::Bm25 {
+        match flock_memory::embed::default_dir().filter(|d| d.join("model.safetensors").exists()) {
+            Some(model) => {
+                let embedder =
+                    flock_memory::embed::Embedder::load(&model).map_err(|e| anyhow!(e))?;
+                index.set_embedder(std::sync::Arc::new(embedder));
+                index.embed_pending(EMBED_PER_SEARCH).map_err(|e| anyhow!(e))?;
+            }
+            None => note = "(by words only: no embedding model; scripts/setup fetches it)\n".into(),
+        }
+    }
+    let query = Query { text, limit: limit.clamp(1, 1000), all, kinds, today: today(), mode };
     let started = Instant::now();
     let hits = index.search(&query).map_err(|e| anyhow!(e))?;
     let took = started.elapsed();
@@ -70,7 +96,7 @@ pub fn search(
             text
         ));
     }
-    out.push_str(&format!("{} found in {:.1} ms\n", hits.len(), took.as_secs_f64() * 1e3));
+    out.push_str(&format!("{} found in {:.1} ms\n{note}", hits.len(), took.as_secs_f64() * 1e3));
     Ok(out)
 }
 

@@ -182,8 +182,9 @@ enum Command {
 
 #[derive(Subcommand)]
 enum MemoryCommand {
-    /// Records matching words, best first (BM25 with priority and recency boosts); cold records
-    /// (older than 365 days) only with --all.
+    /// Records matching words and meaning, best first (BM25 and all-MiniLM-L6-v2 vectors fused by
+    /// reciprocal rank, with priority and recency boosts); cold records (older than 365 days)
+    /// only with --all.
     Search {
         query: String,
         #[arg(long, default_value_t = 10)]
@@ -194,6 +195,9 @@ enum MemoryCommand {
         /// Only these kinds: journal, observation, reflection, knowledge (comma-separated).
         #[arg(long, value_delimiter = ',')]
         kind: Vec<String>,
+        /// hybrid (words and meaning, fused), bm25 (words) or vector (meaning).
+        #[arg(long, default_value = "hybrid")]
+        mode: String,
         #[arg(long)]
         json: bool,
     },
@@ -482,8 +486,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     if let Command::Memory { command } = &cli.command {
         let dir = state.memory_dir();
         let out = match command {
-            MemoryCommand::Search { query, limit, all, kind, json } => {
-                memory_cli::search(&dir, query, *limit, *all, kind, *json)?
+            MemoryCommand::Search { query, limit, all, kind, mode, json } => {
+                let mode = memory_cli::mode(mode)?;
+                memory_cli::search(&dir, query, *limit, *all, kind, mode, *json)?
             }
             MemoryCommand::Show { id, json } => memory_cli::show(&dir, id, *json)?,
             MemoryCommand::Stats { json } => memory_cli::stats(&dir, *json)?,
