@@ -635,12 +635,14 @@ impl Filter {
 #[derive(Debug, Clone)]
 pub struct JournalWriter {
     tx: tokio::sync::mpsc::UnboundedSender<JournalEvent>,
+    journal: std::sync::Arc<Journal>,
 }
 
 impl JournalWriter {
     /// Starts the writer task on the current tokio runtime.
     pub fn spawn(journal: std::sync::Arc<Journal>) -> JournalWriter {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<JournalEvent>();
+        let writer = JournalWriter { tx, journal: journal.clone() };
         tokio::spawn(async move {
             let mut batch = Vec::new();
             while rx.recv_many(&mut batch, 4096).await > 0 {
@@ -662,12 +664,47 @@ impl JournalWriter {
                 }
             }
         });
-        JournalWriter { tx }
+        writer
     }
 
     pub fn log(&self, event: JournalEvent) {
         let _ = self.tx.send(event);
     }
+
+    /// The last `n` events that concern `agent` (written by it, or naming it in a parameter), as
+    /// one line each, oldest first, handed to `reply` from a blocking task (the caller never
+    /// waits on the file). Looks at the newest [`RECENT_SCAN`] events.
+    pub fn recent_for(&self, agent: &str, n: usize, reply: impl FnOnce(String) + Send + 'static) {
+        let (journal, agent) = (self.journal.clone(), agent.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let lines = match journal.read_last(RECENT_SCAN) {
+                Ok(read) => concerning(&read.events, &agent, n),
+                Err(e) => format!("(the journal could not be read: {e})"),
+            };
+            reply(lines);
+        });
+    }
+}
+
+/// How many of the newest events [`JournalWriter::recent_for`] looks through.
+pub const RECENT_SCAN: usize = 2_000;
+
+/// The last `n` of `events` (oldest first) that `agent` wrote or that name it in a parameter:
+/// `HH:MM:SS AGENT TYPE STATUS: message`.
+pub fn concerning(events: &[JournalEvent], agent: &str, n: usize) -> String {
+    let mine: Vec<&JournalEvent> = events
+        .iter()
+        .filter(|e| e.agent == agent || e.action.params.values().any(|v| v.as_str() == Some(agent)))
+        .collect();
+    mine[mine.len().saturating_sub(n)..]
+        .iter()
+        .map(|e| {
+            let time = e.timestamp.get(11..19).unwrap_or(&e.timestamp);
+            let message: String = e.result.message.chars().take(200).collect();
+            format!("{time} {} {} {}: {message}", e.agent, e.action.kind, e.status.as_str())
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1207,6 +1244,25 @@ mod tests {
         v["action"]["params"] = json!(null);
         let err = validate_value(&v).expect_err("two problems");
         assert!(err.contains("`status`") && err.contains("`action.params`"), "{err}");
+    }
+
+    #[test]
+    fn an_agents_slice_of_the_journal_holds_what_it_did_and_what_named_it() {
+        let events = vec![
+            JournalEvent::new("coordinator", "DELEGATE", Status::Success, "to the worker")
+                .param("to", "worker"),
+            JournalEvent::new("worker", "TOOL_CALL", Status::Failed, "fs_write refused"),
+            JournalEvent::new("observer", "NOTE", Status::Success, "unrelated"),
+            JournalEvent::new("worker", "ANSWER", Status::Success, "done"),
+        ];
+        let all = concerning(&events, "worker", 10);
+        let lines: Vec<&str> = all.lines().collect();
+        assert_eq!(lines.len(), 3, "{all}");
+        assert!(lines[0].contains("coordinator DELEGATE SUCCESS: to the worker"), "{all}");
+        assert!(lines[1].contains("worker TOOL_CALL FAILED: fs_write refused"), "{all}");
+        assert_eq!(concerning(&events, "worker", 1).lines().count(), 1);
+        assert!(concerning(&events, "worker", 1).contains("ANSWER"));
+        assert_eq!(concerning(&events, "nobody", 5), "");
     }
 
     #[test]

@@ -776,6 +776,29 @@ impl RouterState {
                     }),
                 );
             }
+            // The agent's own slice of the journal (`journal_context`), read off the router.
+            Body::ToolCall { name, arguments }
+                if kind == ConnKind::Agent && name == "journal__recent" =>
+            {
+                let n = serde_json::from_str::<serde_json::Value>(arguments)
+                    .ok()
+                    .and_then(|a| a["last"].as_u64())
+                    .map_or(10, |n| n.clamp(1, 200) as usize);
+                let (Some(journal), Some(outbox)) =
+                    (&self.journal, self.conns.get(&conn).map(|i| i.outbox.clone()))
+                else {
+                    let ok = Body::ToolResult { ok: true, content: String::new() };
+                    return self.answer(conn, Frame::answer(&frame, ROUTER, ok));
+                };
+                let (id, to) = (frame.id, identity.to_owned());
+                journal.recent_for(identity, n, move |content| {
+                    let answer = Frame {
+                        correlation_id: Some(id),
+                        ..Frame::new(ROUTER, to, Body::ToolResult { ok: true, content })
+                    };
+                    let _ = outbox.blocking_send(answer);
+                });
+            }
             Body::ToolCall { name, arguments } if kind == ConnKind::Agent => {
                 let result = self.router_tool(identity, name, arguments);
                 let (ok, content) = match result {

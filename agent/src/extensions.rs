@@ -62,6 +62,7 @@ enum Ext {
     Idle { activity: Arc<AtomicU64>, wake: Arc<Notify>, task: tokio::task::JoinHandle<()> },
     Lifecycle { unconscious: Option<String>, observer: Option<String>, timeout: Duration },
     Memory { reflect_after: usize, reflection: Option<String>, reflecting: Vec<String> },
+    Journal { last: usize },
 }
 
 impl Drop for Ext {
@@ -79,6 +80,7 @@ impl Ext {
             Ext::Compaction { .. } => "message_compaction",
             Ext::ContextInjector => "context_injector",
             Ext::DateHelper => "date_helper",
+            Ext::Journal { .. } => "journal_context",
             Ext::Idle { .. } => "idle_monitor",
             Ext::Lifecycle { .. } => "worker_lifecycle",
             Ext::Memory { .. } => "memory_files",
@@ -114,6 +116,7 @@ impl Pipeline {
                 }
                 ExtensionSpec::ContextInjector => Ext::ContextInjector,
                 ExtensionSpec::DateHelper => Ext::DateHelper,
+                ExtensionSpec::JournalContext { last } => Ext::Journal { last },
                 ExtensionSpec::IdleMonitor { after_secs, notify } => {
                     let activity = Arc::new(AtomicU64::new(0));
                     let wake = Arc::new(Notify::new());
@@ -208,6 +211,13 @@ impl Pipeline {
                 // The catalog itself is rendered into the system prompt (prompts.rs).
                 Ext::ContextInjector => {}
                 Ext::DateHelper => {}
+                Ext::Journal { last } => {
+                    let args = serde_json::json!({"last": *last});
+                    let out = tools::forward(&self.client, "journal__recent", &args).await;
+                    if out.ok && !out.content.trim().is_empty() {
+                        pre.context.push(format!("[journal]\n{}", out.content));
+                    }
+                }
                 Ext::Idle { activity, wake, .. } => {
                     activity.store(unix_ms_now(), Ordering::Relaxed);
                     wake.notify_one();
@@ -259,6 +269,73 @@ impl Pipeline {
         }
         self.tools_used.push(call.name.clone());
         None
+    }
+
+    /// `memory_remember {text, priority?, category?}` (an observation) or
+    /// `knowledge_append {topic, text}` (merged into `knowledge/<topic>.md`, never overwriting).
+    pub fn memory_write(&self, id: flock_ipc::MsgId, tool: &str, arguments: &str) -> ToolOutput {
+        let Some(m) = &self.memory else {
+            return ToolOutput::err("INTERNAL: this agent has no memory folder (FLOCK_MEMORY_DIR)");
+        };
+        let args: serde_json::Value = match serde_json::from_str(arguments) {
+            Ok(v) => v,
+            Err(e) => return ToolOutput::err(format!("BAD_REQUEST: arguments are not JSON: {e}")),
+        };
+        let text = args["text"].as_str().unwrap_or_default().trim();
+        if let Some(why) = degenerate(text) {
+            return ToolOutput::err(format!(
+                "BAD_REQUEST: `text` is {why}: write what to remember"
+            ));
+        }
+        if text.chars().count() > 2_000 {
+            return ToolOutput::err(
+                "BAD_REQUEST: `text` is over 2 000 characters: remember the gist",
+            );
+        }
+        let now = unix_ms_now();
+        match tool {
+            "memory_remember" => {
+                let priority = match args["priority"].as_str().unwrap_or("medium") {
+                    p @ ("high" | "medium" | "low") => p,
+                    other => {
+                        return ToolOutput::err(format!(
+                            "BAD_REQUEST: `priority` is high, medium or low, not `{other}`"
+                        ));
+                    }
+                };
+                let category = args["category"].as_str().unwrap_or_default();
+                if !category.is_empty() && !flock_memory::records::CATEGORIES.contains(&category) {
+                    return ToolOutput::err(format!(
+                        "BAD_REQUEST: `category` is one of {}",
+                        flock_memory::records::CATEGORIES.join(", ")
+                    ));
+                }
+                let key = flock_ipc::id::fmt_id(id);
+                match m.append_observation_tagged(now, &key, text, Some((priority, category))) {
+                    Ok(true) => ToolOutput::ok(format!(
+                        "remembered ({priority}{}), id {key}",
+                        if category.is_empty() { String::new() } else { format!(", {category}") }
+                    )),
+                    Ok(false) => ToolOutput::ok(format!("already remembered, id {key}")),
+                    Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
+                }
+            }
+            _ => {
+                let topic = args["topic"].as_str().unwrap_or_default().trim();
+                if topic.is_empty() || topic.chars().count() > 80 {
+                    return ToolOutput::err(
+                        "BAD_REQUEST: `topic` is a short title (1–80 characters)",
+                    );
+                }
+                match m.merge_knowledge(now, &format!("# {topic}\n\n{text}")) {
+                    Ok(path) => ToolOutput::ok(format!(
+                        "merged into knowledge/{}",
+                        path.file_name().and_then(|n| n.to_str()).unwrap_or_default()
+                    )),
+                    Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
+                }
+            }
+        }
     }
 
     /// `tool_call.post`, in reverse order.
@@ -443,7 +520,8 @@ impl Pipeline {
                         })
                         .unwrap_or(0);
                     let ratio = input as f64 / reply.trim().chars().count().max(1) as f64;
-                    m.append_reflection(now, reply).and_then(|_| m.mark_reflected(now, read)).map(
+                    let id = flock_ipc::id::fmt_id(turn.id);
+                    m.append_reflection(now, &id, reply).and_then(|_| m.mark_reflected(now, read)).map(
                         |n| {
                             format!(
                                 "reflection written ({ratio:.1}× compression), {n} observations marked reflected"
@@ -766,6 +844,41 @@ mod tests {
         }
         assert_eq!(p.trace, expected);
         assert!(p.wants_time());
+    }
+
+    #[tokio::test]
+    async fn remembering_writes_once_per_call_and_refuses_what_it_cannot_keep() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Pipeline::new(&spec(vec![]), offline_client(), Some(Memory::new(dir.path())));
+        let args = r#"{"text": "Ana chose Postgres for billing.", "priority": "high", "category": "decision"}"#;
+        let first = p.memory_write(7, "memory_remember", args);
+        assert!(first.ok && first.content.starts_with("remembered (high, decision)"), "{first:?}");
+        // The same call of a replayed turn (same derived id): nothing new.
+        let again = p.memory_write(7, "memory_remember", args);
+        assert!(again.ok && again.content.starts_with("already remembered"), "{again:?}");
+        let obs = std::fs::read_dir(dir.path().join("observations")).unwrap().next().unwrap();
+        let text = std::fs::read_to_string(obs.unwrap().path()).unwrap();
+        assert_eq!(text.matches("Ana chose Postgres").count(), 1, "{text}");
+        assert!(text.contains("<!-- priority: high; category: decision -->"), "{text}");
+        for (bad, why) in [
+            (r#"{"text": "x", "priority": "urgent"}"#, "`priority`"),
+            (r#"{"text": "x", "category": "gossip"}"#, "`category`"),
+            (r#"{"text": "  "}"#, "empty"),
+        ] {
+            let out = p.memory_write(8, "memory_remember", bad);
+            assert!(!out.ok && out.content.contains(why), "{bad}: {out:?}");
+        }
+        let k =
+            p.memory_write(9, "knowledge_append", r#"{"topic": "Deploys", "text": "Blue-green."}"#);
+        assert_eq!(k.content, "merged into knowledge/deploys.md");
+        let k = p.memory_write(
+            10,
+            "knowledge_append",
+            r#"{"topic": "Deploys", "text": "Keep two images."}"#,
+        );
+        assert!(k.ok);
+        let doc = std::fs::read_to_string(dir.path().join("knowledge/deploys.md")).unwrap();
+        assert!(doc.contains("Blue-green.") && doc.contains("Keep two images."), "{doc}");
     }
 
     #[test]

@@ -34,6 +34,11 @@ pub struct Observation {
     pub reflected: bool,
 }
 
+/// Whether `tool` writes memory in the agent itself (`memory_remember`, `knowledge_append`).
+pub fn is_memory_write(tool: &str) -> bool {
+    matches!(tool, "memory_remember" | "knowledge_append")
+}
+
 #[derive(Debug, Clone)]
 pub struct Memory {
     dir: PathBuf,
@@ -201,10 +206,24 @@ impl Memory {
     }
 
     /// `reflections/DATE.md`: `## Reflection - HH:MM`, the text, `---`.
-    pub fn append_reflection(&self, now_ms: u64, text: &str) -> io::Result<PathBuf> {
+    /// `reflections/DATE.md`: `## Reflection - HH:MM`, the text, `<!-- id: … -->`, `---` —
+    /// unless a reflection with this `id` (the reflection turn's) is already there, today or
+    /// yesterday: a replayed turn does not reflect twice. Returns whether it was written.
+    pub fn append_reflection(&self, now_ms: u64, id: &str, text: &str) -> io::Result<bool> {
         let (date, hm) = date_and_minute(now_ms);
-        let entry = format!("## Reflection - {hm}\n{}\n---\n\n", mask(text.trim()));
-        self.locked(|| self.append("reflections", &format!("{date}.md"), &entry))
+        let (yesterday, _) = date_and_minute(now_ms.saturating_sub(86_400_000));
+        let marker = format!("{ID_PREFIX}{id} -->");
+        let entry = format!("## Reflection - {hm}\n{}\n{marker}\n---\n\n", mask(text.trim()));
+        self.locked(|| {
+            for day in [&yesterday, &date] {
+                let path = self.dir.join("reflections").join(format!("{day}.md"));
+                if std::fs::read_to_string(&path).is_ok_and(|t| t.contains(&marker)) {
+                    return Ok(false);
+                }
+            }
+            self.append("reflections", &format!("{date}.md"), &entry)?;
+            Ok(true)
+        })
     }
 
     /// `knowledge/<topic>.md` from a document whose first `# ` line names the topic: a new topic
@@ -408,7 +427,10 @@ mod tests {
             "ok",
         )
         .unwrap();
-        m.append_reflection(T, &format!("Mail ana@example.com about {key}")).unwrap();
+        assert!(
+            m.append_reflection(T, "r1", &format!("Mail ana@example.com about {key}")).unwrap()
+        );
+        assert!(!m.append_reflection(T + 60_000, "r1", "again").unwrap(), "replayed");
         m.merge_knowledge(T, &format!("# Keys\n\nThe key is {key}.")).unwrap();
         for sub in ["observations", "journals", "reflections", "knowledge"] {
             for entry in std::fs::read_dir(dir.path().join(sub)).unwrap() {

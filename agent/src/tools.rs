@@ -360,6 +360,24 @@ pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
             &["query"],
         ),
         def(
+            "memory_remember",
+            "Write something to the team's long-term memory: a fact, decision or preference worth \
+             finding later, with how much it matters.",
+            json!({
+                "text": s("what to remember, in one or two sentences"),
+                "priority": {"type": "string", "enum": ["high", "medium", "low"]},
+                "category": {"type": "string", "enum": flock_memory::records::CATEGORIES},
+            }),
+            &["text"],
+        ),
+        def(
+            "knowledge_append",
+            "Add to the team's shared knowledge on a topic (merged into what is there, never \
+             overwriting it).",
+            json!({"topic": s("a short title, e.g. Deploys"), "text": s("what to add")}),
+            &["topic", "text"],
+        ),
+        def(
             "memory_get",
             "Read one long-term memory record in full, by the id memory_search gave.",
             json!({"id": s("the record's id")}),

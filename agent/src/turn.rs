@@ -166,6 +166,15 @@ pub async fn run(
                     let call = hand_over(call, delivery, spec.role.is_reflexive());
                     let local = match pipeline.tool_call_pre(&call) {
                         Some(out) => Some(out),
+                        // Memory writes are the agent's own, under an id derived from the turn:
+                        // a replayed turn remembers nothing twice.
+                        None if crate::memory::is_memory_write(&call.name) => {
+                            Some(pipeline.memory_write(
+                                flock_ipc::id::derive_id(id, calls),
+                                &call.name,
+                                &call.arguments,
+                            ))
+                        }
                         None => {
                             let (name, args) = (&call.name, &call.arguments);
                             tools::workspace_tool(

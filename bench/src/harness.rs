@@ -986,7 +986,7 @@ fn print_table(out: &Map<String, Value>) {
         let cmp = get("memory_scan_p50_ms")
             .map_or(String::new(), |b| format!("{:.3}× file scan ({b:.0} ms)", p50 / b));
         let what = format!(
-            "memory search, {} records p50/p95",
+            "BM25 search, {} records p50/p95",
             thousands(get("memory_records").unwrap_or(0.0))
         );
         row(&what, format!("{p50:.2}/{p95:.2} ms"), "p95 ≤ 150 ms", Some(p95 <= 150.0), cmp);
@@ -1006,6 +1006,19 @@ fn print_table(out: &Map<String, Value>) {
         );
         let ok = (!target.is_empty()).then_some(a5 >= 0.95);
         row(&what, format!("{a5:.3}/{a10:.3}"), target, ok, String::new());
+    }
+    if let (Some(p50), Some(p95)) = (get("memory_hybrid_p50_ms"), get("memory_hybrid_p95_ms")) {
+        let what = format!(
+            "hybrid search, {} records p50/p95",
+            thousands(get("memory_records").unwrap_or(0.0))
+        );
+        let cmp = get("memory_rss_kib")
+            .map_or(String::new(), |k| format!("bench RSS {:.0} MiB", k / 1024.0));
+        row(&what, format!("{p50:.2}/{p95:.2} ms"), "p95 ≤ 150 ms", Some(p95 <= 150.0), cmp);
+    }
+    if let Some(x) = get("memory_embed_per_sec") {
+        let q = get("memory_embed_query_ms").map_or(String::new(), |q| format!("query {q:.0} ms"));
+        row("embedding, ~60-token records (batch 16)", format!("{x:.0} texts/s"), "", None, q);
     }
     if let Some(ms) = get("memory_rebuild_ms") {
         row(

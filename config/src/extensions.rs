@@ -82,6 +82,7 @@ fn settings_of(
         ExtensionSpec::IdleMonitor { .. } => &["after_secs", "notify"],
         ExtensionSpec::WorkerLifecycle { .. } => &["unconscious", "observer", "timeout_ms"],
         ExtensionSpec::MemoryFiles { .. } => &["reflect_after", "reflection"],
+        ExtensionSpec::JournalContext { .. } => &["last"],
     };
     r.unknown_keys(entries, keys, &format!("`{what}`"));
     let num = |r: &mut Report<'_>, key: &str, min: i128, max: i128| {
@@ -124,6 +125,11 @@ fn settings_of(
             }
         }
         ExtensionSpec::ContextInjector | ExtensionSpec::DateHelper => {}
+        ExtensionSpec::JournalContext { last } => {
+            if let Some(n) = num(r, "last", 1, 200) {
+                *last = n as usize;
+            }
+        }
         ExtensionSpec::IdleMonitor { after_secs, notify } => {
             if let Some(n) = num(r, "after_secs", 1, 7 * 24 * 3600) {
                 *after_secs = n;

@@ -58,11 +58,14 @@ pub const KNOWN_TOOLS: &[&str] = &[
     "flock_decommission_agent",
     "memory_search",
     "memory_get",
+    "memory_remember",
+    "knowledge_append",
 ];
 
 /// Tools an agent's model is offered only when its `tools:` lists them (they would lengthen
 /// every prompt of a small model for little use by default).
-pub const OPT_IN_TOOLS: &[&str] = &["memory_search", "memory_get"];
+pub const OPT_IN_TOOLS: &[&str] =
+    &["memory_search", "memory_get", "memory_remember", "knowledge_append"];
 
 /// Reads and validates the swarm file at `path`.
 ///

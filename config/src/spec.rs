@@ -296,10 +296,13 @@ pub enum ExtensionSpec {
     /// unreflected ones sends `[reflect]` to `reflection`), the reflection agent writes
     /// `memory/reflections/` and marks what it reflected, dream writes `memory/knowledge/`.
     MemoryFiles { reflect_after: usize, reflection: Option<String> },
+    /// turn.pre: `[journal]` — the last `last` events of the shared journal that concern this
+    /// agent (written by it, or naming it), oldest first (the journal spec's phase 2).
+    JournalContext { last: usize },
 }
 
 impl ExtensionSpec {
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "message_window",
         "message_compaction",
         "context_injector",
@@ -307,6 +310,7 @@ impl ExtensionSpec {
         "idle_monitor",
         "worker_lifecycle",
         "memory_files",
+        "journal_context",
     ];
 
     pub fn name(&self) -> &'static str {
@@ -318,6 +322,7 @@ impl ExtensionSpec {
             ExtensionSpec::IdleMonitor { .. } => "idle_monitor",
             ExtensionSpec::WorkerLifecycle { .. } => "worker_lifecycle",
             ExtensionSpec::MemoryFiles { .. } => "memory_files",
+            ExtensionSpec::JournalContext { .. } => "journal_context",
         }
     }
 
@@ -331,6 +336,7 @@ impl ExtensionSpec {
                 ExtensionSpec::MessageCompaction { max_messages: 40, max_chars: 12_000, keep: 8 }
             }
             "context_injector" => ExtensionSpec::ContextInjector,
+            "journal_context" => ExtensionSpec::JournalContext { last: 10 },
             "date_helper" => ExtensionSpec::DateHelper,
             "idle_monitor" => ExtensionSpec::IdleMonitor {
                 after_secs: 30 * 60,

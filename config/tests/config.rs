@@ -848,3 +848,16 @@ fn oversized_fields_are_refused_where_they_are_written() {
     )));
     assert_mentions(&e, &["archetype", "65537 bytes long", "at most 65536"]);
 }
+
+#[test]
+fn journal_context_takes_how_many_events_to_show() {
+    let spec = ok(&swarm(
+        "agents:\n  - { name: w, role: worker, model: echo, extensions: [{journal_context: {last: 5}}] }\n  - { name: v, role: worker, model: echo, extensions: [journal_context] }\n",
+    ));
+    assert_eq!(spec.agents[0].extensions[0], ExtensionSpec::JournalContext { last: 5 });
+    assert_eq!(spec.agents[1].extensions[0], ExtensionSpec::JournalContext { last: 10 });
+    let e = one_error(&swarm(
+        "agents:\n  - { name: w, role: worker, model: echo, extensions: [{journal_context: {last: 0}}] }\n",
+    ));
+    assert_mentions(&e, &["journal_context.last"]);
+}

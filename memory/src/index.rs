@@ -377,6 +377,39 @@ impl Index {
         Ok(())
     }
 
+    /// Stores vectors computed elsewhere for texts that have none (`f` maps a record's text to
+    /// its unit vector): for importing, and for the benchmark, which times the search over
+    /// 100 000 vectors without spending an hour embedding them. Returns how many it stored.
+    #[cfg(feature = "vectors")]
+    pub fn import_vectors(&mut self, mut f: impl FnMut(&str) -> Vec<f32>) -> Result<usize> {
+        let pending: Vec<(String, String)> = {
+            let mut stmt = self
+                .conn
+                .prepare(
+                    "SELECT hash, MIN(text) FROM records WHERE hash NOT IN (SELECT hash FROM vectors)
+                     GROUP BY hash",
+                )
+                .map_err(err("pending vectors"))?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(err("pending vectors"))?;
+            rows.collect::<std::result::Result<_, _>>().map_err(err("pending vectors"))?
+        };
+        let tx = self.conn.transaction().map_err(err("begin"))?;
+        for (hash, text) in &pending {
+            tx.execute(
+                "INSERT OR REPLACE INTO vectors (hash, v) VALUES (?1, ?2)",
+                params![hash, to_blob(&f(text))],
+            )
+            .map_err(err("store vector"))?;
+        }
+        tx.commit().map_err(err("commit"))?;
+        if let Some(v) = self.vectors.as_mut() {
+            v.cache = None;
+        }
+        Ok(pending.len())
+    }
+
     /// Embeds up to `max` texts that have no vector yet, newest first; returns how many.
     #[cfg(feature = "vectors")]
     pub fn embed_pending(&mut self, max: usize) -> Result<usize> {
