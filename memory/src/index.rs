@@ -302,7 +302,7 @@ impl Index {
                 Priority::Medium => 1.0,
                 Priority::Low => 0.75,
             };
-            let recency = age.map_or(0.75, |a| 0.5 + 0.5 * (-(a as f64) / 90.0).exp());
+            let recency = age.map_or(0.9, |a| 0.9 + 0.1 * (-(a as f64) / 90.0).exp());
             hits.push(Hit { score: relevance * 1000.0 * priority * recency, record, tier });
         }
         hits.sort_by(|a, b| {
