@@ -542,20 +542,7 @@ impl Index {
                  WHERE kind != 'journal'",
             )
             .map_err(err("active memory"))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(Record {
-                    id: r.get(0)?,
-                    kind: Kind::parse(&r.get::<_, String>(1)?).unwrap_or(Kind::Observation),
-                    date: r.get(2)?,
-                    time: r.get(3)?,
-                    priority: Priority::from_level(r.get(4)?),
-                    category: r.get(5)?,
-                    path: r.get(6)?,
-                    text: r.get(7)?,
-                })
-            })
-            .map_err(err("active memory"))?;
+        let rows = stmt.query_map([], row_record).map_err(err("active memory"))?;
         let mut ranked: Vec<(f64, Record)> = Vec::new();
         for row in rows {
             let r = row.map_err(err("active memory"))?;
