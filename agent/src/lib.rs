@@ -51,6 +51,16 @@ pub struct AgentEnv {
 
 impl AgentEnv {
     pub fn from_env() -> Result<Self> {
+        // The swarm's own masking rules, if any (before anything could be written).
+        if let Ok(json) = std::env::var(flock_memory::mask::RULES_ENV) {
+            let rules: Vec<flock_config::MaskRule> =
+                serde_json::from_str(&json).with_context(|| {
+                    format!("{} is not a list of rules", flock_memory::mask::RULES_ENV)
+                })?;
+            let pairs: Vec<(String, String)> =
+                rules.into_iter().map(|r| (r.name, r.pattern)).collect();
+            flock_memory::mask::set_extra_rules(&pairs).map_err(anyhow::Error::msg)?;
+        }
         let get = |k: &str| {
             std::env::var(k).with_context(|| {
                 format!("{k} is not set: flock-agent is started by flock-supervisor, not by hand")

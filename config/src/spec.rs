@@ -31,6 +31,18 @@ pub struct SwarmSpec {
     pub default_ready_timeout_secs: u64,
     /// Agents in YAML order: start order; stop order is the reverse.
     pub agents: Vec<AgentSpec>,
+    /// `memory.mask`: the swarm's own masking rules, on top of the built-in ones (API keys,
+    /// tokens, passwords, private keys, e-mail, card numbers).
+    #[serde(default)]
+    pub mask: Vec<MaskRule>,
+}
+
+/// A masking rule of the swarm file: what matches `pattern` (a regular expression) is replaced
+/// by `[masked:NAME]` before any memory write and any model request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaskRule {
+    pub name: String,
+    pub pattern: String,
 }
 
 impl SwarmSpec {

@@ -10,15 +10,24 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Report, closest, list};
 use crate::spec::{
-    AgentSpec, BudgetSpec, ChannelsSpec, DeliverySpec, ExtensionSpec, ModelSpec, RestartPolicy,
-    Role, SandboxKind, Strategy, SupervisionSpec, SwarmSpec,
+    AgentSpec, BudgetSpec, ChannelsSpec, DeliverySpec, ExtensionSpec, MaskRule, ModelSpec,
+    RestartPolicy, Role, SandboxKind, Strategy, SupervisionSpec, SwarmSpec,
 };
 use crate::transcript::{self, Target};
 use crate::valid_agent_name;
 use crate::yaml::{self, Node, Pos, lookup};
 
-const TOP_KEYS: &[&str] =
-    &["swarm", "supervision", "delivery", "budget", "channels", "models", "defaults", "agents"];
+const TOP_KEYS: &[&str] = &[
+    "swarm",
+    "supervision",
+    "delivery",
+    "budget",
+    "channels",
+    "memory",
+    "models",
+    "defaults",
+    "agents",
+];
 const BUDGET_KEYS: &[&str] = &["max_hops", "max_tokens", "max_wall_secs"];
 const CHANNELS_KEYS: &[&str] =
     &["delta_delay_min_ms", "delta_delay_max_ms", "archive_deadline_secs"];
@@ -191,6 +200,10 @@ impl Loader<'_> {
             Some((_, node)) => self.budget(node),
             None => BudgetSpec::default(),
         };
+        let mask = match lookup(top, "memory") {
+            Some((_, node)) => self.memory(node),
+            None => Vec::new(),
+        };
         if let Some((_, node)) = lookup(top, "models") {
             self.models(node);
         }
@@ -221,7 +234,54 @@ impl Loader<'_> {
             budget,
             channels,
             agents,
+            mask,
         })
+    }
+
+    /// `memory: { mask: [{name, pattern}, …] }`: the swarm's own masking rules, each a regular
+    /// expression that compiles and cannot match nothing (it would mask between every letter).
+    fn memory(&mut self, node: &Node) -> Vec<MaskRule> {
+        let mut rules = Vec::new();
+        if node.is_null() {
+            return rules;
+        }
+        let Some(entries) = self.report.mapping(node, "memory") else { return rules };
+        let r = &mut self.report;
+        r.unknown_keys(entries, &["mask"], "`memory`");
+        let Some((_, list)) = lookup(entries, "mask") else { return rules };
+        let items = r.list(list, "memory.mask").unwrap_or_default();
+        for (i, item) in items.iter().enumerate() {
+            let what = format!("memory.mask[{i}]");
+            let Some(fields) = r.mapping(item, &what) else { continue };
+            r.unknown_keys(fields, &["name", "pattern"], &format!("`{what}`"));
+            let name =
+                lookup(fields, "name").and_then(|(_, v)| r.string(v, &format!("{what}.name")));
+            let pattern = lookup(fields, "pattern")
+                .and_then(|(_, v)| Some((v, r.string(v, &format!("{what}.pattern"))?)));
+            let (Some(name), Some((at, pattern))) = (name, pattern) else {
+                r.error(item.pos, format!("`{what}` needs `name` and `pattern`, e.g. {{ name: employee_id, pattern: \"EMP-[0-9]{{6}}\" }}"));
+                continue;
+            };
+            if name.is_empty()
+                || name.len() > 32
+                || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            {
+                r.error(
+                    item.pos,
+                    format!("`{what}.name` must be 1–32 of a-z, 0-9 and _, got `{name}`"),
+                );
+                continue;
+            }
+            match regex::Regex::new(&pattern) {
+                Ok(re) if re.is_match("") => r.error(
+                    at.pos,
+                    format!("`{what}.pattern` matches the empty string, so it would mask between every letter: `{pattern}`"),
+                ),
+                Ok(_) => rules.push(MaskRule { name, pattern }),
+                Err(e) => r.error(at.pos, format!("`{what}.pattern` is not a valid regular expression: {e}")),
+            }
+        }
+        rules
     }
 
     fn budget(&mut self, node: &Node) -> BudgetSpec {

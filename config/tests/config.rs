@@ -861,3 +861,23 @@ fn journal_context_takes_how_many_events_to_show() {
     ));
     assert_mentions(&e, &["journal_context.last"]);
 }
+
+#[test]
+fn the_swarms_own_masking_rules_are_checked_where_they_are_written() {
+    let spec = ok(&swarm(
+        "memory:\n  mask:\n    - { name: employee_id, pattern: \"EMP-[0-9]{6}\" }\nagents:\n  - { name: w, role: worker, model: echo }\n",
+    ));
+    assert_eq!(spec.mask.len(), 1);
+    assert_eq!(
+        (spec.mask[0].name.as_str(), spec.mask[0].pattern.as_str()),
+        ("employee_id", "EMP-[0-9]{6}")
+    );
+    let errors = errors(&swarm(
+        "memory:\n  mask:\n    - { name: a, pattern: \"(\" }\n    - { name: b, pattern: \"x*\" }\n    - { name: Bad-Name, pattern: \"y\" }\n    - { pattern: \"z\" }\nagents:\n  - { name: w, role: worker, model: echo }\n",
+    ));
+    assert_eq!(errors.len(), 4, "{errors:#?}");
+    assert_mentions(&errors[0], &["memory.mask[0].pattern", "not a valid regular expression"]);
+    assert_mentions(&errors[1], &["memory.mask[1].pattern", "matches the empty string"]);
+    assert_mentions(&errors[2], &["memory.mask[2].name", "Bad-Name"]);
+    assert_mentions(&errors[3], &["memory.mask[3]", "needs `name` and `pattern`"]);
+}

@@ -39,7 +39,35 @@ const RULES: &[(&str, &str)] = &[
     ("email", r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}\b"),
 ];
 
-fn rules() -> &'static [Rule] {
+/// The swarm's own rules (`memory.mask` in the swarm file), after the built-in ones; set once
+/// per process.
+static EXTRA: OnceLock<Vec<Rule>> = OnceLock::new();
+
+/// The variable through which the supervisor hands an agent the swarm's rules (JSON:
+/// `[{"name": …, "pattern": …}]`).
+pub const RULES_ENV: &str = "FLOCK_MASK_RULES";
+
+/// Adds the swarm's rules (`(name, pattern)`) to this process's masking; the first call wins.
+/// `Err` names a pattern that does not compile (the swarm file's validation refuses those
+/// first).
+pub fn set_extra_rules(rules: &[(String, String)]) -> Result<(), String> {
+    let compiled = rules
+        .iter()
+        .map(|(name, p)| {
+            let pattern = Regex::new(p).map_err(|e| format!("mask rule `{name}`: {e}"))?;
+            // A rule's kind lives as long as the process: leaked once, at start.
+            Ok(Rule { kind: Box::leak(name.clone().into_boxed_str()), pattern })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let _ = EXTRA.set(compiled);
+    Ok(())
+}
+
+fn rules() -> impl Iterator<Item = &'static Rule> {
+    builtin().iter().chain(EXTRA.get().into_iter().flatten())
+}
+
+fn builtin() -> &'static [Rule] {
     static RULES_COMPILED: OnceLock<Vec<Rule>> = OnceLock::new();
     RULES_COMPILED.get_or_init(|| {
         RULES
@@ -154,6 +182,16 @@ mod tests {
         ] {
             assert!(matches!(mask(text), Cow::Borrowed(_)), "changed: {text} → {}", masked(text));
         }
+    }
+
+    #[test]
+    fn the_swarms_own_rules_apply_after_the_built_in_ones() {
+        set_extra_rules(&[("employee_id".into(), "EMP-[0-9]{6}".into())]).unwrap();
+        assert_eq!(
+            masked("badge EMP-123456 and ana@example.com"),
+            "badge [masked:employee_id] and [masked:email]"
+        );
+        assert!(set_extra_rules(&[("bad".into(), "(".into())]).is_err());
     }
 
     #[test]

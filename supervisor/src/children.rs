@@ -831,6 +831,12 @@ fn spawn_spec(args: &ChildArgs, spec: &AgentSpec, token: &str) -> SpawnSpec {
         (flock_ipc::env::TOKEN.into(), token.into()),
         (flock_ipc::env::MEMORY_DIR.into(), args.state_dir.memory_dir().display().to_string()),
     ];
+    // The swarm's own masking rules (memory.mask), for the agent's memory writes.
+    if !args.spec.mask.is_empty()
+        && let Ok(rules) = serde_json::to_string(&args.spec.mask)
+    {
+        env.push((flock_memory::mask::RULES_ENV.into(), rules));
+    }
     env.extend(spec.env.iter().cloned());
     SpawnSpec { program, args: rest, cwd, env }
 }

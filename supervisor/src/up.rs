@@ -185,6 +185,10 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
         .with_context(|| format!("open the store {}", state.db().display()))?;
     let spec = Arc::new(with_registry(spec, &store)?);
     check_api_keys(&spec, &keys)?;
+    // The swarm's own masking rules, for the gateway's model requests (agents get them at spawn).
+    let rules: Vec<(String, String)> =
+        spec.mask.iter().map(|r| (r.name.clone(), r.pattern.clone())).collect();
+    flock_memory::mask::set_extra_rules(&rules).map_err(|e| anyhow!(e))?;
     raise_fd_limit();
     // Whatever an agent starts stays in our process tree, to be stopped with it (spawn.rs).
     crate::spawn::become_subreaper()?;

@@ -184,13 +184,17 @@ fn observations_trigger_reflection_at_the_threshold_and_an_idle_coordinator_wake
 
 #[test]
 fn a_fact_from_one_conversation_reaches_the_worker_in_a_later_one_through_the_memory_index() {
-    let swarm = persona(&[], None);
+    // The swarm's own masking rule (memory.mask) on top of the built-in ones.
+    let rule = "memory:\n  mask:\n    - { name: locker, pattern: \"LOCKER-[0-9]{4}\" }\nagents:";
+    let swarm = persona(&[("\nagents:", &format!("\n{rule}"))], None);
     // A secret said in passing is masked before the observation is written.
     let key = "sk-proj-abcdefghijklmnopqrstuvwxyz012345";
     swarm.ctl_ok(&[
         "send",
         "coordinator",
-        &format!("remember that the dentist appointment is Friday at 15:00, key {key}"),
+        &format!(
+            "remember that the dentist appointment is Friday at 15:00, key {key}, LOCKER-4711"
+        ),
     ]);
     swarm.wait_until(
         || folder(&swarm, "observations").contains("dentist appointment is Friday"),
@@ -200,6 +204,10 @@ fn a_fact_from_one_conversation_reaches_the_worker_in_a_later_one_through_the_me
     let observations = folder(&swarm, "observations");
     assert!(
         !observations.contains(key) && observations.contains("[masked:api_key]"),
+        "{observations}"
+    );
+    assert!(
+        !observations.contains("LOCKER-4711") && observations.contains("[masked:locker]"),
         "{observations}"
     );
 
