@@ -91,8 +91,7 @@ impl Memory {
         done: &str,
         result: &str,
     ) -> io::Result<bool> {
-        let (date, hm) = date_and_minute(now_ms);
-        let (yesterday, _) = date_and_minute(now_ms.saturating_sub(86_400_000));
+        let (_, hm) = date_and_minute(now_ms);
         let marker = format!("{ID_PREFIX}{id} -->");
         let line = format!(
             "{hm} | {} | {} | {} {marker}\n",
@@ -100,15 +99,22 @@ impl Memory {
             one_line(done),
             one_line(result)
         );
-        let line = mask(&line);
+        self.append_once("journals", now_ms, &marker, &mask(&line))
+    }
+
+    /// Appends `entry` to `sub/DATE.md` unless `marker` (an entry's id) is in today's or
+    /// yesterday's file already (a replay, even past midnight). Returns whether it was written.
+    fn append_once(&self, sub: &str, now_ms: u64, marker: &str, entry: &str) -> io::Result<bool> {
+        let (date, _) = date_and_minute(now_ms);
+        let (yesterday, _) = date_and_minute(now_ms.saturating_sub(86_400_000));
         self.locked(|| {
             for day in [&yesterday, &date] {
-                let path = self.dir.join("journals").join(format!("{day}.md"));
-                if std::fs::read_to_string(&path).is_ok_and(|t| t.contains(&marker)) {
+                let path = self.dir.join(sub).join(format!("{day}.md"));
+                if std::fs::read_to_string(&path).is_ok_and(|t| t.contains(marker)) {
                     return Ok(false);
                 }
             }
-            self.append("journals", &format!("{date}.md"), &line)?;
+            self.append(sub, &format!("{date}.md"), entry)?;
             Ok(true)
         })
     }
@@ -210,20 +216,10 @@ impl Memory {
     /// unless a reflection with this `id` (the reflection turn's) is already there, today or
     /// yesterday: a replayed turn does not reflect twice. Returns whether it was written.
     pub fn append_reflection(&self, now_ms: u64, id: &str, text: &str) -> io::Result<bool> {
-        let (date, hm) = date_and_minute(now_ms);
-        let (yesterday, _) = date_and_minute(now_ms.saturating_sub(86_400_000));
+        let (_, hm) = date_and_minute(now_ms);
         let marker = format!("{ID_PREFIX}{id} -->");
         let entry = format!("## Reflection - {hm}\n{}\n{marker}\n---\n\n", mask(text.trim()));
-        self.locked(|| {
-            for day in [&yesterday, &date] {
-                let path = self.dir.join("reflections").join(format!("{day}.md"));
-                if std::fs::read_to_string(&path).is_ok_and(|t| t.contains(&marker)) {
-                    return Ok(false);
-                }
-            }
-            self.append("reflections", &format!("{date}.md"), &entry)?;
-            Ok(true)
-        })
+        self.append_once("reflections", now_ms, &marker, &entry)
     }
 
     /// `knowledge/<topic>.md` from a document whose first `# ` line names the topic: a new topic

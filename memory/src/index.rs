@@ -734,32 +734,24 @@ mod tests {
                 .collect();
             write(d, &format!("observations/2026-11-0{day}.md"), &text);
         }
+        let answers = |index: &mut Index| -> Vec<Vec<String>> {
+            ["topic3", "day4 topic1", "note 7"]
+                .iter()
+                .map(|q| {
+                    let hits = index.search(&query(q, "2026-11-25")).unwrap();
+                    ids(&hits).iter().map(|s| s.to_string()).collect()
+                })
+                .collect()
+        };
         let mut index = Index::open(d).unwrap();
         index.sync().unwrap();
-        let before: Vec<Vec<String>> = ["topic3", "day4 topic1", "note 7"]
-            .iter()
-            .map(|q| {
-                ids(&index.search(&query(q, "2026-11-25")).unwrap())
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect()
-            })
-            .collect();
+        let before = answers(&mut index);
         drop(index);
         std::fs::remove_file(d.join("index.db")).unwrap();
         let _ = std::fs::remove_file(d.join("index.db-wal"));
         let mut index = Index::open(d).unwrap();
         assert_eq!(index.rebuild().unwrap().records, 180);
-        let after: Vec<Vec<String>> = ["topic3", "day4 topic1", "note 7"]
-            .iter()
-            .map(|q| {
-                ids(&index.search(&query(q, "2026-11-25")).unwrap())
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect()
-            })
-            .collect();
-        assert_eq!(before, after);
+        assert_eq!(before, answers(&mut index));
         assert!(!before[0].is_empty());
     }
 
