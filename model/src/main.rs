@@ -39,8 +39,19 @@ struct Args {
     verbose: bool,
 }
 
+/// Not dumpable: `/proc/<pid>/environ` (which holds the bearer token), `/proc/<pid>/mem` and
+/// ptrace are closed to other processes of the same user (the supervisor does the same).
+#[allow(unsafe_code)]
+fn not_dumpable() {
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) only sets a flag on this process.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) } < 0 {
+        eprintln!("flock-model: warning: cannot make the process non-dumpable");
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    not_dumpable();
     let args = Args::parse();
     let Some(model) = args.model.or_else(flock_model::default_model_path) else {
         eprintln!("flock-model: error: no --model given and neither FLOCK_HOME nor HOME is set");
