@@ -178,6 +178,9 @@ enum Command {
         #[command(subcommand)]
         command: MemoryCommand,
     },
+    /// Print a shell completion script: `flockctl completions bash > ~/.local/share/bash-completion/completions/flockctl`
+    /// (also zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Subcommand)]
@@ -481,6 +484,12 @@ async fn wait_for_end(
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
+    // Needs no state dir and no swarm.
+    if let Command::Completions { shell } = &cli.command {
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(*shell, &mut cmd, "flockctl", &mut std::io::stdout());
+        return Ok(ExitCode::SUCCESS);
+    }
     let state = StateDir::resolve(cli.state_dir.as_deref())?;
     // Memory is files and a rebuildable index: no running swarm needed either.
     if let Command::Memory { command } = &cli.command {
@@ -701,7 +710,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Journal { .. } | Command::Memory { .. } => {
+        Command::Journal { .. } | Command::Memory { .. } | Command::Completions { .. } => {
             unreachable!("handled before connecting")
         }
         Command::Approvals { all, json } => {

@@ -257,3 +257,31 @@ fn up_detach_on_a_held_state_dir_says_who_holds_it() {
     // The running swarm is untouched.
     assert_eq!(swarm.state_of("a"), "ready");
 }
+
+#[test]
+fn flockctl_prints_shell_completions_without_a_swarm() {
+    let empty = tempfile::tempdir().unwrap();
+    for (shell, marker) in
+        [("bash", "complete -F"), ("zsh", "#compdef flockctl"), ("fish", "complete -c flockctl")]
+    {
+        let out = run(
+            Command::new(bin("flockctl"))
+                .args(["completions", shell])
+                // No state dir anywhere: completions need none.
+                .env("FLOCK_HOME", empty.path().join("nowhere")),
+            SHORT,
+        );
+        assert!(out.status.success(), "{shell}: {}", String::from_utf8_lossy(&out.stderr));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {}", &script[..script.len().min(300)]);
+        for sub in ["dead-letters", "memory", "approvals"] {
+            assert!(script.contains(sub), "{shell} completion lacks `{sub}`");
+        }
+    }
+    let out = run(Command::new(bin("flockctl")).args(["completions", "tcsh"]), SHORT);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("possible values"),
+        "a bad shell names the good ones"
+    );
+}
