@@ -78,7 +78,7 @@ impl MemoryService {
     }
 }
 
-/// Texts embedded per call at most (about 0.3 s): a backlog (a memory dir indexed before the
+/// Texts embedded per call at most (about 1.5 s for ~60-token records on 2 cores): a backlog (a memory dir indexed before the
 /// model was fetched) is worked off a slice at a time, never holding up a search for long.
 const EMBED_PER_CALL: usize = 64;
 

@@ -573,24 +573,22 @@ pub fn degenerate(text: &str) -> Option<&'static str> {
         return Some("empty");
     }
     let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    if lines.len() >= 4 {
-        let mut unique = lines.clone();
-        unique.sort_unstable();
-        unique.dedup();
-        if unique.len() * 2 < lines.len() {
-            return Some("the same lines over and over");
-        }
+    if lines.len() >= 4 && distinct(&lines) * 2 < lines.len() {
+        return Some("the same lines over and over");
     }
     let words: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
-    if words.len() >= 40 {
-        let mut unique = words.clone();
-        unique.sort_unstable();
-        unique.dedup();
-        if unique.len() * 5 < words.len() {
-            return Some("the same words over and over");
-        }
+    if words.len() >= 40 && distinct(&words) * 5 < words.len() {
+        return Some("the same words over and over");
     }
     None
+}
+
+/// How many different items `items` holds.
+fn distinct<T: Ord + Clone>(items: &[T]) -> usize {
+    let mut unique = items.to_vec();
+    unique.sort_unstable();
+    unique.dedup();
+    unique.len()
 }
 
 fn is_nothing(reply: &str) -> bool {

@@ -133,8 +133,7 @@ pub fn run(root: &Path, n: usize, out: &mut Map<String, Value>) -> Result<()> {
     // Embedding throughput on a sample of real records; the search is then timed over 100 000
     // vectors imported as random unit vectors (a scan's cost does not depend on their values,
     // and embedding 100 000 records of ~60 tokens takes ~50 minutes on 2 cores).
-    let embedder = flock_memory::embed::default_dir()
-        .filter(|d| d.join("model.safetensors").exists())
+    let embedder = flock_memory::embed::installed_dir()
         .map(|d| Embedder::load(&d).map_err(|e| anyhow!(e)))
         .transpose()?;
     if let Some(e) = embedder {

@@ -236,14 +236,13 @@ fn ranks(dir: &Path, case: &Case, embedder: Option<&Arc<Embedder>>) -> Result<[O
 pub fn run(root: &Path, keep: bool, out: &mut Map<String, Value>) -> Result<()> {
     let cases = generate();
     let dir = root.join("recall-bench");
-    let embedder =
-        match flock_memory::embed::default_dir().filter(|d| d.join("model.safetensors").exists()) {
-            Some(d) => Some(Arc::new(Embedder::load(&d).map_err(|e| anyhow!(e))?)),
-            None => {
-                eprintln!("flock-bench: recall: no embedding model (scripts/setup): BM25 only");
-                None
-            }
-        };
+    let embedder = match flock_memory::embed::installed_dir() {
+        Some(d) => Some(Arc::new(Embedder::load(&d).map_err(|e| anyhow!(e))?)),
+        None => {
+            eprintln!("flock-bench: recall: no embedding model (scripts/setup): BM25 only");
+            None
+        }
+    };
     let started = Instant::now();
     // [mode][@5, @10]
     let mut found = [[0usize; 2]; 3];

@@ -29,6 +29,11 @@ pub fn default_dir() -> Option<PathBuf> {
     Some(home.join("models").join("all-minilm-l6-v2"))
 }
 
+/// [`default_dir`] if `scripts/setup` has put the model there.
+pub fn installed_dir() -> Option<PathBuf> {
+    default_dir().filter(|d| d.join("model.safetensors").exists())
+}
+
 type Result<T> = std::result::Result<T, String>;
 
 fn err(what: &str) -> impl Fn(candle_core::Error) -> String + '_ {
@@ -319,7 +324,7 @@ mod tests {
     /// Runs only where `scripts/setup` fetched the model.
     #[test]
     fn similar_sentences_are_closer_than_unrelated_ones() {
-        let Some(dir) = default_dir().filter(|d| d.join("model.safetensors").exists()) else {
+        let Some(dir) = installed_dir() else {
             eprintln!("skipped: no embedding model (scripts/setup fetches it)");
             return;
         };

@@ -2,8 +2,10 @@
 //! and kept in step with them by [`Index::sync`] (a file whose size or mtime changed is read
 //! again, a file that went away takes its records with it). Deleting `index.db` loses nothing.
 //!
-//! Ranking: FTS5's BM25 over the record text (porter stemming), then boosted by priority
-//! (high ×1.5, low ×0.75) and recency (×1 today, falling to ×0.5 over months). Tiers by age:
+//! Ranking: FTS5's BM25 over the record text (porter stemming) and, with an embedder (feature
+//! `vectors`), the cosine similarity of all-MiniLM-L6-v2 vectors, fused by reciprocal rank; then
+//! boosted by priority (high ×1.5, low ×0.75) and, gently, recency (×1 today, falling to ×0.9
+//! over months: relevance leads). Tiers by age:
 //! hot up to [`WARM_AFTER_DAYS`], warm up to [`COLD_AFTER_DAYS`], cold after; a default search
 //! leaves cold records out, `all` finds them too.
 
@@ -817,9 +819,7 @@ mod tests {
     #[cfg(feature = "vectors")]
     #[test]
     fn a_question_in_other_words_is_found_by_meaning_and_vectors_outlive_a_rebuild() {
-        let Some(model) =
-            crate::embed::default_dir().filter(|d| d.join("model.safetensors").exists())
-        else {
+        let Some(model) = crate::embed::installed_dir() else {
             eprintln!("skipped: no embedding model (scripts/setup fetches it)");
             return;
         };

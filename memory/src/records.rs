@@ -43,11 +43,6 @@ impl Kind {
             _ => return None,
         })
     }
-
-    /// The kind of the records in `folder` (one of [`FOLDERS`]).
-    pub fn of_folder(folder: &str) -> Option<Kind> {
-        Kind::parse(folder)
-    }
 }
 
 /// How much a record matters (observations carry it; others are `Medium`).
@@ -109,7 +104,7 @@ pub struct Record {
 /// The records of one file. `rel` is its path relative to the memory dir (`folder/name.md`).
 pub fn parse_file(rel: &str, text: &str) -> Vec<Record> {
     let Some((folder, name)) = rel.split_once('/') else { return Vec::new() };
-    let Some(kind) = Kind::of_folder(folder) else { return Vec::new() };
+    let Some(kind) = Kind::parse(folder) else { return Vec::new() };
     let stem = Path::new(name).file_stem().and_then(|s| s.to_str()).unwrap_or_default();
     let base = |n: usize, date: &str, time: &str, body: String| Record {
         id: format!("{rel}#{n}"),

@@ -17,7 +17,9 @@ fn open(dir: &Path) -> Result<Index> {
     Ok(index)
 }
 
-/// Texts `flockctl memory search` embeds before it searches, at most (a few seconds).
+/// Texts `flockctl memory search` embeds before it searches, at most (a backlog of ~60-token
+/// records embeds at ~40 a second on 2 cores: up to ~12 s; nothing once the supervisor has
+/// caught up).
 const EMBED_PER_SEARCH: usize = 512;
 
 /// The search mode a user names: `hybrid` (the default), `bm25` or `vector`.
@@ -51,7 +53,7 @@ pub fn search(
     let mut index = open(dir)?;
     let mut note = String::new();
     if mode != Mode::Bm25 {
-        match flock_memory::embed::default_dir().filter(|d| d.join("model.safetensors").exists()) {
+        match flock_memory::embed::installed_dir() {
             Some(model) => {
                 let embedder =
                     flock_memory::embed::Embedder::load(&model).map_err(|e| anyhow!(e))?;
