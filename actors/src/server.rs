@@ -108,7 +108,7 @@ pub fn descends_from(pid: i32, ancestor: i32) -> bool {
         if current <= 1 {
             return false;
         }
-        let Some(parent) = parent_of(current) else { return false };
+        let Some(parent) = parent_pid(current) else { return false };
         if parent == ancestor {
             return true;
         }
@@ -118,7 +118,7 @@ pub fn descends_from(pid: i32, ancestor: i32) -> bool {
 }
 
 /// The parent pid from `/proc/<pid>/stat` (after the `(comm)`, which may hold spaces).
-fn parent_of(pid: i32) -> Option<i32> {
+pub fn parent_pid(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(1)?.parse().ok()

@@ -194,15 +194,8 @@ pub fn sweep_orphans() -> usize {
 fn children_of(parent: i32) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| parent_pid(pid) == Some(parent))
+        .filter(|&pid| flock_actors::server::parent_pid(pid) == Some(parent))
         .collect()
-}
-
-/// The parent pid from `/proc/<pid>/stat` (after the `(comm)`, which may hold spaces).
-pub fn parent_pid(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Sends `signal` to the process group led by `pid` (each child leads its own session).
