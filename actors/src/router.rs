@@ -24,7 +24,10 @@ use crate::journal::{JournalEvent, JournalWriter, Status};
 use crate::store::{NewMessage, WriteOp, WriteOutcome};
 use crate::store_actor::{Origin, StoreMsg, StoredOutcome};
 
+mod bridge;
 mod permit;
+
+pub use bridge::BridgeInfo;
 pub use permit::{PermissionEffects, PermissionReply};
 
 /// Index under which a turn's routed answer is derived from its input's id (a replayed turn
@@ -43,6 +46,8 @@ const NO_CONN: ConnId = u64::MAX;
 pub enum ConnKind {
     Agent,
     Control,
+    /// A chat bridge (it came in on the agents' socket with `BridgeHello`).
+    Bridge,
 }
 
 /// Facts the supervisor needs from the router.
@@ -155,6 +160,12 @@ pub enum RouterMsg {
     },
     /// What a permission job did (from the store actor): journal it, deliver its messages.
     Permission(PermissionEffects),
+    /// The supervisor is about to spawn chat bridge `bridge` with this token.
+    ExpectBridge { bridge: String, token: String },
+    /// The supervisor is stopping chat bridge `bridge`: tell it to shut down.
+    StopBridge { bridge: String },
+    /// What every chat bridge reports, for `flockctl ps` and `flockctl bridge ls`.
+    Bridges(RpcReplyPort<Vec<BridgeInfo>>),
 }
 
 pub struct RouterArgs {
@@ -310,6 +321,8 @@ pub struct RouterState {
     /// Live chains of turns and their budgets.
     chains: Chains,
     journal: Option<JournalWriter>,
+    /// The swarm's chat bridges, by name.
+    bridges: HashMap<String, bridge::BridgeSlot>,
 }
 
 pub(crate) fn unix_ms() -> u64 {
@@ -375,6 +388,12 @@ impl Actor for Router {
             );
         }
         let order = args.spec.agents.iter().map(AgentSpec::key).collect();
+        let bridges = args
+            .spec
+            .bridges
+            .iter()
+            .map(|b| (b.name.clone(), bridge::BridgeSlot::new(b)))
+            .collect();
         Ok(RouterState {
             spec: args.spec,
             store: args.store,
@@ -394,6 +413,7 @@ impl Actor for Router {
             chains,
             journal: args.journal,
             memory: args.memory,
+            bridges,
         })
     }
 
@@ -417,7 +437,11 @@ impl Actor for Router {
                     slot.last_seen.store(unix_ms(), Ordering::Relaxed);
                 }
                 for frame in frames {
-                    state.frame(&myself, conn, kind, &identity, frame);
+                    if kind == ConnKind::Bridge {
+                        state.bridge_frame(conn, &identity, frame);
+                    } else {
+                        state.frame(&myself, conn, kind, &identity, frame);
+                    }
                 }
                 drop(permit);
             }
@@ -507,6 +531,11 @@ impl Actor for Router {
                     }
                 }
             }
+            RouterMsg::ExpectBridge { bridge, token } => state.expect_bridge(&bridge, token),
+            RouterMsg::StopBridge { bridge } => state.stop_bridge(&bridge),
+            RouterMsg::Bridges(reply) => {
+                let _ = reply.send(state.bridge_infos());
+            }
             RouterMsg::Snapshot(reply) => {
                 let infos = state
                     .order
@@ -592,6 +621,9 @@ impl RouterState {
                     let _ = ch.cast(ChannelsMsg::AgentReady { agent: name.clone() });
                 }
                 self.deliver_next(myself, &name);
+            }
+            (ConnKind::Agent, Body::BridgeHello(hello)) => {
+                self.open_bridge(conn, &first, hello, outbox, closer);
             }
             (ConnKind::Control, Body::ClientHello { protocol_version, .. }) => {
                 if *protocol_version != PROTOCOL_VERSION {
@@ -1921,6 +1953,9 @@ impl RouterState {
 
     fn closed(&mut self, conn: ConnId) {
         let Some(info) = self.conns.remove(&conn) else { return };
+        if info.kind == ConnKind::Bridge {
+            return self.bridge_closed(conn, &info.identity);
+        }
         if info.kind != ConnKind::Agent {
             return;
         }

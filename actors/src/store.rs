@@ -127,6 +127,9 @@ const MIGRATIONS: &[&str] = &[
         WHERE answers IS NOT NULL;",
     // 4: permission requests and grants (issue #11).
     crate::permissions::SCHEMA,
+    // 5: chat bridges (issue #9): the origin of a person's post on a platform (unique: posted
+    // once), each mapping's cursor, the platform id of each post it delivered.
+    crate::channels::bridge::SCHEMA,
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -35,6 +35,68 @@ pub struct SwarmSpec {
     /// tokens, passwords, private keys, e-mail, card numbers).
     #[serde(default)]
     pub mask: Vec<MaskRule>,
+    /// `bridges:`: chat bridges, in YAML order (empty: none).
+    #[serde(default)]
+    pub bridges: Vec<BridgeSpec>,
+}
+
+/// A chat bridge (`bridges:` in YAML): one `flock-bridge` process that connects Flock channels to
+/// chats of one platform account.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BridgeSpec {
+    /// `[a-z0-9][a-z0-9-]{0,30}`; unique among bridges and never the name of an agent.
+    pub name: String,
+    pub platform: Platform,
+    /// The NAME of the environment variable that holds the bot token (never the token).
+    pub token_env: String,
+    /// The platform API's base URL; `None`: the platform's own (see `Platform::default_api_url`).
+    pub api_url: Option<String>,
+    /// Channel mappings, at least one.
+    pub channels: Vec<BridgeMapping>,
+    /// Posts per minute one platform user may make through this bridge (default 20, 1..=600).
+    pub max_posts_per_minute: u32,
+}
+
+/// One Flock channel ↔ one platform chat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BridgeMapping {
+    /// The Flock channel id (1–63 of a-z, 0-9 and -, starting with a letter or digit).
+    pub flock: String,
+    /// The platform's chat/channel id, as text (a YAML integer such as -1001234 is accepted and
+    /// kept as its decimal text).
+    pub external: String,
+    /// `None`: everyone in the chat may post; `Some(ids)`: only these platform user ids (as text;
+    /// YAML integers accepted).
+    pub allow: Option<Vec<String>>,
+}
+
+/// The chat platform of a bridge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Platform {
+    Discord,
+    Slack,
+    Telegram,
+}
+
+impl Platform {
+    /// Its name in the swarm file: `discord`, `slack`, `telegram`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Platform::Discord => "discord",
+            Platform::Slack => "slack",
+            Platform::Telegram => "telegram",
+        }
+    }
+
+    /// The platform's own API base URL (no trailing `/`), used when a bridge sets no `api_url`.
+    pub fn default_api_url(self) -> &'static str {
+        match self {
+            Platform::Discord => "https://discord.com/api/v10",
+            Platform::Slack => "https://slack.com/api",
+            Platform::Telegram => "https://api.telegram.org",
+        }
+    }
 }
 
 /// A masking rule of the swarm file: what matches `pattern` (a regular expression) is replaced

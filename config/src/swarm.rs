@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Report, closest, list};
 use crate::spec::{
-    AgentSpec, BudgetSpec, ChannelsSpec, DeliverySpec, ExtensionSpec, MaskRule, ModelSpec,
-    RestartPolicy, Role, SandboxKind, Strategy, SupervisionSpec, SwarmSpec,
+    AgentSpec, BridgeMapping, BridgeSpec, BudgetSpec, ChannelsSpec, DeliverySpec, ExtensionSpec,
+    MaskRule, ModelSpec, Platform, RestartPolicy, Role, SandboxKind, Strategy, SupervisionSpec,
+    SwarmSpec,
 };
 use crate::transcript::{self, Target};
 use crate::valid_agent_name;
-use crate::yaml::{self, Node, Pos, lookup};
+use crate::yaml::{self, Node, Pos, Scalar, Value, lookup};
 
 const TOP_KEYS: &[&str] = &[
     "swarm",
@@ -27,6 +28,7 @@ const TOP_KEYS: &[&str] = &[
     "models",
     "defaults",
     "agents",
+    "bridges",
 ];
 const BUDGET_KEYS: &[&str] = &["max_hops", "max_tokens", "max_wall_secs"];
 const CHANNELS_KEYS: &[&str] =
@@ -83,6 +85,24 @@ const AGENT_KEYS: &[&str] = &[
     "model",
     "extensions",
 ];
+
+const BRIDGE_KEYS: &[&str] =
+    &["name", "platform", "token_env", "api_url", "max_posts_per_minute", "channels"];
+const BRIDGE_CHANNEL_KEYS: &[&str] = &["flock", "external", "allow"];
+/// Every platform a bridge may name, in the order messages list them.
+const PLATFORMS: &[Platform] = &[Platform::Discord, Platform::Slack, Platform::Telegram];
+/// The platforms this version has a bridge for.
+const BUILT_PLATFORMS: &[Platform] = &[Platform::Telegram];
+/// The longest bridge name (`[a-z0-9][a-z0-9-]{0,30}`).
+const MAX_BRIDGE_NAME: usize = 31;
+/// The longest `token_env` (a variable name; anything longer is likely the token itself).
+const MAX_TOKEN_ENV: usize = 64;
+const MAX_API_URL_BYTES: usize = 2048;
+/// The longest platform chat or user id, in characters.
+const MAX_PLATFORM_ID: usize = 128;
+const DEFAULT_POSTS_PER_MINUTE: u32 = 20;
+const BRIDGE_CHANNELS_EXAMPLE: &str =
+    "e.g. `channels: [{ flock: general, external: \"-1001234567890\" }]`";
 
 const STRATEGIES: &[(&str, Strategy)] = &[
     ("one_for_one", Strategy::OneForOne),
@@ -209,6 +229,10 @@ impl Loader<'_> {
         }
         let defaults = self.defaults(lookup(top, "defaults").map(|(_, v)| v));
         let agents = self.agents(lookup(top, "agents"), &defaults);
+        let bridges = match lookup(top, "bridges") {
+            Some((_, node)) => self.bridges(node, &written_agent_names(top)),
+            None => Vec::new(),
+        };
 
         self.check_targets();
 
@@ -235,6 +259,7 @@ impl Loader<'_> {
             channels,
             agents,
             mask,
+            bridges,
         })
     }
 
@@ -282,6 +307,24 @@ impl Loader<'_> {
             }
         }
         rules
+    }
+
+    /// `bridges: [{name, platform, token_env, api_url, max_posts_per_minute, channels}, …]`: chat
+    /// bridges. `agents` are the agents' names as written, which no bridge may take.
+    fn bridges(&mut self, node: &Node, agents: &[(String, Pos)]) -> Vec<BridgeSpec> {
+        let mut bridges = Vec::new();
+        if node.is_null() {
+            return bridges;
+        }
+        let r = &mut self.report;
+        let Some(items) = r.list(node, "bridges") else { return bridges };
+        let mut names: HashMap<String, Pos> = HashMap::new();
+        for (i, item) in items.iter().enumerate() {
+            if let Some(bridge) = bridge(r, item, i, agents, &mut names) {
+                bridges.push(bridge);
+            }
+        }
+        bridges
     }
 
     fn budget(&mut self, node: &Node) -> BudgetSpec {
@@ -1294,6 +1337,431 @@ fn suggest_name(name: &str) -> String {
     fixed
 }
 
+/// Every agent's `name` as written (valid or not), with where it is written.
+fn written_agent_names(top: &[(Node, Node)]) -> Vec<(String, Pos)> {
+    let Some((_, Node { value: Value::Seq(items), .. })) = lookup(top, "agents") else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|item| {
+            let (_, name) = lookup(item.entries()?, "name")?;
+            Some((name.text()?.to_owned(), name.pos))
+        })
+        .collect()
+}
+
+/// One entry of `bridges:`; `None` if it has a problem (reported). `names` are the bridge names
+/// seen so far, with their positions.
+fn bridge(
+    r: &mut Report<'_>,
+    item: &Node,
+    index: usize,
+    agents: &[(String, Pos)],
+    names: &mut HashMap<String, Pos>,
+) -> Option<BridgeSpec> {
+    let what = format!("bridges[{index}]");
+    let fields = r.mapping(item, &what)?;
+    let before = r.count();
+    r.unknown_keys(fields, BRIDGE_KEYS, &format!("`{what}`"));
+    let field = |key: &str| lookup(fields, key).map(|(_, v)| (v, format!("{what}.{key}")));
+    let missing = |r: &mut Report<'_>, key: &str, fix: &str| {
+        r.error(item.pos, format!("`{what}` has no `{key}`; add {fix}"));
+    };
+
+    let name = match field("name") {
+        Some((v, path)) => bridge_name(r, v, &path, agents, names),
+        None => {
+            missing(r, "name", "`name: team-telegram` (lowercase letters, digits, `-`)");
+            None
+        }
+    };
+    let platform = match field("platform") {
+        Some((v, path)) => platform(r, v, &path),
+        None => {
+            missing(r, "platform", "`platform: telegram`");
+            None
+        }
+    };
+    let token_env = match field("token_env") {
+        Some((v, path)) => token_env(r, v, &path),
+        None => {
+            missing(
+                r,
+                "token_env",
+                "`token_env: TELEGRAM_BOT_TOKEN`: the environment variable that holds the bot token",
+            );
+            None
+        }
+    };
+    let api_url =
+        field("api_url").filter(|(v, _)| !v.is_null()).and_then(|(v, path)| api_url(r, v, &path));
+    let max_posts_per_minute = field("max_posts_per_minute")
+        .and_then(|(v, path)| r.uint(v, &path, 1, 600))
+        .unwrap_or(DEFAULT_POSTS_PER_MINUTE);
+    let channels = match lookup(fields, "channels") {
+        Some((key, v)) => bridge_channels(r, key, v, &format!("{what}.channels")),
+        None => {
+            missing(
+                r,
+                "channels",
+                &format!("the Flock channels it connects to chats, {BRIDGE_CHANNELS_EXAMPLE}"),
+            );
+            Vec::new()
+        }
+    };
+    if r.count() != before {
+        return None;
+    }
+    Some(BridgeSpec {
+        name: name?,
+        platform: platform?,
+        token_env: token_env?,
+        api_url,
+        channels,
+        max_posts_per_minute,
+    })
+}
+
+/// `bridges[i].name`: valid, not a bridge's already, not an agent's.
+fn bridge_name(
+    r: &mut Report<'_>,
+    node: &Node,
+    what: &str,
+    agents: &[(String, Pos)],
+    names: &mut HashMap<String, Pos>,
+) -> Option<String> {
+    let name = r.string(node, what)?;
+    if !valid_bridge_name(&name) {
+        r.error(
+            node.pos,
+            format!(
+                "`{what}`: invalid bridge name `{name}`; use 1 to {MAX_BRIDGE_NAME} lowercase \
+                 letters, digits and `-`, starting with a letter or digit (e.g. `team-telegram`)"
+            ),
+        );
+        return None;
+    }
+    if let Some(first) = names.get(&name) {
+        r.error(
+            node.pos,
+            format!(
+                "duplicate bridge name `{name}` (first at line {}); bridge names must be unique: \
+                 rename one of them",
+                first.line
+            ),
+        );
+        return None;
+    }
+    names.insert(name.clone(), node.pos);
+    if let Some((_, at)) = agents.iter().find(|(agent, _)| *agent == name) {
+        r.error(
+            node.pos,
+            format!(
+                "`{what}`: bridge `{name}` has the same name as agent `{name}` (line {}); a \
+                 bridge and an agent may not share a name (both appear as senders in channels): \
+                 rename the bridge",
+                at.line
+            ),
+        );
+        return None;
+    }
+    Some(name)
+}
+
+/// `[a-z0-9][a-z0-9-]{0,30}`.
+fn valid_bridge_name(name: &str) -> bool {
+    name.len() <= MAX_BRIDGE_NAME && valid_agent_name(name)
+}
+
+/// A Flock channel id: `[a-z0-9][a-z0-9-]{0,62}`, the syntax of agent names (and of the
+/// channels actor's own check).
+fn valid_channel_id(id: &str) -> bool {
+    valid_agent_name(id)
+}
+
+/// A valid channel id close to `id`, for the "e.g." part of the message.
+fn suggest_channel_id(id: &str) -> String {
+    let fixed: String = id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .collect::<String>()
+        .trim_matches('-')
+        .chars()
+        .take(63)
+        .collect();
+    if valid_channel_id(&fixed) { fixed } else { "general".to_owned() }
+}
+
+/// `bridges[i].platform`: a known platform this version has a bridge for.
+fn platform(r: &mut Report<'_>, node: &Node, what: &str) -> Option<Platform> {
+    let text = r.string(node, what)?;
+    let names = || PLATFORMS.iter().map(|p| p.as_str());
+    let Some(platform) = PLATFORMS.iter().copied().find(|p| p.as_str() == text) else {
+        let hint = match closest(&text, names()) {
+            Some(best) => format!(" (did you mean `{best}`?)"),
+            None => String::new(),
+        };
+        r.error(
+            node.pos,
+            format!(
+                "`{what}`: unknown platform `{text}`; known: {}{hint}",
+                names().collect::<Vec<_>>().join(", ")
+            ),
+        );
+        return None;
+    };
+    if !BUILT_PLATFORMS.contains(&platform) {
+        let built: Vec<&str> = BUILT_PLATFORMS.iter().map(|p| p.as_str()).collect();
+        r.error(
+            node.pos,
+            format!(
+                "`{what}`: `{text}` bridges are not built yet; this version has: {}",
+                built.join(", ")
+            ),
+        );
+        return None;
+    }
+    Some(platform)
+}
+
+/// `bridges[i].token_env`: the NAME of the variable that holds the bot token. The value is never
+/// repeated in a message: it may be the token itself, pasted in the wrong place.
+fn token_env(r: &mut Report<'_>, node: &Node, what: &str) -> Option<String> {
+    let name = r.string(node, what)?;
+    if name.len() > MAX_TOKEN_ENV || name.contains(':') || name.chars().any(char::is_lowercase) {
+        r.error(
+            node.pos,
+            format!(
+                "`{what}` must name an environment variable (A-Z, 0-9, _), not hold the token \
+                 itself; put the token in an environment variable where you run `up` (e.g. \
+                 `export TELEGRAM_BOT_TOKEN=…`) and write that variable's name here"
+            ),
+        );
+        return None;
+    }
+    if !valid_env_name(&name) {
+        r.error(
+            node.pos,
+            format!(
+                "`{what}` must name an environment variable: 1 to {MAX_TOKEN_ENV} of A-Z, 0-9 \
+                 and `_`, not starting with a digit (e.g. `TELEGRAM_BOT_TOKEN`)"
+            ),
+        );
+        return None;
+    }
+    Some(name)
+}
+
+/// `bridges[i].api_url`: an http(s) base URL, its trailing `/` trimmed.
+fn api_url(r: &mut Report<'_>, node: &Node, what: &str) -> Option<String> {
+    let url = r.string_of_at_most(node, what, MAX_API_URL_BYTES)?;
+    if url.chars().any(char::is_whitespace) {
+        r.error(node.pos, format!("`{what}` contains whitespace; write the URL without any"));
+        return None;
+    }
+    // A Telegram API URL carries the token in its path (`/bot<id>:<secret>/`); the base URL must
+    // not, and the value is not repeated here.
+    let holds_token = url.match_indices("/bot").any(|(i, _)| {
+        let after = &url[i + 4..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        digits > 0 && after[digits..].starts_with(':')
+    });
+    if holds_token {
+        r.error(
+            node.pos,
+            format!(
+                "`{what}` holds a bot token (`/bot<id>:…`); give only the API's base URL (e.g. \
+                 `https://api.telegram.org`) and put the token in the variable `token_env` names"
+            ),
+        );
+        return None;
+    }
+    let Some(rest) = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://")) else {
+        r.error(
+            node.pos,
+            format!(
+                "`{what}` must start with http:// or https://, got `{url}`; e.g. \
+                 `http://127.0.0.1:8081`"
+            ),
+        );
+        return None;
+    };
+    if rest.split('/').next().is_none_or(str::is_empty) {
+        r.error(
+            node.pos,
+            format!("`{what}` has no host after the scheme; e.g. `http://127.0.0.1:8081`"),
+        );
+        return None;
+    }
+    Some(url.trim_end_matches('/').to_owned())
+}
+
+/// `bridges[i].channels`: at least one mapping; each platform chat at most once.
+fn bridge_channels(r: &mut Report<'_>, key: &Node, node: &Node, what: &str) -> Vec<BridgeMapping> {
+    let mut mappings = Vec::new();
+    let empty = format!(
+        "`{what}` is empty; map at least one Flock channel to a chat, {BRIDGE_CHANNELS_EXAMPLE}"
+    );
+    if node.is_null() {
+        r.error(key.pos, empty);
+        return mappings;
+    }
+    let Some(items) = r.list(node, what) else { return mappings };
+    if items.is_empty() {
+        r.error(node.pos, empty);
+        return mappings;
+    }
+    // Each platform chat mapped so far: its Flock channel and where the mapping is.
+    let mut chats: HashMap<String, (String, Pos)> = HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let what = format!("{what}[{i}]");
+        let Some(fields) = r.mapping(item, &what) else { continue };
+        r.unknown_keys(fields, BRIDGE_CHANNEL_KEYS, &format!("`{what}`"));
+        let flock = match lookup(fields, "flock") {
+            Some((_, v)) => flock_channel(r, v, &format!("{what}.flock")),
+            None => {
+                r.error(
+                    item.pos,
+                    format!("`{what}` has no `flock`; add `flock: general`, the Flock channel"),
+                );
+                None
+            }
+        };
+        let external = match lookup(fields, "external") {
+            Some((_, v)) => platform_id(r, v, &format!("{what}.external"), "the chat's id")
+                .map(|id| (id, v.pos)),
+            None => {
+                r.error(
+                    item.pos,
+                    format!(
+                        "`{what}` has no `external`; add the platform chat's id, e.g. \
+                         `external: \"-1001234567890\"`"
+                    ),
+                );
+                None
+            }
+        };
+        let allow =
+            lookup(fields, "allow").and_then(|(_, v)| allow(r, v, &format!("{what}.allow")));
+        let (Some(flock), Some((external, at))) = (flock, external) else { continue };
+        match chats.get(&external) {
+            Some((first_flock, first)) if *first_flock == flock => r.error(
+                item.pos,
+                format!(
+                    "`{what}` maps `{flock}` to chat `{external}` again (first at line {}); \
+                     remove one of them",
+                    first.line
+                ),
+            ),
+            Some((first_flock, first)) => r.error(
+                at,
+                format!(
+                    "`{what}.external`: chat `{external}` is already mapped to `{first_flock}` \
+                     (line {}); an inbound message from it would not know its channel: map each \
+                     chat to one Flock channel",
+                    first.line
+                ),
+            ),
+            None => {
+                chats.insert(external.clone(), (flock.clone(), item.pos));
+                mappings.push(BridgeMapping { flock, external, allow });
+            }
+        }
+    }
+    mappings
+}
+
+/// `…channels[j].flock`: a Flock channel id.
+fn flock_channel(r: &mut Report<'_>, node: &Node, what: &str) -> Option<String> {
+    if node.is_null() {
+        r.error(
+            node.pos,
+            format!(
+                "`{what}` has no value; write the Flock channel id after the colon (`#` starts a \
+                 YAML comment: write `general`, not `#general`)"
+            ),
+        );
+        return None;
+    }
+    let id = r.string(node, what)?;
+    if !valid_channel_id(&id) {
+        r.error(
+            node.pos,
+            format!(
+                "`{what}`: `{id}` is not a Flock channel id; use 1 to 63 lowercase letters, \
+                 digits and `-`, starting with a letter or digit (e.g. `{}`)",
+                suggest_channel_id(&id)
+            ),
+        );
+        return None;
+    }
+    Some(id)
+}
+
+/// `…channels[j].allow`: the platform user ids who may post; `None` if it has a problem
+/// (reported).
+fn allow(r: &mut Report<'_>, node: &Node, what: &str) -> Option<Vec<String>> {
+    let fix = "leave `allow` out to let everyone post";
+    if node.is_null() {
+        r.error(
+            node.pos,
+            format!("`{what}` has no value; list the user ids who may post, or {fix}"),
+        );
+        return None;
+    }
+    let items = r.list(node, what)?;
+    if items.is_empty() {
+        r.error(node.pos, format!("`{what}` is empty: nobody could post; {fix}"));
+        return None;
+    }
+    let mut ids = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for (i, item) in items.iter().enumerate() {
+        match platform_id(r, item, &format!("{what}[{i}]"), "a user id") {
+            Some(id) => ids.push(id),
+            None => ok = false,
+        }
+    }
+    ok.then_some(ids)
+}
+
+/// A platform's chat or user id: text, or a YAML integer kept as its decimal text; 1 to
+/// [`MAX_PLATFORM_ID`] characters.
+fn platform_id(r: &mut Report<'_>, node: &Node, what: &str, kind: &str) -> Option<String> {
+    let id = match node.scalar() {
+        Some(Scalar::Str(text)) => text.to_owned(),
+        Some(Scalar::Int(n)) => n.to_string(),
+        Some(Scalar::Null) => {
+            r.error(node.pos, format!("`{what}` has no value; write {kind} after the colon"));
+            return None;
+        }
+        _ => {
+            r.error(
+                node.pos,
+                format!(
+                    "`{what}` must be {kind} as text or a whole number, found {}; put it in quotes",
+                    node.describe()
+                ),
+            );
+            return None;
+        }
+    };
+    if id.trim().is_empty() {
+        r.error(node.pos, format!("`{what}` is empty; write {kind}"));
+        return None;
+    }
+    let chars = id.chars().count();
+    if chars > MAX_PLATFORM_ID {
+        r.error(
+            node.pos,
+            format!("`{what}` is {chars} characters long; {kind} has at most {MAX_PLATFORM_ID}"),
+        );
+        return None;
+    }
+    Some(id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1318,5 +1786,405 @@ mod tests {
     #[test]
     fn role_table_lists_every_role() {
         assert!(roles().iter().all(|(name, role)| role.as_str() == *name));
+    }
+
+    // `bridges:`. Every file below starts with the same four lines (a swarm with one agent named
+    // `helper`, at line 4) and `bridges:` at line 5, so the first bridge starts at line 6.
+
+    fn with_bridges(bridges: &str) -> String {
+        format!(
+            "swarm:\n  name: t\nagents:\n  - {{ name: helper, role: worker }}\nbridges:\n{bridges}"
+        )
+    }
+
+    fn parse_ok(text: &str) -> SwarmSpec {
+        match crate::parse(text, Path::new("swarm.yaml")) {
+            Ok(spec) => spec,
+            Err(errors) => panic!("expected a valid swarm, got:\n{errors}"),
+        }
+    }
+
+    /// Asserts the errors, in order: each at `line`, its message containing every part.
+    fn assert_errors(text: &str, expected: &[(usize, &[&str])]) -> Vec<crate::ConfigError> {
+        let errors = match crate::parse(text, Path::new("swarm.yaml")) {
+            Ok(spec) => panic!("expected errors, got a valid swarm: {spec:?}"),
+            Err(errors) => errors.0,
+        };
+        assert_eq!(errors.len(), expected.len(), "got {errors:#?}");
+        for (error, (line, parts)) in errors.iter().zip(expected) {
+            assert_eq!(error.line, *line, "wrong line for {error:?}");
+            for part in *parts {
+                assert!(error.message.contains(part), "`{part}` not in: {}", error.message);
+            }
+        }
+        errors
+    }
+
+    /// A valid bridge named `name`, five lines.
+    fn tg(name: &str) -> String {
+        format!(
+            "  - name: {name}\n    platform: telegram\n    token_env: TG_TOKEN\n    channels:\n      \
+             - {{ flock: general, external: 42 }}\n"
+        )
+    }
+
+    #[test]
+    fn a_valid_bridge_file_parses_to_the_exact_spec_with_defaults_filled() {
+        let spec = parse_ok(&with_bridges(
+            "  - name: team-telegram
+    platform: telegram
+    token_env: TELEGRAM_BOT_TOKEN
+    api_url: http://127.0.0.1:8081/     # the trailing / is trimmed
+    max_posts_per_minute: 600
+    channels:
+      - flock: general
+        external: \"-1001234567890\"
+        allow: [\"123456789\", 42]
+      - flock: random
+        external: -1009
+      - flock: general
+        external: C0123ABC
+  - name: second
+    platform: telegram
+    token_env: OTHER_TOKEN
+    channels:
+      - { flock: ops-1, external: 0x10 }
+",
+        ));
+        let mapping = |flock: &str, external: &str, allow: Option<&[&str]>| BridgeMapping {
+            flock: flock.to_owned(),
+            external: external.to_owned(),
+            allow: allow.map(|ids| ids.iter().map(|id| (*id).to_owned()).collect()),
+        };
+        let expected = vec![
+            BridgeSpec {
+                name: "team-telegram".to_owned(),
+                platform: Platform::Telegram,
+                token_env: "TELEGRAM_BOT_TOKEN".to_owned(),
+                api_url: Some("http://127.0.0.1:8081".to_owned()),
+                channels: vec![
+                    mapping("general", "-1001234567890", Some(&["123456789", "42"])),
+                    mapping("random", "-1009", None),
+                    mapping("general", "C0123ABC", None),
+                ],
+                max_posts_per_minute: 600,
+            },
+            BridgeSpec {
+                name: "second".to_owned(),
+                platform: Platform::Telegram,
+                token_env: "OTHER_TOKEN".to_owned(),
+                api_url: None,
+                // A YAML integer is kept as its decimal text.
+                channels: vec![mapping("ops-1", "16", None)],
+                max_posts_per_minute: 20,
+            },
+        ];
+        assert_eq!(spec.bridges, expected);
+    }
+
+    #[test]
+    fn a_swarm_without_bridges_has_none() {
+        let plain = "swarm:\n  name: t\nagents:\n  - { name: helper, role: worker }\n";
+        assert_eq!(parse_ok(plain).bridges, vec![]);
+        assert_eq!(parse_ok(&with_bridges("")).bridges, vec![]);
+        assert_eq!(parse_ok(&with_bridges("  []\n")).bridges, vec![]);
+        // `bridges` is a known top-level key; a typo of it is suggested.
+        assert_errors(
+            &plain.replace("agents:", "bridgez: []\nagents:"),
+            &[(3, &["unknown key `bridgez`", "did you mean `bridges`?"])],
+        );
+    }
+
+    #[test]
+    fn bridges_are_a_list_of_mappings_without_unknown_keys() {
+        assert_errors(&with_bridges("  team: {}\n"), &[(6, &["`bridges` must be a list"])]);
+        let mut text = with_bridges("  - telegram\n");
+        text.push_str(&tg("tg").replace("    token_env", "    tokn_env: X\n    token_env"));
+        assert_errors(
+            &text,
+            &[
+                (6, &["`bridges[0]` must be a mapping"]),
+                (9, &["unknown key `tokn_env` in `bridges[1]`", "did you mean `token_env`?"]),
+            ],
+        );
+    }
+
+    #[test]
+    fn bridge_names_are_valid_unique_and_not_an_agents() {
+        let text = with_bridges(&format!(
+            "{}{}{}{}{}",
+            tg("Team_TG"),
+            tg(&"a".repeat(32)),
+            tg("tg"),
+            tg("tg"),
+            tg("helper"),
+        )) + "  - { platform: telegram, token_env: T, channels: [{ flock: g, external: 1 }] }\n";
+        assert_errors(
+            &text,
+            &[
+                (6, &["`bridges[0].name`: invalid bridge name `Team_TG`", "1 to 31", "e.g."]),
+                (11, &["`bridges[1].name`: invalid bridge name", "1 to 31 lowercase"]),
+                (21, &["duplicate bridge name `tg` (first at line 16)", "rename one"]),
+                (26, &["bridge `helper` has the same name as agent `helper` (line 4)", "rename"]),
+                (31, &["`bridges[5]` has no `name`", "add `name: team-telegram`"]),
+            ],
+        );
+    }
+
+    #[test]
+    fn only_telegram_bridges_are_built() {
+        let text = with_bridges(&format!(
+            "{}{}{}{}",
+            tg("a").replace("telegram", "discord"),
+            tg("b").replace("telegram", "slack"),
+            tg("c").replace("telegram", "irc"),
+            tg("d").replace("telegram", "telegarm"),
+        )) + "  - { name: e, token_env: T, channels: [{ flock: g, external: 1 }] }\n";
+        assert_errors(
+            &text,
+            &[
+                (
+                    7,
+                    &["`bridges[0].platform`: `discord` bridges are not built yet; this version \
+                       has: telegram"],
+                ),
+                (
+                    12,
+                    &["`bridges[1].platform`: `slack` bridges are not built yet; this version \
+                       has: telegram"],
+                ),
+                (17, &["unknown platform `irc`; known: discord, slack, telegram"]),
+                (22, &["unknown platform `telegarm`", "did you mean `telegram`?"]),
+                (26, &["`bridges[4]` has no `platform`", "`platform: telegram`"]),
+            ],
+        );
+    }
+
+    #[test]
+    fn token_env_must_be_a_variable_name() {
+        let text = with_bridges(&format!(
+            "{}{}",
+            tg("a").replace("TG_TOKEN", "1TOKEN"),
+            tg("b").replace("TG_TOKEN", "MY-TOKEN"),
+        )) + "  - { name: c, platform: telegram, channels: [{ flock: g, external: 1 }] }\n";
+        assert_errors(
+            &text,
+            &[
+                (8, &["`bridges[0].token_env` must name an environment variable", "A-Z"]),
+                (13, &["`bridges[1].token_env` must name an environment variable"]),
+                (16, &["`bridges[2]` has no `token_env`", "TELEGRAM_BOT_TOKEN"]),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_token_written_as_token_env_is_refused_without_repeating_it() {
+        let tokens =
+            ["123456789:AAHs3cr3t-Value_xyz", "xoxb-1234-abcdef", &"SECRET".repeat(11), "Bot abc"];
+        for token in tokens {
+            let text = with_bridges(&tg("a").replace("TG_TOKEN", &format!("\"{token}\"")));
+            let errors = assert_errors(
+                &text,
+                &[(
+                    8,
+                    &["`bridges[0].token_env` must name an environment variable (A-Z, 0-9, _), \
+                       not hold the token itself"],
+                )],
+            );
+            let shown = crate::ConfigErrors(errors).to_string();
+            assert!(!shown.contains(token), "the token is repeated in: {shown}");
+            for part in token.split([':', '-', ' ']).filter(|p| p.len() > 3) {
+                assert!(!shown.contains(part), "part of the token is repeated in: {shown}");
+            }
+        }
+    }
+
+    #[test]
+    fn api_url_is_an_http_base_url() {
+        let url = |name: &str, value: &str| {
+            tg(name).replace("    channels:", &format!("    api_url: {value}\n    channels:"))
+        };
+        let long = format!("https://example.com/{}", "a".repeat(2040));
+        let text = with_bridges(&format!(
+            "{}{}{}{}{}",
+            url("a", "ftp://example.com"),
+            url("b", "\"http://exa mple.com\""),
+            url("c", &long),
+            url("d", "http://"),
+            url("e", "https://api.telegram.org/bot123456:SECRETtoken/"),
+        ));
+        let errors = assert_errors(
+            &text,
+            &[
+                (9, &["`bridges[0].api_url` must start with http:// or https://"]),
+                (15, &["`bridges[1].api_url` contains whitespace"]),
+                (21, &["`bridges[2].api_url` is 2060 bytes long; at most 2048"]),
+                (27, &["`bridges[3].api_url` has no host"]),
+                (33, &["`bridges[4].api_url` holds a bot token", "token_env"]),
+            ],
+        );
+        assert!(!errors[4].message.contains("SECRETtoken"), "{}", errors[4].message);
+        let spec = parse_ok(&with_bridges(&url("x", "https://tg.example.com/api//")));
+        assert_eq!(spec.bridges[0].api_url.as_deref(), Some("https://tg.example.com/api"));
+    }
+
+    #[test]
+    fn max_posts_per_minute_is_1_to_600() {
+        let posts = |name: &str, n: &str| {
+            tg(name)
+                .replace("    channels:", &format!("    max_posts_per_minute: {n}\n    channels:"))
+        };
+        let text = with_bridges(&format!(
+            "{}{}{}",
+            posts("a", "0"),
+            posts("b", "601"),
+            posts("c", "many")
+        ));
+        assert_errors(
+            &text,
+            &[
+                (9, &["`bridges[0].max_posts_per_minute` must be at least 1"]),
+                (15, &["`bridges[1].max_posts_per_minute` must be at most 600"]),
+                (21, &["`bridges[2].max_posts_per_minute` must be a whole number"]),
+            ],
+        );
+        let spec = parse_ok(&with_bridges(&posts("x", "1")));
+        assert_eq!(spec.bridges[0].max_posts_per_minute, 1);
+    }
+
+    #[test]
+    fn a_bridge_needs_at_least_one_channel() {
+        let head = |name: &str| {
+            format!("  - name: {name}\n    platform: telegram\n    token_env: TG_TOKEN\n")
+        };
+        let text = with_bridges(&format!(
+            "{}{}    channels:\n{}    channels: []\n{}    channels: general\n",
+            head("a"),
+            head("b"),
+            head("c"),
+            head("d"),
+        ));
+        assert_errors(
+            &text,
+            &[
+                (6, &["`bridges[0]` has no `channels`", "flock: general"]),
+                (12, &["`bridges[1].channels` is empty", "map at least one"]),
+                (16, &["`bridges[2].channels` is empty"]),
+                (20, &["`bridges[3].channels` must be a list"]),
+            ],
+        );
+    }
+
+    #[test]
+    fn channel_mappings_are_checked() {
+        let text = with_bridges(
+            "  - name: x
+    platform: telegram
+    token_env: TG_TOKEN
+    channels:
+      - external: 1
+      - { flock: General!, external: 2 }
+      - flock: #general
+        external: 3
+      - flock: ok
+      - { flock: ok, external: \"\" }
+      - { flock: ok, external: 1.5 }
+      - { flock: ok, external: true }
+      - flock: ok
+        external: 4
+        chat: 5
+",
+        ) + &format!("      - {{ flock: ok, external: \"{}\" }}\n", "9".repeat(129));
+        assert_errors(
+            &text,
+            &[
+                (10, &["`bridges[0].channels[0]` has no `flock`", "flock: general"]),
+                (
+                    11,
+                    &[
+                        "`bridges[0].channels[1].flock`: `General!` is not a Flock channel id",
+                        "general",
+                    ],
+                ),
+                (12, &["`bridges[0].channels[2].flock` has no value", "not `#general`"]),
+                (14, &["`bridges[0].channels[3]` has no `external`"]),
+                (15, &["`bridges[0].channels[4].external` is empty"]),
+                (16, &["`bridges[0].channels[5].external` must be the chat's id", "quotes"]),
+                (17, &["`bridges[0].channels[6].external` must be the chat's id"]),
+                (20, &["unknown key `chat` in `bridges[0].channels[7]`"]),
+                (21, &["`bridges[0].channels[8].external` is 129 characters long", "at most 128"]),
+            ],
+        );
+    }
+
+    #[test]
+    fn allow_lists_who_may_post_and_is_never_empty() {
+        let allow = |name: &str, value: &str| {
+            tg(name).replace(
+                "      - { flock: general, external: 42 }",
+                &format!("      - flock: general\n        external: 42\n        allow: {value}"),
+            )
+        };
+        let text = with_bridges(&format!(
+            "{}{}{}{}{}",
+            allow("a", "[]"),
+            allow("b", ""),
+            allow("c", "[\"7\", \"\"]"),
+            allow("d", "[[1]]"),
+            allow("e", "everyone"),
+        ));
+        assert_errors(
+            &text,
+            &[
+                (
+                    12,
+                    &["`bridges[0].channels[0].allow` is empty: nobody could post; leave \
+                         `allow` out to let everyone post"],
+                ),
+                (19, &["`bridges[1].channels[0].allow` has no value", "leave `allow` out"]),
+                (26, &["`bridges[2].channels[0].allow[1]` is empty"]),
+                (33, &["`bridges[3].channels[0].allow[0]` must be a user id", "found a list"]),
+                (40, &["`bridges[4].channels[0].allow` must be a list"]),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_chat_is_mapped_once_per_bridge() {
+        let text = with_bridges(
+            "  - name: x
+    platform: telegram
+    token_env: TG_TOKEN
+    channels:
+      - { flock: general, external: 1 }
+      - { flock: random, external: \"1\" }
+      - { flock: general, external: 2 }
+      - { flock: general, external: 2 }
+",
+        );
+        assert_errors(
+            &text,
+            &[
+                (
+                    11,
+                    &[
+                        "chat `1` is already mapped to `general` (line 10)",
+                        "would not know its channel",
+                    ],
+                ),
+                (13, &["maps `general` to chat `2` again (first at line 12)"]),
+            ],
+        );
+        // One Flock channel may reach several chats, and two bridges may share a chat.
+        let spec = parse_ok(&with_bridges(&format!(
+            "{}{}",
+            tg("a").replace(
+                "{ flock: general, external: 42 }",
+                "{ flock: g, external: 1 }\n      - { flock: g, external: 2 }"
+            ),
+            tg("b"),
+        )));
+        assert_eq!(spec.bridges[0].channels.len(), 2);
+        assert_eq!(spec.bridges[1].channels[0].external, "42");
     }
 }

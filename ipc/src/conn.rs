@@ -169,6 +169,12 @@ impl Connection {
         Self::handshake(path, Frame::new(from, ROUTER, Body::Hello(hello)), outbox_frames).await
     }
 
+    /// Connects as a chat bridge: `BridgeHello` → `Welcome` | `Reject`.
+    pub async fn bridge(path: &Path, hello: Hello) -> Result<Self, ConnectError> {
+        let from = hello.agent_id.clone();
+        Self::handshake(path, Frame::new(from, ROUTER, Body::BridgeHello(hello)), 4096).await
+    }
+
     /// Connects as a control client (`flockctl`): `ClientHello` → `Welcome` | `Reject`.
     pub async fn client(path: &Path, client: &str) -> Result<Self, ConnectError> {
         let hello = Body::ClientHello { protocol_version: PROTOCOL_VERSION, client: client.into() };

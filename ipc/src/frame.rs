@@ -175,6 +175,10 @@ pub enum Body {
     ControlReply(ControlReply),
     /// Router → a `flockctl` that asked to `Watch` a chain: the chain ended.
     ChainEnded(ChainEnd),
+    /// Chat bridge → router, first frame on a bridge connection (on the agents' socket).
+    /// `agent_id` is the bridge's name, `instance` is empty, `token` its per-spawn secret.
+    /// A bridge may only call the `bridge__*` tools and heartbeat.
+    BridgeHello(Hello),
 }
 
 impl Body {
@@ -209,6 +213,7 @@ impl Body {
             Body::Control(_) => "Control",
             Body::ControlReply(_) => "ControlReply",
             Body::ChainEnded(_) => "ChainEnded",
+            Body::BridgeHello(_) => "BridgeHello",
         }
     }
 }
@@ -388,6 +393,8 @@ pub enum ControlRequest {
     },
     /// The chains of turns in flight, with their budgets.
     Chains,
+    /// The chat bridges: state, process, mappings, counters (a JSON array in `Json`).
+    Bridges,
 }
 
 /// Answers on the control socket.

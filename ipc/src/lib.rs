@@ -20,7 +20,7 @@ pub use frame::*;
 pub use id::MsgId;
 
 /// Bumped on any incompatible change of [`Frame`]; the router rejects other versions.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Default largest frame (length prefix excluded) accepted on any socket: 16 MiB.
 pub const DEFAULT_MAX_FRAME_BYTES: u32 = 16 * 1024 * 1024;
@@ -58,4 +58,6 @@ pub mod env {
     /// The swarm's shared memory folder (`memory/journals`, `observations`, `reflections`,
     /// `knowledge`).
     pub const MEMORY_DIR: &str = "FLOCK_MEMORY_DIR";
+    /// A chat bridge's platform token (bot token); only that bridge's process gets it.
+    pub const PLATFORM_TOKEN: &str = "FLOCK_PLATFORM_TOKEN";
 }

@@ -25,6 +25,8 @@ pub struct ControlCtx {
     pub started: std::time::Instant,
     /// The embedded model's process, if the swarm runs one.
     pub model: Option<Arc<crate::model::ModelProcess>>,
+    /// The chat bridges' processes (set once they are started).
+    pub bridges: Arc<std::sync::Mutex<Vec<Arc<crate::bridges::BridgeProcess>>>>,
 }
 
 impl std::fmt::Debug for ControlCtx {
@@ -84,8 +86,20 @@ async fn run(
         ControlRequest::Logs { agent, lines, follow } => {
             let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;
             let is_model = ctx.model.is_some() && agent == crate::model::NAME;
-            if !is_model && !children.iter().any(|c| c.name == agent) {
-                let names: Vec<_> = children.iter().map(|c| c.name.as_str()).collect();
+            let bridges: Vec<String> = ctx
+                .bridges
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|b| crate::bridges::log_name(&b.name))
+                .collect();
+            let is_bridge = bridges.contains(&agent);
+            if !is_model && !is_bridge && !children.iter().any(|c| c.name == agent) {
+                let names: Vec<_> = children
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .chain(bridges.iter().map(String::as_str))
+                    .collect();
                 return Err((
                     ErrorCode::AgentNotFound,
                     format!("no agent named `{agent}`; agents: {}", names.join(", ")),
@@ -157,6 +171,7 @@ async fn run(
             .map_err(internal)?;
             Ok(ControlReply::Json(result))
         }
+        ControlRequest::Bridges => Ok(ControlReply::Json(bridges_json(ctx).await.to_string())),
         ControlRequest::Channel { tool, arguments, as_name } => {
             let name = as_name.trim();
             if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -295,6 +310,7 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
             sandbox: None,
         });
     }
+    rows.extend(bridge_rows(ctx).await);
     let usage = ractor::call!(ctx.gateway, GatewayMsg::Usage).unwrap_or_default();
     for c in children {
         let route = routes.iter().find(|r| r.name == c.name);
@@ -318,4 +334,81 @@ async fn ps(ctx: &ControlCtx) -> CtlResult {
         });
     }
     Ok(ControlReply::Ps(rows))
+}
+
+/// A row per chat bridge: its process (pid, uptime, restarts, exit) and what it reports through
+/// the router (connection state, posts waiting to go out as its mailbox, last error).
+async fn bridge_rows(ctx: &ControlCtx) -> Vec<PsRow> {
+    let procs: Vec<_> = ctx.bridges.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if procs.is_empty() {
+        return Vec::new();
+    }
+    let infos = ractor::call!(ctx.router, RouterMsg::Bridges).unwrap_or_default();
+    procs
+        .iter()
+        .map(|p| {
+            let s = p.status();
+            let info = infos.iter().find(|i| i.name == p.name);
+            let connected = info.is_some_and(|i| i.connected) && s.pid.is_some();
+            let state = match info {
+                Some(i) if connected => i.state.clone(),
+                _ => s.state.clone(),
+            };
+            let error = info.and_then(|i| i.last_error.clone());
+            PsRow {
+                name: crate::bridges::log_name(&p.name),
+                kind: "bridge".into(),
+                role: p.platform.into(),
+                pid: s.pid,
+                state,
+                uptime_secs: s
+                    .started
+                    .filter(|_| s.pid.is_some())
+                    .map_or(0, |t| t.elapsed().as_secs()),
+                restarts: s.restarts,
+                last_exit: error.or(s.last_exit),
+                mailbox_depth: info.map_or(0, |i| i.outbox),
+                turns_total: info.map_or(0, |i| i.inbound + i.outbound),
+                rss_bytes: s.pid.and_then(crate::spawn::rss_bytes),
+                tokens_in: 0,
+                tokens_out: 0,
+                sandbox: None,
+            }
+        })
+        .collect()
+}
+
+/// `flockctl bridge ls`: each bridge's process, its own report and its mappings (never its token:
+/// only the name of the variable that holds it).
+async fn bridges_json(ctx: &ControlCtx) -> serde_json::Value {
+    let procs: Vec<_> = ctx.bridges.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let infos = ractor::call!(ctx.router, RouterMsg::Bridges).unwrap_or_default();
+    let rows = bridge_rows(ctx).await;
+    let list: Vec<serde_json::Value> = procs
+        .iter()
+        .map(|p| {
+            let info = infos.iter().find(|i| i.name == p.name);
+            let row = rows.iter().find(|r| r.name == crate::bridges::log_name(&p.name));
+            serde_json::json!({
+                "name": p.name,
+                "platform": p.platform,
+                "state": row.map(|r| r.state.clone()),
+                "pid": row.and_then(|r| r.pid),
+                "uptime_secs": row.map_or(0, |r| r.uptime_secs),
+                "restarts": row.map_or(0, |r| r.restarts),
+                "outbox": info.map_or(0, |i| i.outbox),
+                "inbound": info.map_or(0, |i| i.inbound),
+                "outbound": info.map_or(0, |i| i.outbound),
+                "last_error": row.and_then(|r| r.last_exit.clone()),
+                "token_env": p.spec.token_env,
+                "api_url": p.spec.api_url.clone().unwrap_or_else(|| p.spec.platform.default_api_url().to_owned()),
+                "channels": p.spec.channels.iter().map(|m| serde_json::json!({
+                    "flock": m.flock,
+                    "external": m.external,
+                    "allow": m.allow,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::Value::Array(list)
 }

@@ -6,6 +6,7 @@
 //! [`up::up`].
 
 pub mod backoff;
+pub mod bridges;
 pub mod children;
 pub mod control;
 pub mod journal_cli;

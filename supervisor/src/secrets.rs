@@ -17,7 +17,8 @@ unsafe extern "C" {
     static environ: *const *mut libc::c_char;
 }
 
-/// Reads the key of every model the swarm file names (`api_key_env`) and erases those variables
+/// Reads the key of every model the swarm file names (`api_key_env`) and every chat bridge's
+/// token (`token_env`), and erases those variables
 /// from this process (see the module docs). Variables that are unset or empty are left out.
 ///
 /// # Safety
@@ -26,9 +27,13 @@ unsafe extern "C" {
 pub unsafe fn take_api_keys(spec: &SwarmSpec) -> HashMap<String, Secret> {
     let mut keys = HashMap::new();
     let models = spec.agents.iter().map(|a| &a.model).chain(spec.models.values());
-    for model in models {
-        let (ModelSpec::OpenAi(m) | ModelSpec::Anthropic(m)) = model else { continue };
-        let Some(var) = &m.api_key_env else { continue };
+    let model_vars = models.filter_map(|model| match model {
+        ModelSpec::OpenAi(m) | ModelSpec::Anthropic(m) => m.api_key_env.as_ref(),
+        _ => None,
+    });
+    // Chat bridges' platform tokens too: only the bridge's own process is handed its token.
+    let vars = model_vars.chain(spec.bridges.iter().map(|b| &b.token_env));
+    for var in vars {
         if keys.contains_key(var) {
             continue;
         }

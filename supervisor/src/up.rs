@@ -129,6 +129,16 @@ fn check_api_keys(spec: &SwarmSpec, keys: &HashMap<String, Secret>) -> Result<()
             missing.push(var.clone());
         }
     }
+    for bridge in &spec.bridges {
+        if !keys.contains_key(&bridge.token_env) {
+            bail!(
+                "set {} in the environment of flock-supervisor: bridge `{}` ({}) needs its bot token there (only the bridge's own process is given it)",
+                bridge.token_env,
+                bridge.name,
+                bridge.platform.as_str()
+            );
+        }
+    }
     if !missing.is_empty() {
         bail!(
             "set {} in the environment of flock-supervisor: the swarm's models need {} (agents never see the keys)",
@@ -185,6 +195,15 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
         .with_context(|| format!("open the store {}", state.db().display()))?;
     let spec = Arc::new(with_registry(spec, &store)?);
     check_api_keys(&spec, &keys)?;
+    // Bridge tokens go to their bridges only, never to the gateway.
+    let mut keys = keys;
+    let bridge_tokens: HashMap<String, Secret> = spec
+        .bridges
+        .iter()
+        .filter_map(|b| keys.remove(&b.token_env).map(|t| (b.token_env.clone(), t)))
+        .collect();
+    let bridge_bin =
+        if spec.bridges.is_empty() { None } else { Some(crate::bridges::bridge_binary()?) };
     // The swarm's own masking rules, for the gateway's model requests (agents get them at spawn).
     let rules: Vec<(String, String)> =
         spec.mask.iter().map(|r| (r.name.clone(), r.pattern.clone())).collect();
@@ -303,6 +322,17 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
         .cast(ChannelsMsg::SetRouter(router.clone()))
         .map_err(|e| anyhow!("wire the channels actor: {e}"))?;
 
+    let bridge_env = bridge_bin.map(|program| {
+        Arc::new(crate::bridges::BridgeEnv {
+            program,
+            socket: state.router_socket(),
+            cwd: state.run_dir(),
+            supervision: spec.supervision.clone(),
+            spawner: spawner.clone(),
+            logs: logs.clone(),
+            router: router.clone(),
+        })
+    });
     let (children, _) = Actor::spawn(
         Some("children".into()),
         ChildSupervisor,
@@ -321,7 +351,9 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
     .await
     .map_err(|e| anyhow!("start the child supervisor: {e}"))?;
     let _ = children_cell.set(children.clone());
+    let bridges: Arc<std::sync::Mutex<Vec<Arc<crate::bridges::BridgeProcess>>>> = Arc::default();
     let _ = control_cell.set(Arc::new(ControlCtx {
+        bridges: bridges.clone(),
         children: children.clone(),
         router: router.clone(),
         store: store_ref.clone(),
@@ -347,6 +379,11 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
     // Agents first: the control socket appearing is the signal that `up` has started them all.
     let t0 = Instant::now();
     ractor::call!(children, ChildMsg::StartAll).map_err(|e| anyhow!("start agents: {e}"))?;
+    // Then the chat bridges: people's messages find their agents running.
+    if let Some(env) = &bridge_env {
+        let started = crate::bridges::start_all(&spec.bridges, &bridge_tokens, env);
+        *bridges.lock().unwrap_or_else(|p| p.into_inner()) = started;
+    }
     let control_listener = UnixTransport::new(state.control_socket())
         .bind()
         .with_context(|| format!("listen on {}", state.control_socket().display()))?;
@@ -369,6 +406,11 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
     let (StopReason::Requested(why) | StopReason::Escalated(why)) = &reason;
     eprintln!("flock: {why}: stopping agents in reverse order");
     let _ = router.cast(flock_actors::RouterMsg::Drain);
+    // Bridges first: they finish what they are sending; nobody new comes in.
+    let running: Vec<_> = bridges.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for b in &running {
+        b.stop().await;
+    }
     let stop = ractor::call!(children, ChildMsg::StopAll);
     if let Err(e) = stop {
         eprintln!("flock: stopping agents: {e}");

@@ -8,6 +8,7 @@
 //! format through `flock-ipc`.
 
 pub mod fake_llm;
+pub mod fake_telegram;
 pub mod proc;
 pub mod raw;
 mod swarm;
@@ -20,7 +21,7 @@ pub use proc::{alive, run, try_run};
 pub use swarm::{Swarm, SwarmBuilder};
 
 /// The binaries every end-to-end test needs.
-pub const BINARIES: [&str; 3] = ["flock-supervisor", "flockctl", "flock-agent"];
+pub const BINARIES: [&str; 4] = ["flock-supervisor", "flockctl", "flock-agent", "flock-bridge"];
 
 /// How often [`wait_for`] and [`Swarm::wait_until`] re-check their condition.
 pub const POLL: Duration = Duration::from_millis(20);

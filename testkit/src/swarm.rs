@@ -32,9 +32,16 @@ pub struct SwarmBuilder {
     source: Option<PathBuf>,
     files: Vec<(PathBuf, String)>,
     not_ready: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl SwarmBuilder {
+    /// Sets an environment variable of the supervisor (e.g. a bridge's bot token).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
     /// Writes `text` to `rel` (relative to the swarm file, e.g. `transcripts/slow.yaml`).
     pub fn file(mut self, rel: impl AsRef<Path>, text: &str) -> Self {
         self.files.push((rel.as_ref().to_path_buf(), text.to_owned()));
@@ -75,6 +82,7 @@ impl SwarmBuilder {
             dir,
             supervisor: None,
             not_ready: self.not_ready,
+            env: self.env,
         };
         swarm.spawn_supervisor();
         swarm.wait_ready();
@@ -91,6 +99,7 @@ pub struct Swarm {
     supervisor_out: PathBuf,
     supervisor: Option<Child>,
     not_ready: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Swarm {
@@ -101,6 +110,7 @@ impl Swarm {
             source: None,
             files: Vec::new(),
             not_ready: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -111,6 +121,7 @@ impl Swarm {
             source: Some(path.as_ref().to_path_buf()),
             files: Vec::new(),
             not_ready: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -228,10 +239,16 @@ impl Swarm {
         }
     }
 
-    /// The agent's pid, if it is running.
+    /// The pid of the agent (or other supervised process: `flock-model`, `bridge-<name>`) of
+    /// this name, if it is running.
     #[track_caller]
     pub fn pid_of(&self, name: &str) -> Option<u32> {
-        self.agent(name)["pid"].as_u64().map(|p| p as u32)
+        let rows = self.ps();
+        let row = rows.iter().find(|r| r["name"] == name && r["kind"] != "actor");
+        match row {
+            Some(row) => row["pid"].as_u64().map(|p| p as u32),
+            None => panic!("{}", self.report(&format!("no process `{name}` in ps"))),
+        }
     }
 
     /// The agent's state (`ready`, `busy`, `backoff`, `failed`, …).
@@ -400,6 +417,8 @@ impl Swarm {
             .arg("--state-dir")
             .arg(&self.state)
             .env("FLOCK_AGENT_BIN", bin("flock-agent"))
+            .env("FLOCK_BRIDGE_BIN", bin("flock-bridge"))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             // Must never reach an agent: the environment is cleared to an allowlist.
             .env("FLOCK_TEST_SECRET", "s3cr3t-must-not-leak")
             .env_remove("FLOCK_HOME")

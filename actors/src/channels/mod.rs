@@ -10,6 +10,7 @@
 //! `sent_seq` up; a failure rolls `scheduled_seq` back and the next post (or the agent becoming
 //! ready) retries. Nothing at or below `sent_seq` is ever sent again, across any restart.
 
+pub mod bridge;
 pub mod delta;
 pub mod store;
 
@@ -23,6 +24,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+pub use self::bridge::is_bridge_tool;
+use self::bridge::{ParkedPull, PostKey};
 use self::delta::{dm_channel_id, mentions, strip_hash, valid_channel_id};
 use self::store::{Card, ChannelRow, ChannelState, Cursor};
 use crate::chains::ChainTag;
@@ -133,6 +136,10 @@ pub enum ChannelsMsg {
     ArchiveDeadline { channel: String },
     /// Wiring: the router, once it exists.
     SetRouter(ActorRef<RouterMsg>),
+    /// A `bridge__*` call from the chat bridge `bridge` (identity from its connection).
+    Bridge { bridge: String, name: String, arguments: String, reply: ToolReply },
+    /// The wait of a parked `bridge__pull` ran out.
+    PullExpired { bridge: String, external: String, frame_id: MsgId },
 }
 
 pub struct ChannelsArgs {
@@ -166,6 +173,8 @@ pub struct ChannelsState {
     current_chain: Option<(ChainTag, u32)>,
     /// Per (agent, channel): the chain of the newest post waiting in its delta.
     delta_chain: HashMap<(String, String), (ChainTag, u32)>,
+    /// Bridge pulls waiting for a post, by (bridge, external chat).
+    pulls: HashMap<(String, String), ParkedPull>,
 }
 
 impl Actor for Channels {
@@ -202,7 +211,9 @@ impl Actor for Channels {
             myself: Some(myself.clone()),
             current_chain: None,
             delta_chain: HashMap::new(),
+            pulls: HashMap::new(),
         };
+        st.ensure_bridge_channels().await.map_err(|(_, e)| format!("bridge channels: {e}"))?;
         // Archive deadlines survive restarts.
         let now = now_ms();
         for c in st.channels.values() {
@@ -293,6 +304,12 @@ impl Actor for Channels {
                 }
             }
             ChannelsMsg::ArchiveDeadline { channel } => st.archive_deadline(&channel).await,
+            ChannelsMsg::Bridge { bridge, name, arguments, reply } => {
+                st.bridge_tool(&myself, &bridge, &name, &arguments, reply).await;
+            }
+            ChannelsMsg::PullExpired { bridge, external, frame_id } => {
+                st.pull_expired(bridge, external, frame_id);
+            }
         }
         Ok(())
     }
@@ -1011,6 +1028,19 @@ impl ChannelsState {
         text: &str,
         answers: Option<MsgId>,
     ) -> Result<(u64, bool), (ErrorCode, String)> {
+        let key = answers.map_or(PostKey::None, PostKey::Answer);
+        self.post_keyed(myself, channel, author, text, key).await
+    }
+
+    /// [`Self::post`] with any [`PostKey`]: a keyed post is made at most once.
+    async fn post_keyed(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        channel: &str,
+        author: &str,
+        text: &str,
+        key: PostKey,
+    ) -> Result<(u64, bool), (ErrorCode, String)> {
         let limit = flock_ipc::max_message_bytes(self.spec.delivery.max_frame_bytes);
         if text.len() > limit {
             return Err(bad(crate::router::too_long("the post", text.len(), limit)));
@@ -1023,7 +1053,13 @@ impl ChannelsState {
             )));
         }
         let (c, a, t) = (channel.to_owned(), author.to_owned(), text.to_owned());
-        let (seq, duplicate) = self.db(move |s| s.post_answer(&c, &a, &t, answers)).await?;
+        let (seq, duplicate) = self
+            .db(move |s| match key {
+                PostKey::None => s.post_answer(&c, &a, &t, None),
+                PostKey::Answer(chain) => s.post_answer(&c, &a, &t, Some(chain)),
+                PostKey::Origin(origin) => s.post_with_origin(&c, &a, &t, &origin),
+            })
+            .await?;
         if duplicate {
             return Ok((seq, true));
         }
@@ -1060,6 +1096,7 @@ impl ChannelsState {
             };
         }
         self.schedule_all(myself, channel, &notify_now, seq).await;
+        self.wake_pulls(channel).await;
         Ok((seq, false))
     }
 

@@ -21,6 +21,17 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum BridgeCommand {
+    /// Every bridge of the swarm: state, pid, posts waiting to go out, messages in/out, last
+    /// error, and which channel maps to which chat.
+    #[command(alias = "list")]
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// List every process and actor: state, pid, uptime, restarts, last exit, mailbox, turns, memory.
     Ps {
@@ -177,6 +188,11 @@ enum Command {
     Memory {
         #[command(subcommand)]
         command: MemoryCommand,
+    },
+    /// Chat bridges (Telegram; Discord and Slack to come): state, outbox, mappings.
+    Bridge {
+        #[command(subcommand)]
+        command: BridgeCommand,
     },
     /// Print a shell completion script: `flockctl completions bash > ~/.local/share/bash-completion/completions/flockctl`
     /// (also zsh, fish, elvish, powershell).
@@ -617,6 +633,57 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
             wait_for_end(&mut conn, id, timeout, json).await
+        }
+        Command::Bridge { command: BridgeCommand::Ls { json } } => {
+            let ControlReply::Json(text) = control(&mut conn, ControlRequest::Bridges).await?
+            else {
+                bail!("unexpected answer to bridge ls");
+            };
+            let list: serde_json::Value = serde_json::from_str(&text)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let rows = list.as_array().cloned().unwrap_or_default();
+            if rows.is_empty() {
+                println!(
+                    "no bridges: add a `bridges:` section to the swarm file (README \"Chat bridges\")"
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "{:<16}  {:<9}  {:<22}  {:>7}  {:>6}  {:>6}  {:>6}  MAPPINGS",
+                "NAME", "PLATFORM", "STATE", "PID", "OUTBOX", "IN", "OUT"
+            );
+            for b in &rows {
+                let maps: Vec<String> = b["channels"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|m| {
+                        format!(
+                            "#{} ↔ {}",
+                            m["flock"].as_str().unwrap_or("?"),
+                            m["external"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect();
+                println!(
+                    "{:<16}  {:<9}  {:<22}  {:>7}  {:>6}  {:>6}  {:>6}  {}",
+                    b["name"].as_str().unwrap_or("?"),
+                    b["platform"].as_str().unwrap_or("?"),
+                    b["state"].as_str().unwrap_or("?"),
+                    b["pid"].as_u64().map_or("-".into(), |p| p.to_string()),
+                    b["outbox"],
+                    b["inbound"],
+                    b["outbound"],
+                    maps.join(", ")
+                );
+                if let Some(e) = b["last_error"].as_str() {
+                    println!("{:<16}  last error: {e}", "");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Chains { json } => {
             let ControlReply::Chains(rows) = control(&mut conn, ControlRequest::Chains).await?

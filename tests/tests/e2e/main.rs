@@ -5,6 +5,7 @@
 //! The binaries must be built first: `cargo build --workspace --bins` (scripts/test does).
 
 mod brain_persona;
+mod bridge;
 mod chains;
 mod channels;
 mod cli;

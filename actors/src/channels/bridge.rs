@@ -1,0 +1,503 @@
+//! The channels' side of chat bridges (issue #9): what a `flock-bridge` process may do, with its
+//! identity from its connection and its powers from the swarm file's `bridges:` mappings.
+//!
+//! - `bridge__post {external, message_id, user_id, user_name, text}`: a person's message from a
+//!   mapped platform chat becomes a post by `human:<platform>:<name>` in the mapped channel,
+//!   exactly once: its origin (`<bridge>/<external>/<message_id>`) is a unique key of the post,
+//!   so a message the bridge hands over again (after a crash, a reconnect, a replayed update)
+//!   answers the first post's seq with `duplicate: true`.
+//! - `bridge__pull {external, wait_ms}`: the channel's posts after the mapping's durable cursor
+//!   (at most [`PULL_MAX`]), leaving out those that came from this very chat (no echo). With
+//!   nothing new, the call waits up to `wait_ms` for a post (long poll, no polling storm).
+//! - `bridge__sent {external, seq, external_id}`: everything up to `seq` reached the chat; the
+//!   cursor moves (never back) and the platform's message id is remembered.
+//!
+//! The channel log is the outbox: a post leaves it only when the bridge says it was delivered,
+//! so a bridge killed at any moment resumes at its cursor and loses nothing.
+
+use flock_config::BridgeSpec;
+use flock_ipc::{Body, ErrorCode, Frame, ROUTER};
+use ractor::ActorRef;
+use rusqlite::{OptionalExtension, params};
+use serde_json::{Value, json};
+
+use super::store::{ChannelRow, ChannelState};
+use super::{ChannelsMsg, ChannelsState, ToolReply, ToolResult, bad, str_arg};
+use crate::store::{Store, StoreError, now_ms};
+
+/// Migration 5: where each bridge mapping stands, and which platform message each post became.
+pub const SCHEMA: &str = "
+    ALTER TABLE channel_messages ADD COLUMN origin TEXT;
+    CREATE UNIQUE INDEX channel_messages_origin ON channel_messages (origin)
+        WHERE origin IS NOT NULL;
+    CREATE TABLE bridge_cursors (
+        bridge TEXT NOT NULL,
+        external TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (bridge, external)
+    );
+    CREATE TABLE bridge_messages (
+        bridge TEXT NOT NULL,
+        external TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        external_id TEXT NOT NULL,
+        PRIMARY KEY (bridge, external, seq)
+    );";
+
+/// Posts per pull answer.
+pub const PULL_MAX: usize = 50;
+/// The longest a pull may wait for a post.
+const PULL_WAIT_MAX_MS: u64 = 60_000;
+
+/// Names of the tools a bridge connection may call.
+pub fn is_bridge_tool(name: &str) -> bool {
+    matches!(name, "bridge__post" | "bridge__pull" | "bridge__sent")
+}
+
+/// A pull waiting for a post in its channel.
+pub(super) struct ParkedPull {
+    channel: String,
+    reply: ToolReply,
+}
+
+/// One post as a bridge gets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridgePost {
+    pub seq: u64,
+    pub author: String,
+    pub text: String,
+}
+
+impl Store {
+    /// Posts `text` by `author` unless a post with this `origin` exists: `(seq, duplicate)`.
+    pub fn post_with_origin(
+        &mut self,
+        channel: &str,
+        author: &str,
+        text: &str,
+        origin: &str,
+    ) -> Result<(u64, bool), StoreError> {
+        let tx = self.conn.transaction()?;
+        let earlier: Option<i64> = tx
+            .query_row("SELECT seq FROM channel_messages WHERE origin = ?1", params![origin], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        if let Some(seq) = earlier {
+            return Ok((seq as u64, true));
+        }
+        let seq: i64 = tx.query_row(
+            "UPDATE channels SET last_seq = last_seq + 1 WHERE id = ?1 RETURNING last_seq",
+            params![channel],
+            |r| r.get(0),
+        )?;
+        tx.execute(
+            "INSERT INTO channel_messages (channel, seq, author, text, created_at, origin)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![channel, seq, author, text, now_ms(), origin],
+        )?;
+        tx.commit()?;
+        Ok((seq as u64, false))
+    }
+
+    /// The mapping's cursor; a mapping seen for the first time starts at `start` (the channel's
+    /// newest post then: a new bridge does not flood its chat with the channel's history).
+    pub fn bridge_cursor(
+        &mut self,
+        bridge: &str,
+        external: &str,
+        channel: &str,
+        start: u64,
+    ) -> Result<u64, StoreError> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO bridge_cursors (bridge, external, channel, seq) VALUES (?1, ?2, ?3, ?4)",
+            params![bridge, external, channel, start as i64],
+        )?;
+        let seq: i64 = self.conn.query_row(
+            "SELECT seq FROM bridge_cursors WHERE bridge = ?1 AND external = ?2",
+            params![bridge, external],
+            |r| r.get(0),
+        )?;
+        Ok(seq as u64)
+    }
+
+    /// Up to `limit` posts of `channel` after `after`, except those whose origin starts with
+    /// `echo_prefix`; and the highest seq looked at (echoes included), to move the cursor past.
+    pub fn bridge_pull(
+        &self,
+        channel: &str,
+        after: u64,
+        limit: usize,
+        echo_prefix: &str,
+    ) -> Result<(Vec<BridgePost>, u64), StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, author, text, origin FROM channel_messages
+             WHERE channel = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![channel, after as i64, limit as i64], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?, r.get::<_, Option<String>>(3)?))
+        })?;
+        let mut posts = Vec::new();
+        let mut upto = after;
+        for row in rows {
+            let (seq, author, text, origin): (u64, String, String, Option<String>) = row?;
+            upto = seq;
+            if origin.is_some_and(|o| o.starts_with(echo_prefix)) {
+                continue;
+            }
+            posts.push(BridgePost { seq, author, text });
+        }
+        Ok((posts, upto))
+    }
+
+    /// Moves the mapping's cursor up to `seq` (never back) and records the platform message.
+    pub fn bridge_sent(
+        &mut self,
+        bridge: &str,
+        external: &str,
+        seq: u64,
+        external_id: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE bridge_cursors SET seq = MAX(seq, ?3) WHERE bridge = ?1 AND external = ?2",
+            params![bridge, external, seq as i64],
+        )?;
+        if let Some(id) = external_id {
+            tx.execute(
+                "INSERT OR REPLACE INTO bridge_messages (bridge, external, seq, external_id) VALUES (?1, ?2, ?3, ?4)",
+                params![bridge, external, seq as i64, id],
+            )?;
+        }
+        let now: i64 = tx.query_row(
+            "SELECT seq FROM bridge_cursors WHERE bridge = ?1 AND external = ?2",
+            params![bridge, external],
+            |r| r.get(0),
+        )?;
+        tx.commit()?;
+        Ok(now as u64)
+    }
+}
+
+/// `human:<platform>:<name>` for a platform user: the name cut to 40 of a-z, 0-9, `.`, `_` and
+/// `-` (lowercase), falling back to the user id — a person can never take an agent's name.
+pub fn human_author(platform: &str, user_name: &str, user_id: &str) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .flat_map(char::to_lowercase)
+            .map(
+                |c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' },
+            )
+            .collect::<String>()
+            .trim_matches('-')
+            .chars()
+            .take(40)
+            .collect()
+    };
+    let name = clean(user_name);
+    let name = if name.is_empty() { clean(user_id) } else { name };
+    format!("human:{platform}:{}", if name.is_empty() { "unknown" } else { &name })
+}
+
+impl ChannelsState {
+    fn bridge_spec(&self, bridge: &str) -> Result<&BridgeSpec, (ErrorCode, String)> {
+        self.spec.bridges.iter().find(|b| b.name == bridge).ok_or_else(|| {
+            (ErrorCode::Forbidden, format!("`{bridge}` is not a bridge of this swarm"))
+        })
+    }
+
+    /// The Flock channel `external` is mapped to for `bridge`.
+    fn mapped(&self, bridge: &str, args: &Value) -> Result<(String, String), (ErrorCode, String)> {
+        let external = str_arg(args, "external").ok_or_else(|| bad("`external` is required"))?;
+        let spec = self.bridge_spec(bridge)?;
+        let m = spec.channels.iter().find(|m| m.external == external).ok_or_else(|| {
+            (ErrorCode::Forbidden, format!("chat `{external}` is not mapped by bridge `{bridge}`"))
+        })?;
+        Ok((m.flock.clone(), external.to_owned()))
+    }
+
+    /// Creates the channels the bridges map that do not exist yet (by `bridge:<name>`, with no
+    /// members: people or the orchestrator add them).
+    pub(super) async fn ensure_bridge_channels(&mut self) -> Result<(), (ErrorCode, String)> {
+        let wanted: Vec<(String, String, &'static str)> = self
+            .spec
+            .bridges
+            .iter()
+            .flat_map(|b| {
+                b.channels.iter().map(|m| (m.flock.clone(), b.name.clone(), b.platform.as_str()))
+            })
+            .collect();
+        for (id, bridge, platform) in wanted {
+            if self.channels.contains_key(&id) {
+                continue;
+            }
+            let row = ChannelRow {
+                id: id.clone(),
+                name: id.clone(),
+                topic: format!("bridged to {platform}"),
+                created_by: format!("bridge:{bridge}"),
+                created_at: now_ms(),
+                state: ChannelState::Active,
+                last_seq: 0,
+                is_dm: false,
+                members: Vec::new(),
+                archiving_started_at: None,
+                archive_deadline_at: None,
+                ready: Vec::new(),
+            };
+            let r = row.clone();
+            self.db(move |s| s.create_channel(&r)).await?;
+            self.channels.insert(id, row);
+        }
+        Ok(())
+    }
+
+    /// One `bridge__*` call of `bridge`; a pull with nothing new is parked (answered later).
+    pub(super) async fn bridge_tool(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        bridge: &str,
+        name: &str,
+        arguments: &str,
+        reply: ToolReply,
+    ) {
+        let args: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
+        let result = match name {
+            "bridge__post" => self.bridge_post(myself, bridge, &args).await,
+            "bridge__sent" => self.bridge_sent(bridge, &args).await,
+            "bridge__pull" => {
+                let wait_ms = args.get("wait_ms").and_then(Value::as_u64).unwrap_or(0);
+                match self.bridge_pull(bridge, &args).await {
+                    Ok((channel, _, after, upto)) if upto == after && wait_ms > 0 => {
+                        // Park it: the next post in the channel (or the wait running out)
+                        // answers. A newer pull of the same mapping replaces an older one.
+                        let Ok((_, external)) = self.mapped(bridge, &args) else { return };
+                        let key = (bridge.to_owned(), external.clone());
+                        let frame_id = reply.frame_id;
+                        self.pulls.insert(key, ParkedPull { channel, reply });
+                        let (b, wait) = (bridge.to_owned(), wait_ms.min(PULL_WAIT_MAX_MS));
+                        myself.send_after(std::time::Duration::from_millis(wait), move || {
+                            ChannelsMsg::PullExpired { bridge: b, external, frame_id }
+                        });
+                        return;
+                    }
+                    Ok((channel, posts, _, upto)) => {
+                        let newest = self.newest(&channel);
+                        Ok(pull_answer(&channel, &posts, upto, newest))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            other => Err(bad(format!("unknown bridge tool `{other}`"))),
+        };
+        answer(reply, result);
+    }
+
+    async fn bridge_post(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        bridge: &str,
+        args: &Value,
+    ) -> ToolResult {
+        let (channel, external) = self.mapped(bridge, args)?;
+        let spec = self.bridge_spec(bridge)?.clone();
+        let field = |k: &str| -> Result<String, (ErrorCode, String)> {
+            match args.get(k) {
+                Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+                Some(Value::Number(n)) => Ok(n.to_string()),
+                _ => Err(bad(format!("`{k}` is required"))),
+            }
+        };
+        let (message_id, user_id) = (field("message_id")?, field("user_id")?);
+        let user_name = str_arg(args, "user_name").unwrap_or_default();
+        let text = str_arg(args, "text").ok_or_else(|| bad("`text` is required"))?;
+        // Who may speak is decided here too, not only in the bridge process.
+        let mapping = spec.channels.iter().find(|m| m.external == external);
+        if let Some(allow) = mapping.and_then(|m| m.allow.as_ref())
+            && !allow.contains(&user_id)
+        {
+            return Err((
+                ErrorCode::Forbidden,
+                format!("user {user_id} may not post in #{channel} through `{bridge}`"),
+            ));
+        }
+        let author = human_author(spec.platform.as_str(), user_name, &user_id);
+        let origin = format!("{bridge}/{external}/{message_id}");
+        let (seq, duplicate) =
+            self.post_keyed(myself, &channel, &author, text, PostKey::Origin(origin)).await?;
+        Ok(json!({"channel": channel, "seq": seq, "author": author, "duplicate": duplicate})
+            .to_string())
+    }
+
+    async fn bridge_pull(
+        &mut self,
+        bridge: &str,
+        args: &Value,
+    ) -> Result<(String, Vec<BridgePost>, u64, u64), (ErrorCode, String)> {
+        let (channel, external) = self.mapped(bridge, args)?;
+        let start = self.channels.get(&channel).map_or(0, |c| c.last_seq);
+        let echo = format!("{bridge}/{external}/");
+        let (b, c) = (bridge.to_owned(), channel.clone());
+        let (posts, after, upto) = self
+            .db(move |s| {
+                let after = s.bridge_cursor(&b, &external, &c, start)?;
+                let (posts, upto) = s.bridge_pull(&c, after, PULL_MAX, &echo)?;
+                Ok((posts, after, upto))
+            })
+            .await?;
+        Ok((channel, posts, after, upto))
+    }
+
+    async fn bridge_sent(&mut self, bridge: &str, args: &Value) -> ToolResult {
+        let (channel, external) = self.mapped(bridge, args)?;
+        let seq =
+            args.get("seq").and_then(Value::as_u64).ok_or_else(|| bad("`seq` is required"))?;
+        let last = self.channels.get(&channel).map_or(0, |c| c.last_seq);
+        if seq > last {
+            return Err(bad(format!("#{channel} has no post {seq} yet (its newest is {last})")));
+        }
+        let id = str_arg(args, "external_id").map(str::to_owned);
+        let b = bridge.to_owned();
+        let cursor = self.db(move |s| s.bridge_sent(&b, &external, seq, id.as_deref())).await?;
+        Ok(json!({"channel": channel, "cursor": cursor}).to_string())
+    }
+
+    fn newest(&self, channel: &str) -> u64 {
+        self.channels.get(channel).map_or(0, |c| c.last_seq)
+    }
+
+    /// A post landed in `channel`: answer the pulls parked on it.
+    pub(super) async fn wake_pulls(&mut self, channel: &str) {
+        let keys: Vec<(String, String)> = self
+            .pulls
+            .iter()
+            .filter(|(_, p)| p.channel == channel)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (bridge, external) in keys {
+            let Some(parked) = self.pulls.remove(&(bridge.clone(), external.clone())) else {
+                continue;
+            };
+            let args = json!({"external": external});
+            let result = self.bridge_pull(&bridge, &args).await.map(|(channel, posts, _, upto)| {
+                pull_answer(&channel, &posts, upto, self.newest(&channel))
+            });
+            answer(parked.reply, result);
+        }
+    }
+
+    /// The wait of a parked pull ran out: it answers with nothing new.
+    pub(super) fn pull_expired(
+        &mut self,
+        bridge: String,
+        external: String,
+        frame_id: flock_ipc::MsgId,
+    ) {
+        let key = (bridge, external);
+        if self.pulls.get(&key).is_some_and(|p| p.reply.frame_id == frame_id)
+            && let Some(parked) = self.pulls.remove(&key)
+        {
+            let newest = self.newest(&parked.channel);
+            answer(parked.reply, Ok(pull_answer(&parked.channel, &[], 0, newest)));
+        }
+    }
+}
+
+/// How a post is kept from being made twice.
+pub(super) enum PostKey {
+    None,
+    /// A chain's answer to a person (at most one per chain).
+    Answer(flock_ipc::MsgId),
+    /// A message from a platform (at most one per platform message).
+    Origin(String),
+}
+
+/// A pull's answer: the posts, the highest seq they cover (`upto`: the cursor may move there
+/// once they are delivered) and the channel's newest seq (what is still waiting).
+fn pull_answer(channel: &str, posts: &[BridgePost], upto: u64, newest: u64) -> String {
+    let posts: Vec<Value> =
+        posts.iter().map(|p| json!({"seq": p.seq, "author": p.author, "text": p.text})).collect();
+    json!({"channel": channel, "posts": posts, "upto": upto, "newest": newest}).to_string()
+}
+
+fn answer(reply: ToolReply, result: ToolResult) {
+    let (ok, content) = match result {
+        Ok(c) => (true, c),
+        Err((code, msg)) => (false, format!("{code}: {msg}")),
+    };
+    let frame = Frame {
+        correlation_id: Some(reply.frame_id),
+        ..Frame::new(ROUTER, reply.to, Body::ToolResult { ok, content })
+    };
+    let _ = reply.outbox.try_send(frame);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Durability;
+
+    fn store_with_channel() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("flock.db"), Durability::Normal).unwrap();
+        let row = ChannelRow {
+            id: "team".into(),
+            name: "team".into(),
+            topic: String::new(),
+            created_by: "bridge:tg".into(),
+            created_at: 0,
+            state: ChannelState::Active,
+            last_seq: 0,
+            is_dm: false,
+            members: Vec::new(),
+            archiving_started_at: None,
+            archive_deadline_at: None,
+            ready: Vec::new(),
+        };
+        store.create_channel(&row).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn a_platform_message_is_posted_once_whatever_replays() {
+        let (_dir, mut s) = store_with_channel();
+        let a = s.post_with_origin("team", "human:telegram:alice", "hi", "tg/-1/7").unwrap();
+        let b = s.post_with_origin("team", "human:telegram:alice", "hi", "tg/-1/7").unwrap();
+        let c = s.post_with_origin("team", "human:telegram:alice", "again", "tg/-1/8").unwrap();
+        assert_eq!((a, b, c), ((1, false), (1, true), (2, false)));
+        // The same message id from another chat is another message.
+        assert_eq!(s.post_with_origin("team", "x", "y", "tg/-2/7").unwrap(), (3, false));
+    }
+
+    #[test]
+    fn a_mapping_pulls_from_its_cursor_without_its_own_chats_posts() {
+        let (_dir, mut s) = store_with_channel();
+        s.post_message("team", "worker", "before the bridge").unwrap();
+        // A new mapping starts at the channel's newest post: no flood of history.
+        assert_eq!(s.bridge_cursor("tg", "-1", "team", 1).unwrap(), 1);
+        s.post_with_origin("team", "human:telegram:alice", "from -1", "tg/-1/5").unwrap();
+        s.post_message("team", "worker", "answer").unwrap();
+        s.post_with_origin("team", "human:telegram:bob", "from -2", "tg/-2/5").unwrap();
+        let (posts, upto) = s.bridge_pull("team", 1, PULL_MAX, "tg/-1/").unwrap();
+        let texts: Vec<&str> = posts.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(texts, ["answer", "from -2"], "the chat's own post is not sent back");
+        assert_eq!(upto, 4);
+        // The cursor moves forward only, and the platform id is kept.
+        assert_eq!(s.bridge_sent("tg", "-1", 3, Some("m-3")).unwrap(), 3);
+        assert_eq!(s.bridge_sent("tg", "-1", 2, None).unwrap(), 3, "never back");
+        assert_eq!(s.bridge_cursor("tg", "-1", "team", 0).unwrap(), 3, "kept across calls");
+        let (posts, _) = s.bridge_pull("team", 3, PULL_MAX, "tg/-1/").unwrap();
+        assert_eq!(posts.len(), 1);
+        assert_eq!(posts[0].author, "human:telegram:bob");
+    }
+
+    #[test]
+    fn a_person_never_gets_an_agents_name() {
+        assert_eq!(human_author("telegram", "Alice Smith", "42"), "human:telegram:alice-smith");
+        assert_eq!(human_author("telegram", "", "42"), "human:telegram:42");
+        assert_eq!(human_author("discord", "!!!", ""), "human:discord:unknown");
+        assert_eq!(human_author("slack", "worker-1", "U1"), "human:slack:worker-1");
+        assert!(human_author("slack", &"x".repeat(500), "U1").len() < 60);
+    }
+}

@@ -1,0 +1,487 @@
+//! `flock-bridge`: one process per chat bridge of the swarm file (issue #9). It connects to the
+//! router like an agent (identity from its connection, token from the supervisor) and relays:
+//!
+//! - **in**: a person's message in a mapped chat → `bridge__post`, which the router turns into a
+//!   `human:<platform>:<name>` post in the mapped channel, exactly once (the platform's message
+//!   id is the post's unique origin). The platform is told the message was handled (Telegram's
+//!   offset) only after that post is durable.
+//! - **out**: per mapping, `bridge__pull` long-polls the channel's posts after the mapping's
+//!   durable cursor; each is sent to the chat, then `bridge__sent` moves the cursor. The channel
+//!   log is the outbox: a killed bridge resumes at its cursor.
+//! - **no echo**, in three layers: the bot's own messages are dropped by platform identity; the
+//!   router never hands a mapping the posts that came from its own chat; a short-lived record of
+//!   what was just sent drops a message that comes back anyway.
+//!
+//! Only Telegram is built so far (`telegram.rs`); the relay is platform-neutral.
+
+pub mod link;
+pub mod render;
+pub mod telegram;
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Once};
+use std::time::{Duration, Instant};
+
+use flock_config::{BridgeSpec, Platform};
+use serde_json::{Value, json};
+
+use crate::link::{CallError, Link};
+use crate::telegram::Telegram;
+
+/// Exit code for a problem a restart cannot fix (the platform refused the token).
+pub const EXIT_CONFIG: u8 = 78;
+
+/// A person's message from a platform chat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inbound {
+    pub external: String,
+    pub message_id: String,
+    pub user_id: String,
+    pub user_name: String,
+    pub text: String,
+}
+
+/// What went wrong talking to a platform, by what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlatformError {
+    /// Wait this long, then try again (HTTP 429 `retry_after`).
+    RateLimited(Duration),
+    /// Try again with backoff (network, 5xx, a competing poller).
+    Transient(String),
+    /// This request will never succeed as it is (chat not found, bot removed, bad request).
+    Permanent(String),
+    /// Nothing will work until a person fixes the configuration (token refused).
+    Fatal(String),
+}
+
+impl std::fmt::Display for PlatformError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlatformError::RateLimited(d) => write!(f, "rate-limited for {} s", d.as_secs()),
+            PlatformError::Transient(m) | PlatformError::Permanent(m) | PlatformError::Fatal(m) => {
+                f.write_str(m)
+            }
+        }
+    }
+}
+
+/// Makes ring the process-wide rustls provider, once (reqwest is built without one).
+pub(crate) fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _already = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// The longest a failing platform call waits before it is tried again.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a sent text is remembered to drop it if it comes back.
+const ECHO_TTL: Duration = Duration::from_secs(120);
+/// How many sent texts are remembered at most.
+const ECHO_MAX: usize = 1024;
+/// How long a pull waits in the router for a post.
+const PULL_WAIT_MS: u64 = 20_000;
+
+/// What `flockctl ps` shows, kept here and sent to the router when it changes.
+#[derive(Default)]
+struct Stats {
+    inbound: AtomicU64,
+    outbound: AtomicU64,
+    state: Mutex<String>,
+    last_error: Mutex<Option<String>>,
+    /// Posts waiting per mapping.
+    outbox: Mutex<HashMap<String, u64>>,
+}
+
+/// The running relay of one bridge.
+struct Relay {
+    spec: BridgeSpec,
+    link: Link,
+    telegram: Telegram,
+    stats: Stats,
+    /// Hashes of texts just sent, with when (the echo backstop).
+    echoes: Mutex<VecDeque<(Instant, u64)>>,
+    /// Per platform user: when their recent posts came in (rate limit).
+    recent_posts: Mutex<HashMap<String, VecDeque<Instant>>>,
+}
+
+/// Runs the bridge until the router closes the connection or asks it to stop; returns the
+/// process's exit code.
+pub async fn run() -> u8 {
+    let token = match std::env::var(flock_ipc::env::PLATFORM_TOKEN) {
+        Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
+        _ => {
+            eprintln!(
+                "flock-bridge: error: no platform token: flock-bridge is started by flock-supervisor, which reads it from the variable `token_env` names"
+            );
+            return EXIT_CONFIG;
+        }
+    };
+    let (link, spec) = match Link::connect().await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("flock-bridge: error: {e:#}");
+            return 1;
+        }
+    };
+    println!("bridge `{}` ({}) connected to the router", spec.name, spec.platform.as_str());
+    link.status(json!({"state": "connecting"}));
+    let api_url =
+        spec.api_url.clone().unwrap_or_else(|| spec.platform.default_api_url().to_owned());
+    let telegram = match spec.platform {
+        Platform::Telegram => loop {
+            match Telegram::connect(&api_url, &token).await {
+                Ok(t) => break t,
+                Err(PlatformError::Fatal(e)) => {
+                    link.status(json!({"state": "failed", "last_error": e}));
+                    eprintln!("flock-bridge: error: {e}");
+                    return EXIT_CONFIG;
+                }
+                Err(e) => {
+                    link.status(json!({"state": "reconnecting", "last_error": e.to_string()}));
+                    eprintln!("flock-bridge: cannot reach Telegram yet: {e}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                        _ = link.gone() => return 1,
+                        _ = link.shutdown_requested() => { link.shutdown_ack().await; return 0 }
+                    }
+                }
+            }
+        },
+        other => {
+            eprintln!("flock-bridge: error: {} bridges are not built yet", other.as_str());
+            return EXIT_CONFIG;
+        }
+    };
+    println!("telegram: bot {} ready; {} chat(s) mapped", telegram.bot_id(), spec.channels.len());
+    let relay = Arc::new(Relay {
+        spec,
+        link: link.clone(),
+        telegram,
+        stats: Stats::default(),
+        echoes: Mutex::default(),
+        recent_posts: Mutex::default(),
+    });
+    relay.set_state("connected", None);
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(relay.clone().inbound());
+    for m in relay.spec.channels.clone() {
+        tasks.spawn(relay.clone().outbound(m.external.clone()));
+    }
+    tokio::select! {
+        _ = link.gone() => {
+            eprintln!("flock-bridge: the router closed the connection; exiting");
+            1
+        }
+        _ = link.shutdown_requested() => {
+            // Let a send in progress finish (the loops stop between posts), briefly.
+            let _ = tokio::time::timeout(Duration::from_secs(3), async {
+                while tasks.join_next().await.is_some() {}
+            })
+            .await;
+            link.shutdown_ack().await;
+            println!("stopped");
+            0
+        }
+    }
+}
+
+impl Relay {
+    fn set_state(&self, state: &str, error: Option<String>) {
+        let changed = {
+            let mut s = self.stats.state.lock().unwrap_or_else(|p| p.into_inner());
+            let changed = *s != state || error.is_some();
+            *s = state.to_owned();
+            changed
+        };
+        if let Some(e) = &error {
+            *self.stats.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+        }
+        if changed {
+            self.report();
+        }
+    }
+
+    fn report(&self) {
+        let outbox: u64 =
+            self.stats.outbox.lock().unwrap_or_else(|p| p.into_inner()).values().sum();
+        let state = self.stats.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let last_error = self.stats.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.link.status(json!({
+            "state": state,
+            "outbox": outbox,
+            "inbound": self.stats.inbound.load(Ordering::Relaxed),
+            "outbound": self.stats.outbound.load(Ordering::Relaxed),
+            "last_error": last_error,
+        }));
+    }
+
+    /// Platform → Flock.
+    async fn inbound(self: Arc<Self>) {
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            if self.link.stopping() {
+                return;
+            }
+            let batch = match self.telegram.receive().await {
+                Ok(b) => {
+                    backoff = Duration::from_millis(500);
+                    b
+                }
+                Err(PlatformError::RateLimited(d)) => {
+                    self.set_state(&format!("rate-limited for {} s", d.as_secs()), None);
+                    tokio::time::sleep(d).await;
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!("flock-bridge: receiving: {e}");
+                    self.set_state("reconnecting", Some(e.to_string()));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            };
+            self.set_state("connected", None);
+            for (update_id, message) in batch {
+                if let Some(m) = message
+                    && let Err(CallError::Gone) = self.bring_in(&m).await
+                {
+                    // Not handled: the next process gets this update again.
+                    return;
+                }
+                self.telegram.handled(update_id);
+            }
+        }
+    }
+
+    /// Posts one person's message in its channel (or says why not); `Err(Gone)` only when the
+    /// router is gone, so the message is not confirmed to the platform.
+    async fn bring_in(&self, m: &Inbound) -> Result<(), CallError> {
+        let Some(mapping) = self.spec.channels.iter().find(|c| c.external == m.external) else {
+            return Ok(()); // a chat the bot is in but no mapping names: not ours to relay
+        };
+        if mapping.allow.as_ref().is_some_and(|a| !a.contains(&m.user_id)) {
+            println!(
+                "ignored a message from user {} in chat {}: not on the allow list",
+                m.user_id, m.external
+            );
+            return Ok(());
+        }
+        if self.is_echo(&m.external, &m.text) {
+            println!("dropped an echo of our own post in chat {}", m.external);
+            return Ok(());
+        }
+        if !self.within_rate(&m.user_id) {
+            println!(
+                "ignored a message from user {} in chat {}: more than {} posts a minute",
+                m.user_id, m.external, self.spec.max_posts_per_minute
+            );
+            return Ok(());
+        }
+        let args = json!({
+            "external": m.external,
+            "message_id": m.message_id,
+            "user_id": m.user_id,
+            "user_name": m.user_name,
+            "text": m.text,
+        });
+        match self.link.call_json("bridge__post", args).await {
+            Ok(v) => {
+                if v["duplicate"].as_bool() != Some(true) {
+                    self.stats.inbound.fetch_add(1, Ordering::Relaxed);
+                }
+                println!(
+                    "in: chat {} message {} → #{} seq {}{}",
+                    m.external,
+                    m.message_id,
+                    v["channel"].as_str().unwrap_or("?"),
+                    v["seq"],
+                    if v["duplicate"].as_bool() == Some(true) { " (already posted)" } else { "" }
+                );
+                self.report();
+                Ok(())
+            }
+            Err(CallError::Refused(why)) => {
+                println!("in: chat {} message {} refused: {why}", m.external, m.message_id);
+                Ok(())
+            }
+            Err(CallError::Gone) => Err(CallError::Gone),
+        }
+    }
+
+    /// Flock → platform, for one mapped chat.
+    async fn outbound(self: Arc<Self>, external: String) {
+        loop {
+            if self.link.stopping() {
+                return;
+            }
+            let pulled = self
+                .link
+                .call_json("bridge__pull", json!({"external": external, "wait_ms": PULL_WAIT_MS}))
+                .await;
+            let page = match pulled {
+                Ok(v) => v,
+                Err(CallError::Gone) => return,
+                Err(CallError::Refused(why)) => {
+                    eprintln!("flock-bridge: pull for chat {external} refused: {why}");
+                    self.set_state("broken", Some(why));
+                    tokio::time::sleep(MAX_BACKOFF).await;
+                    continue;
+                }
+            };
+            let posts = page["posts"].as_array().cloned().unwrap_or_default();
+            let upto = page["upto"].as_u64().unwrap_or(0);
+            let newest = page["newest"].as_u64().unwrap_or(upto);
+            let mut done = 0;
+            for post in &posts {
+                if self.link.stopping() {
+                    return;
+                }
+                let seq = post["seq"].as_u64().unwrap_or(0);
+                self.outbox_is(&external, newest.saturating_sub(done.max(seq.saturating_sub(1))));
+                let author = post["author"].as_str().unwrap_or("?");
+                let text = post["text"].as_str().unwrap_or_default();
+                let Some(id) = self.deliver(&external, author, text).await else { return };
+                let sent = json!({"external": external, "seq": seq, "external_id": id});
+                if self.link.call("bridge__sent", sent).await.is_err() {
+                    return;
+                }
+                self.stats.outbound.fetch_add(1, Ordering::Relaxed);
+                println!("out: seq {seq} by {author} → chat {external} message {id}");
+                done = seq;
+            }
+            // Posts that were this chat's own (not sent back): move the cursor past them.
+            if upto > done {
+                let sent = json!({"external": external, "seq": upto});
+                if self.link.call("bridge__sent", sent).await.is_err() {
+                    return;
+                }
+            }
+            self.outbox_is(&external, newest.saturating_sub(upto));
+        }
+    }
+
+    /// Sends one post (in as many messages as it takes); `None` if the bridge is stopping.
+    /// A post is never skipped: rate limits are waited out, failures retried with backoff, and
+    /// a chat that refuses us is reported broken and retried every half minute.
+    async fn deliver(&self, external: &str, author: &str, text: &str) -> Option<String> {
+        let mut last_id = String::new();
+        for part in render::telegram_messages(author, text) {
+            let mut backoff = Duration::from_millis(500);
+            loop {
+                match self.telegram.send(external, &part).await {
+                    Ok(id) => {
+                        self.remember_sent(external, &part);
+                        last_id = id;
+                        break;
+                    }
+                    Err(PlatformError::RateLimited(d)) => {
+                        self.set_state(&format!("rate-limited for {} s", d.as_secs()), None);
+                        tokio::time::sleep(d).await;
+                    }
+                    Err(e @ (PlatformError::Permanent(_) | PlatformError::Fatal(_))) => {
+                        eprintln!("flock-bridge: chat {external} refuses posts: {e}");
+                        self.set_state(&format!("broken: chat {external}"), Some(e.to_string()));
+                        tokio::time::sleep(MAX_BACKOFF).await;
+                    }
+                    Err(PlatformError::Transient(e)) => {
+                        self.set_state("reconnecting", Some(e));
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
+                }
+                if self.link.stopping() {
+                    return None;
+                }
+            }
+            self.set_state("connected", None);
+        }
+        Some(last_id)
+    }
+
+    fn outbox_is(&self, external: &str, n: u64) {
+        let before = self
+            .stats
+            .outbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(external.to_owned(), n);
+        if before != Some(n) {
+            self.report();
+        }
+    }
+
+    fn remember_sent(&self, external: &str, rendered: &str) {
+        let mut echoes = self.echoes.lock().unwrap_or_else(|p| p.into_inner());
+        echoes.push_back((Instant::now(), echo_key(external, rendered)));
+        while echoes.len() > ECHO_MAX {
+            echoes.pop_front();
+        }
+    }
+
+    /// Whether `text` arriving in `external` is what this bridge just sent there.
+    fn is_echo(&self, external: &str, text: &str) -> bool {
+        let mut echoes = self.echoes.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        while echoes.front().is_some_and(|(t, _)| now.duration_since(*t) > ECHO_TTL) {
+            echoes.pop_front();
+        }
+        // What comes back is the text as shown: compare with the escapes removed.
+        let key = echo_key(external, text);
+        echoes.iter().any(|(_, k)| *k == key)
+    }
+
+    /// Counts a post of `user` against the per-minute limit.
+    fn within_rate(&self, user: &str) -> bool {
+        let mut all = self.recent_posts.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let recent = all.entry(user.to_owned()).or_default();
+        while recent.front().is_some_and(|t| now.duration_since(*t) > Duration::from_secs(60)) {
+            recent.pop_front();
+        }
+        if recent.len() >= self.spec.max_posts_per_minute as usize {
+            return false;
+        }
+        recent.push_back(now);
+        true
+    }
+}
+
+/// A key for the echo record: the chat and the text as people see it (MarkdownV2 escapes and
+/// the bold markers of the name removed).
+fn echo_key(external: &str, text: &str) -> u64 {
+    let mut shown = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => shown.extend(chars.next()),
+            '*' => {}
+            c => shown.push(c),
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    external.hash(&mut h);
+    shown.trim().hash(&mut h);
+    h.finish()
+}
+
+/// The status a bridge reports, as JSON (for tests of the router side).
+pub fn status_json(state: &str) -> Value {
+    json!({"state": state})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_echo_is_recognised_with_or_without_markdown() {
+        let sent = render::telegram_messages("worker-1", "done. see v1.2!");
+        let shown = "[worker-1] done. see v1.2!";
+        assert_eq!(echo_key("-100", &sent[0]), echo_key("-100", shown));
+        assert_ne!(echo_key("-100", &sent[0]), echo_key("-200", shown), "per chat");
+        assert_ne!(echo_key("-100", &sent[0]), echo_key("-100", "[worker-1] done"));
+    }
+}

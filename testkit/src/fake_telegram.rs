@@ -1,0 +1,2532 @@
+//! A fake Telegram Bot API server for tests: a real HTTP/1.1 server on 127.0.0.1 that speaks the
+//! Bot API wire format (<https://core.telegram.org/bots/api>) for one bot, scripted from the test
+//! ([`FakeTelegram::post`], [`FakeTelegram::fail_sends_with_429`], …), recording what the bot did.
+//!
+//! It follows the real server's rules where a client can get them wrong: the token in the path
+//! (401), `getUpdates` offsets that confirm and delete updates, long polls held open and answered
+//! as soon as an update arrives, a newer `getUpdates` terminating a held one with 409, the
+//! 4096-character limit and the MarkdownV2 escaping rules of `sendMessage`, `retry_after` on 429,
+//! and a bot never receiving its own messages. It accepts JSON bodies, form-encoded bodies and
+//! query strings, and keeps connections alive like the real server (reqwest reuses them). It
+//! shares no code with the client it tests. It runs on its own thread and tokio runtime, so sync
+//! and async tests can use it, and its long polls keep real time while a test pauses its clock.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, watch};
+
+/// The bot's user id when the token does not start with one (real tokens are `<bot id>:<secret>`).
+pub const DEFAULT_BOT_ID: i64 = 7_000_000_001;
+/// `first_name` of the bot in `getMe` and in the `from` of the messages it sends.
+pub const BOT_FIRST_NAME: &str = "Flock";
+/// `username` of the bot.
+pub const BOT_USERNAME: &str = "flock_test_bot";
+/// The `update_id` of the first update (real ones are large numbers, never 0 or 1).
+pub const FIRST_UPDATE_ID: i64 = 100_000_001;
+/// Longest message text, in characters after entity parsing.
+pub const MAX_MESSAGE_CHARS: usize = 4096;
+/// The description Telegram gives a `getUpdates` terminated by a newer one.
+pub const CONFLICT: &str = concat!(
+    "Conflict: terminated by other getUpdates request; ",
+    "make sure that only one bot instance is running"
+);
+
+/// The update types delivered when the bot never chose (or reset with `[]`) `allowed_updates`.
+const DEFAULT_UPDATE_TYPES: [&str; 2] = ["message", "edited_message"];
+/// Actions `sendChatAction` accepts.
+const CHAT_ACTIONS: [&str; 11] = [
+    "typing",
+    "upload_photo",
+    "record_video",
+    "upload_video",
+    "record_voice",
+    "upload_voice",
+    "upload_document",
+    "choose_sticker",
+    "find_location",
+    "record_video_note",
+    "upload_video_note",
+];
+
+/// A `sendMessage` the fake accepted.
+#[derive(Debug, Clone)]
+pub struct SentMessage {
+    pub chat_id: i64,
+    pub message_id: i64,
+    /// The text exactly as sent (escapes and entity markers included).
+    pub text: String,
+    /// The `parse_mode` as sent (`None` when absent or empty).
+    pub parse_mode: Option<String>,
+    /// The message text as Telegram stores it: escapes and entity markers removed, leading and
+    /// trailing whitespace trimmed.
+    pub plain: String,
+    /// Every parameter of the call (query string and body merged; form values are strings).
+    pub params: Value,
+}
+
+/// One answer the fake was scripted to give to a `sendMessage`.
+#[derive(Debug, Clone)]
+struct Fault {
+    status: u16,
+    description: String,
+    retry_after: Option<u64>,
+}
+
+/// A refused call: the HTTP status equals Telegram's `error_code`.
+#[derive(Debug, Clone)]
+struct Refusal {
+    status: u16,
+    description: String,
+    retry_after: Option<u64>,
+}
+
+impl Refusal {
+    fn new(status: u16, description: impl Into<String>) -> Refusal {
+        Refusal { status, description: description.into(), retry_after: None }
+    }
+
+    fn bad(description: impl std::fmt::Display) -> Refusal {
+        Refusal::new(400, format!("Bad Request: {description}"))
+    }
+
+    fn body(&self) -> Value {
+        let mut body = json!({
+            "ok": false,
+            "error_code": self.status,
+            "description": self.description,
+        });
+        if let Some(secs) = self.retry_after {
+            body["parameters"] = json!({"retry_after": secs});
+        }
+        body
+    }
+}
+
+#[derive(Debug)]
+struct Chat {
+    title: String,
+    next_message_id: i64,
+    /// Every message of the chat (posted by people or sent by the bot), for edits and replies.
+    messages: HashMap<i64, Value>,
+}
+
+#[derive(Debug)]
+struct Update {
+    update_id: i64,
+    kind: &'static str,
+    message: Value,
+}
+
+impl Update {
+    fn to_json(&self) -> Value {
+        let mut update = json!({"update_id": self.update_id});
+        update[self.kind] = self.message.clone();
+        update
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    chats: HashMap<i64, Chat>,
+    /// Updates not confirmed yet, oldest first.
+    updates: VecDeque<Update>,
+    next_update_id: i64,
+    /// `None`: the default types (never set, or reset with an empty list).
+    allowed_updates: Option<Vec<String>>,
+    /// Every `getUpdates` gets a number; the one that may still answer is `active_poll`.
+    poll_seq: u64,
+    active_poll: Option<u64>,
+    offsets: Vec<Option<i64>>,
+    sent: Vec<SentMessage>,
+    rejected: Vec<(String, u16, String)>,
+    calls: Vec<String>,
+    faults: VecDeque<Fault>,
+    drop_requests: usize,
+    dropped: usize,
+}
+
+#[derive(Debug)]
+struct Shared {
+    token: String,
+    bot_id: i64,
+    state: Mutex<State>,
+    /// Bumped on every change a waiter may care about: updates, polls, sends.
+    changes: watch::Sender<u64>,
+    /// Notified on every accepted `sendMessage` (for [`FakeTelegram::wait_sent`]).
+    sent_cv: Condvar,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn bump(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn bot_user(&self) -> Value {
+        json!({
+            "id": self.bot_id,
+            "is_bot": true,
+            "first_name": BOT_FIRST_NAME,
+            "username": BOT_USERNAME,
+        })
+    }
+}
+
+/// A running fake Telegram Bot API for one bot; stops when dropped.
+#[derive(Debug)]
+pub struct FakeTelegram {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    rt: tokio::runtime::Handle,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FakeTelegram {
+    /// Binds 127.0.0.1:0 and serves the bot `token` on a thread of its own. The bot's id is the
+    /// number before the `:` of the token (as in real tokens), else [`DEFAULT_BOT_ID`].
+    pub fn start(token: &str) -> FakeTelegram {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the fake Telegram");
+        listener.set_nonblocking(true).expect("non-blocking listener");
+        let addr = listener.local_addr().expect("fake Telegram address");
+        let bot_id = token
+            .split_once(':')
+            .and_then(|(id, _)| id.parse::<i64>().ok())
+            .filter(|id| *id > 0)
+            .unwrap_or(DEFAULT_BOT_ID);
+        let shared = Arc::new(Shared {
+            token: token.to_string(),
+            bot_id,
+            state: Mutex::new(State {
+                chats: HashMap::new(),
+                updates: VecDeque::new(),
+                next_update_id: FIRST_UPDATE_ID,
+                allowed_updates: None,
+                poll_seq: 0,
+                active_poll: None,
+                offsets: Vec::new(),
+                sent: Vec::new(),
+                rejected: Vec::new(),
+                calls: Vec::new(),
+                faults: VecDeque::new(),
+                drop_requests: 0,
+                dropped: 0,
+            }),
+            changes: watch::Sender::new(0),
+            sent_cv: Condvar::new(),
+        });
+        let (shutdown, stop) = oneshot::channel();
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let server = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("fake-telegram-{}", addr.port()))
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("fake Telegram runtime");
+                handle_tx.send(rt.handle().clone()).expect("hand over the runtime handle");
+                rt.block_on(serve(listener, server, stop));
+            })
+            .expect("spawn the fake Telegram thread");
+        let rt = handle_rx.recv().expect("fake Telegram runtime handle");
+        FakeTelegram { addr, shared, rt, shutdown: Some(shutdown), thread: Some(thread) }
+    }
+
+    /// `http://127.0.0.1:PORT`, without a trailing slash: clients append `/bot<TOKEN>/<method>`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// The bot's user id (the `id` of `getMe` and the `from` of its messages).
+    pub fn bot_id(&self) -> i64 {
+        self.shared.bot_id
+    }
+
+    /// Registers (or renames) a supergroup the bot is a member of. Chats not registered are
+    /// "not found" for `sendMessage`.
+    pub fn add_chat(&self, chat_id: i64, title: &str) {
+        let mut state = self.shared.state();
+        let chat = state.chats.entry(chat_id).or_insert_with(|| Chat {
+            title: String::new(),
+            next_message_id: 1,
+            messages: HashMap::new(),
+        });
+        chat.title = title.to_string();
+    }
+
+    /// A person posts `text` in a registered chat: queues a `message` update (unless the bot's
+    /// `allowed_updates` excludes messages); returns the new `message_id`.
+    #[track_caller]
+    pub fn post(
+        &self,
+        chat_id: i64,
+        user_id: i64,
+        first_name: &str,
+        username: Option<&str>,
+        text: &str,
+    ) -> i64 {
+        let mut from = json!({"id": user_id, "is_bot": false, "first_name": first_name});
+        if let Some(username) = username {
+            from["username"] = json!(username);
+        }
+        let message_id = {
+            let mut state = self.shared.state();
+            let Some(chat) = state.chats.get_mut(&chat_id) else {
+                panic!("fake Telegram: post to chat {chat_id}, which was never added (add_chat)");
+            };
+            let message_id = chat.next_message_id;
+            chat.next_message_id += 1;
+            let mut message = json!({
+                "message_id": message_id,
+                "from": from,
+                "chat": chat_json(chat_id, &chat.title),
+                "date": unix_now(),
+                "text": text,
+            });
+            let entities = detect_entities(text);
+            if !entities.is_empty() {
+                message["entities"] = Value::Array(entities);
+            }
+            chat.messages.insert(message_id, message.clone());
+            state.queue("message", message);
+            message_id
+        };
+        self.shared.bump();
+        message_id
+    }
+
+    /// The author of message `message_id` edits it: queues an `edited_message` update carrying
+    /// the whole message with its new text and an `edit_date`.
+    #[track_caller]
+    pub fn edit(&self, chat_id: i64, message_id: i64, new_text: &str) {
+        {
+            let mut state = self.shared.state();
+            let Some(chat) = state.chats.get_mut(&chat_id) else {
+                panic!("fake Telegram: edit in chat {chat_id}, which was never added (add_chat)");
+            };
+            let Some(message) = chat.messages.get_mut(&message_id) else {
+                panic!("fake Telegram: chat {chat_id} has no message {message_id} to edit");
+            };
+            assert!(
+                message["from"]["is_bot"] != json!(true),
+                "fake Telegram: message {message_id} in chat {chat_id} was sent by the bot; \
+                 people cannot edit it"
+            );
+            message["text"] = json!(new_text);
+            message["edit_date"] = json!(unix_now().max(message["date"].as_i64().unwrap_or(0)));
+            match detect_entities(new_text) {
+                entities if entities.is_empty() => {
+                    if let Some(m) = message.as_object_mut() {
+                        m.remove("entities");
+                    }
+                }
+                entities => message["entities"] = Value::Array(entities),
+            }
+            let message = message.clone();
+            state.queue("edited_message", message);
+        }
+        self.shared.bump();
+    }
+
+    /// Every accepted `sendMessage`, in order.
+    pub fn sent(&self) -> Vec<SentMessage> {
+        self.shared.state().sent.clone()
+    }
+
+    /// The accepted `sendMessage`s to `chat_id`, in order.
+    pub fn sent_to(&self, chat_id: i64) -> Vec<SentMessage> {
+        self.shared.state().sent.iter().filter(|m| m.chat_id == chat_id).cloned().collect()
+    }
+
+    /// Waits (real time) until at least `n` messages were sent to `chat_id` and returns them
+    /// all; panics after `timeout` with what it has. It blocks the calling thread: in an async
+    /// test running on a single thread use [`FakeTelegram::wait_sent_async`].
+    #[track_caller]
+    pub fn wait_sent(&self, chat_id: i64, n: usize, timeout: Duration) -> Vec<SentMessage> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut state = self.shared.state();
+        loop {
+            let got: Vec<SentMessage> =
+                state.sent.iter().filter(|m| m.chat_id == chat_id).cloned().collect();
+            if got.len() >= n {
+                return got;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                let rejected = state.rejected.clone();
+                drop(state);
+                panic!(
+                    "fake Telegram: {} message(s) sent to chat {chat_id} after {timeout:?}, \
+                     expected {n}: {got:#?}\nrefused calls: {rejected:?}",
+                    got.len()
+                );
+            }
+            state = match self.shared.sent_cv.wait_timeout(state, deadline - now) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+
+    /// [`FakeTelegram::wait_sent`] for async tests: the deadline runs on the fake's own clock,
+    /// so it keeps real time even when the test pauses its clock.
+    pub async fn wait_sent_async(
+        &self,
+        chat_id: i64,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<SentMessage> {
+        let shared = Arc::clone(&self.shared);
+        let waited = self
+            .rt
+            .spawn(async move {
+                let deadline = tokio::time::Instant::now() + timeout;
+                loop {
+                    let mut changes = shared.changes.subscribe();
+                    let count = shared.state().sent.iter().filter(|m| m.chat_id == chat_id).count();
+                    if count >= n {
+                        return true;
+                    }
+                    if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
+                        return false;
+                    }
+                }
+            })
+            .await
+            .unwrap_or(false);
+        let got = self.sent_to(chat_id);
+        assert!(
+            waited,
+            "fake Telegram: {} message(s) sent to chat {chat_id} after {timeout:?}, expected \
+             {n}: {got:#?}\nrefused calls: {:?}",
+            got.len(),
+            self.rejected()
+        );
+        got
+    }
+
+    /// The `offset` of every `getUpdates` call, in arrival order (`None`: no offset given).
+    pub fn offsets(&self) -> Vec<Option<i64>> {
+        self.shared.state().offsets.clone()
+    }
+
+    /// Updates queued and not yet confirmed by an offset.
+    pub fn pending_updates(&self) -> usize {
+        self.shared.state().updates.len()
+    }
+
+    /// The `update_id` the next update will get (one more than the last one queued).
+    pub fn next_update_id(&self) -> i64 {
+        self.shared.state().next_update_id
+    }
+
+    /// `(method, HTTP status, description)` of every refused call, in order (dropped
+    /// connections are not calls: see [`FakeTelegram::dropped`]).
+    pub fn rejected(&self) -> Vec<(String, u16, String)> {
+        self.shared.state().rejected.clone()
+    }
+
+    /// The method name (as written in the path) of every request that carried the right token,
+    /// answered or refused, in arrival order.
+    pub fn calls(&self) -> Vec<String> {
+        self.shared.state().calls.clone()
+    }
+
+    /// The next `n` `sendMessage` calls answer 429 with `retry_after` = `retry_after_secs`.
+    pub fn fail_sends_with_429(&self, n: usize, retry_after_secs: u64) {
+        let fault = Fault {
+            status: 429,
+            description: format!("Too Many Requests: retry after {retry_after_secs}"),
+            retry_after: Some(retry_after_secs),
+        };
+        self.shared.state().faults.extend(std::iter::repeat_n(fault, n));
+    }
+
+    /// The next `n` `sendMessage` calls answer `status` with `description` (e.g. 403 "Forbidden:
+    /// bot was kicked from the supergroup chat", or 500 "Internal Server Error"). Faults queue
+    /// up behind the ones scripted earlier.
+    pub fn fail_next_sends(&self, n: usize, status: u16, description: &str) {
+        let fault = Fault { status, description: description.to_string(), retry_after: None };
+        self.shared.state().faults.extend(std::iter::repeat_n(fault, n));
+    }
+
+    /// The next `n` requests — on a new or a kept-alive connection, whatever their method — are
+    /// read and then the connection is closed without an answer (a network failure; the call
+    /// has no effect).
+    pub fn drop_next_connections(&self, n: usize) {
+        self.shared.state().drop_requests += n;
+    }
+
+    /// How many requests [`FakeTelegram::drop_next_connections`] dropped so far.
+    pub fn dropped(&self) -> usize {
+        self.shared.state().dropped
+    }
+}
+
+impl Drop for FakeTelegram {
+    fn drop(&mut self) {
+        if let Some(stop) = self.shutdown.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl State {
+    fn queue(&mut self, kind: &'static str, message: Value) {
+        let allowed = match &self.allowed_updates {
+            None => DEFAULT_UPDATE_TYPES.contains(&kind),
+            Some(types) => types.iter().any(|t| t == kind),
+        };
+        if allowed {
+            let update_id = self.next_update_id;
+            self.next_update_id += 1;
+            self.updates.push_back(Update { update_id, kind, message });
+        }
+    }
+
+    /// What `getUpdates` with `offset` confirms and forgets.
+    fn confirm(&mut self, offset: i64) {
+        if offset < 0 {
+            // -N: only the last N updates are kept; all previous ones are forgotten.
+            let keep = usize::try_from(offset.unsigned_abs()).unwrap_or(usize::MAX);
+            while self.updates.len() > keep {
+                self.updates.pop_front();
+            }
+        } else {
+            while self.updates.front().is_some_and(|u| u.update_id < offset) {
+                self.updates.pop_front();
+            }
+        }
+    }
+}
+
+fn chat_json(chat_id: i64, title: &str) -> Value {
+    json!({"id": chat_id, "title": title, "type": "supergroup"})
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+async fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let listener = TcpListener::from_std(listener).expect("tokio listener");
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    tokio::spawn(connection(Conn { stream, buf: Vec::new() }, Arc::clone(&shared)));
+                }
+            }
+        }
+    }
+}
+
+/// A client connection and the bytes read from it that no request consumed yet.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Request {
+    path: String,
+    query: String,
+    /// Header names in lower case.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    keep_alive: bool,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+enum Incoming {
+    Request(Request),
+    /// The client closed the connection between requests.
+    Closed,
+    /// Not HTTP/1.1 as the fake understands it: answered 400, then closed.
+    Malformed,
+}
+
+/// Serves requests on one connection until either side closes it (keep-alive).
+async fn connection(mut conn: Conn, shared: Arc<Shared>) {
+    loop {
+        let request = match conn.read_request().await {
+            Incoming::Request(request) => request,
+            Incoming::Closed => return,
+            Incoming::Malformed => {
+                let _ = conn.write_response(400, "Bad Request", false).await;
+                return;
+            }
+        };
+        {
+            let mut state = shared.state();
+            if state.drop_requests > 0 {
+                state.drop_requests -= 1;
+                state.dropped += 1;
+                return;
+            }
+        }
+        let Some((status, body)) = respond(&shared, &mut conn, &request).await else {
+            return; // the client went away while its long poll was held
+        };
+        if conn.write_response(status, &body, request.keep_alive).await.is_err()
+            || !request.keep_alive
+        {
+            return;
+        }
+    }
+}
+
+impl Conn {
+    /// Reads more bytes into the buffer; `false` at end of stream or on an error.
+    async fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 8192];
+        match self.stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+        }
+    }
+
+    /// Position of the next CRLF at or after `from`, reading as needed.
+    async fn line_end(&mut self, from: usize) -> Option<usize> {
+        loop {
+            if let Some(i) = find(&self.buf[from.min(self.buf.len())..], b"\r\n") {
+                return Some(from + i);
+            }
+            if self.buf.len() > from + 64 * 1024 || !self.fill().await {
+                return None;
+            }
+        }
+    }
+
+    /// Reads one request: a head, then a body of `Content-Length` bytes or chunked.
+    async fn read_request(&mut self) -> Incoming {
+        const MAX_HEAD: usize = 64 * 1024;
+        const MAX_BODY: usize = 50 * 1024 * 1024;
+        let head_end = loop {
+            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
+                break i;
+            }
+            if self.buf.len() > MAX_HEAD {
+                return Incoming::Malformed;
+            }
+            if !self.fill().await {
+                return if self.buf.is_empty() { Incoming::Closed } else { Incoming::Malformed };
+            }
+        };
+        let Ok(head) = std::str::from_utf8(&self.buf[..head_end]) else {
+            return Incoming::Malformed;
+        };
+        let mut lines = head.split("\r\n");
+        let mut request_line = lines.next().unwrap_or_default().split(' ');
+        // Telegram answers GET and POST alike; the method is not checked.
+        let (Some(_method), Some(target), Some(version)) =
+            (request_line.next(), request_line.next(), request_line.next())
+        else {
+            return Incoming::Malformed;
+        };
+        let target = target.to_string();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let connection =
+            headers.iter().find(|(n, _)| n == "connection").map(|(_, v)| v.to_ascii_lowercase());
+        let keep_alive = match version {
+            "HTTP/1.1" => connection.as_deref() != Some("close"),
+            "HTTP/1.0" => connection.as_deref() == Some("keep-alive"),
+            _ => return Incoming::Malformed,
+        };
+        let chunked = headers
+            .iter()
+            .any(|(n, v)| n == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
+        let mut pos = head_end + 4;
+        let body = if chunked {
+            let mut body = Vec::new();
+            loop {
+                let Some(eol) = self.line_end(pos).await else {
+                    return Incoming::Malformed;
+                };
+                let size = std::str::from_utf8(&self.buf[pos..eol])
+                    .ok()
+                    .and_then(|l| usize::from_str_radix(l.split(';').next()?.trim(), 16).ok());
+                let Some(size) = size.filter(|s| body.len() + s <= MAX_BODY) else {
+                    return Incoming::Malformed;
+                };
+                pos = eol + 2;
+                if size == 0 {
+                    // Trailers, up to an empty line.
+                    loop {
+                        let Some(eol) = self.line_end(pos).await else {
+                            return Incoming::Malformed;
+                        };
+                        let empty = eol == pos;
+                        pos = eol + 2;
+                        if empty {
+                            break;
+                        }
+                    }
+                    break body;
+                }
+                while self.buf.len() < pos + size + 2 {
+                    if !self.fill().await {
+                        return Incoming::Malformed;
+                    }
+                }
+                body.extend_from_slice(&self.buf[pos..pos + size]);
+                pos += size + 2;
+            }
+        } else {
+            let length = match headers.iter().find(|(n, _)| n == "content-length") {
+                None => 0,
+                Some((_, v)) => match v.parse::<usize>() {
+                    Ok(n) if n <= MAX_BODY => n,
+                    _ => return Incoming::Malformed,
+                },
+            };
+            while self.buf.len() < pos + length {
+                if !self.fill().await {
+                    return Incoming::Malformed;
+                }
+            }
+            pos += length;
+            self.buf[head_end + 4..pos].to_vec()
+        };
+        self.buf.drain(..pos);
+        let (path, query) = match target.split_once('?') {
+            Some((p, q)) => (p.to_string(), q.to_string()),
+            None => (target, String::new()),
+        };
+        Incoming::Request(Request { path, query, headers, body, keep_alive })
+    }
+
+    async fn write_response(
+        &mut self,
+        status: u16,
+        body: &str,
+        keep_alive: bool,
+    ) -> std::io::Result<()> {
+        let content_type = if body.starts_with('{') { "application/json" } else { "text/plain" };
+        let out = format!(
+            "HTTP/1.1 {status} {}\r\nServer: nginx/1.18.0\r\nContent-Type: {content_type}\r\n\
+             Content-Length: {}\r\nConnection: {}\r\n\r\n{body}",
+            reason(status),
+            body.len(),
+            if keep_alive { "keep-alive" } else { "close" },
+        );
+        self.stream.write_all(out.as_bytes()).await?;
+        self.stream.flush().await?;
+        if !keep_alive {
+            self.stream.shutdown().await?;
+        }
+        Ok(())
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        409 => "Conflict",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Bot API
+
+/// Routes one request and renders Telegram's answer; `None` when the client left while its
+/// long poll was held (nothing to answer).
+async fn respond(shared: &Shared, conn: &mut Conn, request: &Request) -> Option<(u16, String)> {
+    let (method, result) = match route(shared, request) {
+        Err((method, refusal)) => (method, Err(refusal)),
+        Ok(method) => {
+            shared.state().calls.push(method.clone());
+            let result = match parse_params(request) {
+                Err(refusal) => Err(refusal),
+                Ok(params) => match method.to_ascii_lowercase().as_str() {
+                    "getme" => Ok(get_me(shared)),
+                    "getupdates" => get_updates(shared, conn, &params).await?,
+                    "sendmessage" => send_message(shared, &params),
+                    "sendchataction" => send_chat_action(shared, &params),
+                    "deletewebhook" => delete_webhook(shared, &params),
+                    "getwebhookinfo" => Ok(webhook_info(shared)),
+                    _ => Err(Refusal::new(404, "Not Found")),
+                },
+            };
+            (method, result)
+        }
+    };
+    Some(match result {
+        Ok(value) => (200, json!({"ok": true, "result": value}).to_string()),
+        Err(refusal) => {
+            shared.state().rejected.push((method, refusal.status, refusal.description.clone()));
+            (refusal.status, refusal.body().to_string())
+        }
+    })
+}
+
+/// `/bot<TOKEN>/<method>` → the method name; a wrong token is 401, anything else 404.
+fn route(shared: &Shared, request: &Request) -> Result<String, (String, Refusal)> {
+    let not_found = |name: &str| Err((name.to_string(), Refusal::new(404, "Not Found")));
+    let Some(rest) = request.path.strip_prefix("/bot") else {
+        return not_found(&request.path);
+    };
+    let Some((token, method)) = rest.split_once('/') else {
+        return not_found(&request.path);
+    };
+    if token != shared.token {
+        return Err((method.to_string(), Refusal::new(401, "Unauthorized")));
+    }
+    if method.is_empty() || method.contains('/') {
+        return not_found(method);
+    }
+    Ok(method.to_string())
+}
+
+/// The query string and the body (JSON object or form-encoded) as one map; the body wins.
+fn parse_params(request: &Request) -> Result<Map<String, Value>, Refusal> {
+    let mut params = Map::new();
+    parse_form(&request.query, &mut params);
+    let content_type = request.header("content-type").unwrap_or("").to_ascii_lowercase();
+    if request.body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(params);
+    }
+    if content_type.starts_with("application/json") {
+        match serde_json::from_slice::<Value>(&request.body) {
+            Ok(Value::Object(body)) => params.extend(body),
+            Ok(_) => return Err(Refusal::bad("JSON object expected in the request body")),
+            Err(_) => return Err(Refusal::bad("can't parse JSON in the request body")),
+        }
+    } else if content_type.starts_with("application/x-www-form-urlencoded") {
+        parse_form(&String::from_utf8_lossy(&request.body), &mut params);
+    } else if content_type.starts_with("multipart/form-data") {
+        return Err(Refusal::bad("multipart/form-data is not supported by the fake"));
+    }
+    Ok(params)
+}
+
+fn parse_form(form: &str, params: &mut Map<String, Value>) {
+    for pair in form.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        params.insert(form_decode(name), Value::String(form_decode(value)));
+    }
+}
+
+fn form_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let hex = |c: u8| (c as char).to_digit(16);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An integer parameter: a JSON number or a string holding one (as Telegram accepts).
+fn int_param(params: &Map<String, Value>, name: &str) -> Option<i64> {
+    match params.get(name)? {
+        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn bool_param(params: &Map<String, Value>, name: &str) -> bool {
+    match params.get(name) {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) => matches!(s.trim(), "true" | "True" | "1"),
+        Some(Value::Number(n)) => n.as_i64().is_some_and(|n| n != 0),
+        _ => false,
+    }
+}
+
+/// A JSON-serialized parameter: an object/array, or (form values, or JSON bodies alike) a string
+/// holding its JSON text. `Some(Err)` when present but not JSON.
+fn json_param(params: &Map<String, Value>, name: &str) -> Option<Result<Value, ()>> {
+    match params.get(name)? {
+        Value::Null => None,
+        Value::String(s) => Some(serde_json::from_str(s).map_err(|_| ())),
+        other => Some(Ok(other.clone())),
+    }
+}
+
+fn get_me(shared: &Shared) -> Value {
+    let mut me = shared.bot_user();
+    me["can_join_groups"] = json!(true);
+    me["can_read_all_group_messages"] = json!(true); // privacy mode off: it sees every message
+    me["supports_inline_queries"] = json!(false);
+    me["can_connect_to_business"] = json!(false);
+    me["has_main_web_app"] = json!(false);
+    me
+}
+
+/// `getUpdates`: confirms with `offset`, answers what is queued, or holds the request up to
+/// `timeout` seconds until an update arrives, a newer `getUpdates` terminates it (409), or the
+/// client leaves (`None`).
+async fn get_updates(
+    shared: &Shared,
+    conn: &mut Conn,
+    params: &Map<String, Value>,
+) -> Option<Result<Value, Refusal>> {
+    let offset = int_param(params, "offset");
+    let limit = match int_param(params, "limit") {
+        Some(n) if n >= 1 => usize::try_from(n.min(100)).unwrap_or(100),
+        _ => 100,
+    };
+    let timeout =
+        Duration::from_secs(int_param(params, "timeout").unwrap_or(0).max(0).unsigned_abs());
+    let allowed = match json_param(params, "allowed_updates") {
+        None => None,
+        Some(Ok(Value::Array(types))) => {
+            Some(types.iter().filter_map(Value::as_str).map(str::to_string).collect::<Vec<_>>())
+        }
+        Some(_) => return Some(Err(Refusal::bad("can't parse allowed updates"))),
+    };
+    let me = {
+        let mut state = shared.state();
+        state.offsets.push(offset);
+        if let Some(offset) = offset {
+            state.confirm(offset);
+        }
+        if let Some(types) = allowed {
+            state.allowed_updates = if types.is_empty() { None } else { Some(types) };
+        }
+        state.poll_seq += 1;
+        let me = state.poll_seq;
+        state.active_poll = Some(me); // terminates any held older poll
+        me
+    };
+    shared.bump();
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let mut changes = shared.changes.subscribe();
+        {
+            let mut state = shared.state();
+            if state.active_poll != Some(me) {
+                return Some(Err(Refusal::new(409, CONFLICT)));
+            }
+            let updates: Vec<Value> =
+                state.updates.iter().take(limit).map(Update::to_json).collect();
+            if !updates.is_empty() || tokio::time::Instant::now() >= deadline {
+                state.active_poll = None;
+                return Some(Ok(Value::Array(updates)));
+            }
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            () = tokio::time::sleep_until(deadline) => {}
+            more = conn.fill() => {
+                if !more {
+                    let mut state = shared.state();
+                    if state.active_poll == Some(me) {
+                        state.active_poll = None;
+                    }
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// `chat_id`: an integer, or a string holding one (`@channelusername` finds nothing here).
+fn chat_param(state: &State, params: &Map<String, Value>) -> Result<i64, Refusal> {
+    let id = match params.get("chat_id") {
+        None | Some(Value::Null) => return Err(Refusal::bad("chat_id is empty")),
+        Some(Value::String(s)) if s.trim().is_empty() => {
+            return Err(Refusal::bad("chat_id is empty"));
+        }
+        Some(_) => int_param(params, "chat_id"),
+    };
+    id.filter(|id| state.chats.contains_key(id)).ok_or_else(|| Refusal::bad("chat not found"))
+}
+
+/// `sendMessage`, checking in the order of the Bot API server: the text and its markup, then
+/// the chat, then what Telegram checks when it sends (emptiness after trimming, length, the
+/// message replied to).
+fn send_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Refusal> {
+    let mut state = shared.state();
+    if let Some(fault) = state.faults.pop_front() {
+        return Err(Refusal {
+            status: fault.status,
+            description: fault.description,
+            retry_after: fault.retry_after,
+        });
+    }
+    let text = match params.get("text") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => return Err(Refusal::bad("message text is empty")),
+    };
+    let parse_mode = match params.get("parse_mode") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(Refusal::bad("unsupported parse_mode")),
+    };
+    let formatted = match parse_mode.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None => Ok(Formatted::plain(&text)),
+        Some("markdownv2") => parse_markdown_v2(&text),
+        Some("markdown") => parse_markdown(&text),
+        Some("html") => parse_html(&text),
+        Some(_) => return Err(Refusal::bad("unsupported parse_mode")),
+    }
+    .map_err(|e| Refusal::bad(format!("can't parse entities: {e}")))?
+    .trimmed();
+    match json_param(params, "link_preview_options") {
+        None | Some(Ok(Value::Object(_))) => {}
+        Some(_) => return Err(Refusal::bad("can't parse link preview options JSON object")),
+    }
+    // The message it answers, if any (`reply_parameters`, or the older `reply_to_message_id`).
+    let (reply_to, allow_without_reply) = match json_param(params, "reply_parameters") {
+        Some(Ok(Value::Object(reply))) => (
+            Some(reply.get("message_id").and_then(Value::as_i64).unwrap_or(0)),
+            reply.get("allow_sending_without_reply") == Some(&json!(true)),
+        ),
+        Some(_) => return Err(Refusal::bad("can't parse reply parameters JSON object")),
+        None => (
+            int_param(params, "reply_to_message_id"),
+            bool_param(params, "allow_sending_without_reply"),
+        ),
+    };
+    let chat_id = chat_param(&state, params)?;
+    if formatted.text.is_empty() {
+        return Err(Refusal::bad("message must be non-empty"));
+    }
+    if formatted.text.chars().count() > MAX_MESSAGE_CHARS {
+        return Err(Refusal::bad("message is too long"));
+    }
+    let bot = shared.bot_user();
+    let chat = state.chats.get_mut(&chat_id).expect("chat_param checked the chat exists");
+    let replied = reply_to.and_then(|id| chat.messages.get(&id)).cloned();
+    if reply_to.is_some() && replied.is_none() && !allow_without_reply {
+        return Err(Refusal::bad("message to be replied not found"));
+    }
+    let message_id = chat.next_message_id;
+    chat.next_message_id += 1;
+    let mut message = json!({
+        "message_id": message_id,
+        "from": bot,
+        "chat": chat_json(chat_id, &chat.title),
+        "date": unix_now(),
+        "text": formatted.text,
+    });
+    if !formatted.entities.is_empty() {
+        message["entities"] =
+            Value::Array(formatted.entities.iter().map(Entity::to_json).collect());
+    }
+    // Kept without `reply_to_message`: Telegram does not nest replies further.
+    chat.messages.insert(message_id, message.clone());
+    if let Some(replied) = replied {
+        message["reply_to_message"] = replied;
+    }
+    state.sent.push(SentMessage {
+        chat_id,
+        message_id,
+        text,
+        parse_mode,
+        plain: formatted.text,
+        params: Value::Object(params.clone()),
+    });
+    drop(state);
+    shared.sent_cv.notify_all();
+    shared.bump();
+    Ok(message)
+}
+
+fn send_chat_action(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Refusal> {
+    let state = shared.state();
+    chat_param(&state, params)?;
+    match params.get("action").and_then(Value::as_str) {
+        Some(action) if CHAT_ACTIONS.contains(&action) => Ok(json!(true)),
+        _ => Err(Refusal::bad("wrong parameter action in request")),
+    }
+}
+
+fn delete_webhook(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Refusal> {
+    if bool_param(params, "drop_pending_updates") {
+        shared.state().updates.clear();
+    }
+    Ok(json!(true))
+}
+
+fn webhook_info(shared: &Shared) -> Value {
+    json!({
+        "url": "",
+        "has_custom_certificate": false,
+        "pending_update_count": shared.state().updates.len(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text and entities
+
+/// A message entity; `offset` and `length` count UTF-16 code units, as in the Bot API.
+#[derive(Debug, Clone)]
+struct Entity {
+    kind: &'static str,
+    offset: usize,
+    length: usize,
+    /// `url`, `language`, `custom_emoji_id`, or `user` (the id of a `text_mention`'s user).
+    extra: Option<(&'static str, String)>,
+}
+
+impl Entity {
+    fn to_json(&self) -> Value {
+        let mut entity = json!({"offset": self.offset, "length": self.length, "type": self.kind});
+        match &self.extra {
+            // Telegram fills in the user it knows; the fake knows only the id.
+            Some(("user", id)) => {
+                let id = id.parse::<i64>().unwrap_or(0);
+                entity["user"] = json!({"id": id, "is_bot": false, "first_name": ""});
+            }
+            Some((name, value)) => entity[*name] = json!(value),
+            None => {}
+        }
+        entity
+    }
+}
+
+/// A text after entity parsing.
+#[derive(Debug)]
+struct Formatted {
+    text: String,
+    entities: Vec<Entity>,
+}
+
+impl Formatted {
+    fn plain(text: &str) -> Formatted {
+        Formatted { text: text.to_string(), entities: Vec::new() }
+    }
+
+    fn from_parts(out: Vec<u8>, mut entities: Vec<Entity>) -> Formatted {
+        entities.sort_by(|a, b| a.offset.cmp(&b.offset).then(b.length.cmp(&a.length)));
+        let text = String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        Formatted { text, entities }
+    }
+
+    /// Telegram strips leading and trailing whitespace and clips the entities to what is left.
+    fn trimmed(self) -> Formatted {
+        let start = self.text.trim_start();
+        let lead: usize = self.text[..self.text.len() - start.len()].encode_utf16().count();
+        let text = start.trim_end().to_string();
+        let total = text.encode_utf16().count();
+        let entities = self
+            .entities
+            .into_iter()
+            .filter_map(|mut e| {
+                let begin = e.offset.saturating_sub(lead);
+                let end = (e.offset + e.length).saturating_sub(lead).min(total);
+                (end > begin).then(|| {
+                    e.offset = begin;
+                    e.length = end - begin;
+                    e
+                })
+            })
+            .collect();
+        Formatted { text, entities }
+    }
+}
+
+/// Appends one byte of UTF-8 text, counting UTF-16 units at the first byte of each character.
+fn push_byte(out: &mut Vec<u8>, utf16: &mut usize, c: u8) {
+    out.push(c);
+    if c & 0xC0 != 0x80 {
+        *utf16 += if c >= 0xF0 { 2 } else { 1 };
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Bold,
+    Italic,
+    Underline,
+    Strikethrough,
+    Spoiler,
+    Code,
+    Pre,
+    TextLink,
+    CustomEmoji,
+}
+
+/// An entity whose end marker was not met yet.
+struct Open {
+    kind: Kind,
+    language: Option<String>,
+    utf16_start: usize,
+    byte_offset: usize,
+    out_start: usize,
+}
+
+impl Open {
+    /// Telegram's name for the entity in its "Can't find end of …" error.
+    fn unclosed(&self) -> String {
+        let name = match self.kind {
+            Kind::Bold => "Bold",
+            Kind::Italic => "Italic",
+            Kind::Underline => "Underline",
+            Kind::Strikethrough => "Strikethrough",
+            Kind::Spoiler => "Spoiler",
+            Kind::Code => "Code",
+            Kind::Pre if self.language.is_some() => "PreCode",
+            Kind::Pre => "Pre",
+            Kind::TextLink => "TextUrl",
+            Kind::CustomEmoji => "CustomEmoji",
+        };
+        format!("Can't find end of {name} entity at byte offset {}", self.byte_offset)
+    }
+}
+
+/// A block quote being read: lines starting with `>`.
+struct Quote {
+    utf16_start: usize,
+    /// Entities open when the quote began: those opened inside must close inside.
+    depth: usize,
+    /// Its last line ended with `||`.
+    expandable: bool,
+}
+
+/// `parse_mode: "MarkdownV2"`, following Telegram's parser (tdlib's `parse_markdown_v2`): every
+/// character of ``_*[]()~`>#+-=|{}.!`` outside an entity must be escaped with `\` (inside
+/// `code`/`pre` only `` ` `` and `\`, inside a link URL only `)` and `\`), entities must be closed
+/// (those opened inside a block quote, inside it), `>` starts a quote only at a line start.
+/// Returns the text with escapes and markers removed, not trimmed yet.
+fn parse_markdown_v2(src: &str) -> Result<Formatted, String> {
+    const RESERVED: &[u8] = b"_*[]()~`>#+-=|{}.!";
+    let b = src.as_bytes();
+    let at = |i: usize| b.get(i).copied().unwrap_or(0);
+    let escapable = |c: u8| (1..=126).contains(&c);
+    // Only `\r`s between `from` and the end of the line.
+    let at_line_end = |mut from: usize| {
+        while at(from) == b'\r' {
+            from += 1;
+        }
+        from >= b.len() || b[from] == b'\n'
+    };
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
+    let mut utf16 = 0usize;
+    let mut stack: Vec<Open> = Vec::new();
+    let mut entities: Vec<Entity> = Vec::new();
+    let mut quote: Option<Quote> = None;
+    let close_quote = |q: Quote, stack: &[Open], utf16: usize, entities: &mut Vec<Entity>| {
+        if stack.len() > q.depth {
+            return Err(stack.last().expect("deeper than the quote").unclosed());
+        }
+        if utf16 > q.utf16_start {
+            entities.push(Entity {
+                kind: if q.expandable { "expandable_blockquote" } else { "blockquote" },
+                offset: q.utf16_start,
+                length: utf16 - q.utf16_start,
+                extra: None,
+            });
+        }
+        Ok(())
+    };
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let in_code = stack.last().is_some_and(|o| matches!(o.kind, Kind::Code | Kind::Pre));
+        if !in_code && (i == 0 || b[i - 1] == b'\n') {
+            // `\r`s before the `>` stay in the text, outside the quote.
+            let mut j = i;
+            while at(j) == b'\r' {
+                j += 1;
+            }
+            let marker = if at(j) == b'>' {
+                1
+            } else if b[j..].starts_with(b"**>") {
+                3
+            } else {
+                0
+            };
+            // A quote ends before a line that does not continue it; the line break ending its
+            // last line belongs to it.
+            let continues = marker == 1 && j == i && quote.as_ref().is_some_and(|q| !q.expandable);
+            if !continues && let Some(q) = quote.take() {
+                close_quote(q, &stack, utf16, &mut entities)?;
+            }
+            if marker > 0 {
+                for &r in &b[i..j] {
+                    push_byte(&mut out, &mut utf16, r);
+                }
+                quote.get_or_insert(Quote {
+                    utf16_start: utf16,
+                    depth: stack.len(),
+                    expandable: false,
+                });
+                i = j + marker;
+                continue;
+            }
+        }
+        // `||` ending a quoted line (and closing no spoiler) makes the quote expandable.
+        if !in_code
+            && c == b'|'
+            && at(i + 1) == b'|'
+            && !stack.last().is_some_and(|o| o.kind == Kind::Spoiler)
+            && at_line_end(i + 2)
+            && let Some(q) = quote.as_mut()
+        {
+            q.expandable = true;
+            i += 2;
+            continue;
+        }
+        if c == b'\\' && escapable(at(i + 1)) {
+            push_byte(&mut out, &mut utf16, b[i + 1]);
+            i += 2;
+            continue;
+        }
+        let reserved: &[u8] = if in_code { b"`" } else { RESERVED };
+        if !reserved.contains(&c) {
+            push_byte(&mut out, &mut utf16, c);
+            i += 1;
+            continue;
+        }
+        let closes = stack.last().is_some_and(|o| match o.kind {
+            Kind::Bold => c == b'*',
+            Kind::Italic => c == b'_' && at(i + 1) != b'_',
+            Kind::Underline => c == b'_' && at(i + 1) == b'_',
+            Kind::Strikethrough => c == b'~',
+            Kind::Spoiler => c == b'|' && at(i + 1) == b'|',
+            Kind::Code => c == b'`',
+            Kind::Pre => c == b'`' && at(i + 1) == b'`' && at(i + 2) == b'`',
+            Kind::TextLink | Kind::CustomEmoji => c == b']',
+        });
+        if !closes {
+            let byte_offset = i;
+            let mut language = None;
+            let kind = match c {
+                b'_' if at(i + 1) == b'_' => {
+                    i += 2;
+                    Kind::Underline
+                }
+                b'_' => {
+                    i += 1;
+                    Kind::Italic
+                }
+                b'*' => {
+                    i += 1;
+                    Kind::Bold
+                }
+                b'~' => {
+                    i += 1;
+                    Kind::Strikethrough
+                }
+                b'|' if at(i + 1) == b'|' => {
+                    i += 2;
+                    Kind::Spoiler
+                }
+                b'[' => {
+                    i += 1;
+                    Kind::TextLink
+                }
+                b'`' if at(i + 1) == b'`' && at(i + 2) == b'`' => {
+                    i += 3;
+                    let mut end = i;
+                    while end < b.len() && !b[end].is_ascii_whitespace() && b[end] != b'`' {
+                        end += 1;
+                    }
+                    if end != i && end < b.len() && b[end] != b'`' {
+                        language = Some(String::from_utf8_lossy(&b[i..end]).into_owned());
+                        i = end;
+                    }
+                    // One line break after the opening (and the language) is not text.
+                    if matches!(at(i), b'\n' | b'\r') {
+                        i += if matches!(at(i + 1), b'\n' | b'\r') && at(i) != at(i + 1) {
+                            2
+                        } else {
+                            1
+                        };
+                    }
+                    Kind::Pre
+                }
+                b'`' => {
+                    i += 1;
+                    Kind::Code
+                }
+                b'!' if at(i + 1) == b'[' => {
+                    i += 2;
+                    Kind::CustomEmoji
+                }
+                _ => {
+                    return Err(format!(
+                        "Character '{}' is reserved and must be escaped with the preceding '\\'",
+                        c as char
+                    ));
+                }
+            };
+            stack.push(Open {
+                kind,
+                language,
+                utf16_start: utf16,
+                byte_offset,
+                out_start: out.len(),
+            });
+            continue;
+        }
+        let open = stack.pop().expect("an entity closes only when one is open");
+        let mut extra = None;
+        let mut keep = utf16 > open.utf16_start;
+        let mut kind = match open.kind {
+            Kind::Bold => "bold",
+            Kind::Italic => "italic",
+            Kind::Underline => "underline",
+            Kind::Strikethrough => "strikethrough",
+            Kind::Spoiler => "spoiler",
+            Kind::Code => "code",
+            Kind::Pre => "pre",
+            Kind::TextLink => "text_link",
+            Kind::CustomEmoji => "custom_emoji",
+        };
+        match open.kind {
+            Kind::Bold | Kind::Italic | Kind::Strikethrough | Kind::Code => i += 1,
+            Kind::Underline | Kind::Spoiler => i += 2,
+            Kind::Pre => {
+                i += 3;
+                extra = open.language.map(|l| ("language", l));
+            }
+            Kind::TextLink | Kind::CustomEmoji => {
+                i += 1;
+                let url = if at(i) == b'(' {
+                    i += 1;
+                    let url_begin = i;
+                    let mut url = Vec::new();
+                    while i < b.len() && b[i] != b')' {
+                        if b[i] == b'\\' && escapable(at(i + 1)) {
+                            url.push(b[i + 1]);
+                            i += 2;
+                        } else {
+                            url.push(b[i]);
+                            i += 1;
+                        }
+                    }
+                    if i >= b.len() {
+                        let what =
+                            if open.kind == Kind::CustomEmoji { "a custom emoji" } else { "a" };
+                        return Err(format!(
+                            "Can't find end of {what} URL at byte offset {url_begin}"
+                        ));
+                    }
+                    i += 1;
+                    Some(String::from_utf8_lossy(&url).into_owned())
+                } else {
+                    None
+                };
+                if open.kind == Kind::CustomEmoji {
+                    let Some(url) = url else {
+                        return Err("Custom emoji entity must contain a tg://emoji URL".into());
+                    };
+                    extra = Some(("custom_emoji_id", custom_emoji_id(&url)?));
+                } else {
+                    // Without `(url)` the text is the URL; an unusable URL drops the entity.
+                    let url = url.unwrap_or_else(|| {
+                        String::from_utf8_lossy(&out[open.out_start..]).into_owned()
+                    });
+                    match url.trim().strip_prefix("tg:").map(|u| u.trim_start_matches('/')) {
+                        Some(user) if user.starts_with("user?id=") => {
+                            // Telegram turns it into a `text_mention` with the user.
+                            let id = user["user?id=".len()..].parse::<i64>().unwrap_or(0);
+                            kind = "text_mention";
+                            keep &= id > 0;
+                            extra = Some(("user", id.to_string()));
+                        }
+                        _ => match normalize_url(&url) {
+                            Some(url) => extra = Some(("url", url)),
+                            None => keep = false,
+                        },
+                    }
+                }
+            }
+        }
+        if keep {
+            entities.push(Entity {
+                kind,
+                offset: open.utf16_start,
+                length: utf16 - open.utf16_start,
+                extra,
+            });
+        }
+    }
+    if let Some(open) = stack.last() {
+        return Err(open.unclosed());
+    }
+    if let Some(q) = quote.take() {
+        close_quote(q, &stack, utf16, &mut entities)?;
+    }
+    Ok(Formatted::from_parts(out, entities))
+}
+
+/// The id in a `tg://emoji?id=…` URL, with Telegram's errors.
+fn custom_emoji_id(url: &str) -> Result<String, String> {
+    let (scheme, rest) = url.split_once(':').unwrap_or(("", url));
+    if !scheme.eq_ignore_ascii_case("tg") {
+        return Err("Custom emoji URL must have scheme tg".into());
+    }
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let rest = rest.split('#').next().unwrap_or_default();
+    let (host, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if !host.trim_end_matches('/').eq_ignore_ascii_case("emoji") {
+        return Err("Custom emoji URL must have host \"emoji\"".into());
+    }
+    let id = query.split('&').find_map(|pair| pair.strip_prefix("id="));
+    let Some(id) = id else {
+        return Err("Custom emoji URL must have an emoji identifier".into());
+    };
+    let valid = !id.is_empty()
+        && !id.starts_with('0')
+        && id.bytes().all(|c| c.is_ascii_digit())
+        && id.parse::<i64>().is_ok();
+    if !valid {
+        return Err("Invalid custom emoji identifier specified".into());
+    }
+    Ok(id.to_string())
+}
+
+/// A URL as Telegram keeps it in a `text_link` (`http://` added when no scheme is given, `/`
+/// after a bare host), or `None` when it does not look like one (Telegram drops the entity).
+fn normalize_url(url: &str) -> Option<String> {
+    let url = url.trim();
+    if url.is_empty() || url.chars().any(char::is_whitespace) {
+        return None;
+    }
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) if !scheme.is_empty() => (scheme.to_ascii_lowercase(), rest),
+        _ => ("http".to_string(), url),
+    };
+    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let host = &rest[..host_end];
+    let tld = host.rsplit('.').next().unwrap_or_default();
+    let web = matches!(scheme.as_str(), "http" | "https");
+    if host.is_empty() || (web && (!host.contains('.') || tld.len() < 2) && host != "localhost") {
+        return None;
+    }
+    let path = &rest[host_end..];
+    let slash = if web && !path.starts_with('/') { "/" } else { "" };
+    Some(format!("{scheme}://{host}{slash}{path}"))
+}
+
+/// `parse_mode: "Markdown"` (legacy): `*bold*`, `_italic_`, `` `code` ``, ```` ```pre``` ````
+/// and `[text](url)`, not nested; `\` escapes only `_ * ` [`.
+fn parse_markdown(src: &str) -> Result<Formatted, String> {
+    let b = src.as_bytes();
+    let at = |i: usize| b.get(i).copied().unwrap_or(0);
+    let mut out = Vec::with_capacity(b.len());
+    let mut utf16 = 0usize;
+    let mut entities = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'\\' && matches!(at(i + 1), b'_' | b'*' | b'`' | b'[') {
+            push_byte(&mut out, &mut utf16, b[i + 1]);
+            i += 2;
+            continue;
+        }
+        if !matches!(c, b'_' | b'*' | b'`' | b'[') {
+            push_byte(&mut out, &mut utf16, c);
+            i += 1;
+            continue;
+        }
+        let begin = i;
+        let end_char = if c == b'[' { b']' } else { c };
+        let pre = c == b'`' && at(i + 1) == b'`' && at(i + 2) == b'`';
+        i += if pre { 3 } else { 1 };
+        let mut language = None;
+        if pre {
+            let mut end = i;
+            while end < b.len() && !b[end].is_ascii_whitespace() && b[end] != b'`' {
+                end += 1;
+            }
+            if end != i && end < b.len() && b[end] != b'`' {
+                language = Some(String::from_utf8_lossy(&b[i..end]).into_owned());
+                i = end;
+            }
+            if matches!(at(i), b'\n' | b'\r') {
+                i += 1;
+            }
+        }
+        let start = utf16;
+        let out_start = out.len();
+        while i < b.len()
+            && (b[i] != end_char || (pre && !(at(i + 1) == b'`' && at(i + 2) == b'`')))
+        {
+            push_byte(&mut out, &mut utf16, b[i]);
+            i += 1;
+        }
+        if i >= b.len() {
+            return Err(format!("Can't find end of the entity starting at byte offset {begin}"));
+        }
+        i += if pre { 3 } else { 1 };
+        let (kind, extra) = match c {
+            b'*' => ("bold", None),
+            b'_' => ("italic", None),
+            b'`' if pre => ("pre", language.map(|l| ("language", l))),
+            b'`' => ("code", None),
+            _ => {
+                let url = if at(i) == b'(' {
+                    let close = b[i..].iter().position(|&x| x == b')');
+                    let url = close.map(|k| String::from_utf8_lossy(&b[i + 1..i + k]).into_owned());
+                    i += close.map_or(0, |k| k + 1);
+                    url
+                } else {
+                    None
+                };
+                let url =
+                    url.unwrap_or_else(|| String::from_utf8_lossy(&out[out_start..]).into_owned());
+                ("text_link", Some(("url", url)))
+            }
+        };
+        if utf16 > start {
+            entities.push(Entity { kind, offset: start, length: utf16 - start, extra });
+        }
+    }
+    Ok(Formatted::from_parts(out, entities))
+}
+
+/// `parse_mode: "HTML"`: the tags Telegram supports, `&lt; &gt; &amp; &quot;` and numeric
+/// character references; tags must be closed in order.
+fn parse_html(src: &str) -> Result<Formatted, String> {
+    let b = src.as_bytes();
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
+    let mut utf16 = 0usize;
+    let mut entities = Vec::new();
+    // Open tags: (tag name, entity type, extra, start).
+    type OpenTag = (String, &'static str, Option<(&'static str, String)>, usize);
+    let mut stack: Vec<OpenTag> = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'&' {
+            let semi = b[i..].iter().take(12).position(|&x| x == b';');
+            let decoded = semi.and_then(|k| {
+                let name = &src[i + 1..i + k];
+                let ch = match name {
+                    "lt" => Some('<'),
+                    "gt" => Some('>'),
+                    "amp" => Some('&'),
+                    "quot" => Some('"'),
+                    _ => name
+                        .strip_prefix("#x")
+                        .or_else(|| name.strip_prefix("#X"))
+                        .and_then(|h| u32::from_str_radix(h, 16).ok())
+                        .or_else(|| name.strip_prefix('#').and_then(|d| d.parse().ok()))
+                        .and_then(char::from_u32),
+                };
+                ch.map(|ch| (ch, k))
+            });
+            if let Some((ch, k)) = decoded {
+                let mut tmp = [0u8; 4];
+                for &byte in ch.encode_utf8(&mut tmp).as_bytes() {
+                    push_byte(&mut out, &mut utf16, byte);
+                }
+                i += k + 1;
+            } else {
+                push_byte(&mut out, &mut utf16, c);
+                i += 1;
+            }
+            continue;
+        }
+        if c != b'<' {
+            push_byte(&mut out, &mut utf16, c);
+            i += 1;
+            continue;
+        }
+        let begin = i;
+        let Some(close) = b[i..].iter().position(|&x| x == b'>').map(|k| i + k) else {
+            return Err(format!("Unclosed start tag at byte offset {begin}"));
+        };
+        let inner = &src[i + 1..close];
+        i = close + 1;
+        if let Some(name) = inner.strip_prefix('/') {
+            let name = name.trim().to_ascii_lowercase();
+            let Some((tag, kind, extra, start)) = stack.pop() else {
+                return Err(format!("Unexpected end tag at byte offset {begin}"));
+            };
+            if !name.is_empty() && name != tag {
+                return Err(format!(
+                    "Unmatched end tag at byte offset {begin}, expected \"</{tag}>\", found \
+                     \"</{name}>\""
+                ));
+            }
+            if utf16 > start {
+                entities.push(Entity { kind, offset: start, length: utf16 - start, extra });
+            }
+            continue;
+        }
+        let (name, attrs) = inner.split_once(char::is_whitespace).unwrap_or((inner, ""));
+        let name = name.to_ascii_lowercase();
+        let attr = |wanted: &str| -> Option<String> {
+            let at = attrs.find(&format!("{wanted}="))? + wanted.len() + 1;
+            let rest = &attrs[at..];
+            let value = match rest.chars().next()? {
+                q @ ('"' | '\'') => rest[1..].split(q).next()?,
+                _ => rest.split(char::is_whitespace).next()?,
+            };
+            Some(value.replace("&amp;", "&").replace("&quot;", "\"").replace("&lt;", "<"))
+        };
+        let (kind, extra) = match name.as_str() {
+            "b" | "strong" => ("bold", None),
+            "i" | "em" => ("italic", None),
+            "u" | "ins" => ("underline", None),
+            "s" | "strike" | "del" => ("strikethrough", None),
+            "tg-spoiler" => ("spoiler", None),
+            "span" if attrs.contains("tg-spoiler") => ("spoiler", None),
+            "a" => ("text_link", Some(("url", attr("href").unwrap_or_default()))),
+            "code" => ("code", None),
+            "pre" => ("pre", None),
+            "blockquote" if attrs.contains("expandable") => ("expandable_blockquote", None),
+            "blockquote" => ("blockquote", None),
+            "tg-emoji" => ("custom_emoji", attr("emoji-id").map(|id| ("custom_emoji_id", id))),
+            _ => return Err(format!("Unsupported start tag \"{name}\" at byte offset {begin}")),
+        };
+        stack.push((name, kind, extra, utf16));
+    }
+    if let Some((tag, ..)) = stack.last() {
+        return Err(format!("Can't find end tag corresponding to start tag \"{tag}\""));
+    }
+    Ok(Formatted::from_parts(out, entities))
+}
+
+/// The entities Telegram finds in what people write: `/commands` and `@mentions` (a rough
+/// version of its detection: a word starting with `/` or `@` after a space or at the start).
+fn detect_entities(text: &str) -> Vec<Value> {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let chars: Vec<char> = text.chars().collect();
+    let mut entities = Vec::new();
+    let mut utf16 = 0usize;
+    let mut i = 0;
+    while i < chars.len() {
+        let at_start = i == 0 || chars[i - 1].is_whitespace();
+        if at_start && (chars[i] == '/' || chars[i] == '@') {
+            let mut end = i + 1;
+            while end < chars.len() && word(chars[end]) {
+                end += 1;
+            }
+            let name = end - i - 1;
+            let kind = if chars[i] == '/' && (1..=64).contains(&name) {
+                // `/cmd@botname` is one command.
+                if end < chars.len() && chars[end] == '@' {
+                    let mut bot_end = end + 1;
+                    while bot_end < chars.len() && word(chars[bot_end]) {
+                        bot_end += 1;
+                    }
+                    if bot_end > end + 1 {
+                        end = bot_end;
+                    }
+                }
+                Some("bot_command")
+            } else if chars[i] == '@' && (5..=32).contains(&name) {
+                Some("mention")
+            } else {
+                None
+            };
+            let boundary = end == chars.len() || (!word(chars[end]) && chars[end] != '@');
+            if let Some(kind) = kind.filter(|_| boundary) {
+                let length: usize = chars[i..end].iter().map(|c| c.len_utf16()).sum();
+                entities.push(json!({"offset": utf16, "length": length, "type": kind}));
+                utf16 += length;
+                i = end;
+                continue;
+            }
+        }
+        utf16 += chars[i].len_utf16();
+        i += 1;
+    }
+    entities
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream as StdStream;
+    use std::time::Instant;
+
+    const TOKEN: &str = "123456:TEST-token_abc";
+    const CHAT: i64 = -1_001_234_567_890;
+    const SECS: Duration = Duration::from_secs(10);
+
+    /// Status, headers (lower-case names) and JSON body.
+    type Response = (u16, Vec<(String, String)>, Value);
+
+    /// A plain blocking HTTP/1.1 client on one TCP connection.
+    struct Client {
+        stream: StdStream,
+        buf: Vec<u8>,
+    }
+
+    impl Client {
+        fn connect(fake: &FakeTelegram) -> Client {
+            let stream = StdStream::connect(fake.addr).expect("connect to the fake");
+            stream.set_read_timeout(Some(Duration::from_secs(30))).expect("read timeout");
+            Client { stream, buf: Vec::new() }
+        }
+
+        fn send(&mut self, method: &str, target: &str, content_type: Option<&str>, body: &str) {
+            let mut request = format!(
+                "{method} {target} HTTP/1.1\r\nHost: api.telegram.org\r\nContent-Length: {}\r\n",
+                body.len()
+            );
+            if let Some(ct) = content_type {
+                request.push_str(&format!("Content-Type: {ct}\r\n"));
+            }
+            request.push_str("\r\n");
+            request.push_str(body);
+            self.stream.write_all(request.as_bytes()).expect("write the request");
+        }
+
+        /// The next response: status, headers (lower-case names) and body; `None` at EOF.
+        fn response(&mut self) -> Option<Response> {
+            let head_end = loop {
+                if let Some(i) = find(&self.buf, b"\r\n\r\n") {
+                    break i;
+                }
+                if !self.fill() {
+                    return None;
+                }
+            };
+            let head = String::from_utf8(self.buf[..head_end].to_vec()).expect("UTF-8 head");
+            let mut lines = head.split("\r\n");
+            let status = lines.next().and_then(|l| l.split(' ').nth(1)?.parse().ok());
+            let headers: Vec<(String, String)> = lines
+                .filter_map(|l| l.split_once(':'))
+                .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+                .collect();
+            let length: usize = headers
+                .iter()
+                .find(|(n, _)| n == "content-length")
+                .and_then(|(_, v)| v.parse().ok())
+                .expect("the fake always sends Content-Length");
+            while self.buf.len() < head_end + 4 + length {
+                assert!(self.fill(), "connection closed inside a response body");
+            }
+            let body = serde_json::from_slice(&self.buf[head_end + 4..head_end + 4 + length])
+                .expect("a JSON body");
+            self.buf.drain(..head_end + 4 + length);
+            Some((status.expect("a status line"), headers, body))
+        }
+
+        fn fill(&mut self) -> bool {
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) | Err(_) => false,
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    true
+                }
+            }
+        }
+
+        /// `POST /bot<token>/<method>` with a JSON body.
+        fn call(&mut self, token: &str, method: &str, body: Value) -> (u16, Value) {
+            let target = format!("/bot{token}/{method}");
+            self.send("POST", &target, Some("application/json"), &body.to_string());
+            let (status, _, body) = self.response().expect("an answer");
+            (status, body)
+        }
+    }
+
+    /// One call on a fresh connection.
+    fn call(fake: &FakeTelegram, method: &str, body: Value) -> (u16, Value) {
+        Client::connect(fake).call(TOKEN, method, body)
+    }
+
+    fn fake_with_chat() -> FakeTelegram {
+        let fake = FakeTelegram::start(TOKEN);
+        fake.add_chat(CHAT, "Team");
+        fake
+    }
+
+    fn send(fake: &FakeTelegram, text: &str, parse_mode: Option<&str>) -> (u16, Value) {
+        let mut body = json!({"chat_id": CHAT, "text": text});
+        if let Some(mode) = parse_mode {
+            body["parse_mode"] = json!(mode);
+        }
+        call(fake, "sendMessage", body)
+    }
+
+    fn assert_bad_request(answer: (u16, Value), description: &str) {
+        let (status, body) = answer;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(
+            body,
+            json!({"ok": false, "error_code": 400, "description": description}),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn get_me_describes_the_bot() {
+        let fake = FakeTelegram::start(TOKEN);
+        assert!(fake.base_url().starts_with("http://127.0.0.1:"));
+        assert!(!fake.base_url().ends_with('/'));
+        let (status, body) = call(&fake, "getMe", json!({}));
+        assert_eq!(status, 200);
+        assert_eq!(body["ok"], json!(true));
+        let me = &body["result"];
+        assert_eq!(me["id"], json!(123_456));
+        assert_eq!(me["is_bot"], json!(true));
+        assert_eq!(me["first_name"], json!("Flock"));
+        assert_eq!(me["username"], json!("flock_test_bot"));
+        assert_eq!(fake.bot_id(), 123_456);
+        // GET without a body, method name in any case, works too.
+        let mut client = Client::connect(&fake);
+        client.send("GET", &format!("/bot{TOKEN}/getme"), None, "");
+        let (status, _, body) = client.response().expect("an answer");
+        assert_eq!((status, &body["result"]["username"]), (200, &json!("flock_test_bot")));
+        assert_eq!(fake.calls(), ["getMe", "getme"]);
+    }
+
+    #[test]
+    fn wrong_token_is_401_and_unknown_method_404() {
+        let fake = FakeTelegram::start(TOKEN);
+        let (status, body) = Client::connect(&fake).call("123456:wrong", "getMe", json!({}));
+        assert_eq!(status, 401);
+        assert_eq!(body, json!({"ok": false, "error_code": 401, "description": "Unauthorized"}));
+        let (status, body) = call(&fake, "getMeNow", json!({}));
+        assert_eq!(status, 404);
+        assert_eq!(body, json!({"ok": false, "error_code": 404, "description": "Not Found"}));
+        let mut client = Client::connect(&fake);
+        client.send("POST", "/getMe", Some("application/json"), "{}");
+        assert_eq!(client.response().expect("an answer").0, 404);
+        assert_eq!(
+            fake.rejected(),
+            [
+                ("getMe".to_string(), 401, "Unauthorized".to_string()),
+                ("getMeNow".to_string(), 404, "Not Found".to_string()),
+                ("/getMe".to_string(), 404, "Not Found".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_post_arrives_through_get_updates_in_the_real_shape() {
+        let fake = fake_with_chat();
+        let before = unix_now();
+        let first = fake.post(CHAT, 42, "Alice", Some("alice"), "hello bot");
+        let second = fake.post(CHAT, 43, "Bob", None, "/status@flock_test_bot now");
+        assert_eq!(second, first + 1, "message ids increase per chat");
+        let (status, body) = call(&fake, "getUpdates", json!({"timeout": 0}));
+        assert_eq!(status, 200);
+        assert_eq!(body["ok"], json!(true));
+        let updates = body["result"].as_array().expect("a list of updates");
+        assert_eq!(updates.len(), 2);
+        let update = &updates[0];
+        assert_eq!(update["update_id"], json!(FIRST_UPDATE_ID));
+        let message = &update["message"];
+        let date = message["date"].as_i64().expect("a unix date");
+        assert!(date >= before && date <= unix_now());
+        assert_eq!(
+            update,
+            &json!({
+                "update_id": FIRST_UPDATE_ID,
+                "message": {
+                    "message_id": first,
+                    "from": {"id": 42, "is_bot": false, "first_name": "Alice", "username": "alice"},
+                    "chat": {"id": CHAT, "type": "supergroup", "title": "Team"},
+                    "date": date,
+                    "text": "hello bot",
+                },
+            })
+        );
+        let message = &updates[1]["message"];
+        assert_eq!(updates[1]["update_id"], json!(FIRST_UPDATE_ID + 1));
+        assert_eq!(message["from"], json!({"id": 43, "is_bot": false, "first_name": "Bob"}));
+        assert_eq!(
+            message["entities"],
+            json!([{"offset": 0, "length": 22, "type": "bot_command"}])
+        );
+        assert_eq!(fake.offsets(), [None]);
+        assert_eq!(fake.pending_updates(), 2, "nothing is confirmed without an offset");
+    }
+
+    #[test]
+    fn an_offset_confirms_updates() {
+        let fake = fake_with_chat();
+        fake.post(CHAT, 42, "Alice", Some("alice"), "one");
+        fake.post(CHAT, 42, "Alice", Some("alice"), "two");
+        let (_, body) = call(&fake, "getUpdates", json!({"timeout": 0, "limit": 1}));
+        let updates = body["result"].as_array().expect("updates").clone();
+        assert_eq!(updates.len(), 1, "limit is honoured");
+        let first = updates[0]["update_id"].as_i64().expect("an update id");
+        let (_, body) = call(&fake, "getUpdates", json!({"offset": first + 1, "timeout": 0}));
+        let updates = body["result"].as_array().expect("updates").clone();
+        assert_eq!(updates.len(), 1);
+        assert_eq!(updates[0]["message"]["text"], json!("two"));
+        let last = updates[0]["update_id"].as_i64().expect("an update id");
+        assert_eq!(fake.pending_updates(), 1);
+        let (status, body) = call(&fake, "getUpdates", json!({"offset": last + 1, "timeout": 0}));
+        assert_eq!((status, body), (200, json!({"ok": true, "result": []})));
+        assert_eq!(fake.pending_updates(), 0);
+        assert_eq!(fake.offsets(), [None, Some(first + 1), Some(last + 1)]);
+        // Form-encoded and query-string parameters are understood as well.
+        fake.post(CHAT, 42, "Alice", Some("alice"), "three");
+        let mut client = Client::connect(&fake);
+        let target = format!("/bot{TOKEN}/getUpdates?timeout=0");
+        let form = format!("offset={}", last + 1);
+        client.send("POST", &target, Some("application/x-www-form-urlencoded"), &form);
+        let (_, _, body) = client.response().expect("an answer");
+        assert_eq!(body["result"][0]["message"]["text"], json!("three"));
+        assert_eq!(fake.offsets().last(), Some(&Some(last + 1)));
+    }
+
+    #[test]
+    fn a_long_poll_returns_as_soon_as_a_post_arrives() {
+        let fake = Arc::new(fake_with_chat());
+        let poster = Arc::clone(&fake);
+        let started = Instant::now();
+        let thread = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            poster.post(CHAT, 42, "Alice", Some("alice"), "wake up")
+        });
+        let (status, body) = call(&fake, "getUpdates", json!({"timeout": 20}));
+        let elapsed = started.elapsed();
+        let message_id = thread.join().expect("the poster");
+        assert_eq!(status, 200);
+        assert_eq!(body["result"][0]["message"]["message_id"], json!(message_id));
+        assert!(elapsed >= Duration::from_millis(250), "held until the post: {elapsed:?}");
+        assert!(elapsed < Duration::from_secs(5), "answered early: {elapsed:?}");
+        // With nothing to deliver the poll lasts its timeout, then answers an empty list.
+        let started = Instant::now();
+        let (_, body) =
+            call(&fake, "getUpdates", json!({"offset": FIRST_UPDATE_ID + 1, "timeout": 1}));
+        assert_eq!(body["result"], json!([]));
+        assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn a_newer_poll_terminates_the_held_one_with_409() {
+        let fake = Arc::new(fake_with_chat());
+        let held = {
+            let fake = Arc::clone(&fake);
+            std::thread::spawn(move || call(&fake, "getUpdates", json!({"timeout": 20})))
+        };
+        crate::wait_for(|| fake.offsets().len() == 1, SECS, "the first poll arrived");
+        let (status, body) = call(&fake, "getUpdates", json!({"timeout": 0}));
+        assert_eq!((status, body), (200, json!({"ok": true, "result": []})));
+        let (status, body) = held.join().expect("the held poll");
+        assert_eq!(status, 409);
+        assert_eq!(body, json!({"ok": false, "error_code": 409, "description": CONFLICT}));
+        assert_eq!(fake.rejected(), [("getUpdates".to_string(), 409, CONFLICT.to_string())]);
+    }
+
+    #[test]
+    fn send_message_is_recorded_and_not_delivered_to_the_bot() {
+        let fake = fake_with_chat();
+        let (status, body) = call(
+            &fake,
+            "sendMessage",
+            json!({"chat_id": CHAT, "text": "  hi *all*  ",
+                   "link_preview_options": {"is_disabled": true}}),
+        );
+        assert_eq!(status, 200, "{body}");
+        let message = &body["result"];
+        assert_eq!(message["message_id"], json!(1));
+        assert_eq!(message["from"]["id"], json!(123_456));
+        assert_eq!(message["from"]["is_bot"], json!(true));
+        assert_eq!(message["chat"], json!({"id": CHAT, "type": "supergroup", "title": "Team"}));
+        assert_eq!(message["text"], json!("hi *all*"), "no parse_mode: text kept, trimmed");
+        // A chat id as a string, in a form body, shares the chat's message numbering.
+        let mut client = Client::connect(&fake);
+        let form = format!("chat_id={CHAT}&text=second+one%21");
+        let target = format!("/bot{TOKEN}/sendMessage");
+        client.send("POST", &target, Some("application/x-www-form-urlencoded"), &form);
+        let (status, _, body) = client.response().expect("an answer");
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["text"], json!("second one!"));
+        let sent = fake.sent_to(CHAT);
+        assert_eq!(sent.len(), 2);
+        assert_eq!((sent[0].message_id, sent[1].message_id), (1, 2));
+        assert_eq!(sent[0].text, "  hi *all*  ");
+        assert_eq!(sent[0].plain, "hi *all*");
+        assert_eq!(sent[0].parse_mode, None);
+        assert_eq!(sent[0].params["link_preview_options"], json!({"is_disabled": true}));
+        assert_eq!(fake.sent().len(), 2);
+        let (_, body) = call(&fake, "getUpdates", json!({"timeout": 0}));
+        assert_eq!(body["result"], json!([]), "a bot does not receive its own messages");
+        assert_bad_request(
+            call(&fake, "sendMessage", json!({"chat_id": 99, "text": "x"})),
+            "Bad Request: chat not found",
+        );
+        assert_bad_request(
+            call(&fake, "sendMessage", json!({"chat_id": CHAT, "text": ""})),
+            "Bad Request: message text is empty",
+        );
+        assert_bad_request(
+            call(&fake, "sendMessage", json!({"text": "x"})),
+            "Bad Request: chat_id is empty",
+        );
+        // Replies name a message of the chat.
+        let asked = fake.post(CHAT, 42, "Alice", Some("alice"), "question?");
+        let (status, body) = call(
+            &fake,
+            "sendMessage",
+            json!({"chat_id": CHAT, "text": "answer", "reply_parameters": {"message_id": asked}}),
+        );
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["reply_to_message"]["text"], json!("question?"));
+        assert_bad_request(
+            call(
+                &fake,
+                "sendMessage",
+                json!({"chat_id": CHAT, "text": "x", "reply_parameters": {"message_id": 999}}),
+            ),
+            "Bad Request: message to be replied not found",
+        );
+        assert_eq!(fake.sent().len(), 3);
+    }
+
+    #[test]
+    fn send_message_refuses_4097_characters() {
+        let fake = fake_with_chat();
+        let long = "é".repeat(MAX_MESSAGE_CHARS + 1);
+        assert_bad_request(send(&fake, &long, None), "Bad Request: message is too long");
+        let (status, _) = send(&fake, &long[2..], None);
+        assert_eq!(status, 200, "4096 characters fit");
+        assert_eq!(
+            fake.rejected(),
+            [("sendMessage".to_string(), 400, "Bad Request: message is too long".to_string())]
+        );
+        assert_eq!(fake.sent().len(), 1);
+    }
+
+    #[test]
+    fn markdown_v2_refuses_an_unescaped_reserved_character() {
+        let fake = fake_with_chat();
+        assert_bad_request(
+            send(&fake, "Done. All good", Some("MarkdownV2")),
+            "Bad Request: can't parse entities: Character '.' is reserved and must be escaped \
+             with the preceding '\\'",
+        );
+        assert_bad_request(
+            send(&fake, "a \\- b - c", Some("MarkdownV2")),
+            "Bad Request: can't parse entities: Character '-' is reserved and must be escaped \
+             with the preceding '\\'",
+        );
+        // The same text without a parse_mode is plain text.
+        assert_eq!(send(&fake, "Done. All good", None).0, 200);
+        // Telegram parses the markup before it looks for the chat.
+        let (status, body) = call(
+            &fake,
+            "sendMessage",
+            json!({"chat_id": 999, "text": "v1.0", "parse_mode": "MarkdownV2"}),
+        );
+        assert_eq!(status, 400);
+        assert!(
+            body["description"].as_str().is_some_and(|d| d.contains("Character '.'")),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn markdown_v2_accepts_escapes_and_entities() {
+        let fake = fake_with_chat();
+        let (status, body) = send(&fake, "Done\\. All \\(good\\)\\!", Some("MarkdownV2"));
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["text"], json!("Done. All (good)!"));
+        let text = "*bold* _it_ `co.de` [link](https://e.com/a\\)b) ```rust\nfn x() {}```";
+        let (status, body) = send(&fake, text, Some("MarkdownV2"));
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["text"], json!("bold it co.de link fn x() {}"));
+        assert_eq!(
+            body["result"]["entities"],
+            json!([
+                {"offset": 0, "length": 4, "type": "bold"},
+                {"offset": 5, "length": 2, "type": "italic"},
+                {"offset": 8, "length": 5, "type": "code"},
+                {"offset": 14, "length": 4, "type": "text_link", "url": "https://e.com/a)b"},
+                {"offset": 19, "length": 9, "type": "pre", "language": "rust"},
+            ])
+        );
+        let sent = fake.sent();
+        assert_eq!(sent[1].text, text);
+        assert_eq!(sent[1].parse_mode.as_deref(), Some("MarkdownV2"));
+        assert_eq!(sent[1].plain, "bold it co.de link fn x() {}");
+        let (status, body) = send(&fake, ">quoted\\!\n*bold*", Some("MarkdownV2"));
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["text"], json!("quoted!\nbold"));
+    }
+
+    #[test]
+    fn markdown_v2_refuses_an_unclosed_entity() {
+        let fake = fake_with_chat();
+        assert_bad_request(
+            send(&fake, "ok *bold", Some("MarkdownV2")),
+            "Bad Request: can't parse entities: Can't find end of Bold entity at byte offset 3",
+        );
+        assert_bad_request(
+            send(&fake, "`code", Some("MarkdownV2")),
+            "Bad Request: can't parse entities: Can't find end of Code entity at byte offset 0",
+        );
+        // The legacy Markdown parser words it the old way.
+        assert_bad_request(
+            send(&fake, "ok _it", Some("Markdown")),
+            "Bad Request: can't parse entities: Can't find end of the entity starting at byte \
+             offset 3",
+        );
+        assert_bad_request(
+            send(&fake, "<b>bold", Some("HTML")),
+            "Bad Request: can't parse entities: Can't find end tag corresponding to start tag \
+             \"b\"",
+        );
+        assert_bad_request(
+            send(&fake, "x", Some("Markdown3")),
+            "Bad Request: unsupported parse_mode",
+        );
+        assert_bad_request(
+            send(&fake, "*  *", Some("MarkdownV2")),
+            "Bad Request: message must be non-empty",
+        );
+        assert!(fake.sent().is_empty());
+    }
+
+    /// Cases from tdlib's own test of its MarkdownV2 parser (`test/message_entities.cpp`), which
+    /// the Bot API server runs.
+    #[test]
+    fn markdown_v2_parses_like_telegram() {
+        let reserved = |c: char| {
+            format!("Character '{c}' is reserved and must be escaped with the preceding '\\'")
+        };
+        let unclosed =
+            |kind: &str, at: usize| format!("Can't find end of {kind} entity at byte offset {at}");
+        let errors: Vec<(&str, String)> = vec![
+            ("🏟 🏟_abacaba", unclosed("Italic", 9)),
+            ("🏟 🏟_abac * asd ", unclosed("Bold", 15)),
+            ("🏟 🏟_abac * asd _", unclosed("Italic", 21)),
+            ("🏟 🏟`", unclosed("Code", 9)),
+            ("🏟 🏟```", unclosed("Pre", 9)),
+            ("🏟 🏟```a", unclosed("Pre", 9)),
+            ("🏟 🏟```a ", unclosed("PreCode", 9)),
+            ("🏟 🏟__🏟 🏟_", unclosed("Italic", 20)),
+            ("🏟 🏟_🏟 🏟__", unclosed("Underline", 19)),
+            ("🏟 🏟```🏟 🏟`", unclosed("Code", 21)),
+            ("🏟 🏟```🏟 🏟_", unclosed("PreCode", 9)),
+            ("🏟 🏟```🏟 🏟\\`", unclosed("PreCode", 9)),
+            ("[telegram\\.org](asd\\)", "Can't find end of a URL at byte offset 16".into()),
+            ("[telegram\\.org](", "Can't find end of a URL at byte offset 16".into()),
+            ("🏟 🏟__🏟 _🏟___", unclosed("Italic", 23)),
+            ("🏟 🏟__", unclosed("Underline", 9)),
+            ("🏟 🏟||test\\|", unclosed("Spoiler", 9)),
+            ("🏟 🏟!", reserved('!')),
+            ("🏟 🏟>", reserved('>')),
+            ("a.b", reserved('.')),
+            ("(x)", reserved('(')),
+            ("a|b", reserved('|')),
+            ("🏟 🏟![", unclosed("CustomEmoji", 9)),
+            ("🏟 🏟![👍]", "Custom emoji entity must contain a tg://emoji URL".into()),
+            (
+                "🏟 🏟![👍](tg://emoji?id=1234",
+                "Can't find end of a custom emoji URL at byte offset 17".into(),
+            ),
+            ("🏟 🏟![👍](t://emoji?id=1234)", "Custom emoji URL must have scheme tg".into()),
+            ("🏟 🏟![👍](tg:emojis?id=1234)", "Custom emoji URL must have host \"emoji\"".into()),
+            ("🏟 🏟![👍](tg://emoji#test)", "Custom emoji URL must have an emoji identifier".into()),
+            (
+                "🏟 🏟![👍](tg://emoji?test=1231&id=025)",
+                "Invalid custom emoji identifier specified".into(),
+            ),
+            (">*b\n>ld \n>bo\nld*\nasd\ndef", unclosed("Bold", 1)),
+            (">\n*a*>2", reserved('>')),
+            (">asd\n>q||e||w||\n||asdad", unclosed("Spoiler", 16)),
+            (">asd\n>q||ew\n||asdad", unclosed("Spoiler", 7)),
+            (">asd\n>q||e||w__\n||asdad", unclosed("Underline", 13)),
+            (">asd\n>q||e||w||a\n||asdad", unclosed("Spoiler", 13)),
+        ];
+        for (markdown, error) in errors {
+            match parse_markdown_v2(markdown) {
+                Err(got) => assert_eq!(got, error, "{markdown:?}"),
+                Ok(parsed) => panic!("{markdown:?} parsed as {parsed:?}, expected {error:?}"),
+            }
+        }
+        type Cases<'a> = Vec<(&'a str, &'a str, Vec<(&'a str, usize, usize)>)>;
+        let (bq, ebq) = ("blockquote", "expandable_blockquote");
+        let parses: Cases = vec![
+            ("", "", vec![]),
+            ("\\\\", "\\", vec![]),
+            ("\\\\\\", "\\\\", vec![]),
+            ("\\\\\\\\\\_\\*\\`", "\\\\_*`", vec![]),
+            ("🏟 🏟``", "🏟 🏟", vec![]),
+            ("🏟 🏟_abac \\* asd _", "🏟 🏟abac * asd ", vec![("italic", 5, 11)]),
+            ("🏟 \\.🏟_🏟\\. 🏟_", "🏟 .🏟🏟. 🏟", vec![("italic", 6, 6)]),
+            ("\\\\\\a\\b\\c\\d\\e\\f\\1\\2\\3\\4\\➡️\\", "\\abcdef1234\\➡️\\", vec![]),
+            ("➡️ ➡️_➡️ ➡️_*➡️ ➡️*", "➡️ ➡️➡️ ➡️➡️ ➡️", vec![("italic", 5, 5), ("bold", 10, 5)]),
+            ("🏟 🏟_🏟 *🏟*_", "🏟 🏟🏟 🏟", vec![("italic", 5, 5), ("bold", 8, 2)]),
+            ("🏟 🏟_🏟 __🏟___", "🏟 🏟🏟 🏟", vec![("italic", 5, 5), ("underline", 8, 2)]),
+            ("🏟 🏟__🏟 _🏟_ __", "🏟 🏟🏟 🏟 ", vec![("underline", 5, 6), ("italic", 8, 2)]),
+            ("🏟 🏟__🏟 _🏟_\\___", "🏟 🏟🏟 🏟_", vec![("underline", 5, 6), ("italic", 8, 2)]),
+            ("🏟 🏟`🏟 🏟```", "🏟 🏟🏟 🏟", vec![("code", 5, 5)]),
+            ("🏟 🏟```🏟 🏟```", "🏟 🏟 🏟", vec![("pre", 5, 3)]),
+            ("🏟 🏟```🏟\n🏟```", "🏟 🏟🏟", vec![("pre", 5, 2)]),
+            ("🏟 🏟```🏟\r\n🏟```", "🏟 🏟🏟", vec![("pre", 5, 2)]),
+            ("🏟 🏟```🏟\n\n🏟```", "🏟 🏟\n🏟", vec![("pre", 5, 3)]),
+            ("🏟 🏟```🏟 \\\\\\`🏟```", "🏟 🏟 \\`🏟", vec![("pre", 5, 5)]),
+            ("🏟 🏟**", "🏟 🏟", vec![]),
+            ("||test||", "test", vec![("spoiler", 0, 4)]),
+            ("🏟 🏟``````", "🏟 🏟", vec![]),
+            ("🏟 🏟____", "🏟 🏟", vec![]),
+            (
+                "`_* *_`__*` `*__",
+                "_* *_ ",
+                vec![("code", 0, 5), ("code", 5, 1), ("bold", 5, 1), ("underline", 5, 1)],
+            ),
+            ("_* * ` `_", "   ", vec![("italic", 0, 3), ("bold", 0, 1), ("code", 2, 1)]),
+            ("[](telegram.org)", "", vec![]),
+            ("[ ](telegram.org)", " ", vec![("text_link", 0, 1)]),
+            ("[ ](as)", " ", vec![]),
+            ("[telegram\\.org]a", "telegram.orga", vec![("text_link", 0, 12)]),
+            ("[telegram\\.org](https://telegram.dog?)", "telegram.org", vec![("text_link", 0, 12)]),
+            ("[telegram\\.org]()", "telegram.org", vec![]),
+            ("[telegram\\.org](asdasd)", "telegram.org", vec![]),
+            ("[telegram\\.org](tg:user?id=123456)", "telegram.org", vec![("text_mention", 0, 12)]),
+            (
+                "🏟 🏟![👍](TG://EMoJI/?test=1231&id=25#id=32)a",
+                "🏟 🏟👍a",
+                vec![("custom_emoji", 5, 2)],
+            ),
+            ("> \n> \n>", " \n \n", vec![(bq, 0, 4)]),
+            ("> \\>\n \\> \n>", " >\n > \n", vec![(bq, 0, 3)]),
+            ("abc\n> \n> \n>\ndef", "abc\n \n \n\ndef", vec![(bq, 4, 5)]),
+            (">", "", vec![]),
+            ("\r>a", "\ra", vec![(bq, 1, 1)]),
+            ("\r\r>\r\ra\r\n\r", "\r\r\r\ra\r\n\r", vec![(bq, 2, 5)]),
+            (
+                ">*bold _italic bold ~italic bold strikethrough ||italic bold strikethrough \
+                 spoiler||~ __underline italic bold___ bold*",
+                "bold italic bold italic bold strikethrough italic bold strikethrough spoiler \
+                 underline italic bold bold",
+                vec![
+                    (bq, 0, 103),
+                    ("bold", 0, 103),
+                    ("italic", 5, 93),
+                    ("strikethrough", 17, 59),
+                    ("spoiler", 43, 33),
+                    ("underline", 77, 21),
+                ],
+            ),
+            (
+                ">*b\n>ld \n>bo\n>ld*\nasd\ndef",
+                "b\nld \nbo\nld\nasd\ndef",
+                vec![(bq, 0, 12), ("bold", 0, 11)],
+            ),
+            (
+                "*a\n>b\n>ld \n>bo\n>ld\nasd*\ndef",
+                "a\nb\nld \nbo\nld\nasd\ndef",
+                vec![("bold", 0, 17), (bq, 2, 12)],
+            ),
+            (
+                ">`b\n>ld \n>bo\nld`\n>asd\ndef",
+                "b\n>ld \n>bo\nld\nasd\ndef",
+                vec![(bq, 0, 18), ("code", 0, 13)],
+            ),
+            (
+                "`>b\n>ld \n>bo\nld`\n>asd\ndef",
+                ">b\n>ld \n>bo\nld\nasd\ndef",
+                vec![("code", 0, 14), (bq, 15, 4)],
+            ),
+            (">\n1", "\n1", vec![(bq, 0, 1)]),
+            (">\n\r>2", "\n\r2", vec![(bq, 0, 1), (bq, 2, 1)]),
+            (">\n**>2", "\n2", vec![(bq, 0, 1), (bq, 1, 1)]),
+            (">**\n>2", "\n2", vec![(bq, 0, 2)]),
+            (">*abcd*\n", "abcd\n", vec![(bq, 0, 5), ("bold", 0, 4)]),
+            (
+                "abc\n>def\n>def\n\r>ghi2\njkl",
+                "abc\ndef\ndef\n\rghi2\njkl",
+                vec![(bq, 4, 8), (bq, 13, 5)],
+            ),
+            (">asd\n>q||e||w||\nasdad", "asd\nqew\nasdad", vec![(ebq, 0, 8), ("spoiler", 5, 1)]),
+            (">asd\n>q||ew||\nasdad", "asd\nqew\nasdad", vec![(bq, 0, 8), ("spoiler", 5, 2)]),
+            (">asd\r\n>q||e||w||\r\n", "asd\r\nqew\r\n", vec![(ebq, 0, 10), ("spoiler", 6, 1)]),
+            (">asd\r\n>q||e||w||", "asd\r\nqew", vec![(ebq, 0, 8), ("spoiler", 6, 1)]),
+            (">||", "", vec![]),
+        ];
+        for (markdown, text, mut want) in parses {
+            let parsed =
+                parse_markdown_v2(markdown).unwrap_or_else(|e| panic!("{markdown:?} refused: {e}"));
+            assert_eq!(parsed.text, text, "{markdown:?}");
+            let mut got: Vec<(&str, usize, usize)> =
+                parsed.entities.iter().map(|e| (e.kind, e.offset, e.length)).collect();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "{markdown:?}");
+        }
+        let url = |markdown: &str| {
+            let parsed = parse_markdown_v2(markdown).expect("parses");
+            parsed.entities[0].to_json()
+        };
+        assert_eq!(url("[ ](telegram.org)")["url"], json!("http://telegram.org/"));
+        assert_eq!(
+            url("[a](https://telegram.dog?\\\\\\()")["url"],
+            json!("https://telegram.dog/?\\(")
+        );
+        assert_eq!(url("```rust\nx```")["language"], json!("rust"));
+        assert_eq!(url("![👍](tg://emoji?id=25)")["custom_emoji_id"], json!("25"));
+        assert_eq!(url("[x](tg://user?id=7)")["user"]["id"], json!(7));
+    }
+
+    #[test]
+    fn scripted_429_carries_retry_after_then_sends_succeed() {
+        let fake = fake_with_chat();
+        fake.fail_sends_with_429(2, 3);
+        fake.fail_next_sends(1, 403, "Forbidden: bot was kicked from the supergroup chat");
+        let too_many = json!({
+            "ok": false,
+            "error_code": 429,
+            "description": "Too Many Requests: retry after 3",
+            "parameters": {"retry_after": 3},
+        });
+        assert_eq!(send(&fake, "hi", None), (429, too_many.clone()));
+        assert_eq!(send(&fake, "hi", None), (429, too_many));
+        let (status, body) = send(&fake, "hi", None);
+        assert_eq!(status, 403);
+        assert_eq!(
+            body["description"],
+            json!("Forbidden: bot was kicked from the supergroup chat")
+        );
+        let (status, body) = send(&fake, "hi", None);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(fake.sent().len(), 1);
+        let statuses: Vec<u16> = fake.rejected().iter().map(|r| r.1).collect();
+        assert_eq!(statuses, [429, 429, 403]);
+    }
+
+    #[test]
+    fn keep_alive_serves_several_requests_on_one_connection() {
+        let fake = fake_with_chat();
+        let mut client = Client::connect(&fake);
+        let (status, _) = client.call(TOKEN, "getMe", json!({}));
+        assert_eq!(status, 200);
+        let (status, body) =
+            client.call(TOKEN, "sendMessage", json!({"chat_id": CHAT, "text": "a"}));
+        assert_eq!(status, 200, "{body}");
+        // Two pipelined requests in one write are answered in order.
+        let target = format!("/bot{TOKEN}/getMe");
+        let one = format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
+        client.stream.write_all(format!("{one}{one}").as_bytes()).expect("pipeline");
+        let (_, headers, _) = client.response().expect("first answer");
+        assert!(headers.contains(&("connection".into(), "keep-alive".into())), "{headers:?}");
+        assert_eq!(client.response().expect("second answer").0, 200);
+        assert_eq!(fake.calls().len(), 4);
+    }
+
+    #[test]
+    fn dropped_connections_get_no_answer() {
+        let fake = fake_with_chat();
+        fake.drop_next_connections(1);
+        let mut client = Client::connect(&fake);
+        client.send(
+            "POST",
+            &format!("/bot{TOKEN}/sendMessage"),
+            Some("application/json"),
+            &json!({"chat_id": CHAT, "text": "lost"}).to_string(),
+        );
+        assert!(client.response().is_none(), "closed without an answer");
+        assert_eq!(fake.dropped(), 1);
+        assert!(fake.sent().is_empty() && fake.calls().is_empty());
+        assert_eq!(send(&fake, "kept", None).0, 200);
+    }
+
+    #[test]
+    fn edits_arrive_as_edited_message_updates() {
+        let fake = fake_with_chat();
+        let id = fake.post(CHAT, 42, "Alice", Some("alice"), "helo");
+        fake.edit(CHAT, id, "hello");
+        let (_, body) =
+            call(&fake, "getUpdates", json!({"allowed_updates": ["message", "edited_message"]}));
+        let updates = body["result"].as_array().expect("updates");
+        assert_eq!(updates.len(), 2);
+        let edited = &updates[1]["edited_message"];
+        assert_eq!(edited["message_id"], json!(id));
+        assert_eq!(edited["text"], json!("hello"));
+        assert!(edited["edit_date"].as_i64() >= edited["date"].as_i64());
+        // With edits no longer allowed, later edits are never delivered.
+        let next = updates[1]["update_id"].as_i64().expect("an update id") + 1;
+        call(&fake, "getUpdates", json!({"offset": next, "allowed_updates": ["message"]}));
+        fake.edit(CHAT, id, "hello!");
+        assert_eq!(fake.pending_updates(), 0);
+    }
+
+    #[test]
+    fn wait_sent_waits_for_messages_from_another_thread() {
+        let fake = Arc::new(fake_with_chat());
+        let sender = Arc::clone(&fake);
+        let thread = std::thread::spawn(move || {
+            for text in ["one", "two"] {
+                std::thread::sleep(Duration::from_millis(100));
+                assert_eq!(send(&sender, text, None).0, 200);
+            }
+        });
+        let sent = fake.wait_sent(CHAT, 2, SECS);
+        assert_eq!(sent.iter().map(|m| m.plain.as_str()).collect::<Vec<_>>(), ["one", "two"]);
+        thread.join().expect("the sender");
+    }
+
+    #[tokio::test]
+    async fn wait_sent_async_does_not_block_an_async_test() {
+        let fake = Arc::new(fake_with_chat());
+        let sender = Arc::clone(&fake);
+        let thread = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(send(&sender, "async", None).0, 200);
+        });
+        let sent = fake.wait_sent_async(CHAT, 1, SECS).await;
+        assert_eq!(sent[0].plain, "async");
+        thread.join().expect("the sender");
+    }
+}
