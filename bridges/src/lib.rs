@@ -12,8 +12,10 @@
 //!   router never hands a mapping the posts that came from its own chat; a short-lived record of
 //!   what was just sent drops a message that comes back anyway.
 //!
-//! Only Telegram is built so far (`telegram.rs`); the relay is platform-neutral.
+//! Platforms: Telegram (`telegram.rs`, Bot API long polling) and Discord (`discord.rs`,
+//! serenity's gateway and webhooks); the relay is platform-neutral.
 
+pub mod discord;
 pub mod link;
 pub mod render;
 pub mod telegram;
@@ -27,6 +29,7 @@ use std::time::{Duration, Instant};
 use flock_config::{BridgeSpec, Platform};
 use serde_json::{Value, json};
 
+use crate::discord::Discord;
 use crate::link::{CallError, Link};
 use crate::telegram::Telegram;
 
@@ -95,11 +98,40 @@ struct Stats {
     outbox: Mutex<HashMap<String, u64>>,
 }
 
+/// The platform a bridge talks to.
+enum Chat {
+    Telegram(Telegram),
+    Discord(Discord),
+}
+
+impl Chat {
+    /// A post as the platform's messages (each within its limit).
+    fn messages(&self, author: &str, text: &str) -> Vec<String> {
+        match self {
+            Chat::Telegram(_) => render::telegram_messages(author, text),
+            Chat::Discord(_) => Discord::messages(text),
+        }
+    }
+
+    /// Sends one message of a post by `author`: its platform id and the text as sent.
+    async fn send(
+        &self,
+        external: &str,
+        author: &str,
+        message: &str,
+    ) -> Result<(String, String), PlatformError> {
+        match self {
+            Chat::Telegram(t) => t.send(external, message).await.map(|id| (id, message.to_owned())),
+            Chat::Discord(d) => d.send(external, author, message).await,
+        }
+    }
+}
+
 /// The running relay of one bridge.
 struct Relay {
     spec: BridgeSpec,
     link: Link,
-    telegram: Telegram,
+    chat: Chat,
     stats: Stats,
     /// Hashes of texts just sent, with when (the echo backstop).
     echoes: Mutex<VecDeque<(Instant, u64)>>,
@@ -128,45 +160,65 @@ pub async fn run() -> u8 {
     };
     println!("bridge `{}` ({}) connected to the router", spec.name, spec.platform.as_str());
     link.status(json!({"state": "connecting"}));
-    let api_url =
-        spec.api_url.clone().unwrap_or_else(|| spec.platform.default_api_url().to_owned());
-    let telegram = match spec.platform {
-        Platform::Telegram => loop {
-            match Telegram::connect(&api_url, &token).await {
-                Ok(t) => break t,
-                Err(PlatformError::Fatal(e)) => {
-                    link.status(json!({"state": "failed", "last_error": e}));
-                    eprintln!("flock-bridge: error: {e}");
-                    return EXIT_CONFIG;
+    let mut tasks = tokio::task::JoinSet::new();
+    let chat = match spec.platform {
+        Platform::Telegram => {
+            let api_url =
+                spec.api_url.clone().unwrap_or_else(|| spec.platform.default_api_url().to_owned());
+            match until_connected(&link, || Telegram::connect(&api_url, &token)).await {
+                Ok(t) => {
+                    println!("telegram: bot {} ready; {} chat(s) mapped", t.bot_id(), spec.channels.len());
+                    Chat::Telegram(t)
                 }
-                Err(e) => {
-                    link.status(json!({"state": "reconnecting", "last_error": e.to_string()}));
-                    eprintln!("flock-bridge: cannot reach Telegram yet: {e}");
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-                        _ = link.gone() => return 1,
-                        _ = link.shutdown_requested() => { link.shutdown_ack().await; return 0 }
-                    }
-                }
+                Err(code) => return code,
             }
-        },
+        }
+        Platform::Discord => {
+            let http = Arc::new(discord::http(spec.api_url.as_deref(), &token));
+            match until_connected(&link, || Discord::connect(http.clone())).await {
+                Ok(d) => {
+                    println!("discord: bot {} ready; {} channel(s) mapped", d.bot_id(), spec.channels.len());
+                    Chat::Discord(d)
+                }
+                Err(code) => return code,
+            }
+        }
         other => {
             eprintln!("flock-bridge: error: {} bridges are not built yet", other.as_str());
             return EXIT_CONFIG;
         }
     };
-    println!("telegram: bot {} ready; {} chat(s) mapped", telegram.bot_id(), spec.channels.len());
     let relay = Arc::new(Relay {
         spec,
         link: link.clone(),
-        telegram,
+        chat,
         stats: Stats::default(),
         echoes: Mutex::default(),
         recent_posts: Mutex::default(),
     });
+    match &relay.chat {
+        Chat::Telegram(_) => {
+            tasks.spawn(relay.clone().telegram_inbound());
+        }
+        Chat::Discord(d) => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let handler = discord::Handler { tx, bot_id: d.bot_id() };
+            // The gateway's own REST client, to the same API as the relay's.
+            let http = discord::http(relay.spec.api_url.as_deref(), &token);
+            let builder = serenity::client::ClientBuilder::new_with_http(http, discord::intents())
+                .event_handler(handler);
+            let client = match builder.await {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("flock-bridge: error: cannot set up the Discord client: {e}");
+                    return 1;
+                }
+            };
+            tasks.spawn(relay.clone().discord_gateway(client));
+            tasks.spawn(relay.clone().discord_inbound(rx));
+        }
+    }
     relay.set_state("connected", None);
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(relay.clone().inbound());
     for m in relay.spec.channels.clone() {
         tasks.spawn(relay.clone().outbound(m.external.clone()));
     }
@@ -188,7 +240,109 @@ pub async fn run() -> u8 {
     }
 }
 
+/// Connects to the platform, retrying what a retry can fix; `Err(exit code)` otherwise (or when
+/// the router goes away or asks the bridge to stop meanwhile).
+async fn until_connected<T, F, Fut>(link: &Link, connect: F) -> Result<T, u8>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, PlatformError>>,
+{
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        match connect().await {
+            Ok(t) => return Ok(t),
+            Err(PlatformError::Fatal(e)) => {
+                link.status(json!({"state": "failed", "last_error": e}));
+                eprintln!("flock-bridge: error: {e}");
+                return Err(EXIT_CONFIG);
+            }
+            Err(e) => {
+                link.status(json!({"state": "reconnecting", "last_error": e.to_string()}));
+                eprintln!("flock-bridge: cannot reach the platform yet: {e}");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = link.gone() => return Err(1),
+                    _ = link.shutdown_requested() => { link.shutdown_ack().await; return Err(0) }
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
 impl Relay {
+    /// Runs serenity's gateway; a refused intent or token is fatal (exit 78), anything else
+    /// exits the process (the supervisor restarts it).
+    async fn discord_gateway(self: Arc<Self>, mut client: serenity::Client) {
+        use serenity::gateway::GatewayError;
+        let err = match client.start().await {
+            Ok(()) => return,
+            Err(e) => e,
+        };
+        let (fatal, why) = match &err {
+            serenity::Error::Gateway(GatewayError::DisallowedGatewayIntents) => (
+                true,
+                "Discord refused the gateway intents (close 4014): enable \"Message Content Intent\" for the bot in the Developer Portal (Bot → Privileged Gateway Intents)".to_owned(),
+            ),
+            serenity::Error::Gateway(GatewayError::InvalidGatewayIntents) => {
+                (true, "Discord says the gateway intents are invalid (close 4013)".to_owned())
+            }
+            serenity::Error::Gateway(GatewayError::InvalidAuthentication) => (
+                true,
+                "Discord refused the bot token on the gateway (close 4004): check the variable `token_env` names".to_owned(),
+            ),
+            other => (false, format!("the Discord gateway stopped: {other}")),
+        };
+        self.set_state("failed", Some(why.clone()));
+        eprintln!("flock-bridge: error: {why}");
+        // Let the status reach the router before the process ends.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        std::process::exit(if fatal { i32::from(EXIT_CONFIG) } else { 1 });
+    }
+
+    /// Discord → Flock: people's messages in gateway order; on each (re)connection, first what
+    /// was written while the bridge was away (history after the newest message brought in).
+    async fn discord_inbound(self: Arc<Self>, mut rx: tokio::sync::mpsc::UnboundedReceiver<discord::Event>) {
+        let Chat::Discord(discord) = &self.chat else { return };
+        while let Some(event) = rx.recv().await {
+            match event {
+                discord::Event::Ready => {
+                    self.set_state("connected", None);
+                    for m in self.spec.channels.clone() {
+                        let last = match self.link.call_json("bridge__last", json!({"external": m.external})).await {
+                            Ok(v) => v["message_id"].as_str().and_then(|s| s.parse::<u64>().ok()),
+                            Err(CallError::Gone) => return,
+                            Err(CallError::Refused(_)) => None,
+                        };
+                        // A mapping that never brought anything in does not import history.
+                        let Some(last) = last else { continue };
+                        match discord.history_after(&m.external, last).await {
+                            Ok(missed) => {
+                                if !missed.is_empty() {
+                                    println!("in: {} message(s) written in channel {} while the bridge was away", missed.len(), m.external);
+                                }
+                                for msg in missed {
+                                    if let Err(CallError::Gone) = self.bring_in(&msg).await {
+                                        return;
+                                    }
+                                }
+                            }
+                            Err(e) => {
+                                eprintln!("flock-bridge: cannot read what was missed in channel {}: {e}", m.external);
+                                self.set_state("connected", Some(e.to_string()));
+                            }
+                        }
+                    }
+                }
+                discord::Event::Message(m) => {
+                    if let Err(CallError::Gone) = self.bring_in(&m).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     fn set_state(&self, state: &str, error: Option<String>) {
         let changed = {
             let mut s = self.stats.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -218,14 +372,15 @@ impl Relay {
         }));
     }
 
-    /// Platform → Flock.
-    async fn inbound(self: Arc<Self>) {
+    /// Telegram → Flock: long polls; an update is confirmed once it is handled.
+    async fn telegram_inbound(self: Arc<Self>) {
+        let Chat::Telegram(telegram) = &self.chat else { return };
         let mut backoff = Duration::from_millis(500);
         loop {
             if self.link.stopping() {
                 return;
             }
-            let batch = match self.telegram.receive().await {
+            let batch = match telegram.receive().await {
                 Ok(b) => {
                     backoff = Duration::from_millis(500);
                     b
@@ -251,7 +406,7 @@ impl Relay {
                     // Not handled: the next process gets this update again.
                     return;
                 }
-                self.telegram.handled(update_id);
+                telegram.handled(update_id);
             }
         }
     }
@@ -368,12 +523,12 @@ impl Relay {
     /// a chat that refuses us is reported broken and retried every half minute.
     async fn deliver(&self, external: &str, author: &str, text: &str) -> Option<String> {
         let mut last_id = String::new();
-        for part in render::telegram_messages(author, text) {
+        for part in self.chat.messages(author, text) {
             let mut backoff = Duration::from_millis(500);
             loop {
-                match self.telegram.send(external, &part).await {
-                    Ok(id) => {
-                        self.remember_sent(external, &part);
+                match self.chat.send(external, author, &part).await {
+                    Ok((id, sent)) => {
+                        self.remember_sent(external, &sent);
                         last_id = id;
                         break;
                     }

@@ -92,7 +92,7 @@ const BRIDGE_CHANNEL_KEYS: &[&str] = &["flock", "external", "allow"];
 /// Every platform a bridge may name, in the order messages list them.
 const PLATFORMS: &[Platform] = &[Platform::Discord, Platform::Slack, Platform::Telegram];
 /// The platforms this version has a bridge for.
-const BUILT_PLATFORMS: &[Platform] = &[Platform::Telegram];
+const BUILT_PLATFORMS: &[Platform] = &[Platform::Discord, Platform::Telegram];
 /// The longest bridge name (`[a-z0-9][a-z0-9-]{0,30}`).
 const MAX_BRIDGE_NAME: usize = 31;
 /// The longest `token_env` (a variable name; anything longer is likely the token itself).
@@ -1932,7 +1932,7 @@ mod tests {
     }
 
     #[test]
-    fn only_telegram_bridges_are_built() {
+    fn only_discord_and_telegram_bridges_are_built() {
         let text = with_bridges(&format!(
             "{}{}{}{}",
             tg("a").replace("telegram", "discord"),
@@ -1944,14 +1944,9 @@ mod tests {
             &text,
             &[
                 (
-                    7,
-                    &["`bridges[0].platform`: `discord` bridges are not built yet; this version \
-                       has: telegram"],
-                ),
-                (
                     12,
                     &["`bridges[1].platform`: `slack` bridges are not built yet; this version \
-                       has: telegram"],
+                       has: discord, telegram"],
                 ),
                 (17, &["unknown platform `irc`; known: discord, slack, telegram"]),
                 (22, &["unknown platform `telegarm`", "did you mean `telegram`?"]),

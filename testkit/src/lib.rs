@@ -7,6 +7,7 @@
 //! It holds no product logic: it only starts processes, reads their outputs and speaks the wire
 //! format through `flock-ipc`.
 
+pub mod fake_discord;
 pub mod fake_llm;
 pub mod fake_telegram;
 pub mod proc;

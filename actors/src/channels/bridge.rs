@@ -9,6 +9,8 @@
 //! - `bridge__pull {external, wait_ms}`: the channel's posts after the mapping's durable cursor
 //!   (at most [`PULL_MAX`]), leaving out those that came from this very chat (no echo). With
 //!   nothing new, the call waits up to `wait_ms` for a post (long poll, no polling storm).
+//! - `bridge__last {external}`: the platform id of the newest message brought in from that chat
+//!   (a restarted Discord bridge fetches what was written after it).
 //! - `bridge__sent {external, seq, external_id}`: everything up to `seq` reached the chat; the
 //!   cursor moves (never back) and the platform's message id is remembered.
 //!
@@ -52,7 +54,7 @@ const PULL_WAIT_MAX_MS: u64 = 60_000;
 
 /// Names of the tools a bridge connection may call.
 pub fn is_bridge_tool(name: &str) -> bool {
-    matches!(name, "bridge__post" | "bridge__pull" | "bridge__sent")
+    matches!(name, "bridge__post" | "bridge__pull" | "bridge__sent" | "bridge__last")
 }
 
 /// A pull waiting for a post in its channel.
@@ -149,6 +151,22 @@ impl Store {
             posts.push(BridgePost { seq, author, text });
         }
         Ok((posts, upto))
+    }
+
+    /// The platform message id of the newest post in `channel` whose origin starts with
+    /// `prefix` (`<bridge>/<external>/`).
+    pub fn last_origin(&self, channel: &str, prefix: &str) -> Result<Option<String>, StoreError> {
+        let origin: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT origin FROM channel_messages
+                 WHERE channel = ?1 AND substr(origin, 1, length(?2)) = ?2
+                 ORDER BY seq DESC LIMIT 1",
+                params![channel, prefix],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(origin.map(|o| o[prefix.len()..].to_owned()))
     }
 
     /// Moves the mapping's cursor up to `seq` (never back) and records the platform message.
@@ -266,6 +284,15 @@ impl ChannelsState {
         let result = match name {
             "bridge__post" => self.bridge_post(myself, bridge, &args).await,
             "bridge__sent" => self.bridge_sent(bridge, &args).await,
+            "bridge__last" => match self.mapped(bridge, &args) {
+                Ok((channel, external)) => {
+                    let prefix = format!("{bridge}/{external}/");
+                    self.db(move |s| s.last_origin(&channel, &prefix))
+                        .await
+                        .map(|id| json!({"message_id": id}).to_string())
+                }
+                Err(e) => Err(e),
+            },
             "bridge__pull" => {
                 let wait_ms = args.get("wait_ms").and_then(Value::as_u64).unwrap_or(0);
                 match self.bridge_pull(bridge, &args).await {

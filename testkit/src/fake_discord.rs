@@ -1,0 +1,1997 @@
+//! A fake Discord for tests: one real server on 127.0.0.1 speaking the REST API v10 (HTTP/1.1,
+//! JSON) and the Gateway v10 (WebSocket, JSON encoding, no transport compression) on the same
+//! port, for one bot in one guild, scripted from the test ([`FakeDiscord::post`],
+//! [`FakeDiscord::rate_limit_next`], [`FakeDiscord::drop_gateway`], …) and recording what the bot
+//! did. The wire formats are Discord's (<https://discord.com/developers/docs>), so the real
+//! `serenity` 0.12.5 client runs against it:
+//!
+//! ```ignore
+//! let http = HttpBuilder::new(token).proxy(fake.base_url()).ratelimiter_disabled(true).build();
+//! ```
+//!
+//! (`proxy` replaces `https://discord.com` in every REST URL, so requests arrive as
+//! `/api/v10/...`; the gateway URL comes from `GET /api/v10/gateway` and is
+//! [`FakeDiscord::ws_url`]; serenity's own rate limiter ignores the proxy, hence
+//! `ratelimiter_disabled`.)
+//!
+//! It follows the real service where a client can get it wrong: Hello → Identify → READY with
+//! close codes 4004 (bad token), 4013/4014 (invalid / disallowed intents), 4003/4005, heartbeats
+//! acknowledged, sessions that buffer dispatches while their connection is gone and replay them
+//! on Resume (else op 9), op 7 / op 9 / dropped sockets on demand; `MESSAGE_CREATE` for every
+//! message including the bot's and its webhooks' own (a client must drop them itself), content
+//! emptied without the privileged MESSAGE_CONTENT intent; `Authorization: Bot` on bot routes (401),
+//! Discord's JSON error bodies and codes (10003, 10015, 50006, 50013, 50035), the 2000-character
+//! limit, webhook name rules, newest-first history with `after`/`before`/`limit`, and scripted
+//! 429s with Discord's rate-limit headers. It shares no code with the client it tests. It runs on
+//! its own thread and tokio runtime, so sync and async tests can use it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::net::SocketAddr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+/// The bot's user id (also its application id, as for every Discord bot).
+pub const BOT_ID: u64 = 1_180_000_000_000_000_001;
+/// The bot's application id (= [`BOT_ID`]).
+pub const APPLICATION_ID: u64 = BOT_ID;
+/// `username` of the bot.
+pub const BOT_USERNAME: &str = "flock-bot";
+/// The one guild (server) the bot is in; every channel belongs to it.
+pub const GUILD_ID: u64 = 1_180_000_000_000_000_002;
+/// The guild's name.
+pub const GUILD_NAME: &str = "Flock Test";
+/// The guild's owner (a person, not the bot).
+pub const GUILD_OWNER_ID: u64 = 1_180_000_000_000_000_003;
+/// `heartbeat_interval` of Hello unless [`FakeDiscord::set_heartbeat_interval`] changed it.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 41_250;
+/// Longest message content, in characters.
+pub const MAX_MESSAGE_CHARS: usize = 2000;
+/// Most webhooks a channel may have.
+pub const MAX_WEBHOOKS_PER_CHANNEL: usize = 15;
+
+/// Gateway intent GUILDS (`GUILD_CREATE` after READY).
+pub const INTENT_GUILDS: u64 = 1;
+/// Gateway intent GUILD_MESSAGES (`MESSAGE_CREATE`/`MESSAGE_UPDATE` in guild channels).
+pub const INTENT_GUILD_MESSAGES: u64 = 1 << 9;
+/// The privileged gateway intent MESSAGE_CONTENT.
+pub const INTENT_MESSAGE_CONTENT: u64 = 1 << 15;
+/// Every intent bit Discord defines lies below this one.
+const INTENTS_END: u64 = 1 << 26;
+
+/// First second of 2015, the epoch of Discord snowflakes (ms since the Unix epoch).
+const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+/// Application flag GATEWAY_MESSAGE_CONTENT_LIMITED: the intent is enabled for the app.
+const APP_FLAG_MESSAGE_CONTENT_LIMITED: u64 = 1 << 19;
+
+/// A message as the fake stores it.
+#[derive(Debug, Clone)]
+pub struct DiscordMessage {
+    pub id: u64,
+    pub channel_id: u64,
+    /// The person's id, [`BOT_ID`], or for webhook messages the webhook's id (as Discord does).
+    pub author_id: u64,
+    /// The author's username (for webhook messages the `username` given, else the webhook name).
+    pub username: String,
+    /// The content as written (never emptied by intents).
+    pub content: String,
+    pub webhook_id: Option<u64>,
+    /// `allowed_mentions` as the bot sent it (`None` when absent, and for people's messages).
+    pub allowed_mentions: Option<Value>,
+}
+
+/// An answer the REST API refused, in Discord's JSON error format.
+#[derive(Debug, Clone)]
+struct Refusal {
+    status: u16,
+    body: Value,
+    headers: Vec<(String, String)>,
+}
+
+impl Refusal {
+    fn new(status: u16, code: u64, message: &str) -> Refusal {
+        Refusal { status, body: json!({"message": message, "code": code}), headers: Vec::new() }
+    }
+
+    fn not_found() -> Refusal {
+        Refusal::new(404, 0, "404: Not Found")
+    }
+
+    fn unauthorized() -> Refusal {
+        Refusal::new(401, 0, "401: Unauthorized")
+    }
+
+    fn unknown_channel() -> Refusal {
+        Refusal::new(404, 10003, "Unknown Channel")
+    }
+
+    fn unknown_message() -> Refusal {
+        Refusal::new(404, 10008, "Unknown Message")
+    }
+
+    fn unknown_webhook() -> Refusal {
+        Refusal::new(404, 10015, "Unknown Webhook")
+    }
+
+    /// 400 "Invalid Form Body" (50035) with one error on `field`.
+    fn form(field: &str, code: &str, message: &str) -> Refusal {
+        let mut errors = Map::new();
+        errors.insert(field.into(), json!({"_errors": [{"code": code, "message": message}]}));
+        Refusal {
+            status: 400,
+            body: json!({"message": "Invalid Form Body", "code": 50035, "errors": errors}),
+            headers: Vec::new(),
+        }
+    }
+
+    fn message(&self) -> String {
+        self.body["message"].as_str().unwrap_or_default().to_string()
+    }
+}
+
+/// A REST answer: status, JSON body (none for 204) and extra headers.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    body: Option<Value>,
+    headers: Vec<(String, String)>,
+}
+
+impl Reply {
+    fn ok(body: Value) -> Reply {
+        Reply { status: 200, body: Some(body), headers: Vec::new() }
+    }
+
+    fn no_content() -> Reply {
+        Reply { status: 204, body: None, headers: Vec::new() }
+    }
+}
+
+#[derive(Debug)]
+struct Channel {
+    name: String,
+    position: usize,
+    webhook_permission: bool,
+}
+
+#[derive(Debug)]
+struct StoredMessage {
+    meta: DiscordMessage,
+    /// The message object as the REST API returns it (no `guild_id`, no `member`).
+    json: Value,
+    /// Posted by the bot or one of its webhooks.
+    by_bot: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Webhook {
+    id: u64,
+    token: String,
+    channel_id: u64,
+    name: String,
+    deleted: bool,
+}
+
+impl Webhook {
+    fn to_json(&self, with_token: bool) -> Value {
+        let mut hook = json!({
+            "id": self.id.to_string(),
+            "type": 1,
+            "guild_id": GUILD_ID.to_string(),
+            "channel_id": self.channel_id.to_string(),
+            "name": self.name,
+            "avatar": null,
+            "application_id": APPLICATION_ID.to_string(),
+        });
+        if with_token {
+            hook["token"] = json!(self.token);
+            hook["user"] = bot_user();
+        }
+        hook
+    }
+}
+
+/// A gateway session: survives its connection (for Resume) until invalidated.
+#[derive(Debug)]
+struct Session {
+    intents: u64,
+    seq: u64,
+    /// Every dispatch of the session as sent: `(seq, payload text)`.
+    events: Vec<(u64, String)>,
+    /// The connection the session is attached to, if any.
+    conn: Option<u64>,
+}
+
+/// What a gateway connection task is told to do.
+#[derive(Debug)]
+enum Out {
+    Text(String),
+    /// Send a close frame with this code and reason, then end the connection.
+    Close(u16, String),
+    /// Close the socket without a close frame.
+    Drop,
+}
+
+#[derive(Debug)]
+struct GatewayConn {
+    tx: mpsc::UnboundedSender<Out>,
+    session: Option<String>,
+}
+
+#[derive(Debug)]
+struct State {
+    channels: BTreeMap<u64, Channel>,
+    /// Every message of every channel, oldest first.
+    messages: Vec<StoredMessage>,
+    /// Usernames of the people who posted (for `mentions`).
+    people: HashMap<u64, String>,
+    webhooks: Vec<Webhook>,
+    sessions: HashMap<String, Session>,
+    conns: HashMap<u64, GatewayConn>,
+    next_conn: u64,
+    last_snowflake: u64,
+    deny_message_content: bool,
+    heartbeat_interval: u64,
+    identifies: Vec<u64>,
+    heartbeats: Vec<Option<u64>>,
+    resumes: Vec<(String, u64, bool)>,
+    rate_limits: VecDeque<f64>,
+    requests: Vec<(String, String, Value)>,
+    rejected: Vec<(String, String, u16, String)>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    token: String,
+    addr: SocketAddr,
+    state: Mutex<State>,
+    /// Notified on every change (messages, connections, sessions).
+    changed: Condvar,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn ws_url(&self) -> String {
+        format!("ws://{}", self.addr)
+    }
+
+    fn token_ok(&self, token: &str) -> bool {
+        strip_bot(token) == self.token
+    }
+}
+
+fn strip_bot(token: &str) -> &str {
+    let token = token.trim();
+    token.strip_prefix("Bot ").unwrap_or(token).trim()
+}
+
+/// A running fake Discord for one bot; stops when dropped.
+#[derive(Debug)]
+pub struct FakeDiscord {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FakeDiscord {
+    /// Binds 127.0.0.1:0 and serves the bot `token` (with or without a `Bot ` prefix) on a thread
+    /// of its own. The bot is [`BOT_ID`] in guild [`GUILD_ID`], which has no channels until
+    /// [`FakeDiscord::add_channel`].
+    pub fn start(token: &str) -> FakeDiscord {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the fake Discord");
+        listener.set_nonblocking(true).expect("non-blocking listener");
+        let addr = listener.local_addr().expect("fake Discord address");
+        let shared = Arc::new(Shared {
+            token: strip_bot(token).to_string(),
+            addr,
+            state: Mutex::new(State {
+                channels: BTreeMap::new(),
+                messages: Vec::new(),
+                people: HashMap::new(),
+                webhooks: Vec::new(),
+                sessions: HashMap::new(),
+                conns: HashMap::new(),
+                next_conn: 1,
+                last_snowflake: 0,
+                deny_message_content: false,
+                heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL_MS,
+                identifies: Vec::new(),
+                heartbeats: Vec::new(),
+                resumes: Vec::new(),
+                rate_limits: VecDeque::new(),
+                requests: Vec::new(),
+                rejected: Vec::new(),
+            }),
+            changed: Condvar::new(),
+        });
+        let (shutdown, stop) = oneshot::channel();
+        let server = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("fake-discord-{}", addr.port()))
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("fake Discord runtime");
+                rt.block_on(serve(listener, server, stop));
+            })
+            .expect("spawn the fake Discord thread");
+        FakeDiscord { addr, shared, shutdown: Some(shutdown), thread: Some(thread) }
+    }
+
+    /// `http://127.0.0.1:PORT`: the base for serenity's `HttpBuilder::proxy` (REST paths are
+    /// `/api/v10/...`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `ws://127.0.0.1:PORT`: the gateway URL `GET /api/v10/gateway` answers.
+    pub fn ws_url(&self) -> String {
+        self.shared.ws_url()
+    }
+
+    /// The bot token (without `Bot `).
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// Adds (or renames) a text channel of the guild.
+    pub fn add_channel(&self, channel_id: u64, name: &str) {
+        let mut state = self.shared.state();
+        let position = state.channels.len();
+        state
+            .channels
+            .entry(channel_id)
+            .or_insert_with(|| Channel { name: String::new(), position, webhook_permission: true })
+            .name = name.to_string();
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// The app does not have the privileged MESSAGE_CONTENT intent enabled: an Identify asking
+    /// for it is closed with 4014, and REST reads empty the content of other people's messages.
+    pub fn deny_message_content(&self) {
+        self.shared.state().deny_message_content = true;
+    }
+
+    /// `heartbeat_interval` (ms) of the Hello of later connections.
+    pub fn set_heartbeat_interval(&self, ms: u64) {
+        self.shared.state().heartbeat_interval = ms;
+    }
+
+    /// A person writes `content` in a channel: stored and dispatched as `MESSAGE_CREATE` to every
+    /// live session with GUILD_MESSAGES (buffered for sessions whose connection is down);
+    /// returns the new message id.
+    #[track_caller]
+    pub fn post(&self, channel_id: u64, user_id: u64, username: &str, content: &str) -> u64 {
+        self.person_message(channel_id, user_id, username, content, true)
+    }
+
+    /// Like [`FakeDiscord::post`], but only stored in the channel's history, never dispatched
+    /// (the bridge was down and had no session).
+    #[track_caller]
+    pub fn post_while_offline(
+        &self,
+        channel_id: u64,
+        user_id: u64,
+        username: &str,
+        content: &str,
+    ) -> u64 {
+        self.person_message(channel_id, user_id, username, content, false)
+    }
+
+    #[track_caller]
+    fn person_message(
+        &self,
+        channel_id: u64,
+        user_id: u64,
+        username: &str,
+        content: &str,
+        dispatch: bool,
+    ) -> u64 {
+        let mut state = self.shared.state();
+        assert!(
+            state.channels.contains_key(&channel_id),
+            "fake Discord: post to channel {channel_id}, which was never added (add_channel)"
+        );
+        state.people.insert(user_id, username.to_string());
+        let id = state.snowflake();
+        let author = json!({
+            "id": user_id.to_string(),
+            "username": username,
+            "avatar": null,
+            "discriminator": "0",
+            "public_flags": 0,
+            "flags": 0,
+            "banner": null,
+            "accent_color": null,
+            "global_name": username,
+            "avatar_decoration_data": null,
+            "banner_color": null,
+        });
+        let mentions = state.mentions(content, None);
+        let json = message_json(id, channel_id, author, content, &mentions, None);
+        let meta = DiscordMessage {
+            id,
+            channel_id,
+            author_id: user_id,
+            username: username.to_string(),
+            content: content.to_string(),
+            webhook_id: None,
+            allowed_mentions: None,
+        };
+        state.store(StoredMessage { meta, json: json.clone(), by_bot: false }, dispatch);
+        drop(state);
+        self.shared.changed.notify_all();
+        id
+    }
+
+    /// The author of message `message_id` edits it: `MESSAGE_UPDATE` with the changed fields
+    /// (`id`, `channel_id`, `guild_id`, `content`, `edited_timestamp`).
+    #[track_caller]
+    pub fn edit(&self, channel_id: u64, message_id: u64, content: &str) {
+        let mut state = self.shared.state();
+        let found = state.edit(channel_id, message_id, content);
+        assert!(found, "fake Discord: channel {channel_id} has no message {message_id} to edit");
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// Every message of the channel, oldest first (people's, the bot's, its webhooks').
+    pub fn messages(&self, channel_id: u64) -> Vec<DiscordMessage> {
+        let state = self.shared.state();
+        state.messages.iter().filter(|m| m.meta.channel_id == channel_id).map(|m| m.meta.clone()).collect()
+    }
+
+    /// What the bot or its webhooks posted in the channel, oldest first.
+    pub fn sent(&self, channel_id: u64) -> Vec<DiscordMessage> {
+        self.shared.state().sent(channel_id)
+    }
+
+    /// Waits (real time) until the bot or its webhooks posted at least `n` messages in the
+    /// channel and returns them all; panics after `timeout` with what it has.
+    #[track_caller]
+    pub fn wait_sent(&self, channel_id: u64, n: usize, timeout: Duration) -> Vec<DiscordMessage> {
+        let state = self.wait_until(timeout, |state| state.sent(channel_id).len() >= n);
+        match state {
+            Ok(state) => state.sent(channel_id),
+            Err(state) => {
+                let got = state.sent(channel_id);
+                let rejected = state.rejected.clone();
+                drop(state);
+                panic!(
+                    "fake Discord: {} message(s) sent to channel {channel_id} after {timeout:?}, \
+                     expected {n}: {got:#?}\nrefused requests: {rejected:#?}",
+                    got.len()
+                );
+            }
+        }
+    }
+
+    /// Waits (real time) until a client has identified (READY sent) or resumed on an open
+    /// gateway connection; panics after `timeout`.
+    #[track_caller]
+    pub fn wait_connected(&self, timeout: Duration) {
+        let ready = |state: &State| state.conns.values().any(|c| c.session.is_some());
+        if let Err(state) = self.wait_until(timeout, ready) {
+            let (identifies, rejected) = (state.identifies.clone(), state.rejected.clone());
+            drop(state);
+            panic!(
+                "fake Discord: no gateway session after {timeout:?}; identifies: {identifies:?}, \
+                 refused requests: {rejected:#?}"
+            );
+        }
+    }
+
+    /// Blocks until `cond` holds (`Ok`) or `timeout` passed (`Err`), with the state locked.
+    fn wait_until(
+        &self,
+        timeout: Duration,
+        cond: impl Fn(&State) -> bool,
+    ) -> Result<MutexGuard<'_, State>, MutexGuard<'_, State>> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.shared.state();
+        loop {
+            if cond(&state) {
+                return Ok(state);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(state);
+            }
+            state = match self.shared.changed.wait_timeout(state, deadline - now) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+
+    /// The `intents` of every Identify received, in order (refused ones included).
+    pub fn identifies(&self) -> Vec<u64> {
+        self.shared.state().identifies.clone()
+    }
+
+    /// The `d` (last sequence number, `None` for null) of every heartbeat received.
+    pub fn heartbeats(&self) -> Vec<Option<u64>> {
+        self.shared.state().heartbeats.clone()
+    }
+
+    /// `(session_id, seq, accepted)` of every Resume received.
+    pub fn resumes(&self) -> Vec<(String, u64, bool)> {
+        self.shared.state().resumes.clone()
+    }
+
+    /// Gateway WebSocket connections currently open.
+    pub fn gateway_connections(&self) -> usize {
+        self.shared.state().conns.len()
+    }
+
+    /// Sends op 7 Reconnect to every connected client (the session stays resumable).
+    pub fn reconnect(&self) {
+        let state = self.shared.state();
+        for conn in state.conns.values() {
+            let _ = conn.tx.send(Out::Text(op_payload(7, Value::Null)));
+        }
+    }
+
+    /// Sends op 9 Invalid Session (`d: false`) to every connected client and forgets their
+    /// sessions: a later Resume of them gets op 9 too.
+    pub fn invalidate_session(&self) {
+        let mut state = self.shared.state();
+        let state = &mut *state;
+        for conn in state.conns.values_mut() {
+            let _ = conn.tx.send(Out::Text(op_payload(9, json!(false))));
+            if let Some(session) = conn.session.take() {
+                state.sessions.remove(&session);
+            }
+        }
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// Closes every gateway TCP connection abruptly (no close frame); sessions stay resumable.
+    pub fn drop_gateway(&self) {
+        let state = self.shared.state();
+        for conn in state.conns.values() {
+            let _ = conn.tx.send(Out::Drop);
+        }
+    }
+
+    /// The next `n` message-creating POSTs (`POST /channels/{id}/messages` and webhook
+    /// executes) answer 429 with `retry_after` = `retry_after_secs` and Discord's headers.
+    pub fn rate_limit_next(&self, n: usize, retry_after_secs: f64) {
+        self.shared.state().rate_limits.extend(std::iter::repeat_n(retry_after_secs, n));
+    }
+
+    /// Someone deletes every webhook of the channel: executing them answers 404 (10015).
+    pub fn delete_webhooks(&self, channel_id: u64) {
+        let mut state = self.shared.state();
+        for hook in state.webhooks.iter_mut().filter(|h| h.channel_id == channel_id) {
+            hook.deleted = true;
+        }
+    }
+
+    /// The bot lacks MANAGE_WEBHOOKS in the channel: creating a webhook answers 403 (50013).
+    pub fn missing_webhook_permission(&self, channel_id: u64) {
+        if let Some(channel) = self.shared.state().channels.get_mut(&channel_id) {
+            channel.webhook_permission = false;
+        }
+    }
+
+    /// The live webhooks of the channel as `(id, token, name)`.
+    pub fn webhooks(&self, channel_id: u64) -> Vec<(u64, String, String)> {
+        let state = self.shared.state();
+        state
+            .webhooks
+            .iter()
+            .filter(|h| h.channel_id == channel_id && !h.deleted)
+            .map(|h| (h.id, h.token.clone(), h.name.clone()))
+            .collect()
+    }
+
+    /// `(method, path with query, JSON body or Null)` of every REST request, in arrival order.
+    pub fn requests(&self) -> Vec<(String, String, Value)> {
+        self.shared.state().requests.clone()
+    }
+
+    /// `(method, path with query, HTTP status, message)` of every refused REST request.
+    pub fn rejected(&self) -> Vec<(String, String, u16, String)> {
+        self.shared.state().rejected.clone()
+    }
+}
+
+impl Drop for FakeDiscord {
+    fn drop(&mut self) {
+        if let Some(stop) = self.shutdown.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl State {
+    /// A new snowflake: the current time since the Discord epoch, strictly increasing.
+    fn snowflake(&mut self) -> u64 {
+        let ms = now_ms().saturating_sub(DISCORD_EPOCH_MS);
+        let id = (ms << 22).max(self.last_snowflake + 1);
+        self.last_snowflake = id;
+        id
+    }
+
+    fn sent(&self, channel_id: u64) -> Vec<DiscordMessage> {
+        self.messages
+            .iter()
+            .filter(|m| m.meta.channel_id == channel_id && m.by_bot)
+            .map(|m| m.meta.clone())
+            .collect()
+    }
+
+    /// `(mentions, mention_roles, mention_everyone)` of `content` under `allowed_mentions`
+    /// (absent: everything parsed). Only known users (people who posted, the bot) are listed.
+    fn mentions(&self, content: &str, allowed: Option<&Value>) -> (Vec<Value>, Vec<Value>, bool) {
+        let parse = |kind: &str| match allowed {
+            None => true,
+            Some(a) => a["parse"].as_array().is_some_and(|p| p.iter().any(|v| v == kind)),
+        };
+        let listed = |field: &str, id: u64| {
+            allowed.and_then(|a| a[field].as_array()).is_some_and(|ids| {
+                ids.iter().any(|v| v.as_str() == Some(&id.to_string()) || v.as_u64() == Some(id))
+            })
+        };
+        let (mut users, mut roles) = (Vec::new(), Vec::new());
+        let mut rest = content;
+        while let Some(start) = rest.find("<@") {
+            rest = &rest[start + 2..];
+            let Some(end) = rest.find('>') else { break };
+            let inner = &rest[..end];
+            if let Some(role) = inner.strip_prefix('&').and_then(|r| r.parse::<u64>().ok()) {
+                if (parse("roles") || listed("roles", role)) && !roles.contains(&json!(role.to_string())) {
+                    roles.push(json!(role.to_string()));
+                }
+            } else if let Ok(user) = inner.trim_start_matches('!').parse::<u64>() {
+                let known = if user == BOT_ID {
+                    Some(bot_user())
+                } else {
+                    self.people.get(&user).map(|name| {
+                        json!({"id": user.to_string(), "username": name, "avatar": null,
+                               "discriminator": "0", "public_flags": 0, "flags": 0,
+                               "global_name": name})
+                    })
+                };
+                if let Some(u) = known.filter(|_| parse("users") || listed("users", user)) {
+                    if !users.iter().any(|x| x["id"] == u["id"]) {
+                        users.push(u);
+                    }
+                }
+            }
+            rest = &rest[end..];
+        }
+        let everyone =
+            (content.contains("@everyone") || content.contains("@here")) && parse("everyone");
+        (users, roles, everyone)
+    }
+
+    /// Stores a message and, when `dispatch`, sends `MESSAGE_CREATE` to the sessions.
+    fn store(&mut self, message: StoredMessage, dispatch: bool) {
+        if dispatch {
+            let mut event = message.json.clone();
+            event["guild_id"] = json!(GUILD_ID.to_string());
+            if message.meta.webhook_id.is_none() {
+                event["member"] = json!({
+                    "avatar": null,
+                    "banner": null,
+                    "communication_disabled_until": null,
+                    "deaf": false,
+                    "flags": 0,
+                    "joined_at": event["timestamp"],
+                    "mute": false,
+                    "nick": null,
+                    "pending": false,
+                    "premium_since": null,
+                    "roles": [],
+                });
+            }
+            self.dispatch("MESSAGE_CREATE", INTENT_GUILD_MESSAGES, |intents| {
+                gated(&event, intents & INTENT_MESSAGE_CONTENT != 0)
+            });
+        }
+        self.messages.push(message);
+    }
+
+    /// Edits a stored message and dispatches `MESSAGE_UPDATE`; `false` when there is none.
+    fn edit(&mut self, channel_id: u64, message_id: u64, content: &str) -> bool {
+        let ms = now_ms();
+        let Some(message) =
+            self.messages.iter_mut().find(|m| m.meta.id == message_id && m.meta.channel_id == channel_id)
+        else {
+            return false;
+        };
+        message.meta.content = content.to_string();
+        message.json["content"] = json!(content);
+        message.json["edited_timestamp"] = json!(iso8601(ms));
+        let update = json!({
+            "id": message_id.to_string(),
+            "channel_id": channel_id.to_string(),
+            "guild_id": GUILD_ID.to_string(),
+            "content": content,
+            "edited_timestamp": message.json["edited_timestamp"],
+            "author": message.json["author"],
+            "mentions": message.json["mentions"],
+        });
+        self.dispatch("MESSAGE_UPDATE", INTENT_GUILD_MESSAGES, |intents| {
+            let mut update = gated(&update, intents & INTENT_MESSAGE_CONTENT != 0);
+            if let Some(u) = update.as_object_mut() {
+                u.remove("author");
+                u.remove("mentions");
+            }
+            update
+        });
+        true
+    }
+
+    /// Sends dispatch `kind` to every live session having all of `needs` intents (buffered for
+    /// those without a connection); `make` builds `d` from the session's intents.
+    fn dispatch(&mut self, kind: &str, needs: u64, make: impl Fn(u64) -> Value) {
+        for session in self.sessions.values_mut() {
+            if session.intents & needs == needs {
+                let d = make(session.intents);
+                push_event(session, &self.conns, kind, d);
+            }
+        }
+    }
+}
+
+/// Appends a dispatch to a session's log and sends it when the session has a connection.
+fn push_event(session: &mut Session, conns: &HashMap<u64, GatewayConn>, kind: &str, d: Value) {
+    session.seq += 1;
+    let payload = json!({"op": 0, "t": kind, "s": session.seq, "d": d}).to_string();
+    if let Some(conn) = session.conn.and_then(|c| conns.get(&c)) {
+        let _ = conn.tx.send(Out::Text(payload.clone()));
+    }
+    session.events.push((session.seq, payload));
+}
+
+/// A non-dispatch gateway payload.
+fn op_payload(op: u8, d: Value) -> String {
+    json!({"t": null, "s": null, "op": op, "d": d}).to_string()
+}
+
+/// The message as an app sees it: without MESSAGE_CONTENT, `content`, `embeds`, `attachments`
+/// and `components` are empty unless the bot wrote it or it mentions the bot.
+fn gated(message: &Value, content_intent: bool) -> Value {
+    let mut message = message.clone();
+    let own = message["author"]["id"] == json!(BOT_ID.to_string());
+    let mentioned = message["mentions"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|u| u["id"] == json!(BOT_ID.to_string())));
+    if !(content_intent || own || mentioned) {
+        for (field, empty) in
+            [("content", json!("")), ("embeds", json!([])), ("attachments", json!([])), ("components", json!([]))]
+        {
+            if message.get(field).is_some() {
+                message[field] = empty;
+            }
+        }
+    }
+    message
+}
+
+fn bot_user() -> Value {
+    json!({
+        "id": BOT_ID.to_string(),
+        "username": BOT_USERNAME,
+        "avatar": null,
+        "discriminator": "0",
+        "public_flags": 0,
+        "flags": 0,
+        "bot": true,
+        "banner": null,
+        "accent_color": null,
+        "global_name": null,
+        "avatar_decoration_data": null,
+        "banner_color": null,
+    })
+}
+
+/// A Message object as the REST API returns it.
+fn message_json(
+    id: u64,
+    channel_id: u64,
+    author: Value,
+    content: &str,
+    mentions: &(Vec<Value>, Vec<Value>, bool),
+    webhook_id: Option<u64>,
+) -> Value {
+    let mut message = json!({
+        "type": 0,
+        "content": content,
+        "mentions": mentions.0,
+        "mention_roles": mentions.1,
+        "attachments": [],
+        "embeds": [],
+        "timestamp": iso8601((id >> 22) + DISCORD_EPOCH_MS),
+        "edited_timestamp": null,
+        "flags": 0,
+        "components": [],
+        "id": id.to_string(),
+        "channel_id": channel_id.to_string(),
+        "author": author,
+        "pinned": false,
+        "mention_everyone": mentions.2,
+        "tts": false,
+    });
+    if let Some(hook) = webhook_id {
+        message["webhook_id"] = json!(hook.to_string());
+        message["application_id"] = json!(APPLICATION_ID.to_string());
+    }
+    message
+}
+
+fn channel_json(channel_id: u64, channel: &Channel, last_message_id: Option<u64>) -> Value {
+    json!({
+        "id": channel_id.to_string(),
+        "type": 0,
+        "guild_id": GUILD_ID.to_string(),
+        "name": channel.name,
+        "position": channel.position,
+        "flags": 0,
+        "parent_id": null,
+        "topic": null,
+        "nsfw": false,
+        "rate_limit_per_user": 0,
+        "permission_overwrites": [],
+        "last_message_id": last_message_id.map(|id| id.to_string()),
+    })
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `2024-05-01T12:00:00.123000+00:00`, the way Discord writes timestamps.
+fn iso8601(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}000+00:00",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// `n` random characters from `alphabet` (session ids, webhook tokens).
+fn random_string(n: usize, alphabet: &[u8]) -> String {
+    let state = std::collections::hash_map::RandomState::new();
+    let mut out = String::with_capacity(n);
+    let mut counter = 0u64;
+    while out.len() < n {
+        let mut hasher = state.build_hasher();
+        hasher.write_u64(counter);
+        counter += 1;
+        let mut bits = hasher.finish();
+        for _ in 0..8 {
+            if out.len() == n {
+                break;
+            }
+            let i = usize::try_from(bits % alphabet.len() as u64).unwrap_or(0);
+            out.push(char::from(alphabet[i]));
+            bits /= alphabet.len() as u64;
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+async fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let listener = TcpListener::from_std(listener).expect("tokio listener");
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    tokio::spawn(connection(Conn { stream, buf: Vec::new() }, Arc::clone(&shared)));
+                }
+            }
+        }
+    }
+}
+
+/// A client connection and the bytes read from it that no request consumed yet.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Request {
+    method: String,
+    /// The request target as sent (path and query).
+    target: String,
+    path: String,
+    query: String,
+    /// Header names in lower case.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    keep_alive: bool,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The query parameters (empty pairs skipped: serenity writes `?&after=…`).
+    fn params(&self) -> HashMap<String, String> {
+        self.query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (n, v) = p.split_once('=').unwrap_or((p, ""));
+                (n.to_string(), v.to_string())
+            })
+            .collect()
+    }
+}
+
+enum Incoming {
+    Request(Request),
+    /// The client closed the connection between requests.
+    Closed,
+    /// Not HTTP/1.1 as the fake understands it: answered 400, then closed.
+    Malformed,
+}
+
+/// Serves requests on one connection until either side closes it, or hands it to the gateway
+/// when it asks for a WebSocket upgrade.
+async fn connection(mut conn: Conn, shared: Arc<Shared>) {
+    loop {
+        let request = match conn.read_request().await {
+            Incoming::Request(request) => request,
+            Incoming::Closed => return,
+            Incoming::Malformed => {
+                let reply = Reply { status: 400, body: None, headers: Vec::new() };
+                let _ = conn.write_response(&reply, false).await;
+                return;
+            }
+        };
+        let upgrade = request.header("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+        if upgrade {
+            upgrade_to_gateway(conn, request, shared).await;
+            return;
+        }
+        let reply = respond(&shared, &request);
+        if conn.write_response(&reply, request.keep_alive).await.is_err() || !request.keep_alive {
+            return;
+        }
+    }
+}
+
+impl Conn {
+    /// Reads more bytes into the buffer; `false` at end of stream or on an error.
+    async fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 8192];
+        match self.stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+        }
+    }
+
+    /// Position of the next CRLF at or after `from`, reading as needed.
+    async fn line_end(&mut self, from: usize) -> Option<usize> {
+        loop {
+            if let Some(i) = find(&self.buf[from.min(self.buf.len())..], b"\r\n") {
+                return Some(from + i);
+            }
+            if self.buf.len() > from + 64 * 1024 || !self.fill().await {
+                return None;
+            }
+        }
+    }
+
+    /// Reads one request: a head, then a body of `Content-Length` bytes or chunked.
+    async fn read_request(&mut self) -> Incoming {
+        const MAX_HEAD: usize = 64 * 1024;
+        const MAX_BODY: usize = 50 * 1024 * 1024;
+        let head_end = loop {
+            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
+                break i;
+            }
+            if self.buf.len() > MAX_HEAD {
+                return Incoming::Malformed;
+            }
+            if !self.fill().await {
+                return if self.buf.is_empty() { Incoming::Closed } else { Incoming::Malformed };
+            }
+        };
+        let Ok(head) = std::str::from_utf8(&self.buf[..head_end]) else {
+            return Incoming::Malformed;
+        };
+        let mut lines = head.split("\r\n");
+        let mut request_line = lines.next().unwrap_or_default().split(' ');
+        let (Some(method), Some(target), Some(version)) =
+            (request_line.next(), request_line.next(), request_line.next())
+        else {
+            return Incoming::Malformed;
+        };
+        let (method, target) = (method.to_string(), target.to_string());
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let connection =
+            headers.iter().find(|(n, _)| n == "connection").map(|(_, v)| v.to_ascii_lowercase());
+        let keep_alive = match version {
+            "HTTP/1.1" => connection.as_deref() != Some("close"),
+            "HTTP/1.0" => connection.as_deref() == Some("keep-alive"),
+            _ => return Incoming::Malformed,
+        };
+        let chunked = headers
+            .iter()
+            .any(|(n, v)| n == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
+        let mut pos = head_end + 4;
+        let body = if chunked {
+            let mut body = Vec::new();
+            loop {
+                let Some(eol) = self.line_end(pos).await else {
+                    return Incoming::Malformed;
+                };
+                let size = std::str::from_utf8(&self.buf[pos..eol])
+                    .ok()
+                    .and_then(|l| usize::from_str_radix(l.split(';').next()?.trim(), 16).ok());
+                let Some(size) = size.filter(|s| body.len() + s <= MAX_BODY) else {
+                    return Incoming::Malformed;
+                };
+                pos = eol + 2;
+                if size == 0 {
+                    loop {
+                        let Some(eol) = self.line_end(pos).await else {
+                            return Incoming::Malformed;
+                        };
+                        let empty = eol == pos;
+                        pos = eol + 2;
+                        if empty {
+                            break;
+                        }
+                    }
+                    break body;
+                }
+                while self.buf.len() < pos + size + 2 {
+                    if !self.fill().await {
+                        return Incoming::Malformed;
+                    }
+                }
+                body.extend_from_slice(&self.buf[pos..pos + size]);
+                pos += size + 2;
+            }
+        } else {
+            let length = match headers.iter().find(|(n, _)| n == "content-length") {
+                None => 0,
+                Some((_, v)) => match v.parse::<usize>() {
+                    Ok(n) if n <= MAX_BODY => n,
+                    _ => return Incoming::Malformed,
+                },
+            };
+            while self.buf.len() < pos + length {
+                if !self.fill().await {
+                    return Incoming::Malformed;
+                }
+            }
+            pos += length;
+            self.buf[head_end + 4..pos].to_vec()
+        };
+        self.buf.drain(..pos);
+        let (path, query) = match target.split_once('?') {
+            Some((p, q)) => (p.to_string(), q.to_string()),
+            None => (target.clone(), String::new()),
+        };
+        Incoming::Request(Request { method, target, path, query, headers, body, keep_alive })
+    }
+
+    async fn write_response(&mut self, reply: &Reply, keep_alive: bool) -> std::io::Result<()> {
+        let body = reply.body.as_ref().map(Value::to_string).unwrap_or_default();
+        let mut out = format!("HTTP/1.1 {} {}\r\n", reply.status, reason(reply.status));
+        if reply.body.is_some() {
+            out.push_str("Content-Type: application/json\r\n");
+        }
+        for (name, value) in &reply.headers {
+            out.push_str(&format!("{name}: {value}\r\n"));
+        }
+        out.push_str(&format!(
+            "Content-Length: {}\r\nConnection: {}\r\n\r\n{body}",
+            body.len(),
+            if keep_alive { "keep-alive" } else { "close" },
+        ));
+        self.stream.write_all(out.as_bytes()).await?;
+        self.stream.flush().await?;
+        if !keep_alive {
+            self.stream.shutdown().await?;
+        }
+        Ok(())
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        101 => "Switching Protocols",
+        200 => "OK",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        429 => "Too Many Requests",
+        _ => "Status",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// REST API v10
+
+/// Answers one REST request, recording it (and the refusal, if any).
+fn respond(shared: &Shared, request: &Request) -> Reply {
+    let body = parse_body(request);
+    let mut state = shared.state();
+    let recorded = body.as_ref().map_or(Value::Null, Clone::clone);
+    state.requests.push((request.method.clone(), request.target.clone(), recorded));
+    let result = body.and_then(|body| route(shared, &mut state, request, &body));
+    let reply = match result {
+        Ok(reply) => reply,
+        Err(refusal) => {
+            state.rejected.push((
+                request.method.clone(),
+                request.target.clone(),
+                refusal.status,
+                refusal.message(),
+            ));
+            Reply { status: refusal.status, body: Some(refusal.body), headers: refusal.headers }
+        }
+    };
+    drop(state);
+    shared.changed.notify_all();
+    reply
+}
+
+/// The JSON body (`Null` when there is none).
+fn parse_body(request: &Request) -> Result<Value, Refusal> {
+    if request.body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Null);
+    }
+    let content_type = request.header("content-type").unwrap_or("").to_ascii_lowercase();
+    if content_type.starts_with("multipart/") {
+        return Err(Refusal::new(
+            400,
+            50035,
+            "fake Discord: multipart bodies (file attachments) are not supported",
+        ));
+    }
+    serde_json::from_slice(&request.body)
+        .map_err(|_| Refusal::new(400, 50109, "The request body contains invalid JSON."))
+}
+
+/// A snowflake in a path.
+fn snowflake_param(field: &str, raw: &str) -> Result<u64, Refusal> {
+    raw.parse::<u64>().map_err(|_| {
+        Refusal::form(field, "NUMBER_TYPE_COERCE", &format!("Value \"{raw}\" is not snowflake."))
+    })
+}
+
+fn route(
+    shared: &Shared,
+    state: &mut State,
+    request: &Request,
+    body: &Value,
+) -> Result<Reply, Refusal> {
+    let Some(rest) = request.path.strip_prefix("/api/v10/") else {
+        return Err(Refusal::not_found());
+    };
+    let segments: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+    let method = request.method.as_str();
+    // Routes that need no bot token.
+    match segments.as_slice() {
+        ["gateway"] if method == "GET" => return Ok(Reply::ok(json!({"url": shared.ws_url()}))),
+        ["webhooks", id, token] => return webhook_with_token(state, request, id, token, body),
+        _ => {}
+    }
+    let authorized = request
+        .header("authorization")
+        .and_then(|a| a.strip_prefix("Bot "))
+        .is_some_and(|t| t.trim() == shared.token);
+    if !authorized {
+        return Err(Refusal::unauthorized());
+    }
+    match (method, segments.as_slice()) {
+        ("GET", ["gateway", "bot"]) => Ok(Reply::ok(json!({
+            "url": shared.ws_url(),
+            "shards": 1,
+            "session_start_limit": {
+                "total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1,
+            },
+        }))),
+        ("GET", ["users", "@me"]) => {
+            let mut me = bot_user();
+            me["verified"] = json!(true);
+            me["mfa_enabled"] = json!(false);
+            me["email"] = Value::Null;
+            me["locale"] = json!("en-US");
+            me["premium_type"] = json!(0);
+            Ok(Reply::ok(me))
+        }
+        ("GET", ["oauth2", "applications", "@me"] | ["applications", "@me"]) => {
+            Ok(Reply::ok(application_json(state)))
+        }
+        ("GET", ["channels", id]) => {
+            let id = snowflake_param("channel_id", id)?;
+            let channel = state.channels.get(&id).ok_or_else(Refusal::unknown_channel)?;
+            let last = state.messages.iter().rev().find(|m| m.meta.channel_id == id).map(|m| m.meta.id);
+            Ok(Reply::ok(channel_json(id, channel, last)))
+        }
+        ("GET", ["channels", id, "messages"]) => history(state, request, id),
+        ("POST", ["channels", id, "messages"]) => create_message(state, id, body),
+        ("GET", ["channels", id, "messages", message]) => {
+            let (channel, message) = (snowflake_param("channel_id", id)?, snowflake_param("message_id", message)?);
+            state.channels.get(&channel).ok_or_else(Refusal::unknown_channel)?;
+            let content_intent = !state.deny_message_content;
+            let found = state.messages.iter().find(|m| m.meta.channel_id == channel && m.meta.id == message);
+            found.map(|m| Reply::ok(gated(&m.json, content_intent))).ok_or_else(Refusal::unknown_message)
+        }
+        ("PATCH", ["channels", id, "messages", message]) => edit_message(state, id, message, body),
+        ("POST", ["channels", id, "typing"]) => {
+            let id = snowflake_param("channel_id", id)?;
+            state.channels.get(&id).ok_or_else(Refusal::unknown_channel)?;
+            Ok(Reply::no_content())
+        }
+        ("POST", ["channels", id, "webhooks"]) => create_webhook(state, id, body),
+        ("GET", ["channels", id, "webhooks"]) => {
+            let id = snowflake_param("channel_id", id)?;
+            state.channels.get(&id).ok_or_else(Refusal::unknown_channel)?;
+            let hooks: Vec<Value> = state
+                .webhooks
+                .iter()
+                .filter(|h| h.channel_id == id && !h.deleted)
+                .map(|h| h.to_json(true))
+                .collect();
+            Ok(Reply::ok(Value::Array(hooks)))
+        }
+        ("GET", ["webhooks", id]) => {
+            let id = snowflake_param("webhook_id", id)?;
+            let hook = state.webhooks.iter().find(|h| h.id == id && !h.deleted);
+            hook.map(|h| Reply::ok(h.to_json(true))).ok_or_else(Refusal::unknown_webhook)
+        }
+        ("DELETE", ["webhooks", id]) => {
+            let id = snowflake_param("webhook_id", id)?;
+            let hook = state.webhooks.iter_mut().find(|h| h.id == id && !h.deleted);
+            let hook = hook.ok_or_else(Refusal::unknown_webhook)?;
+            hook.deleted = true;
+            Ok(Reply::no_content())
+        }
+        (_, segments) if known_route(segments) => {
+            Err(Refusal::new(405, 0, "405: Method Not Allowed"))
+        }
+        _ => Err(Refusal::not_found()),
+    }
+}
+
+/// A REST route the fake serves (for some method).
+fn known_route(segments: &[&str]) -> bool {
+    matches!(
+        segments,
+        ["gateway"]
+            | ["gateway", "bot"]
+            | ["users", "@me"]
+            | ["oauth2", "applications", "@me"]
+            | ["applications", "@me"]
+            | ["channels", _]
+            | ["channels", _, "messages" | "typing" | "webhooks"]
+            | ["channels", _, "messages", _]
+            | ["webhooks", _]
+    )
+}
+
+fn application_json(state: &State) -> Value {
+    let flags = if state.deny_message_content { 0 } else { APP_FLAG_MESSAGE_CONTENT_LIMITED };
+    json!({
+        "id": APPLICATION_ID.to_string(),
+        "name": BOT_USERNAME,
+        "icon": null,
+        "description": "",
+        "type": null,
+        "bot": bot_user(),
+        "summary": "",
+        "bot_public": false,
+        "bot_require_code_grant": false,
+        "verify_key": "0".repeat(64),
+        "flags": flags,
+        "owner": {
+            "id": GUILD_OWNER_ID.to_string(), "username": "owner", "avatar": null,
+            "discriminator": "0", "public_flags": 0, "flags": 0, "global_name": "Owner",
+        },
+        "team": null,
+        "hook": true,
+        "is_monetized": false,
+        "redirect_uris": [],
+        "interactions_endpoint_url": null,
+        "role_connections_verification_url": null,
+        "tags": [],
+        "approximate_guild_count": 1,
+    })
+}
+
+/// `GET /channels/{id}/messages`: newest first; with `after`, the `limit` messages right after
+/// it; with `before`, the `limit` messages right before it; else the latest `limit`.
+fn history(state: &State, request: &Request, id: &str) -> Result<Reply, Refusal> {
+    let id = snowflake_param("channel_id", id)?;
+    state.channels.get(&id).ok_or_else(Refusal::unknown_channel)?;
+    let params = request.params();
+    let limit = match params.get("limit") {
+        None => 50,
+        Some(raw) => match raw.parse::<i64>() {
+            Ok(n) if (1..=100).contains(&n) => usize::try_from(n).unwrap_or(50),
+            Ok(n) if n > 100 => {
+                return Err(Refusal::form(
+                    "limit",
+                    "NUMBER_TYPE_MAX",
+                    "int value should be less than or equal to 100.",
+                ));
+            }
+            Ok(_) => {
+                return Err(Refusal::form(
+                    "limit",
+                    "NUMBER_TYPE_MIN",
+                    "int value should be greater than or equal to 1.",
+                ));
+            }
+            Err(_) => {
+                return Err(Refusal::form(
+                    "limit",
+                    "NUMBER_TYPE_COERCE",
+                    &format!("Value \"{raw}\" is not int."),
+                ));
+            }
+        },
+    };
+    let after = params.get("after").map(|a| snowflake_param("after", a)).transpose()?;
+    let before = params.get("before").map(|b| snowflake_param("before", b)).transpose()?;
+    let content_intent = !state.deny_message_content;
+    let in_channel = state.messages.iter().filter(|m| m.meta.channel_id == id);
+    let mut picked: Vec<&StoredMessage> = match (after, before) {
+        (Some(after), _) => {
+            in_channel.filter(|m| m.meta.id > after).take(limit).collect::<Vec<_>>()
+        }
+        (None, Some(before)) => {
+            let older: Vec<&StoredMessage> = in_channel.filter(|m| m.meta.id < before).collect();
+            older[older.len().saturating_sub(limit)..].to_vec()
+        }
+        (None, None) => {
+            let all: Vec<&StoredMessage> = in_channel.collect();
+            all[all.len().saturating_sub(limit)..].to_vec()
+        }
+    };
+    picked.reverse();
+    let messages: Vec<Value> = picked.iter().map(|m| gated(&m.json, content_intent)).collect();
+    Ok(Reply::ok(Value::Array(messages)))
+}
+
+/// Takes the next scripted 429, if any.
+fn rate_limited(state: &mut State) -> Result<(), Refusal> {
+    let Some(retry_after) = state.rate_limits.pop_front() else {
+        return Ok(());
+    };
+    let reset = now_ms() as f64 / 1000.0 + retry_after;
+    Err(Refusal {
+        status: 429,
+        body: json!({
+            "message": "You are being rate limited.",
+            "retry_after": retry_after,
+            "global": false,
+        }),
+        headers: vec![
+            ("Retry-After".into(), format!("{}", retry_after.ceil().max(0.0) as u64)),
+            ("X-RateLimit-Limit".into(), "5".into()),
+            ("X-RateLimit-Remaining".into(), "0".into()),
+            ("X-RateLimit-Reset".into(), format!("{reset:.3}")),
+            ("X-RateLimit-Reset-After".into(), format!("{retry_after:.3}")),
+            ("X-RateLimit-Bucket".into(), "f0a1b2c3d4e5f60718293a4b5c6d7e8f".into()),
+            ("X-RateLimit-Scope".into(), "user".into()),
+        ],
+    })
+}
+
+/// `content` of a message body: at most 2000 characters; the message must not be empty.
+fn checked_content(body: &Value) -> Result<String, Refusal> {
+    let content = match &body["content"] {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        _ => return Err(Refusal::form("content", "STRING_TYPE_CONVERT", "Could not interpret value as string.")),
+    };
+    if content.chars().count() > MAX_MESSAGE_CHARS {
+        return Err(Refusal::form(
+            "content",
+            "BASE_TYPE_MAX_LENGTH",
+            &format!("Must be {MAX_MESSAGE_CHARS} or fewer in length."),
+        ));
+    }
+    let embeds = body["embeds"].as_array().is_some_and(|e| !e.is_empty());
+    let stickers = body["sticker_ids"].as_array().is_some_and(|s| !s.is_empty());
+    if content.trim().is_empty() && !embeds && !stickers {
+        return Err(Refusal::new(400, 50006, "Cannot send an empty message"));
+    }
+    Ok(content)
+}
+
+/// `allowed_mentions` of a body, if present and not null.
+fn allowed_mentions(body: &Value) -> Option<Value> {
+    body.get("allowed_mentions").filter(|a| !a.is_null()).cloned()
+}
+
+/// `POST /channels/{id}/messages`: the bot posts.
+fn create_message(state: &mut State, id: &str, body: &Value) -> Result<Reply, Refusal> {
+    let channel_id = snowflake_param("channel_id", id)?;
+    state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    rate_limited(state)?;
+    let content = checked_content(body)?;
+    let allowed = allowed_mentions(body);
+    let reference = match body["message_reference"]["message_id"].as_str().map(str::parse::<u64>) {
+        None => None,
+        Some(Ok(mid)) => {
+            let found = state.messages.iter().find(|m| m.meta.channel_id == channel_id && m.meta.id == mid);
+            let found = found.ok_or_else(|| {
+                Refusal::form("message_reference", "REPLIES_UNKNOWN_MESSAGE", "Unknown message")
+            })?;
+            Some(found.json.clone())
+        }
+        Some(Err(_)) => {
+            return Err(Refusal::form("message_reference", "NUMBER_TYPE_COERCE", "Value is not snowflake."));
+        }
+    };
+    let mentions = state.mentions(&content, allowed.as_ref());
+    let id = state.snowflake();
+    let mut json = message_json(id, channel_id, bot_user(), &content, &mentions, None);
+    if let Some(referenced) = reference {
+        json["type"] = json!(19);
+        json["message_reference"] = json!({
+            "type": 0,
+            "channel_id": channel_id.to_string(),
+            "guild_id": GUILD_ID.to_string(),
+            "message_id": referenced["id"],
+        });
+        json["referenced_message"] = referenced;
+    }
+    if let Some(nonce) = body.get("nonce").filter(|n| !n.is_null()) {
+        json["nonce"] = nonce.clone();
+    }
+    let meta = DiscordMessage {
+        id,
+        channel_id,
+        author_id: BOT_ID,
+        username: BOT_USERNAME.to_string(),
+        content,
+        webhook_id: None,
+        allowed_mentions: allowed,
+    };
+    state.store(StoredMessage { meta, json: json.clone(), by_bot: true }, true);
+    Ok(Reply::ok(json))
+}
+
+/// `PATCH /channels/{id}/messages/{id}`: the bot edits its own message.
+fn edit_message(state: &mut State, id: &str, message: &str, body: &Value) -> Result<Reply, Refusal> {
+    let channel_id = snowflake_param("channel_id", id)?;
+    let message_id = snowflake_param("message_id", message)?;
+    state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    let found = state.messages.iter().find(|m| m.meta.channel_id == channel_id && m.meta.id == message_id);
+    let found = found.ok_or_else(Refusal::unknown_message)?;
+    if found.meta.author_id != BOT_ID {
+        return Err(Refusal::new(403, 50005, "Cannot edit a message authored by another user"));
+    }
+    let content = checked_content(body)?;
+    state.edit(channel_id, message_id, &content);
+    let json = state.messages.iter().find(|m| m.meta.id == message_id).map(|m| m.json.clone());
+    Ok(Reply::ok(json.unwrap_or_default()))
+}
+
+/// A webhook name or username override: 1–80 characters, neither "clyde" nor "discord".
+fn check_webhook_name(field: &str, name: &str) -> Result<(), Refusal> {
+    let length = name.trim().chars().count();
+    if !(1..=80).contains(&length) {
+        return Err(Refusal::form(field, "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 80 in length."));
+    }
+    let lower = name.to_lowercase();
+    for banned in ["clyde", "discord"] {
+        if lower.contains(banned) {
+            return Err(Refusal::form(
+                field,
+                "USERNAME_INVALID_CONTAINS",
+                &format!("Username cannot contain \"{banned}\""),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `POST /channels/{id}/webhooks`.
+fn create_webhook(state: &mut State, id: &str, body: &Value) -> Result<Reply, Refusal> {
+    let channel_id = snowflake_param("channel_id", id)?;
+    let channel = state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    if !channel.webhook_permission {
+        return Err(Refusal::new(403, 50013, "Missing Permissions"));
+    }
+    let Some(name) = body["name"].as_str() else {
+        return Err(Refusal::form("name", "BASE_TYPE_REQUIRED", "This field is required"));
+    };
+    check_webhook_name("name", name)?;
+    let live = state.webhooks.iter().filter(|h| h.channel_id == channel_id && !h.deleted).count();
+    if live >= MAX_WEBHOOKS_PER_CHANNEL {
+        return Err(Refusal::new(400, 30007, "Maximum number of webhooks reached (15)"));
+    }
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let hook = Webhook {
+        id: state.snowflake(),
+        token: random_string(68, alphabet),
+        channel_id,
+        name: name.to_string(),
+        deleted: false,
+    };
+    let json = hook.to_json(true);
+    state.webhooks.push(hook);
+    Ok(Reply::ok(json))
+}
+
+/// `/webhooks/{id}/{token}`: execute (POST), get (GET) or delete (DELETE) with the token.
+fn webhook_with_token(
+    state: &mut State,
+    request: &Request,
+    id: &str,
+    token: &str,
+    body: &Value,
+) -> Result<Reply, Refusal> {
+    let id = snowflake_param("webhook_id", id)?;
+    let hook = state.webhooks.iter().find(|h| h.id == id && h.token == token && !h.deleted);
+    let hook = hook.cloned().ok_or_else(Refusal::unknown_webhook)?;
+    match request.method.as_str() {
+        "GET" => return Ok(Reply::ok(hook.to_json(false))),
+        "DELETE" => {
+            if let Some(h) = state.webhooks.iter_mut().find(|h| h.id == id) {
+                h.deleted = true;
+            }
+            return Ok(Reply::no_content());
+        }
+        "POST" => {}
+        _ => return Err(Refusal::new(405, 0, "405: Method Not Allowed")),
+    }
+    rate_limited(state)?;
+    let username = match &body["username"] {
+        Value::Null => hook.name.clone(),
+        Value::String(name) => {
+            check_webhook_name("username", name)?;
+            name.clone()
+        }
+        _ => return Err(Refusal::form("username", "STRING_TYPE_CONVERT", "Could not interpret value as string.")),
+    };
+    let content = checked_content(body)?;
+    let allowed = allowed_mentions(body);
+    let mentions = state.mentions(&content, allowed.as_ref());
+    let message_id = state.snowflake();
+    let author = json!({
+        "id": hook.id.to_string(),
+        "username": username,
+        "avatar": null,
+        "discriminator": "0000",
+        "public_flags": 0,
+        "flags": 0,
+        "bot": true,
+        "global_name": null,
+    });
+    let json = message_json(message_id, hook.channel_id, author, &content, &mentions, Some(hook.id));
+    let meta = DiscordMessage {
+        id: message_id,
+        channel_id: hook.channel_id,
+        author_id: hook.id,
+        username,
+        content,
+        webhook_id: Some(hook.id),
+        allowed_mentions: allowed,
+    };
+    state.store(StoredMessage { meta, json: json.clone(), by_bot: true }, true);
+    let wait = request.params().get("wait").is_some_and(|w| w.eq_ignore_ascii_case("true"));
+    Ok(if wait { Reply::ok(json) } else { Reply::no_content() })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gateway v10
+
+/// Answers the WebSocket handshake of `request` and runs the gateway on the connection.
+async fn upgrade_to_gateway(mut conn: Conn, request: Request, shared: Arc<Shared>) {
+    let Some(key) = request.header("sec-websocket-key") else {
+        let reply = Reply { status: 400, body: None, headers: Vec::new() };
+        let _ = conn.write_response(&reply, false).await;
+        return;
+    };
+    let accept = derive_accept_key(key.as_bytes());
+    let head = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Accept: {accept}\r\n\r\n"
+    );
+    if conn.stream.write_all(head.as_bytes()).await.is_err() {
+        return;
+    }
+    // Discord's rules for the query: `v=10` here, JSON encoding, no transport compression.
+    let params = request.params();
+    let refused = if params.get("v").map(String::as_str) != Some("10") {
+        Some((4012, "Invalid API version"))
+    } else if params.get("encoding").is_some_and(|e| e != "json") {
+        Some((4002, "fake Discord: only encoding=json is supported"))
+    } else if params.contains_key("compress") {
+        Some((4000, "fake Discord: transport compression is not supported"))
+    } else {
+        None
+    };
+    let ws = WebSocketStream::from_partially_read(conn.stream, conn.buf, Role::Server, None).await;
+    gateway(ws, shared, refused).await;
+}
+
+async fn gateway(
+    mut ws: WebSocketStream<TcpStream>,
+    shared: Arc<Shared>,
+    refused: Option<(u16, &str)>,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (conn_id, interval) = {
+        let mut state = shared.state();
+        let id = state.next_conn;
+        state.next_conn += 1;
+        state.conns.insert(id, GatewayConn { tx, session: None });
+        (id, state.heartbeat_interval)
+    };
+    shared.changed.notify_all();
+    if let Some((code, reason)) = refused {
+        close(&mut ws, code, reason).await;
+    } else {
+        let hello = json!({"heartbeat_interval": interval, "_trace": ["[\"fake-gateway\",{\"micros\":0}]"]});
+        if ws.send(WsMessage::Text(op_payload(10, hello))).await.is_ok() {
+            loop {
+                tokio::select! {
+                    incoming = ws.next() => match incoming {
+                        None | Some(Err(_)) => break,
+                        Some(Ok(WsMessage::Text(text))) => on_payload(&shared, conn_id, &text),
+                        Some(Ok(WsMessage::Binary(_))) => {
+                            close(&mut ws, 4002, "Error while decoding payload.").await;
+                            break;
+                        }
+                        Some(Ok(WsMessage::Close(frame))) => {
+                            // A clean close (1000/1001) ends the session; others keep it
+                            // resumable. Polling on lets tungstenite answer the close.
+                            let code = frame.map(|f| u16::from(f.code));
+                            if matches!(code, Some(1000 | 1001)) {
+                                end_session(&shared, conn_id);
+                            }
+                        }
+                        Some(Ok(_)) => {}
+                    },
+                    out = rx.recv() => match out {
+                        Some(Out::Text(text)) => {
+                            if ws.send(WsMessage::Text(text)).await.is_err() {
+                                break;
+                            }
+                        }
+                        Some(Out::Close(code, reason)) => {
+                            close(&mut ws, code, &reason).await;
+                            break;
+                        }
+                        Some(Out::Drop) | None => break,
+                    },
+                }
+            }
+        }
+    }
+    drop(ws);
+    detach(&shared, conn_id);
+}
+
+/// Sends a close frame, then waits (briefly) for the client's answer.
+async fn close(ws: &mut WebSocketStream<TcpStream>, code: u16, reason: &str) {
+    let frame = CloseFrame { code: CloseCode::from(code), reason: reason.to_string().into() };
+    if ws.close(Some(frame)).await.is_ok() {
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
+    }
+}
+
+/// The connection is gone: its session (if any) stays, without a connection.
+fn detach(shared: &Shared, conn_id: u64) {
+    let mut state = shared.state();
+    if let Some(conn) = state.conns.remove(&conn_id) {
+        if let Some(session) = conn.session.and_then(|s| state.sessions.get_mut(&s)) {
+            if session.conn == Some(conn_id) {
+                session.conn = None;
+            }
+        }
+    }
+    drop(state);
+    shared.changed.notify_all();
+}
+
+/// The client closed cleanly: its session can no longer be resumed.
+fn end_session(shared: &Shared, conn_id: u64) {
+    let mut state = shared.state();
+    if let Some(session) = state.conns.get_mut(&conn_id).and_then(|c| c.session.take()) {
+        state.sessions.remove(&session);
+    }
+    drop(state);
+    shared.changed.notify_all();
+}
+
+/// Handles one payload from a client; answers go through the connection's queue, in order.
+fn on_payload(shared: &Shared, conn_id: u64, text: &str) {
+    let mut guard = shared.state();
+    let state = &mut *guard;
+    let Some(conn) = state.conns.get(&conn_id) else { return };
+    let tx = conn.tx.clone();
+    let identified = conn.session.is_some();
+    let close = |code: u16, reason: &str| {
+        let _ = tx.send(Out::Close(code, reason.to_string()));
+    };
+    let payload: Value = match serde_json::from_str(text) {
+        Ok(payload @ Value::Object(_)) => payload,
+        _ => return close(4002, "Error while decoding payload."),
+    };
+    let d = &payload["d"];
+    match payload["op"].as_u64() {
+        Some(1) => {
+            state.heartbeats.push(d.as_u64());
+            let _ = tx.send(Out::Text(op_payload(11, Value::Null)));
+        }
+        Some(2) => {
+            if identified {
+                return close(4005, "Already authenticated.");
+            }
+            if let Some(intents) = d["intents"].as_u64() {
+                state.identifies.push(intents);
+            }
+            if !d["token"].as_str().is_some_and(|t| shared.token_ok(t)) {
+                return close(4004, "Authentication failed.");
+            }
+            let Some(intents) = d["intents"].as_u64().filter(|i| *i < INTENTS_END) else {
+                return close(4013, "Invalid intent(s).");
+            };
+            if intents & INTENT_MESSAGE_CONTENT != 0 && state.deny_message_content {
+                return close(4014, "Disallowed intent(s).");
+            }
+            let shard = match &d["shard"] {
+                Value::Null => None,
+                Value::Array(s) => match (s.first().and_then(Value::as_u64), s.get(1).and_then(Value::as_u64)) {
+                    (Some(id), Some(total)) if s.len() == 2 && id < total => Some((id, total)),
+                    _ => return close(4010, "Invalid shard."),
+                },
+                _ => return close(4010, "Invalid shard."),
+            };
+            let in_shard = shard.is_none_or(|(id, total)| (GUILD_ID >> 22) % total == id);
+            let session_id = random_string(32, b"0123456789abcdef");
+            let mut session = Session { intents, seq: 0, events: Vec::new(), conn: Some(conn_id) };
+            if let Some(c) = state.conns.get_mut(&conn_id) {
+                c.session = Some(session_id.clone());
+            }
+            let flags = APP_FLAG_MESSAGE_CONTENT_LIMITED;
+            let mut ready = json!({
+                "v": 10,
+                "user_settings": {},
+                "user": {
+                    "id": BOT_ID.to_string(),
+                    "username": BOT_USERNAME,
+                    "avatar": null,
+                    "discriminator": "0",
+                    "public_flags": 0,
+                    "flags": 0,
+                    "bot": true,
+                    "global_name": null,
+                    "verified": true,
+                    "mfa_enabled": false,
+                    "email": null,
+                },
+                "guilds": if in_shard { json!([{"id": GUILD_ID.to_string(), "unavailable": true}]) } else { json!([]) },
+                "session_id": session_id,
+                "session_type": "normal",
+                "resume_gateway_url": shared.ws_url(),
+                "application": {"id": APPLICATION_ID.to_string(), "flags": flags},
+                "private_channels": [],
+                "relationships": [],
+                "presences": [],
+                "guild_join_requests": [],
+                "geo_ordered_rtc_regions": ["us-east", "us-central"],
+                "_trace": ["[\"fake-gateway\",{\"micros\":0}]"],
+            });
+            if let Some((id, total)) = shard {
+                ready["shard"] = json!([id, total]);
+            }
+            push_event(&mut session, &state.conns, "READY", ready);
+            if in_shard && intents & INTENT_GUILDS != 0 {
+                push_event(&mut session, &state.conns, "GUILD_CREATE", guild_create(state));
+            }
+            state.sessions.insert(session_id, session);
+        }
+        Some(6) => {
+            if identified {
+                return close(4005, "Already authenticated.");
+            }
+            if !d["token"].as_str().is_some_and(|t| shared.token_ok(t)) {
+                return close(4004, "Authentication failed.");
+            }
+            let session_id = d["session_id"].as_str().unwrap_or_default().to_string();
+            let seq = d["seq"].as_u64().unwrap_or(0);
+            let resumable = state.sessions.get(&session_id).is_some_and(|s| seq <= s.seq);
+            state.resumes.push((session_id.clone(), seq, resumable));
+            if !resumable {
+                let _ = tx.send(Out::Text(op_payload(9, json!(false))));
+                return;
+            }
+            let Some(session) = state.sessions.get_mut(&session_id) else { return };
+            if let Some(old) = session.conn.replace(conn_id) {
+                if let Some(old) = state.conns.get_mut(&old).filter(|_| old != conn_id) {
+                    old.session = None;
+                }
+            }
+            if let Some(c) = state.conns.get_mut(&conn_id) {
+                c.session = Some(session_id);
+            }
+            for (_, missed) in session.events.iter().filter(|(s, _)| *s > seq) {
+                let _ = tx.send(Out::Text(missed.clone()));
+            }
+            let resumed = json!({"_trace": ["[\"fake-gateway\",{\"micros\":0}]"]});
+            push_event(session, &state.conns, "RESUMED", resumed);
+        }
+        // Presence update, voice state update, request guild members, …: accepted silently.
+        Some(3 | 4 | 8 | 31) if identified => {}
+        Some(3 | 4 | 8 | 31) => close(4003, "Not authenticated."),
+        _ => close(4001, "Unknown opcode."),
+    }
+    drop(guard);
+    shared.changed.notify_all();
+}
+
+/// `GUILD_CREATE` for the one guild: its text channels and the bot as its only member.
+fn guild_create(state: &State) -> Value {
+    let joined = iso8601((GUILD_ID >> 22) + DISCORD_EPOCH_MS);
+    let channels: Vec<Value> = state
+        .channels
+        .iter()
+        .map(|(id, channel)| {
+            let last = state.messages.iter().rev().find(|m| m.meta.channel_id == *id).map(|m| m.meta.id);
+            let mut json = channel_json(*id, channel, last);
+            if let Some(c) = json.as_object_mut() {
+                c.remove("guild_id"); // as in GUILD_CREATE
+            }
+            json
+        })
+        .collect();
+    json!({
+        "id": GUILD_ID.to_string(),
+        "name": GUILD_NAME,
+        "icon": null,
+        "icon_hash": null,
+        "splash": null,
+        "discovery_splash": null,
+        "owner_id": GUILD_OWNER_ID.to_string(),
+        "afk_channel_id": null,
+        "afk_timeout": 300,
+        "widget_enabled": false,
+        "widget_channel_id": null,
+        "verification_level": 0,
+        "default_message_notifications": 1,
+        "explicit_content_filter": 0,
+        "roles": [{
+            "id": GUILD_ID.to_string(),
+            "name": "@everyone",
+            "description": null,
+            "color": 0,
+            "hoist": false,
+            "icon": null,
+            "unicode_emoji": null,
+            "position": 0,
+            "permissions": "2248473465835073",
+            "managed": false,
+            "mentionable": false,
+            "flags": 0,
+        }],
+        "emojis": [],
+        "features": [],
+        "mfa_level": 0,
+        "application_id": null,
+        "system_channel_id": null,
+        "system_channel_flags": 0,
+        "rules_channel_id": null,
+        "max_presences": null,
+        "max_members": 500_000,
+        "vanity_url_code": null,
+        "description": null,
+        "banner": null,
+        "premium_tier": 0,
+        "premium_subscription_count": 0,
+        "preferred_locale": "en-US",
+        "public_updates_channel_id": null,
+        "max_video_channel_users": 25,
+        "max_stage_video_channel_users": 50,
+        "nsfw_level": 0,
+        "stickers": [],
+        "premium_progress_bar_enabled": false,
+        "safety_alerts_channel_id": null,
+        "incidents_data": null,
+        "joined_at": joined,
+        "large": false,
+        "unavailable": false,
+        "member_count": 2,
+        "voice_states": [],
+        "members": [{
+            "user": bot_user(),
+            "nick": null,
+            "avatar": null,
+            "banner": null,
+            "roles": [],
+            "joined_at": joined,
+            "premium_since": null,
+            "deaf": false,
+            "mute": false,
+            "flags": 0,
+            "pending": false,
+            "communication_disabled_until": null,
+        }],
+        "channels": channels,
+        "threads": [],
+        "presences": [],
+        "stage_instances": [],
+        "guild_scheduled_events": [],
+        "soundboard_sounds": [],
+        "lazy": true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+}
