@@ -52,8 +52,11 @@ pub struct RunArgs {
     /// Runs of `exec true` per sandbox backend (the Docker one at most 30).
     #[arg(long, default_value_t = 100)]
     pub exec_runs: usize,
+    /// Messages relayed one at a time through a chat bridge (and through the bare bot).
+    #[arg(long, default_value_t = 1_000)]
+    pub bridge_messages: usize,
     /// Only these figures (comma-separated): routed,raw,durable,request,up,restart,rss,sandbox,
-    /// memory,recall.
+    /// memory,recall,bridge.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where flock-supervisor and flock-agent are [default: next to this executable].
@@ -101,9 +104,9 @@ macro_rules! say {
 
 async fn run(args: RunArgs) -> Result<()> {
     let started = Instant::now();
-    const FIGURES: [&str; 10] = [
+    const FIGURES: [&str; 11] = [
         "routed", "raw", "durable", "request", "up", "restart", "rss", "sandbox", "memory",
-        "recall",
+        "recall", "bridge",
     ];
     if let Some(bad) = args.only.iter().find(|o| !FIGURES.contains(&o.as_str())) {
         bail!("--only {bad}: choose among {}", FIGURES.join(","));
@@ -140,6 +143,9 @@ async fn run(args: RunArgs) -> Result<()> {
         if want("recall") {
             say!("recall: LongMemEval-style fixture (seed {})", crate::recall::SEED);
             crate::recall::run(&root, args.keep, &mut out)?;
+        }
+        if want("bridge") {
+            bridge(&bins, &root, args.bridge_messages, &mut out).await?;
         }
         if want("up") || want("restart") || want("rss") {
             lifecycle(&bins, &root, &args, &mut out, want("up"), want("restart"), want("rss"))
@@ -214,6 +220,10 @@ struct Swarm {
 
 impl Swarm {
     fn start(bins: &Bins, dir: &Path, yaml: &str) -> Result<Swarm> {
+        Swarm::start_with(bins, dir, yaml, &[])
+    }
+
+    fn start_with(bins: &Bins, dir: &Path, yaml: &str, env: &[(&str, &str)]) -> Result<Swarm> {
         std::fs::create_dir_all(dir)?;
         let file = dir.join("swarm.yaml");
         std::fs::write(&file, yaml)?;
@@ -229,6 +239,7 @@ impl Swarm {
             .arg(&file)
             .arg("--state-dir")
             .arg(&state)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(logf.try_clone()?)
             .stderr(logf)
@@ -797,6 +808,31 @@ async fn durable(
 }
 
 /// `up` to all-ready, idle RSS and `kill -9` to ready again, with 7 real flock-agent processes.
+/// Chat bridge latency: chat A → `#team` → chat B through flock-bridge, against a bare bot.
+async fn bridge(bins: &Bins, root: &Path, n: usize, out: &mut Map<String, Value>) -> Result<()> {
+    say!("bridge: {n} messages chat A → #team → chat B through flock-bridge, then a bare bot");
+    let fake = crate::bridge::fake();
+    let yaml = crate::bridge::swarm_yaml(&fake);
+    let mut swarm =
+        Swarm::start_with(bins, &root.join("bridge"), &yaml, &[crate::bridge::TOKEN_ENV])?;
+    let (ctl, _) = swarm.wait_ready(1).await?;
+    if let Err(e) = crate::bridge::warm_up(&fake).await {
+        bail!("{e}; supervisor log {}:\n{}", swarm.log.display(), tail(&swarm.log));
+    }
+    let flock = crate::bridge::measure(&fake, n, "flock").await?;
+    swarm.down(Some(ctl)).await?;
+    let bare = crate::bridge::bare(&fake, n).await?;
+    let (p50, p99) = crate::bridge::p50_p99(&flock);
+    let (b50, b99) = crate::bridge::p50_p99(&bare);
+    say!("bridge: p50/p99 {p50:.2}/{p99:.2} ms; bare bot {b50:.2}/{b99:.2} ms");
+    out.insert("bridge_relay_p50_ms".into(), json!(p50));
+    out.insert("bridge_relay_p99_ms".into(), json!(p99));
+    out.insert("bridge_bare_bot_p50_ms".into(), json!(b50));
+    out.insert("bridge_bare_bot_p99_ms".into(), json!(b99));
+    out.insert("bridge_messages".into(), json!(n));
+    Ok(())
+}
+
 async fn lifecycle(
     bins: &Bins,
     root: &Path,
@@ -1028,6 +1064,19 @@ fn print_table(out: &Map<String, Value>) {
             None,
             String::new(),
         );
+    }
+    if let (Some(p50), Some(p99)) = (get("bridge_relay_p50_ms"), get("bridge_relay_p99_ms")) {
+        let what = format!(
+            "bridge chat → channel → chat, {:.0} msgs p50/p99",
+            get("bridge_messages").unwrap_or(0.0)
+        );
+        let cmp = match (get("bridge_bare_bot_p50_ms"), get("bridge_bare_bot_p99_ms")) {
+            (Some(b50), Some(b99)) => {
+                format!("bare bot {b50:.2}/{b99:.2} ms ({:.1}× p50)", p50 / b50)
+            }
+            _ => String::new(),
+        };
+        row(&what, format!("{p50:.2}/{p99:.2} ms"), "", None, cmp);
     }
     for (key, base_key, what) in [
         ("fs_write_4k", "std_write_4k", "fs_write 4 KiB p50"),

@@ -7,6 +7,7 @@
 //! `flock-bench relay` (the raw-socket baseline).
 
 mod agent;
+mod bridge;
 mod harness;
 mod memory;
 mod proto;

@@ -76,7 +76,8 @@ pub fn http(api_url: Option<&str>, token: &str) -> Http {
 impl Discord {
     /// Checks the token (`GET /users/@me`).
     pub async fn connect(http: Arc<Http>) -> Result<Discord, PlatformError> {
-        let me = http.get_current_user().await.map_err(|e| classify(&e, "checking the bot token"))?;
+        let me =
+            http.get_current_user().await.map_err(|e| classify(&e, "checking the bot token"))?;
         Ok(Discord { http, bot_id: me.id.get(), routes: Mutex::default() })
     }
 
@@ -110,13 +111,10 @@ impl Discord {
         author: &str,
         piece: &str,
     ) -> Result<(String, String), PlatformError> {
-        let channel = ChannelId::new(
-            external
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| PlatformError::Permanent(format!("`{external}` is not a Discord channel id")))?,
-        );
+        let channel =
+            ChannelId::new(external.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                PlatformError::Permanent(format!("`{external}` is not a Discord channel id"))
+            })?);
         let label = crate::render::author_label(author);
         let mut recreated = false;
         loop {
@@ -134,7 +132,10 @@ impl Discord {
                         // The webhook was deleted (or its token changed): make a new one, once;
                         // if that fails too, post as the bot.
                         Err(e) if is_code(&e, 10015) || is_status(&e, 404) => {
-                            self.routes.lock().unwrap_or_else(|p| p.into_inner()).remove(&channel.get());
+                            self.routes
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .remove(&channel.get());
                             if recreated {
                                 self.set_route(channel, Route::Prefix);
                             }
@@ -174,7 +175,9 @@ impl Discord {
                     && h.user.as_ref().is_none_or(|u| u.id.get() == self.bot_id)
             }),
             Err(e) if is_code(&e, 50013) || is_status(&e, 403) => {
-                eprintln!("flock-bridge: no permission to manage webhooks in channel {channel}: posting as the bot with the author's name in front (give the bot \"Manage Webhooks\" to post under each agent's name)");
+                eprintln!(
+                    "flock-bridge: no permission to manage webhooks in channel {channel}: posting as the bot with the author's name in front (give the bot \"Manage Webhooks\" to post under each agent's name)"
+                );
                 self.set_route(channel, Route::Prefix);
                 return Ok(Route::Prefix);
             }
@@ -182,15 +185,19 @@ impl Discord {
         };
         let hook = match existing {
             Some(h) => h,
-            None => match channel.create_webhook(&self.http, CreateWebhook::new(WEBHOOK_NAME)).await {
-                Ok(h) => h,
-                Err(e) if is_code(&e, 50013) || is_status(&e, 403) => {
-                    eprintln!("flock-bridge: cannot create a webhook in channel {channel}: posting as the bot with the author's name in front");
-                    self.set_route(channel, Route::Prefix);
-                    return Ok(Route::Prefix);
+            None => {
+                match channel.create_webhook(&self.http, CreateWebhook::new(WEBHOOK_NAME)).await {
+                    Ok(h) => h,
+                    Err(e) if is_code(&e, 50013) || is_status(&e, 403) => {
+                        eprintln!(
+                            "flock-bridge: cannot create a webhook in channel {channel}: posting as the bot with the author's name in front"
+                        );
+                        self.set_route(channel, Route::Prefix);
+                        return Ok(Route::Prefix);
+                    }
+                    Err(e) => return Err(classify(&e, "creating the channel's webhook")),
                 }
-                Err(e) => return Err(classify(&e, "creating the channel's webhook")),
-            },
+            }
         };
         let route = Route::Webhook(Arc::new(hook));
         self.set_route(channel, route.clone());
@@ -203,12 +210,17 @@ impl Discord {
         external: &str,
         after: u64,
     ) -> Result<Vec<Inbound>, PlatformError> {
-        let Ok(channel) = external.parse::<u64>().map(ChannelId::new) else { return Ok(Vec::new()) };
+        let Ok(channel) = external.parse::<u64>().map(ChannelId::new) else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::new();
         let mut cursor = after;
         loop {
             let page = channel
-                .messages(&self.http, GetMessages::new().after(MessageId::new(cursor.max(1))).limit(100))
+                .messages(
+                    &self.http,
+                    GetMessages::new().after(MessageId::new(cursor.max(1))).limit(100),
+                )
                 .await
                 .map_err(|e| classify(&e, "reading the channel's history"))?;
             if page.is_empty() {
@@ -227,7 +239,8 @@ impl Discord {
 
 /// A person's message, or `None` for bots, webhooks (ours among them) and empty content.
 pub fn inbound(m: &Message, bot_id: u64) -> Option<Inbound> {
-    if m.author.bot || m.webhook_id.is_some() || m.author.id.get() == bot_id || m.content.is_empty() {
+    if m.author.bot || m.webhook_id.is_some() || m.author.id.get() == bot_id || m.content.is_empty()
+    {
         return None;
     }
     Some(Inbound {
@@ -334,7 +347,8 @@ mod tests {
 
     #[test]
     fn urls_never_reach_an_error_text() {
-        let t = scrub_urls("error sending request for url (https://discord.com/api/webhooks/1/SECRET)");
+        let t =
+            scrub_urls("error sending request for url (https://discord.com/api/webhooks/1/SECRET)");
         assert!(!t.contains("SECRET"), "{t}");
     }
 }

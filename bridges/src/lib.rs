@@ -167,7 +167,11 @@ pub async fn run() -> u8 {
                 spec.api_url.clone().unwrap_or_else(|| spec.platform.default_api_url().to_owned());
             match until_connected(&link, || Telegram::connect(&api_url, &token)).await {
                 Ok(t) => {
-                    println!("telegram: bot {} ready; {} chat(s) mapped", t.bot_id(), spec.channels.len());
+                    println!(
+                        "telegram: bot {} ready; {} chat(s) mapped",
+                        t.bot_id(),
+                        spec.channels.len()
+                    );
                     Chat::Telegram(t)
                 }
                 Err(code) => return code,
@@ -177,7 +181,11 @@ pub async fn run() -> u8 {
             let http = Arc::new(discord::http(spec.api_url.as_deref(), &token));
             match until_connected(&link, || Discord::connect(http.clone())).await {
                 Ok(d) => {
-                    println!("discord: bot {} ready; {} channel(s) mapped", d.bot_id(), spec.channels.len());
+                    println!(
+                        "discord: bot {} ready; {} channel(s) mapped",
+                        d.bot_id(),
+                        spec.channels.len()
+                    );
                     Chat::Discord(d)
                 }
                 Err(code) => return code,
@@ -302,14 +310,21 @@ impl Relay {
 
     /// Discord → Flock: people's messages in gateway order; on each (re)connection, first what
     /// was written while the bridge was away (history after the newest message brought in).
-    async fn discord_inbound(self: Arc<Self>, mut rx: tokio::sync::mpsc::UnboundedReceiver<discord::Event>) {
+    async fn discord_inbound(
+        self: Arc<Self>,
+        mut rx: tokio::sync::mpsc::UnboundedReceiver<discord::Event>,
+    ) {
         let Chat::Discord(discord) = &self.chat else { return };
         while let Some(event) = rx.recv().await {
             match event {
                 discord::Event::Ready => {
                     self.set_state("connected", None);
                     for m in self.spec.channels.clone() {
-                        let last = match self.link.call_json("bridge__last", json!({"external": m.external})).await {
+                        let last = match self
+                            .link
+                            .call_json("bridge__last", json!({"external": m.external}))
+                            .await
+                        {
                             Ok(v) => v["message_id"].as_str().and_then(|s| s.parse::<u64>().ok()),
                             Err(CallError::Gone) => return,
                             Err(CallError::Refused(_)) => None,
@@ -319,7 +334,11 @@ impl Relay {
                         match discord.history_after(&m.external, last).await {
                             Ok(missed) => {
                                 if !missed.is_empty() {
-                                    println!("in: {} message(s) written in channel {} while the bridge was away", missed.len(), m.external);
+                                    println!(
+                                        "in: {} message(s) written in channel {} while the bridge was away",
+                                        missed.len(),
+                                        m.external
+                                    );
                                 }
                                 for msg in missed {
                                     if let Err(CallError::Gone) = self.bring_in(&msg).await {
@@ -328,7 +347,10 @@ impl Relay {
                                 }
                             }
                             Err(e) => {
-                                eprintln!("flock-bridge: cannot read what was missed in channel {}: {e}", m.external);
+                                eprintln!(
+                                    "flock-bridge: cannot read what was missed in channel {}: {e}",
+                                    m.external
+                                );
                                 self.set_state("connected", Some(e.to_string()));
                             }
                         }

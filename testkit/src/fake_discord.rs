@@ -40,9 +40,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::Role;
 
 /// The bot's user id (also its application id, as for every Discord bot).
 pub const BOT_ID: u64 = 1_180_000_000_000_000_001;
@@ -457,7 +457,12 @@ impl FakeDiscord {
     /// Every message of the channel, oldest first (people's, the bot's, its webhooks').
     pub fn messages(&self, channel_id: u64) -> Vec<DiscordMessage> {
         let state = self.shared.state();
-        state.messages.iter().filter(|m| m.meta.channel_id == channel_id).map(|m| m.meta.clone()).collect()
+        state
+            .messages
+            .iter()
+            .filter(|m| m.meta.channel_id == channel_id)
+            .map(|m| m.meta.clone())
+            .collect()
     }
 
     /// What the bot or its webhooks posted in the channel, oldest first.
@@ -554,15 +559,15 @@ impl FakeDiscord {
     /// Sends op 9 Invalid Session (`d: false`) to every connected client and forgets their
     /// sessions: a later Resume of them gets op 9 too.
     pub fn invalidate_session(&self) {
-        let mut state = self.shared.state();
-        let state = &mut *state;
+        let mut guard = self.shared.state();
+        let state = &mut *guard;
         for conn in state.conns.values_mut() {
             let _ = conn.tx.send(Out::Text(op_payload(9, json!(false))));
             if let Some(session) = conn.session.take() {
                 state.sessions.remove(&session);
             }
         }
-        drop(state);
+        drop(guard);
         self.shared.changed.notify_all();
     }
 
@@ -657,14 +662,16 @@ impl State {
                 ids.iter().any(|v| v.as_str() == Some(&id.to_string()) || v.as_u64() == Some(id))
             })
         };
-        let (mut users, mut roles) = (Vec::new(), Vec::new());
+        let (mut users, mut roles): (Vec<Value>, Vec<Value>) = (Vec::new(), Vec::new());
         let mut rest = content;
         while let Some(start) = rest.find("<@") {
             rest = &rest[start + 2..];
             let Some(end) = rest.find('>') else { break };
             let inner = &rest[..end];
             if let Some(role) = inner.strip_prefix('&').and_then(|r| r.parse::<u64>().ok()) {
-                if (parse("roles") || listed("roles", role)) && !roles.contains(&json!(role.to_string())) {
+                if (parse("roles") || listed("roles", role))
+                    && !roles.contains(&json!(role.to_string()))
+                {
                     roles.push(json!(role.to_string()));
                 }
             } else if let Ok(user) = inner.trim_start_matches('!').parse::<u64>() {
@@ -677,10 +684,10 @@ impl State {
                                "global_name": name})
                     })
                 };
-                if let Some(u) = known.filter(|_| parse("users") || listed("users", user)) {
-                    if !users.iter().any(|x| x["id"] == u["id"]) {
-                        users.push(u);
-                    }
+                if let Some(u) = known.filter(|_| parse("users") || listed("users", user))
+                    && !users.iter().any(|x| x["id"] == u["id"])
+                {
+                    users.push(u);
                 }
             }
             rest = &rest[end..];
@@ -720,8 +727,10 @@ impl State {
     /// Edits a stored message and dispatches `MESSAGE_UPDATE`; `false` when there is none.
     fn edit(&mut self, channel_id: u64, message_id: u64, content: &str) -> bool {
         let ms = now_ms();
-        let Some(message) =
-            self.messages.iter_mut().find(|m| m.meta.id == message_id && m.meta.channel_id == channel_id)
+        let Some(message) = self
+            .messages
+            .iter_mut()
+            .find(|m| m.meta.id == message_id && m.meta.channel_id == channel_id)
         else {
             return false;
         };
@@ -784,9 +793,12 @@ fn gated(message: &Value, content_intent: bool) -> Value {
         .as_array()
         .is_some_and(|m| m.iter().any(|u| u["id"] == json!(BOT_ID.to_string())));
     if !(content_intent || own || mentioned) {
-        for (field, empty) in
-            [("content", json!("")), ("embeds", json!([])), ("attachments", json!([])), ("components", json!([]))]
-        {
+        for (field, empty) in [
+            ("content", json!("")),
+            ("embeds", json!([])),
+            ("attachments", json!([])),
+            ("components", json!([])),
+        ] {
             if message.get(field).is_some() {
                 message[field] = empty;
             }
@@ -993,7 +1005,8 @@ async fn connection(mut conn: Conn, shared: Arc<Shared>) {
                 return;
             }
         };
-        let upgrade = request.header("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+        let upgrade =
+            request.header("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
         if upgrade {
             upgrade_to_gateway(conn, request, shared).await;
             return;
@@ -1269,17 +1282,24 @@ fn route(
         ("GET", ["channels", id]) => {
             let id = snowflake_param("channel_id", id)?;
             let channel = state.channels.get(&id).ok_or_else(Refusal::unknown_channel)?;
-            let last = state.messages.iter().rev().find(|m| m.meta.channel_id == id).map(|m| m.meta.id);
+            let last =
+                state.messages.iter().rev().find(|m| m.meta.channel_id == id).map(|m| m.meta.id);
             Ok(Reply::ok(channel_json(id, channel, last)))
         }
         ("GET", ["channels", id, "messages"]) => history(state, request, id),
         ("POST", ["channels", id, "messages"]) => create_message(state, id, body),
         ("GET", ["channels", id, "messages", message]) => {
-            let (channel, message) = (snowflake_param("channel_id", id)?, snowflake_param("message_id", message)?);
+            let (channel, message) =
+                (snowflake_param("channel_id", id)?, snowflake_param("message_id", message)?);
             state.channels.get(&channel).ok_or_else(Refusal::unknown_channel)?;
             let content_intent = !state.deny_message_content;
-            let found = state.messages.iter().find(|m| m.meta.channel_id == channel && m.meta.id == message);
-            found.map(|m| Reply::ok(gated(&m.json, content_intent))).ok_or_else(Refusal::unknown_message)
+            let found = state
+                .messages
+                .iter()
+                .find(|m| m.meta.channel_id == channel && m.meta.id == message);
+            found
+                .map(|m| Reply::ok(gated(&m.json, content_intent)))
+                .ok_or_else(Refusal::unknown_message)
         }
         ("PATCH", ["channels", id, "messages", message]) => edit_message(state, id, message, body),
         ("POST", ["channels", id, "typing"]) => {
@@ -1448,7 +1468,13 @@ fn checked_content(body: &Value) -> Result<String, Refusal> {
     let content = match &body["content"] {
         Value::Null => String::new(),
         Value::String(s) => s.clone(),
-        _ => return Err(Refusal::form("content", "STRING_TYPE_CONVERT", "Could not interpret value as string.")),
+        _ => {
+            return Err(Refusal::form(
+                "content",
+                "STRING_TYPE_CONVERT",
+                "Could not interpret value as string.",
+            ));
+        }
     };
     if content.chars().count() > MAX_MESSAGE_CHARS {
         return Err(Refusal::form(
@@ -1480,14 +1506,19 @@ fn create_message(state: &mut State, id: &str, body: &Value) -> Result<Reply, Re
     let reference = match body["message_reference"]["message_id"].as_str().map(str::parse::<u64>) {
         None => None,
         Some(Ok(mid)) => {
-            let found = state.messages.iter().find(|m| m.meta.channel_id == channel_id && m.meta.id == mid);
+            let found =
+                state.messages.iter().find(|m| m.meta.channel_id == channel_id && m.meta.id == mid);
             let found = found.ok_or_else(|| {
                 Refusal::form("message_reference", "REPLIES_UNKNOWN_MESSAGE", "Unknown message")
             })?;
             Some(found.json.clone())
         }
         Some(Err(_)) => {
-            return Err(Refusal::form("message_reference", "NUMBER_TYPE_COERCE", "Value is not snowflake."));
+            return Err(Refusal::form(
+                "message_reference",
+                "NUMBER_TYPE_COERCE",
+                "Value is not snowflake.",
+            ));
         }
     };
     let mentions = state.mentions(&content, allowed.as_ref());
@@ -1520,11 +1551,17 @@ fn create_message(state: &mut State, id: &str, body: &Value) -> Result<Reply, Re
 }
 
 /// `PATCH /channels/{id}/messages/{id}`: the bot edits its own message.
-fn edit_message(state: &mut State, id: &str, message: &str, body: &Value) -> Result<Reply, Refusal> {
+fn edit_message(
+    state: &mut State,
+    id: &str,
+    message: &str,
+    body: &Value,
+) -> Result<Reply, Refusal> {
     let channel_id = snowflake_param("channel_id", id)?;
     let message_id = snowflake_param("message_id", message)?;
     state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
-    let found = state.messages.iter().find(|m| m.meta.channel_id == channel_id && m.meta.id == message_id);
+    let found =
+        state.messages.iter().find(|m| m.meta.channel_id == channel_id && m.meta.id == message_id);
     let found = found.ok_or_else(Refusal::unknown_message)?;
     if found.meta.author_id != BOT_ID {
         return Err(Refusal::new(403, 50005, "Cannot edit a message authored by another user"));
@@ -1539,7 +1576,11 @@ fn edit_message(state: &mut State, id: &str, message: &str, body: &Value) -> Res
 fn check_webhook_name(field: &str, name: &str) -> Result<(), Refusal> {
     let length = name.trim().chars().count();
     if !(1..=80).contains(&length) {
-        return Err(Refusal::form(field, "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 80 in length."));
+        return Err(Refusal::form(
+            field,
+            "BASE_TYPE_BAD_LENGTH",
+            "Must be between 1 and 80 in length.",
+        ));
     }
     let lower = name.to_lowercase();
     for banned in ["clyde", "discord"] {
@@ -1611,7 +1652,13 @@ fn webhook_with_token(
             check_webhook_name("username", name)?;
             name.clone()
         }
-        _ => return Err(Refusal::form("username", "STRING_TYPE_CONVERT", "Could not interpret value as string.")),
+        _ => {
+            return Err(Refusal::form(
+                "username",
+                "STRING_TYPE_CONVERT",
+                "Could not interpret value as string.",
+            ));
+        }
     };
     let content = checked_content(body)?;
     let allowed = allowed_mentions(body);
@@ -1627,7 +1674,8 @@ fn webhook_with_token(
         "bot": true,
         "global_name": null,
     });
-    let json = message_json(message_id, hook.channel_id, author, &content, &mentions, Some(hook.id));
+    let json =
+        message_json(message_id, hook.channel_id, author, &content, &mentions, Some(hook.id));
     let meta = DiscordMessage {
         id: message_id,
         channel_id: hook.channel_id,
@@ -1747,12 +1795,11 @@ async fn close(ws: &mut WebSocketStream<TcpStream>, code: u16, reason: &str) {
 /// The connection is gone: its session (if any) stays, without a connection.
 fn detach(shared: &Shared, conn_id: u64) {
     let mut state = shared.state();
-    if let Some(conn) = state.conns.remove(&conn_id) {
-        if let Some(session) = conn.session.and_then(|s| state.sessions.get_mut(&s)) {
-            if session.conn == Some(conn_id) {
-                session.conn = None;
-            }
-        }
+    if let Some(conn) = state.conns.remove(&conn_id)
+        && let Some(session) = conn.session.and_then(|s| state.sessions.get_mut(&s))
+        && session.conn == Some(conn_id)
+    {
+        session.conn = None;
     }
     drop(state);
     shared.changed.notify_all();
@@ -1806,10 +1853,12 @@ fn on_payload(shared: &Shared, conn_id: u64, text: &str) {
             }
             let shard = match &d["shard"] {
                 Value::Null => None,
-                Value::Array(s) => match (s.first().and_then(Value::as_u64), s.get(1).and_then(Value::as_u64)) {
-                    (Some(id), Some(total)) if s.len() == 2 && id < total => Some((id, total)),
-                    _ => return close(4010, "Invalid shard."),
-                },
+                Value::Array(s) => {
+                    match (s.first().and_then(Value::as_u64), s.get(1).and_then(Value::as_u64)) {
+                        (Some(id), Some(total)) if s.len() == 2 && id < total => Some((id, total)),
+                        _ => return close(4010, "Invalid shard."),
+                    }
+                }
                 _ => return close(4010, "Invalid shard."),
             };
             let in_shard = shard.is_none_or(|(id, total)| (GUILD_ID >> 22) % total == id);
@@ -1872,10 +1921,11 @@ fn on_payload(shared: &Shared, conn_id: u64, text: &str) {
                 return;
             }
             let Some(session) = state.sessions.get_mut(&session_id) else { return };
-            if let Some(old) = session.conn.replace(conn_id) {
-                if let Some(old) = state.conns.get_mut(&old).filter(|_| old != conn_id) {
-                    old.session = None;
-                }
+            if let Some(old) = session.conn.replace(conn_id)
+                && old != conn_id
+                && let Some(old) = state.conns.get_mut(&old)
+            {
+                old.session = None;
             }
             if let Some(c) = state.conns.get_mut(&conn_id) {
                 c.session = Some(session_id);
@@ -1902,7 +1952,8 @@ fn guild_create(state: &State) -> Value {
         .channels
         .iter()
         .map(|(id, channel)| {
-            let last = state.messages.iter().rev().find(|m| m.meta.channel_id == *id).map(|m| m.meta.id);
+            let last =
+                state.messages.iter().rev().find(|m| m.meta.channel_id == *id).map(|m| m.meta.id);
             let mut json = channel_json(*id, channel, last);
             if let Some(c) = json.as_object_mut() {
                 c.remove("guild_id"); // as in GUILD_CREATE
@@ -1910,7 +1961,7 @@ fn guild_create(state: &State) -> Value {
             json
         })
         .collect();
-    json!({
+    let mut guild = json!({
         "id": GUILD_ID.to_string(),
         "name": GUILD_NAME,
         "icon": null,
@@ -1930,6 +1981,7 @@ fn guild_create(state: &State) -> Value {
             "name": "@everyone",
             "description": null,
             "color": 0,
+            "colors": {"primary_color": 0, "secondary_color": null, "tertiary_color": null},
             "hoist": false,
             "icon": null,
             "unicode_emoji": null,
@@ -1960,6 +2012,8 @@ fn guild_create(state: &State) -> Value {
         "nsfw_level": 0,
         "stickers": [],
         "premium_progress_bar_enabled": false,
+    });
+    let extra = json!({
         "safety_alerts_channel_id": null,
         "incidents_data": null,
         "joined_at": joined,
@@ -1988,10 +2042,934 @@ fn guild_create(state: &State) -> Value {
         "guild_scheduled_events": [],
         "soundboard_sounds": [],
         "lazy": true,
-    })
+    });
+    if let (Some(guild), Value::Object(extra)) = (guild.as_object_mut(), extra) {
+        guild.extend(extra);
+    }
+    guild
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+
+    use serenity::all::{
+        ChannelId, ClientBuilder, Context, CreateWebhook, EventHandler, ExecuteWebhook,
+        GatewayIntents, GetMessages, HttpBuilder, Message, Ready, ShardManager,
+    };
+    use serenity::http::{Http, HttpError};
+    use serenity::model::event::GatewayEvent;
+    use tokio_tungstenite::MaybeTlsStream;
+
     use super::*;
+
+    const TOKEN: &str = "MTE4MDAwMDAwMDAwMDAwMDAwMQ.GfakeX.fake-discord-token-for-tests";
+    const CHANNEL: u64 = 1_180_000_000_000_001_000;
+    const ALICE: u64 = 1_180_000_000_000_002_000;
+    const SECS: Duration = Duration::from_secs(10);
+    const MESSAGES: u64 = INTENT_GUILD_MESSAGES | INTENT_MESSAGE_CONTENT;
+
+    fn fake() -> FakeDiscord {
+        let fake = FakeDiscord::start(TOKEN);
+        fake.add_channel(CHANNEL, "general");
+        fake
+    }
+
+    /// One request on a new connection: `(status, headers in lower case, JSON body or Null)`.
+    fn http(
+        fake: &FakeDiscord,
+        method: &str,
+        path: &str,
+        auth: Option<&str>,
+        body: Option<&Value>,
+    ) -> (u16, Vec<(String, String)>, Value) {
+        let mut stream = std::net::TcpStream::connect(fake.addr).expect("connect");
+        let body = body.map(Value::to_string).unwrap_or_default();
+        let mut head =
+            format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", fake.addr);
+        if let Some(auth) = auth {
+            head.push_str(&format!("Authorization: {auth}\r\n"));
+        }
+        if !body.is_empty() {
+            head.push_str("Content-Type: application/json\r\n");
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+        stream.write_all(head.as_bytes()).expect("send");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("read");
+        let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
+        let mut lines = head.split("\r\n");
+        let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok());
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let body = serde_json::from_str(body).unwrap_or(Value::Null);
+        (status.expect("a status"), headers, body)
+    }
+
+    /// A request with the bot's `Authorization`.
+    fn bot(fake: &FakeDiscord, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let (status, _, body) =
+            http(fake, method, path, Some(&format!("Bot {TOKEN}")), body.as_ref());
+        (status, body)
+    }
+
+    fn say(fake: &FakeDiscord, content: &str) -> (u16, Value) {
+        let path = format!("/api/v10/channels/{CHANNEL}/messages");
+        bot(fake, "POST", &path, Some(json!({"content": content})))
+    }
+
+    fn create_hook(fake: &FakeDiscord, name: &str) -> (u16, Value) {
+        bot(
+            fake,
+            "POST",
+            &format!("/api/v10/channels/{CHANNEL}/webhooks"),
+            Some(json!({"name": name})),
+        )
+    }
+
+    fn execute(fake: &FakeDiscord, hook: &Value, body: Value) -> (u16, Value) {
+        let path = format!(
+            "/api/v10/webhooks/{}/{}?wait=true",
+            hook["id"].as_str().expect("an id"),
+            hook["token"].as_str().expect("a token")
+        );
+        let (status, _, body) = http(fake, "POST", &path, None, Some(&body));
+        (status, body)
+    }
+
+    /// A raw gateway client.
+    struct Gateway {
+        ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    }
+
+    impl Gateway {
+        /// Connects and reads Hello; returns it too.
+        async fn connect(fake: &FakeDiscord) -> (Gateway, Value) {
+            let url = format!("{}/?v=10&encoding=json", fake.ws_url());
+            let (ws, _) = tokio_tungstenite::connect_async(url).await.expect("gateway connect");
+            let mut gateway = Gateway { ws };
+            let hello = gateway.recv().await;
+            assert_eq!(hello["op"], json!(10), "{hello}");
+            (gateway, hello)
+        }
+
+        async fn send(&mut self, payload: Value) {
+            self.ws.send(WsMessage::Text(payload.to_string())).await.expect("gateway send");
+        }
+
+        /// The next payload (text frames only); panics on anything else or after 5 s.
+        async fn recv(&mut self) -> Value {
+            match tokio::time::timeout(Duration::from_secs(5), self.ws.next()).await {
+                Ok(Some(Ok(WsMessage::Text(text)))) => serde_json::from_str(&text).expect("JSON"),
+                other => panic!("expected a gateway payload, got {other:?}"),
+            }
+        }
+
+        /// The close frame the server sends next: `(code, reason)`.
+        async fn closed(&mut self) -> (u16, String) {
+            match tokio::time::timeout(Duration::from_secs(5), self.ws.next()).await {
+                Ok(Some(Ok(WsMessage::Close(Some(frame))))) => {
+                    (u16::from(frame.code), frame.reason.to_string())
+                }
+                other => panic!("expected a close frame, got {other:?}"),
+            }
+        }
+
+        /// `true` once the connection ended without a close frame.
+        async fn dropped(&mut self) -> bool {
+            match tokio::time::timeout(Duration::from_secs(5), self.ws.next()).await {
+                Ok(None | Some(Err(_))) => true,
+                other => panic!("expected the connection to drop, got {other:?}"),
+            }
+        }
+
+        async fn identify(&mut self, token: &str, intents: u64) {
+            let identify = json!({"op": 2, "d": {
+                "token": token,
+                "intents": intents,
+                "properties": {"os": "linux", "browser": "test", "device": "test"},
+            }});
+            self.send(identify).await;
+        }
+
+        /// Identifies and returns READY's `d`.
+        async fn ready(fake: &FakeDiscord, intents: u64) -> (Gateway, Value) {
+            let (mut gateway, _) = Gateway::connect(fake).await;
+            gateway.identify(&format!("Bot {TOKEN}"), intents).await;
+            let ready = gateway.recv().await;
+            assert_eq!(
+                (ready["t"].as_str(), ready["s"].as_u64()),
+                (Some("READY"), Some(1)),
+                "{ready}"
+            );
+            (gateway, ready["d"].clone())
+        }
+    }
+
+    /// Every payload the fake sends parses as serenity's gateway event.
+    #[track_caller]
+    fn serenity_parses(payload: &Value) -> GatewayEvent {
+        serde_json::from_value::<GatewayEvent>(payload.clone())
+            .unwrap_or_else(|e| panic!("serenity cannot parse {payload}: {e}"))
+    }
+
+    #[tokio::test]
+    async fn fake_discord_gateway_hello_identify_ready_heartbeat() {
+        let fake = fake();
+        fake.set_heartbeat_interval(500);
+        let (mut gw, hello) = Gateway::connect(&fake).await;
+        assert_eq!(hello["d"]["heartbeat_interval"], json!(500));
+        assert!(matches!(serenity_parses(&hello), GatewayEvent::Hello(500)));
+        gw.send(json!({"op": 1, "d": null})).await;
+        let ack = gw.recv().await;
+        assert_eq!(ack["op"], json!(11));
+        assert!(matches!(serenity_parses(&ack), GatewayEvent::HeartbeatAck));
+
+        let intents = INTENT_GUILDS | MESSAGES;
+        gw.identify(TOKEN, intents).await; // without "Bot " works too
+        let ready = gw.recv().await;
+        assert_eq!(ready["t"], json!("READY"));
+        assert_eq!(ready["s"], json!(1));
+        let d = &ready["d"];
+        assert_eq!(d["v"], json!(10));
+        assert_eq!(d["user"]["id"], json!(BOT_ID.to_string()));
+        assert_eq!(d["user"]["bot"], json!(true));
+        assert_eq!(d["guilds"], json!([{"id": GUILD_ID.to_string(), "unavailable": true}]));
+        assert_eq!(d["resume_gateway_url"], json!(fake.ws_url()));
+        assert_eq!(d["application"]["id"], json!(APPLICATION_ID.to_string()));
+        match serenity_parses(&ready) {
+            GatewayEvent::Dispatch(1, serenity::model::event::Event::Ready(ready)) => {
+                assert_eq!(ready.ready.user.id.get(), BOT_ID);
+                assert_eq!(ready.ready.guilds[0].id.get(), GUILD_ID);
+            }
+            other => panic!("not READY: {other:?}"),
+        }
+        let guild = gw.recv().await;
+        assert_eq!((guild["t"].as_str(), guild["s"].as_u64()), (Some("GUILD_CREATE"), Some(2)));
+        if let Err(e) = serde_json::from_value::<serenity::model::guild::Guild>(guild["d"].clone())
+        {
+            panic!("GUILD_CREATE is not a serenity Guild: {e}");
+        }
+        match serenity_parses(&guild) {
+            GatewayEvent::Dispatch(2, serenity::model::event::Event::GuildCreate(create)) => {
+                assert_eq!(create.guild.id.get(), GUILD_ID);
+                let channel = &create.guild.channels[&ChannelId::new(CHANNEL)];
+                assert_eq!(channel.name, "general");
+            }
+            other => panic!("not GUILD_CREATE: {other:?}"),
+        }
+        gw.send(json!({"op": 1, "d": 2})).await;
+        assert_eq!(gw.recv().await["op"], json!(11));
+        assert_eq!(fake.identifies(), [intents]);
+        assert_eq!(fake.heartbeats(), [None, Some(2)]);
+        assert_eq!(fake.gateway_connections(), 1);
+        // A second Identify on the same connection is refused.
+        gw.identify(TOKEN, intents).await;
+        assert_eq!(gw.closed().await, (4005, "Already authenticated.".into()));
+    }
+
+    #[tokio::test]
+    async fn fake_discord_message_create_deserializes_into_serenity_message() {
+        let fake = fake();
+        let (mut gw, _) = Gateway::ready(&fake, MESSAGES).await;
+        let id = fake.post(CHANNEL, ALICE, "alice", "hello <@1180000000000000001>");
+        let event = gw.recv().await;
+        assert_eq!((event["t"].as_str(), event["s"].as_u64()), (Some("MESSAGE_CREATE"), Some(2)));
+        let d = event["d"].clone();
+        assert_eq!(d["id"], json!(id.to_string()));
+        assert_eq!(d["guild_id"], json!(GUILD_ID.to_string()));
+        let message: Message = serde_json::from_value(d).expect("a serenity Message");
+        assert_eq!(message.id.get(), id);
+        assert_eq!(message.channel_id.get(), CHANNEL);
+        assert_eq!(message.guild_id.map(|g| g.get()), Some(GUILD_ID));
+        assert_eq!(message.author.id.get(), ALICE);
+        assert_eq!(message.author.name, "alice");
+        assert!(!message.author.bot);
+        assert_eq!(message.content, "hello <@1180000000000000001>");
+        assert_eq!(message.mentions.iter().map(|u| u.id.get()).collect::<Vec<_>>(), [BOT_ID]);
+        assert!(message.webhook_id.is_none() && message.edited_timestamp.is_none());
+        assert!(message.member.is_some());
+        assert!(matches!(serenity_parses(&event), GatewayEvent::Dispatch(2, _)));
+
+        // The bot's own messages and its webhooks' come back as MESSAGE_CREATE too.
+        let (status, sent) = say(&fake, "from the bot");
+        assert_eq!(status, 200, "{sent}");
+        let own = gw.recv().await;
+        assert_eq!(own["d"]["author"]["bot"], json!(true));
+        assert_eq!(own["d"]["id"], sent["id"]);
+        let own: Message = serde_json::from_value(own["d"].clone()).expect("the bot's message");
+        assert_eq!(own.author.id.get(), BOT_ID);
+        let rest: Message = serde_json::from_value(sent).expect("REST answer is a Message");
+        assert_eq!(rest.id, own.id);
+
+        let (_, hook) = create_hook(&fake, "Flock relay");
+        let (status, executed) =
+            execute(&fake, &hook, json!({"content": "relayed", "username": "bob"}));
+        assert_eq!(status, 200, "{executed}");
+        let relayed = gw.recv().await;
+        let relayed: Message =
+            serde_json::from_value(relayed["d"].clone()).expect("a webhook message");
+        assert_eq!(
+            relayed.webhook_id.map(|w| w.to_string()),
+            hook["id"].as_str().map(String::from)
+        );
+        assert_eq!(relayed.author.name, "bob");
+        assert!(relayed.author.bot);
+        let rest: Message = serde_json::from_value(executed).expect("execute answer is a Message");
+        assert_eq!(rest.id, relayed.id);
+
+        // Edits are partial MESSAGE_UPDATEs.
+        fake.edit(CHANNEL, id, "hello again");
+        let update = gw.recv().await;
+        assert_eq!(update["t"], json!("MESSAGE_UPDATE"));
+        assert_eq!(update["d"]["content"], json!("hello again"));
+        assert!(update["d"]["edited_timestamp"].is_string());
+        match serenity_parses(&update) {
+            GatewayEvent::Dispatch(_, serenity::model::event::Event::MessageUpdate(update)) => {
+                assert_eq!(update.id.get(), id);
+                assert_eq!(update.content.as_deref(), Some("hello again"));
+            }
+            other => panic!("not MESSAGE_UPDATE: {other:?}"),
+        }
+        let contents: Vec<String> = fake.messages(CHANNEL).into_iter().map(|m| m.content).collect();
+        assert_eq!(contents, ["hello again", "from the bot", "relayed"]);
+        let sent = fake.sent(CHANNEL);
+        assert_eq!(sent.len(), 2);
+        assert_eq!((sent[1].username.as_str(), sent[1].webhook_id.is_some()), ("bob", true));
+    }
+
+    #[tokio::test]
+    async fn fake_discord_content_is_empty_without_message_content_intent() {
+        let fake = fake();
+        let (mut gw, _) = Gateway::ready(&fake, INTENT_GUILD_MESSAGES).await;
+        fake.post(CHANNEL, ALICE, "alice", "secret");
+        assert_eq!(gw.recv().await["d"]["content"], json!(""));
+        fake.post(CHANNEL, ALICE, "alice", "<@1180000000000000001> ping");
+        assert_eq!(gw.recv().await["d"]["content"], json!("<@1180000000000000001> ping"));
+        // Without GUILD_MESSAGES there is no MESSAGE_CREATE at all.
+        let (mut quiet, _) = Gateway::ready(&fake, INTENT_GUILDS).await;
+        assert_eq!(quiet.recv().await["t"], json!("GUILD_CREATE"));
+        fake.post(CHANNEL, ALICE, "alice", "unseen");
+        assert_eq!(gw.recv().await["d"]["content"], json!(""));
+        quiet.send(json!({"op": 1, "d": 2})).await;
+        assert_eq!(quiet.recv().await["op"], json!(11), "no dispatch before the ack");
+    }
+
+    #[tokio::test]
+    async fn fake_discord_wrong_token_closes_4004() {
+        let fake = fake();
+        let (mut gw, _) = Gateway::connect(&fake).await;
+        gw.identify("Bot not-the-token", MESSAGES).await;
+        assert_eq!(gw.closed().await, (4004, "Authentication failed.".into()));
+        let (mut gw, _) = Gateway::connect(&fake).await;
+        gw.send(json!({"op": 3, "d": {"status": "online"}})).await;
+        assert_eq!(gw.closed().await, (4003, "Not authenticated.".into()));
+        let (mut gw, _) = Gateway::connect(&fake).await;
+        gw.send(json!({"op": 42, "d": null})).await;
+        assert_eq!(gw.closed().await, (4001, "Unknown opcode.".into()));
+        let (mut gw, _) = Gateway::connect(&fake).await;
+        gw.identify(TOKEN, 1 << 40).await;
+        assert_eq!(gw.closed().await, (4013, "Invalid intent(s).".into()));
+    }
+
+    #[tokio::test]
+    async fn fake_discord_denied_message_content_closes_4014() {
+        let fake = fake();
+        fake.deny_message_content();
+        let (mut gw, _) = Gateway::connect(&fake).await;
+        gw.identify(TOKEN, MESSAGES).await;
+        assert_eq!(gw.closed().await, (4014, "Disallowed intent(s).".into()));
+        // Without the privileged bit the bot connects, and sees no content.
+        let (mut gw, _) = Gateway::ready(&fake, INTENT_GUILD_MESSAGES).await;
+        fake.post(CHANNEL, ALICE, "alice", "secret");
+        assert_eq!(gw.recv().await["d"]["content"], json!(""));
+        // REST reads are gated the same way.
+        let (_, history) =
+            bot(&fake, "GET", &format!("/api/v10/channels/{CHANNEL}/messages"), None);
+        assert_eq!(history[0]["content"], json!(""));
+        assert_eq!(fake.messages(CHANNEL)[0].content, "secret");
+        assert_eq!(fake.identifies(), [MESSAGES, INTENT_GUILD_MESSAGES]);
+    }
+
+    #[tokio::test]
+    async fn fake_discord_resume_replays_missed_dispatches() {
+        let fake = fake();
+        let (mut gw, ready) = Gateway::ready(&fake, MESSAGES).await;
+        let session = ready["session_id"].as_str().expect("a session id").to_string();
+        fake.post(CHANNEL, ALICE, "alice", "one");
+        assert_eq!(gw.recv().await["s"], json!(2));
+        fake.drop_gateway();
+        assert!(gw.dropped().await);
+        fake.post(CHANNEL, ALICE, "alice", "two");
+        fake.post(CHANNEL, ALICE, "alice", "three");
+        let offline = fake.post_while_offline(CHANNEL, ALICE, "alice", "history only");
+
+        let (mut gw, _) = Gateway::connect(&fake).await;
+        gw.send(json!({"op": 6, "d": {"token": format!("Bot {TOKEN}"), "session_id": session, "seq": 2}}))
+            .await;
+        let two = gw.recv().await;
+        let three = gw.recv().await;
+        let resumed = gw.recv().await;
+        assert_eq!((two["s"].as_u64(), two["d"]["content"].as_str()), (Some(3), Some("two")));
+        assert_eq!((three["s"].as_u64(), three["d"]["content"].as_str()), (Some(4), Some("three")));
+        assert_eq!((resumed["t"].as_str(), resumed["s"].as_u64()), (Some("RESUMED"), Some(5)));
+        assert!(matches!(serenity_parses(&resumed), GatewayEvent::Dispatch(5, _)));
+        assert_eq!(fake.resumes(), [(session.clone(), 2, true)]);
+        assert_eq!(fake.messages(CHANNEL).last().map(|m| m.id), Some(offline));
+        // The resumed connection gets new dispatches.
+        fake.post(CHANNEL, ALICE, "alice", "four");
+        assert_eq!(gw.recv().await["s"], json!(6));
+
+        // An unknown session cannot be resumed.
+        let (mut other, _) = Gateway::connect(&fake).await;
+        other.send(json!({"op": 6, "d": {"token": TOKEN, "session_id": "nope", "seq": 1}})).await;
+        let invalid = other.recv().await;
+        assert_eq!((invalid["op"].as_u64(), invalid["d"].as_bool()), (Some(9), Some(false)));
+        assert!(matches!(serenity_parses(&invalid), GatewayEvent::InvalidateSession(false)));
+    }
+
+    #[tokio::test]
+    async fn fake_discord_reconnect_and_invalidate_session() {
+        let fake = fake();
+        let (mut gw, ready) = Gateway::ready(&fake, MESSAGES).await;
+        fake.reconnect();
+        let reconnect = gw.recv().await;
+        assert_eq!(reconnect["op"], json!(7));
+        assert!(matches!(serenity_parses(&reconnect), GatewayEvent::Reconnect));
+        fake.invalidate_session();
+        let invalid = gw.recv().await;
+        assert_eq!((invalid["op"].as_u64(), invalid["d"].as_bool()), (Some(9), Some(false)));
+        // The session is gone: resuming it fails.
+        let (mut again, _) = Gateway::connect(&fake).await;
+        again
+            .send(json!({"op": 6, "d": {"token": TOKEN, "session_id": ready["session_id"], "seq": 1}}))
+            .await;
+        assert_eq!(again.recv().await["op"], json!(9));
+        assert_eq!(fake.gateway_connections(), 2);
+    }
+
+    #[test]
+    fn fake_discord_rest_requires_the_bot_token() {
+        let fake = fake();
+        let unauthorized = json!({"message": "401: Unauthorized", "code": 0});
+        let (status, _, body) = http(&fake, "GET", "/api/v10/users/@me", None, None);
+        assert_eq!((status, body), (401, unauthorized.clone()));
+        let (status, _, body) = http(&fake, "GET", "/api/v10/users/@me", Some("Bot wrong"), None);
+        assert_eq!((status, body), (401, unauthorized));
+        let (status, me) = bot(&fake, "GET", "/api/v10/users/@me", None);
+        assert_eq!(status, 200);
+        assert_eq!(me["id"], json!(BOT_ID.to_string()));
+        // `GET /gateway` needs no token; `/gateway/bot` does.
+        let (status, _, gateway) = http(&fake, "GET", "/api/v10/gateway", None, None);
+        assert_eq!((status, gateway), (200, json!({"url": fake.ws_url()})));
+        let (status, gateway) = bot(&fake, "GET", "/api/v10/gateway/bot", None);
+        assert_eq!(status, 200);
+        assert_eq!(gateway["url"], json!(fake.ws_url()));
+        assert_eq!(gateway["shards"], json!(1));
+        assert_eq!(gateway["session_start_limit"]["max_concurrency"], json!(1));
+        let (status, app) = bot(&fake, "GET", "/api/v10/oauth2/applications/@me", None);
+        assert_eq!((status, &app["id"]), (200, &json!(APPLICATION_ID.to_string())));
+        assert_eq!(bot(&fake, "GET", "/api/v10/nothing", None).0, 404);
+        assert_eq!(bot(&fake, "DELETE", "/api/v10/users/@me", None).0, 405);
+        let statuses: Vec<u16> = fake.rejected().iter().map(|r| r.2).collect();
+        assert_eq!(statuses, [401, 401, 404, 405]);
+        assert_eq!(fake.requests().len(), 8);
+    }
+
+    #[test]
+    fn fake_discord_unknown_channel_is_10003() {
+        let fake = fake();
+        let unknown = json!({"message": "Unknown Channel", "code": 10003});
+        assert_eq!(bot(&fake, "GET", "/api/v10/channels/42", None), (404, unknown.clone()));
+        let (status, body) =
+            bot(&fake, "POST", "/api/v10/channels/42/messages", Some(json!({"content": "x"})));
+        assert_eq!((status, body), (404, unknown));
+        let (status, channel) = bot(&fake, "GET", &format!("/api/v10/channels/{CHANNEL}"), None);
+        assert_eq!(status, 200);
+        assert_eq!(channel["type"], json!(0));
+        assert_eq!(channel["name"], json!("general"));
+        assert_eq!(channel["guild_id"], json!(GUILD_ID.to_string()));
+        let channel: serenity::model::channel::Channel =
+            serde_json::from_value(channel).expect("a serenity Channel");
+        assert!(channel.guild().is_some());
+        assert_eq!(
+            fake.rejected()[0],
+            ("GET".into(), "/api/v10/channels/42".into(), 404, "Unknown Channel".into())
+        );
+    }
+
+    #[test]
+    fn fake_discord_message_limits_and_allowed_mentions() {
+        let fake = fake();
+        let path = format!("/api/v10/channels/{CHANNEL}/messages");
+        let (status, body) = say(&fake, &"x".repeat(MAX_MESSAGE_CHARS + 1));
+        assert_eq!(status, 400);
+        assert_eq!(body["code"], json!(50035));
+        assert_eq!(body["message"], json!("Invalid Form Body"));
+        assert_eq!(body["errors"]["content"]["_errors"][0]["code"], json!("BASE_TYPE_MAX_LENGTH"));
+        assert_eq!(
+            say(&fake, "").1,
+            json!({"message": "Cannot send an empty message", "code": 50006})
+        );
+        assert_eq!(say(&fake, &"é".repeat(MAX_MESSAGE_CHARS)).0, 200, "characters, not bytes");
+        let allowed = json!({"parse": []});
+        let body =
+            json!({"content": "hi <@1180000000000000001> @everyone", "allowed_mentions": allowed});
+        let (status, sent) = bot(&fake, "POST", &path, Some(body.clone()));
+        assert_eq!(status, 200, "{sent}");
+        assert_eq!((&sent["mentions"], &sent["mention_everyone"]), (&json!([]), &json!(false)));
+        let sent = fake.sent(CHANNEL);
+        assert_eq!(sent.len(), 2);
+        assert_eq!(sent[1].allowed_mentions, Some(allowed));
+        assert_eq!((sent[1].author_id, sent[1].username.as_str()), (BOT_ID, BOT_USERNAME));
+        assert_eq!(fake.requests().last().expect("a request"), &("POST".into(), path, body));
+    }
+
+    #[test]
+    fn fake_discord_history_after_is_newest_first() {
+        let fake = fake();
+        let ids: Vec<u64> = (0..5)
+            .map(|i| fake.post_while_offline(CHANNEL, ALICE, "alice", &format!("m{i}")))
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "snowflakes increase: {ids:?}");
+        let history = |query: &str| {
+            let (status, body) =
+                bot(&fake, "GET", &format!("/api/v10/channels/{CHANNEL}/messages{query}"), None);
+            assert_eq!(status, 200, "{body}");
+            let contents: Vec<String> = body
+                .as_array()
+                .expect("an array")
+                .iter()
+                .map(|m| m["content"].as_str().expect("content").to_string())
+                .collect();
+            contents
+        };
+        assert_eq!(history(""), ["m4", "m3", "m2", "m1", "m0"]);
+        assert_eq!(history(&format!("?after={}", ids[1])), ["m4", "m3", "m2"]);
+        // The `limit` messages right after `after`, newest first (serenity writes `?&`).
+        assert_eq!(history(&format!("?&after={}&limit=2", ids[1])), ["m3", "m2"]);
+        assert_eq!(history(&format!("?before={}&limit=2", ids[3])), ["m2", "m1"]);
+        assert_eq!(history("?limit=1"), ["m4"]);
+        assert!(history(&format!("?after={}", ids[4])).is_empty());
+        let (status, body) =
+            bot(&fake, "GET", &format!("/api/v10/channels/{CHANNEL}/messages?limit=101"), None);
+        assert_eq!((status, &body["code"]), (400, &json!(50035)));
+        let (_, body) = bot(&fake, "GET", &format!("/api/v10/channels/{CHANNEL}/messages"), None);
+        let messages: Vec<Message> = serde_json::from_value(body).expect("serenity Messages");
+        assert_eq!(messages[0].id.get(), ids[4]);
+    }
+
+    #[test]
+    fn fake_discord_webhook_rules() {
+        let fake = fake();
+        let (status, hook) = create_hook(&fake, "Flock relay");
+        assert_eq!(status, 200, "{hook}");
+        assert_eq!(hook["type"], json!(1));
+        assert_eq!(hook["channel_id"], json!(CHANNEL.to_string()));
+        assert_eq!(hook["name"], json!("Flock relay"));
+        assert!(hook["token"].as_str().is_some_and(|t| t.len() == 68));
+        let parsed: serenity::model::webhook::Webhook =
+            serde_json::from_value(hook.clone()).expect("a serenity Webhook");
+        assert!(parsed.token.is_some());
+        for name in ["My Discord hook", "clyde", &"n".repeat(81), ""] {
+            let (status, body) = create_hook(&fake, name);
+            assert_eq!((status, &body["code"]), (400, &json!(50035)), "{name}: {body}");
+        }
+        let (_, refused) = create_hook(&fake, "discord relay");
+        assert_eq!(
+            refused["errors"]["name"]["_errors"][0],
+            json!({"code": "USERNAME_INVALID_CONTAINS", "message": "Username cannot contain \"discord\""})
+        );
+        let (status, list) =
+            bot(&fake, "GET", &format!("/api/v10/channels/{CHANNEL}/webhooks"), None);
+        assert_eq!((status, list.as_array().map(Vec::len)), (200, Some(1)));
+
+        let (status, message) =
+            execute(&fake, &hook, json!({"content": "hi", "username": "alice (Telegram)"}));
+        assert_eq!(status, 200, "{message}");
+        assert_eq!(message["author"]["username"], json!("alice (Telegram)"));
+        assert_eq!(message["author"]["id"], hook["id"]);
+        assert_eq!(message["webhook_id"], hook["id"]);
+        let (status, body) =
+            execute(&fake, &hook, json!({"content": "hi", "username": "Discord fan"}));
+        assert_eq!((status, &body["code"]), (400, &json!(50035)), "{body}");
+        assert!(body["errors"]["username"].is_object(), "{body}");
+        // Without `wait=true`: 204.
+        let path = format!(
+            "/api/v10/webhooks/{}/{}",
+            hook["id"].as_str().unwrap_or(""),
+            hook["token"].as_str().unwrap_or("")
+        );
+        let (status, _, _) = http(&fake, "POST", &path, None, Some(&json!({"content": "no wait"})));
+        assert_eq!(status, 204);
+        let sent = fake.sent(CHANNEL);
+        assert_eq!(
+            sent.iter().map(|m| m.username.as_str()).collect::<Vec<_>>(),
+            ["alice (Telegram)", "Flock relay"]
+        );
+    }
+
+    #[test]
+    fn fake_discord_unknown_webhook_is_10015() {
+        let fake = fake();
+        let unknown = json!({"message": "Unknown Webhook", "code": 10015});
+        let (_, hook) = create_hook(&fake, "Flock relay");
+        let mut wrong = hook.clone();
+        wrong["token"] = json!("not-the-token");
+        assert_eq!(execute(&fake, &wrong, json!({"content": "x"})), (404, unknown.clone()));
+        let mut missing = hook.clone();
+        missing["id"] = json!("42");
+        assert_eq!(execute(&fake, &missing, json!({"content": "x"})), (404, unknown.clone()));
+        assert_eq!(execute(&fake, &hook, json!({"content": "x"})).0, 200);
+        fake.delete_webhooks(CHANNEL);
+        assert_eq!(execute(&fake, &hook, json!({"content": "x"})), (404, unknown));
+        assert!(fake.webhooks(CHANNEL).is_empty());
+        let codes: Vec<u16> = fake.rejected().iter().map(|r| r.2).collect();
+        assert_eq!(codes, [404, 404, 404]);
+
+        fake.missing_webhook_permission(CHANNEL);
+        let (status, body) = create_hook(&fake, "Flock relay");
+        assert_eq!((status, body), (403, json!({"message": "Missing Permissions", "code": 50013})));
+    }
+
+    #[test]
+    fn fake_discord_rate_limit_answers_429_with_retry_after() {
+        let fake = fake();
+        let (_, hook) = create_hook(&fake, "Flock relay");
+        fake.rate_limit_next(2, 0.5);
+        let path = format!("/api/v10/channels/{CHANNEL}/messages");
+        let auth = format!("Bot {TOKEN}");
+        let (status, headers, body) =
+            http(&fake, "POST", &path, Some(&auth), Some(&json!({"content": "x"})));
+        assert_eq!(status, 429);
+        assert_eq!(
+            body,
+            json!({"message": "You are being rate limited.", "retry_after": 0.5, "global": false})
+        );
+        let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        assert_eq!(header("retry-after"), Some("1"));
+        assert_eq!(header("x-ratelimit-remaining"), Some("0"));
+        assert_eq!(header("x-ratelimit-reset-after"), Some("0.500"));
+        assert_eq!(header("x-ratelimit-scope"), Some("user"));
+        assert!(header("x-ratelimit-limit").is_some() && header("x-ratelimit-bucket").is_some());
+        assert!(header("x-ratelimit-reset").is_some());
+        assert_eq!(execute(&fake, &hook, json!({"content": "x"})).0, 429);
+        assert_eq!(execute(&fake, &hook, json!({"content": "x"})).0, 200);
+        assert_eq!(say(&fake, "x").0, 200);
+        assert_eq!(fake.sent(CHANNEL).len(), 2);
+        let refused: Vec<(u16, String)> = fake.rejected().into_iter().map(|r| (r.2, r.3)).collect();
+        assert_eq!(
+            refused,
+            [
+                (429, "You are being rate limited.".into()),
+                (429, "You are being rate limited.".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn fake_discord_wait_sent_waits_for_another_thread() {
+        let fake = Arc::new(fake());
+        let sender = Arc::clone(&fake);
+        let thread = std::thread::spawn(move || {
+            for text in ["one", "two"] {
+                std::thread::sleep(Duration::from_millis(100));
+                assert_eq!(say(&sender, text).0, 200);
+            }
+        });
+        let sent = fake.wait_sent(CHANNEL, 2, SECS);
+        assert_eq!(sent.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(), ["one", "two"]);
+        thread.join().expect("the sender");
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The real serenity 0.12.5 client against the fake.
+
+    /// Records every message serenity hands to the event handler.
+    struct Recorder {
+        messages: std::sync::mpsc::Sender<Message>,
+        ready: std::sync::mpsc::Sender<Ready>,
+    }
+
+    #[serenity::async_trait]
+    impl EventHandler for Recorder {
+        async fn message(&self, _ctx: Context, message: Message) {
+            let _ = self.messages.send(message);
+        }
+
+        async fn ready(&self, _ctx: Context, ready: Ready) {
+            let _ = self.ready.send(ready);
+        }
+    }
+
+    /// A serenity client pointed at the fake, started on a runtime of its own.
+    struct Bot {
+        rt: tokio::runtime::Runtime,
+        http: Arc<Http>,
+        shards: Arc<ShardManager>,
+        running: tokio::task::JoinHandle<serenity::Result<()>>,
+        messages: std::sync::mpsc::Receiver<Message>,
+        ready: std::sync::mpsc::Receiver<Ready>,
+        /// Messages delivered but not asked for yet (serenity runs every event handler call as
+        /// a task of its own, so they may arrive out of order).
+        unclaimed: std::cell::RefCell<Vec<Message>>,
+    }
+
+    impl Bot {
+        fn start(fake: &FakeDiscord, token: &str, intents: GatewayIntents) -> Bot {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a runtime for serenity");
+            let (messages_tx, messages) = std::sync::mpsc::channel();
+            let (ready_tx, ready) = std::sync::mpsc::channel();
+            let http =
+                HttpBuilder::new(token).proxy(fake.base_url()).ratelimiter_disabled(true).build();
+            let recorder = Recorder { messages: messages_tx, ready: ready_tx };
+            let mut client = rt
+                .block_on(async {
+                    ClientBuilder::new_with_http(http, intents).event_handler(recorder).await
+                })
+                .expect("a serenity client");
+            let http = Arc::clone(&client.http);
+            let shards = Arc::clone(&client.shard_manager);
+            let running = rt.spawn(async move { client.start().await });
+            let unclaimed = std::cell::RefCell::default();
+            Bot { rt, http, shards, running, messages, ready, unclaimed }
+        }
+
+        /// The message with content `content` serenity delivered (in any order).
+        #[track_caller]
+        fn received(&self, content: &str) -> Message {
+            let mut unclaimed = self.unclaimed.borrow_mut();
+            if let Some(i) = unclaimed.iter().position(|m| m.content == content) {
+                return unclaimed.remove(i);
+            }
+            let deadline = Instant::now() + SECS;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match self.messages.recv_timeout(left) {
+                    Ok(message) if message.content == content => return message,
+                    Ok(message) => unclaimed.push(message),
+                    Err(e) => panic!(
+                        "serenity delivered no message {content:?}: {e}; got {:?}",
+                        unclaimed.iter().map(|m| &m.content).collect::<Vec<_>>()
+                    ),
+                }
+            }
+        }
+
+        /// The error `Client::start` returned (within 10 s), if any.
+        fn outcome(self) -> Option<serenity::Error> {
+            let Bot { rt, running, .. } = self;
+            let result = rt
+                .block_on(async { tokio::time::timeout(SECS, running).await })
+                .expect("Client::start returned in time")
+                .expect("the client task did not panic");
+            rt.shutdown_timeout(Duration::from_secs(1));
+            result.err()
+        }
+
+        fn stop(self) {
+            self.rt.block_on(self.shards.shutdown_all());
+            let _ = self.outcome();
+        }
+    }
+
+    fn serenity_intents() -> GatewayIntents {
+        GatewayIntents::GUILD_MESSAGES | GatewayIntents::MESSAGE_CONTENT
+    }
+
+    #[test]
+    fn fake_discord_serenity_client_receives_posts_and_executes_webhooks() {
+        let fake = fake();
+        let bot = Bot::start(&fake, TOKEN, serenity_intents());
+        let ready = bot.ready.recv_timeout(SECS).expect("serenity got READY");
+        assert_eq!(ready.user.id.get(), BOT_ID);
+        fake.wait_connected(SECS);
+        assert_eq!(fake.identifies(), [serenity_intents().bits()]);
+        assert_eq!(fake.gateway_connections(), 1);
+
+        let id = fake.post(CHANNEL, ALICE, "alice", "hello from a person");
+        let message = bot.received("hello from a person");
+        assert_eq!(message.id.get(), id);
+        assert_eq!(message.author.id.get(), ALICE);
+        assert_eq!(message.author.name, "alice");
+        assert_eq!(message.guild_id.map(|g| g.get()), Some(GUILD_ID));
+
+        let channel = ChannelId::new(CHANNEL);
+        let (hook, executed, said, history) = bot.rt.block_on(async {
+            let hook = channel
+                .create_webhook(&bot.http, CreateWebhook::new("Flock relay"))
+                .await
+                .expect("create webhook");
+            let builder =
+                ExecuteWebhook::new().content("relayed by webhook").username("alice (Telegram)");
+            let executed = hook.execute(&bot.http, true, builder).await.expect("execute webhook");
+            let said = channel.say(&bot.http, "said by the bot").await.expect("say");
+            let history = channel
+                .messages(&bot.http, GetMessages::new().after(id).limit(10))
+                .await
+                .expect("history");
+            (hook, executed, said, history)
+        });
+        let executed = executed.expect("wait=true answers the message");
+        assert_eq!(executed.author.name, "alice (Telegram)");
+        assert_eq!(executed.webhook_id, Some(hook.id));
+        assert_eq!(said.author.id.get(), BOT_ID);
+        // Discord echoes the bot's and its webhooks' messages on the gateway.
+        assert!(bot.received("relayed by webhook").author.bot);
+        assert_eq!(bot.received("said by the bot").author.id.get(), BOT_ID);
+        assert_eq!(history.iter().map(|m| m.id).collect::<Vec<_>>(), [said.id, executed.id]);
+
+        let sent = fake.wait_sent(CHANNEL, 2, SECS);
+        assert_eq!(sent[0].content, "relayed by webhook");
+        assert_eq!(sent[0].username, "alice (Telegram)");
+        assert_eq!(sent[0].webhook_id, Some(hook.id.get()));
+        assert_eq!((sent[1].author_id, sent[1].content.as_str()), (BOT_ID, "said by the bot"));
+        let requests = fake.requests();
+        let paths: Vec<String> = requests.iter().map(|(m, p, _)| format!("{m} {p}")).collect();
+        assert_eq!(
+            paths[0], "GET /api/v10/gateway",
+            "serenity asks for the gateway first: {paths:#?}"
+        );
+        assert!(
+            paths.contains(&format!("POST /api/v10/channels/{CHANNEL}/webhooks")),
+            "{paths:#?}"
+        );
+        let (_, token, _) = fake.webhooks(CHANNEL).pop().expect("the webhook");
+        assert!(
+            paths.contains(&format!("POST /api/v10/webhooks/{}/{token}?&wait=true", hook.id)),
+            "{paths:#?}"
+        );
+        let execute = requests
+            .iter()
+            .find(|(_, p, _)| p.starts_with("/api/v10/webhooks/"))
+            .expect("the execute");
+        assert_eq!(execute.2["username"], json!("alice (Telegram)"));
+        assert_eq!(execute.2["content"], json!("relayed by webhook"));
+        assert!(fake.rejected().is_empty(), "{:#?}", fake.rejected());
+        bot.stop();
+    }
+
+    #[test]
+    fn fake_discord_serenity_reports_disallowed_intents_on_4014() {
+        let fake = fake();
+        fake.deny_message_content();
+        let bot = Bot::start(&fake, TOKEN, serenity_intents());
+        let error = bot.outcome().expect("4014 stops the client");
+        assert!(
+            matches!(
+                error,
+                serenity::Error::Gateway(serenity::gateway::GatewayError::DisallowedGatewayIntents)
+            ),
+            "{error:?}"
+        );
+        assert_eq!(error.to_string(), "Disallowed gateway intents were provided");
+        assert_eq!(fake.identifies(), [serenity_intents().bits()]);
+    }
+
+    #[test]
+    fn fake_discord_serenity_reports_invalid_authentication_on_4004() {
+        let fake = fake();
+        let bot = Bot::start(&fake, "not-the-token", serenity_intents());
+        let error = bot.outcome().expect("4004 stops the client");
+        assert!(
+            matches!(
+                error,
+                serenity::Error::Gateway(serenity::gateway::GatewayError::InvalidAuthentication)
+            ),
+            "{error:?}"
+        );
+        assert_eq!(error.to_string(), "Sent invalid authentication");
+    }
+
+    /// What serenity (rate limiter disabled) makes of the fake's answers and errors.
+    #[test]
+    fn fake_discord_serenity_rest_calls_and_errors() {
+        let fake = fake();
+        let http =
+            HttpBuilder::new(TOKEN).proxy(fake.base_url()).ratelimiter_disabled(true).build();
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let channel = ChannelId::new(CHANNEL);
+        let me = rt.block_on(http.get_current_user()).expect("users/@me");
+        assert_eq!((me.id.get(), me.name.as_str(), me.bot), (BOT_ID, BOT_USERNAME, true));
+        let app = rt.block_on(http.get_current_application_info()).expect("applications/@me");
+        assert_eq!(app.id.get(), APPLICATION_ID);
+        let gateway = rt.block_on(http.get_bot_gateway()).expect("gateway/bot");
+        assert_eq!((gateway.url, gateway.shards), (fake.ws_url(), 1));
+        assert_eq!(rt.block_on(http.get_gateway()).expect("gateway").url, fake.ws_url());
+        let general = rt.block_on(channel.to_channel(&http)).expect("a channel");
+        assert_eq!(general.guild().map(|c| c.name), Some("general".to_string()));
+        let error = |result: serenity::Result<()>| match result {
+            Err(serenity::Error::Http(HttpError::UnsuccessfulRequest(response))) => response,
+            other => panic!("expected an unsuccessful request, got {other:?}"),
+        };
+        fake.rate_limit_next(1, 0.25);
+        let limited = error(rt.block_on(channel.say(&http, "x")).map(drop));
+        assert_eq!(limited.status_code.as_u16(), 429);
+        // Discord's 429 body has no `code`: serenity reports -1 and a decoding message, and
+        // drops the Retry-After headers (with its rate limiter disabled).
+        assert_eq!(limited.error.code, -1);
+        assert!(
+            limited.error.message.contains("Could not decode json"),
+            "{}",
+            limited.error.message
+        );
+
+        let hook = rt
+            .block_on(channel.create_webhook(&http, CreateWebhook::new("Flock relay")))
+            .expect("webhook");
+        fake.delete_webhooks(CHANNEL);
+        let gone = error(
+            rt.block_on(hook.execute(&http, true, ExecuteWebhook::new().content("x"))).map(drop),
+        );
+        assert_eq!((gone.status_code.as_u16(), gone.error.code), (404, 10015));
+        assert_eq!(gone.error.message, "Unknown Webhook");
+
+        let refused = error(
+            rt.block_on(channel.create_webhook(&http, CreateWebhook::new("my discord"))).map(drop),
+        );
+        assert_eq!((refused.status_code.as_u16(), refused.error.code), (400, 50035));
+        assert_eq!(refused.error.errors[0].path, "name");
+        assert_eq!(refused.error.errors[0].code, "USERNAME_INVALID_CONTAINS");
+
+        fake.missing_webhook_permission(CHANNEL);
+        let denied = error(
+            rt.block_on(channel.create_webhook(&http, CreateWebhook::new("Flock relay"))).map(drop),
+        );
+        assert_eq!((denied.status_code.as_u16(), denied.error.code), (403, 50013));
+
+        let missing = error(rt.block_on(ChannelId::new(42).to_channel(&http)).map(drop));
+        assert_eq!((missing.status_code.as_u16(), missing.error.code), (404, 10003));
+    }
+
+    #[test]
+    fn fake_discord_serenity_resumes_after_a_dropped_gateway() {
+        let fake = fake();
+        fake.set_heartbeat_interval(200);
+        let bot = Bot::start(&fake, TOKEN, serenity_intents());
+        bot.ready.recv_timeout(SECS).expect("READY");
+        fake.wait_connected(SECS);
+        fake.post(CHANNEL, ALICE, "alice", "before");
+        bot.received("before");
+
+        fake.drop_gateway();
+        fake.post(CHANNEL, ALICE, "alice", "while dropped");
+        bot.received("while dropped");
+        let resumes = fake.resumes();
+        assert_eq!(resumes.len(), 1);
+        assert!(resumes[0].2, "serenity resumed its session: {resumes:?}");
+
+        fake.reconnect();
+        fake.post(CHANNEL, ALICE, "alice", "after op 7");
+        bot.received("after op 7");
+        assert_eq!(fake.identifies().len(), 1, "never identified again");
+        crate::wait_for(|| !fake.heartbeats().is_empty(), SECS, "serenity heartbeats");
+        bot.stop();
+    }
 }
