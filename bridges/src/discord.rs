@@ -62,12 +62,15 @@ pub fn intents() -> GatewayIntents {
     GatewayIntents::GUILD_MESSAGES | GatewayIntents::MESSAGE_CONTENT
 }
 
-/// A REST client for `api_url` (the real API unless a proxy or a fake is configured).
+/// A REST client for `api_url` (the real API unless a proxy or a fake is configured). Behind a
+/// proxy serenity's own rate limiter must be off (it would call discord.com directly); the
+/// proxy limits, and a 429 is waited out by the relay.
 pub fn http(api_url: Option<&str>, token: &str) -> Http {
     match api_url {
         // serenity puts `/api/v10` after the base itself.
         Some(url) => HttpBuilder::new(token)
             .proxy(url.trim_end_matches('/').trim_end_matches("/api/v10"))
+            .ratelimiter_disabled(true)
             .build(),
         None => Http::new(token),
     }
@@ -252,7 +255,8 @@ pub fn inbound(m: &Message, bot_id: u64) -> Option<Inbound> {
     })
 }
 
-/// A webhook username Discord accepts: 1–80 characters, without "clyde" or "discord".
+/// A webhook username Discord (and serenity) accept: 2–80 characters, without "clyde" or
+/// "discord".
 pub fn webhook_username(name: &str) -> String {
     let mut n: String = name.chars().take(80).collect();
     for (bad, good) in [("discord", "disc0rd"), ("clyde", "clyd3")] {
@@ -260,7 +264,11 @@ pub fn webhook_username(name: &str) -> String {
             n.replace_range(i..i + bad.len(), good);
         }
     }
-    if n.trim().is_empty() { "agent".into() } else { n }
+    match n.trim().chars().count() {
+        0 => "agent".into(),
+        1 => format!("{n}_"),
+        _ => n,
+    }
 }
 
 fn is_code(e: &serenity::Error, code: isize) -> bool {
@@ -332,6 +340,7 @@ mod tests {
         assert_eq!(webhook_username("clyde"), "clyd3");
         assert_eq!(webhook_username(&"x".repeat(100)).chars().count(), 80);
         assert_eq!(webhook_username("  "), "agent");
+        assert_eq!(webhook_username("q"), "q_");
     }
 
     #[test]

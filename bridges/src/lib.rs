@@ -315,50 +315,62 @@ impl Relay {
         mut rx: tokio::sync::mpsc::UnboundedReceiver<discord::Event>,
     ) {
         let Chat::Discord(discord) = &self.chat else { return };
-        while let Some(event) = rx.recv().await {
-            match event {
-                discord::Event::Ready => {
-                    self.set_state("connected", None);
-                    for m in self.spec.channels.clone() {
-                        let last = match self
-                            .link
-                            .call_json("bridge__last", json!({"external": m.external}))
-                            .await
-                        {
-                            Ok(v) => v["message_id"].as_str().and_then(|s| s.parse::<u64>().ok()),
-                            Err(CallError::Gone) => return,
-                            Err(CallError::Refused(_)) => None,
-                        };
-                        // A mapping that never brought anything in does not import history.
-                        let Some(last) = last else { continue };
-                        match discord.history_after(&m.external, last).await {
-                            Ok(missed) => {
-                                if !missed.is_empty() {
-                                    println!(
-                                        "in: {} message(s) written in channel {} while the bridge was away",
-                                        missed.len(),
-                                        m.external
-                                    );
+        let mut events = Vec::new();
+        while rx.recv_many(&mut events, 256).await > 0 {
+            // serenity runs each handler call as its own task, so messages of one burst may be
+            // queued out of order: put them back in Discord's order (ids are time-ordered).
+            let mut batch: Vec<discord::Event> = std::mem::take(&mut events);
+            batch.sort_by_key(|e| match e {
+                discord::Event::Ready => (0, 0),
+                discord::Event::Message(m) => (1, m.message_id.parse::<u64>().unwrap_or(u64::MAX)),
+            });
+            for event in batch {
+                match event {
+                    discord::Event::Ready => {
+                        self.set_state("connected", None);
+                        for m in self.spec.channels.clone() {
+                            let last = match self
+                                .link
+                                .call_json("bridge__last", json!({"external": m.external}))
+                                .await
+                            {
+                                Ok(v) => {
+                                    v["message_id"].as_str().and_then(|s| s.parse::<u64>().ok())
                                 }
-                                for msg in missed {
-                                    if let Err(CallError::Gone) = self.bring_in(&msg).await {
-                                        return;
+                                Err(CallError::Gone) => return,
+                                Err(CallError::Refused(_)) => None,
+                            };
+                            // A mapping that never brought anything in does not import history.
+                            let Some(last) = last else { continue };
+                            match discord.history_after(&m.external, last).await {
+                                Ok(missed) => {
+                                    if !missed.is_empty() {
+                                        println!(
+                                            "in: {} message(s) written in channel {} while the bridge was away",
+                                            missed.len(),
+                                            m.external
+                                        );
+                                    }
+                                    for msg in missed {
+                                        if let Err(CallError::Gone) = self.bring_in(&msg).await {
+                                            return;
+                                        }
                                     }
                                 }
-                            }
-                            Err(e) => {
-                                eprintln!(
-                                    "flock-bridge: cannot read what was missed in channel {}: {e}",
-                                    m.external
-                                );
-                                self.set_state("connected", Some(e.to_string()));
+                                Err(e) => {
+                                    eprintln!(
+                                        "flock-bridge: cannot read what was missed in channel {}: {e}",
+                                        m.external
+                                    );
+                                    self.set_state("connected", Some(e.to_string()));
+                                }
                             }
                         }
                     }
-                }
-                discord::Event::Message(m) => {
-                    if let Err(CallError::Gone) = self.bring_in(&m).await {
-                        return;
+                    discord::Event::Message(m) => {
+                        if let Err(CallError::Gone) = self.bring_in(&m).await {
+                            return;
+                        }
                     }
                 }
             }

@@ -250,3 +250,171 @@ fn only_allowed_people_post_and_a_refused_token_stops_the_bridge_with_a_clear_er
     assert!(!row.to_string().contains("TEST-token"), "{row}");
     assert!(!swarm.log("bridge-tg").contains("TEST-token"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Discord, through the real serenity client against `FakeDiscord` (REST v10 + gateway).
+
+use flock_testkit::fake_discord::FakeDiscord;
+
+const DISCORD_TOKEN: &str = "MTIz.discord-token-must-never-leak";
+const DC: u64 = 900_000_000_000_000_001;
+
+fn discord_bridge(api_url: &str) -> String {
+    format!(
+        r#"  - name: dc
+    platform: discord
+    token_env: DC_TOKEN
+    api_url: {api_url}
+    max_posts_per_minute: 600
+    channels:
+      - flock: team
+        external: "{DC}"
+"#
+    )
+}
+
+/// The worker, a Discord bridge on #team and (optionally) the Telegram bridge on #team too.
+fn discord_swarm(discord: &FakeDiscord, telegram: Option<&FakeTelegram>) -> Swarm {
+    discord.add_channel(DC, "team");
+    let mut yaml = match telegram {
+        Some(tg) => {
+            tg.add_chat(CHAT, "Team");
+            swarm_yaml(&tg.base_url(), None)
+        }
+        None => {
+            swarm_yaml("http://127.0.0.1:9", None)
+                .split("bridges:\n")
+                .next()
+                .expect("the yaml has bridges")
+                .to_owned()
+                + "bridges:\n"
+        }
+    };
+    yaml.push_str(&discord_bridge(&discord.base_url()));
+    Swarm::builder(&yaml).env("TG_TOKEN", TOKEN).env("DC_TOKEN", DISCORD_TOKEN).start()
+}
+
+fn row_named(swarm: &Swarm, name: &str) -> Value {
+    swarm.ps().into_iter().find(|r| r["name"] == name).unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_person_on_discord_reaches_the_agent_and_telegram_and_the_reply_comes_back_under_its_name() {
+    let discord = FakeDiscord::start(DISCORD_TOKEN);
+    let telegram = FakeTelegram::start(TOKEN);
+    let swarm = discord_swarm(&discord, Some(&telegram));
+    discord.wait_connected(LONG);
+    swarm.wait_until(
+        || {
+            row_named(&swarm, "bridge-dc")["state"] == "connected"
+                && bridge_row(&swarm)["state"] == "connected"
+        },
+        LONG,
+        "both bridges are connected",
+    );
+    swarm.ctl_ok(&["channel", "members", "#team", "--add", "worker", "--as", "bob"]);
+
+    discord.post(DC, 4242, "alice", "@worker build the login page");
+    // On Discord: the worker's reply through the channel's webhook, under the worker's name,
+    // with no mention parsed.
+    let sent = discord.wait_sent(DC, 1, LONG);
+    assert_eq!(sent[0].username, "worker", "{sent:#?}");
+    assert!(sent[0].webhook_id.is_some(), "posted through a webhook: {sent:#?}");
+    assert_eq!(sent[0].content, "Built it. Tests pass (3/3)!");
+    assert_eq!(
+        sent[0].allowed_mentions.as_ref().map(|m| m["parse"].clone()),
+        Some(serde_json::json!([])),
+        "{sent:#?}"
+    );
+    // On Telegram: alice's message with her name and platform, then the worker's reply.
+    let tg = telegram.wait_sent(CHAT, 2, LONG);
+    assert_eq!(tg[0].plain, "[alice (discord)] @worker build the login page");
+    assert_eq!(tg[1].plain, "[worker] Built it. Tests pass (3/3)!");
+
+    let before = posts(&swarm);
+    assert_eq!(before[0]["author"], "human:discord:alice");
+    assert_eq!(before.len(), 2, "{before:#?}");
+    // Nothing came back as an echo: the webhook's message (which the gateway dispatches back)
+    // was dropped, alice's message never went back to Discord.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(discord.sent(DC).len(), 1, "{:#?}", discord.sent(DC));
+    assert_eq!(before.len(), posts(&swarm).len(), "no post was added by an echo");
+    assert_eq!(telegram.sent_to(CHAT).len(), 2);
+
+    let mut seen = swarm.supervisor_output();
+    seen += &swarm.ctl_ok(&["bridge", "ls", "--json"]);
+    seen += &swarm.log("bridge-dc");
+    assert!(seen.contains("DC_TOKEN"), "bridge ls names the variable");
+    assert!(!seen.contains("discord-token-must"), "the token leaked");
+}
+
+#[test]
+fn a_discord_bridge_killed_while_people_write_brings_their_messages_in_when_it_is_back() {
+    let discord = FakeDiscord::start(DISCORD_TOKEN);
+    let swarm = discord_swarm(&discord, None);
+    discord.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-dc")["state"] == "connected", LONG, "connected");
+    discord.post(DC, 1, "alice", "before the crash");
+    swarm.wait_until(|| posts(&swarm).len() == 1, LONG, "the first message is in");
+
+    swarm.kill9("bridge-dc");
+    // Written while no bridge listened: only Discord's history has them.
+    for i in 0..5 {
+        discord.post_while_offline(DC, 2, "bob", &format!("while away {i}"));
+    }
+    swarm.wait_until(|| posts(&swarm).len() == 6, LONG, "the missed messages are brought in");
+    let texts: Vec<String> =
+        posts(&swarm).iter().map(|p| p["text"].as_str().unwrap_or("").to_owned()).collect();
+    let mut want = vec!["before the crash".to_owned()];
+    want.extend((0..5).map(|i| format!("while away {i}")));
+    assert_eq!(texts, want);
+    // And live traffic goes on, each message once.
+    discord.post(DC, 1, "alice", "after the crash");
+    swarm.wait_until(|| posts(&swarm).len() == 7, LONG, "a live message after the restart");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(posts(&swarm).len(), 7);
+    assert_eq!(row_named(&swarm, "bridge-dc")["restarts"], 1);
+}
+
+#[test]
+fn without_webhook_permission_posts_carry_the_name_and_a_deleted_webhook_is_recreated() {
+    let discord = FakeDiscord::start(DISCORD_TOKEN);
+    let swarm = discord_swarm(&discord, None);
+    discord.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-dc")["state"] == "connected", LONG, "connected");
+    swarm.ctl_ok(&["post", "#team", "first", "--as", "bob"]);
+    let sent = discord.wait_sent(DC, 1, LONG);
+    assert_eq!(sent[0].username, "bob");
+    // The webhook is deleted behind the bridge's back: a new one is made, nothing is lost.
+    discord.delete_webhooks(DC);
+    swarm.ctl_ok(&["post", "#team", "second", "--as", "bob"]);
+    let sent = discord.wait_sent(DC, 2, LONG);
+    assert_eq!((sent[1].username.as_str(), sent[1].content.as_str()), ("bob", "second"));
+    assert!(sent[1].webhook_id.is_some() && sent[1].webhook_id != sent[0].webhook_id);
+
+    // A bot that may not manage webhooks posts as itself, with the author's name in front.
+    let discord = FakeDiscord::start(DISCORD_TOKEN);
+    discord.add_channel(DC, "team");
+    discord.missing_webhook_permission(DC);
+    let swarm = discord_swarm(&discord, None);
+    discord.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-dc")["state"] == "connected", LONG, "connected");
+    swarm.ctl_ok(&["post", "#team", "hello @everyone", "--as", "bob"]);
+    let sent = discord.wait_sent(DC, 1, LONG);
+    assert_eq!(sent[0].content, "**[bob]** hello @everyone");
+    assert!(sent[0].webhook_id.is_none());
+    let parse = sent[0].allowed_mentions.as_ref().map(|m| m["parse"].clone());
+    assert_eq!(parse, Some(serde_json::json!([])), "no @everyone ping: {sent:#?}");
+}
+
+#[test]
+fn a_discord_app_without_the_message_content_intent_is_told_how_to_fix_it() {
+    let discord = FakeDiscord::start(DISCORD_TOKEN);
+    discord.deny_message_content();
+    let swarm = discord_swarm(&discord, None);
+    swarm.wait_until(|| row_named(&swarm, "bridge-dc")["state"] == "failed", LONG, "it gave up");
+    let row = row_named(&swarm, "bridge-dc");
+    let why = row["last_exit"].as_str().unwrap_or_default();
+    assert!(why.contains("Message Content Intent") && why.contains("4014"), "{row}");
+    assert_eq!(row["restarts"], 0, "a restart cannot fix it: {row}");
+}
