@@ -12,12 +12,14 @@
 //!   router never hands a mapping the posts that came from its own chat; a short-lived record of
 //!   what was just sent drops a message that comes back anyway.
 //!
-//! Platforms: Telegram (`telegram.rs`, Bot API long polling) and Discord (`discord.rs`,
-//! serenity's gateway and webhooks); the relay is platform-neutral.
+//! Platforms: Telegram (`telegram.rs`, Bot API long polling), Discord (`discord.rs`,
+//! serenity's gateway and webhooks) and Slack (`slack.rs`, slack-morphism's Socket Mode and
+//! `chat.postMessage`); the relay is platform-neutral.
 
 pub mod discord;
 pub mod link;
 pub mod render;
+pub mod slack;
 pub mod telegram;
 
 use std::collections::{HashMap, VecDeque};
@@ -102,6 +104,7 @@ struct Stats {
 enum Chat {
     Telegram(Telegram),
     Discord(Discord),
+    Slack(Arc<slack::Slack>),
 }
 
 impl Chat {
@@ -110,6 +113,7 @@ impl Chat {
         match self {
             Chat::Telegram(_) => render::telegram_messages(author, text),
             Chat::Discord(_) => Discord::messages(text),
+            Chat::Slack(_) => slack::Slack::messages(text),
         }
     }
 
@@ -123,6 +127,7 @@ impl Chat {
         match self {
             Chat::Telegram(t) => t.send(external, message).await.map(|id| (id, message.to_owned())),
             Chat::Discord(d) => d.send(external, author, message).await,
+            Chat::Slack(s) => s.send(external, author, message).await,
         }
     }
 }
@@ -191,9 +196,25 @@ pub async fn run() -> u8 {
                 Err(code) => return code,
             }
         }
-        other => {
-            eprintln!("flock-bridge: error: {} bridges are not built yet", other.as_str());
-            return EXIT_CONFIG;
+        Platform::Slack => {
+            let client = match slack::client(spec.api_url.as_deref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("flock-bridge: error: {e}");
+                    return 1;
+                }
+            };
+            match until_connected(&link, || slack::Slack::connect(client.clone(), &token)).await {
+                Ok(s) => {
+                    println!(
+                        "slack: bot user {} ready; {} channel(s) mapped",
+                        s.bot_user(),
+                        spec.channels.len()
+                    );
+                    Chat::Slack(Arc::new(s))
+                }
+                Err(code) => return code,
+            }
         }
     };
     let relay = Arc::new(Relay {
@@ -204,9 +225,26 @@ pub async fn run() -> u8 {
         echoes: Mutex::default(),
         recent_posts: Mutex::default(),
     });
+    // Kept alive as long as the bridge runs (Socket Mode's connections belong to it).
+    let mut _slack_listener = None;
     match &relay.chat {
         Chat::Telegram(_) => {
             tasks.spawn(relay.clone().telegram_inbound());
+        }
+        Chat::Slack(s) => {
+            let Ok(app_token) = std::env::var(flock_ipc::env::PLATFORM_APP_TOKEN) else {
+                eprintln!(
+                    "flock-bridge: error: no app-level token: Slack bridges need `app_token_env` (an xapp-… token with connections:write)"
+                );
+                return EXIT_CONFIG;
+            };
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let listen = || slack::listen(s.clone(), app_token.trim(), tx.clone());
+            match until_connected(&link, listen).await {
+                Ok(l) => _slack_listener = Some(l),
+                Err(code) => return code,
+            }
+            tasks.spawn(relay.clone().slack_inbound(rx));
         }
         Chat::Discord(d) => {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -374,6 +412,20 @@ impl Relay {
                     }
                 }
             }
+        }
+    }
+
+    /// Slack → Flock: each message is posted, then its envelope may be acked.
+    async fn slack_inbound(
+        self: Arc<Self>,
+        mut rx: tokio::sync::mpsc::UnboundedReceiver<slack::Incoming>,
+    ) {
+        self.set_state("connected", None);
+        while let Some((m, done)) = rx.recv().await {
+            if let Err(CallError::Gone) = self.bring_in(&m).await {
+                return; // `done` dropped: no ack, Slack sends it again to the next process
+            }
+            let _ = done.send(());
         }
     }
 

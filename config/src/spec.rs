@@ -49,6 +49,10 @@ pub struct BridgeSpec {
     pub platform: Platform,
     /// The NAME of the environment variable that holds the bot token (never the token).
     pub token_env: String,
+    /// Slack only: the NAME of the variable holding the app-level token (`xapp-…`) Socket Mode
+    /// connects with.
+    #[serde(default)]
+    pub app_token_env: Option<String>,
     /// The platform API's base URL; `None`: the platform's own (see `Platform::default_api_url`).
     pub api_url: Option<String>,
     /// Channel mappings, at least one.

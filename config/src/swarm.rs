@@ -86,13 +86,20 @@ const AGENT_KEYS: &[&str] = &[
     "extensions",
 ];
 
-const BRIDGE_KEYS: &[&str] =
-    &["name", "platform", "token_env", "api_url", "max_posts_per_minute", "channels"];
+const BRIDGE_KEYS: &[&str] = &[
+    "name",
+    "platform",
+    "token_env",
+    "app_token_env",
+    "api_url",
+    "max_posts_per_minute",
+    "channels",
+];
 const BRIDGE_CHANNEL_KEYS: &[&str] = &["flock", "external", "allow"];
 /// Every platform a bridge may name, in the order messages list them.
 const PLATFORMS: &[Platform] = &[Platform::Discord, Platform::Slack, Platform::Telegram];
 /// The platforms this version has a bridge for.
-const BUILT_PLATFORMS: &[Platform] = &[Platform::Discord, Platform::Telegram];
+const BUILT_PLATFORMS: &[Platform] = &[Platform::Discord, Platform::Slack, Platform::Telegram];
 /// The longest bridge name (`[a-z0-9][a-z0-9-]{0,30}`).
 const MAX_BRIDGE_NAME: usize = 31;
 /// The longest `token_env` (a variable name; anything longer is likely the token itself).
@@ -1394,6 +1401,29 @@ fn bridge(
             None
         }
     };
+    // Slack's Socket Mode needs an app-level token (`xapp-…`) beside the bot token.
+    let app_token_env = match (field("app_token_env"), platform) {
+        (Some((v, path)), Some(Platform::Slack)) => self::token_env(r, v, &path),
+        (Some((v, path)), Some(_)) => {
+            r.error(
+                v.pos,
+                format!(
+                    "`{path}` is for Slack bridges only (Socket Mode's app-level token); remove it"
+                ),
+            );
+            None
+        }
+        (None, Some(Platform::Slack)) => {
+            missing(
+                r,
+                "app_token_env",
+                "`app_token_env: SLACK_APP_TOKEN`: the variable holding the app-level token (`xapp-…`, scope connections:write) Socket Mode needs",
+            );
+            None
+        }
+        // No (valid) platform: that error is reported already.
+        (Some(_), None) | (None, _) => None,
+    };
     let api_url =
         field("api_url").filter(|(v, _)| !v.is_null()).and_then(|(v, path)| api_url(r, v, &path));
     let max_posts_per_minute = field("max_posts_per_minute")
@@ -1417,6 +1447,7 @@ fn bridge(
         name: name?,
         platform: platform?,
         token_env: token_env?,
+        app_token_env,
         api_url,
         channels,
         max_posts_per_minute,
@@ -1861,6 +1892,7 @@ mod tests {
                 name: "team-telegram".to_owned(),
                 platform: Platform::Telegram,
                 token_env: "TELEGRAM_BOT_TOKEN".to_owned(),
+                app_token_env: None,
                 api_url: Some("http://127.0.0.1:8081".to_owned()),
                 channels: vec![
                     mapping("general", "-1001234567890", Some(&["123456789", "42"])),
@@ -1873,6 +1905,7 @@ mod tests {
                 name: "second".to_owned(),
                 platform: Platform::Telegram,
                 token_env: "OTHER_TOKEN".to_owned(),
+                app_token_env: None,
                 api_url: None,
                 // A YAML integer is kept as its decimal text.
                 channels: vec![mapping("ops-1", "16", None)],
@@ -1932,27 +1965,33 @@ mod tests {
     }
 
     #[test]
-    fn only_discord_and_telegram_bridges_are_built() {
+    fn platforms_are_known_and_slack_names_its_app_token() {
         let text = with_bridges(&format!(
             "{}{}{}{}",
             tg("a").replace("telegram", "discord"),
             tg("b").replace("telegram", "slack"),
             tg("c").replace("telegram", "irc"),
             tg("d").replace("telegram", "telegarm"),
-        )) + "  - { name: e, token_env: T, channels: [{ flock: g, external: 1 }] }\n";
+        )) + "  - { name: e, token_env: T, channels: [{ flock: g, external: 1 }] }\n"
+            + "  - { name: f, platform: telegram, token_env: T, app_token_env: A, channels: [{ flock: g, external: 1 }] }\n";
         assert_errors(
             &text,
             &[
-                (
-                    12,
-                    &["`bridges[1].platform`: `slack` bridges are not built yet; this version \
-                       has: discord, telegram"],
-                ),
+                (11, &["`bridges[1]` has no `app_token_env`", "SLACK_APP_TOKEN", "xapp-"]),
                 (17, &["unknown platform `irc`; known: discord, slack, telegram"]),
                 (22, &["unknown platform `telegarm`", "did you mean `telegram`?"]),
                 (26, &["`bridges[4]` has no `platform`", "`platform: telegram`"]),
+                (27, &["`bridges[5].app_token_env` is for Slack bridges only"]),
             ],
         );
+        let ok = with_bridges(
+            &tg("s")
+                .replace("telegram", "slack")
+                .replace("    token_env", "    app_token_env: SLACK_APP_TOKEN\n    token_env"),
+        );
+        let spec =
+            crate::parse(&ok, std::path::Path::new("swarm.yaml")).expect("a valid slack bridge");
+        assert_eq!(spec.bridges[0].app_token_env.as_deref(), Some("SLACK_APP_TOKEN"));
     }
 
     #[test]

@@ -60,4 +60,6 @@ pub mod env {
     pub const MEMORY_DIR: &str = "FLOCK_MEMORY_DIR";
     /// A chat bridge's platform token (bot token); only that bridge's process gets it.
     pub const PLATFORM_TOKEN: &str = "FLOCK_PLATFORM_TOKEN";
+    /// Slack bridges: the app-level token Socket Mode connects with.
+    pub const PLATFORM_APP_TOKEN: &str = "FLOCK_PLATFORM_APP_TOKEN";
 }

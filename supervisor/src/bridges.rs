@@ -107,11 +107,17 @@ pub fn start_all(
     let mut out = Vec::new();
     for spec in specs {
         let Some(token) = tokens.get(&spec.token_env).cloned() else { continue };
+        let app_token = spec.app_token_env.as_ref().and_then(|v| tokens.get(v).cloned());
         let status =
             Arc::new(Mutex::new(ProcessStatus { state: "starting".into(), ..Default::default() }));
         let (stop, stop_rx) = watch::channel(false);
-        let keeper =
-            Keeper { name: spec.name.clone(), token, env: env.clone(), status: status.clone() };
+        let keeper = Keeper {
+            name: spec.name.clone(),
+            token,
+            app_token,
+            env: env.clone(),
+            status: status.clone(),
+        };
         let task = tokio::spawn(keeper.run(stop_rx));
         out.push(Arc::new(BridgeProcess {
             name: spec.name.clone(),
@@ -128,6 +134,8 @@ pub fn start_all(
 struct Keeper {
     name: String,
     token: Secret,
+    /// Slack's app-level token (Socket Mode).
+    app_token: Option<Secret>,
     env: Arc<BridgeEnv>,
     status: Arc<Mutex<ProcessStatus>>,
 }
@@ -150,16 +158,20 @@ impl Keeper {
                 bridge: self.name.clone(),
                 token: session.clone(),
             });
+            let mut env = vec![
+                (flock_ipc::env::SOCKET.into(), self.env.socket.display().to_string()),
+                (flock_ipc::env::AGENT.into(), self.name.clone()),
+                (flock_ipc::env::TOKEN.into(), session),
+                (flock_ipc::env::PLATFORM_TOKEN.into(), self.token.expose().to_owned()),
+            ];
+            if let Some(app) = &self.app_token {
+                env.push((flock_ipc::env::PLATFORM_APP_TOKEN.into(), app.expose().to_owned()));
+            }
             let spec = SpawnSpec {
                 program: self.env.program.clone(),
                 args: Vec::new(),
                 cwd: self.env.cwd.clone(),
-                env: vec![
-                    (flock_ipc::env::SOCKET.into(), self.env.socket.display().to_string()),
-                    (flock_ipc::env::AGENT.into(), self.name.clone()),
-                    (flock_ipc::env::TOKEN.into(), session),
-                    (flock_ipc::env::PLATFORM_TOKEN.into(), self.token.expose().to_owned()),
-                ],
+                env,
             };
             let mut child = match self.env.spawner.spawn(spec).await {
                 Ok(child) => child,

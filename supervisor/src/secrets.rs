@@ -32,7 +32,9 @@ pub unsafe fn take_api_keys(spec: &SwarmSpec) -> HashMap<String, Secret> {
         _ => None,
     });
     // Chat bridges' platform tokens too: only the bridge's own process is handed its token.
-    let vars = model_vars.chain(spec.bridges.iter().map(|b| &b.token_env));
+    let bridge_vars =
+        spec.bridges.iter().flat_map(|b| std::iter::once(&b.token_env).chain(&b.app_token_env));
+    let vars = model_vars.chain(bridge_vars);
     for var in vars {
         if keys.contains_key(var) {
             continue;

@@ -130,13 +130,14 @@ fn check_api_keys(spec: &SwarmSpec, keys: &HashMap<String, Secret>) -> Result<()
         }
     }
     for bridge in &spec.bridges {
-        if !keys.contains_key(&bridge.token_env) {
-            bail!(
-                "set {} in the environment of flock-supervisor: bridge `{}` ({}) needs its bot token there (only the bridge's own process is given it)",
-                bridge.token_env,
-                bridge.name,
-                bridge.platform.as_str()
-            );
+        for var in std::iter::once(&bridge.token_env).chain(&bridge.app_token_env) {
+            if !keys.contains_key(var) {
+                bail!(
+                    "set {var} in the environment of flock-supervisor: bridge `{}` ({}) needs its token there (only the bridge's own process is given it)",
+                    bridge.name,
+                    bridge.platform.as_str()
+                );
+            }
         }
     }
     if !missing.is_empty() {
@@ -200,7 +201,8 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
     let bridge_tokens: HashMap<String, Secret> = spec
         .bridges
         .iter()
-        .filter_map(|b| keys.remove(&b.token_env).map(|t| (b.token_env.clone(), t)))
+        .flat_map(|b| std::iter::once(&b.token_env).chain(&b.app_token_env))
+        .filter_map(|var| keys.remove(var).map(|t| (var.clone(), t)))
         .collect();
     let bridge_bin =
         if spec.bridges.is_empty() { None } else { Some(crate::bridges::bridge_binary()?) };

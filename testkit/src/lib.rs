@@ -9,6 +9,7 @@
 
 pub mod fake_discord;
 pub mod fake_llm;
+pub mod fake_slack;
 pub mod fake_telegram;
 pub mod proc;
 pub mod raw;

@@ -418,3 +418,131 @@ fn a_discord_app_without_the_message_content_intent_is_told_how_to_fix_it() {
     assert!(why.contains("Message Content Intent") && why.contains("4014"), "{row}");
     assert_eq!(row["restarts"], 0, "a restart cannot fix it: {row}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Slack, through the real slack-morphism client (Socket Mode) against `FakeSlack`.
+
+use flock_testkit::fake_slack::{self, FakeSlack};
+
+const SC: &str = "C0TEAM";
+
+fn slack_bridge(api_url: &str) -> String {
+    format!(
+        r#"  - name: sl
+    platform: slack
+    token_env: SL_BOT_TOKEN
+    app_token_env: SL_APP_TOKEN
+    api_url: {api_url}
+    max_posts_per_minute: 600
+    channels:
+      - flock: team
+        external: "{SC}"
+"#
+    )
+}
+
+/// The worker, a Slack bridge on #team and (optionally) the Discord bridge on #team too.
+fn slack_swarm(slack: &FakeSlack, discord: Option<&FakeDiscord>) -> Swarm {
+    slack.add_channel(SC, "team");
+    let mut yaml = swarm_yaml("http://127.0.0.1:9", None)
+        .split("bridges:\n")
+        .next()
+        .expect("the yaml has bridges")
+        .to_owned()
+        + "bridges:\n";
+    yaml.push_str(&slack_bridge(&slack.api_url()));
+    if let Some(d) = discord {
+        d.add_channel(DC, "team");
+        yaml.push_str(&discord_bridge(&d.base_url()));
+    }
+    Swarm::builder(&yaml)
+        .env("SL_BOT_TOKEN", fake_slack::BOT_TOKEN)
+        .env("SL_APP_TOKEN", fake_slack::APP_TOKEN)
+        .env("DC_TOKEN", DISCORD_TOKEN)
+        .start()
+}
+
+#[test]
+fn a_person_on_discord_is_heard_on_slack_and_the_agents_reply_reaches_both_under_its_name() {
+    let slack = FakeSlack::start();
+    let discord = FakeDiscord::start(DISCORD_TOKEN);
+    let swarm = slack_swarm(&slack, Some(&discord));
+    slack.wait_connected(LONG);
+    discord.wait_connected(LONG);
+    swarm.wait_until(
+        || {
+            row_named(&swarm, "bridge-sl")["state"] == "connected"
+                && row_named(&swarm, "bridge-dc")["state"] == "connected"
+        },
+        LONG,
+        "both bridges are connected",
+    );
+    swarm.ctl_ok(&["channel", "members", "#team", "--add", "worker", "--as", "bob"]);
+
+    discord.post(DC, 4242, "alice", "@worker build the **login** page");
+    // Slack: alice's message under her name (relayed, mrkdwn), then the worker's reply.
+    let sent = slack.wait_sent(SC, 2, LONG);
+    assert_eq!(sent[0].username.as_deref(), Some("alice (discord)"), "{sent:#?}");
+    assert!(sent[0].username_applied);
+    assert_eq!(sent[0].text, "@worker build the *login* page");
+    assert_eq!(sent[1].username.as_deref(), Some("worker"));
+    assert_eq!(sent[1].text, "Built it. Tests pass (3/3)!");
+    // Discord: only the worker's reply (alice's own message never goes back to Discord).
+    let dc = discord.wait_sent(DC, 1, LONG);
+    assert_eq!(
+        (dc[0].username.as_str(), dc[0].content.as_str()),
+        ("worker", "Built it. Tests pass (3/3)!")
+    );
+
+    // A person on Slack: posted once, acked after the post, relayed to Discord, no echo.
+    slack.post(SC, "U42", "carol", "thanks <!channel> & all");
+    swarm.wait_until(|| posts(&swarm).len() == 3, LONG, "carol's message is in");
+    slack.wait_acked(LONG);
+    let p = posts(&swarm);
+    assert_eq!(p[2]["author"], "human:slack:carol");
+    assert_eq!(p[2]["text"], "thanks <!channel> & all", "Slack's escapes are undone");
+    let dc = discord.wait_sent(DC, 2, LONG);
+    assert_eq!(dc[1].username, "carol (slack)");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(slack.sent(SC).len(), 2, "nothing echoed back to Slack: {:#?}", slack.sent(SC));
+    assert_eq!(discord.sent(DC).len(), 2, "nothing echoed back to Discord");
+    assert_eq!(posts(&swarm).len(), 3, "the bots' own messages were not brought back in");
+    assert_eq!(slack.unacked(), 0);
+}
+
+#[test]
+fn slack_without_customize_shows_the_name_in_front_and_escapes_mentions() {
+    let slack = FakeSlack::start();
+    slack.deny_customize();
+    let swarm = slack_swarm(&slack, None);
+    slack.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-sl")["state"] == "connected", LONG, "connected");
+    swarm.ctl_ok(&["post", "#team", "first", "--as", "bob"]);
+    swarm.ctl_ok(&["post", "#team", "hi <!here>, see [docs](https://x.io)", "--as", "bob"]);
+    let sent = slack.wait_sent(SC, 2, LONG);
+    // The first post went out under the bot's name; from then on the name is in the text.
+    assert_eq!(sent[1].text, "*[bob]* hi &lt;!here&gt;, see <https://x.io|docs>", "{sent:#?}");
+}
+
+#[test]
+fn a_slack_bridge_killed_before_it_posted_a_message_gets_it_again_and_posts_it_once() {
+    let slack = FakeSlack::start();
+    let swarm = slack_swarm(&slack, None);
+    slack.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-sl")["state"] == "connected", LONG, "connected");
+    for i in 0..30 {
+        slack.post(SC, "U7", "dave", &format!("in-{i}"));
+    }
+    swarm.wait_until(|| posts(&swarm).len() >= 3, LONG, "the burst is coming in");
+    swarm.kill9("bridge-sl");
+    swarm.wait_until(|| posts(&swarm).len() >= 30, LONG, "every message is in after the restart");
+    slack.wait_acked(LONG);
+    std::thread::sleep(Duration::from_millis(300));
+    let texts: Vec<String> =
+        posts(&swarm).iter().map(|p| p["text"].as_str().unwrap_or("").to_owned()).collect();
+    let mut sorted = texts.clone();
+    sorted.sort_by_key(|t| t.trim_start_matches("in-").parse::<u32>().unwrap_or(0));
+    sorted.dedup();
+    assert_eq!(sorted.len(), 30, "lost: {texts:?}");
+    assert_eq!(texts.len(), 30, "doubled: {texts:?}");
+}

@@ -1,0 +1,404 @@
+//! Slack through slack-morphism 2.31: Socket Mode (an app-level `xapp-` token, no public URL)
+//! brings people's messages in; `chat.postMessage` with a `username` per author (scope
+//! `chat:write.customize`) sends posts out, or `*[author]*` in front where Slack does not apply
+//! the name. Markdown is turned into Slack's mrkdwn (`**b**` → `*b*`, links → `<url|text>`,
+//! lists), and `<`, `>`, `&` are escaped, so an agent cannot write `<!channel>` or `<!here>`.
+//!
+//! An envelope is acknowledged by slack-morphism when the push callback returns: the callback
+//! waits until the message is posted in Flock (durable), so a bridge killed before that gets the
+//! envelope again from Slack, and the post's unique origin keeps it from being posted twice.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use slack_morphism::errors::SlackClientError;
+use slack_morphism::prelude::*;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{Inbound, PlatformError};
+
+/// Longest text per message (Slack accepts 40 000 but shows long messages truncated).
+pub const LIMIT: usize = 3_900;
+/// Room kept for the `*[author]*` prefix.
+const PREFIX_ROOM: usize = 100;
+
+pub type Client = SlackClient<SlackClientHyperHttpsConnector>;
+
+/// A person's message, and where to say it is durable (the envelope is acked after).
+pub type Incoming = (Inbound, oneshot::Sender<()>);
+
+pub struct Slack {
+    pub client: Arc<Client>,
+    bot: SlackApiToken,
+    bot_user: String,
+    bot_id: Option<String>,
+    /// User id → display name.
+    names: Mutex<HashMap<String, String>>,
+    /// Set once Slack posted under the bot's name although a username was asked for (the app
+    /// lacks `chat:write.customize`): from then on the name goes in front of the text.
+    prefix: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Slack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slack").field("bot_user", &self.bot_user).finish_non_exhaustive()
+    }
+}
+
+/// The HTTP client: rustls with the webpki roots (no dependency on the machine's CA files);
+/// plain `http://` only for an `api_url` that says so (a local proxy or a test double).
+pub fn client(api_url: Option<&str>) -> Result<Arc<Client>, PlatformError> {
+    crate::install_crypto_provider();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .build();
+    let mut connector = SlackClientHyperConnector::with_connector(https);
+    if let Some(url) = api_url {
+        connector = connector.with_slack_api_url(url.trim_end_matches('/'));
+    }
+    Ok(Arc::new(SlackClient::new(connector)))
+}
+
+impl Slack {
+    /// Checks the bot token (`auth.test`).
+    pub async fn connect(client: Arc<Client>, bot_token: &str) -> Result<Slack, PlatformError> {
+        let bot = SlackApiToken::new(SlackApiTokenValue::new(bot_token.to_owned()));
+        let me = client
+            .open_session(&bot)
+            .auth_test()
+            .await
+            .map_err(|e| classify(&e, "checking the bot token (auth.test)"))?;
+        Ok(Slack {
+            client,
+            bot,
+            bot_user: me.user_id.to_string(),
+            bot_id: me.bot_id.map(|b| b.to_string()),
+            names: Mutex::default(),
+            prefix: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    pub fn bot_user(&self) -> &str {
+        &self.bot_user
+    }
+
+    /// Pieces of a post in mrkdwn, each leaving room for the prefix.
+    pub fn messages(text: &str) -> Vec<String> {
+        crate::render::split(&mrkdwn(text), LIMIT - PREFIX_ROOM, |_| 1)
+    }
+
+    /// Sends one piece by `author`; returns the message's `ts` and the text as sent.
+    pub async fn send(
+        &self,
+        channel: &str,
+        author: &str,
+        piece: &str,
+    ) -> Result<(String, String), PlatformError> {
+        use std::sync::atomic::Ordering;
+        let label = crate::render::author_label(author);
+        let prefixed = self.prefix.load(Ordering::Relaxed);
+        let text =
+            if prefixed { format!("*[{}]* {piece}", escape(&label)) } else { piece.to_owned() };
+        let mut req = SlackApiChatPostMessageRequest::new(
+            SlackChannelId::new(channel.to_owned()),
+            SlackMessageContent::new().with_text(text.clone()),
+        )
+        .with_unfurl_links(false)
+        .with_unfurl_media(false);
+        if !prefixed {
+            req = req.with_username(label.clone());
+        }
+        let sent = self
+            .client
+            .open_session(&self.bot)
+            .chat_post_message(&req)
+            .await
+            .map_err(|e| classify(&e, "chat.postMessage"))?;
+        // Without `chat:write.customize` Slack ignores the name and posts as the bot: say who
+        // wrote it in the text from now on.
+        if !prefixed && sent.message.sender.username.as_deref() != Some(label.as_str()) {
+            eprintln!(
+                "flock-bridge: Slack did not apply the author's name (add the scope chat:write.customize to the app to post under each agent's name); writing *[name]* in front instead"
+            );
+            self.prefix.store(true, Ordering::Relaxed);
+        }
+        Ok((sent.ts.to_string(), text))
+    }
+
+    /// A person's display name (cached): profile display name, real name, then handle.
+    async fn name_of(&self, user: &str) -> String {
+        if let Some(n) = self.names.lock().unwrap_or_else(|p| p.into_inner()).get(user) {
+            return n.clone();
+        }
+        let req = SlackApiUsersInfoRequest::new(SlackUserId::new(user.to_owned()));
+        let name = match self.client.open_session(&self.bot).users_info(&req).await {
+            Ok(info) => {
+                let u = info.user;
+                let profile = u.profile.as_ref();
+                [
+                    profile.and_then(|p| p.display_name.clone()),
+                    profile.and_then(|p| p.real_name.clone()),
+                    u.real_name.clone(),
+                    u.name.clone(),
+                ]
+                .into_iter()
+                .flatten()
+                .find(|n| !n.trim().is_empty())
+                .unwrap_or_else(|| user.to_owned())
+            }
+            Err(_) => user.to_owned(),
+        };
+        self.names.lock().unwrap_or_else(|p| p.into_inner()).insert(user.to_owned(), name.clone());
+        name
+    }
+
+    /// A person's new message, or `None` for bots (this one among them), edits, deletions,
+    /// joins and the like.
+    pub async fn inbound(&self, event: &SlackMessageEvent) -> Option<Inbound> {
+        if event.subtype.is_some() || event.sender.bot_id.is_some() {
+            return None;
+        }
+        let user = event.sender.user.as_ref()?.to_string();
+        if user == self.bot_user
+            || self.bot_id.is_some()
+                && event.sender.bot_id.as_ref().map(|b| b.to_string()) == self.bot_id
+        {
+            return None;
+        }
+        let text = event.content.as_ref()?.text.clone()?;
+        Some(Inbound {
+            external: event.origin.channel.as_ref()?.to_string(),
+            message_id: event.origin.ts.to_string(),
+            user_name: self.name_of(&user).await,
+            user_id: user,
+            text: unescape(&text),
+        })
+    }
+}
+
+/// What the push callback needs: the relay's queue and the Slack side.
+pub struct CallbackState {
+    pub tx: mpsc::UnboundedSender<Incoming>,
+    pub slack: Arc<Slack>,
+}
+
+/// slack-morphism's push-event callback: hands a person's message to the relay and returns
+/// (so the envelope is acked) only once it is posted in Flock.
+pub async fn on_push(
+    event: SlackPushEventCallback,
+    _client: Arc<Client>,
+    states: SlackClientEventsUserState,
+) -> UserCallbackResult<()> {
+    let SlackEventCallbackBody::Message(message) = event.event else { return Ok(()) };
+    let state = states.read().await;
+    let Some(cb) = state.get_user_state::<CallbackState>() else { return Ok(()) };
+    let Some(inbound) = cb.slack.inbound(&message).await else { return Ok(()) };
+    let (done, posted) = oneshot::channel();
+    if cb.tx.send((inbound, done)).is_err() {
+        return Err("the bridge is stopping".into());
+    }
+    drop(state);
+    match posted.await {
+        Ok(()) => Ok(()),
+        // Not posted (the router is gone): no ack, Slack sends the envelope again.
+        Err(_) => Err("the message could not be posted in Flock".into()),
+    }
+}
+
+/// Starts Socket Mode with the app-level token; runs until the process ends.
+pub async fn listen(
+    slack: Arc<Slack>,
+    app_token: &str,
+    tx: mpsc::UnboundedSender<Incoming>,
+) -> Result<SlackClientSocketModeListener<SlackClientHyperHttpsConnector>, PlatformError> {
+    let callbacks = SlackSocketModeListenerCallbacks::new().with_push_events(on_push);
+    let env = Arc::new(
+        SlackClientEventsListenerEnvironment::new(slack.client.clone())
+            .with_user_state(CallbackState { tx, slack: slack.clone() }),
+    );
+    let listener =
+        SlackClientSocketModeListener::new(&SlackClientSocketModeConfig::new(), env, callbacks);
+    let app = SlackApiToken::new(SlackApiTokenValue::new(app_token.to_owned()));
+    listener
+        .listen_for(&app)
+        .await
+        .map_err(|e| classify(&e, "opening Socket Mode (apps.connections.open)"))?;
+    listener.start().await;
+    Ok(listener)
+}
+
+/// What a slack-morphism error means for the relay.
+pub fn classify(e: &SlackClientError, doing: &str) -> PlatformError {
+    match e {
+        SlackClientError::RateLimitError(r) => PlatformError::RateLimited(
+            r.retry_after.unwrap_or(Duration::from_secs(1)).max(Duration::from_millis(100)),
+        ),
+        SlackClientError::ApiError(api) => {
+            let what = format!("{doing}: {}", api.code);
+            match api.code.as_str() {
+                "invalid_auth"
+                | "not_authed"
+                | "account_inactive"
+                | "token_revoked"
+                | "not_allowed_token_type" => PlatformError::Fatal(format!(
+                    "{what}: Slack refused the token (check the variables `token_env` (xoxb-…) and `app_token_env` (xapp-…) name)"
+                )),
+                "ratelimited" => PlatformError::RateLimited(Duration::from_secs(1)),
+                "internal_error" | "fatal_error" | "service_unavailable" | "request_timeout" => {
+                    PlatformError::Transient(what)
+                }
+                _ => PlatformError::Permanent(what),
+            }
+        }
+        other => PlatformError::Transient(format!("{doing}: {}", scrub(&other.to_string()))),
+    }
+}
+
+fn scrub(text: &str) -> String {
+    text.split_whitespace()
+        .map(|w| if w.contains("xoxb-") || w.contains("xapp-") { "[token]" } else { w })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Slack's three escapes: nothing an agent writes can become a mention or a link.
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// A person's text as written (Slack sends `&`, `<`, `>` escaped).
+pub fn unescape(text: &str) -> String {
+    text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+}
+
+/// Markdown → Slack mrkdwn: `**b**`/`__b__` → `*b*`, `*i*`/`_i_` → `_i_`, `~~s~~` → `~s~`,
+/// `[text](url)` → `<url|text>`, `# heading` → `*heading*`, `- item`/`* item` → `• item`;
+/// code spans and blocks are left as they are (escaped only).
+pub fn mrkdwn(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_block = false;
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            out.push_str(&escape(line));
+            continue;
+        }
+        if in_block {
+            out.push_str(&escape(line));
+            continue;
+        }
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let (lead, rest) = if let Some(h) = trimmed.strip_prefix('#') {
+            let h = h.trim_start_matches('#').trim();
+            out.push_str(indent);
+            out.push('*');
+            out.push_str(&inline(h));
+            out.push('*');
+            continue;
+        } else if let Some(r) = trimmed
+            .strip_prefix("- ")
+            .or_else(|| trimmed.strip_prefix("* "))
+            .or_else(|| trimmed.strip_prefix("+ "))
+        {
+            ("• ", r)
+        } else {
+            ("", trimmed)
+        };
+        out.push_str(indent);
+        out.push_str(lead);
+        out.push_str(&inline(rest));
+    }
+    out
+}
+
+/// Inline Markdown of one line in mrkdwn, escaped (code spans copied as they are).
+fn inline(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    'next: while let Some(c) = rest.chars().next() {
+        if c == '`'
+            && let Some(end) = rest[1..].find('`')
+        {
+            out.push_str(&escape(&rest[..end + 2]));
+            rest = &rest[end + 2..];
+            continue;
+        }
+        if c == '['
+            && let Some(close) = rest.find("](")
+            && let Some(end) = rest[close + 2..].find(')')
+        {
+            let (label, url) = (&rest[1..close], &rest[close + 2..close + 2 + end]);
+            if ["http://", "https://", "mailto:"].iter().any(|p| url.starts_with(p)) {
+                out.push_str(&format!("<{}|{}>", escape(url), escape(label)));
+                rest = &rest[close + 2 + end + 1..];
+                continue;
+            }
+        }
+        for (mark, to) in [("**", "*"), ("__", "*"), ("~~", "~")] {
+            if let Some(body) = rest.strip_prefix(mark)
+                && let Some(end) = body.find(mark)
+                && end > 0
+            {
+                out.push_str(to);
+                out.push_str(&inline(&body[..end]));
+                out.push_str(to);
+                rest = &body[end + mark.len()..];
+                continue 'next;
+            }
+        }
+        // *italic* → _italic_ (a single star that closes on the same line).
+        if c == '*'
+            && let Some(end) = rest[1..].find('*')
+            && end > 0
+            && !rest[1..].starts_with(' ')
+        {
+            out.push('_');
+            out.push_str(&inline(&rest[1..1 + end]));
+            out.push('_');
+            rest = &rest[end + 2..];
+            continue;
+        }
+        out.push_str(&escape(&rest[..c.len_utf8()]));
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markdown_becomes_mrkdwn() {
+        assert_eq!(mrkdwn("**bold** and *it* and ~~gone~~"), "*bold* and _it_ and ~gone~");
+        assert_eq!(
+            mrkdwn("see [the docs](https://x.io/a?b=1&c=2)"),
+            "see <https://x.io/a?b=1&amp;c=2|the docs>"
+        );
+        assert_eq!(mrkdwn("# Plan\n- one\n- two"), "*Plan*\n• one\n• two");
+        assert_eq!(mrkdwn("`a**b**c` stays"), "`a**b**c` stays");
+        assert_eq!(mrkdwn("```\nlet x = a < b;\n```"), "```\nlet x = a &lt; b;\n```");
+    }
+
+    #[test]
+    fn nobody_is_pinged_by_an_agents_text() {
+        assert_eq!(
+            mrkdwn("<!channel> <!here> <@U123> a&b"),
+            "&lt;!channel&gt; &lt;!here&gt; &lt;@U123&gt; a&amp;b"
+        );
+        assert_eq!(unescape("a &lt;b&gt; &amp; c"), "a <b> & c");
+    }
+
+    #[test]
+    fn tokens_never_reach_an_error_text() {
+        assert!(!scrub("bad token xoxb-123-abc given").contains("xoxb-123"));
+    }
+}

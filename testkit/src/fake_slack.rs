@@ -1,0 +1,2918 @@
+//! A fake Slack for tests: one real server on 127.0.0.1 speaking the Web API
+//! (<https://api.slack.com/methods>: HTTP/1.1, `GET` with a query or `POST` with a JSON or
+//! form-encoded body, `Authorization: Bearer <token>`, answers `200 {"ok": …}`) and Socket Mode
+//! (<https://api.slack.com/apis/socket-mode>: WebSocket, JSON text frames) on the same port, for
+//! one app with an app-level token ([`APP_TOKEN`]) and a bot token ([`BOT_TOKEN`]) in one
+//! workspace, scripted from the test ([`FakeSlack::post`], [`FakeSlack::rate_limit_next`],
+//! [`FakeSlack::drop_socket`], …) and recording what the app did. The wire formats are Slack's,
+//! so the real `slack-morphism` 2.31 client runs against it:
+//!
+//! ```ignore
+//! let connector = SlackClientHyperConnector::with_connector(HttpConnector::new())
+//!     .with_slack_api_url(&fake.api_url());
+//! ```
+//!
+//! (`hyper_util::client::legacy::connect::HttpConnector` with hyper-util's `http1` feature on:
+//! slack-morphism builds its client without HTTP/1, which plain `http://` needs. The
+//! production connector type works too: `HttpsConnectorBuilder::new().with_native_roots()?
+//! .https_or_http().enable_http1().enable_http2().build()`.) `apps.connections.open` answers
+//! `ws://127.0.0.1:PORT/link/?ticket=…`, which slack-morphism's tungstenite client accepts.
+//!
+//! It follows the real service where a client can get it wrong: `hello` on connect, every
+//! event in an `events_api` envelope that must be acknowledged with `{"envelope_id": …}` within
+//! the ack timeout (3 s) or is sent again with `retry_attempt` + 1 and `retry_reason: "timeout"`
+//! (3 retries, then dropped), envelopes spread over the open connections and queued while there
+//! is none, events only from channels the bot is a member of, the bot's own posts delivered back
+//! as events (`bot_id`, and `subtype: "bot_message"` when posted under a custom `username`),
+//! edits and deletions as `message_changed` / `message_deleted`, `disconnect` / dropped sockets
+//! on demand; on the Web API the token types (`not_allowed_token_type`, `invalid_auth`,
+//! `not_authed`), `channel_not_found`, `not_in_channel`, `no_text`, `msg_too_long` (over 40 000
+//! characters), a `username` silently ignored without the `chat:write.customize` scope
+//! ([`FakeSlack::deny_customize`]), newest-first history, and scripted `429`s with
+//! `Retry-After`. It shares no code with the client it tests. It runs on its own thread and
+//! tokio runtime, so sync and async tests can use it.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::net::SocketAddr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+/// The app-level token: the only one `apps.connections.open` takes.
+pub const APP_TOKEN: &str = "xapp-1-A1-fake";
+/// The bot token: every other method.
+pub const BOT_TOKEN: &str = "xoxb-fake";
+/// The workspace (team).
+pub const TEAM_ID: &str = "T1";
+/// The workspace's name.
+pub const TEAM_NAME: &str = "Fake";
+/// The app.
+pub const APP_ID: &str = "A1";
+/// The bot's user id.
+pub const BOT_USER_ID: &str = "U_BOT";
+/// The bot's bot id (`bot_id` of its messages).
+pub const BOT_ID: &str = "B_BOT";
+/// The bot user's name.
+pub const BOT_NAME: &str = "flock";
+/// Longest `text` `chat.postMessage` and `chat.update` take, in characters.
+pub const MAX_TEXT_CHARS: usize = 40_000;
+/// How long Slack waits for an envelope's acknowledgement before sending it again.
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(3);
+/// How many times an envelope is sent again when not acknowledged (then it is dropped).
+pub const MAX_RETRIES: u64 = 3;
+/// `token` of event payloads (the deprecated verification token).
+const VERIFICATION_TOKEN: &str = "fake-verification-token";
+/// `created` of every channel.
+const CHANNEL_CREATED: u64 = 1_700_000_000;
+
+/// A `chat.postMessage` call the fake accepted.
+#[derive(Debug, Clone)]
+pub struct SlackSent {
+    /// The channel id (also when the call named the channel).
+    pub channel: String,
+    pub ts: String,
+    /// `text` as sent (empty when the message had only blocks or attachments).
+    pub text: String,
+    /// `username` as sent.
+    pub username: Option<String>,
+    /// Whether the message shows under `username` (`false` without `chat:write.customize`,
+    /// see [`FakeSlack::deny_customize`], and when no username was given).
+    pub username_applied: bool,
+    pub mrkdwn: Option<bool>,
+    pub icon_emoji: Option<String>,
+    pub icon_url: Option<String>,
+    pub unfurl_links: Option<bool>,
+    pub unfurl_media: Option<bool>,
+    pub thread_ts: Option<String>,
+}
+
+/// A `chat.update` (`text: Some`) or `chat.delete` (`text: None`) the fake accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlackChange {
+    pub channel: String,
+    pub ts: String,
+    pub text: Option<String>,
+}
+
+/// A Web API answer other than `ok: true`: HTTP status, `error` and extra headers.
+#[derive(Debug)]
+struct Refusal {
+    status: u16,
+    error: String,
+    headers: Vec<(String, String)>,
+}
+
+impl Refusal {
+    /// `200 {"ok": false, "error": error}`, the way Slack refuses nearly everything.
+    fn api(error: &str) -> Refusal {
+        Refusal { status: 200, error: error.to_string(), headers: Vec::new() }
+    }
+}
+
+#[derive(Debug)]
+struct Channel {
+    name: String,
+    bot_member: bool,
+}
+
+#[derive(Debug)]
+struct StoredMessage {
+    channel: String,
+    ts: String,
+    /// The message as `conversations.history` returns it.
+    json: Value,
+    /// Posted by the bot (`chat.postMessage`).
+    by_bot: bool,
+    deleted: bool,
+}
+
+/// An `events_api` envelope and its delivery state.
+#[derive(Debug)]
+struct Envelope {
+    id: String,
+    payload: Value,
+    /// `retry_attempt` of its next (or last) delivery.
+    attempt: u64,
+    /// Waiting to be sent (first time, or again after a timeout).
+    due: bool,
+    sent_at: Option<Instant>,
+    sent_count: u64,
+    acked: bool,
+    /// Not acknowledged after [`MAX_RETRIES`] retries: never sent again.
+    abandoned: bool,
+}
+
+impl Envelope {
+    fn frame(&self) -> String {
+        json!({
+            "envelope_id": self.id,
+            "payload": self.payload,
+            "type": "events_api",
+            "accepts_response_payload": false,
+            "retry_attempt": self.attempt,
+            "retry_reason": if self.attempt == 0 { "" } else { "timeout" },
+        })
+        .to_string()
+    }
+}
+
+/// What a Socket Mode connection task is told to do.
+#[derive(Debug)]
+enum Out {
+    Text(String),
+    /// Send a close frame (1000), then end the connection.
+    Close,
+    /// Close the socket without a close frame.
+    Drop,
+}
+
+#[derive(Debug)]
+struct SocketConn {
+    tx: mpsc::UnboundedSender<Out>,
+    /// Told to disconnect or dropped: gets no more envelopes, no longer counts as open.
+    closing: bool,
+}
+
+#[derive(Debug)]
+struct State {
+    channels: BTreeMap<String, Channel>,
+    /// Every message of every channel, oldest first.
+    messages: Vec<StoredMessage>,
+    /// Known people: user id → name.
+    users: BTreeMap<String, String>,
+    last_ts_micros: u64,
+    deny_customize: bool,
+    /// Tickets `apps.connections.open` gave out and no socket used yet.
+    tickets: HashSet<String>,
+    connections_opened: usize,
+    conns: BTreeMap<u64, SocketConn>,
+    next_conn: u64,
+    /// Round-robin position over the open connections.
+    next_pick: usize,
+    envelopes: Vec<Envelope>,
+    ack_timeout: Duration,
+    acks: Vec<(String, Instant)>,
+    /// `(envelope_id, retry_attempt)` of every envelope frame sent, in order.
+    deliveries: Vec<(String, u64)>,
+    redeliveries: usize,
+    /// Text frames from clients that are no acknowledgement.
+    bad_frames: Vec<String>,
+    rate_limits: VecDeque<u64>,
+    failures: VecDeque<String>,
+    requests: Vec<(String, Value)>,
+    refused: Vec<(String, String)>,
+    sent: Vec<SlackSent>,
+    changes: Vec<SlackChange>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    addr: SocketAddr,
+    state: Mutex<State>,
+    /// Notified on every change (messages, connections, acknowledgements).
+    changed: Condvar,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A running fake Slack for one app; stops when dropped.
+#[derive(Debug)]
+pub struct FakeSlack {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FakeSlack {
+    /// [`APP_TOKEN`].
+    pub const APP_TOKEN: &str = APP_TOKEN;
+    /// [`BOT_TOKEN`].
+    pub const BOT_TOKEN: &str = BOT_TOKEN;
+
+    /// Binds 127.0.0.1:0 and serves on a thread of its own. The workspace has no channels until
+    /// [`FakeSlack::add_channel`].
+    pub fn start() -> FakeSlack {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the fake Slack");
+        listener.set_nonblocking(true).expect("non-blocking listener");
+        let addr = listener.local_addr().expect("fake Slack address");
+        let mut users = BTreeMap::new();
+        users.insert(BOT_USER_ID.to_string(), BOT_NAME.to_string());
+        let shared = Arc::new(Shared {
+            addr,
+            state: Mutex::new(State {
+                channels: BTreeMap::new(),
+                messages: Vec::new(),
+                users,
+                last_ts_micros: 0,
+                deny_customize: false,
+                tickets: HashSet::new(),
+                connections_opened: 0,
+                conns: BTreeMap::new(),
+                next_conn: 1,
+                next_pick: 0,
+                envelopes: Vec::new(),
+                ack_timeout: DEFAULT_ACK_TIMEOUT,
+                acks: Vec::new(),
+                deliveries: Vec::new(),
+                redeliveries: 0,
+                bad_frames: Vec::new(),
+                rate_limits: VecDeque::new(),
+                failures: VecDeque::new(),
+                requests: Vec::new(),
+                refused: Vec::new(),
+                sent: Vec::new(),
+                changes: Vec::new(),
+            }),
+            changed: Condvar::new(),
+        });
+        let (shutdown, stop) = oneshot::channel();
+        let server = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("fake-slack-{}", addr.port()))
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("fake Slack runtime");
+                rt.block_on(serve(listener, server, stop));
+            })
+            .expect("spawn the fake Slack thread");
+        FakeSlack { addr, shared, shutdown: Some(shutdown), thread: Some(thread) }
+    }
+
+    /// `http://127.0.0.1:PORT/api`: the Web API base (methods are `/api/<method>`), for
+    /// slack-morphism's `with_slack_api_url`.
+    pub fn api_url(&self) -> String {
+        format!("http://{}/api", self.addr)
+    }
+
+    /// Adds (or renames) a public channel; the bot is a member.
+    pub fn add_channel(&self, id: &str, name: &str) {
+        let mut state = self.shared.state();
+        let channel = state
+            .channels
+            .entry(id.to_string())
+            .or_insert_with(|| Channel { name: String::new(), bot_member: true });
+        channel.name = name.to_string();
+        channel.bot_member = true;
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// The bot is removed from the channel: no more events from it, `chat.postMessage` and
+    /// `conversations.history` answer `not_in_channel` until `conversations.join`.
+    #[track_caller]
+    pub fn kick_bot(&self, channel: &str) {
+        let mut state = self.shared.state();
+        let found = state.channels.get_mut(channel);
+        let found = found.unwrap_or_else(|| panic!("fake Slack: no channel {channel} to kick"));
+        found.bot_member = false;
+    }
+
+    /// Adds (or renames) a person `users.info` knows (posting through [`FakeSlack::post`]
+    /// does this too).
+    pub fn add_user(&self, id: &str, name: &str) {
+        self.shared.state().users.insert(id.to_string(), name.to_string());
+    }
+
+    /// The app lacks the `chat:write.customize` scope: `chat.postMessage` still answers `ok`
+    /// but ignores `username`, `icon_emoji` and `icon_url` (the message shows under the bot).
+    pub fn deny_customize(&self) {
+        self.shared.state().deny_customize = true;
+    }
+
+    /// How long an envelope may stay unacknowledged before it is sent again (default
+    /// [`DEFAULT_ACK_TIMEOUT`]).
+    pub fn set_ack_timeout(&self, timeout: Duration) {
+        self.shared.state().ack_timeout = timeout;
+    }
+
+    /// A person writes `text` in a channel: stored, and when the bot is a member sent as a
+    /// `message` event to one open Socket Mode connection (queued until one connects);
+    /// returns the message's `ts`.
+    #[track_caller]
+    pub fn post(&self, channel: &str, user: &str, user_name: &str, text: &str) -> String {
+        let mut state = self.shared.state();
+        assert!(
+            state.channels.contains_key(channel),
+            "fake Slack: post to channel {channel}, which was never added (add_channel)"
+        );
+        state.users.insert(user.to_string(), user_name.to_string());
+        let ts = state.next_ts();
+        let json = json!({
+            "type": "message",
+            "user": user,
+            "text": text,
+            "ts": ts,
+            "team": TEAM_ID,
+            "client_msg_id": uuid(),
+            "blocks": [],
+        });
+        let event = message_event(&json, channel);
+        state.messages.push(StoredMessage {
+            channel: channel.to_string(),
+            ts: ts.clone(),
+            json,
+            by_bot: false,
+            deleted: false,
+        });
+        state.emit(channel, event);
+        drop(state);
+        self.shared.changed.notify_all();
+        ts
+    }
+
+    /// The author edits message `ts`: a `message_changed` event.
+    #[track_caller]
+    pub fn edit(&self, channel: &str, ts: &str, text: &str) {
+        let mut state = self.shared.state();
+        let found = state.edit(channel, ts, text);
+        assert!(found, "fake Slack: channel {channel} has no message {ts} to edit");
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// The author deletes message `ts`: a `message_deleted` event.
+    #[track_caller]
+    pub fn delete(&self, channel: &str, ts: &str) {
+        let mut state = self.shared.state();
+        let found = state.delete(channel, ts);
+        assert!(found, "fake Slack: channel {channel} has no message {ts} to delete");
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// The channel's messages as `conversations.history` shows them, oldest first (deleted
+    /// ones left out).
+    pub fn messages(&self, channel: &str) -> Vec<Value> {
+        let state = self.shared.state();
+        state
+            .messages
+            .iter()
+            .filter(|m| m.channel == channel && !m.deleted)
+            .map(|m| m.json.clone())
+            .collect()
+    }
+
+    /// The `chat.postMessage` calls accepted for the channel, in order.
+    pub fn sent(&self, channel: &str) -> Vec<SlackSent> {
+        self.shared.state().sent(channel)
+    }
+
+    /// Waits (real time) until at least `n` posts to the channel were accepted and returns them
+    /// all; panics after `timeout` with what it has.
+    #[track_caller]
+    pub fn wait_sent(&self, channel: &str, n: usize, timeout: Duration) -> Vec<SlackSent> {
+        match self.wait_until(timeout, |state| state.sent(channel).len() >= n) {
+            Ok(state) => state.sent(channel),
+            Err(state) => {
+                let got = state.sent(channel);
+                let refused = state.refused.clone();
+                drop(state);
+                panic!(
+                    "fake Slack: {} message(s) posted to {channel} after {timeout:?}, expected \
+                     {n}: {got:#?}\nrefused calls: {refused:#?}",
+                    got.len()
+                );
+            }
+        }
+    }
+
+    /// The `chat.update` and `chat.delete` calls accepted, in order.
+    pub fn changes(&self) -> Vec<SlackChange> {
+        self.shared.state().changes.clone()
+    }
+
+    /// Waits (real time) until a Socket Mode connection is open (its `hello` sent); panics
+    /// after `timeout`.
+    #[track_caller]
+    pub fn wait_connected(&self, timeout: Duration) {
+        if let Err(state) = self.wait_until(timeout, |state| state.open_sockets() > 0) {
+            let (opened, refused) = (state.connections_opened, state.refused.clone());
+            drop(state);
+            panic!(
+                "fake Slack: no Socket Mode connection after {timeout:?}; \
+                 apps.connections.open answered {opened} time(s), refused calls: {refused:#?}"
+            );
+        }
+    }
+
+    /// Waits (real time) until every envelope sent was acknowledged (or given up) and none is
+    /// queued; panics after `timeout`.
+    #[track_caller]
+    pub fn wait_acked(&self, timeout: Duration) {
+        let settled = |state: &State| state.envelopes.iter().all(|e| e.acked || e.abandoned);
+        if let Err(state) = self.wait_until(timeout, settled) {
+            let open: Vec<String> = state
+                .envelopes
+                .iter()
+                .filter(|e| !e.acked && !e.abandoned)
+                .map(|e| format!("{} (attempt {}, due {})", e.id, e.attempt, e.due))
+                .collect();
+            drop(state);
+            panic!("fake Slack: envelopes still unacknowledged after {timeout:?}: {open:?}");
+        }
+    }
+
+    /// Blocks until `cond` holds (`Ok`) or `timeout` passed (`Err`), with the state locked.
+    fn wait_until(
+        &self,
+        timeout: Duration,
+        cond: impl Fn(&State) -> bool,
+    ) -> Result<MutexGuard<'_, State>, MutexGuard<'_, State>> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.shared.state();
+        loop {
+            if cond(&state) {
+                return Ok(state);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(state);
+            }
+            state = match self.shared.changed.wait_timeout(state, deadline - now) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+
+    /// The `envelope_id` of every acknowledgement received, in order (repeats and unknown ids
+    /// included).
+    pub fn acks(&self) -> Vec<String> {
+        self.shared.state().acks.iter().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// [`FakeSlack::acks`] with the time each arrived.
+    pub fn acks_at(&self) -> Vec<(String, Instant)> {
+        self.shared.state().acks.clone()
+    }
+
+    /// Envelopes sent at least once and never acknowledged (given-up ones included).
+    pub fn unacked(&self) -> usize {
+        let state = self.shared.state();
+        state.envelopes.iter().filter(|e| e.sent_count > 0 && !e.acked).count()
+    }
+
+    /// Envelopes waiting for a connection (never sent yet, or due again).
+    pub fn queued(&self) -> usize {
+        self.shared.state().envelopes.iter().filter(|e| e.due && !e.acked).count()
+    }
+
+    /// How many times an envelope was sent again after an acknowledgement timeout.
+    pub fn redeliveries(&self) -> usize {
+        self.shared.state().redeliveries
+    }
+
+    /// `(envelope_id, retry_attempt)` of every envelope frame sent, in order.
+    pub fn deliveries(&self) -> Vec<(String, u64)> {
+        self.shared.state().deliveries.clone()
+    }
+
+    /// Text frames received that were no acknowledgement (not JSON, or no `envelope_id`).
+    pub fn bad_frames(&self) -> Vec<String> {
+        self.shared.state().bad_frames.clone()
+    }
+
+    /// Socket Mode connections currently open (not counting those [`FakeSlack::disconnect`] or
+    /// [`FakeSlack::drop_socket`] is closing).
+    pub fn socket_connections(&self) -> usize {
+        self.shared.state().open_sockets()
+    }
+
+    /// How many times `apps.connections.open` gave out a URL.
+    pub fn connections_opened(&self) -> usize {
+        self.shared.state().connections_opened
+    }
+
+    /// Sends `{"type": "disconnect", "reason": "refresh_requested", …}` on every open
+    /// connection, then closes it (close frame 1000). Envelopes in flight stay unacknowledged
+    /// until they time out and are sent again.
+    pub fn disconnect(&self) {
+        let mut state = self.shared.state();
+        let frame = json!({
+            "type": "disconnect",
+            "reason": "refresh_requested",
+            "debug_info": {"host": "fake"},
+        })
+        .to_string();
+        for conn in state.conns.values_mut().filter(|c| !c.closing) {
+            conn.closing = true;
+            let _ = conn.tx.send(Out::Text(frame.clone()));
+            let _ = conn.tx.send(Out::Close);
+        }
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// Closes every Socket Mode TCP connection abruptly (no close frame).
+    pub fn drop_socket(&self) {
+        let mut state = self.shared.state();
+        for conn in state.conns.values_mut() {
+            conn.closing = true;
+            let _ = conn.tx.send(Out::Drop);
+        }
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// The next `n` `chat.postMessage` calls answer HTTP 429 with `Retry-After:
+    /// retry_after_secs` and `{"ok": false, "error": "ratelimited"}`.
+    pub fn rate_limit_next(&self, n: usize, retry_after_secs: u64) {
+        self.shared.state().rate_limits.extend(std::iter::repeat_n(retry_after_secs, n));
+    }
+
+    /// The next `n` `chat.postMessage` calls (after scripted 429s) answer
+    /// `{"ok": false, "error": error}`.
+    pub fn fail_next_posts(&self, n: usize, error: &str) {
+        self.shared.state().failures.extend(std::iter::repeat_n(error.to_string(), n));
+    }
+
+    /// `(method, params)` of every Web API call, in arrival order: the query and the body (JSON
+    /// or form-encoded) merged, the token left out.
+    pub fn requests(&self) -> Vec<(String, Value)> {
+        self.shared.state().requests.clone()
+    }
+
+    /// `(method, error)` of every Web API call not answered `ok: true`.
+    pub fn refused(&self) -> Vec<(String, String)> {
+        self.shared.state().refused.clone()
+    }
+}
+
+impl Drop for FakeSlack {
+    fn drop(&mut self) {
+        if let Some(stop) = self.shutdown.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl State {
+    /// A new message `ts` (`"1700000000.000100"`): the current time, strictly increasing.
+    fn next_ts(&mut self) -> String {
+        let micros = now_micros().max(self.last_ts_micros + 1);
+        self.last_ts_micros = micros;
+        format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
+    }
+
+    fn open_sockets(&self) -> usize {
+        self.conns.values().filter(|c| !c.closing).count()
+    }
+
+    fn sent(&self, channel: &str) -> Vec<SlackSent> {
+        self.sent.iter().filter(|s| s.channel == channel).cloned().collect()
+    }
+
+    /// The channel id `raw` names: an id, or a name with or without `#`.
+    fn channel_id(&self, raw: &str) -> Option<String> {
+        if self.channels.contains_key(raw) {
+            return Some(raw.to_string());
+        }
+        let name = raw.strip_prefix('#').unwrap_or(raw);
+        self.channels.iter().find(|(_, c)| c.name == name).map(|(id, _)| id.clone())
+    }
+
+    /// Wraps `event` in an `event_callback` payload and queues its envelope, when the bot is a
+    /// member of the channel.
+    fn emit(&mut self, channel: &str, event: Value) {
+        if !self.channels.get(channel).is_some_and(|c| c.bot_member) {
+            return;
+        }
+        let event_time = now_micros() / 1_000_000;
+        let payload = json!({
+            "token": VERIFICATION_TOKEN,
+            "team_id": TEAM_ID,
+            "context_team_id": TEAM_ID,
+            "context_enterprise_id": null,
+            "api_app_id": APP_ID,
+            "event": event,
+            "type": "event_callback",
+            "event_id": format!("Ev{}", random_string(10, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")),
+            "event_time": event_time,
+            "authorizations": [{
+                "enterprise_id": null,
+                "team_id": TEAM_ID,
+                "user_id": BOT_USER_ID,
+                "is_bot": true,
+                "is_enterprise_install": false,
+            }],
+            "is_ext_shared_channel": false,
+            "event_context": format!("4-{}", random_string(24, b"abcdefghijklmnopqrstuvwxyz0123456789")),
+        });
+        self.envelopes.push(Envelope {
+            id: uuid(),
+            payload,
+            attempt: 0,
+            due: true,
+            sent_at: None,
+            sent_count: 0,
+            acked: false,
+            abandoned: false,
+        });
+        self.deliver();
+    }
+
+    /// Sends every due envelope to an open connection (round robin); leaves them queued when
+    /// there is none.
+    fn deliver(&mut self) {
+        let live: Vec<u64> =
+            self.conns.iter().filter(|(_, c)| !c.closing).map(|(id, _)| *id).collect();
+        if live.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for envelope in self.envelopes.iter_mut().filter(|e| e.due && !e.acked) {
+            let conn = live[self.next_pick % live.len()];
+            self.next_pick += 1;
+            if let Some(conn) = self.conns.get(&conn) {
+                let _ = conn.tx.send(Out::Text(envelope.frame()));
+            }
+            if envelope.sent_count > 0 {
+                self.redeliveries += 1;
+            }
+            envelope.sent_count += 1;
+            envelope.due = false;
+            envelope.sent_at = Some(now);
+            self.deliveries.push((envelope.id.clone(), envelope.attempt));
+        }
+    }
+
+    /// Envelopes unacknowledged for the ack timeout become due again with `retry_attempt` + 1,
+    /// or are given up after [`MAX_RETRIES`]; `true` when anything changed.
+    fn check_timeouts(&mut self, now: Instant) -> bool {
+        let timeout = self.ack_timeout;
+        let mut changed = false;
+        for envelope in &mut self.envelopes {
+            if envelope.acked || envelope.abandoned || envelope.due {
+                continue;
+            }
+            let Some(at) = envelope.sent_at else { continue };
+            if now.duration_since(at) < timeout {
+                continue;
+            }
+            changed = true;
+            if envelope.attempt < MAX_RETRIES {
+                envelope.attempt += 1;
+                envelope.due = true;
+            } else {
+                envelope.abandoned = true;
+            }
+        }
+        if changed {
+            self.deliver();
+        }
+        changed
+    }
+
+    /// A client frame: an acknowledgement, or recorded as a bad frame.
+    fn on_frame(&mut self, text: &str) {
+        let parsed: Option<Value> = serde_json::from_str(text).ok();
+        let Some(id) = parsed.as_ref().and_then(|v| v["envelope_id"].as_str()) else {
+            self.bad_frames.push(text.to_string());
+            return;
+        };
+        self.acks.push((id.to_string(), Instant::now()));
+        if let Some(envelope) = self.envelopes.iter_mut().find(|e| e.id == id) {
+            envelope.acked = true;
+        }
+    }
+
+    fn find_message(&mut self, channel: &str, ts: &str) -> Option<&mut StoredMessage> {
+        self.messages.iter_mut().find(|m| m.channel == channel && m.ts == ts && !m.deleted)
+    }
+
+    /// Changes the text of a stored message and emits `message_changed`; `false` when there is
+    /// no such message.
+    fn edit(&mut self, channel: &str, ts: &str, text: &str) -> bool {
+        let edit_ts = self.next_ts();
+        let Some(message) = self.find_message(channel, ts) else {
+            return false;
+        };
+        let previous = message.json.clone();
+        let editor =
+            previous.get("user").and_then(Value::as_str).unwrap_or(BOT_USER_ID).to_string();
+        message.json["text"] = json!(text);
+        message.json["edited"] = json!({"user": editor, "ts": edit_ts});
+        let event = json!({
+            "type": "message",
+            "subtype": "message_changed",
+            "message": message.json,
+            "previous_message": previous,
+            "channel": channel,
+            "hidden": true,
+            "ts": edit_ts,
+            "event_ts": edit_ts,
+            "channel_type": "channel",
+        });
+        self.emit(channel, event);
+        true
+    }
+
+    /// Deletes a stored message and emits `message_deleted`; `false` when there is no such
+    /// message.
+    fn delete(&mut self, channel: &str, ts: &str) -> bool {
+        let delete_ts = self.next_ts();
+        let Some(message) = self.find_message(channel, ts) else {
+            return false;
+        };
+        message.deleted = true;
+        let event = json!({
+            "type": "message",
+            "subtype": "message_deleted",
+            "hidden": true,
+            "deleted_ts": ts,
+            "channel": channel,
+            "previous_message": message.json,
+            "ts": delete_ts,
+            "event_ts": delete_ts,
+            "channel_type": "channel",
+        });
+        self.emit(channel, event);
+        true
+    }
+}
+
+/// A stored message as a `message` event of `channel`.
+fn message_event(json: &Value, channel: &str) -> Value {
+    let mut event = json.clone();
+    event["channel"] = json!(channel);
+    event["event_ts"] = json["ts"].clone();
+    event["channel_type"] = json!("channel");
+    event
+}
+
+fn bot_profile() -> Value {
+    json!({
+        "id": BOT_ID,
+        "deleted": false,
+        "name": BOT_NAME,
+        "updated": CHANNEL_CREATED,
+        "app_id": APP_ID,
+        "icons": {
+            "image_36": "https://fake.slack.com/bot_36.png",
+            "image_48": "https://fake.slack.com/bot_48.png",
+            "image_72": "https://fake.slack.com/bot_72.png",
+        },
+        "team_id": TEAM_ID,
+    })
+}
+
+fn channel_json(id: &str, channel: &Channel) -> Value {
+    json!({
+        "id": id,
+        "name": channel.name,
+        "is_channel": true,
+        "is_group": false,
+        "is_im": false,
+        "is_mpim": false,
+        "is_private": false,
+        "created": CHANNEL_CREATED,
+        "is_archived": false,
+        "is_general": false,
+        "unlinked": 0,
+        "name_normalized": channel.name,
+        "is_shared": false,
+        "is_org_shared": false,
+        "is_pending_ext_shared": false,
+        "pending_shared": [],
+        "context_team_id": TEAM_ID,
+        "updated": CHANNEL_CREATED * 1000,
+        "parent_conversation": null,
+        "creator": "U_CREATOR",
+        "is_ext_shared": false,
+        "shared_team_ids": [TEAM_ID],
+        "pending_connected_team_ids": [],
+        "is_member": channel.bot_member,
+        "topic": {"value": "", "creator": "", "last_set": 0},
+        "purpose": {"value": "", "creator": "", "last_set": 0},
+        "previous_names": [],
+    })
+}
+
+fn user_json(id: &str, name: &str) -> Value {
+    let bot = id == BOT_USER_ID;
+    json!({
+        "id": id,
+        "team_id": TEAM_ID,
+        "name": name,
+        "deleted": false,
+        "color": "9f69e7",
+        "real_name": name,
+        "tz": "Europe/London",
+        "tz_label": "British Summer Time",
+        "tz_offset": 3600,
+        "profile": {
+            "title": "",
+            "phone": "",
+            "skype": "",
+            "real_name": name,
+            "real_name_normalized": name,
+            "display_name": name,
+            "display_name_normalized": name,
+            "fields": null,
+            "status_text": "",
+            "status_emoji": "",
+            "status_expiration": 0,
+            "avatar_hash": "g0123456789a",
+            "first_name": name,
+            "last_name": "",
+            "image_24": format!("https://fake.slack.com/{id}_24.png"),
+            "image_48": format!("https://fake.slack.com/{id}_48.png"),
+            "image_72": format!("https://fake.slack.com/{id}_72.png"),
+            "team": TEAM_ID,
+        },
+        "is_admin": false,
+        "is_owner": false,
+        "is_primary_owner": false,
+        "is_restricted": false,
+        "is_ultra_restricted": false,
+        "is_bot": bot,
+        "is_app_user": false,
+        "updated": CHANNEL_CREATED,
+        "is_email_confirmed": !bot,
+        "who_can_share_contact_card": "EVERYONE",
+    })
+}
+
+fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A `ts` (`"1700000000.000100"`, or without the fraction) as microseconds, for ordering.
+fn ts_micros(ts: &str) -> Option<u64> {
+    let (secs, fraction) = ts.split_once('.').unwrap_or((ts, ""));
+    if fraction.len() > 6 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let micros = format!("{fraction:0<6}").parse::<u64>().ok()?;
+    Some(secs.parse::<u64>().ok()?.checked_mul(1_000_000)? + micros)
+}
+
+/// `n` random characters from `alphabet`.
+fn random_string(n: usize, alphabet: &[u8]) -> String {
+    let state = std::collections::hash_map::RandomState::new();
+    let mut out = String::with_capacity(n);
+    let mut counter = 0u64;
+    while out.len() < n {
+        let mut hasher = state.build_hasher();
+        hasher.write_u64(counter);
+        counter += 1;
+        let mut bits = hasher.finish();
+        for _ in 0..8 {
+            if out.len() == n {
+                break;
+            }
+            let i = usize::try_from(bits % alphabet.len() as u64).unwrap_or(0);
+            out.push(char::from(alphabet[i]));
+            bits /= alphabet.len() as u64;
+        }
+    }
+    out
+}
+
+/// A random UUID-shaped id (envelope ids, `client_msg_id`).
+fn uuid() -> String {
+    let hex = random_string(32, b"0123456789abcdef");
+    format!("{}-{}-4{}-a{}-{}", &hex[..8], &hex[8..12], &hex[13..16], &hex[17..20], &hex[20..])
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+async fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let listener = TcpListener::from_std(listener).expect("tokio listener");
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    tokio::spawn(connection(Conn { stream, buf: Vec::new() }, Arc::clone(&shared)));
+                }
+            }
+            _ = tick.tick() => {
+                let changed = shared.state().check_timeouts(Instant::now());
+                if changed {
+                    shared.changed.notify_all();
+                }
+            }
+        }
+    }
+}
+
+/// A client connection and the bytes read from it that no request consumed yet.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Request {
+    method: String,
+    path: String,
+    query: String,
+    /// Header names in lower case.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    keep_alive: bool,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+enum Incoming {
+    Request(Request),
+    /// The client closed the connection between requests.
+    Closed,
+    /// Not HTTP/1.1 as the fake understands it: answered 400, then closed.
+    Malformed,
+}
+
+/// An HTTP answer: status, body (JSON when `json`) and extra headers.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    body: String,
+    json: bool,
+    headers: Vec<(String, String)>,
+}
+
+impl Reply {
+    fn bare(status: u16) -> Reply {
+        Reply { status, body: String::new(), json: false, headers: Vec::new() }
+    }
+}
+
+/// Serves requests on one connection until either side closes it, or hands it to Socket Mode
+/// when it asks for a WebSocket upgrade.
+async fn connection(mut conn: Conn, shared: Arc<Shared>) {
+    loop {
+        let request = match conn.read_request().await {
+            Incoming::Request(request) => request,
+            Incoming::Closed => return,
+            Incoming::Malformed => {
+                let _ = conn.write_response(&Reply::bare(400), false).await;
+                return;
+            }
+        };
+        let upgrade =
+            request.header("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+        if upgrade {
+            upgrade_to_socket(conn, request, shared).await;
+            return;
+        }
+        let reply = respond(&shared, &request);
+        if conn.write_response(&reply, request.keep_alive).await.is_err() || !request.keep_alive {
+            return;
+        }
+    }
+}
+
+impl Conn {
+    /// Reads more bytes into the buffer; `false` at end of stream or on an error.
+    async fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 8192];
+        match self.stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+        }
+    }
+
+    /// Position of the next CRLF at or after `from`, reading as needed.
+    async fn line_end(&mut self, from: usize) -> Option<usize> {
+        loop {
+            if let Some(i) = find(&self.buf[from.min(self.buf.len())..], b"\r\n") {
+                return Some(from + i);
+            }
+            if self.buf.len() > from + 64 * 1024 || !self.fill().await {
+                return None;
+            }
+        }
+    }
+
+    /// Reads one request: a head, then a body of `Content-Length` bytes or chunked.
+    async fn read_request(&mut self) -> Incoming {
+        const MAX_HEAD: usize = 64 * 1024;
+        const MAX_BODY: usize = 50 * 1024 * 1024;
+        let head_end = loop {
+            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
+                break i;
+            }
+            if self.buf.len() > MAX_HEAD {
+                return Incoming::Malformed;
+            }
+            if !self.fill().await {
+                return if self.buf.is_empty() { Incoming::Closed } else { Incoming::Malformed };
+            }
+        };
+        let Ok(head) = std::str::from_utf8(&self.buf[..head_end]) else {
+            return Incoming::Malformed;
+        };
+        let mut lines = head.split("\r\n");
+        let mut request_line = lines.next().unwrap_or_default().split(' ');
+        let (Some(method), Some(target), Some(version)) =
+            (request_line.next(), request_line.next(), request_line.next())
+        else {
+            return Incoming::Malformed;
+        };
+        let (method, target) = (method.to_string(), target.to_string());
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let connection =
+            headers.iter().find(|(n, _)| n == "connection").map(|(_, v)| v.to_ascii_lowercase());
+        let keep_alive = match version {
+            "HTTP/1.1" => connection.as_deref() != Some("close"),
+            "HTTP/1.0" => connection.as_deref() == Some("keep-alive"),
+            _ => return Incoming::Malformed,
+        };
+        let chunked = headers
+            .iter()
+            .any(|(n, v)| n == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
+        let mut pos = head_end + 4;
+        let body = if chunked {
+            let mut body = Vec::new();
+            loop {
+                let Some(eol) = self.line_end(pos).await else {
+                    return Incoming::Malformed;
+                };
+                let size = std::str::from_utf8(&self.buf[pos..eol])
+                    .ok()
+                    .and_then(|l| usize::from_str_radix(l.split(';').next()?.trim(), 16).ok());
+                let Some(size) = size.filter(|s| body.len() + s <= MAX_BODY) else {
+                    return Incoming::Malformed;
+                };
+                pos = eol + 2;
+                if size == 0 {
+                    loop {
+                        let Some(eol) = self.line_end(pos).await else {
+                            return Incoming::Malformed;
+                        };
+                        let empty = eol == pos;
+                        pos = eol + 2;
+                        if empty {
+                            break;
+                        }
+                    }
+                    break body;
+                }
+                while self.buf.len() < pos + size + 2 {
+                    if !self.fill().await {
+                        return Incoming::Malformed;
+                    }
+                }
+                body.extend_from_slice(&self.buf[pos..pos + size]);
+                pos += size + 2;
+            }
+        } else {
+            let length = match headers.iter().find(|(n, _)| n == "content-length") {
+                None => 0,
+                Some((_, v)) => match v.parse::<usize>() {
+                    Ok(n) if n <= MAX_BODY => n,
+                    _ => return Incoming::Malformed,
+                },
+            };
+            while self.buf.len() < pos + length {
+                if !self.fill().await {
+                    return Incoming::Malformed;
+                }
+            }
+            pos += length;
+            self.buf[head_end + 4..pos].to_vec()
+        };
+        self.buf.drain(..pos);
+        let (path, query) = match target.split_once('?') {
+            Some((p, q)) => (p.to_string(), q.to_string()),
+            None => (target.clone(), String::new()),
+        };
+        Incoming::Request(Request { method, path, query, headers, body, keep_alive })
+    }
+
+    async fn write_response(&mut self, reply: &Reply, keep_alive: bool) -> std::io::Result<()> {
+        let mut out = format!("HTTP/1.1 {} {}\r\n", reply.status, reason(reply.status));
+        if reply.json {
+            out.push_str("Content-Type: application/json; charset=utf-8\r\n");
+        }
+        for (name, value) in &reply.headers {
+            out.push_str(&format!("{name}: {value}\r\n"));
+        }
+        out.push_str(&format!(
+            "Content-Length: {}\r\nConnection: {}\r\n\r\n{}",
+            reply.body.len(),
+            if keep_alive { "keep-alive" } else { "close" },
+            reply.body,
+        ));
+        self.stream.write_all(out.as_bytes()).await?;
+        self.stream.flush().await?;
+        if !keep_alive {
+            self.stream.shutdown().await?;
+        }
+        Ok(())
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        101 => "Switching Protocols",
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        429 => "Too Many Requests",
+        _ => "Status",
+    }
+}
+
+/// `application/x-www-form-urlencoded` pairs (also query strings), decoded.
+fn form_pairs(raw: &str) -> Vec<(String, String)> {
+    raw.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (n, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(n), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Web API
+
+/// The token of a request: `Authorization: Bearer …`, else a `token` parameter.
+fn request_token(request: &Request, params: &Map<String, Value>) -> Option<String> {
+    let bearer = request
+        .header("authorization")
+        .and_then(|a| a.strip_prefix("Bearer ").or_else(|| a.strip_prefix("bearer ")))
+        .map(|t| t.trim().to_string());
+    bearer.or_else(|| params.get("token").and_then(Value::as_str).map(str::to_string))
+}
+
+/// The parameters of a request: the query, then the body (JSON object or form-encoded).
+fn request_params(request: &Request) -> Result<Map<String, Value>, Refusal> {
+    let mut params = Map::new();
+    for (name, value) in form_pairs(&request.query) {
+        params.insert(name, Value::String(value));
+    }
+    if request.body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(params);
+    }
+    let content_type = request.header("content-type").unwrap_or("").to_ascii_lowercase();
+    if content_type.starts_with("application/json") {
+        match serde_json::from_slice(&request.body) {
+            Ok(Value::Object(body)) => params.extend(body),
+            _ => return Err(Refusal::api("invalid_json")),
+        }
+    } else if content_type.starts_with("multipart/") {
+        return Err(Refusal::api("invalid_form_data"));
+    } else {
+        let body = String::from_utf8_lossy(&request.body);
+        for (name, value) in form_pairs(&body) {
+            params.insert(name, Value::String(value));
+        }
+    }
+    Ok(params)
+}
+
+/// A string parameter (numbers and booleans as their text; empty strings as absent).
+fn str_param(params: &Map<String, Value>, name: &str) -> Option<String> {
+    match params.get(name)? {
+        Value::String(s) if s.is_empty() => None,
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// A boolean parameter (`true`/`false`, or form-encoded `"true"`, `"1"`, …).
+fn bool_param(params: &Map<String, Value>, name: &str) -> Option<bool> {
+    match params.get(name)? {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "true" | "1" => Some(true),
+            "false" | "0" => Some(false),
+            _ => None,
+        },
+        Value::Number(n) => n.as_u64().map(|n| n != 0),
+        _ => None,
+    }
+}
+
+/// A JSON-valued parameter (`blocks`, `attachments`): as sent in a JSON body, parsed when
+/// form-encoded.
+fn json_param(params: &Map<String, Value>, name: &str) -> Option<Value> {
+    match params.get(name)? {
+        Value::String(s) => serde_json::from_str(s).ok(),
+        Value::Null => None,
+        other => Some(other.clone()),
+    }
+}
+
+/// Answers one Web API request, recording it (and the refusal, if any).
+fn respond(shared: &Shared, request: &Request) -> Reply {
+    let Some(method) = request.path.strip_prefix("/api/") else {
+        return Reply::bare(404);
+    };
+    if request.method != "GET" && request.method != "POST" {
+        return Reply::bare(405);
+    }
+    let mut state = shared.state();
+    let result = request_params(request).and_then(|mut params| {
+        let token = request_token(request, &params);
+        params.remove("token");
+        state.requests.push((method.to_string(), Value::Object(params.clone())));
+        call(shared, &mut state, method, token.as_deref(), &params)
+    });
+    let reply = match result {
+        Ok(fields) => {
+            let mut body = Map::new();
+            body.insert("ok".into(), json!(true));
+            body.extend(fields);
+            Reply {
+                status: 200,
+                body: Value::Object(body).to_string(),
+                json: true,
+                headers: vec![],
+            }
+        }
+        Err(refusal) => {
+            state.refused.push((method.to_string(), refusal.error.clone()));
+            Reply {
+                status: refusal.status,
+                body: json!({"ok": false, "error": refusal.error}).to_string(),
+                json: true,
+                headers: refusal.headers,
+            }
+        }
+    };
+    drop(state);
+    shared.changed.notify_all();
+    reply
+}
+
+const METHODS: [&str; 9] = [
+    "apps.connections.open",
+    "auth.test",
+    "chat.delete",
+    "chat.postMessage",
+    "chat.update",
+    "conversations.history",
+    "conversations.info",
+    "conversations.join",
+    "users.info",
+];
+
+/// One Web API method: the fields of the `ok: true` answer, or the refusal.
+fn call(
+    shared: &Shared,
+    state: &mut State,
+    method: &str,
+    token: Option<&str>,
+    params: &Map<String, Value>,
+) -> Result<Map<String, Value>, Refusal> {
+    if !METHODS.contains(&method) {
+        return Err(Refusal::api("unknown_method"));
+    }
+    let wants_app = method == "apps.connections.open";
+    match token {
+        None => return Err(Refusal::api("not_authed")),
+        Some(APP_TOKEN) if wants_app => {}
+        Some(BOT_TOKEN) if !wants_app => {}
+        Some(APP_TOKEN | BOT_TOKEN) => return Err(Refusal::api("not_allowed_token_type")),
+        Some(_) => return Err(Refusal::api("invalid_auth")),
+    }
+    let fields = match method {
+        "apps.connections.open" => {
+            let ticket = uuid();
+            state.tickets.insert(ticket.clone());
+            state.connections_opened += 1;
+            json!({"url": format!("ws://{}/link/?ticket={ticket}&app_id={APP_ID}", shared.addr)})
+        }
+        "auth.test" => json!({
+            "url": "https://fake.slack.com/",
+            "team": TEAM_NAME,
+            "user": BOT_NAME,
+            "team_id": TEAM_ID,
+            "user_id": BOT_USER_ID,
+            "bot_id": BOT_ID,
+            "is_enterprise_install": false,
+        }),
+        "chat.postMessage" => post_message(state, params)?,
+        "chat.update" => update_message(state, params)?,
+        "chat.delete" => delete_message(state, params)?,
+        "conversations.history" => history(state, params)?,
+        "conversations.info" => {
+            let id = param_channel(state, params)?;
+            json!({"channel": channel_json(&id, &state.channels[&id])})
+        }
+        "conversations.join" => {
+            let id = param_channel(state, params)?;
+            let channel =
+                state.channels.get_mut(&id).ok_or_else(|| Refusal::api("channel_not_found"))?;
+            let already = std::mem::replace(&mut channel.bot_member, true);
+            let mut fields = json!({"channel": channel_json(&id, channel)});
+            if already {
+                fields["warning"] = json!("already_in_channel");
+                fields["response_metadata"] = json!({"warnings": ["already_in_channel"]});
+            }
+            fields
+        }
+        "users.info" => {
+            let user = str_param(params, "user").unwrap_or_default();
+            let name = state.users.get(&user).ok_or_else(|| Refusal::api("user_not_found"))?;
+            json!({"user": user_json(&user, name)})
+        }
+        _ => return Err(Refusal::api("unknown_method")),
+    };
+    match fields {
+        Value::Object(fields) => Ok(fields),
+        _ => Ok(Map::new()),
+    }
+}
+
+/// The channel id of the `channel` parameter (`channel_not_found` when unknown).
+fn param_channel(state: &State, params: &Map<String, Value>) -> Result<String, Refusal> {
+    let raw = str_param(params, "channel").unwrap_or_default();
+    state.channel_id(&raw).ok_or_else(|| Refusal::api("channel_not_found"))
+}
+
+/// The bot must be a member of the channel.
+fn member(state: &State, channel: &str) -> Result<(), Refusal> {
+    if state.channels.get(channel).is_some_and(|c| c.bot_member) {
+        Ok(())
+    } else {
+        Err(Refusal::api("not_in_channel"))
+    }
+}
+
+/// `text` of a message-writing call: present unless there are blocks or attachments, at most
+/// [`MAX_TEXT_CHARS`] characters.
+fn checked_text(params: &Map<String, Value>) -> Result<String, Refusal> {
+    let text = str_param(params, "text").unwrap_or_default();
+    let has = |name: &str| {
+        json_param(params, name).is_some_and(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+    };
+    if text.is_empty() && !has("blocks") && !has("attachments") {
+        return Err(Refusal::api("no_text"));
+    }
+    if text.chars().count() > MAX_TEXT_CHARS {
+        return Err(Refusal::api("msg_too_long"));
+    }
+    Ok(text)
+}
+
+/// `chat.postMessage`.
+fn post_message(state: &mut State, params: &Map<String, Value>) -> Result<Value, Refusal> {
+    if let Some(retry_after) = state.rate_limits.pop_front() {
+        return Err(Refusal {
+            status: 429,
+            error: "ratelimited".into(),
+            headers: vec![("Retry-After".into(), retry_after.to_string())],
+        });
+    }
+    if let Some(error) = state.failures.pop_front() {
+        return Err(Refusal::api(&error));
+    }
+    let channel = param_channel(state, params)?;
+    member(state, &channel)?;
+    let text = checked_text(params)?;
+    let username = str_param(params, "username");
+    let icon_emoji = str_param(params, "icon_emoji");
+    let icon_url = str_param(params, "icon_url");
+    let customize = !state.deny_customize;
+    let applied = username.as_ref().filter(|_| customize);
+    let ts = state.next_ts();
+    let blocks = json_param(params, "blocks").unwrap_or_else(|| json!([]));
+    let mut message = json!({
+        "type": "message",
+        "text": text,
+        "ts": ts,
+        "bot_id": BOT_ID,
+        "app_id": APP_ID,
+        "blocks": blocks,
+    });
+    if let Some(name) = applied {
+        message["subtype"] = json!("bot_message");
+        message["username"] = json!(name);
+        let mut icons = Map::new();
+        if let Some(emoji) = icon_emoji.as_ref() {
+            icons.insert("emoji".into(), json!(emoji));
+        }
+        if let Some(url) = icon_url.as_ref() {
+            icons.insert("image_48".into(), json!(url));
+        }
+        if !icons.is_empty() {
+            message["icons"] = Value::Object(icons);
+        }
+    } else {
+        message["user"] = json!(BOT_USER_ID);
+        message["team"] = json!(TEAM_ID);
+        message["bot_profile"] = bot_profile();
+    }
+    if let Some(attachments) = json_param(params, "attachments") {
+        message["attachments"] = attachments;
+    }
+    let thread_ts = str_param(params, "thread_ts");
+    if let Some(thread) = thread_ts.as_ref() {
+        message["thread_ts"] = json!(thread);
+    }
+    state.sent.push(SlackSent {
+        channel: channel.clone(),
+        ts: ts.clone(),
+        text,
+        username_applied: applied.is_some(),
+        username,
+        mrkdwn: bool_param(params, "mrkdwn"),
+        icon_emoji,
+        icon_url,
+        unfurl_links: bool_param(params, "unfurl_links"),
+        unfurl_media: bool_param(params, "unfurl_media"),
+        thread_ts,
+    });
+    let event = message_event(&message, &channel);
+    state.messages.push(StoredMessage {
+        channel: channel.clone(),
+        ts: ts.clone(),
+        json: message.clone(),
+        by_bot: true,
+        deleted: false,
+    });
+    state.emit(&channel, event);
+    Ok(json!({"channel": channel, "ts": ts, "message": message}))
+}
+
+/// The bot's own message `ts` of the call's channel, for `chat.update` / `chat.delete`.
+fn own_message(
+    state: &mut State,
+    params: &Map<String, Value>,
+    not_own: &str,
+) -> Result<(String, String), Refusal> {
+    let channel = param_channel(state, params)?;
+    let ts = str_param(params, "ts").unwrap_or_default();
+    let message =
+        state.find_message(&channel, &ts).ok_or_else(|| Refusal::api("message_not_found"))?;
+    if !message.by_bot {
+        return Err(Refusal::api(not_own));
+    }
+    Ok((channel, ts))
+}
+
+/// `chat.update`: the bot edits its own message.
+fn update_message(state: &mut State, params: &Map<String, Value>) -> Result<Value, Refusal> {
+    let (channel, ts) = own_message(state, params, "cant_update_message")?;
+    let text = checked_text(params)?;
+    state.edit(&channel, &ts, &text);
+    state.changes.push(SlackChange {
+        channel: channel.clone(),
+        ts: ts.clone(),
+        text: Some(text.clone()),
+    });
+    let message = state.find_message(&channel, &ts).map(|m| m.json.clone()).unwrap_or_default();
+    Ok(json!({"channel": channel, "ts": ts, "text": text, "message": message}))
+}
+
+/// `chat.delete`: the bot deletes its own message.
+fn delete_message(state: &mut State, params: &Map<String, Value>) -> Result<Value, Refusal> {
+    let (channel, ts) = own_message(state, params, "cant_delete_message")?;
+    state.delete(&channel, &ts);
+    state.changes.push(SlackChange { channel: channel.clone(), ts: ts.clone(), text: None });
+    Ok(json!({"channel": channel, "ts": ts}))
+}
+
+/// `conversations.history`: newest first, after `oldest` and before `latest` (both exclusive
+/// unless `inclusive`), at most `limit` (default 100, at most 999).
+fn history(state: &State, params: &Map<String, Value>) -> Result<Value, Refusal> {
+    let channel = param_channel(state, params)?;
+    member(state, &channel)?;
+    let bound = |name: &str| -> Result<Option<u64>, Refusal> {
+        match str_param(params, name) {
+            None => Ok(None),
+            Some(raw) => {
+                ts_micros(&raw).map(Some).ok_or_else(|| Refusal::api(&format!("invalid_ts_{name}")))
+            }
+        }
+    };
+    let (oldest, latest) = (bound("oldest")?, bound("latest")?);
+    let inclusive = bool_param(params, "inclusive").unwrap_or(false);
+    let limit = match str_param(params, "limit") {
+        None => 100,
+        Some(raw) => match raw.parse::<usize>() {
+            Ok(0) => 100,
+            Ok(n) => n.min(999),
+            Err(_) => return Err(Refusal::api("invalid_limit")),
+        },
+    };
+    let matching: Vec<&StoredMessage> = state
+        .messages
+        .iter()
+        .filter(|m| m.channel == channel && !m.deleted)
+        .filter(|m| {
+            let ts = ts_micros(&m.ts).unwrap_or(0);
+            let after = oldest.is_none_or(|o| if inclusive { ts >= o } else { ts > o });
+            let before = latest.is_none_or(|l| if inclusive { ts <= l } else { ts < l });
+            after && before
+        })
+        .collect();
+    // The newest `limit` of the range (without `oldest`), or the oldest `limit` after `oldest`
+    // (Slack pages forward from `oldest`), newest first either way.
+    let picked: Vec<&StoredMessage> = if oldest.is_some() && latest.is_none() {
+        matching.iter().take(limit).copied().collect()
+    } else {
+        matching[matching.len().saturating_sub(limit)..].to_vec()
+    };
+    let messages: Vec<Value> = picked.iter().rev().map(|m| m.json.clone()).collect();
+    Ok(json!({
+        "messages": messages,
+        "has_more": matching.len() > picked.len(),
+        "pin_count": 0,
+        "channel_actions_ts": null,
+        "channel_actions_count": 0,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Socket Mode
+
+/// Answers the WebSocket handshake of `request` (a ticket from `apps.connections.open`, used
+/// once) and runs Socket Mode on the connection.
+async fn upgrade_to_socket(mut conn: Conn, request: Request, shared: Arc<Shared>) {
+    let ticket =
+        form_pairs(&request.query).into_iter().find(|(n, _)| n == "ticket").map(|(_, v)| v);
+    let valid = request.path.trim_end_matches('/') == "/link"
+        && ticket.is_some_and(|t| shared.state().tickets.remove(&t));
+    let key = request.header("sec-websocket-key");
+    let Some(key) = key.filter(|_| valid) else {
+        let _ = conn.write_response(&Reply::bare(if valid { 400 } else { 401 }), false).await;
+        return;
+    };
+    let accept = derive_accept_key(key.as_bytes());
+    let head = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Accept: {accept}\r\n\r\n"
+    );
+    if conn.stream.write_all(head.as_bytes()).await.is_err() {
+        return;
+    }
+    let ws = WebSocketStream::from_partially_read(conn.stream, conn.buf, Role::Server, None).await;
+    socket(ws, shared).await;
+}
+
+async fn socket(mut ws: WebSocketStream<TcpStream>, shared: Arc<Shared>) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let conn_id = {
+        let mut state = shared.state();
+        let id = state.next_conn;
+        state.next_conn += 1;
+        let hello = json!({
+            "type": "hello",
+            "num_connections": state.open_sockets() + 1,
+            "debug_info": {
+                "host": "fake",
+                "build_number": 1,
+                "approximate_connection_time": 18060,
+            },
+            "connection_info": {"app_id": APP_ID},
+        });
+        let _ = tx.send(Out::Text(hello.to_string()));
+        state.conns.insert(id, SocketConn { tx, closing: false });
+        state.deliver();
+        id
+    };
+    shared.changed.notify_all();
+    loop {
+        tokio::select! {
+            incoming = ws.next() => match incoming {
+                None | Some(Err(_)) => break,
+                Some(Ok(WsMessage::Text(text))) => {
+                    shared.state().on_frame(&text);
+                    shared.changed.notify_all();
+                }
+                Some(Ok(WsMessage::Binary(bytes))) => {
+                    shared.state().bad_frames.push(String::from_utf8_lossy(&bytes).into_owned());
+                }
+                // Polling on lets tungstenite answer pings and the client's close frame.
+                Some(Ok(_)) => {}
+            },
+            out = rx.recv() => match out {
+                Some(Out::Text(text)) => {
+                    if ws.send(WsMessage::Text(text)).await.is_err() {
+                        break;
+                    }
+                }
+                Some(Out::Close) => {
+                    close(&mut ws).await;
+                    break;
+                }
+                Some(Out::Drop) | None => break,
+            },
+        }
+    }
+    drop(ws);
+    shared.state().conns.remove(&conn_id);
+    shared.changed.notify_all();
+}
+
+/// Sends a close frame (1000), then waits (briefly) for the client's answer.
+async fn close(ws: &mut WebSocketStream<TcpStream>) {
+    let frame = CloseFrame { code: CloseCode::Normal, reason: "".into() };
+    if ws.close(Some(frame)).await.is_ok() {
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::io::{Read, Write};
+
+    use hyper_util::client::legacy::connect::{Connect, HttpConnector};
+    use slack_morphism::errors::SlackClientError;
+    use slack_morphism::prelude::{
+        SlackApiAppsConnectionOpenRequest, SlackApiChatDeleteRequest,
+        SlackApiChatPostMessageRequest, SlackApiChatUpdateRequest,
+        SlackApiConversationsHistoryRequest, SlackApiConversationsInfoRequest, SlackApiToken,
+        SlackApiTokenType, SlackApiTokenValue, SlackApiUsersInfoRequest, SlackBotId,
+        SlackChannelId, SlackClient, SlackClientEventsListenerEnvironment,
+        SlackClientEventsUserState, SlackClientHttpConnector, SlackClientHyperConnector,
+        SlackClientSocketModeConfig, SlackClientSocketModeListener, SlackEventCallbackBody,
+        SlackHyperClient, SlackMessageContent, SlackMessageEventType, SlackPushEventCallback,
+        SlackSocketModeListenerCallbacks, SlackTs, SlackUserId, UserCallbackResult,
+    };
+    use tokio_tungstenite::tungstenite;
+
+    use super::*;
+
+    const CHANNEL: &str = "C1";
+    const ALICE: &str = "U_ALICE";
+    const SECS: Duration = Duration::from_secs(10);
+
+    fn fake() -> FakeSlack {
+        let fake = FakeSlack::start();
+        fake.add_channel(CHANNEL, "general");
+        fake
+    }
+
+    /// One request on a new connection: `(status, headers in lower case, JSON body or Null)`.
+    fn http(
+        fake: &FakeSlack,
+        verb: &str,
+        target: &str,
+        token: Option<&str>,
+        body: Option<(&str, String)>,
+    ) -> (u16, Vec<(String, String)>, Value) {
+        let mut stream = std::net::TcpStream::connect(fake.addr).expect("connect");
+        let mut head =
+            format!("{verb} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", fake.addr);
+        if let Some(token) = token {
+            head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
+        let body = match body {
+            Some((content_type, body)) => {
+                head.push_str(&format!("Content-Type: {content_type}\r\n"));
+                body
+            }
+            None => String::new(),
+        };
+        head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+        stream.write_all(head.as_bytes()).expect("send");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("read");
+        let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
+        let mut lines = head.split("\r\n");
+        let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok());
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let body = serde_json::from_str(body).unwrap_or(Value::Null);
+        (status.expect("a status"), headers, body)
+    }
+
+    /// A Web API call with a JSON body, answered 200; its body.
+    #[track_caller]
+    fn api(fake: &FakeSlack, method: &str, token: Option<&str>, params: Value) -> Value {
+        let body = Some(("application/json; charset=utf-8", params.to_string()));
+        let (status, headers, body) = http(fake, "POST", &format!("/api/{method}"), token, body);
+        assert_eq!(status, 200, "{method}: {body}");
+        let content_type = headers.iter().find(|(n, _)| n == "content-type").map(|(_, v)| v);
+        assert_eq!(content_type.map(String::as_str), Some("application/json; charset=utf-8"));
+        body
+    }
+
+    /// A Web API call with a form-encoded body, answered 200; its body.
+    #[track_caller]
+    fn api_form(fake: &FakeSlack, method: &str, token: Option<&str>, form: &str) -> Value {
+        let body = Some(("application/x-www-form-urlencoded", form.to_string()));
+        let (status, _, body) = http(fake, "POST", &format!("/api/{method}"), token, body);
+        assert_eq!(status, 200, "{method}: {body}");
+        body
+    }
+
+    #[track_caller]
+    fn bot(fake: &FakeSlack, method: &str, params: Value) -> Value {
+        api(fake, method, Some(BOT_TOKEN), params)
+    }
+
+    fn refusal(error: &str) -> Value {
+        json!({"ok": false, "error": error})
+    }
+
+    fn texts(history: &Value) -> Vec<&str> {
+        let messages = history["messages"].as_array().expect("messages");
+        messages.iter().map(|m| m["text"].as_str().unwrap_or_default()).collect()
+    }
+
+    /// A raw Socket Mode client (tungstenite 0.21, blocking).
+    struct RawSocket {
+        ws: tungstenite::WebSocket<std::net::TcpStream>,
+    }
+
+    impl RawSocket {
+        /// `apps.connections.open`, then connects to the URL it answered.
+        fn open(fake: &FakeSlack) -> RawSocket {
+            let open = api(fake, "apps.connections.open", Some(APP_TOKEN), json!({}));
+            let url = open["url"].as_str().expect("a url");
+            RawSocket::connect(url).expect("the socket connects")
+        }
+
+        /// Connects to a Socket Mode URL; the handshake's error when refused.
+        fn connect(url: &str) -> Result<RawSocket, Box<tungstenite::Error>> {
+            let host = url.strip_prefix("ws://").and_then(|u| u.split('/').next()).expect("ws://");
+            let stream = std::net::TcpStream::connect(host).expect("connect");
+            let (ws, _) = tungstenite::client::client(url, stream).map_err(|e| match e {
+                tungstenite::HandshakeError::Failure(e) => Box::new(e),
+                tungstenite::HandshakeError::Interrupted(_) => panic!("blocking handshake"),
+            })?;
+            ws.get_ref().set_read_timeout(Some(Duration::from_millis(50))).expect("read timeout");
+            Ok(RawSocket { ws })
+        }
+
+        /// The next frame, or the error reading it; a timeout error when none came in time.
+        fn read(&mut self, timeout: Duration) -> Result<WsMessage, Box<tungstenite::Error>> {
+            let deadline = Instant::now() + timeout;
+            loop {
+                match self.ws.read() {
+                    Err(tungstenite::Error::Io(e))
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) && Instant::now() < deadline => {}
+                    other => return other.map_err(Box::new),
+                }
+            }
+        }
+
+        /// The next text frame as JSON (pings and pongs skipped); panics after 10 s.
+        #[track_caller]
+        fn recv(&mut self) -> Value {
+            loop {
+                match self.read(SECS) {
+                    Ok(WsMessage::Text(text)) => return serde_json::from_str(&text).expect("JSON"),
+                    Ok(WsMessage::Ping(_) | WsMessage::Pong(_)) => {}
+                    other => panic!("expected a text frame, got {other:?}"),
+                }
+            }
+        }
+
+        /// `true` when no text frame comes within `wait`.
+        fn silent(&mut self, wait: Duration) -> bool {
+            match self.read(wait) {
+                Err(e) if matches!(*e, tungstenite::Error::Io(_)) => true,
+                Ok(WsMessage::Text(text)) => panic!("unexpected frame {text}"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+
+        fn send(&mut self, text: &str) {
+            self.ws.send(WsMessage::Text(text.to_string())).expect("send a frame");
+        }
+
+        fn ack(&mut self, envelope: &Value) {
+            let id = envelope["envelope_id"].as_str().expect("an envelope id");
+            self.send(&json!({"envelope_id": id}).to_string());
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Raw wire rules.
+
+    #[test]
+    fn fake_slack_tokens_auth_test_and_connections_open() {
+        let fake = fake();
+        let open = |token| api(&fake, "apps.connections.open", token, json!({}));
+        assert_eq!(open(Some(BOT_TOKEN)), refusal("not_allowed_token_type"));
+        assert_eq!(open(None), refusal("not_authed"));
+        assert_eq!(open(Some("xapp-1-A1-wrong")), refusal("invalid_auth"));
+        let opened = open(Some(FakeSlack::APP_TOKEN));
+        assert_eq!(opened["ok"], json!(true));
+        let url = opened["url"].as_str().expect("url");
+        assert!(url.starts_with(&format!("ws://{}/link/?ticket=", fake.addr)), "{url}");
+        assert_eq!(fake.connections_opened(), 1);
+
+        let expected = json!({
+            "ok": true,
+            "url": "https://fake.slack.com/",
+            "team": "Fake",
+            "user": "flock",
+            "team_id": "T1",
+            "user_id": "U_BOT",
+            "bot_id": "B_BOT",
+            "is_enterprise_install": false,
+        });
+        assert_eq!(bot(&fake, "auth.test", json!({})), expected);
+        assert_eq!(api_form(&fake, "auth.test", None, "token=xoxb-fake"), expected);
+        assert_eq!(
+            api(&fake, "auth.test", Some(APP_TOKEN), json!({})),
+            refusal("not_allowed_token_type")
+        );
+        assert_eq!(bot(&fake, "chat.meMessage", json!({})), refusal("unknown_method"));
+        let (status, _, user) =
+            http(&fake, "GET", "/api/users.info?user=U_BOT", Some(BOT_TOKEN), None);
+        assert_eq!(status, 200);
+        assert_eq!(
+            (user["user"]["name"].clone(), user["user"]["is_bot"].clone()),
+            (json!("flock"), json!(true))
+        );
+        assert_eq!(http(&fake, "GET", "/other", None, None).0, 404);
+        assert_eq!(
+            fake.refused(),
+            [
+                ("apps.connections.open".to_string(), "not_allowed_token_type".to_string()),
+                ("apps.connections.open".into(), "not_authed".into()),
+                ("apps.connections.open".into(), "invalid_auth".into()),
+                ("auth.test".into(), "not_allowed_token_type".into()),
+                ("chat.meMessage".into(), "unknown_method".into()),
+            ]
+        );
+        let (method, params) = fake.requests().pop().expect("requests");
+        assert_eq!((method.as_str(), params), ("users.info", json!({"user": "U_BOT"})));
+    }
+
+    #[test]
+    fn fake_slack_post_message_rules() {
+        let fake = fake();
+        let posted = bot(
+            &fake,
+            "chat.postMessage",
+            json!({"channel": CHANNEL, "text": "hello *world*", "mrkdwn": false, "unfurl_links": false}),
+        );
+        assert_eq!(posted["ok"], json!(true), "{posted}");
+        assert_eq!(posted["channel"], json!(CHANNEL));
+        let ts = posted["ts"].as_str().expect("ts").to_string();
+        assert!(ts_micros(&ts).is_some() && ts.len() == 17, "{ts}");
+        let message = &posted["message"];
+        assert_eq!(message["text"], json!("hello *world*"));
+        assert_eq!(
+            (message["user"].clone(), message["bot_id"].clone()),
+            (json!("U_BOT"), json!("B_BOT"))
+        );
+        assert_eq!(message["subtype"], Value::Null);
+        assert_eq!(message["ts"], json!(ts));
+
+        let by_name =
+            bot(&fake, "chat.postMessage", json!({"channel": "#general", "text": "by name"}));
+        assert_eq!(by_name["channel"], json!(CHANNEL));
+
+        let form = "channel=C1&text=a+b%26c&username=alice+%28Telegram%29&icon_emoji=%3Asmile%3A\
+                    &mrkdwn=true";
+        let custom = api_form(&fake, "chat.postMessage", Some(BOT_TOKEN), form);
+        assert_eq!(custom["message"]["text"], json!("a b&c"));
+        assert_eq!(custom["message"]["username"], json!("alice (Telegram)"));
+        assert_eq!(custom["message"]["subtype"], json!("bot_message"));
+        assert_eq!(custom["message"]["icons"], json!({"emoji": ":smile:"}));
+        assert_eq!(custom["message"]["user"], Value::Null);
+
+        let post = |params: Value| bot(&fake, "chat.postMessage", params);
+        assert_eq!(post(json!({"channel": "C404", "text": "x"})), refusal("channel_not_found"));
+        assert_eq!(post(json!({"channel": CHANNEL})), refusal("no_text"));
+        assert_eq!(post(json!({"channel": CHANNEL, "text": ""})), refusal("no_text"));
+        let too_long = "x".repeat(MAX_TEXT_CHARS + 1);
+        assert_eq!(post(json!({"channel": CHANNEL, "text": too_long})), refusal("msg_too_long"));
+        let longest = "é".repeat(MAX_TEXT_CHARS);
+        assert_eq!(post(json!({"channel": CHANNEL, "text": longest}))["ok"], json!(true));
+
+        fake.kick_bot(CHANNEL);
+        assert_eq!(post(json!({"channel": CHANNEL, "text": "x"})), refusal("not_in_channel"));
+        let joined = bot(&fake, "conversations.join", json!({"channel": CHANNEL}));
+        assert_eq!(joined["channel"]["is_member"], json!(true));
+        assert_eq!(joined["warning"], Value::Null);
+        let again = bot(&fake, "conversations.join", json!({"channel": CHANNEL}));
+        assert_eq!(again["warning"], json!("already_in_channel"));
+
+        fake.deny_customize();
+        let plain = post(json!({"channel": CHANNEL, "text": "as bob?", "username": "bob"}));
+        assert_eq!(plain["ok"], json!(true), "Slack answers ok without chat:write.customize");
+        assert_eq!(plain["message"]["username"], Value::Null);
+        assert_eq!(plain["message"]["user"], json!("U_BOT"));
+
+        let sent = fake.sent(CHANNEL);
+        let summary: Vec<(String, Option<&str>, bool, Option<bool>)> = sent
+            .iter()
+            .map(|s| {
+                (
+                    s.text.chars().take(13).collect(),
+                    s.username.as_deref(),
+                    s.username_applied,
+                    s.mrkdwn,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("hello *world*".into(), None, false, Some(false)),
+                ("by name".into(), None, false, None),
+                ("a b&c".into(), Some("alice (Telegram)"), true, Some(true)),
+                ("é".repeat(13), None, false, None),
+                ("as bob?".into(), Some("bob"), false, None),
+            ]
+        );
+        assert_eq!(sent[0].ts, ts);
+        assert_eq!(sent[0].unfurl_links, Some(false));
+        assert_eq!(sent[2].icon_emoji.as_deref(), Some(":smile:"));
+        assert!(sent.iter().all(|s| s.channel == CHANNEL));
+        assert!(fake.sent("C2").is_empty());
+        let (method, params) = fake.requests().into_iter().nth(2).expect("the form post");
+        assert_eq!(method, "chat.postMessage");
+        assert_eq!(params["username"], json!("alice (Telegram)"));
+        assert_eq!(params.get("token"), None);
+    }
+
+    #[test]
+    fn fake_slack_rate_limits_and_scripted_failures() {
+        let fake = fake();
+        fake.rate_limit_next(2, 7);
+        fake.fail_next_posts(1, "fatal_error");
+        let post = || {
+            let body =
+                Some(("application/json", json!({"channel": CHANNEL, "text": "x"}).to_string()));
+            http(&fake, "POST", "/api/chat.postMessage", Some(BOT_TOKEN), body)
+        };
+        let (status, headers, body) = post();
+        assert_eq!(status, 429);
+        assert!(headers.contains(&("retry-after".to_string(), "7".to_string())), "{headers:?}");
+        assert_eq!(body, refusal("ratelimited"));
+        // Other methods are not limited.
+        assert_eq!(bot(&fake, "auth.test", json!({}))["ok"], json!(true));
+        assert_eq!(post().0, 429);
+        let (status, _, body) = post();
+        assert_eq!((status, body), (200, refusal("fatal_error")));
+        let (status, _, body) = post();
+        assert_eq!((status, body["ok"].clone()), (200, json!(true)));
+        assert_eq!(fake.sent(CHANNEL).len(), 1);
+        let refused: Vec<String> = fake.refused().into_iter().map(|(_, e)| e).collect();
+        assert_eq!(refused, ["ratelimited", "ratelimited", "fatal_error"]);
+        assert_eq!(fake.requests().len(), 5, "refused calls are recorded too");
+    }
+
+    #[test]
+    fn fake_slack_history_info_users_update_delete() {
+        let fake = fake();
+        let one = fake.post(CHANNEL, ALICE, "alice", "one");
+        let two = bot(&fake, "chat.postMessage", json!({"channel": CHANNEL, "text": "two"}));
+        let two = two["ts"].as_str().expect("ts").to_string();
+        let three = fake.post(CHANNEL, ALICE, "alice", "three");
+        assert!(ts_micros(&one) < ts_micros(&two) && ts_micros(&two) < ts_micros(&three));
+
+        let history = |params: Value| {
+            let mut params = params;
+            params["channel"] = json!(CHANNEL);
+            bot(&fake, "conversations.history", params)
+        };
+        let all = history(json!({}));
+        assert_eq!(texts(&all), ["three", "two", "one"]);
+        assert_eq!(all["has_more"], json!(false));
+        assert_eq!(all["messages"][2]["user"], json!(ALICE));
+        assert_eq!(all["messages"][1]["bot_id"], json!(BOT_ID));
+        assert_eq!(texts(&history(json!({"oldest": one}))), ["three", "two"]);
+        assert_eq!(
+            texts(&history(json!({"oldest": one, "inclusive": true}))),
+            ["three", "two", "one"]
+        );
+        let latest = history(json!({"limit": 2}));
+        assert_eq!(
+            (texts(&latest), latest["has_more"].clone()),
+            (vec!["three", "two"], json!(true))
+        );
+        let paged = history(json!({"oldest": one, "limit": 1}));
+        assert_eq!((texts(&paged), paged["has_more"].clone()), (vec!["two"], json!(true)));
+        // Form-encoded, as slack-morphism's GET query would be.
+        let (_, _, got) = http(
+            &fake,
+            "GET",
+            &format!("/api/conversations.history?channel={CHANNEL}&latest={three}"),
+            Some(BOT_TOKEN),
+            None,
+        );
+        assert_eq!(texts(&got), ["two", "one"]);
+        fake.kick_bot(CHANNEL);
+        assert_eq!(history(json!({})), refusal("not_in_channel"));
+        bot(&fake, "conversations.join", json!({"channel": CHANNEL}));
+
+        let info = bot(&fake, "conversations.info", json!({"channel": CHANNEL}));
+        assert_eq!(
+            (info["channel"]["id"].clone(), info["channel"]["name"].clone()),
+            (json!(CHANNEL), json!("general"))
+        );
+        assert_eq!(info["channel"]["is_member"], json!(true));
+        assert_eq!(
+            bot(&fake, "conversations.info", json!({"channel": "C9"})),
+            refusal("channel_not_found")
+        );
+
+        let user = bot(&fake, "users.info", json!({"user": ALICE}));
+        assert_eq!(user["user"]["id"], json!(ALICE));
+        assert_eq!(user["user"]["name"], json!("alice"));
+        assert_eq!(user["user"]["real_name"], json!("alice"));
+        assert_eq!(user["user"]["profile"]["display_name"], json!("alice"));
+        assert_eq!(user["user"]["profile"]["real_name"], json!("alice"));
+        assert_eq!(bot(&fake, "users.info", json!({"user": "U404"})), refusal("user_not_found"));
+        fake.add_user("U_BOB", "bob");
+        assert_eq!(
+            bot(&fake, "users.info", json!({"user": "U_BOB"}))["user"]["name"],
+            json!("bob")
+        );
+
+        fake.edit(CHANNEL, &one, "one!");
+        let edited = history(json!({"oldest": one, "inclusive": true, "latest": one}));
+        assert_eq!(texts(&edited), ["one!"]);
+        assert_eq!(edited["messages"][0]["edited"]["user"], json!(ALICE));
+
+        let update = |ts: &str, text: &str| {
+            bot(&fake, "chat.update", json!({"channel": CHANNEL, "ts": ts, "text": text}))
+        };
+        assert_eq!(update(&one, "hijacked"), refusal("cant_update_message"));
+        let updated = update(&two, "two!");
+        assert_eq!((updated["ts"].clone(), updated["text"].clone()), (json!(two), json!("two!")));
+        assert_eq!(updated["message"]["edited"]["user"], json!(BOT_USER_ID));
+        let delete = |ts: &str| bot(&fake, "chat.delete", json!({"channel": CHANNEL, "ts": ts}));
+        assert_eq!(delete(&three), refusal("cant_delete_message"));
+        assert_eq!(delete(&two), json!({"ok": true, "channel": CHANNEL, "ts": two}));
+        assert_eq!(delete(&two), refusal("message_not_found"));
+        assert_eq!(update(&two, "again"), refusal("message_not_found"));
+        assert_eq!(texts(&history(json!({}))), ["three", "one!"]);
+        fake.delete(CHANNEL, &three);
+        assert_eq!(texts(&history(json!({}))), ["one!"]);
+        let stored: Vec<Value> =
+            fake.messages(CHANNEL).into_iter().map(|m| m["text"].clone()).collect();
+        assert_eq!(stored, [json!("one!")]);
+        assert_eq!(
+            fake.changes(),
+            [
+                SlackChange { channel: CHANNEL.into(), ts: two.clone(), text: Some("two!".into()) },
+                SlackChange { channel: CHANNEL.into(), ts: two.clone(), text: None },
+            ]
+        );
+    }
+
+    #[test]
+    fn fake_slack_socket_mode_hello_events_and_acks() {
+        let fake = fake();
+        let queued_ts = fake.post(CHANNEL, ALICE, "alice", "before anyone listened");
+        assert_eq!((fake.queued(), fake.unacked()), (1, 0));
+        let mut socket = RawSocket::open(&fake);
+        assert_eq!(
+            socket.recv(),
+            json!({
+                "type": "hello",
+                "num_connections": 1,
+                "debug_info": {"host": "fake", "build_number": 1, "approximate_connection_time": 18060},
+                "connection_info": {"app_id": "A1"},
+            })
+        );
+        fake.wait_connected(SECS);
+        let envelope = socket.recv();
+        let id = envelope["envelope_id"].as_str().expect("envelope_id").to_string();
+        assert_eq!(id.len(), 36, "{id}");
+        assert_eq!(envelope["type"], json!("events_api"));
+        assert_eq!(envelope["accepts_response_payload"], json!(false));
+        assert_eq!(
+            (envelope["retry_attempt"].clone(), envelope["retry_reason"].clone()),
+            (json!(0), json!(""))
+        );
+        let payload = &envelope["payload"];
+        assert_eq!(payload["type"], json!("event_callback"));
+        assert_eq!(
+            (payload["team_id"].clone(), payload["api_app_id"].clone()),
+            (json!("T1"), json!("A1"))
+        );
+        assert!(payload["event_id"].as_str().is_some_and(|e| e.starts_with("Ev")), "{payload}");
+        assert!(payload["event_time"].is_u64());
+        assert_eq!(payload["authorizations"][0]["user_id"], json!(BOT_USER_ID));
+        let mut event = payload["event"].clone();
+        assert_eq!(event["client_msg_id"].as_str().map(str::len), Some(36));
+        event.as_object_mut().expect("an object").remove("client_msg_id");
+        assert_eq!(
+            event,
+            json!({
+                "type": "message",
+                "channel": CHANNEL,
+                "user": ALICE,
+                "text": "before anyone listened",
+                "ts": queued_ts,
+                "event_ts": queued_ts,
+                "channel_type": "channel",
+                "team": "T1",
+                "blocks": [],
+            })
+        );
+        assert_eq!((fake.queued(), fake.unacked()), (0, 1));
+        socket.ack(&envelope);
+        crate::wait_for(|| fake.unacked() == 0, SECS, "the ack is recorded");
+        assert_eq!(fake.acks(), std::slice::from_ref(&id));
+
+        let ts = fake.post(CHANNEL, ALICE, "alice", "hi");
+        let posted = socket.recv();
+        assert_eq!(posted["payload"]["event"]["text"], json!("hi"));
+        socket.ack(&posted);
+        fake.edit(CHANNEL, &ts, "hi!");
+        let changed = socket.recv();
+        let event = &changed["payload"]["event"];
+        assert_eq!(
+            (event["type"].clone(), event["subtype"].clone()),
+            (json!("message"), json!("message_changed"))
+        );
+        assert_eq!(event["message"]["text"], json!("hi!"));
+        assert_eq!(event["message"]["ts"], json!(ts));
+        assert_eq!(event["message"]["edited"]["user"], json!(ALICE));
+        assert_eq!(event["previous_message"]["text"], json!("hi"));
+        assert_eq!(
+            (event["channel"].clone(), event["hidden"].clone()),
+            (json!(CHANNEL), json!(true))
+        );
+        socket.ack(&changed);
+        fake.delete(CHANNEL, &ts);
+        let deleted = socket.recv();
+        let event = &deleted["payload"]["event"];
+        assert_eq!(event["subtype"], json!("message_deleted"));
+        assert_eq!(event["deleted_ts"], json!(ts));
+        assert_eq!(event["previous_message"]["text"], json!("hi!"));
+        socket.ack(&deleted);
+
+        // The bot's own posts come back as events.
+        let params = json!({"channel": CHANNEL, "text": "relayed", "username": "alice (Telegram)"});
+        bot(&fake, "chat.postMessage", params);
+        let echo = socket.recv();
+        let event = &echo["payload"]["event"];
+        assert_eq!(event["subtype"], json!("bot_message"));
+        assert_eq!(
+            (event["bot_id"].clone(), event["username"].clone()),
+            (json!(BOT_ID), json!("alice (Telegram)"))
+        );
+        socket.ack(&echo);
+        bot(&fake, "chat.postMessage", json!({"channel": CHANNEL, "text": "plain"}));
+        let echo = socket.recv();
+        let event = &echo["payload"]["event"];
+        assert_eq!(
+            (event["subtype"].clone(), event["user"].clone()),
+            (Value::Null, json!(BOT_USER_ID))
+        );
+        assert_eq!(event["bot_id"], json!(BOT_ID));
+        assert_eq!(event["bot_profile"]["name"], json!(BOT_NAME));
+        socket.ack(&echo);
+
+        // Nothing from a channel the bot is not in.
+        fake.kick_bot(CHANNEL);
+        fake.post(CHANNEL, ALICE, "alice", "unseen");
+        assert!(socket.silent(Duration::from_millis(300)));
+        socket.send("not json");
+        socket.send(r#"{"type":"whatever"}"#);
+        crate::wait_for(|| fake.bad_frames().len() == 2, SECS, "bad frames are recorded");
+        fake.wait_acked(SECS);
+        assert_eq!(fake.acks().len(), 6);
+        assert_eq!((fake.unacked(), fake.redeliveries()), (0, 0));
+    }
+
+    #[test]
+    fn fake_slack_redelivers_unacked_envelopes() {
+        let fake = fake();
+        fake.set_ack_timeout(Duration::from_millis(150));
+        let mut socket = RawSocket::open(&fake);
+        assert_eq!(socket.recv()["type"], json!("hello"));
+        fake.post(CHANNEL, ALICE, "alice", "ack me");
+        let first = socket.recv();
+        let id = first["envelope_id"].clone();
+        for attempt in 1..=MAX_RETRIES {
+            let again = socket.recv();
+            assert_eq!(again["envelope_id"], id);
+            assert_eq!(again["retry_attempt"], json!(attempt));
+            assert_eq!(again["retry_reason"], json!("timeout"));
+            assert_eq!(again["payload"], first["payload"], "the same event, same event_id");
+        }
+        assert!(socket.silent(Duration::from_millis(600)), "given up after {MAX_RETRIES} retries");
+        assert_eq!((fake.redeliveries(), fake.unacked()), (3, 1));
+        let id = id.as_str().expect("id").to_string();
+        let attempts: Vec<u64> = fake
+            .deliveries()
+            .into_iter()
+            .map(|(e, a)| {
+                assert_eq!(e, id);
+                a
+            })
+            .collect();
+        assert_eq!(attempts, [0, 1, 2, 3]);
+
+        fake.post(CHANNEL, ALICE, "alice", "acked in time");
+        let second = socket.recv();
+        socket.ack(&second);
+        assert!(socket.silent(Duration::from_millis(500)), "an acked envelope is not sent again");
+        assert_eq!((fake.redeliveries(), fake.unacked()), (3, 1));
+        // A late ack is still recorded.
+        socket.ack(&first);
+        crate::wait_for(|| fake.unacked() == 0, SECS, "the late ack");
+        assert_eq!(fake.acks().len(), 2);
+    }
+
+    #[test]
+    fn fake_slack_disconnect_drop_socket_and_tickets() {
+        let fake = fake();
+        let open = api(&fake, "apps.connections.open", Some(APP_TOKEN), json!({}));
+        let url = open["url"].as_str().expect("url").to_string();
+        let mut socket = RawSocket::connect(&url).expect("connect");
+        assert_eq!(socket.recv()["type"], json!("hello"));
+        match RawSocket::connect(&url).map_err(|e| *e) {
+            Err(tungstenite::Error::Http(response)) => assert_eq!(response.status(), 401),
+            Err(other) => panic!("expected HTTP 401, got {other:?}"),
+            Ok(_) => panic!("a ticket is good for one connection"),
+        }
+        fake.wait_connected(SECS);
+        assert_eq!(fake.socket_connections(), 1);
+
+        fake.disconnect();
+        assert_eq!(
+            socket.recv(),
+            json!({"type": "disconnect", "reason": "refresh_requested", "debug_info": {"host": "fake"}})
+        );
+        match socket.read(SECS) {
+            Ok(WsMessage::Close(Some(frame))) => assert_eq!(frame.code, CloseCode::Normal),
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+        crate::wait_for(|| fake.socket_connections() == 0, SECS, "the socket is closed");
+
+        fake.set_ack_timeout(Duration::from_millis(200));
+        fake.post(CHANNEL, ALICE, "alice", "while nobody listens");
+        assert_eq!(fake.queued(), 1);
+        let mut socket = RawSocket::open(&fake);
+        assert_eq!(socket.recv()["type"], json!("hello"));
+        let queued = socket.recv();
+        assert_eq!(queued["payload"]["event"]["text"], json!("while nobody listens"));
+
+        fake.drop_socket();
+        match socket.read(SECS) {
+            Ok(WsMessage::Close(_)) | Ok(WsMessage::Text(_)) => panic!("expected no close frame"),
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => {}
+        }
+        crate::wait_for(|| fake.socket_connections() == 0, SECS, "the socket is dropped");
+        // Unacknowledged on the dropped socket: sent again on the next connection.
+        let mut socket = RawSocket::open(&fake);
+        assert_eq!(socket.recv()["type"], json!("hello"));
+        let again = socket.recv();
+        assert_eq!(again["envelope_id"], queued["envelope_id"]);
+        assert_eq!(again["retry_attempt"], json!(1));
+        socket.ack(&again);
+        fake.wait_acked(SECS);
+        assert_eq!(fake.connections_opened(), 3);
+    }
+
+    #[test]
+    fn fake_slack_wait_sent_waits_for_another_thread() {
+        let fake = Arc::new(fake());
+        let sender = Arc::clone(&fake);
+        let thread = std::thread::spawn(move || {
+            for text in ["one", "two"] {
+                std::thread::sleep(Duration::from_millis(100));
+                let posted =
+                    bot(&sender, "chat.postMessage", json!({"channel": CHANNEL, "text": text}));
+                assert_eq!(posted["ok"], json!(true));
+            }
+        });
+        let sent = fake.wait_sent(CHANNEL, 2, SECS);
+        assert_eq!(sent.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(), ["one", "two"]);
+        thread.join().expect("the sender");
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The real slack-morphism 2.31 client against the fake.
+
+    /// The connector recipe: hyper-util's plain `HttpConnector` (its `http1` feature on), the
+    /// fake's URL as the API base.
+    fn slack_morphism_client_for_tests(
+        api_url: &str,
+    ) -> Arc<SlackClient<SlackClientHyperConnector<HttpConnector>>> {
+        let connector = SlackClientHyperConnector::with_connector(HttpConnector::new())
+            .with_slack_api_url(api_url);
+        Arc::new(SlackClient::new(connector))
+    }
+
+    /// The production client type (`SlackHyperClient`) made to also speak plain http://
+    /// (`https_or_http`). Tests use no CA roots; production uses `.with_native_roots()?`.
+    fn https_or_http_client(api_url: &str) -> Arc<SlackHyperClient> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .build();
+        let connector =
+            SlackClientHyperConnector::with_connector(https).with_slack_api_url(api_url);
+        Arc::new(SlackClient::new(connector))
+    }
+
+    fn bot_token() -> SlackApiToken {
+        SlackApiToken::new(SlackApiTokenValue(BOT_TOKEN.into()))
+            .with_token_type(SlackApiTokenType::Bot)
+    }
+
+    fn app_token() -> SlackApiToken {
+        SlackApiToken::new(SlackApiTokenValue(APP_TOKEN.into()))
+            .with_token_type(SlackApiTokenType::App)
+    }
+
+    /// One run of the push-events callback.
+    #[derive(Debug)]
+    struct Callback {
+        event: SlackPushEventCallback,
+        /// When the callback was about to return.
+        finished: Instant,
+        /// It returned an error.
+        failed: bool,
+    }
+
+    /// The listener's user state: where callbacks report, and how they behave.
+    struct Recorder {
+        calls: Mutex<std::sync::mpsc::Sender<Callback>>,
+        delay: Duration,
+        /// Summaries of events whose first callback returns an error.
+        fail_first: Mutex<HashSet<String>>,
+        /// What the listener's error handler was given (parse errors, socket errors, callback
+        /// errors).
+        errors: Arc<Mutex<Vec<String>>>,
+    }
+
+    /// The listener's error handler: records the error and answers 400, as the default one
+    /// does (no acknowledgement for a failed callback).
+    fn on_error<SCHC: SlackClientHttpConnector + Send + Sync>(
+        error: Box<dyn std::error::Error + Send + Sync>,
+        _client: Arc<SlackClient<SCHC>>,
+        states: SlackClientEventsUserState,
+    ) -> slack_morphism::listener::HttpStatusCode {
+        if let Ok(storage) = states.try_read()
+            && let Some(recorder) = storage.get_user_state::<Recorder>()
+        {
+            recorder.errors.lock().unwrap_or_else(|p| p.into_inner()).push(error.to_string());
+        }
+        slack_morphism::listener::HttpStatusCode::BAD_REQUEST
+    }
+
+    /// A short description of an event, to wait for it by.
+    fn summary(event: &SlackPushEventCallback) -> String {
+        let SlackEventCallbackBody::Message(m) = &event.event else {
+            return format!("not a message: {:?}", event.event);
+        };
+        let text = |c: &Option<SlackMessageContent>| {
+            c.as_ref().and_then(|c| c.text.clone()).unwrap_or_default()
+        };
+        match &m.subtype {
+            None => {
+                let who = m.sender.user.as_ref().map_or("?", |u| u.0.as_str());
+                let kind = if m.sender.bot_id.is_some() { "bot" } else { "person" };
+                format!("{kind} {who}: {}", text(&m.content))
+            }
+            Some(SlackMessageEventType::BotMessage) => {
+                format!(
+                    "bot_message {}: {}",
+                    m.sender.username.as_deref().unwrap_or("?"),
+                    text(&m.content)
+                )
+            }
+            Some(SlackMessageEventType::MessageChanged) => {
+                let edited = m.message.as_ref().map(|e| text(&e.content)).unwrap_or_default();
+                format!("message_changed: {edited}")
+            }
+            Some(SlackMessageEventType::MessageDeleted) => {
+                format!("message_deleted {}", m.deleted_ts.as_ref().map_or("?", |t| t.0.as_str()))
+            }
+            Some(other) => format!("{other:?}"),
+        }
+    }
+
+    async fn on_push<SCHC: SlackClientHttpConnector + Send + Sync>(
+        event: SlackPushEventCallback,
+        _client: Arc<SlackClient<SCHC>>,
+        states: SlackClientEventsUserState,
+    ) -> UserCallbackResult<()> {
+        let (calls, delay, failed) = {
+            let storage = states.read().await;
+            let recorder = storage.get_user_state::<Recorder>().expect("the recorder");
+            let mut fail = recorder.fail_first.lock().unwrap_or_else(|p| p.into_inner());
+            let failed = fail.remove(&summary(&event));
+            let calls = recorder.calls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            (calls, recorder.delay, failed)
+        };
+        tokio::time::sleep(delay).await;
+        let _ = calls.send(Callback { event, finished: Instant::now(), failed });
+        if failed { Err("told to fail".into()) } else { Ok(()) }
+    }
+
+    /// A Socket Mode listener running on a runtime of its own.
+    struct Listener<H: Send + Sync + Clone + Connect + 'static> {
+        rt: tokio::runtime::Runtime,
+        listener: SlackClientSocketModeListener<SlackClientHyperConnector<H>>,
+        calls: std::sync::mpsc::Receiver<Callback>,
+        unclaimed: std::cell::RefCell<Vec<Callback>>,
+        errors: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl<H: Send + Sync + Clone + Connect + 'static> Listener<H> {
+        fn start(
+            client: Arc<SlackClient<SlackClientHyperConnector<H>>>,
+            connections: u32,
+            delay: Duration,
+            fail_first: &[&str],
+        ) -> Self {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a runtime for slack-morphism");
+            let (tx, calls) = std::sync::mpsc::channel();
+            let errors = Arc::default();
+            let recorder = Recorder {
+                calls: Mutex::new(tx),
+                delay,
+                fail_first: Mutex::new(fail_first.iter().map(|s| s.to_string()).collect()),
+                errors: Arc::clone(&errors),
+            };
+            let environment = Arc::new(
+                SlackClientEventsListenerEnvironment::new(Arc::clone(&client))
+                    .with_error_handler(on_error)
+                    .with_user_state(recorder),
+            );
+            let callbacks = SlackSocketModeListenerCallbacks::new().with_push_events(on_push);
+            let config = SlackClientSocketModeConfig::new()
+                .with_max_connections_count(connections)
+                .with_initial_backoff_in_seconds(0)
+                .with_reconnect_timeout_in_seconds(1);
+            let listener = SlackClientSocketModeListener::new(&config, environment, callbacks);
+            rt.block_on(async {
+                listener.listen_for(&app_token()).await.expect("listen_for");
+                listener.start().await;
+            });
+            Listener { rt, listener, calls, unclaimed: Default::default(), errors }
+        }
+
+        /// What the error handler got so far.
+        fn errors(&self) -> Vec<String> {
+            self.errors.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        }
+
+        /// The callback run for the event summarised `what` (in any order).
+        #[track_caller]
+        fn received(&self, what: &str) -> Callback {
+            let mut unclaimed = self.unclaimed.borrow_mut();
+            if let Some(i) = unclaimed.iter().position(|c| summary(&c.event) == what) {
+                return unclaimed.remove(i);
+            }
+            let deadline = Instant::now() + SECS;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match self.calls.recv_timeout(left) {
+                    Ok(call) if summary(&call.event) == what => return call,
+                    Ok(call) => unclaimed.push(call),
+                    Err(e) => panic!(
+                        "slack-morphism delivered no {what:?}: {e}; got {:?}",
+                        unclaimed.iter().map(|c| summary(&c.event)).collect::<Vec<_>>()
+                    ),
+                }
+            }
+        }
+
+        fn stop(self) {
+            self.rt.block_on(self.listener.shutdown());
+            self.rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+
+    fn message(call: &Callback) -> &slack_morphism::prelude::SlackMessageEvent {
+        match &call.event.event {
+            SlackEventCallbackBody::Message(m) => m,
+            other => panic!("not a message event: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fake_slack_morphism_socket_mode_receives_acks_and_posts() {
+        let fake = fake();
+        let client = slack_morphism_client_for_tests(&fake.api_url());
+        let listener = Listener::start(Arc::clone(&client), 2, Duration::ZERO, &[]);
+        fake.wait_connected(SECS);
+        crate::wait_for(|| fake.socket_connections() == 2, SECS, "both connections are open");
+        assert_eq!(fake.connections_opened(), 2);
+        assert_eq!(fake.requests()[0].0, "apps.connections.open");
+
+        let ts = fake.post(CHANNEL, ALICE, "alice", "hello from a person");
+        let call = listener.received("person U_ALICE: hello from a person");
+        let m = message(&call);
+        assert_eq!(m.origin.ts, SlackTs(ts.clone()));
+        assert_eq!(m.origin.channel, Some(SlackChannelId(CHANNEL.into())));
+        assert_eq!(m.origin.channel_type.as_ref().map(|t| t.0.as_str()), Some("channel"));
+        assert_eq!(m.sender.user, Some(SlackUserId(ALICE.into())));
+        assert_eq!((m.sender.bot_id.clone(), m.subtype.clone()), (None, None));
+        assert_eq!(call.event.team_id.0, TEAM_ID);
+        assert_eq!(call.event.api_app_id.0, APP_ID);
+        assert!(call.event.event_id.0.starts_with("Ev"));
+        let authorizations = call.event.authorizations.clone().expect("authorizations");
+        assert_eq!(authorizations[0].user_id, SlackUserId(BOT_USER_ID.into()));
+        fake.wait_acked(SECS);
+        assert_eq!(fake.acks().len(), 1);
+
+        // Envelopes go to both connections in turn; both ack.
+        for text in ["two", "three"] {
+            fake.post(CHANNEL, ALICE, "alice", text);
+            listener.received(&format!("person U_ALICE: {text}"));
+        }
+        fake.edit(CHANNEL, &ts, "hello, edited");
+        let changed = listener.received("message_changed: hello, edited");
+        let edited = message(&changed).message.as_ref().expect("the edited message");
+        assert_eq!(edited.ts, SlackTs(ts.clone()));
+        assert_eq!(edited.edited.as_ref().map(|e| e.user.0.as_str()), Some(ALICE));
+        let previous = message(&changed).previous_message.as_ref().expect("previous");
+        assert_eq!(
+            previous.content.as_ref().and_then(|c| c.text.as_deref()),
+            Some("hello from a person")
+        );
+        fake.delete(CHANNEL, &ts);
+        listener.received(&format!("message_deleted {ts}"));
+
+        let token = bot_token();
+        let session = client.open_session(&token);
+        let request = SlackApiChatPostMessageRequest::new(
+            SlackChannelId(CHANNEL.into()),
+            SlackMessageContent::new().with_text("relayed".into()),
+        )
+        .with_username("alice (Telegram)".into())
+        .with_icon_emoji(":speech_balloon:".into())
+        .with_unfurl_links(false);
+        let posted =
+            listener.rt.block_on(session.chat_post_message(&request)).expect("chat.postMessage");
+        assert_eq!(posted.channel, SlackChannelId(CHANNEL.into()));
+        assert_eq!(posted.message.sender.username.as_deref(), Some("alice (Telegram)"));
+        assert_eq!(posted.message.sender.bot_id, Some(SlackBotId(BOT_ID.into())));
+        let sent = fake.wait_sent(CHANNEL, 1, SECS);
+        assert_eq!(sent[0].text, "relayed");
+        assert_eq!(sent[0].ts, posted.ts.0);
+        assert_eq!(
+            (sent[0].username.as_deref(), sent[0].username_applied),
+            (Some("alice (Telegram)"), true)
+        );
+        assert_eq!(sent[0].icon_emoji.as_deref(), Some(":speech_balloon:"));
+        assert_eq!((sent[0].unfurl_links, sent[0].mrkdwn), (Some(false), None));
+        // Slack sends the bot's own post back; a client must drop it itself.
+        let echo = listener.received("bot_message alice (Telegram): relayed");
+        assert_eq!(message(&echo).sender.bot_id, Some(SlackBotId(BOT_ID.into())));
+        let plain = SlackApiChatPostMessageRequest::new(
+            SlackChannelId(CHANNEL.into()),
+            SlackMessageContent::new().with_text("plain".into()),
+        );
+        listener.rt.block_on(session.chat_post_message(&plain)).expect("chat.postMessage");
+        let echo = listener.received("bot U_BOT: plain");
+        let profile = message(&echo).sender.bot_profile.clone().expect("bot_profile");
+        assert_eq!((profile.name.as_str(), profile.app_id.as_str()), (BOT_NAME, APP_ID));
+
+        fake.wait_acked(SECS);
+        assert_eq!(fake.acks().len(), 7);
+        assert_eq!((fake.unacked(), fake.redeliveries()), (0, 0));
+        assert!(fake.bad_frames().is_empty(), "{:?}", fake.bad_frames());
+        assert!(listener.errors().is_empty(), "every frame parsed: {:?}", listener.errors());
+        listener.stop();
+    }
+
+    #[test]
+    fn fake_slack_morphism_acks_after_the_callback_and_not_on_error() {
+        let fake = fake();
+        fake.set_ack_timeout(Duration::from_millis(600));
+        let client = slack_morphism_client_for_tests(&fake.api_url());
+        let failing = "person U_ALICE: fail once";
+        let listener = Listener::start(client, 1, Duration::from_millis(300), &[failing]);
+        fake.wait_connected(SECS);
+
+        let sent_at = Instant::now();
+        fake.post(CHANNEL, ALICE, "alice", "slow");
+        let slow = listener.received("person U_ALICE: slow");
+        fake.wait_acked(SECS);
+        let (_, acked_at) = fake.acks_at()[0].clone();
+        assert!(acked_at >= slow.finished, "acked only after the callback returned");
+        assert!(acked_at >= sent_at + Duration::from_millis(300));
+
+        fake.post(CHANNEL, ALICE, "alice", "fail once");
+        let first = listener.received(failing);
+        assert!(first.failed);
+        let second = listener.received(failing);
+        assert!(!second.failed);
+        assert_eq!(first.event.event_id, second.event.event_id, "a redelivery keeps its event_id");
+        fake.wait_acked(SECS);
+        assert_eq!(fake.redeliveries(), 1);
+        let attempts: Vec<u64> = fake.deliveries().into_iter().skip(1).map(|(_, a)| a).collect();
+        assert_eq!(attempts, [0, 1]);
+        let acks = fake.acks();
+        assert_eq!(acks.len(), 2, "the failed callback was not acked: {acks:?}");
+        assert_eq!(listener.errors(), ["told to fail"]);
+        listener.stop();
+    }
+
+    #[test]
+    fn fake_slack_morphism_reconnects_after_disconnect_and_dropped_socket() {
+        let fake = fake();
+        let client = slack_morphism_client_for_tests(&fake.api_url());
+        let listener = Listener::start(client, 1, Duration::ZERO, &[]);
+        fake.wait_connected(SECS);
+        assert_eq!(fake.connections_opened(), 1);
+
+        fake.disconnect();
+        crate::wait_for(
+            || fake.connections_opened() >= 2 && fake.socket_connections() == 1,
+            SECS,
+            "slack-morphism reconnects after a disconnect",
+        );
+        fake.post(CHANNEL, ALICE, "alice", "after disconnect");
+        listener.received("person U_ALICE: after disconnect");
+        // The callback has run; its ack follows on the socket (dropping the socket before it
+        // arrives would have the envelope sent again).
+        fake.wait_acked(SECS);
+
+        let opened = fake.connections_opened();
+        fake.drop_socket();
+        crate::wait_for(
+            || fake.connections_opened() > opened && fake.socket_connections() == 1,
+            SECS,
+            "slack-morphism reconnects after a dropped socket",
+        );
+        fake.post(CHANNEL, ALICE, "alice", "after drop");
+        listener.received("person U_ALICE: after drop");
+        fake.wait_acked(SECS);
+        assert_eq!(fake.redeliveries(), 0, "{:?}", fake.deliveries());
+        // The `disconnect` frame parsed; only the dropped socket is an error.
+        let errors = listener.errors();
+        assert!(errors.iter().all(|e| e.contains("Slack WSS error")), "{errors:?}");
+        listener.stop();
+    }
+
+    /// What slack-morphism makes of the fake's Web API answers and errors.
+    #[test]
+    fn fake_slack_morphism_web_api_calls_and_errors() {
+        let fake = fake();
+        let client = slack_morphism_client_for_tests(&fake.api_url());
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let token = bot_token();
+        let session = client.open_session(&token);
+        let channel = SlackChannelId(CHANNEL.into());
+
+        let me = rt.block_on(session.auth_test()).expect("auth.test");
+        assert_eq!(
+            (me.user_id.0.as_str(), me.team_id.0.as_str(), me.team.as_str()),
+            (BOT_USER_ID, TEAM_ID, TEAM_NAME)
+        );
+        assert_eq!(me.bot_id, Some(SlackBotId(BOT_ID.into())));
+        assert_eq!(me.user.as_deref(), Some(BOT_NAME));
+
+        let ts = fake.post(CHANNEL, ALICE, "alice", "from alice");
+        let user = rt
+            .block_on(session.users_info(&SlackApiUsersInfoRequest::new(SlackUserId(ALICE.into()))))
+            .expect("users.info")
+            .user;
+        assert_eq!(user.name.as_deref(), Some("alice"));
+        assert_eq!(user.real_name.as_deref(), Some("alice"));
+        let profile = user.profile.expect("a profile");
+        assert_eq!(
+            (profile.display_name.as_deref(), profile.real_name.as_deref()),
+            (Some("alice"), Some("alice"))
+        );
+        let missing = rt.block_on(
+            session.users_info(&SlackApiUsersInfoRequest::new(SlackUserId("U404".into()))),
+        );
+        assert!(
+            matches!(missing, Err(SlackClientError::ApiError(ref e)) if e.code == "user_not_found"),
+            "{missing:?}"
+        );
+
+        let info = rt
+            .block_on(
+                session.conversations_info(&SlackApiConversationsInfoRequest::new(channel.clone())),
+            )
+            .expect("conversations.info")
+            .channel;
+        assert_eq!((info.name.as_deref(), info.flags.is_member), (Some("general"), Some(true)));
+
+        let post = |text: &str| {
+            let request = SlackApiChatPostMessageRequest::new(
+                channel.clone(),
+                SlackMessageContent::new().with_text(text.into()),
+            );
+            rt.block_on(session.chat_post_message(&request))
+        };
+        let mine = post("from the bot").expect("chat.postMessage");
+        let history = rt
+            .block_on(
+                session.conversations_history(
+                    &SlackApiConversationsHistoryRequest::new()
+                        .with_channel(channel.clone())
+                        .with_limit(10),
+                ),
+            )
+            .expect("conversations.history");
+        let texts: Vec<Option<&str>> =
+            history.messages.iter().map(|m| m.content.text.as_deref()).collect();
+        assert_eq!(texts, [Some("from the bot"), Some("from alice")]);
+        assert_eq!(history.messages[1].sender.user, Some(SlackUserId(ALICE.into())));
+        assert_eq!(history.messages[1].origin.ts, SlackTs(ts));
+        assert_eq!(history.messages[0].sender.bot_id, Some(SlackBotId(BOT_ID.into())));
+        assert_eq!(history.has_more, Some(false));
+
+        fake.rate_limit_next(1, 7);
+        match post("limited") {
+            Err(SlackClientError::RateLimitError(e)) => {
+                assert_eq!(e.retry_after, Some(Duration::from_secs(7)));
+                assert_eq!(e.code.as_deref(), Some("ratelimited"));
+            }
+            other => panic!("expected a rate limit error, got {other:?}"),
+        }
+        fake.fail_next_posts(1, "fatal_error");
+        let api_error = |result: Result<_, SlackClientError>| match result {
+            Err(SlackClientError::ApiError(e)) => e.code,
+            other => panic!("expected an API error, got {other:?}"),
+        };
+        assert_eq!(api_error(post("x").map(drop)), "fatal_error");
+        assert_eq!(api_error(post(&"x".repeat(MAX_TEXT_CHARS + 1)).map(drop)), "msg_too_long");
+        fake.kick_bot(CHANNEL);
+        assert_eq!(api_error(post("x").map(drop)), "not_in_channel");
+        fake.add_channel(CHANNEL, "general");
+        let elsewhere = SlackApiChatPostMessageRequest::new(
+            SlackChannelId("C404".into()),
+            SlackMessageContent::new().with_text("x".into()),
+        );
+        assert_eq!(
+            api_error(rt.block_on(session.chat_post_message(&elsewhere)).map(drop)),
+            "channel_not_found"
+        );
+        let opened =
+            rt.block_on(session.apps_connections_open(&SlackApiAppsConnectionOpenRequest::new()));
+        assert_eq!(api_error(opened.map(drop)), "not_allowed_token_type");
+
+        fake.deny_customize();
+        let request = SlackApiChatPostMessageRequest::new(
+            channel.clone(),
+            SlackMessageContent::new().with_text("as bob?".into()),
+        )
+        .with_username("bob".into());
+        let plain = rt.block_on(session.chat_post_message(&request)).expect("ok without the scope");
+        assert_eq!(plain.message.sender.username, None);
+        let last = fake.sent(CHANNEL).pop().expect("sent");
+        assert_eq!((last.username.as_deref(), last.username_applied), (Some("bob"), false));
+
+        let update = SlackApiChatUpdateRequest::new(
+            channel.clone(),
+            SlackMessageContent::new().with_text("edited by the bot".into()),
+            mine.ts.clone(),
+        );
+        let updated = rt.block_on(session.chat_update(&update)).expect("chat.update");
+        assert_eq!(updated.message.content.text.as_deref(), Some("edited by the bot"));
+        rt.block_on(
+            session.chat_delete(&SlackApiChatDeleteRequest::new(channel.clone(), mine.ts.clone())),
+        )
+        .expect("chat.delete");
+        let texts: Vec<Option<String>> = fake.changes().into_iter().map(|c| c.text).collect();
+        assert_eq!(texts, [Some("edited by the bot".to_string()), None]);
+    }
+
+    /// The production client type pointed at http:// through `https_or_http`.
+    #[test]
+    fn fake_slack_morphism_https_or_http_connector_works_too() {
+        let fake = fake();
+        let client = https_or_http_client(&fake.api_url());
+        let token = bot_token();
+        let listener = Listener::start(Arc::clone(&client), 1, Duration::ZERO, &[]);
+        let me = listener.rt.block_on(client.open_session(&token).auth_test()).expect("auth.test");
+        assert_eq!(me.user_id.0, BOT_USER_ID);
+        fake.wait_connected(SECS);
+        fake.post(CHANNEL, ALICE, "alice", "over https_or_http");
+        listener.received("person U_ALICE: over https_or_http");
+        fake.wait_acked(SECS);
+        assert!(listener.errors().is_empty(), "{:?}", listener.errors());
+        listener.stop();
+    }
+}
