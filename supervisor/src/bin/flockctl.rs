@@ -29,6 +29,54 @@ enum BridgeCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print the app manifest to create the bot with (Slack: api.slack.com/apps → Create New
+    /// App → From a manifest), with every scope and event the bridge needs.
+    Manifest {
+        #[arg(value_parser = ["slack"])]
+        platform: String,
+        /// The app's display name.
+        #[arg(long, default_value = "Flock")]
+        name: String,
+    },
+}
+
+/// The Slack app manifest: Socket Mode, the bot scopes the bridge uses (`chat:write.customize`
+/// to post under each agent's name), the message events of public and private channels.
+fn slack_manifest(name: &str) -> String {
+    format!(
+        r#"# Slack app manifest for a Flock bridge. Create the app from it, install it to the
+# workspace (the Bot User OAuth Token, xoxb-…, goes in the variable `token_env` names), then
+# Basic Information → App-Level Tokens → Generate with scope connections:write (the xapp-…
+# token goes in the variable `app_token_env` names). Invite the bot to each mapped channel.
+display_information:
+  name: {name}
+  description: Your Flock agents in Slack
+features:
+  bot_user:
+    display_name: {name}
+    always_online: true
+oauth_config:
+  scopes:
+    bot:
+      - channels:history
+      - channels:read
+      - groups:history
+      - groups:read
+      - chat:write
+      - chat:write.customize
+      - users:read
+settings:
+  event_subscriptions:
+    bot_events:
+      - message.channels
+      - message.groups
+  interactivity:
+    is_enabled: false
+  org_deploy_enabled: false
+  socket_mode_enabled: true
+  token_rotation_enabled: false
+"#
+    )
 }
 
 #[derive(Subcommand)]
@@ -189,7 +237,7 @@ enum Command {
         #[command(subcommand)]
         command: MemoryCommand,
     },
-    /// Chat bridges (Telegram; Discord and Slack to come): state, outbox, mappings.
+    /// Chat bridges (Telegram, Discord, Slack): state, outbox, mappings, the Slack app manifest.
     Bridge {
         #[command(subcommand)]
         command: BridgeCommand,
@@ -501,6 +549,10 @@ async fn wait_for_end(
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     // Needs no state dir and no swarm.
+    if let Command::Bridge { command: BridgeCommand::Manifest { name, .. } } = &cli.command {
+        print!("{}", slack_manifest(name));
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Command::Completions { shell } = &cli.command {
         let mut cmd = <Cli as clap::CommandFactory>::command();
         clap_complete::generate(*shell, &mut cmd, "flockctl", &mut std::io::stdout());
@@ -777,7 +829,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Journal { .. } | Command::Memory { .. } | Command::Completions { .. } => {
+        Command::Journal { .. }
+        | Command::Memory { .. }
+        | Command::Completions { .. }
+        | Command::Bridge { command: BridgeCommand::Manifest { .. } } => {
             unreachable!("handled before connecting")
         }
         Command::Approvals { all, json } => {

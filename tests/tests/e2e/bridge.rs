@@ -546,3 +546,24 @@ fn a_slack_bridge_killed_before_it_posted_a_message_gets_it_again_and_posts_it_o
     assert_eq!(sorted.len(), 30, "lost: {texts:?}");
     assert_eq!(texts.len(), 30, "doubled: {texts:?}");
 }
+
+#[test]
+fn flockctl_prints_the_slack_app_manifest_with_every_scope_the_bridge_uses() {
+    let out = std::process::Command::new(flock_testkit::bin("flockctl"))
+        .args(["bridge", "manifest", "slack", "--name", "Team Flock"])
+        .output()
+        .expect("run flockctl");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needed in [
+        "socket_mode_enabled: true",
+        "chat:write.customize",
+        "channels:history",
+        "users:read",
+        "message.channels",
+        "connections:write",
+        "display_name: Team Flock",
+    ] {
+        assert!(text.contains(needed), "missing {needed}:\n{text}");
+    }
+}
