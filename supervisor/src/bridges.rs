@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use flock_actors::RouterMsg;
 use flock_config::{BridgeSpec, SupervisionSpec};
 use flock_llm::Secret;
@@ -31,18 +31,10 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Finds `flock-bridge`: `$FLOCK_BRIDGE_BIN`, else next to this executable.
 pub fn bridge_binary() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("FLOCK_BRIDGE_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().context("locate the flock-supervisor executable")?;
-    let candidate = exe.with_file_name(BINARY);
-    if candidate.exists() {
-        return Ok(candidate);
-    }
-    bail!(
-        "the swarm has chat bridges, but {BINARY} is not built next to {}; build it with \
-         `cargo build --release --bins` (scripts/setup does)",
-        exe.display()
+    crate::spawn::sibling_binary(
+        BINARY,
+        "FLOCK_BRIDGE_BIN",
+        "the swarm has chat bridges; build it with `cargo build --release --bins` (scripts/setup does)",
     )
 }
 

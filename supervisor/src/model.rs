@@ -47,19 +47,11 @@ pub fn flock_home() -> Option<PathBuf> {
 
 /// Finds the `flock-model` binary: `$FLOCK_MODEL_BIN`, else next to this executable.
 pub fn model_binary() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("FLOCK_MODEL_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().context("locate the flock-supervisor executable")?;
-    let candidate = exe.with_file_name(NAME);
-    if candidate.exists() {
-        return Ok(candidate);
-    }
-    bail!(
-        "the swarm uses the embedded local model, but flock-model is not built next to {}; run \
-         `scripts/setup` (it builds it), or give the agents a remote model (`provider: openai` or \
-         `anthropic`, see README \"Models\")",
-        exe.display()
+    crate::spawn::sibling_binary(
+        NAME,
+        "FLOCK_MODEL_BIN",
+        "the swarm uses the embedded local model: run `scripts/setup` (it builds it), or give the \
+         agents a remote model (`provider: openai` or `anthropic`, see README \"Models\")",
     )
 }
 

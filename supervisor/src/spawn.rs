@@ -215,3 +215,17 @@ fn page_size() -> u64 {
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if n > 0 { n as u64 } else { 4096 }
 }
+
+/// A Flock binary: the path in `env_var` if set, else `name` next to this executable; the error
+/// says where it looked and `hint` (how to get it).
+pub fn sibling_binary(name: &str, env_var: &str, hint: &str) -> Result<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os(env_var) {
+        return Ok(std::path::PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().context("locate the flock-supervisor executable")?;
+    let candidate = exe.with_file_name(name);
+    if candidate.exists() {
+        return Ok(candidate);
+    }
+    Err(anyhow!("cannot find {name} next to {}: {hint} (or set {env_var})", exe.display()))
+}

@@ -34,19 +34,11 @@ use crate::spawn::Spawner;
 
 /// Finds the `flock-agent` binary: `$FLOCK_AGENT_BIN`, else next to this executable.
 pub fn agent_binary() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("FLOCK_AGENT_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().context("locate the flock-supervisor executable")?;
-    let candidate = exe.with_file_name("flock-agent");
-    if candidate.exists() {
-        Ok(candidate)
-    } else {
-        bail!(
-            "cannot find flock-agent next to {} — build it with `cargo build --release --bins`, or set FLOCK_AGENT_BIN",
-            exe.display()
-        )
-    }
+    crate::spawn::sibling_binary(
+        "flock-agent",
+        "FLOCK_AGENT_BIN",
+        "build it with `cargo build --release --bins`",
+    )
 }
 
 /// Holds the state dir's lock for the life of the supervisor: one supervisor per state dir.

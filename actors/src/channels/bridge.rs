@@ -18,12 +18,12 @@
 //! so a bridge killed at any moment resumes at its cursor and loses nothing.
 
 use flock_config::BridgeSpec;
-use flock_ipc::{Body, ErrorCode, Frame, ROUTER};
+use flock_ipc::ErrorCode;
 use ractor::ActorRef;
 use rusqlite::{OptionalExtension, params};
 use serde_json::{Value, json};
 
-use super::store::{ChannelRow, ChannelState};
+use super::store::{ChannelRow, ChannelState, UniqueKey};
 use super::{ChannelsMsg, ChannelsState, ToolReply, ToolResult, bad, str_arg};
 use crate::store::{Store, StoreError, now_ms};
 
@@ -80,27 +80,7 @@ impl Store {
         text: &str,
         origin: &str,
     ) -> Result<(u64, bool), StoreError> {
-        let tx = self.conn.transaction()?;
-        let earlier: Option<i64> = tx
-            .query_row("SELECT seq FROM channel_messages WHERE origin = ?1", params![origin], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        if let Some(seq) = earlier {
-            return Ok((seq as u64, true));
-        }
-        let seq: i64 = tx.query_row(
-            "UPDATE channels SET last_seq = last_seq + 1 WHERE id = ?1 RETURNING last_seq",
-            params![channel],
-            |r| r.get(0),
-        )?;
-        tx.execute(
-            "INSERT INTO channel_messages (channel, seq, author, text, created_at, origin)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![channel, seq, author, text, now_ms(), origin],
-        )?;
-        tx.commit()?;
-        Ok((seq as u64, false))
+        self.post_unique(channel, author, text, Some(UniqueKey::Origin(origin.to_owned())))
     }
 
     /// The mapping's cursor; a mapping seen for the first time starts at `start` (the channel's
@@ -318,7 +298,7 @@ impl ChannelsState {
             }
             other => Err(bad(format!("unknown bridge tool `{other}`"))),
         };
-        answer(reply, result);
+        reply.send(result);
     }
 
     async fn bridge_post(
@@ -410,7 +390,7 @@ impl ChannelsState {
             let result = self.bridge_pull(&bridge, &args).await.map(|(channel, posts, _, upto)| {
                 pull_answer(&channel, &posts, upto, self.newest(&channel))
             });
-            answer(parked.reply, result);
+            parked.reply.send(result);
         }
     }
 
@@ -426,7 +406,7 @@ impl ChannelsState {
             && let Some(parked) = self.pulls.remove(&key)
         {
             let newest = self.newest(&parked.channel);
-            answer(parked.reply, Ok(pull_answer(&parked.channel, &[], 0, newest)));
+            parked.reply.send(Ok(pull_answer(&parked.channel, &[], 0, newest)));
         }
     }
 }
@@ -446,18 +426,6 @@ fn pull_answer(channel: &str, posts: &[BridgePost], upto: u64, newest: u64) -> S
     let posts: Vec<Value> =
         posts.iter().map(|p| json!({"seq": p.seq, "author": p.author, "text": p.text})).collect();
     json!({"channel": channel, "posts": posts, "upto": upto, "newest": newest}).to_string()
-}
-
-fn answer(reply: ToolReply, result: ToolResult) {
-    let (ok, content) = match result {
-        Ok(c) => (true, c),
-        Err((code, msg)) => (false, format!("{code}: {msg}")),
-    };
-    let frame = Frame {
-        correlation_id: Some(reply.frame_id),
-        ..Frame::new(ROUTER, reply.to, Body::ToolResult { ok, content })
-    };
-    let _ = reply.outbox.try_send(frame);
 }
 
 #[cfg(test)]

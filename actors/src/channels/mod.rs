@@ -110,6 +110,21 @@ pub struct ToolReply {
 
 pub type ToolResult = Result<String, (ErrorCode, String)>;
 
+impl ToolReply {
+    /// Answers the tool call with `result` (a refusal as `CODE: message`).
+    pub fn send(self, result: ToolResult) {
+        let (ok, content) = match result {
+            Ok(c) => (true, c),
+            Err((code, msg)) => (false, format!("{code}: {msg}")),
+        };
+        let frame = Frame {
+            correlation_id: Some(self.frame_id),
+            ..Frame::new(ROUTER, self.to, Body::ToolResult { ok, content })
+        };
+        let _ = self.outbox.try_send(frame);
+    }
+}
+
 pub enum ChannelsMsg {
     /// A `flock_*` call from an agent connection; `chain`: the chain of the turn making it (and
     /// its hops so far), carried on to the deltas its posts cause.
@@ -253,15 +268,7 @@ impl Actor for Channels {
                 st.current_chain = chain;
                 let result = st.tool(&myself, &caller, &name, &arguments).await;
                 st.current_chain = None;
-                let (ok, content) = match result {
-                    Ok(c) => (true, c),
-                    Err((code, msg)) => (false, format!("{code}: {msg}")),
-                };
-                let frame = Frame {
-                    correlation_id: Some(reply.frame_id),
-                    ..Frame::new(ROUTER, reply.to, Body::ToolResult { ok, content })
-                };
-                let _ = reply.outbox.try_send(frame);
+                reply.send(result);
             }
             ChannelsMsg::Human { caller, name, arguments, reply } => {
                 let result = st.tool(&myself, &caller, &name, &arguments).await;

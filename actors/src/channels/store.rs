@@ -49,6 +49,15 @@ impl ChannelState {
     }
 }
 
+/// What makes a post unique (a unique index each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UniqueKey {
+    /// The chain a person's answer belongs to (one answer per chain).
+    Answers(Vec<u8>),
+    /// A platform message a bridge brought in (`<bridge>/<chat>/<message id>`).
+    Origin(String),
+}
+
 /// A per-(agent, channel) delta cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Cursor {
@@ -102,13 +111,30 @@ impl Store {
         text: &str,
         answers: Option<flock_ipc::MsgId>,
     ) -> Result<(u64, bool), StoreError> {
-        let key = answers.map(|id| id.to_be_bytes().to_vec());
+        let key = answers.map(|id| UniqueKey::Answers(id.to_be_bytes().to_vec()));
+        self.post_unique(channel, author, text, key)
+    }
+
+    /// Appends a post whose `key` (if any) is unique: a post with the same key already there is
+    /// not posted again, and its seq comes back with `true`. Seq and insert share a transaction.
+    pub(super) fn post_unique(
+        &mut self,
+        channel: &str,
+        author: &str,
+        text: &str,
+        key: Option<UniqueKey>,
+    ) -> Result<(u64, bool), StoreError> {
+        let (answers, origin) = match key {
+            Some(UniqueKey::Answers(k)) => (Some(k), None),
+            Some(UniqueKey::Origin(o)) => (None, Some(o)),
+            None => (None, None),
+        };
         let tx = self.conn.transaction()?;
-        if let Some(key) = &key {
+        if answers.is_some() || origin.is_some() {
             let earlier: Option<i64> = tx
                 .query_row(
-                    "SELECT seq FROM channel_messages WHERE answers = ?1",
-                    params![key],
+                    "SELECT seq FROM channel_messages WHERE answers = ?1 OR origin = ?2",
+                    params![answers, origin],
                     |r| r.get(0),
                 )
                 .optional()?;
@@ -122,9 +148,9 @@ impl Store {
             |r| r.get(0),
         )?;
         tx.execute(
-            "INSERT INTO channel_messages (channel, seq, author, text, created_at, answers)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![channel, seq, author, text, now_ms(), key],
+            "INSERT INTO channel_messages (channel, seq, author, text, created_at, answers, origin)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![channel, seq, author, text, now_ms(), answers, origin],
         )?;
         tx.commit()?;
         Ok((seq as u64, false))
