@@ -34,15 +34,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+use crate::http1::{self, Conn, Request, Response};
 
 /// The bot's user id (also its application id, as for every Discord bot).
 pub const BOT_ID: u64 = 1_180_000_000_000_000_001;
@@ -330,7 +329,9 @@ impl FakeDiscord {
                     .enable_all()
                     .build()
                     .expect("fake Discord runtime");
-                rt.block_on(serve(listener, server, stop));
+                rt.block_on(http1::accept_until(listener, stop, move |stream| {
+                    connection(Conn::new(stream), Arc::clone(&server))
+                }));
             })
             .expect("spawn the fake Discord thread");
         FakeDiscord { addr, shared, shutdown: Some(shutdown), thread: Some(thread) }
@@ -929,259 +930,41 @@ fn random_string(n: usize, alphabet: &[u8]) -> String {
 // ---------------------------------------------------------------------------------------------
 // HTTP
 
-async fn serve(
-    listener: std::net::TcpListener,
-    shared: Arc<Shared>,
-    mut stop: oneshot::Receiver<()>,
-) {
-    let listener = TcpListener::from_std(listener).expect("tokio listener");
-    loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
-                    tokio::spawn(connection(Conn { stream, buf: Vec::new() }, Arc::clone(&shared)));
-                }
-            }
-        }
-    }
-}
-
-/// A client connection and the bytes read from it that no request consumed yet.
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-#[derive(Debug)]
-struct Request {
-    method: String,
-    /// The request target as sent (path and query).
-    target: String,
-    path: String,
-    query: String,
-    /// Header names in lower case.
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    keep_alive: bool,
-}
-
-impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-
-    /// The query parameters (empty pairs skipped: serenity writes `?&after=…`).
-    fn params(&self) -> HashMap<String, String> {
-        self.query
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                let (n, v) = p.split_once('=').unwrap_or((p, ""));
-                (n.to_string(), v.to_string())
-            })
-            .collect()
-    }
-}
-
-enum Incoming {
-    Request(Request),
-    /// The client closed the connection between requests.
-    Closed,
-    /// Not HTTP/1.1 as the fake understands it: answered 400, then closed.
-    Malformed,
+/// The query parameters of `request` (empty pairs skipped: serenity writes `?&after=…`).
+fn query_params(request: &Request) -> HashMap<String, String> {
+    request
+        .query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (n, v) = p.split_once('=').unwrap_or((p, ""));
+            (n.to_string(), v.to_string())
+        })
+        .collect()
 }
 
 /// Serves requests on one connection until either side closes it, or hands it to the gateway
 /// when it asks for a WebSocket upgrade.
-async fn connection(mut conn: Conn, shared: Arc<Shared>) {
-    loop {
-        let request = match conn.read_request().await {
-            Incoming::Request(request) => request,
-            Incoming::Closed => return,
-            Incoming::Malformed => {
-                let reply = Reply { status: 400, body: None, headers: Vec::new() };
-                let _ = conn.write_response(&reply, false).await;
-                return;
-            }
-        };
-        let upgrade =
-            request.header("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
-        if upgrade {
+async fn connection(mut conn: Conn<TcpStream>, shared: Arc<Shared>) {
+    let malformed = Response::new(400, None, &[], "");
+    while let Some(request) = conn.next_request(&malformed).await {
+        if request.wants_websocket() {
             upgrade_to_gateway(conn, request, shared).await;
             return;
         }
         let reply = respond(&shared, &request);
-        if conn.write_response(&reply, request.keep_alive).await.is_err() || !request.keep_alive {
+        if !write_reply(&mut conn, &reply, request.keep_alive).await {
             return;
         }
     }
 }
 
-impl Conn {
-    /// Reads more bytes into the buffer; `false` at end of stream or on an error.
-    async fn fill(&mut self) -> bool {
-        let mut chunk = [0u8; 8192];
-        match self.stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => false,
-            Ok(n) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                true
-            }
-        }
-    }
-
-    /// Position of the next CRLF at or after `from`, reading as needed.
-    async fn line_end(&mut self, from: usize) -> Option<usize> {
-        loop {
-            if let Some(i) = find(&self.buf[from.min(self.buf.len())..], b"\r\n") {
-                return Some(from + i);
-            }
-            if self.buf.len() > from + 64 * 1024 || !self.fill().await {
-                return None;
-            }
-        }
-    }
-
-    /// Reads one request: a head, then a body of `Content-Length` bytes or chunked.
-    async fn read_request(&mut self) -> Incoming {
-        const MAX_HEAD: usize = 64 * 1024;
-        const MAX_BODY: usize = 50 * 1024 * 1024;
-        let head_end = loop {
-            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
-                break i;
-            }
-            if self.buf.len() > MAX_HEAD {
-                return Incoming::Malformed;
-            }
-            if !self.fill().await {
-                return if self.buf.is_empty() { Incoming::Closed } else { Incoming::Malformed };
-            }
-        };
-        let Ok(head) = std::str::from_utf8(&self.buf[..head_end]) else {
-            return Incoming::Malformed;
-        };
-        let mut lines = head.split("\r\n");
-        let mut request_line = lines.next().unwrap_or_default().split(' ');
-        let (Some(method), Some(target), Some(version)) =
-            (request_line.next(), request_line.next(), request_line.next())
-        else {
-            return Incoming::Malformed;
-        };
-        let (method, target) = (method.to_string(), target.to_string());
-        let headers: Vec<(String, String)> = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        let connection =
-            headers.iter().find(|(n, _)| n == "connection").map(|(_, v)| v.to_ascii_lowercase());
-        let keep_alive = match version {
-            "HTTP/1.1" => connection.as_deref() != Some("close"),
-            "HTTP/1.0" => connection.as_deref() == Some("keep-alive"),
-            _ => return Incoming::Malformed,
-        };
-        let chunked = headers
-            .iter()
-            .any(|(n, v)| n == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
-        let mut pos = head_end + 4;
-        let body = if chunked {
-            let mut body = Vec::new();
-            loop {
-                let Some(eol) = self.line_end(pos).await else {
-                    return Incoming::Malformed;
-                };
-                let size = std::str::from_utf8(&self.buf[pos..eol])
-                    .ok()
-                    .and_then(|l| usize::from_str_radix(l.split(';').next()?.trim(), 16).ok());
-                let Some(size) = size.filter(|s| body.len() + s <= MAX_BODY) else {
-                    return Incoming::Malformed;
-                };
-                pos = eol + 2;
-                if size == 0 {
-                    loop {
-                        let Some(eol) = self.line_end(pos).await else {
-                            return Incoming::Malformed;
-                        };
-                        let empty = eol == pos;
-                        pos = eol + 2;
-                        if empty {
-                            break;
-                        }
-                    }
-                    break body;
-                }
-                while self.buf.len() < pos + size + 2 {
-                    if !self.fill().await {
-                        return Incoming::Malformed;
-                    }
-                }
-                body.extend_from_slice(&self.buf[pos..pos + size]);
-                pos += size + 2;
-            }
-        } else {
-            let length = match headers.iter().find(|(n, _)| n == "content-length") {
-                None => 0,
-                Some((_, v)) => match v.parse::<usize>() {
-                    Ok(n) if n <= MAX_BODY => n,
-                    _ => return Incoming::Malformed,
-                },
-            };
-            while self.buf.len() < pos + length {
-                if !self.fill().await {
-                    return Incoming::Malformed;
-                }
-            }
-            pos += length;
-            self.buf[head_end + 4..pos].to_vec()
-        };
-        self.buf.drain(..pos);
-        let (path, query) = match target.split_once('?') {
-            Some((p, q)) => (p.to_string(), q.to_string()),
-            None => (target.clone(), String::new()),
-        };
-        Incoming::Request(Request { method, target, path, query, headers, body, keep_alive })
-    }
-
-    async fn write_response(&mut self, reply: &Reply, keep_alive: bool) -> std::io::Result<()> {
-        let body = reply.body.as_ref().map(Value::to_string).unwrap_or_default();
-        let mut out = format!("HTTP/1.1 {} {}\r\n", reply.status, reason(reply.status));
-        if reply.body.is_some() {
-            out.push_str("Content-Type: application/json\r\n");
-        }
-        for (name, value) in &reply.headers {
-            out.push_str(&format!("{name}: {value}\r\n"));
-        }
-        out.push_str(&format!(
-            "Content-Length: {}\r\nConnection: {}\r\n\r\n{body}",
-            body.len(),
-            if keep_alive { "keep-alive" } else { "close" },
-        ));
-        self.stream.write_all(out.as_bytes()).await?;
-        self.stream.flush().await?;
-        if !keep_alive {
-            self.stream.shutdown().await?;
-        }
-        Ok(())
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        101 => "Switching Protocols",
-        200 => "OK",
-        204 => "No Content",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        429 => "Too Many Requests",
-        _ => "Status",
-    }
+/// Writes `reply`, a JSON body (none for 204) with its extra headers; see [`Conn::answer`].
+async fn write_reply(conn: &mut Conn<TcpStream>, reply: &Reply, keep_alive: bool) -> bool {
+    let body = reply.body.as_ref().map(Value::to_string).unwrap_or_default();
+    let content_type = reply.body.is_some().then_some("application/json");
+    let response = Response::new(reply.status, content_type, &reply.headers, &body);
+    conn.answer(&response, keep_alive).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1388,7 +1171,7 @@ fn application_json(state: &State) -> Value {
 fn history(state: &State, request: &Request, id: &str) -> Result<Reply, Refusal> {
     let id = snowflake_param("channel_id", id)?;
     state.channels.get(&id).ok_or_else(Refusal::unknown_channel)?;
-    let params = request.params();
+    let params = query_params(request);
     let limit = match params.get("limit") {
         None => 50,
         Some(raw) => match raw.parse::<i64>() {
@@ -1686,7 +1469,7 @@ fn webhook_with_token(
         allowed_mentions: allowed,
     };
     state.store(StoredMessage { meta, json: json.clone(), by_bot: true }, true);
-    let wait = request.params().get("wait").is_some_and(|w| w.eq_ignore_ascii_case("true"));
+    let wait = query_params(request).get("wait").is_some_and(|w| w.eq_ignore_ascii_case("true"));
     Ok(if wait { Reply::ok(json) } else { Reply::no_content() })
 }
 
@@ -1694,22 +1477,17 @@ fn webhook_with_token(
 // Gateway v10
 
 /// Answers the WebSocket handshake of `request` and runs the gateway on the connection.
-async fn upgrade_to_gateway(mut conn: Conn, request: Request, shared: Arc<Shared>) {
+async fn upgrade_to_gateway(mut conn: Conn<TcpStream>, request: Request, shared: Arc<Shared>) {
     let Some(key) = request.header("sec-websocket-key") else {
         let reply = Reply { status: 400, body: None, headers: Vec::new() };
-        let _ = conn.write_response(&reply, false).await;
+        write_reply(&mut conn, &reply, false).await;
         return;
     };
-    let accept = derive_accept_key(key.as_bytes());
-    let head = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Accept: {accept}\r\n\r\n"
-    );
-    if conn.stream.write_all(head.as_bytes()).await.is_err() {
+    let Some(ws) = conn.accept_websocket(key).await else {
         return;
-    }
+    };
     // Discord's rules for the query: `v=10` here, JSON encoding, no transport compression.
-    let params = request.params();
+    let params = query_params(&request);
     let refused = if params.get("v").map(String::as_str) != Some("10") {
         Some((4012, "Invalid API version"))
     } else if params.get("encoding").is_some_and(|e| e != "json") {
@@ -1719,7 +1497,6 @@ async fn upgrade_to_gateway(mut conn: Conn, request: Request, shared: Arc<Shared
     } else {
         None
     };
-    let ws = WebSocketStream::from_partially_read(conn.stream, conn.buf, Role::Server, None).await;
     gateway(ws, shared, refused).await;
 }
 

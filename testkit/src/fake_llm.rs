@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
+
+use crate::http1;
 
 /// Which wire format the fake speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +131,9 @@ impl FakeLlm {
                     .build()
                     .expect("fake LLM runtime");
                 handle_tx.send(rt.handle().clone()).expect("hand over the runtime handle");
-                rt.block_on(serve(listener, server, stop));
+                rt.block_on(http1::accept_until(listener, stop, move |stream| {
+                    connection(stream, Arc::clone(&server))
+                }));
             })
             .expect("spawn the fake LLM thread");
         let rt = handle_rx.recv().expect("fake LLM runtime handle");
@@ -254,24 +258,6 @@ impl Drop for FakeLlm {
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
-        }
-    }
-}
-
-async fn serve(
-    listener: std::net::TcpListener,
-    shared: Arc<Shared>,
-    mut stop: oneshot::Receiver<()>,
-) {
-    let listener = TcpListener::from_std(listener).expect("tokio listener");
-    loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
-                    tokio::spawn(connection(stream, Arc::clone(&shared)));
-                }
-            }
         }
     }
 }

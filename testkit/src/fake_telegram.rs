@@ -18,9 +18,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
+
+use crate::http1::{self, Conn, Request, Response};
 
 /// The bot's user id when the token does not start with one (real tokens are `<bot id>:<secret>`).
 pub const DEFAULT_BOT_ID: i64 = 7_000_000_001;
@@ -236,7 +237,9 @@ impl FakeTelegram {
                     .build()
                     .expect("fake Telegram runtime");
                 handle_tx.send(rt.handle().clone()).expect("hand over the runtime handle");
-                rt.block_on(serve(listener, server, stop));
+                rt.block_on(http1::accept_until(listener, stop, move |stream| {
+                    connection(Conn::new(stream), Arc::clone(&server))
+                }));
             })
             .expect("spawn the fake Telegram thread");
         let rt = handle_rx.recv().expect("fake Telegram runtime handle");
@@ -531,65 +534,9 @@ fn unix_now() -> i64 {
 // ---------------------------------------------------------------------------------------------
 // HTTP
 
-async fn serve(
-    listener: std::net::TcpListener,
-    shared: Arc<Shared>,
-    mut stop: oneshot::Receiver<()>,
-) {
-    let listener = TcpListener::from_std(listener).expect("tokio listener");
-    loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
-                    tokio::spawn(connection(Conn { stream, buf: Vec::new() }, Arc::clone(&shared)));
-                }
-            }
-        }
-    }
-}
-
-/// A client connection and the bytes read from it that no request consumed yet.
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-#[derive(Debug)]
-struct Request {
-    path: String,
-    query: String,
-    /// Header names in lower case.
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    keep_alive: bool,
-}
-
-impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-}
-
-enum Incoming {
-    Request(Request),
-    /// The client closed the connection between requests.
-    Closed,
-    /// Not HTTP/1.1 as the fake understands it: answered 400, then closed.
-    Malformed,
-}
-
 /// Serves requests on one connection until either side closes it (keep-alive).
-async fn connection(mut conn: Conn, shared: Arc<Shared>) {
-    loop {
-        let request = match conn.read_request().await {
-            Incoming::Request(request) => request,
-            Incoming::Closed => return,
-            Incoming::Malformed => {
-                let _ = conn.write_response(400, "Bad Request", false).await;
-                return;
-            }
-        };
+async fn connection(mut conn: Conn<TcpStream>, shared: Arc<Shared>) {
+    while let Some(request) = conn.next_request(&response(400, "Bad Request")).await {
         {
             let mut state = shared.state();
             if state.drop_requests > 0 {
@@ -601,167 +548,25 @@ async fn connection(mut conn: Conn, shared: Arc<Shared>) {
         let Some((status, body)) = respond(&shared, &mut conn, &request).await else {
             return; // the client went away while its long poll was held
         };
-        if conn.write_response(status, &body, request.keep_alive).await.is_err()
-            || !request.keep_alive
-        {
+        if !conn.answer(&response(status, &body), request.keep_alive).await {
             return;
         }
     }
 }
 
-impl Conn {
-    /// Reads more bytes into the buffer; `false` at end of stream or on an error.
-    async fn fill(&mut self) -> bool {
-        let mut chunk = [0u8; 8192];
-        match self.stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => false,
-            Ok(n) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                true
-            }
-        }
-    }
-
-    /// Position of the next CRLF at or after `from`, reading as needed.
-    async fn line_end(&mut self, from: usize) -> Option<usize> {
-        loop {
-            if let Some(i) = find(&self.buf[from.min(self.buf.len())..], b"\r\n") {
-                return Some(from + i);
-            }
-            if self.buf.len() > from + 64 * 1024 || !self.fill().await {
-                return None;
-            }
-        }
-    }
-
-    /// Reads one request: a head, then a body of `Content-Length` bytes or chunked.
-    async fn read_request(&mut self) -> Incoming {
-        const MAX_HEAD: usize = 64 * 1024;
-        const MAX_BODY: usize = 50 * 1024 * 1024;
-        let head_end = loop {
-            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
-                break i;
-            }
-            if self.buf.len() > MAX_HEAD {
-                return Incoming::Malformed;
-            }
-            if !self.fill().await {
-                return if self.buf.is_empty() { Incoming::Closed } else { Incoming::Malformed };
-            }
-        };
-        let Ok(head) = std::str::from_utf8(&self.buf[..head_end]) else {
-            return Incoming::Malformed;
-        };
-        let mut lines = head.split("\r\n");
-        let mut request_line = lines.next().unwrap_or_default().split(' ');
-        // Telegram answers GET and POST alike; the method is not checked.
-        let (Some(_method), Some(target), Some(version)) =
-            (request_line.next(), request_line.next(), request_line.next())
-        else {
-            return Incoming::Malformed;
-        };
-        let target = target.to_string();
-        let headers: Vec<(String, String)> = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        let connection =
-            headers.iter().find(|(n, _)| n == "connection").map(|(_, v)| v.to_ascii_lowercase());
-        let keep_alive = match version {
-            "HTTP/1.1" => connection.as_deref() != Some("close"),
-            "HTTP/1.0" => connection.as_deref() == Some("keep-alive"),
-            _ => return Incoming::Malformed,
-        };
-        let chunked = headers
-            .iter()
-            .any(|(n, v)| n == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
-        let mut pos = head_end + 4;
-        let body = if chunked {
-            let mut body = Vec::new();
-            loop {
-                let Some(eol) = self.line_end(pos).await else {
-                    return Incoming::Malformed;
-                };
-                let size = std::str::from_utf8(&self.buf[pos..eol])
-                    .ok()
-                    .and_then(|l| usize::from_str_radix(l.split(';').next()?.trim(), 16).ok());
-                let Some(size) = size.filter(|s| body.len() + s <= MAX_BODY) else {
-                    return Incoming::Malformed;
-                };
-                pos = eol + 2;
-                if size == 0 {
-                    // Trailers, up to an empty line.
-                    loop {
-                        let Some(eol) = self.line_end(pos).await else {
-                            return Incoming::Malformed;
-                        };
-                        let empty = eol == pos;
-                        pos = eol + 2;
-                        if empty {
-                            break;
-                        }
-                    }
-                    break body;
-                }
-                while self.buf.len() < pos + size + 2 {
-                    if !self.fill().await {
-                        return Incoming::Malformed;
-                    }
-                }
-                body.extend_from_slice(&self.buf[pos..pos + size]);
-                pos += size + 2;
-            }
-        } else {
-            let length = match headers.iter().find(|(n, _)| n == "content-length") {
-                None => 0,
-                Some((_, v)) => match v.parse::<usize>() {
-                    Ok(n) if n <= MAX_BODY => n,
-                    _ => return Incoming::Malformed,
-                },
-            };
-            while self.buf.len() < pos + length {
-                if !self.fill().await {
-                    return Incoming::Malformed;
-                }
-            }
-            pos += length;
-            self.buf[head_end + 4..pos].to_vec()
-        };
-        self.buf.drain(..pos);
-        let (path, query) = match target.split_once('?') {
-            Some((p, q)) => (p.to_string(), q.to_string()),
-            None => (target, String::new()),
-        };
-        Incoming::Request(Request { path, query, headers, body, keep_alive })
-    }
-
-    async fn write_response(
-        &mut self,
-        status: u16,
-        body: &str,
-        keep_alive: bool,
-    ) -> std::io::Result<()> {
-        let content_type = if body.starts_with('{') { "application/json" } else { "text/plain" };
-        let out = format!(
-            "HTTP/1.1 {status} {}\r\nServer: nginx/1.18.0\r\nContent-Type: {content_type}\r\n\
-             Content-Length: {}\r\nConnection: {}\r\n\r\n{body}",
-            reason(status),
-            body.len(),
-            if keep_alive { "keep-alive" } else { "close" },
-        );
-        self.stream.write_all(out.as_bytes()).await?;
-        self.stream.flush().await?;
-        if !keep_alive {
-            self.stream.shutdown().await?;
-        }
-        Ok(())
+/// The answer as the real server (nginx in front of the Bot API) sends it.
+fn response(status: u16, body: &str) -> Response<'_> {
+    let content_type = if body.starts_with('{') { "application/json" } else { "text/plain" };
+    Response {
+        status,
+        reason: reason(status),
+        headers: vec![("Server", "nginx/1.18.0"), ("Content-Type", content_type)],
+        body,
     }
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
+/// The reason phrase: Telegram's own table rather than [`http1::reason`], so that a status a
+/// test scripts outside it ([`FakeTelegram::fail_next_sends`]) goes out as `Status`.
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
@@ -783,7 +588,11 @@ fn reason(status: u16) -> &'static str {
 
 /// Routes one request and renders Telegram's answer; `None` when the client left while its
 /// long poll was held (nothing to answer).
-async fn respond(shared: &Shared, conn: &mut Conn, request: &Request) -> Option<(u16, String)> {
+async fn respond(
+    shared: &Shared,
+    conn: &mut Conn<TcpStream>,
+    request: &Request,
+) -> Option<(u16, String)> {
     let (method, result) = match route(shared, request) {
         Err((method, refusal)) => (method, Err(refusal)),
         Ok(method) => {
@@ -813,6 +622,7 @@ async fn respond(shared: &Shared, conn: &mut Conn, request: &Request) -> Option<
 }
 
 /// `/bot<TOKEN>/<method>` → the method name; a wrong token is 401, anything else 404.
+/// Telegram answers GET and POST alike: the HTTP method is not checked.
 fn route(shared: &Shared, request: &Request) -> Result<String, (String, Refusal)> {
     let not_found = |name: &str| Err((name.to_string(), Refusal::new(404, "Not Found")));
     let Some(rest) = request.path.strip_prefix("/bot") else {
@@ -924,7 +734,7 @@ fn get_me(shared: &Shared) -> Value {
 /// client leaves (`None`).
 async fn get_updates(
     shared: &Shared,
-    conn: &mut Conn,
+    conn: &mut Conn<TcpStream>,
     params: &Map<String, Value>,
 ) -> Option<Result<Value, Refusal>> {
     let offset = int_param(params, "offset");
@@ -1795,6 +1605,7 @@ fn detect_entities(text: &str) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http1::find;
     use std::io::{Read, Write};
     use std::net::TcpStream as StdStream;
     use std::time::Instant;

@@ -11,6 +11,7 @@ pub mod fake_discord;
 pub mod fake_llm;
 pub mod fake_slack;
 pub mod fake_telegram;
+mod http1;
 pub mod proc;
 pub mod raw;
 mod swarm;
