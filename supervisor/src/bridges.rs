@@ -43,7 +43,7 @@ pub fn log_name(bridge: &str) -> String {
     format!("bridge-{bridge}")
 }
 
-/// What `flockctl ps` shows of a bridge's process.
+/// What `flockctl ps` shows of a helper process (a bridge, `flock-model`).
 #[derive(Debug, Clone, Default)]
 pub struct ProcessStatus {
     pub pid: Option<u32>,

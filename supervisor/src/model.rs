@@ -56,14 +56,7 @@ pub fn model_binary() -> Result<PathBuf> {
 }
 
 /// What `flockctl ps` shows of the process.
-#[derive(Debug, Clone, Default)]
-pub struct ModelStatus {
-    pub pid: Option<u32>,
-    pub state: String,
-    pub started: Option<Instant>,
-    pub restarts: u32,
-    pub last_exit: Option<String>,
-}
+pub use crate::bridges::ProcessStatus as ModelStatus;
 
 /// The running `flock-model` and its keeper task.
 pub struct ModelProcess {
