@@ -106,8 +106,8 @@ impl Discord {
         out
     }
 
-    /// Sends one piece by `author` to channel `external`; returns the message id and the text
-    /// as sent.
+    /// Sends one piece by `author` to channel `external`; returns the message id and the text as
+    /// people see it, with the name (what the echo record compares with).
     pub async fn send(
         &self,
         external: &str,
@@ -130,7 +130,8 @@ impl Discord {
                     match hook.execute(&self.http, true, builder).await {
                         Ok(m) => {
                             let id = m.map(|m| m.id.get().to_string()).unwrap_or_default();
-                            return Ok((id, piece.to_owned()));
+                            // As people see it: the webhook's name, then the text.
+                            return Ok((id, format!("[{label}] {piece}")));
                         }
                         // The webhook was deleted (or its token changed): make a new one, once;
                         // if that fails too, post as the bot.

@@ -117,7 +117,8 @@ impl Chat {
         }
     }
 
-    /// Sends one message of a post by `author`: its platform id and the text as sent.
+    /// Sends one message of a post by `author`: its platform id and the text as people see it
+    /// (with the author's name: the echo record compares with it).
     async fn send(
         &self,
         external: &str,
@@ -724,5 +725,8 @@ mod tests {
         assert_eq!(echo_key("-100", &sent[0]), echo_key("-100", shown));
         assert_ne!(echo_key("-100", &sent[0]), echo_key("-200", shown), "per chat");
         assert_ne!(echo_key("-100", &sent[0]), echo_key("-100", "[worker-1] done"));
+        // The record holds what was shown with its author's name: a person who writes the same
+        // short words as an agent just did is not taken for an echo.
+        assert_ne!(echo_key("-100", "[worker-1] ok"), echo_key("-100", "ok"));
     }
 }

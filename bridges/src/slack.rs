@@ -91,7 +91,7 @@ impl Slack {
         crate::render::split(&mrkdwn(text), LIMIT - PREFIX_ROOM, |_| 1)
     }
 
-    /// Sends one piece by `author`; returns the message's `ts` and the text as sent.
+    /// Sends one piece by `author`; returns the message's `ts` and the text as people see it.
     pub async fn send(
         &self,
         channel: &str,
@@ -126,7 +126,9 @@ impl Slack {
             );
             self.prefix.store(true, Ordering::Relaxed);
         }
-        Ok((sent.ts.to_string(), text))
+        // As people see it, with the name (what the echo record compares with).
+        let shown = if prefixed { text } else { format!("[{label}] {text}") };
+        Ok((sent.ts.to_string(), shown))
     }
 
     /// A person's display name (cached): profile display name, real name, then handle.

@@ -385,6 +385,13 @@ fn without_webhook_permission_posts_carry_the_name_and_a_deleted_webhook_is_recr
     swarm.ctl_ok(&["post", "#team", "first", "--as", "bob"]);
     let sent = discord.wait_sent(DC, 1, LONG);
     assert_eq!(sent[0].username, "bob");
+    // A person who writes the very words just relayed is not taken for an echo.
+    discord.post(DC, 5, "erin", "first");
+    swarm.wait_until(
+        || posts(&swarm).iter().any(|p| p["author"] == "human:discord:erin"),
+        LONG,
+        "erin's \"first\" is brought in",
+    );
     // The webhook is deleted behind the bridge's back: a new one is made, nothing is lost.
     discord.delete_webhooks(DC);
     swarm.ctl_ok(&["post", "#team", "second", "--as", "bob"]);
