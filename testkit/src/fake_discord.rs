@@ -30,7 +30,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Map, Value, json};
@@ -512,21 +512,7 @@ impl FakeDiscord {
         timeout: Duration,
         cond: impl Fn(&State) -> bool,
     ) -> Result<MutexGuard<'_, State>, MutexGuard<'_, State>> {
-        let deadline = Instant::now() + timeout;
-        let mut state = self.shared.state();
-        loop {
-            if cond(&state) {
-                return Ok(state);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(state);
-            }
-            state = match self.shared.changed.wait_timeout(state, deadline - now) {
-                Ok((guard, _)) => guard,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
-        }
+        crate::wait_on(&self.shared.state, &self.shared.changed, timeout, cond)
     }
 
     /// The `intents` of every Identify received, in order (refused ones included).
@@ -1839,6 +1825,7 @@ mod tests {
     use tokio_tungstenite::MaybeTlsStream;
 
     use super::*;
+    use std::time::Instant;
 
     const TOKEN: &str = "MTE4MDAwMDAwMDAwMDAwMDAwMQ.GfakeX.fake-discord-token-for-tests";
     const CHANNEL: u64 = 1_180_000_000_000_001_000;

@@ -477,21 +477,7 @@ impl FakeSlack {
         timeout: Duration,
         cond: impl Fn(&State) -> bool,
     ) -> Result<MutexGuard<'_, State>, MutexGuard<'_, State>> {
-        let deadline = Instant::now() + timeout;
-        let mut state = self.shared.state();
-        loop {
-            if cond(&state) {
-                return Ok(state);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(state);
-            }
-            state = match self.shared.changed.wait_timeout(state, deadline - now) {
-                Ok((guard, _)) => guard,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
-        }
+        crate::wait_on(&self.shared.state, &self.shared.changed, timeout, cond)
     }
 
     /// The `envelope_id` of every acknowledgement received, in order (repeats and unknown ids

@@ -361,17 +361,15 @@ impl FakeTelegram {
     /// test running on a single thread use [`FakeTelegram::wait_sent_async`].
     #[track_caller]
     pub fn wait_sent(&self, chat_id: i64, n: usize, timeout: Duration) -> Vec<SentMessage> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut state = self.shared.state();
-        loop {
-            let got: Vec<SentMessage> =
-                state.sent.iter().filter(|m| m.chat_id == chat_id).cloned().collect();
-            if got.len() >= n {
-                return got;
-            }
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                let rejected = state.rejected.clone();
+        let matching = |state: &State| -> Vec<SentMessage> {
+            state.sent.iter().filter(|m| m.chat_id == chat_id).cloned().collect()
+        };
+        match crate::wait_on(&self.shared.state, &self.shared.sent_cv, timeout, |s| {
+            matching(s).len() >= n
+        }) {
+            Ok(state) => matching(&state),
+            Err(state) => {
+                let (got, rejected) = (matching(&state), state.rejected.clone());
                 drop(state);
                 panic!(
                     "fake Telegram: {} message(s) sent to chat {chat_id} after {timeout:?}, \
@@ -379,10 +377,6 @@ impl FakeTelegram {
                     got.len()
                 );
             }
-            state = match self.shared.sent_cv.wait_timeout(state, deadline - now) {
-                Ok((guard, _)) => guard,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
         }
     }
 

@@ -99,3 +99,28 @@ pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+/// Blocks on `changed` until `cond` holds for the value behind `mutex` (`Ok`, still locked) or
+/// `timeout` passes (`Err`, locked, for the failure message). The fakes' `wait_*` helpers.
+pub(crate) fn wait_on<'a, T>(
+    mutex: &'a std::sync::Mutex<T>,
+    changed: &std::sync::Condvar,
+    timeout: Duration,
+    cond: impl Fn(&T) -> bool,
+) -> Result<std::sync::MutexGuard<'a, T>, std::sync::MutexGuard<'a, T>> {
+    let deadline = Instant::now() + timeout;
+    let mut guard = mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    loop {
+        if cond(&guard) {
+            return Ok(guard);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(guard);
+        }
+        guard = match changed.wait_timeout(guard, deadline - now) {
+            Ok((g, _)) => g,
+            Err(poisoned) => poisoned.into_inner().0,
+        };
+    }
+}
