@@ -203,6 +203,8 @@ impl Actor for Gateway {
                 }
                 st.next_call += 1;
                 let call = st.next_call;
+                let model_label = model_label(&model);
+                let t0 = std::time::Instant::now();
                 let client = st.client.clone();
                 let me = myself.clone();
                 let who = agent.clone();
@@ -223,6 +225,13 @@ impl Actor for Gateway {
                         }
                         Err(e) => (false, e, 0, 0),
                     };
+                    let outcome = if ok { "ok" } else { "error" };
+                    crate::metrics::get().llm_call(
+                        &model_label,
+                        outcome,
+                        t0.elapsed(),
+                        (tin, tout),
+                    );
                     answer(&outbox, frame_id, &who, ok, response);
                     if let Some((chain, router)) = chain
                         && tin + tout > 0
@@ -263,6 +272,19 @@ impl Actor for Gateway {
             }
         }
         Ok(())
+    }
+}
+
+/// The `model` label of a call's metrics: `openai/gpt-4o`, `anthropic/…`, `local/qwen2.5-…`.
+fn model_label(model: &ModelSpec) -> String {
+    match model {
+        ModelSpec::OpenAi(m) => format!("openai/{}", m.model),
+        ModelSpec::Anthropic(m) => format!("anthropic/{}", m.model),
+        ModelSpec::Local(m) => match &m.path {
+            Some(p) => format!("local/{}", p.file_name().unwrap_or_default().to_string_lossy()),
+            None => format!("local/{}", m.model),
+        },
+        ModelSpec::Scripted(_) => "scripted".into(),
     }
 }
 

@@ -827,6 +827,7 @@ impl Journal {
         buf.extend_from_slice(&lines);
         file.write_all(&buf).map_err(io_err("append to journal", &path))?;
         drop(file);
+        crate::metrics::get().journal_appends.inc_by(events.len() as u64);
 
         if len + buf.len() as u64 > self.max_bytes {
             self.rotate()?;

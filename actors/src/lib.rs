@@ -10,6 +10,7 @@ pub mod channels;
 pub mod gateway;
 pub mod journal;
 pub mod memory;
+pub mod metrics;
 pub mod permissions;
 pub mod router;
 pub mod server;

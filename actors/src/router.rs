@@ -6,7 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flock_config::{AgentSpec, SwarmSpec};
 use flock_ipc::id::{derive_id, fmt_id, new_id};
@@ -253,6 +253,8 @@ struct Slot {
     stopping: bool,
     queue: VecDeque<Queued>,
     in_flight: Option<Queued>,
+    /// When the input in flight was handed over (its turn's duration, for the metrics).
+    delivered_at: Option<Instant>,
     turns_total: u64,
     last_seen: Arc<AtomicU64>,
     retry_scheduled: bool,
@@ -272,6 +274,7 @@ impl Slot {
             stopping: false,
             queue: VecDeque::new(),
             in_flight: None,
+            delivered_at: None,
             turns_total,
             last_seen,
             retry_scheduled: false,
@@ -1233,6 +1236,7 @@ impl RouterState {
                     Ok(()) => {
                         self.counters.routed += 1;
                         slot.in_flight = Some(q);
+                        slot.delivered_at = Some(Instant::now());
                     }
                     Err(_) => {
                         slot.queue.push_front(q);
@@ -1285,6 +1289,7 @@ impl RouterState {
                     return;
                 }
                 let Some(done) = slot.in_flight.take() else { return };
+                turn_ended(agent, slot, true);
                 let reply = reply.unwrap_or_default();
                 self.journal_turn(agent, &done, &reply);
                 match done.kind {
@@ -1315,6 +1320,7 @@ impl RouterState {
                     return;
                 }
                 let Some(failed) = slot.in_flight.take() else { return };
+                turn_ended(agent, slot, false);
                 let stopped =
                     self.chains.map.get(&failed.chain()).is_some_and(|c| c.stopped.is_some());
                 match failed.kind {
@@ -1836,6 +1842,7 @@ impl RouterState {
             fmt_id(q.id),
             q.attempts
         );
+        crate::metrics::get().dead_letters.inc();
         let op = WriteOp::DeadLetter {
             id: q.id,
             attempts: q.attempts,
@@ -1966,6 +1973,7 @@ impl RouterState {
         }
         slot.conn = None;
         if let Some(q) = slot.in_flight.take() {
+            turn_ended(&agent, slot, false);
             let stopped = self.chains.map.get(&q.chain()).is_some_and(|c| c.stopped.is_some());
             match q.kind {
                 _ if stopped => self.discard(&agent, q, "its chain of turns was stopped"),
@@ -1996,6 +2004,7 @@ impl RouterState {
             let chain = route.chain.id;
             let answer = match outcome {
                 Ok(WriteOutcome::Inserted) => {
+                    crate::metrics::get().durable_messages.inc();
                     let target = msg.target.clone();
                     match self.slots.get_mut(&target) {
                         Some(slot) => {
@@ -2191,4 +2200,11 @@ fn cut_to(text: &mut String, limit: usize) {
     }
     text.truncate(end);
     text.push_str(&note);
+}
+
+/// Records a finished turn (its duration since delivery) in the metrics.
+fn turn_ended(agent: &str, slot: &mut Slot, ok: bool) {
+    if let Some(t0) = slot.delivered_at.take() {
+        crate::metrics::get().turn(agent, ok, t0.elapsed());
+    }
 }

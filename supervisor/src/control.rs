@@ -54,7 +54,7 @@ pub fn handle(ctx: Arc<ControlCtx>, call: ControlCall) {
 /// The most dead letters one answer lists (each text is a preview, so a page fits in a frame).
 const MAX_DEAD_LETTERS_PAGE: u32 = 500;
 
-type CtlResult = Result<ControlReply, (ErrorCode, String)>;
+pub(crate) type CtlResult = Result<ControlReply, (ErrorCode, String)>;
 
 /// A tool's refusal ("FORBIDDEN: …") as an error code and its message.
 fn coded(text: String) -> (ErrorCode, String) {
@@ -226,7 +226,8 @@ async fn child_call(
     }
 }
 
-async fn ps(ctx: &ControlCtx) -> CtlResult {
+/// The rows of `flockctl ps` (also read by the dashboard's metrics).
+pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
     let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;
     let (routes, counters) = ractor::call!(ctx.router, RouterMsg::Snapshot).map_err(internal)?;
     let me = std::process::id();

@@ -17,6 +17,7 @@ pub mod paths;
 pub mod secrets;
 pub mod spawn;
 pub mod up;
+pub mod web;
 
 /// Unix time in milliseconds (the clock heartbeats are compared on).
 pub fn unix_ms() -> u64 {

@@ -210,6 +210,19 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     Some(pages * page_size())
 }
 
+/// CPU time (user + system) a process has used, in seconds, from `/proc/<pid>/stat`.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after `(comm)`, which may hold spaces: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some((utime + stime) as f64 / if ticks > 0 { ticks as f64 } else { 100.0 })
+}
+
 fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

@@ -177,7 +177,12 @@ fn private_files() {
 }
 
 /// Runs a swarm until it is told to stop. Returns once every agent has stopped.
-pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>) -> Result<()> {
+pub async fn up(
+    spec: SwarmSpec,
+    state: StateDir,
+    keys: HashMap<String, Secret>,
+    web: crate::web::WebOptions,
+) -> Result<()> {
     let started = Instant::now();
     private_files();
     state.create()?;
@@ -346,7 +351,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
     .map_err(|e| anyhow!("start the child supervisor: {e}"))?;
     let _ = children_cell.set(children.clone());
     let bridges: Arc<std::sync::Mutex<Vec<Arc<crate::bridges::BridgeProcess>>>> = Arc::default();
-    let _ = control_cell.set(Arc::new(ControlCtx {
+    let ctx = Arc::new(ControlCtx {
         bridges: bridges.clone(),
         children: children.clone(),
         router: router.clone(),
@@ -357,7 +362,8 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
         shutdown: shutdown_tx.clone(),
         started,
         model: model.clone(),
-    }));
+    });
+    let _ = control_cell.set(ctx.clone());
 
     let limits = ConnLimits {
         max_frame_bytes: spec.delivery.max_frame_bytes,
@@ -377,6 +383,16 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
     if let Some(env) = &bridge_env {
         let started = crate::bridges::start_all(&spec.bridges, &bridge_tokens, env);
         *bridges.lock().unwrap_or_else(|p| p.into_inner()) = started;
+    }
+    // The metrics endpoint and the dashboard (off unless asked for), before the control socket:
+    // once that answers, `up --detach` returns and `flockctl ui` must find the URL. (The
+    // dashboard acts through the control socket; it connects on its first page view.)
+    let served = crate::web::start(&web, &state, ctx).await?;
+    if let Some(addr) = served.metrics {
+        eprintln!("flock: metrics at http://{addr}/metrics");
+    }
+    if let Some(url) = &served.ui_url {
+        eprintln!("flock: dashboard at {url}");
     }
     let control_listener = UnixTransport::new(state.control_socket())
         .bind()
@@ -412,6 +428,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
     // A second Ctrl-C during the stop is not needed: StopAll escalates to SIGKILL by itself.
     let _ = std::fs::remove_file(state.control_socket());
     let _ = std::fs::remove_file(state.router_socket());
+    let _ = std::fs::remove_file(crate::web::ui_url_file(&state));
     // The model last: a stopping agent may still finish a call.
     if let Some(model) = &model {
         model.stop().await;
@@ -445,7 +462,12 @@ pub enum StopReason {
 
 /// `up --detach`: re-runs `up` in the background, in its own session, with output in
 /// `<state>/logs/supervisor.log`; returns once the control socket answers or the child died.
-pub fn detach(swarm_file: &Path, state: &StateDir, model: Option<&str>) -> Result<u32> {
+pub fn detach(
+    swarm_file: &Path,
+    state: &StateDir,
+    model: Option<&str>,
+    web: &crate::web::WebOptions,
+) -> Result<u32> {
     use std::os::unix::process::CommandExt;
     private_files();
     state.create()?;
@@ -462,6 +484,8 @@ pub fn detach(swarm_file: &Path, state: &StateDir, model: Option<&str>) -> Resul
         .arg("--state-dir")
         .arg(&state.root)
         .args(model.map(|m| ["--model", m]).into_iter().flatten())
+        .args(web.metrics.map(|a| ["--metrics".to_owned(), a.to_string()]).into_iter().flatten())
+        .args(web.ui.map(|a| ["--ui".to_owned(), a.to_string()]).into_iter().flatten())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -33,9 +33,16 @@ pub struct SwarmBuilder {
     files: Vec<(PathBuf, String)>,
     not_ready: Vec<String>,
     env: Vec<(String, String)>,
+    up_args: Vec<String>,
 }
 
 impl SwarmBuilder {
+    /// Adds arguments to `flock-supervisor up` (e.g. `--ui 127.0.0.1:0`).
+    pub fn up_args(mut self, args: &[&str]) -> Self {
+        self.up_args.extend(args.iter().map(|a| (*a).to_owned()));
+        self
+    }
+
     /// Sets an environment variable of the supervisor (e.g. a bridge's bot token).
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_owned(), value.to_owned()));
@@ -83,6 +90,7 @@ impl SwarmBuilder {
             supervisor: None,
             not_ready: self.not_ready,
             env: self.env,
+            up_args: self.up_args,
         };
         swarm.spawn_supervisor();
         swarm.wait_ready();
@@ -100,6 +108,7 @@ pub struct Swarm {
     supervisor: Option<Child>,
     not_ready: Vec<String>,
     env: Vec<(String, String)>,
+    up_args: Vec<String>,
 }
 
 impl Swarm {
@@ -111,6 +120,7 @@ impl Swarm {
             files: Vec::new(),
             not_ready: Vec::new(),
             env: Vec::new(),
+            up_args: Vec::new(),
         }
     }
 
@@ -122,6 +132,7 @@ impl Swarm {
             files: Vec::new(),
             not_ready: Vec::new(),
             env: Vec::new(),
+            up_args: Vec::new(),
         }
     }
 
@@ -416,6 +427,7 @@ impl Swarm {
             .arg(&self.file)
             .arg("--state-dir")
             .arg(&self.state)
+            .args(&self.up_args)
             .env("FLOCK_AGENT_BIN", bin("flock-agent"))
             .env("FLOCK_BRIDGE_BIN", bin("flock-bridge"))
             .envs(self.env.iter().map(|(k, v)| (k, v)))

@@ -1070,6 +1070,7 @@ impl ChannelsState {
         if duplicate {
             return Ok((seq, true));
         }
+        crate::metrics::get().channel_post(channel);
         let ch = self.channels.get_mut(channel).ok_or_else(|| internal("channel vanished"))?;
         ch.last_seq = seq;
         let members = ch.members.clone();
@@ -1208,6 +1209,7 @@ impl ChannelsState {
         match &self.router {
             Some(router) => {
                 let chain = self.delta_chain.remove(&key);
+                crate::metrics::get().deltas.inc();
                 let msg =
                     RouterMsg::Delta { agent: agent.to_owned(), channel: id, upto, text, chain };
                 if router.cast(msg).is_err() {

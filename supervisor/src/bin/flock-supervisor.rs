@@ -33,6 +33,14 @@ enum Command {
         /// (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b; fetch with `scripts/setup --model NAME`).
         #[arg(long, value_name = "NAME")]
         model: Option<String>,
+        /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0 picks
+        /// one). Off by default; no token: keep it on loopback or behind your firewall.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
+        /// Serve the live web dashboard at ADDR (e.g. 127.0.0.1:8080; port 0 picks one). Its URL,
+        /// with this run's token, is printed at start and by `flockctl ui`.
+        #[arg(long, value_name = "ADDR")]
+        ui: Option<std::net::SocketAddr>,
     },
     /// Check a swarm file and print every problem at once, with line and column.
     Validate {
@@ -87,7 +95,22 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Up { file, detach, state_dir, model } => {
+        Command::Up { file, detach, state_dir, model, metrics, ui } => {
+            let web = flock_supervisor::web::WebOptions { metrics, ui };
+            for (flag, addr) in [("--metrics", metrics), ("--ui", ui)] {
+                if let Some(a) = addr
+                    && !a.ip().is_loopback()
+                {
+                    eprintln!(
+                        "flock-supervisor: warning: {flag} {a} is reachable from other machines; {}",
+                        if flag == "--ui" {
+                            "the dashboard is guarded by its token only (plain HTTP)"
+                        } else {
+                            "metrics have no token"
+                        }
+                    );
+                }
+            }
             let mut spec = match flock_config::load(&file) {
                 Ok(spec) => spec,
                 Err(errors) => {
@@ -114,12 +137,18 @@ fn main() -> ExitCode {
                 }
             };
             if detach {
-                return match flock_supervisor::up::detach(&file, &state, model.as_deref()) {
+                return match flock_supervisor::up::detach(&file, &state, model.as_deref(), &web) {
                     Ok(pid) => {
                         println!(
                             "swarm `{}` is up in the background (supervisor pid {pid}); `flockctl ps` to look, `flockctl down` to stop",
                             spec.name
                         );
+                        let url_file = flock_supervisor::web::ui_url_file(&state);
+                        if ui.is_some()
+                            && let Ok(url) = std::fs::read_to_string(url_file)
+                        {
+                            println!("dashboard: {}", url.trim());
+                        }
                         ExitCode::SUCCESS
                     }
                     Err(e) => {
@@ -147,7 +176,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            match runtime.block_on(flock_supervisor::up::up(spec, state, keys)) {
+            match runtime.block_on(flock_supervisor::up::up(spec, state, keys, web)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("flock-supervisor: {e:#}");

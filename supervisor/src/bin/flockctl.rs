@@ -245,6 +245,13 @@ enum Command {
     /// Print a shell completion script: `flockctl completions bash > ~/.local/share/bash-completion/completions/flockctl`
     /// (also zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },
+    /// Print the web dashboard's URL (with this run's token), served when the swarm was started
+    /// with `flock-supervisor up --ui 127.0.0.1:PORT`; `--open` also opens it in a browser.
+    Ui {
+        /// Open the URL with xdg-open (or $BROWSER).
+        #[arg(long)]
+        open: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -559,6 +566,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let state = StateDir::resolve(cli.state_dir.as_deref())?;
+    if let Command::Ui { open } = &cli.command {
+        return ui(&state, *open);
+    }
     // Memory is files and a rebuildable index: no running swarm needed either.
     if let Command::Memory { command } = &cli.command {
         let dir = state.memory_dir();
@@ -832,6 +842,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Journal { .. }
         | Command::Memory { .. }
         | Command::Completions { .. }
+        | Command::Ui { .. }
         | Command::Bridge { command: BridgeCommand::Manifest { .. } } => {
             unreachable!("handled before connecting")
         }
@@ -1093,6 +1104,27 @@ async fn decide(
 }
 
 /// The person `flockctl` acts as: --as, else $USER, else operator.
+/// `flockctl ui`: the URL the running supervisor wrote (its token changes with every run).
+fn ui(state: &StateDir, open: bool) -> Result<ExitCode> {
+    let file = flock_supervisor::web::ui_url_file(state);
+    let url = match std::fs::read_to_string(&file) {
+        Ok(u) if std::os::unix::net::UnixStream::connect(state.control_socket()).is_ok() => u,
+        _ => bail!(
+            "no dashboard is being served for state dir {}: start the swarm with `flock-supervisor up FILE --ui 127.0.0.1:8080` (any free port; 0 picks one)",
+            state.root.display()
+        ),
+    };
+    let url = url.trim();
+    println!("{url}");
+    if open {
+        let browser = std::env::var("BROWSER").unwrap_or_else(|_| "xdg-open".into());
+        if let Err(e) = std::process::Command::new(&browser).arg(url).status() {
+            bail!("cannot run {browser} to open the URL: {e}; open it by hand");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn person(as_name: Option<String>) -> String {
     as_name
         .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))

@@ -9,6 +9,7 @@ mod bridge;
 mod chains;
 mod channels;
 mod cli;
+mod dashboard;
 mod delivery;
 mod isolation;
 mod llm;

@@ -1,0 +1,295 @@
+// The Flock dashboard: one page, no build step. The swarm's state arrives by Server-Sent Events
+// (`/api/events`, a new state only when something changed); a channel's messages and an agent's
+// turns are fetched when the state says they changed or when picked.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+let state = { ps: [], chains: [], channels: [] };
+let picked = { channel: null, agent: null };
+let shownSeq = 0;          // the last seq of the picked channel that is on the page
+const lastRestarts = {};   // name -> restarts, to flash a row when it restarts
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
+  return e;
+}
+
+function duration(secs) {
+  if (secs < 60) return secs + "s";
+  if (secs < 3600) return Math.floor(secs / 60) + "m" + String(secs % 60).padStart(2, "0") + "s";
+  const h = Math.floor(secs / 3600);
+  return h < 48 ? h + "h" + String(Math.floor((secs % 3600) / 60)).padStart(2, "0") + "m" : Math.floor(h / 24) + "d";
+}
+
+function bytes(b) {
+  if (b == null) return "-";
+  if (b >= 1 << 30) return (b / (1 << 30)).toFixed(1) + "G";
+  if (b >= 1 << 20) return (b / (1 << 20)).toFixed(1) + "M";
+  return (b >> 10) + "K";
+}
+
+function stateClass(s) { return "state state-" + String(s).split(/[^a-z-]/)[0]; }
+
+async function api(path, body) {
+  const opts = body === undefined ? {} : {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  };
+  const r = await fetch(path, opts);
+  const data = await r.json().catch(() => ({ error: r.statusText }));
+  if (!r.ok) throw new Error(data.error || r.statusText);
+  return data;
+}
+
+// ---- processes -------------------------------------------------------------------------------
+
+function renderPs() {
+  const tbody = $("#ps tbody");
+  const rows = state.ps.filter((r) => r.kind !== "chains");
+  tbody.replaceChildren(...rows.map((r) => {
+    const tr = el("tr", { "data-name": r.name, "data-kind": r.kind, class: r.kind === "actor" ? "dim" : "" });
+    if (r.kind === "agent") {
+      tr.classList.add("agent");
+      tr.onclick = () => pickAgent(r.name);
+      if (picked.agent === r.name) tr.classList.add("selected");
+    }
+    const restarted = lastRestarts[r.name] !== undefined && r.restarts > lastRestarts[r.name];
+    lastRestarts[r.name] = r.restarts;
+    if (restarted) tr.classList.add("flash");
+    const tokens = r.kind === "agent" ? `${r.tokens_in}/${r.tokens_out}` : "";
+    tr.append(
+      el("td", { class: "name" }, r.name), el("td", {}, r.kind), el("td", {}, r.role),
+      el("td", { class: stateClass(r.state) + " state-cell", title: r.last_exit || "" }, r.state),
+      el("td", { class: "num pid" }, r.pid ?? "-"), el("td", { class: "num" }, duration(r.uptime_secs)),
+      el("td", { class: "num restarts" }, String(r.restarts)), el("td", { class: "num mailbox" }, String(r.mailbox_depth)),
+      el("td", { class: "num" }, String(r.turns_total)), el("td", { class: "num" }, tokens),
+      el("td", { class: "num" }, bytes(r.rss_bytes)),
+    );
+    return tr;
+  }));
+  const agents = rows.filter((r) => r.kind === "agent");
+  const ready = agents.filter((r) => r.state === "ready" || r.state === "busy").length;
+  const live = state.chains.filter((c) => c.live).length;
+  $("#summary").textContent = `${ready}/${agents.length} agents up · ${live} chain(s) in flight`;
+  // The send box lists the agents.
+  const sel = $("#send-agent");
+  const names = agents.map((a) => a.name);
+  if (sel.dataset.names !== names.join(",")) {
+    const keep = sel.value;
+    sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+    if (names.includes(keep)) sel.value = keep;
+    sel.dataset.names = names.join(",");
+  }
+}
+
+function renderChains() {
+  const rows = state.chains.filter((c) => c.live);
+  $("#no-chains").hidden = rows.length > 0;
+  $("#chains tbody").replaceChildren(...rows.map((c) => el("tr", { "data-chain": c.chain },
+    el("td", {}, c.chain), el("td", {}, c.origin), el("td", {}, c.entry),
+    el("td", { class: stateClass(c.state) }, c.state),
+    el("td", { class: "num" }, `${c.hops}/${c.max_hops}`),
+    el("td", { class: "num" }, `${c.tokens}/${c.max_tokens}`),
+    el("td", { class: "num" }, duration(Math.floor(c.age_ms / 1000))),
+    el("td", { title: c.text }, c.text.length > 80 ? c.text.slice(0, 80) + "…" : c.text))));
+}
+
+// ---- channels --------------------------------------------------------------------------------
+
+let channelsShown = "";
+function renderChannels() {
+  // Rebuilt only when something in it changed: a click must not land on a replaced element.
+  const key = JSON.stringify([state.channels, picked.channel]);
+  if (key !== channelsShown) {
+    channelsShown = key;
+    $("#channels").replaceChildren(...channelItems());
+  }
+  const cur = state.channels.find((c) => c.channel === picked.channel);
+  if (cur && cur.last_seq > shownSeq) loadMessages();
+}
+
+function channelItems() {
+  return state.channels.map((c) => {
+    const li = el("li", { "data-channel": c.channel, class: picked.channel === c.channel ? "selected" : "" },
+      el("span", {}, "#" + c.channel), el("span", { class: stateClass(c.state) }, `${c.state} · ${c.last_seq}`));
+    li.onclick = () => pickChannel(c.channel);
+    return li;
+  });
+}
+
+async function pickChannel(id) {
+  picked.channel = id;
+  shownSeq = 0;
+  $("#messages").replaceChildren();
+  $("#post-channel").value = id;
+  $("#channel-title").textContent = "#" + id;
+  renderChannels();
+  await loadMessages();
+}
+
+let loading = false;
+async function loadMessages() {
+  if (loading || !picked.channel) return;
+  loading = true;
+  try {
+    for (;;) {
+      const id = picked.channel;
+      const r = await api(`/api/channels/${encodeURIComponent(id)}?after=${shownSeq}`);
+      if (id !== picked.channel) break;
+      $("#channel-topic").textContent = `${r.state} — ${r.topic || ""}`;
+      const list = $("#messages");
+      for (const m of r.messages) {
+        const human = m.author.startsWith("human:");
+        list.append(el("li", { "data-seq": m.seq },
+          el("span", { class: "seq" }, m.seq), el("span", { class: "author" + (human ? " human" : "") }, m.author),
+          ": ", m.text));
+        shownSeq = Math.max(shownSeq, m.seq);
+      }
+      list.scrollTop = list.scrollHeight;
+      if (r.more_after == null) break;
+    }
+  } catch (e) {
+    $("#channel-topic").textContent = "cannot read: " + e.message;
+  } finally {
+    loading = false;
+  }
+  // Posts that arrived while this read ran.
+  const cur = state.channels.find((c) => c.channel === picked.channel);
+  if (cur && cur.last_seq > shownSeq) setTimeout(loadMessages, 50);
+}
+
+$("#post-form").onsubmit = async (ev) => {
+  ev.preventDefault();
+  const status = $("#post-status");
+  const channel = $("#post-channel").value;
+  const text = $("#post-text").value.trim();
+  if (!channel) { status.textContent = "pick a channel first"; return; }
+  if (!text) return;
+  status.textContent = "posting…";
+  try {
+    const r = await api("/api/post", { channel, text, as: $("#post-as").value.trim() });
+    $("#post-text").value = "";
+    status.textContent = `posted as seq ${r.seq}`;
+    await loadMessages();
+  } catch (e) {
+    status.textContent = e.message;
+    status.className = "error";
+  }
+};
+
+$("#post-text").onkeydown = (ev) => {
+  if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); $("#post-button").click(); }
+};
+
+$("#send-form").onsubmit = async (ev) => {
+  ev.preventDefault();
+  const status = $("#send-status");
+  const agent = $("#send-agent").value;
+  const text = $("#send-text").value.trim();
+  if (!agent || !text) return;
+  status.textContent = "sending…";
+  try {
+    const r = await api("/api/send", { agent, text });
+    $("#send-text").value = "";
+    status.textContent = `accepted (chain ${r.chain}); the answer comes to #${r.dm}`;
+    status.className = "muted";
+    if (state.channels.some((c) => c.channel === r.dm)) pickChannel(r.dm);
+  } catch (e) {
+    status.textContent = e.message;
+    status.className = "error";
+  }
+};
+
+// ---- an agent's recent work ------------------------------------------------------------------
+
+async function pickAgent(name) {
+  picked.agent = name;
+  renderPs();
+  await loadAgent();
+}
+
+async function loadAgent() {
+  const name = picked.agent;
+  if (!name) return;
+  try {
+    const r = await api(`/api/agents/${encodeURIComponent(name)}`);
+    if (name !== picked.agent) return;
+    const msgs = (r.session && r.session.messages) || [];
+    const where = r.session ? ` — session #${r.session.channel}` : "";
+    $("#agent-title").textContent = `${name}: recent turns${where}`;
+    $("#turns").replaceChildren(...msgs.slice(-40).map((m) => {
+      const li = el("li", {}, el("span", { class: "role" }, m.role));
+      if (m.role === "tool") li.append(el("span", { class: "tool" }, m.name + " → "), clip(m.content));
+      else if (m.role === "assistant") {
+        if (m.text) li.append(clip(m.text));
+        for (const c of m.tool_calls || []) li.append(el("div", { class: "tool" }, `${c.name}(${clip(c.arguments, 200)})`));
+      } else li.append(clip(m.text));
+      return li;
+    }));
+    $("#agent-logs").textContent = (r.logs || []).join("\n");
+  } catch (e) {
+    $("#agent-title").textContent = `${name}: ${e.message}`;
+  }
+}
+
+function clip(s, n = 600) { s = String(s ?? ""); return s.length > n ? s.slice(0, n) + "…" : s; }
+
+// ---- journal ---------------------------------------------------------------------------------
+
+async function loadJournal() {
+  const q = $("#journal-q").value.trim();
+  const status = $("#journal-status");
+  try {
+    const events = await api("/api/journal?last=100" + (q ? "&q=" + encodeURIComponent(q) : ""));
+    status.textContent = `${events.length} event(s), newest first`;
+    status.className = "muted";
+    $("#journal tbody").replaceChildren(...events.map((e) => el("tr", {},
+      el("td", {}, (e.timestamp || "").replace("T", " ").replace("Z", "")), el("td", {}, e.agent),
+      el("td", {}, e.action && e.action.type), el("td", {}, clip(e.result && e.result.message, 200)))));
+  } catch (e) {
+    status.textContent = e.message;
+    status.className = "error";
+  }
+}
+$("#journal-form").onsubmit = (ev) => { ev.preventDefault(); loadJournal(); };
+
+// ---- live updates ----------------------------------------------------------------------------
+
+let journalTimer = null;
+function apply(next) {
+  const before = state;
+  state = next;
+  state.ps = state.ps || [];
+  state.chains = state.chains || [];
+  state.channels = state.channels || [];
+  renderPs();
+  renderChains();
+  renderChannels();
+  // Something happened: the picked agent's turns and the journal may have moved too.
+  const turns = (s) => (s.ps || []).reduce((n, r) => n + r.turns_total, 0);
+  if (turns(before) !== turns(state)) {
+    if (picked.agent) loadAgent();
+    clearTimeout(journalTimer);
+    journalTimer = setTimeout(loadJournal, 300);
+  }
+}
+
+function connect() {
+  const live = $("#live");
+  const source = new EventSource("/api/events");
+  source.addEventListener("state", (ev) => {
+    live.textContent = "live";
+    live.className = "live on";
+    apply(JSON.parse(ev.data));
+  });
+  source.onerror = () => {
+    live.textContent = "reconnecting…";
+    live.className = "live off";
+  };
+}
+
+connect();
+loadJournal();

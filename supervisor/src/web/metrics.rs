@@ -1,0 +1,150 @@
+//! `GET /metrics`: the Prometheus/OpenMetrics exposition. Event metrics come from the actors'
+//! process-wide registry ([`flock_actors::metrics`]); everything else is read at scrape time from
+//! what `flockctl ps` shows and the router's own counters, so scraping costs the swarm nothing
+//! between scrapes. Names and labels: docs/observability.md.
+
+use flock_actors::RouterMsg;
+use flock_ipc::PsRow;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::control::ControlCtx;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Proc {
+    /// The `ps` name: an agent, `flock-model`, `bridge-NAME`, `supervisor`.
+    name: String,
+    /// agent, process (the model), bridge, supervisor.
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcState {
+    name: String,
+    kind: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentTokens {
+    agent: String,
+    direction: String,
+}
+
+/// The OpenMetrics content type Prometheus negotiates for this format.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The whole exposition, as the body of a scrape.
+pub async fn scrape(ctx: &ControlCtx) -> String {
+    let mut registry = Registry::default();
+    flock_actors::metrics::get().register(&mut registry);
+
+    if let Ok((_, counters)) = ractor::call!(ctx.router, RouterMsg::Snapshot) {
+        let counter = |v: u64| {
+            let c: Counter = Counter::default();
+            c.inc_by(v);
+            c
+        };
+        let gauge = |v: u64| {
+            let g: Gauge = Gauge::default();
+            g.set(v as i64);
+            g
+        };
+        registry.register(
+            "flock_messages_routed",
+            "Deliveries handed to agents' connections by the router",
+            counter(counters.routed),
+        );
+        registry.register(
+            "flock_frames_dropped",
+            "Answers the router could not queue to a connection that was full or gone",
+            counter(counters.dropped),
+        );
+        registry.register(
+            "flock_chains_stopped",
+            "Chains of turns stopped by a budget (hops, tokens or wall time)",
+            counter(counters.chains_stopped),
+        );
+        registry.register(
+            "flock_chains_in_flight",
+            "Chains of turns in flight now",
+            gauge(counters.chains_live),
+        );
+    }
+
+    let rows: Vec<PsRow> = match crate::control::ps(ctx).await {
+        Ok(flock_ipc::ControlReply::Ps(rows)) => rows,
+        _ => Vec::new(),
+    };
+    let up = Family::<ProcState, Gauge>::default();
+    let mailbox = Family::<Proc, Gauge>::default();
+    let restarts = Family::<Proc, Counter>::default();
+    let turns = Family::<Proc, Counter>::default();
+    let rss = Family::<Proc, Gauge>::default();
+    let cpu = Family::<Proc, Counter<f64>>::default();
+    let tokens = Family::<AgentTokens, Counter>::default();
+    for r in rows.iter().filter(|r| r.kind != "actor" && r.kind != "chains") {
+        let proc = Proc { name: r.name.clone(), kind: r.kind.clone() };
+        let state =
+            ProcState { name: r.name.clone(), kind: r.kind.clone(), state: r.state.clone() };
+        up.get_or_create(&state).set(i64::from(r.pid.is_some()));
+        mailbox.get_or_create(&proc).set(r.mailbox_depth as i64);
+        restarts.get_or_create(&proc).inc_by(u64::from(r.restarts));
+        if r.kind == "agent" || r.kind == "bridge" {
+            turns.get_or_create(&proc).inc_by(r.turns_total);
+        }
+        if let Some(b) = r.rss_bytes {
+            rss.get_or_create(&proc).set(b as i64);
+        }
+        if let Some(s) = r.pid.and_then(crate::spawn::cpu_seconds) {
+            cpu.get_or_create(&proc).inc_by(s);
+        }
+        if r.kind == "agent" {
+            for (direction, n) in [("in", r.tokens_in), ("out", r.tokens_out)] {
+                let labels = AgentTokens { agent: r.name.clone(), direction: direction.into() };
+                tokens.get_or_create(&labels).inc_by(n);
+            }
+        }
+    }
+    registry.register(
+        "flock_process_up",
+        "1 when the process runs (with its state as a label), 0 when it does not",
+        up,
+    );
+    registry.register(
+        "flock_mailbox_depth",
+        "Inputs waiting for an agent, the one in flight included (a bridge: posts waiting to go out)",
+        mailbox,
+    );
+    registry.register("flock_restarts", "Restarts of a supervised process", restarts);
+    registry.register(
+        "flock_agent_turns",
+        "Turns an agent has finished (a bridge: messages relayed)",
+        turns,
+    );
+    registry.register_with_unit(
+        "flock_process_resident_memory",
+        "Resident memory of a process",
+        Unit::Bytes,
+        rss,
+    );
+    registry.register_with_unit(
+        "flock_process_cpu",
+        "CPU time (user + system) a process has used",
+        Unit::Seconds,
+        cpu,
+    );
+    registry.register(
+        "flock_agent_tokens",
+        "Model tokens an agent has used since the swarm's first start, by direction",
+        tokens,
+    );
+
+    let mut text = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+    text
+}

@@ -1,0 +1,306 @@
+//! What an operator sees: `GET /metrics` read by a Prometheus-format parser, and the web dashboard
+//! driven in a real headless Chromium through chromedriver (WebDriver) — the page shows the
+//! running agents, a `kill -9` shows up as a restart within 2 s, a post typed into the page lands
+//! in the channel, and a wrong token or a foreign `Host` is refused.
+//!
+//! The browser comes from Debian's `chromium` and `chromium-driver`, installed by
+//! `scripts/setup-browser` (scripts/test runs it). Without them the browser test says so and
+//! passes, unless `FLOCK_REQUIRE_BROWSER=1` (CI), where their absence is a failure.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use flock_testkit::Swarm;
+use serde_json::json;
+
+use crate::{LONG, SHORT, answer_model};
+
+fn yaml() -> String {
+    format!(
+        r#"swarm:
+  name: seen
+supervision:
+  backoff_initial_ms: 50
+channels:
+  delta_delay_min_ms: 50
+  delta_delay_max_ms: 100
+models:
+{}  w:
+    provider: scripted
+    rules:
+      - match: "status please"
+        steps:
+          - tool: flock_channel_post
+            args: {{ channel: "{{from}}", text: "worker here: all green" }}
+        reply: "posted"
+      - reply: "done: {{input}}"
+agents:
+  - {{ name: coordinator, role: coordinator, model: m }}
+  - {{ name: worker, role: worker, model: w }}
+"#,
+        answer_model("m", "done: {input}")
+    )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One HTTP/1.1 request over a plain socket: (status, headers and body as text).
+fn http(addr: &str, request: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(LONG)).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+fn get(addr: &str, path: &str, extra: &str) -> (u16, String) {
+    http(addr, &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\r\n"))
+}
+
+#[test]
+fn metrics_are_served_in_the_prometheus_format_and_count_what_happened() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let swarm = Swarm::builder(&yaml()).up_args(&["--metrics", &addr]).start();
+    swarm.ctl_ok(&["send", "worker", "count me"]);
+    swarm.wait_until(|| swarm.turns_total("worker") >= 1, SHORT, "the worker's turn");
+    swarm.ctl_ok(&["channel", "create", "team", "--members", "worker", "--as", "alice"]);
+    swarm.ctl_ok(&["post", "#team", "hello @worker", "--as", "alice"]);
+
+    let scrape = || {
+        let (status, text) = get(&addr, "/metrics", "");
+        assert_eq!(status, 200, "{text}");
+        let head = text.split("\r\n\r\n").next().unwrap_or_default().to_lowercase();
+        assert!(head.contains("content-type: application/openmetrics-text"), "{text}");
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        let lines = body.lines().map(|l| Ok(l.to_owned()));
+        let scrape = prometheus_parse::Scrape::parse(lines).expect("a parsable exposition");
+        (scrape, body)
+    };
+    let number = |v: &prometheus_parse::Value| match v {
+        prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v) => *v,
+        _ => f64::NAN,
+    };
+    let value = |s: &prometheus_parse::Scrape, name: &str, label: (&str, &str)| -> Option<f64> {
+        s.samples
+            .iter()
+            .find(|x| x.metric == name && x.labels.get(label.0) == Some(label.1))
+            .map(|x| number(&x.value))
+    };
+    // The delta to the worker is a turn of its own; wait for both turns to be counted.
+    let deadline = Instant::now() + LONG;
+    let (s, body) = loop {
+        let (s, body) = scrape();
+        if value(&s, "flock_turns_total", ("agent", "worker")).unwrap_or(0.0) >= 2.0
+            || Instant::now() > deadline
+        {
+            break (s, body);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(value(&s, "flock_turns_total", ("agent", "worker")) >= Some(2.0), "{body}");
+    assert_eq!(value(&s, "flock_process_up", ("name", "worker")), Some(1.0), "{body}");
+    assert_eq!(value(&s, "flock_mailbox_depth", ("name", "coordinator")), Some(0.0), "{body}");
+    assert_eq!(value(&s, "flock_restarts_total", ("name", "worker")), Some(0.0), "{body}");
+    assert!(value(&s, "flock_channel_posts_total", ("channel", "team")) >= Some(1.0), "{body}");
+    assert!(
+        value(&s, "flock_process_resident_memory_bytes", ("name", "worker")) > Some(1e5),
+        "{body}"
+    );
+    let durable = s.samples.iter().find(|x| x.metric == "flock_messages_durable_total");
+    assert!(durable.map(|d| number(&d.value)) >= Some(1.0), "{body}");
+    // The turn-duration histogram has the worker's turns in its count.
+    assert!(
+        body.lines().any(|l| l.starts_with("flock_turn_duration_seconds_count{agent=\"worker\"}")),
+        "{body}"
+    );
+    // A restart is counted.
+    swarm.kill9("worker");
+    swarm.wait_until(
+        || value(&scrape().0, "flock_restarts_total", ("name", "worker")) == Some(1.0),
+        SHORT,
+        "the restart in /metrics",
+    );
+}
+
+/// chromedriver and the Chromium it drives, or why the browser test cannot run here.
+fn browser() -> Result<(String, String), String> {
+    let find = |names: &[&str]| {
+        names.iter().map(|n| format!("/usr/bin/{n}")).find(|p| Path::new(p).exists())
+    };
+    let driver = find(&["chromedriver"]).ok_or("no /usr/bin/chromedriver")?;
+    let chromium = find(&["chromium", "chromium-browser"]).ok_or("no /usr/bin/chromium")?;
+    Ok((driver, chromium))
+}
+
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_driver(driver: &str) -> (Driver, u16) {
+    let port = free_port();
+    let child = Command::new(driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let deadline = Instant::now() + SHORT;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (Driver(child), port)
+}
+
+async fn open_browser(driver_port: u16, chromium: &str) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert("browserName".into(), json!("chrome"));
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": chromium,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1400,1100"],
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{driver_port}"))
+        .await
+        .expect("a WebDriver session in headless Chromium")
+}
+
+/// The text of the first element `css` selects, read in one script run (the page re-renders
+/// parts of itself live, so a found element may be replaced before its text is asked for).
+async fn text_of(c: &Client, css: &str) -> Option<String> {
+    let script = "const e = document.querySelector(arguments[0]); return e ? e.innerText : null;";
+    let v = c.execute(script, vec![json!(css)]).await.ok()?;
+    v.as_str().map(str::to_owned)
+}
+
+/// Polls the page until `css` has a text that `ok` accepts; its text, or a panic after `timeout`.
+async fn wait_text(c: &Client, css: &str, ok: impl Fn(&str) -> bool, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let t = text_of(c, css).await;
+        if let Some(t) = &t
+            && ok(t)
+        {
+            return t.clone();
+        }
+        if Instant::now() > deadline {
+            let html = c.source().await.unwrap_or_default();
+            panic!("`{css}` never matched (last: {t:?}); page:\n{html}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[test]
+fn the_dashboard_shows_the_swarm_live_in_a_real_browser() {
+    let (driver, chromium) = match browser() {
+        Ok(b) => b,
+        Err(why) => {
+            assert!(
+                std::env::var_os("FLOCK_REQUIRE_BROWSER").is_none(),
+                "FLOCK_REQUIRE_BROWSER is set but {why}: run scripts/setup-browser"
+            );
+            eprintln!("skipped: {why} (scripts/setup-browser installs Chromium and chromedriver)");
+            return;
+        }
+    };
+    let swarm = Swarm::builder(&yaml()).up_args(&["--ui", "127.0.0.1:0"]).start();
+    let url_file = swarm.state_dir().join("run/ui-url");
+    let url = std::fs::read_to_string(&url_file).expect("up writes the dashboard's URL");
+    let url = url.trim().to_owned();
+    assert!(url.starts_with("http://127.0.0.1:") && url.contains("/?token="), "{url}");
+    assert_eq!(swarm.ctl_ok(&["ui"]).trim(), url, "flockctl ui prints the same URL");
+    let addr = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    swarm.ctl_ok(&["channel", "create", "team", "--members", "worker", "--as", "alice"]);
+
+    // Refusals, over plain HTTP: no token, a wrong token (cookie, bearer or URL), a foreign Host.
+    assert_eq!(get(&addr, "/api/state", "").0, 401);
+    assert_eq!(get(&addr, "/api/state", "Cookie: flock_ui=nope\r\n").0, 401);
+    assert_eq!(get(&addr, "/api/state", "Authorization: Bearer nope\r\n").0, 401);
+    assert_eq!(get(&addr, "/?token=0123", "").0, 401);
+    let token = url.split("token=").nth(1).unwrap();
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    assert_eq!(get(&addr, "/api/state", &bearer).0, 200);
+    let rebinding = format!(
+        "GET /api/state HTTP/1.1\r\nHost: evil.example:80\r\nConnection: close\r\n{bearer}\r\n"
+    );
+    assert_eq!(http(&addr, &rebinding).0, 403);
+
+    let (_driver, driver_port) = start_driver(&driver);
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    rt.block_on(async {
+        let c = open_browser(driver_port, &chromium).await;
+        // A wrong token in the URL shows the refusal, not the swarm.
+        c.goto(&format!("http://{addr}/?token=wrong")).await.unwrap();
+        let body = text_of(&c, "body").await.unwrap_or_default();
+        assert!(body.contains("Wrong token"), "{body}");
+        assert!(c.find(Locator::Css("#ps")).await.is_err(), "the page must not load");
+
+        // The right URL: the token becomes a cookie and leaves the address bar.
+        c.goto(&url).await.unwrap();
+        let here = c.current_url().await.unwrap();
+        assert!(!here.as_str().contains("token"), "{here}");
+        for agent in ["coordinator", "worker"] {
+            let css = format!("#ps tr[data-name='{agent}'] td.state-cell");
+            wait_text(&c, &css, |t| t == "ready", SHORT).await;
+        }
+        wait_text(&c, "#live", |t| t == "live", SHORT).await;
+
+        // kill -9 → the restart shows within 2 s (the supervisor restarts in milliseconds).
+        let restarts = |c: &Client| {
+            let c = c.clone();
+            async move { text_of(&c, "#ps tr[data-name='worker'] td.restarts").await }
+        };
+        assert_eq!(restarts(&c).await.as_deref(), Some("0"));
+        let killed = Instant::now();
+        swarm.kill9("worker");
+        wait_text(&c, "#ps tr[data-name='worker'] td.restarts", |t| t == "1", SHORT).await;
+        let seen = killed.elapsed();
+        assert!(seen <= Duration::from_secs(2), "the restart took {seen:?} to show");
+
+        // A post typed into the page lands in the channel, as the name given.
+        let team = c.wait().for_element(Locator::Css("li[data-channel='team']")).await.unwrap();
+        team.click().await.unwrap();
+        let who = c.find(Locator::Css("#post-as")).await.unwrap();
+        who.clear().await.unwrap();
+        who.send_keys("carol").await.unwrap();
+        let text = c.find(Locator::Css("#post-text")).await.unwrap();
+        text.send_keys("status please @worker").await.unwrap();
+        c.find(Locator::Css("#post-button")).await.unwrap().click().await.unwrap();
+        wait_text(&c, "#messages", |t| t.contains("human:carol: status please @worker"), SHORT)
+            .await;
+        let read = swarm.ctl_ok(&["read", "#team"]);
+        assert!(read.contains("human:carol: status please @worker"), "{read}");
+        // The mention woke the worker; its answer reaches the page without a reload.
+        wait_text(&c, "#messages", |t| t.contains("worker: worker here: all green"), LONG).await;
+
+        if let Some(path) = std::env::var_os("FLOCK_DASHBOARD_SCREENSHOT") {
+            std::fs::write(path, c.screenshot().await.unwrap()).unwrap();
+        }
+        c.close().await.unwrap();
+    });
+}
