@@ -11,6 +11,7 @@ mod channels;
 mod cli;
 mod delivery;
 mod isolation;
+mod live_view;
 mod llm;
 mod local_model;
 mod permissions;
