@@ -352,9 +352,12 @@ pub struct ChainRow {
 pub enum ControlRequest {
     /// Every live actor and process.
     Ps,
-    /// Last `lines` log lines of an agent; with `follow`, keep streaming.
+    /// Last `lines` log lines of an agent (answered with `LogLines`); with `follow`, keep
+    /// streaming. Without an agent: the last `lines` of every log (agents, the model, the
+    /// bridges), in order of time, then with `follow` every new line of any of them, agents
+    /// created later included (answered with `SourcedLogLines`).
     Logs {
-        agent: String,
+        agent: Option<String>,
         lines: u32,
         follow: bool,
     },
@@ -403,12 +406,24 @@ pub enum ControlReply {
     Ps(Vec<PsRow>),
     /// Log lines, oldest first; more may follow when following.
     LogLines(Vec<String>),
+    /// Log lines of several logs, each with the log it comes from, oldest first; more may follow
+    /// when following.
+    SourcedLogLines(Vec<SourcedLine>),
     DeadLetters(Vec<DeadLetter>),
     /// The request was carried out; a human-readable confirmation.
     Done(String),
     /// A tool's JSON result.
     Json(String),
     Chains(Vec<ChainRow>),
+}
+
+/// A line of one of the swarm's logs (`flockctl logs` without an agent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourcedLine {
+    /// The log's name: an agent, the model, a bridge; empty for a note of the supervisor's
+    /// (e.g. lines skipped for a slow client).
+    pub source: String,
+    pub line: String,
 }
 
 /// One row of `flockctl ps`.

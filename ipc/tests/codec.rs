@@ -36,7 +36,7 @@ fn ps_row() -> impl Strategy<Value = PsRow> {
 fn control() -> impl Strategy<Value = ControlRequest> {
     prop_oneof![
         Just(ControlRequest::Ps),
-        (s(), any::<u32>(), any::<bool>())
+        (proptest::option::of(s()), any::<u32>(), any::<bool>())
             .prop_map(|(agent, lines, follow)| ControlRequest::Logs { agent, lines, follow }),
         s().prop_map(|agent| ControlRequest::Stop { agent }),
         s().prop_map(|agent| ControlRequest::Start { agent }),
@@ -96,6 +96,11 @@ fn control_reply() -> impl Strategy<Value = ControlReply> {
     prop_oneof![
         proptest::collection::vec(ps_row(), 0..4).prop_map(ControlReply::Ps),
         proptest::collection::vec(s(), 0..4).prop_map(ControlReply::LogLines),
+        proptest::collection::vec((s(), s()), 0..4).prop_map(
+            |lines| ControlReply::SourcedLogLines(
+                lines.into_iter().map(|(source, line)| SourcedLine { source, line }).collect()
+            )
+        ),
         (any::<u128>(), s(), any::<u32>()).prop_map(|(id, t, attempts)| ControlReply::DeadLetters(
             vec![DeadLetter {
                 id,

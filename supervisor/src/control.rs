@@ -6,8 +6,11 @@ use std::sync::Arc;
 use flock_actors::channels::{Caller, ChannelsMsg};
 use flock_actors::gateway::GatewayMsg;
 use flock_actors::{ControlCall, RouterMsg, StoreMsg};
-use flock_ipc::{Body, ControlReply, ControlRequest, ErrorCode, Frame, Outbox, PsRow, ROUTER};
+use flock_ipc::{
+    Body, ControlReply, ControlRequest, ErrorCode, Frame, Outbox, PsRow, ROUTER, SourcedLine,
+};
 use ractor::ActorRef;
+use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use crate::children::ChildMsg;
@@ -85,51 +88,20 @@ async fn run(
         }
         ControlRequest::Logs { agent, lines, follow } => {
             let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;
-            let is_model = ctx.model.is_some() && agent == crate::model::NAME;
-            let bridges: Vec<String> = ctx
-                .bridges
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .map(|b| crate::bridges::log_name(&b.name))
-                .collect();
-            let is_bridge = bridges.contains(&agent);
-            if !is_model && !is_bridge && !children.iter().any(|c| c.name == agent) {
-                let names: Vec<_> = children
+            let mut names: Vec<String> = children.into_iter().map(|c| c.name).collect();
+            if ctx.model.is_some() {
+                names.push(crate::model::NAME.into());
+            }
+            names.extend(
+                ctx.bridges
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
                     .iter()
-                    .map(|c| c.name.as_str())
-                    .chain(bridges.iter().map(String::as_str))
-                    .collect();
-                return Err((
-                    ErrorCode::AgentNotFound,
-                    format!("no agent named `{agent}`; agents: {}", names.join(", ")),
-                ));
-            }
-            let (tail, mut live) = ctx.logs.tail(&agent, lines as usize);
-            if !follow {
-                return Ok(ControlReply::LogLines(tail));
-            }
-            outbox
-                .send(reply(Body::ControlReply(ControlReply::LogLines(tail))))
-                .await
-                .map_err(internal)?;
-            // Stream until the client goes away (its outbox closes).
-            loop {
-                match live.recv().await {
-                    Ok(line) => {
-                        let frame = reply(Body::ControlReply(ControlReply::LogLines(vec![line])));
-                        if outbox.send(frame).await.is_err() {
-                            return Ok(ControlReply::Done(String::new()));
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        let note = format!("… {n} lines skipped (client too slow) …");
-                        let _ = outbox
-                            .send(reply(Body::ControlReply(ControlReply::LogLines(vec![note]))))
-                            .await;
-                    }
-                    Err(_) => return Ok(ControlReply::Done(String::new())),
-                }
+                    .map(|b| crate::bridges::log_name(&b.name)),
+            );
+            match agent {
+                Some(agent) => logs_of(ctx, &names, agent, lines, follow, outbox, reply).await,
+                None => all_logs(ctx, &names, lines, follow, outbox, reply).await,
             }
         }
         ControlRequest::Stop { agent } => {
@@ -208,6 +180,76 @@ async fn run(
         ControlRequest::Down => {
             let _ = ctx.shutdown.send(crate::up::StopReason::Requested("flockctl down".into()));
             Ok(ControlReply::Done("stopping every agent, then the supervisor".into()))
+        }
+    }
+}
+
+/// `flockctl logs AGENT [-f]`.
+async fn logs_of(
+    ctx: &ControlCtx,
+    names: &[String],
+    agent: String,
+    lines: u32,
+    follow: bool,
+    outbox: &Outbox,
+    reply: &impl Fn(Body) -> Frame,
+) -> CtlResult {
+    if !names.contains(&agent) {
+        return Err((
+            ErrorCode::AgentNotFound,
+            format!("no agent named `{agent}`; agents: {}", names.join(", ")),
+        ));
+    }
+    let (tail, mut live) = ctx.logs.tail(&agent, lines as usize);
+    if !follow {
+        return Ok(ControlReply::LogLines(tail));
+    }
+    outbox.send(reply(Body::ControlReply(ControlReply::LogLines(tail)))).await.map_err(internal)?;
+    // Stream until the client goes away (its outbox closes).
+    loop {
+        let lines = match live.recv().await {
+            Ok(line) => vec![line],
+            Err(RecvError::Lagged(n)) => vec![format!("… {n} lines skipped (client too slow) …")],
+            Err(RecvError::Closed) => return Ok(ControlReply::Done(String::new())),
+        };
+        if outbox.send(reply(Body::ControlReply(ControlReply::LogLines(lines)))).await.is_err() {
+            return Ok(ControlReply::Done(String::new()));
+        }
+    }
+}
+
+/// `flockctl logs [-f]` without an agent: every log (agents, the model, the bridges) on one
+/// stream, each line with the name of its log.
+async fn all_logs(
+    ctx: &ControlCtx,
+    names: &[String],
+    lines: u32,
+    follow: bool,
+    outbox: &Outbox,
+    reply: &impl Fn(Body) -> Frame,
+) -> CtlResult {
+    let sourced = |lines: Vec<crate::logs::Sourced>| {
+        let lines = lines
+            .into_iter()
+            .map(|(source, line)| SourcedLine { source: source.to_string(), line })
+            .collect();
+        ControlReply::SourcedLogLines(lines)
+    };
+    let (tail, mut live) = ctx.logs.tail_all(names, lines as usize);
+    if !follow {
+        return Ok(sourced(tail));
+    }
+    outbox.send(reply(Body::ControlReply(sourced(tail)))).await.map_err(internal)?;
+    loop {
+        let line = match live.recv().await {
+            Ok(line) => line,
+            Err(RecvError::Lagged(n)) => {
+                ("".into(), format!("… {n} lines skipped (client too slow) …"))
+            }
+            Err(RecvError::Closed) => return Ok(ControlReply::Done(String::new())),
+        };
+        if outbox.send(reply(Body::ControlReply(sourced(vec![line])))).await.is_err() {
+            return Ok(ControlReply::Done(String::new()));
         }
     }
 }

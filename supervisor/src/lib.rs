@@ -8,8 +8,10 @@
 pub mod backoff;
 pub mod bridges;
 pub mod children;
+pub mod cli;
 pub mod control;
 pub mod journal_cli;
+pub mod live;
 pub mod logs;
 pub mod memory_cli;
 pub mod model;

@@ -1,6 +1,7 @@
 //! Per-agent logs: every line an agent prints goes to `<state>/logs/<agent>.log` (rotated by
 //! size, 3 old files kept), into an in-memory ring buffer for `flockctl logs`, and to live
-//! followers (`flockctl logs -f`).
+//! followers (`flockctl logs -f`): those of that agent, and those of every log (`flockctl logs
+//! -f` without an agent), who also see the lines of agents created after they began.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
@@ -73,10 +74,23 @@ pub fn tail_lines(path: &std::path::Path, n: usize) -> VecDeque<String> {
     lines[lines.len().saturating_sub(n)..].iter().map(|s| s.to_string()).collect()
 }
 
+/// A line of any log, with the name of its log (what followers of every log receive).
+pub type Sourced = (Arc<str>, String);
+
+/// Lines of every log a follower of all of them may fall behind by before it skips some.
+const ALL_CAPACITY: usize = 4096;
+
+#[derive(Default)]
+struct Logs {
+    agents: HashMap<String, AgentLog>,
+    /// Every line of every log; created with the first follower of all logs.
+    all: Option<broadcast::Sender<Sourced>>,
+}
+
 /// All agents' logs.
 #[derive(Clone, Default)]
 pub struct LogHub {
-    inner: Arc<Mutex<HashMap<String, AgentLog>>>,
+    inner: Arc<Mutex<Logs>>,
     dir: PathBuf,
 }
 
@@ -91,18 +105,31 @@ impl LogHub {
         LogHub { inner: Arc::default(), dir }
     }
 
-    fn with<T>(&self, agent: &str, f: impl FnOnce(&mut AgentLog) -> T) -> T {
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let log = map
+    fn lock(&self) -> std::sync::MutexGuard<'_, Logs> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn open<'a>(&self, logs: &'a mut Logs, agent: &str) -> &'a mut AgentLog {
+        logs.agents
             .entry(agent.to_owned())
-            .or_insert_with(|| AgentLog::open(self.dir.join(format!("{agent}.log"))));
-        f(log)
+            .or_insert_with(|| AgentLog::open(self.dir.join(format!("{agent}.log"))))
+    }
+
+    fn with<T>(&self, agent: &str, f: impl FnOnce(&mut AgentLog) -> T) -> T {
+        let mut logs = self.lock();
+        f(self.open(&mut logs, agent))
     }
 
     /// Appends one line, stamped with the time and the stream it came from.
     pub fn line(&self, agent: &str, stream: &str, text: &str) {
         let line = format!("{} {stream} {text}", utc_now());
-        self.with(agent, |l| l.push(line));
+        let mut logs = self.lock();
+        if let Some(all) = &logs.all
+            && all.receiver_count() > 0
+        {
+            let _ = all.send((Arc::from(agent), line.clone()));
+        }
+        self.open(&mut logs, agent).push(line);
     }
 
     /// The last `n` lines and a receiver for the lines after them.
@@ -111,6 +138,32 @@ impl LogHub {
             let skip = l.ring.len().saturating_sub(n);
             (l.ring.iter().skip(skip).cloned().collect(), l.live.subscribe())
         })
+    }
+
+    /// The last `n` lines of each of `names`' logs and of every log written since the
+    /// supervisor started, merged (see [`merge`]), and a receiver for every line of every log
+    /// after them, logs created later included.
+    pub fn tail_all(
+        &self,
+        names: &[String],
+        n: usize,
+    ) -> (Vec<Sourced>, broadcast::Receiver<Sourced>) {
+        let mut logs = self.lock();
+        let mut all: Vec<String> = logs.agents.keys().cloned().collect();
+        all.extend(names.iter().cloned());
+        all.sort();
+        all.dedup();
+        let tails = all
+            .into_iter()
+            .map(|name| {
+                let log = self.open(&mut logs, &name);
+                let skip = log.ring.len().saturating_sub(n);
+                let lines = log.ring.iter().skip(skip).cloned().collect();
+                (name, lines)
+            })
+            .collect();
+        let live = logs.all.get_or_insert_with(|| broadcast::channel(ALL_CAPACITY).0).subscribe();
+        (merge(tails), live)
     }
 
     /// Copies a child's output stream into the agent's log until it closes.
@@ -128,6 +181,37 @@ impl LogHub {
             }
         });
     }
+}
+
+/// Several logs' lines as one list: in order of time when every line starts with a timestamp
+/// (as [`LogHub::line`] writes them; lines of the same time keep their log's order), else log
+/// by log.
+pub fn merge(logs: Vec<(String, Vec<String>)>) -> Vec<Sourced> {
+    let mut lines: Vec<Sourced> = logs
+        .into_iter()
+        .flat_map(|(name, lines)| {
+            let name: Arc<str> = Arc::from(name);
+            lines.into_iter().map(move |l| (name.clone(), l))
+        })
+        .collect();
+    if lines.iter().all(|(_, l)| timestamp(l).is_some()) {
+        lines.sort_by(|a, b| timestamp(&a.1).cmp(&timestamp(&b.1)));
+    }
+    lines
+}
+
+/// The `YYYY-MM-DDTHH:MM:SS.mmmZ` a log line starts with, if it does.
+fn timestamp(line: &str) -> Option<&str> {
+    let stamp = line.split(' ').next()?;
+    let b = stamp.as_bytes();
+    let ok = b.len() >= 20
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && stamp.ends_with('Z')
+        && b[..4].iter().all(u8::is_ascii_digit);
+    ok.then_some(stamp)
 }
 
 /// Current UTC time as `YYYY-MM-DDTHH:MM:SS.mmmZ` (the journal's format).
@@ -154,5 +238,33 @@ mod tests {
         assert!(dir.path().join("a.log.1").exists());
         let fresh = std::fs::read_to_string(dir.path().join("a.log")).unwrap();
         assert_eq!(fresh.lines().count(), 1);
+    }
+
+    #[test]
+    fn following_every_log_sees_logs_created_later() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("old.log"), "2000-01-01T00:00:02.000Z out second\n")
+            .unwrap();
+        let hub = LogHub::new(dir.path().to_path_buf());
+        hub.line("a", "out", "third");
+        let (tail, mut live) = hub.tail_all(&["old".into()], 10);
+        let tail: Vec<_> = tail.iter().map(|(n, l)| format!("{n}: {l}")).collect();
+        assert_eq!(tail.len(), 2, "{tail:?}");
+        assert!(tail[0].starts_with("old: ") && tail[1].ends_with("out third"), "{tail:?}");
+        hub.line("newcomer", "err", "hello");
+        let (name, line) = live.try_recv().unwrap();
+        assert_eq!((&*name, line.ends_with("err hello")), ("newcomer", true));
+    }
+
+    #[test]
+    fn merge_orders_by_time_only_when_every_line_has_one() {
+        let t = |s: &str| format!("2026-01-01T00:00:0{s}.000Z out {s}");
+        let merged = merge(vec![("a".into(), vec![t("1"), t("3")]), ("b".into(), vec![t("2")])]);
+        let order: Vec<&str> = merged.iter().map(|(n, _)| &**n).collect();
+        assert_eq!(order, ["a", "b", "a"]);
+        let merged =
+            merge(vec![("a".into(), vec![t("3"), "plain".into()]), ("b".into(), vec![t("1")])]);
+        let order: Vec<&str> = merged.iter().map(|(n, _)| &**n).collect();
+        assert_eq!(order, ["a", "a", "b"]);
     }
 }

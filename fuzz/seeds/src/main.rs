@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use flock_ipc::{
     Body, ChainEnd, ChainOutcome, ChainRow, ControlReply, ControlRequest, DeadLetter, Delivery,
     DeliveryKind, ErrorCode, Frame, Hello, MsgId, OPERATOR, PROTOCOL_VERSION, PsRow, ROUTER,
-    SendMode, Welcome,
+    SendMode, SourcedLine, Welcome,
 };
 
 /// Same as `flock_ipc_fuzz::{KNOWN_AGENT, KNOWN_TOKEN}` (the agent the mirrored router knows).
@@ -163,7 +163,8 @@ fn control_requests() -> Vec<(&'static str, ControlRequest)> {
     let agent = || AGENT.to_string();
     vec![
         ("ps", ControlRequest::Ps),
-        ("logs", ControlRequest::Logs { agent: agent(), lines: 50, follow: true }),
+        ("logs", ControlRequest::Logs { agent: Some(agent()), lines: 50, follow: true }),
+        ("logs-all", ControlRequest::Logs { agent: None, lines: 20, follow: false }),
         ("stop", ControlRequest::Stop { agent: agent() }),
         ("start", ControlRequest::Start { agent: agent() }),
         ("restart", ControlRequest::Restart { agent: agent() }),
@@ -236,6 +237,13 @@ fn control_replies() -> Vec<(&'static str, Body)> {
     vec![
         ("ps", Body::ControlReply(ControlReply::Ps(vec![ps]))),
         ("loglines", Body::ControlReply(ControlReply::LogLines(vec!["a".into(), "b".into()]))),
+        (
+            "sourced-loglines",
+            Body::ControlReply(ControlReply::SourcedLogLines(vec![
+                SourcedLine { source: AGENT.into(), line: "a".into() },
+                SourcedLine { source: String::new(), line: "… 3 lines skipped …".into() },
+            ])),
+        ),
         ("dead-letters", Body::ControlReply(ControlReply::DeadLetters(vec![dead]))),
         ("done", Body::ControlReply(ControlReply::Done("stopped worker".into()))),
         (

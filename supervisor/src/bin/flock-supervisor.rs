@@ -1,57 +1,10 @@
 //! `flock-supervisor`: start a swarm (`up`) or check a swarm file (`validate`).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use flock_supervisor::cli::{Cli, Command};
 use flock_supervisor::paths::StateDir;
-
-#[derive(Parser)]
-#[command(
-    name = "flock-supervisor",
-    version,
-    about = "Run a team of LLM agents as supervised OS processes"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Start every agent of a swarm file and supervise them until Ctrl-C, SIGTERM or `flockctl down`.
-    Up {
-        /// The swarm file (YAML), e.g. examples/office.yaml.
-        file: PathBuf,
-        /// Run in the background; returns once the swarm is ready. Output: <state-dir>/logs/supervisor.log.
-        #[arg(long)]
-        detach: bool,
-        /// Where the swarm keeps its database, sockets, logs and workspaces [default: $FLOCK_HOME or ~/.flock].
-        #[arg(long, value_name = "DIR")]
-        state_dir: Option<PathBuf>,
-        /// Run every embedded-model agent on this local model instead of the swarm file's
-        /// (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b; fetch with `scripts/setup --model NAME`).
-        #[arg(long, value_name = "NAME")]
-        model: Option<String>,
-        /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0 picks
-        /// one). Off by default; no token: keep it on loopback or behind your firewall.
-        #[arg(long, value_name = "ADDR")]
-        metrics: Option<std::net::SocketAddr>,
-        /// Serve the live web dashboard at ADDR (e.g. 127.0.0.1:8080; port 0 picks one). Its URL,
-        /// with this run's token, is printed at start and by `flockctl ui`.
-        #[arg(long, value_name = "ADDR")]
-        ui: Option<std::net::SocketAddr>,
-    },
-    /// Check a swarm file and print every problem at once, with line and column.
-    Validate {
-        /// The swarm file (YAML).
-        file: PathBuf,
-        /// Print only the name of the local model the swarm needs (nothing if none): for scripts
-        /// that fetch and build the embedded model only when it is used.
-        #[arg(long)]
-        local_model: bool,
-    },
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -1,5 +1,6 @@
 //! `flockctl`: drive a running swarm over its control socket.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -7,7 +8,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Parser, Subcommand};
 use flock_ipc::{Body, Connection, ControlReply, ControlRequest, Frame, PsRow, ROUTER, SendMode};
 use flock_supervisor::paths::StateDir;
-use flock_supervisor::{journal_cli, memory_cli};
+use flock_supervisor::{journal_cli, live, memory_cli};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -81,14 +82,23 @@ settings:
 
 #[derive(Subcommand)]
 enum Command {
-    /// List every process and actor: state, pid, uptime, restarts, last exit, mailbox, turns, memory.
+    /// List every process and actor: state, pid, uptime, restarts, last exit, mailbox, turns,
+    /// memory, tokens.
+    ///
+    /// On a terminal, states are in colour (green: ready or running, cyan: busy, yellow: starting,
+    /// restarting, stopping; red: failed, stopped, exited) unless NO_COLOR is set.
     Ps {
-        /// Print a JSON array instead of a table.
+        /// Print a JSON array instead of a table (with --watch: one compact array per line).
         #[arg(long)]
         json: bool,
-        /// Redraw every second until interrupted.
-        #[arg(long)]
+        /// Keep showing it, refreshed every --interval: on a terminal a live view redrawn in
+        /// place (Ctrl-C quits); piped, a new table each time, after a blank line.
+        #[arg(short, long)]
         watch: bool,
+        /// With --watch: seconds between refreshes.
+        #[arg(long, value_name = "SECS", default_value_t = 1, requires = "watch",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        interval: u64,
     },
     /// Send a message to an agent as human:operator; exits 0 once it is in the agent's durable
     /// mailbox. The agent's answer is posted in your DM with it (`flockctl read dm-AGENT--human-operator`);
@@ -122,13 +132,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show an agent's log (spawns, exits, turns, tool calls).
+    /// Show an agent's log (spawns, exits, turns, tool calls); without an agent, every log (the
+    /// agents', the model's, the bridges'), each line after the name of its log, in order of
+    /// time.
     Logs {
-        agent: String,
-        /// Keep printing new lines.
+        /// The agent, the model or a bridge (`flockctl ps` lists them) [default: all of them].
+        agent: Option<String>,
+        /// Keep printing new lines (without an agent: of every log, agents created later too).
         #[arg(short, long)]
         follow: bool,
-        /// How many past lines to show.
+        /// How many past lines to show (without an agent: of each log).
         #[arg(short = 'n', long, default_value_t = 100)]
         lines: u32,
     },
@@ -251,6 +264,14 @@ enum Command {
         /// Open the URL with xdg-open (or $BROWSER).
         #[arg(long)]
         open: bool,
+    },
+    /// Write the manual pages of flockctl and flock-supervisor, a page per subcommand too
+    /// (flockctl.1, flockctl-ps.1, …, flock-supervisor.1, …); `man flockctl` finds them once they
+    /// are in a man1 directory of the MANPATH (e.g. `flockctl man --dir ~/.local/share/man/man1`).
+    Man {
+        /// Where to write them (created if missing).
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
     },
 }
 
@@ -468,6 +489,112 @@ async fn next_reply(conn: &mut Connection) -> Result<ControlReply> {
     }
 }
 
+async fn ps(conn: &mut Connection) -> Result<Vec<PsRow>> {
+    match control(conn, ControlRequest::Ps).await? {
+        ControlReply::Ps(rows) => Ok(rows),
+        other => bail!("unexpected answer to ps: {other:?}"),
+    }
+}
+
+/// `ps --watch`: on a terminal, a live view redrawn in place; piped, a table (or a line of
+/// JSON) every `interval`, with no escape codes.
+async fn watch_ps(
+    conn: &mut Connection,
+    json: bool,
+    interval: std::time::Duration,
+) -> Result<ExitCode> {
+    let mut screen =
+        if !json && live::stdout_is_tty() { Some(live::Screen::enter()?) } else { None };
+    let colour = screen.is_some() && live::colour_wanted();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut first = true;
+    loop {
+        tick.tick().await;
+        let rows = ps(conn).await?;
+        let header = live::header(&rows, &flock_supervisor::logs::utc_now(), colour);
+        let written = if json {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", serde_json::to_string(&rows)?).and_then(|()| out.flush())
+        } else if let Some(screen) = &mut screen {
+            let hint = format!("every {} s, Ctrl-C to quit", interval.as_secs());
+            let hint = if colour { format!("\x1b[2m{hint}\x1b[0m") } else { hint };
+            screen.draw(&format!("{header}  ({hint})\n\n{}", live::table(&rows, colour)))
+        } else {
+            let mut out = std::io::stdout().lock();
+            let gap = if first { "" } else { "\n" };
+            write!(out, "{gap}{header}\n{}", live::table(&rows, false)).and_then(|()| out.flush())
+        };
+        first = false;
+        if let Err(e) = written {
+            return if e.kind() == std::io::ErrorKind::BrokenPipe {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                Err(e.into())
+            };
+        }
+    }
+}
+
+/// `flockctl logs [AGENT]` with no swarm running: the files.
+fn logs_without_swarm(state: &StateDir, agent: Option<&str>, lines: usize) -> Result<ExitCode> {
+    let dir = state.logs_dir();
+    let mut out = std::io::stdout().lock();
+    if let Some(agent) = agent {
+        let path = state.agent_log(agent);
+        if !path.exists() {
+            bail!("no log for `{agent}` in {} and no swarm is running", dir.display());
+        }
+        eprintln!("(no swarm is running; showing {})", path.display());
+        for line in flock_supervisor::logs::tail_lines(&path, lines) {
+            writeln!(out, "{line}")?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Every `NAME.log` (rotated ones end in .log.N) but the supervisor's own output.
+    let mut logs = Vec::new();
+    for entry in std::fs::read_dir(&dir)
+        .with_context(|| format!("no logs in {} and no swarm is running", dir.display()))?
+    {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()?.strip_suffix(".log")) else {
+            continue;
+        };
+        if name != "supervisor" {
+            let tail = flock_supervisor::logs::tail_lines(&path, lines);
+            logs.push((name.to_owned(), tail.into_iter().collect()));
+        }
+    }
+    logs.sort();
+    eprintln!("(no swarm is running; showing the logs in {})", dir.display());
+    let mut prefix =
+        live::Prefixer::new(logs.iter().map(|(n, _)| n.as_str()), live::colour_wanted());
+    for (source, line) in flock_supervisor::logs::merge(logs) {
+        writeln!(out, "{}", prefix.line(&source, &line))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `flockctl man`: the manual pages of both commands, one per subcommand too.
+fn man_pages(dir: &std::path::Path) -> Result<ExitCode> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    for cmd in [
+        <Cli as clap::CommandFactory>::command(),
+        <flock_supervisor::cli::Cli as clap::CommandFactory>::command(),
+    ] {
+        let name = cmd.get_name().to_owned();
+        clap_mangen::generate_to(cmd, dir)
+            .with_context(|| format!("write the manual pages of {name} to {}", dir.display()))?;
+    }
+    let mut pages: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("flock") && n.ends_with(".1"))
+        .collect();
+    pages.sort();
+    println!("wrote {} manual pages to {}: {}", pages.len(), dir.display(), pages.join(" "));
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The DM of the operator with `agent` (where its answers are posted).
 fn dm_of(agent: &str) -> String {
     flock_actors::channels::delta::dm_channel_id(agent, "human:operator")
@@ -565,6 +692,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         clap_complete::generate(*shell, &mut cmd, "flockctl", &mut std::io::stdout());
         return Ok(ExitCode::SUCCESS);
     }
+    if let Command::Man { dir } = &cli.command {
+        return man_pages(dir);
+    }
     let state = StateDir::resolve(cli.state_dir.as_deref())?;
     if let Command::Ui { open } = &cli.command {
         return ui(&state, *open);
@@ -601,39 +731,39 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    // Logs outlive the swarm: read the file when no supervisor is running.
+    // Logs outlive the swarm: read the files when no supervisor is running.
     if let Command::Logs { agent, follow: false, lines } = &cli.command
         && std::os::unix::net::UnixStream::connect(state.control_socket()).is_err()
     {
-        let path = state.agent_log(agent);
-        if !path.exists() {
-            bail!("no log for `{agent}` in {} and no swarm is running", state.logs_dir().display());
-        }
-        eprintln!("(no swarm is running; showing {})", path.display());
-        for line in flock_supervisor::logs::tail_lines(&path, *lines as usize) {
-            println!("{line}");
-        }
-        return Ok(ExitCode::SUCCESS);
+        return logs_without_swarm(&state, agent.as_deref(), *lines as usize);
     }
     let mut conn = connect(&state).await?;
     match cli.command {
-        Command::Ps { json, watch } => loop {
-            let ControlReply::Ps(rows) = control(&mut conn, ControlRequest::Ps).await? else {
-                bail!("unexpected answer to ps");
-            };
+        Command::Ps { json, watch: false, .. } => {
+            let rows = ps(&mut conn).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                if watch {
-                    print!("\x1b[2J\x1b[H");
+                print!("{}", live::table(&rows, live::colour_wanted()));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ps { json, watch: true, interval } => {
+            let interval = std::time::Duration::from_secs(interval);
+            // Ctrl-C (or SIGTERM) ends the view cleanly: the terminal is given back as it was.
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            let stop = async {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
                 }
-                print!("{}", table(&rows));
+            };
+            tokio::select! {
+                r = watch_ps(&mut conn, json, interval) => r,
+                _ = stop => Ok(ExitCode::SUCCESS),
             }
-            if !watch {
-                return Ok(ExitCode::SUCCESS);
-            }
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        },
+        }
         Command::Send { agent, text, at_most_once, wait, timeout, json } => {
             let text = text_or_stdin(text)?;
             let mode = if at_most_once { SendMode::AtMostOnce } else { SendMode::Durable };
@@ -778,13 +908,37 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Logs { agent, follow, lines } => {
+            // Without an agent, lines carry the name of their log: line them up from the start
+            // with the names of every process.
+            let mut prefix = if agent.is_none() {
+                let rows = ps(&mut conn).await?;
+                // Agents, the model, the bridges: the rows that have a log.
+                let logged = |r: &&PsRow| matches!(r.kind.as_str(), "agent" | "process" | "bridge");
+                let names = rows.iter().filter(logged).map(|r| r.name.as_str());
+                Some(live::Prefixer::new(names, live::colour_wanted()))
+            } else {
+                None
+            };
             let req = ControlRequest::Logs { agent, lines, follow };
             let mut reply = control(&mut conn, req).await?;
+            let mut out = std::io::stdout().lock();
             loop {
-                if let ControlReply::LogLines(lines) = &reply {
-                    for l in lines {
-                        println!("{l}");
+                let written = match (&reply, &mut prefix) {
+                    (ControlReply::LogLines(lines), _) => {
+                        lines.iter().try_for_each(|l| writeln!(out, "{l}"))
                     }
+                    (ControlReply::SourcedLogLines(lines), Some(p)) => lines
+                        .iter()
+                        .try_for_each(|l| writeln!(out, "{}", p.line(&l.source, &l.line))),
+                    _ => Ok(()),
+                };
+                if let Err(e) = written.and_then(|()| out.flush()) {
+                    // The reader went away (`| head`): nothing more to show.
+                    return if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        Ok(ExitCode::SUCCESS)
+                    } else {
+                        Err(e.into())
+                    };
                 }
                 if !follow {
                     return Ok(ExitCode::SUCCESS);
@@ -843,6 +997,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         | Command::Memory { .. }
         | Command::Completions { .. }
         | Command::Ui { .. }
+        | Command::Man { .. }
         | Command::Bridge { command: BridgeCommand::Manifest { .. } } => {
             unreachable!("handled before connecting")
         }
@@ -1154,80 +1309,4 @@ fn done(reply: ControlReply) -> Result<ExitCode> {
         println!("{msg}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn human_bytes(b: Option<u64>) -> String {
-    match b {
-        None => "-".into(),
-        Some(b) if b >= 1 << 20 => format!("{:.1}M", b as f64 / (1u64 << 20) as f64),
-        Some(b) => format!("{}K", b >> 10),
-    }
-}
-
-fn human_secs(s: u64) -> String {
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{}s", s / 60, s % 60),
-        _ => format!("{}h{}m", s / 3600, (s / 60) % 60),
-    }
-}
-
-fn table(rows: &[PsRow]) -> String {
-    let header = [
-        "NAME",
-        "KIND",
-        "ROLE",
-        "SANDBOX",
-        "PID",
-        "STATE",
-        "UPTIME",
-        "RESTARTS",
-        "LAST EXIT",
-        "MAILBOX",
-        "TURNS",
-        "RSS",
-        "TOKENS IN/OUT",
-    ];
-    let cells: Vec<[String; 13]> = rows
-        .iter()
-        .map(|r| {
-            [
-                r.name.clone(),
-                r.kind.clone(),
-                r.role.clone(),
-                r.sandbox.clone().unwrap_or_else(|| "-".into()),
-                r.pid.map_or("-".into(), |p| p.to_string()),
-                r.state.clone(),
-                if r.pid.is_some() { human_secs(r.uptime_secs) } else { "-".into() },
-                r.restarts.to_string(),
-                r.last_exit.clone().unwrap_or_else(|| "-".into()),
-                r.mailbox_depth.to_string(),
-                r.turns_total.to_string(),
-                human_bytes(r.rss_bytes),
-                if r.tokens_in + r.tokens_out == 0 {
-                    "-".into()
-                } else {
-                    format!("{}/{}", r.tokens_in, r.tokens_out)
-                },
-            ]
-        })
-        .collect();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |cols: Vec<&str>, out: &mut String| {
-        let parts: Vec<String> =
-            cols.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        out.push_str(parts.join("  ").trim_end());
-        out.push('\n');
-    };
-    line(header.to_vec(), &mut out);
-    for row in &cells {
-        line(row.iter().map(String::as_str).collect(), &mut out);
-    }
-    out
 }

@@ -350,7 +350,7 @@ async fn agent(State(ui): Shared, Path(name): Path<String>) -> Response {
             None => Value::Null,
         };
         let logs = match c
-            .call(ControlRequest::Logs { agent: name.clone(), lines: 40, follow: false })
+            .call(ControlRequest::Logs { agent: Some(name.clone()), lines: 40, follow: false })
             .await
         {
             Ok(ControlReply::LogLines(l)) => l,

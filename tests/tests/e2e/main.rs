@@ -12,6 +12,7 @@ mod cli;
 mod dashboard;
 mod delivery;
 mod isolation;
+mod live_view;
 mod llm;
 mod local_model;
 mod permissions;

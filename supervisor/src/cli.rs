@@ -1,0 +1,53 @@
+//! The command line of `flock-supervisor` (here rather than in its binary so that `flockctl man`
+//! can write its manual page too).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "flock-supervisor",
+    version,
+    about = "Run a team of LLM agents as supervised OS processes"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Start every agent of a swarm file and supervise them until Ctrl-C, SIGTERM or `flockctl down`.
+    Up {
+        /// The swarm file (YAML), e.g. examples/office.yaml.
+        file: PathBuf,
+        /// Run in the background; returns once the swarm is ready. Output: <state-dir>/logs/supervisor.log.
+        #[arg(long)]
+        detach: bool,
+        /// Where the swarm keeps its database, sockets, logs and workspaces [default: $FLOCK_HOME or ~/.flock].
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// Run every embedded-model agent on this local model instead of the swarm file's
+        /// (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b; fetch with `scripts/setup --model NAME`).
+        #[arg(long, value_name = "NAME")]
+        model: Option<String>,
+        /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0 picks
+        /// one). Off by default; no token: keep it on loopback or behind your firewall.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
+        /// Serve the live web dashboard at ADDR (e.g. 127.0.0.1:8080; port 0 picks one). Its URL,
+        /// with this run's token, is printed at start and by `flockctl ui`.
+        #[arg(long, value_name = "ADDR")]
+        ui: Option<std::net::SocketAddr>,
+    },
+    /// Check a swarm file and print every problem at once, with line and column.
+    Validate {
+        /// The swarm file (YAML).
+        file: PathBuf,
+        /// Print only the name of the local model the swarm needs (nothing if none): for scripts
+        /// that fetch and build the embedded model only when it is used.
+        #[arg(long)]
+        local_model: bool,
+    },
+}

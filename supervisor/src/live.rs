@@ -1,0 +1,306 @@
+//! What `flockctl` shows on a terminal: the `ps` table with its states in colour, the live view
+//! of `ps --watch` (redrawn in place, like `top`), and the lines of every log with the name of
+//! their log in front (`logs -f` without an agent, like `docker compose logs -f`).
+//!
+//! Colours and cursor movements are written only to a terminal, and colours only when `NO_COLOR`
+//! is unset or empty (<https://no-color.org>): piped, the output is plain text.
+
+use std::io::{IsTerminal, Write};
+
+use flock_ipc::PsRow;
+
+const RESET: &str = "\x1b[0m";
+const BOLD: &str = "\x1b[1m";
+const DIM: &str = "\x1b[2m";
+const RED: &str = "\x1b[31m";
+const GREEN: &str = "\x1b[32m";
+const YELLOW: &str = "\x1b[33m";
+const CYAN: &str = "\x1b[36m";
+
+/// Whether standard output is a terminal.
+pub fn stdout_is_tty() -> bool {
+    std::io::stdout().is_terminal()
+}
+
+/// Whether to write colours: standard output is a terminal and `NO_COLOR` is unset or empty.
+pub fn colour_wanted() -> bool {
+    stdout_is_tty() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// The colour of a state in `flockctl ps`: green when it works, cyan when busy, yellow on its
+/// way up or down, red when it does not run.
+pub fn state_colour(state: &str) -> Option<&'static str> {
+    let word = state.split(['(', ' ', ':']).next().unwrap_or(state);
+    match word {
+        "ready" | "running" | "connected" => Some(GREEN),
+        "busy" => Some(CYAN),
+        "starting" | "restarting" | "backoff" | "stopping" | "connecting" | "reconnecting" => {
+            Some(YELLOW)
+        }
+        "failed" | "stopped" | "broken" | "exited" | "down" | "disconnected" => Some(RED),
+        _ => None,
+    }
+}
+
+pub fn human_bytes(b: Option<u64>) -> String {
+    match b {
+        None => "-".into(),
+        Some(b) if b >= 1 << 20 => format!("{:.1}M", b as f64 / (1u64 << 20) as f64),
+        Some(b) => format!("{}K", b >> 10),
+    }
+}
+
+pub fn human_secs(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{}s", s / 60, s % 60),
+        _ => format!("{}h{}m", s / 3600, (s / 60) % 60),
+    }
+}
+
+/// The `flockctl ps` table; with `colour`, the states in colour, the actors' rows dim and the
+/// column names bold (cells are padded before, so the columns line up either way).
+pub fn table(rows: &[PsRow], colour: bool) -> String {
+    const STATE: usize = 5;
+    let header = [
+        "NAME",
+        "KIND",
+        "ROLE",
+        "SANDBOX",
+        "PID",
+        "STATE",
+        "UPTIME",
+        "RESTARTS",
+        "LAST EXIT",
+        "MAILBOX",
+        "TURNS",
+        "RSS",
+        "TOKENS IN/OUT",
+    ];
+    let cells: Vec<[String; 13]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.name.clone(),
+                r.kind.clone(),
+                r.role.clone(),
+                r.sandbox.clone().unwrap_or_else(|| "-".into()),
+                r.pid.map_or("-".into(), |p| p.to_string()),
+                r.state.clone(),
+                if r.pid.is_some() { human_secs(r.uptime_secs) } else { "-".into() },
+                r.restarts.to_string(),
+                r.last_exit.clone().unwrap_or_else(|| "-".into()),
+                r.mailbox_depth.to_string(),
+                r.turns_total.to_string(),
+                human_bytes(r.rss_bytes),
+                if r.tokens_in + r.tokens_out == 0 {
+                    "-".into()
+                } else {
+                    format!("{}/{}", r.tokens_in, r.tokens_out)
+                },
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cols: Vec<&str>| -> String {
+        let parts: Vec<String> =
+            cols.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        parts.join("  ").trim_end().to_owned()
+    };
+    let mut out = String::new();
+    let head = line(header.to_vec());
+    if colour {
+        out.push_str(&format!("{BOLD}{head}{RESET}\n"));
+    } else {
+        out.push_str(&head);
+        out.push('\n');
+    }
+    for (row, r) in cells.iter().zip(rows) {
+        let text = line(row.iter().map(String::as_str).collect());
+        if !colour {
+            out.push_str(&text);
+        } else if r.kind == "actor" {
+            out.push_str(&format!("{DIM}{text}{RESET}"));
+        } else if let Some(c) = state_colour(&r.state) {
+            // The state cell starts after the padded cells before it.
+            let at: usize = widths[..STATE].iter().map(|w| w + 2).sum();
+            let (before, rest) = split_at_char(&text, at);
+            let (state, after) = split_at_char(rest, r.state.chars().count());
+            out.push_str(&format!("{before}{c}{state}{RESET}{after}"));
+        } else {
+            out.push_str(&text);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn split_at_char(s: &str, n: usize) -> (&str, &str) {
+    let i = s.char_indices().nth(n).map_or(s.len(), |(i, _)| i);
+    s.split_at(i)
+}
+
+/// The line above the live table: how long the swarm has been up, how many agents are ready of
+/// how many, how many are busy, and the time (UTC).
+pub fn header(rows: &[PsRow], now: &str, colour: bool) -> String {
+    let uptime = rows.iter().find(|r| r.kind == "supervisor").map_or(0, |r| r.uptime_secs);
+    let agents: Vec<&PsRow> = rows.iter().filter(|r| r.kind == "agent").collect();
+    let up = agents.iter().filter(|r| r.state == "ready" || r.state == "busy").count();
+    let busy = agents.iter().filter(|r| r.state == "busy").count();
+    let down = agents.len() - up;
+    let time = now.get(11..19).unwrap_or(now);
+    let ready = format!("{up}/{} ready", agents.len());
+    let ready = match (colour, down) {
+        (false, _) => ready,
+        (true, 0) => format!("{GREEN}{ready}{RESET}"),
+        (true, _) => format!("{YELLOW}{ready}{RESET}"),
+    };
+    format!("flock: swarm up {}, agents {ready}, {busy} busy  {time} UTC", human_secs(uptime))
+}
+
+/// The live view of `ps --watch` on a terminal: the alternate screen, without a cursor, redrawn
+/// in place; the terminal is given back as it was when this is dropped (at exit, on Ctrl-C, on
+/// an error).
+#[derive(Debug)]
+pub struct Screen {
+    _private: (),
+}
+
+impl Screen {
+    pub fn enter() -> std::io::Result<Screen> {
+        let mut out = std::io::stdout().lock();
+        out.write_all(b"\x1b[?1049h\x1b[?25l")?;
+        out.flush()?;
+        Ok(Screen { _private: () })
+    }
+
+    /// Replaces what the screen shows with `text`: from the top left, each line cleared to its
+    /// end, and everything below the last line cleared.
+    pub fn draw(&mut self, text: &str) -> std::io::Result<()> {
+        let mut frame = String::from("\x1b[H");
+        for line in text.lines() {
+            frame.push_str(line);
+            frame.push_str("\x1b[K\n");
+        }
+        frame.push_str("\x1b[J");
+        let mut out = std::io::stdout().lock();
+        out.write_all(frame.as_bytes())?;
+        out.flush()
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(b"\x1b[?25h\x1b[?1049l");
+        let _ = out.flush();
+    }
+}
+
+/// Colours the names of logs are shown in (each name always gets the same one).
+const PALETTE: [&str; 6] = ["\x1b[36m", "\x1b[33m", "\x1b[32m", "\x1b[35m", "\x1b[34m", "\x1b[96m"];
+
+/// The colour of a log's name: the same for the same name, in every run.
+pub fn name_colour(name: &str) -> &'static str {
+    // FNV-1a: stable across runs and platforms (std's hasher is seeded per process).
+    let hash = name
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    PALETTE[(hash % PALETTE.len() as u64) as usize]
+}
+
+/// Puts the name of its log in front of each line, padded to the longest name seen so far.
+#[derive(Debug)]
+pub struct Prefixer {
+    width: usize,
+    colour: bool,
+}
+
+impl Prefixer {
+    /// `names`: the logs expected (to line up from the first line on).
+    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>, colour: bool) -> Self {
+        let width = names.into_iter().map(|n| n.chars().count()).max().unwrap_or(0);
+        Prefixer { width, colour }
+    }
+
+    /// `name | line`; a line without a log (a note of the supervisor's) as it is.
+    pub fn line(&mut self, source: &str, line: &str) -> String {
+        if source.is_empty() {
+            return line.to_owned();
+        }
+        self.width = self.width.max(source.chars().count());
+        let w = self.width;
+        if self.colour {
+            format!("{}{source:<w$} |{RESET} {line}", name_colour(source))
+        } else {
+            format!("{source:<w$} | {line}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, kind: &str, state: &str) -> PsRow {
+        PsRow {
+            name: name.into(),
+            kind: kind.into(),
+            role: "worker".into(),
+            pid: Some(42),
+            state: state.into(),
+            uptime_secs: 65,
+            restarts: 0,
+            last_exit: None,
+            mailbox_depth: 0,
+            turns_total: 0,
+            rss_bytes: None,
+            tokens_in: 0,
+            tokens_out: 0,
+            sandbox: None,
+        }
+    }
+
+    #[test]
+    fn colours_only_decorate_the_plain_table() {
+        let rows = [
+            row("supervisor", "supervisor", "running"),
+            row("router", "actor", "running"),
+            row("a", "agent", "ready"),
+            row("b", "agent", "exited(signal SIGKILL)"),
+            row("c", "agent", "busy"),
+        ];
+        let plain = table(&rows, false);
+        assert!(!plain.contains('\x1b'), "{plain}");
+        let coloured = table(&rows, true);
+        assert!(coloured.contains(&format!("{RED}exited(signal SIGKILL){RESET}")), "{coloured}");
+        assert!(coloured.contains(&format!("{GREEN}ready{RESET}")), "{coloured}");
+        assert!(coloured.contains(&format!("{CYAN}busy{RESET}")), "{coloured}");
+        assert!(coloured.contains(&format!("{DIM}router")), "{coloured}");
+        let stripped = coloured
+            .replace(RESET, "")
+            .replace(BOLD, "")
+            .replace(DIM, "")
+            .replace(RED, "")
+            .replace(GREEN, "")
+            .replace(CYAN, "");
+        assert_eq!(stripped, plain);
+        let head = header(&rows, "2026-11-25T13:04:24.000Z", false);
+        assert_eq!(head, "flock: swarm up 1m5s, agents 2/3 ready, 1 busy  13:04:24 UTC");
+    }
+
+    #[test]
+    fn names_keep_their_colour_and_line_up() {
+        assert_eq!(name_colour("worker-1"), name_colour("worker-1"));
+        let mut p = Prefixer::new(["a", "worker"], false);
+        assert_eq!(p.line("a", "hi"), "a      | hi");
+        assert_eq!(p.line("", "… skipped …"), "… skipped …");
+        let mut p = Prefixer::new(["a"], true);
+        assert_eq!(p.line("a", "hi"), format!("{}a |{RESET} hi", name_colour("a")));
+    }
+}
