@@ -6,9 +6,10 @@
 //!   `info`.
 //! - Which format: `FLOCK_LOG_FORMAT` = `text` (default: timestamp, level, spans, message,
 //!   fields; no colours, the lines land in log files) or `json` (one object per line: `timestamp`,
-//!   `level`, `message` and the event's fields at the top level, `target`, and the innermost span
-//!   as `span`). `flock-supervisor up --log-format` sets it, and the supervisor hands it to every
-//!   process it spawns.
+//!   `level`, `message` and the event's fields at the top level, `target`, the innermost span as
+//!   `span`, and every span the event is in, outermost first, as `spans`).
+//!   `flock-supervisor up --log-format` sets it, and the supervisor hands it to every process it
+//!   spawns.
 //!
 //! Secrets are never logged: events carry names, ids and counts, never tokens, keys, request
 //! bodies or headers.
@@ -140,7 +141,7 @@ where
                 .json()
                 .flatten_event(true)
                 .with_current_span(true)
-                .with_span_list(false)
+                .with_span_list(true)
                 .finish(),
         ),
     }
@@ -206,7 +207,10 @@ mod tests {
         assert_eq!(lines.len(), 1, "{text}");
         let line = lines[0];
         assert!(line.starts_with("20") && line.contains('T'), "a timestamp first: {line}");
-        assert!(line.contains("INFO turn{agent=\"worker\" msg_id=\"0042\"}: tool called"), "{line}");
+        assert!(
+            line.contains("INFO turn{agent=\"worker\" msg_id=\"0042\"}: tool called"),
+            "{line}"
+        );
         assert!(line.contains("tool=\"fs_read\" tokens_in=12"), "{line}");
         assert!(!line.contains('\x1b'), "no ANSI colours: {line}");
         assert!(!line.contains("flock_log"), "no target: {line}");
@@ -224,6 +228,7 @@ mod tests {
         assert_eq!(v["tokens_in"], 12, "{v}");
         assert_eq!(v["span"]["name"], "turn", "{v}");
         assert_eq!(v["span"]["agent"], "worker", "{v}");
+        assert_eq!(v["spans"][0]["msg_id"], "0042", "{v}");
         assert!(v["timestamp"].is_string(), "{v}");
     }
 

@@ -85,7 +85,9 @@ fn with_registry(mut spec: SwarmSpec, store: &Store) -> Result<SwarmSpec> {
         match serde_json::from_str::<AgentSpec>(&json) {
             Ok(a) if spec.agent(&a.key()).is_none() => spec.agents.push(a),
             Ok(_) => {}
-            Err(e) => eprintln!("flock: skipping a created agent whose spec cannot be read: {e}"),
+            Err(e) => {
+                tracing::warn!(error = %e, "flock: skipping a created agent whose spec cannot be read")
+            }
         }
     }
     Ok(spec)
@@ -235,7 +237,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
     let memory_service = match flock_actors::memory::MemoryService::start(state.memory_dir()) {
         Ok(m) => Some(m),
         Err(e) => {
-            eprintln!("flock: memory search is off: {e}");
+            tracing::warn!(error = %e, "flock: memory search is off");
             None
         }
     };
@@ -255,7 +257,8 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
                 state.workspaces().join(crate::model::NAME),
             )
             .await?;
-            eprintln!("flock: embedded model ready in {} ms", t0.elapsed().as_millis());
+            let ms = t0.elapsed().as_millis() as u64;
+            tracing::info!(ms, "flock: embedded model ready in {ms} ms");
             Some(Arc::new(m))
         }
         None => None,
@@ -382,11 +385,16 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
         .bind()
         .with_context(|| format!("listen on {}", state.control_socket().display()))?;
     serve::<UnixTransport>(control_listener, ConnKind::Control, router.clone(), limits);
-    eprintln!(
-        "flock: swarm `{}` up: {} agents started in {} ms (state dir {})",
+    let ms = t0.elapsed().as_millis() as u64;
+    tracing::info!(
+        swarm = %spec.name,
+        agents = spec.agents.len(),
+        ms,
+        state_dir = %state.root.display(),
+        pid = std::process::id(),
+        "flock: swarm `{}` up: {} agents started in {ms} ms (state dir {})",
         spec.name,
         spec.agents.len(),
-        t0.elapsed().as_millis(),
         state.root.display()
     );
 
@@ -398,7 +406,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
         r = shutdown_rx.recv() => r.unwrap_or_else(|| StopReason::Requested("shutdown".into())),
     };
     let (StopReason::Requested(why) | StopReason::Escalated(why)) = &reason;
-    eprintln!("flock: {why}: stopping agents in reverse order");
+    tracing::info!(reason = %why, "flock: {why}: stopping agents in reverse order");
     let _ = router.cast(flock_actors::RouterMsg::Drain);
     // Bridges first: they finish what they are sending; nobody new comes in.
     let running: Vec<_> = bridges.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -407,7 +415,7 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
     }
     let stop = ractor::call!(children, ChildMsg::StopAll);
     if let Err(e) = stop {
-        eprintln!("flock: stopping agents: {e}");
+        tracing::error!(error = %e, "flock: stopping agents failed");
     }
     // A second Ctrl-C during the stop is not needed: StopAll escalates to SIGKILL by itself.
     let _ = std::fs::remove_file(state.control_socket());
@@ -419,14 +427,17 @@ pub async fn up(spec: SwarmSpec, state: StateDir, keys: HashMap<String, Secret>)
     // Whatever the agents left running (detached children) goes with them.
     let leftovers = tokio::task::spawn_blocking(crate::spawn::sweep_orphans).await.unwrap_or(0);
     if leftovers > 0 {
-        eprintln!("flock: killed {leftovers} process(es) the agents had left running");
+        tracing::warn!(
+            killed = leftovers,
+            "flock: killed {leftovers} process(es) the agents had left running"
+        );
     }
     children.stop(None);
     router.stop(None);
     channels.stop(None);
     gateway.stop(None);
     store_ref.stop(None);
-    eprintln!("flock: swarm `{}` stopped", spec.name);
+    tracing::info!(swarm = %spec.name, "flock: swarm `{}` stopped", spec.name);
     match reason {
         StopReason::Requested(_) => Ok(()),
         // A give-up is a failure: exit non-zero so a service manager or script can tell.
@@ -445,7 +456,12 @@ pub enum StopReason {
 
 /// `up --detach`: re-runs `up` in the background, in its own session, with output in
 /// `<state>/logs/supervisor.log`; returns once the control socket answers or the child died.
-pub fn detach(swarm_file: &Path, state: &StateDir, model: Option<&str>) -> Result<u32> {
+pub fn detach(
+    swarm_file: &Path,
+    state: &StateDir,
+    model: Option<&str>,
+    log_format: flock_log::Format,
+) -> Result<u32> {
     use std::os::unix::process::CommandExt;
     private_files();
     state.create()?;
@@ -462,6 +478,8 @@ pub fn detach(swarm_file: &Path, state: &StateDir, model: Option<&str>) -> Resul
         .arg("--state-dir")
         .arg(&state.root)
         .args(model.map(|m| ["--model", m]).into_iter().flatten())
+        .arg("--log-format")
+        .arg(log_format.as_str())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -33,6 +33,12 @@ enum Command {
         /// (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b; fetch with `scripts/setup --model NAME`).
         #[arg(long, value_name = "NAME")]
         model: Option<String>,
+        /// Log lines as `text` (readable) or `json` (one object per line), for the supervisor and
+        /// every process it spawns; which events: RUST_LOG (default `info`). See
+        /// docs/observability.md.
+        #[arg(long, value_name = "FORMAT", env = "FLOCK_LOG_FORMAT", default_value = "text",
+              value_parser = ["text", "json"], ignore_case = true)]
+        log_format: String,
     },
     /// Check a swarm file and print every problem at once, with line and column.
     Validate {
@@ -87,7 +93,8 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Up { file, detach, state_dir, model } => {
+        Command::Up { file, detach, state_dir, model, log_format } => {
+            let log_format: flock_log::Format = log_format.parse().unwrap_or_default();
             let mut spec = match flock_config::load(&file) {
                 Ok(spec) => spec,
                 Err(errors) => {
@@ -114,7 +121,12 @@ fn main() -> ExitCode {
                 }
             };
             if detach {
-                return match flock_supervisor::up::detach(&file, &state, model.as_deref()) {
+                return match flock_supervisor::up::detach(
+                    &file,
+                    &state,
+                    model.as_deref(),
+                    log_format,
+                ) {
                     Ok(pid) => {
                         println!(
                             "swarm `{}` is up in the background (supervisor pid {pid}); `flockctl ps` to look, `flockctl down` to stop",
@@ -128,13 +140,14 @@ fn main() -> ExitCode {
                     }
                 };
             }
+            flock_log::init_with("flock-supervisor", log_format);
             // API keys leave the environment before any thread starts (an agent's child could
             // read them in /proc otherwise), and the supervisor cannot be inspected or traced.
             #[allow(unsafe_code)]
             // SAFETY: single-threaded still: the runtime is built below.
             let keys = unsafe { flock_supervisor::secrets::take_api_keys(&spec) };
             if let Err(e) = flock_supervisor::secrets::not_dumpable() {
-                eprintln!("flock-supervisor: warning: cannot make the process non-dumpable: {e}");
+                tracing::warn!(error = %e, "flock-supervisor: cannot make the process non-dumpable");
             }
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -143,14 +156,14 @@ fn main() -> ExitCode {
             {
                 Ok(rt) => rt,
                 Err(e) => {
-                    eprintln!("flock-supervisor: cannot start the runtime: {e}");
+                    tracing::error!(error = %e, "flock-supervisor: cannot start the runtime");
                     return ExitCode::from(1);
                 }
             };
             match runtime.block_on(flock_supervisor::up::up(spec, state, keys)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("flock-supervisor: {e:#}");
+                    tracing::error!("flock-supervisor: {e:#}");
                     ExitCode::from(1)
                 }
             }

@@ -13,6 +13,7 @@ mod delivery;
 mod isolation;
 mod llm;
 mod local_model;
+mod logging;
 mod permissions;
 mod sessions;
 mod spawn;
