@@ -50,10 +50,8 @@ models:
         fake.base_url(),
         answer_model("m", "noted")
     );
-    let swarm = Swarm::builder(&yaml)
-        .env("FLOCK_LOG_FORMAT", "json")
-        .env("RUST_LOG", "info")
-        .start();
+    let swarm =
+        Swarm::builder(&yaml).env("FLOCK_LOG_FORMAT", "json").env("RUST_LOG", "info").start();
     swarm.ctl_ok(&["send", "thinker", "please plan the login page"]);
     let done = |agent: &str| {
         events(agent, &swarm.log(agent)).into_iter().any(|e| {
