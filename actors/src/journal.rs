@@ -659,8 +659,8 @@ impl JournalWriter {
                 .await;
                 match written {
                     Ok(Ok(())) => {}
-                    Ok(Err(e)) => eprintln!("flock journal: append failed: {e}"),
-                    Err(e) => eprintln!("flock journal: the writer failed: {e}"),
+                    Ok(Err(e)) => tracing::error!(error = %e, "flock journal: append failed"),
+                    Err(e) => tracing::error!(error = %e, "flock journal: the writer failed"),
                 }
             }
         });

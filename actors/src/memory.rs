@@ -47,7 +47,7 @@ impl MemoryService {
         let mut index = Index::open(&dir)?;
         match index.sync() {
             Ok(_) => refresh_active_memory(&index, &dir),
-            Err(e) => eprintln!("flock: memory index: {e}"),
+            Err(e) => tracing::warn!(error = %e, "flock: memory index failed to sync"),
         }
         let (tx, rx) = std_mpsc::channel::<Job>();
         std::thread::Builder::new()
@@ -86,7 +86,8 @@ const EMBED_PER_CALL: usize = 64;
 fn load_embedder(index: &mut Index) {
     let Some(dir) = flock_memory::embed::default_dir() else { return };
     if !dir.join("model.safetensors").exists() {
-        eprintln!(
+        tracing::info!(
+            dir = %dir.display(),
             "flock: memory search by words only: no embedding model in {} (scripts/setup fetches it)",
             dir.display()
         );
@@ -94,7 +95,7 @@ fn load_embedder(index: &mut Index) {
     }
     match flock_memory::embed::Embedder::load(&dir) {
         Ok(e) => index.set_embedder(std::sync::Arc::new(e)),
-        Err(e) => eprintln!("flock: memory search by words only: {e}"),
+        Err(e) => tracing::warn!(error = %e, "flock: memory search by words only"),
     }
 }
 
@@ -106,7 +107,7 @@ pub const ACTIVE_MEMORY_CHARS: usize = 16_000;
 fn refresh_active_memory(index: &Index, dir: &std::path::Path) {
     let text = match index.active_memory(today(), ACTIVE_MEMORY_CHARS) {
         Ok(t) => t,
-        Err(e) => return eprintln!("flock: active memory: {e}"),
+        Err(e) => return tracing::warn!(error = %e, "flock: active memory not built"),
     };
     let path = dir.join("active_memory.md");
     if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
@@ -114,7 +115,7 @@ fn refresh_active_memory(index: &Index, dir: &std::path::Path) {
     }
     let tmp = dir.join(".active_memory.md.tmp");
     if let Err(e) = std::fs::write(&tmp, &text).and_then(|()| std::fs::rename(&tmp, &path)) {
-        eprintln!("flock: active memory: write {}: {e}", path.display());
+        tracing::warn!(path = %path.display(), error = %e, "flock: active memory not written");
     }
 }
 
@@ -132,7 +133,7 @@ fn run(
         refresh_active_memory(index, dir);
     }
     if let Err(e) = index.embed_pending(EMBED_PER_CALL) {
-        eprintln!("flock: memory vectors: {e}");
+        tracing::warn!(error = %e, "flock: memory vectors not computed");
     }
     match tool {
         "memory__search" | "memory_search" => {

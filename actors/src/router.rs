@@ -386,7 +386,8 @@ impl Actor for Router {
             slot.queue.push_back(q);
         }
         if orphans > 0 {
-            eprintln!(
+            tracing::warn!(
+                orphans,
                 "flock router: {orphans} pending message(s) are addressed to agents no longer in the swarm file; they stay in the store"
             );
         }
@@ -590,9 +591,13 @@ impl RouterState {
         match (kind, &first.body) {
             (ConnKind::Agent, Body::Hello(hello)) => {
                 if let Err((code, reason)) = self.check_hello(hello) {
-                    eprintln!(
-                        "flock router: rejected Hello from pid {:?} as `{}`: {reason}",
-                        peer.pid, hello.agent_id
+                    tracing::warn!(
+                        agent = %hello.agent_id,
+                        pid = ?peer.pid,
+                        reason = %reason,
+                        "flock router: rejected Hello from pid {:?} as `{}`",
+                        peer.pid,
+                        hello.agent_id
                     );
                     return reject(code, reason);
                 }
@@ -1063,6 +1068,8 @@ impl RouterState {
         route: &Route,
         conn: Option<ConnId>,
     ) {
+        // Hot path: no event unless `RUST_LOG` asks for trace (the fields are not even formatted).
+        tracing::trace!(msg_id = %fmt_id(id), from = %sender, to = %target, chain = %fmt_id(route.chain.id), "enqueue");
         let msg = NewMessage { id, sender, target, text, route: route.store(id) };
         let write = StoreMsg::Write {
             op: WriteOp::Enqueue(msg),
@@ -1070,7 +1077,7 @@ impl RouterState {
             notify: Some(myself.clone()),
         };
         if let Err(e) = self.store.cast(write) {
-            eprintln!("flock router: the store is not running: {e}");
+            tracing::error!(msg_id = %fmt_id(id), error = %e, "flock router: the store is not running");
             self.leave(route.chain.id);
             if let Some(conn) = conn {
                 let err = Frame {
@@ -1415,7 +1422,10 @@ impl RouterState {
                 c.live += 1;
             }
         } else {
-            eprintln!(
+            tracing::error!(
+                agent,
+                human,
+                chain = %fmt_id(chain),
                 "flock router: no channels actor: the answer of {agent} to {human} cannot be posted"
             );
             if let Some(id) = msg {
@@ -1469,9 +1479,14 @@ impl RouterState {
                 }
             }
             Err(e) => {
-                eprintln!(
-                    "flock router: the answer of {} to {} was not posted: {e}",
-                    p.agent, p.human
+                tracing::warn!(
+                    agent = %p.agent,
+                    human = %p.human,
+                    chain = %fmt_id(p.chain),
+                    error = %e,
+                    "flock router: the answer of {} to {} was not posted",
+                    p.agent,
+                    p.human
                 );
                 self.journal_chain(
                     p.chain,
@@ -1668,7 +1683,13 @@ impl RouterState {
         let notice = chain.stop_notice(&reason);
         let (origin, entry, answered) =
             (chain.tag.origin.clone(), chain.tag.entry.clone(), chain.answered);
-        eprintln!("flock router: chain {} stopped: {reason}", fmt_id(id));
+        tracing::warn!(
+            chain = %fmt_id(id),
+            agent = %entry,
+            reason = %reason,
+            "flock router: chain {} stopped: {reason}",
+            fmt_id(id)
+        );
         self.journal_chain(
             id,
             None,
@@ -1837,7 +1858,11 @@ impl RouterState {
             let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
             return;
         }
-        eprintln!(
+        tracing::warn!(
+            msg_id = %fmt_id(q.id),
+            agent,
+            attempts = q.attempts,
+            reason = %reason,
             "flock router: message {} to `{agent}` dead-lettered after {} failed deliveries ({reason})",
             fmt_id(q.id),
             q.attempts
@@ -1870,7 +1895,9 @@ impl RouterState {
         let items: Vec<String> = match serde_json::from_str::<serde_json::Value>(messages) {
             Ok(serde_json::Value::Array(items)) => items.iter().map(|v| v.to_string()).collect(),
             _ => {
-                eprintln!(
+                tracing::warn!(
+                    agent,
+                    channel,
                     "flock router: `{agent}` sent a session that is not a JSON array; ignored"
                 );
                 return;
@@ -1879,7 +1906,7 @@ impl RouterState {
         let (agent, channel) = (agent.to_owned(), channel.to_owned());
         let job: crate::store_actor::StoreJob = Box::new(move |s| {
             if let Err(e) = s.append_session(&agent, &channel, &items) {
-                eprintln!("flock store: saving the session of {agent} failed: {e}");
+                tracing::error!(agent = %agent, channel = %channel, error = %e, "flock store: saving the session of {agent} failed");
             }
         });
         let _ = self.store.cast(StoreMsg::With(job));
@@ -1893,7 +1920,7 @@ impl RouterState {
             let messages = match s.load_session(&agent, &channel, flock_config::SESSION_WINDOW) {
                 Ok(items) => format!("[{}]", items.join(",")),
                 Err(e) => {
-                    eprintln!("flock store: loading the session of {agent} failed: {e}");
+                    tracing::error!(agent = %agent, channel = %channel, error = %e, "flock store: loading the session of {agent} failed");
                     "[]".into()
                 }
             };

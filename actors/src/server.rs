@@ -50,15 +50,19 @@ pub fn serve<T: Transport>(
             let (r, w, peer) = match T::accept(&listener).await {
                 Ok(x) => x,
                 Err(e) => {
-                    eprintln!("flock server: accept failed: {e}");
+                    tracing::warn!(error = %e, "flock server: accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             };
             if peer.uid != limits.uid {
-                eprintln!(
+                tracing::warn!(
+                    uid = peer.uid,
+                    pid = ?peer.pid,
                     "flock server: refused a connection from uid {} (pid {:?}); only uid {} may connect",
-                    peer.uid, peer.pid, limits.uid
+                    peer.uid,
+                    peer.pid,
+                    limits.uid
                 );
                 continue;
             }
@@ -69,7 +73,8 @@ pub fn serve<T: Transport>(
                 && let Some(pid) = peer.pid
                 && descends_from(pid, std::process::id() as i32)
             {
-                eprintln!(
+                tracing::warn!(
+                    pid,
                     "flock server: refused a control connection from pid {pid}, a process this supervisor started"
                 );
                 let reason = "the control socket serves the operator, not processes this supervisor started (agents and their children)".to_string();

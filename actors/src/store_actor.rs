@@ -119,7 +119,7 @@ fn flush(state: &mut StoreState) {
         entry.1.items.push((op, origin, outcome));
     }
     if let Err(e) = &result {
-        eprintln!("flock store: commit of {} writes failed: {e}", ops.len());
+        tracing::error!(writes = ops.len(), error = %e, "flock store: commit of {} writes failed", ops.len());
     }
     if let Some((router, batch)) = stored {
         let _ = router.cast(RouterMsg::Stored(batch));

@@ -182,12 +182,17 @@ pub(crate) async fn exec(
     let (verdict, exit) = match describe(&out.status, secs) {
         Ok(v) => v,
         Err(why) => {
-            eprintln!("exec `{command}` → the sandbox failed: {why}");
+            tracing::warn!(tool = "exec", "exec `{command}` → the sandbox failed: {why}");
             return ToolOutput::err(format!("SANDBOX: the command did not run: {why}"));
         }
     };
     let taken = out.elapsed.as_secs_f64();
-    eprintln!("exec `{command}` → {verdict} in {taken:.2} s");
+    tracing::info!(
+        tool = "exec",
+        exit = ?exit,
+        ms = out.elapsed.as_millis() as u64,
+        "exec `{command}` → {verdict} in {taken:.2} s"
+    );
     journal(
         client,
         serde_json::json!({
@@ -224,7 +229,7 @@ pub(crate) async fn http_fetch(
     };
     let grants = Grants::fetch(client).await;
     if !grants.allows(&host, port) {
-        eprintln!("http_fetch {method} {url} → refused: no network grant for {host}");
+        tracing::warn!(tool = "http_fetch", host = %host, "http_fetch {method} {url} → refused: no network grant for {host}");
         journal(
             client,
             serde_json::json!({
@@ -264,7 +269,7 @@ pub(crate) async fn http_fetch(
     let status_line = out.stdout.text.lines().next().unwrap_or_default().trim().to_string();
     let bytes = out.stdout.text.len() as u64 + out.stdout.omitted;
     let verdict = if out.success() { status_line.clone() } else { "failed".to_string() };
-    eprintln!("http_fetch {method} {url} → {verdict} ({bytes} bytes)");
+    tracing::info!(tool = "http_fetch", host = %host, bytes, "http_fetch {method} {url} → {verdict} ({bytes} bytes)");
     journal(
         client,
         serde_json::json!({

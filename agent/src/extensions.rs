@@ -144,7 +144,7 @@ impl Pipeline {
                                         &args.to_string(),
                                     )
                                     .await;
-                                    println!(
+                                    tracing::info!(
                                         "idle_monitor: told {to} [idle_detected]: {}",
                                         out.content
                                     );
@@ -204,7 +204,7 @@ impl Pipeline {
                 Ext::Window { max } => window(session, *max),
                 Ext::Compaction { max_messages, max_chars, keep } => {
                     if let Some(n) = compact(session, *max_messages, *max_chars, *keep) {
-                        println!("message_compaction: {n} messages summarised");
+                        tracing::info!("message_compaction: {n} messages summarised");
                         pre.persist_first = session.clone();
                     }
                 }
@@ -228,7 +228,7 @@ impl Pipeline {
                         pre.context.push(format!("[active_memory]\n{active}"));
                     }
                     if let Some(ctx) = self.ask_unconscious(&to, turn, timeout).await {
-                        println!(
+                        tracing::info!(
                             "worker_lifecycle: [unconscious_context] {}",
                             clip(&ctx.replace('\n', " "), 300)
                         );
@@ -399,14 +399,14 @@ impl Pipeline {
             Ok(out) if out.ok && !out.content.trim().is_empty() => Some(out.content),
             Ok(out) if out.ok => None,
             Ok(out) => {
-                println!(
+                tracing::info!(
                     "worker_lifecycle: {to} did not answer ({}); going on without it",
                     out.content
                 );
                 None
             }
             Err(_) => {
-                println!(
+                tracing::info!(
                     "worker_lifecycle: {to} did not answer within {} ms; going on without it",
                     timeout.as_millis()
                 );
@@ -435,7 +435,10 @@ impl Pipeline {
             )
             .await;
             if !out.ok {
-                println!("worker_lifecycle: the turn summary did not reach {to}: {}", out.content);
+                tracing::info!(
+                    "worker_lifecycle: the turn summary did not reach {to}: {}",
+                    out.content
+                );
             }
         }
         if let Some(m) = &self.memory {
@@ -444,9 +447,9 @@ impl Pipeline {
             match m.append_journal(unix_ms_now(), &id, turn.text, &done, reply) {
                 Ok(true) => {}
                 Ok(false) => {
-                    println!("worker_lifecycle: journal line of this turn already written")
+                    tracing::info!("worker_lifecycle: journal line of this turn already written")
                 }
-                Err(e) => println!("worker_lifecycle: journal not written: {e}"),
+                Err(e) => tracing::info!("worker_lifecycle: journal not written: {e}"),
             }
         }
     }
@@ -462,7 +465,7 @@ impl Pipeline {
         read: &[String],
     ) {
         let Some(m) = &self.memory else {
-            println!("memory_files: no memory folder (FLOCK_MEMORY_DIR); nothing written");
+            tracing::info!("memory_files: no memory folder (FLOCK_MEMORY_DIR); nothing written");
             return;
         };
         let now = unix_ms_now();
@@ -489,14 +492,14 @@ impl Pipeline {
                                 &args.to_string(),
                             )
                             .await;
-                            println!(
+                            tracing::info!(
                                 "memory_files: {} unreflected observations → {to}: {}",
                                 un.len(),
                                 out.content
                             );
                         }
                         Ok(_) => {}
-                        Err(e) => println!("memory_files: cannot count observations: {e}"),
+                        Err(e) => tracing::info!("memory_files: cannot count observations: {e}"),
                     }
                 }
                 written.map(|w| {
@@ -536,8 +539,8 @@ impl Pipeline {
             _ => return,
         };
         match result {
-            Ok(what) => println!("memory_files: {what}"),
-            Err(e) => println!("memory_files: write failed: {e}"),
+            Ok(what) => tracing::info!("memory_files: {what}"),
+            Err(e) => tracing::info!("memory_files: write failed: {e}"),
         }
     }
 }
@@ -608,7 +611,7 @@ async fn recall(client: &RouterClient, input: &str) -> String {
     });
     let out = crate::tools::forward(client, "memory__search", &args).await;
     if !out.ok {
-        println!("memory_files: recall failed: {}", out.content);
+        tracing::info!("memory_files: recall failed: {}", out.content);
         return String::new();
     }
     let hits: Vec<serde_json::Value> = serde_json::from_str::<serde_json::Value>(&out.content)
@@ -616,10 +619,10 @@ async fn recall(client: &RouterClient, input: &str) -> String {
         .and_then(|v| v["hits"].as_array().cloned())
         .unwrap_or_default();
     if hits.is_empty() {
-        println!("memory_files: nothing in memory about this");
+        tracing::info!("memory_files: nothing in memory about this");
         return String::new();
     }
-    println!("memory_files: recalled {} memories", hits.len());
+    tracing::info!("memory_files: recalled {} memories", hits.len());
     let lines: Vec<String> = hits
         .iter()
         .map(|h| {

@@ -81,7 +81,11 @@ impl LlmProvider for GatewayProvider {
             Body::LlmResult { ok: true, response } => {
                 let r: ChatResponse = serde_json::from_str(&response)
                     .map_err(|e| format!("the gateway sent an unreadable answer: {e}"))?;
-                println!(
+                tracing::info!(
+                    tokens_in = r.tokens_in,
+                    tokens_cached = r.tokens_cached,
+                    tokens_out = r.tokens_out,
+                    tools = tools.len(),
                     "  model: {} prompt tokens ({} cached, {} processed), {} generated, {} tools offered",
                     r.tokens_in,
                     r.tokens_cached,

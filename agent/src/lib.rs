@@ -26,6 +26,7 @@ use flock_config::{AgentSpec, ModelSpec};
 use flock_ipc::id::fmt_id;
 use flock_ipc::{Body, Connection, DeliveryKind, Frame, Hello, MsgId, PROTOCOL_VERSION, ROUTER};
 use tokio::sync::{Notify, mpsc};
+use tracing::Instrument;
 
 use crate::client::RouterClient;
 use crate::extensions::Pipeline;
@@ -108,7 +109,10 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
     let Connection { mut reader, outbox, welcome, writer: _writer } = conn;
     let spec: AgentSpec = serde_json::from_str(&welcome.agent_spec_json)
         .map_err(|e| anyhow!("the supervisor sent a spec this agent cannot read: {e}"))?;
-    println!(
+    tracing::info!(
+        agent = %spec.name,
+        swarm = %welcome.swarm,
+        pid = std::process::id(),
         "agent {} connected to swarm `{}` (pid {})",
         spec.name,
         welcome.swarm,
@@ -142,7 +146,7 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
             Ok(0) => break ExitReason::Disconnected,
             Ok(_) => {}
             Err(e) => {
-                eprintln!("router connection failed: {e}");
+                tracing::error!(error = %e, "router connection failed");
                 break ExitReason::Disconnected;
             }
         }
@@ -158,7 +162,7 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
                     if let Some((id, cancel)) = guard.as_ref()
                         && Some(*id) == frame.correlation_id
                     {
-                        println!("turn {} cancelled: {reason}", short(*id));
+                        tracing::info!(msg_id = %fmt_id(*id), reason = %reason, "turn {} cancelled: {reason}", short(*id));
                         cancel.notify_one();
                     }
                 }
@@ -168,7 +172,7 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
                     if let Some(unclaimed) = client.resolve(frame)
                         && let Body::Error { code, message } = &unclaimed.body
                     {
-                        eprintln!("router error {code}: {message}");
+                        tracing::warn!(code = %code, "router error {code}: {message}");
                     }
                 }
             }
@@ -176,7 +180,7 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
         if shutdown {
             // The turn in progress (if any) is abandoned unacked: the router redelivers it to
             // the next incarnation, without counting it as a failed delivery.
-            println!("shutdown requested by the supervisor");
+            tracing::info!("shutdown requested by the supervisor");
             let _ = outbox.send(Frame::new(&client.name, ROUTER, Body::ShutdownAck)).await;
             break ExitReason::Shutdown;
         }
@@ -242,7 +246,7 @@ async fn turns(
     let workspace = match crate::workspace::Workspace::open(std::path::Path::new(".")) {
         Ok(ws) => Some(ws),
         Err(e) => {
-            eprintln!("the workspace cannot be opened ({e}); fs_* tools will fail");
+            tracing::warn!(error = %e, "the workspace cannot be opened ({e}); fs_* tools will fail");
             None
         }
     };
@@ -258,13 +262,13 @@ async fn turns(
     while let Some(frame) = inbox.recv().await {
         if let Body::SessionClosed { channel } = &frame.body {
             sessions.remove(channel);
-            println!("session #{channel} closed: the channel was archived");
+            tracing::info!(channel = %channel, "session #{channel} closed: the channel was archived");
             continue;
         }
         let Body::Deliver(delivery) = &frame.body else { continue };
         let id = frame.id;
         if completed.0.contains(&id) {
-            println!("turn {} already completed: acknowledged again", short(id));
+            tracing::info!(msg_id = %fmt_id(id), "turn {} already completed: acknowledged again", short(id));
             let ack = Frame {
                 correlation_id: Some(id),
                 ..Frame::new(&client.name, ROUTER, Body::Ack { reply: None })
@@ -274,26 +278,52 @@ async fn turns(
         }
         let cancel = Arc::new(Notify::new());
         *current.turn.lock().unwrap_or_else(|p| p.into_inner()) = Some((id, cancel.clone()));
-        println!(
-            "turn {} from {} ({}, attempt {}): {}",
-            short(id),
-            delivery.sender,
-            match delivery.kind {
-                DeliveryKind::Message => "message",
-                DeliveryKind::Request => "request",
-                DeliveryKind::Delta => "channel delta",
-                DeliveryKind::Result => "delegated result",
-            },
-            delivery.attempt,
-            quote(&delivery.text)
+        // Everything this turn logs (model calls, tools, extensions) carries these fields.
+        let span = tracing::info_span!(
+            "turn",
+            agent = %spec.name,
+            msg_id = %fmt_id(id),
+            chain = tracing::field::Empty,
+            channel = tracing::field::Empty,
         );
+        if let Some(chain) = delivery.chain {
+            span.record("chain", tracing::field::display(fmt_id(chain)));
+        }
+        if let Some(channel) = &delivery.channel {
+            span.record("channel", channel.as_str());
+        }
+        let kind = match delivery.kind {
+            DeliveryKind::Message => "message",
+            DeliveryKind::Request => "request",
+            DeliveryKind::Delta => "channel delta",
+            DeliveryKind::Result => "delegated result",
+        };
+        span.in_scope(|| {
+            tracing::info!(
+                from = %delivery.sender,
+                kind,
+                attempt = delivery.attempt,
+                "turn {} from {} ({kind}, attempt {}): {}",
+                short(id),
+                delivery.sender,
+                delivery.attempt,
+                quote(&delivery.text)
+            )
+        });
         let started = Instant::now();
         let key = delivery.channel.clone().unwrap_or_default();
         if !sessions.contains_key(&key) {
             // Resume the conversation this channel had before a restart.
-            let loaded = load_session(&client, &key).await;
+            let loaded = load_session(&client, &key).instrument(span.clone()).await;
             if !loaded.is_empty() {
-                println!("session {} resumed with {} messages", session_name(&key), loaded.len());
+                span.in_scope(|| {
+                    tracing::info!(
+                        messages = loaded.len(),
+                        "session {} resumed with {} messages",
+                        session_name(&key),
+                        loaded.len()
+                    )
+                });
             }
             let mut loaded = loaded;
             extensions::resume_point(&mut loaded);
@@ -302,7 +332,7 @@ async fn turns(
         }
         let session = sessions.entry(key.clone()).or_default();
         let outcome = tokio::select! {
-            r = turn::run(&spec, &client, &mut provider, &mut pipeline, workspace.as_ref(), id, delivery, session) => Some(r),
+            r = turn::run(&spec, &client, &mut provider, &mut pipeline, workspace.as_ref(), id, delivery, session).instrument(span.clone()) => Some(r),
             _ = cancel.notified() => None,
         };
         *current.turn.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -315,17 +345,20 @@ async fn turns(
                 if client.send(save).await.is_err() {
                     break;
                 }
-                println!(
-                    "turn {} done in {} ms: reply {}",
-                    short(id),
-                    started.elapsed().as_millis(),
-                    quote(&reply)
-                );
+                let ms = started.elapsed().as_millis() as u64;
+                span.in_scope(|| {
+                    tracing::info!(
+                        ms,
+                        "turn {} done in {ms} ms: reply {}",
+                        short(id),
+                        quote(&reply)
+                    )
+                });
                 // The router routes it: a request's reply, or the answer to whoever waits.
                 Body::Ack { reply: Some(reply) }
             }
             Some(Err(e)) => {
-                println!("turn {} failed: {e}", short(id));
+                span.in_scope(|| tracing::warn!(error = %e, "turn {} failed: {e}", short(id)));
                 Body::Nack { reason: e }
             }
             None => Body::Nack { reason: "cancelled".into() },
@@ -355,7 +388,7 @@ async fn load_session(client: &RouterClient, channel: &str) -> Vec<ChatMessage> 
     match client.call(ask).await {
         Ok(Frame { body: Body::SessionData { messages, .. }, .. }) => {
             serde_json::from_str(&messages).unwrap_or_else(|e| {
-                eprintln!(
+                tracing::warn!(
                     "session {} could not be read ({e}); starting fresh",
                     session_name(channel)
                 );

@@ -3,10 +3,11 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    flock_log::init("flock-agent");
     let env = match flock_agent::AgentEnv::from_env() {
         Ok(env) => env,
         Err(e) => {
-            eprintln!("flock-agent: {e:#}");
+            tracing::error!("flock-agent: {e:#}");
             return ExitCode::from(2);
         }
     };
@@ -14,7 +15,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("flock-agent: cannot start the runtime: {e}");
+            tracing::error!(error = %e, "flock-agent: cannot start the runtime");
             return ExitCode::from(2);
         }
     };
@@ -22,7 +23,7 @@ fn main() -> ExitCode {
         Ok(flock_agent::ExitReason::Shutdown) => ExitCode::SUCCESS,
         Ok(flock_agent::ExitReason::Disconnected) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("flock-agent: {e:#}");
+            tracing::error!("flock-agent: {e:#}");
             ExitCode::from(1)
         }
     }

@@ -15,6 +15,7 @@ use crate::extensions::{Pipeline, TurnInput};
 use crate::provider::{ChatMessage, LlmProvider, LlmStep};
 use crate::tools::{self, TurnState};
 use crate::{MAX_STEPS, prompts};
+use tracing::Instrument;
 
 /// History kept for a local model, as a share of its context window (the prompt, the tools and
 /// the turn's own messages need the rest), in characters per token of the estimate.
@@ -132,7 +133,9 @@ pub async fn run(
                 if echoes_an_error(&text, &errors) {
                     if !retried {
                         // Ask once more, in words; the echo is not kept.
-                        println!("  the answer repeated a tool error; asking again for words");
+                        tracing::info!(
+                            "  the answer repeated a tool error; asking again for words"
+                        );
                         retried = true;
                         text_only = true;
                         conversation.push(ChatMessage::System { text: RETRY_NOTE.into() });
@@ -155,7 +158,8 @@ pub async fn run(
                     // A model that repeats the exact same call in one turn is looping (small
                     // models do): the repeat is not run, and the next step may only answer.
                     if !made.insert((call.name.clone(), call.arguments.clone())) {
-                        println!(
+                        tracing::info!(
+                            tool = %call.name,
                             "  repeated call {} not run again; asking for the answer",
                             call.name
                         );
@@ -164,45 +168,53 @@ pub async fn run(
                     }
                     // A hand-over says whose request it is: "my week" is the person's week.
                     let call = hand_over(call, delivery, spec.role.is_reflexive());
-                    let local = match pipeline.tool_call_pre(&call) {
-                        Some(out) => Some(out),
-                        // Memory writes are the agent's own, under an id derived from the turn:
-                        // a replayed turn remembers nothing twice.
-                        None if crate::memory::is_memory_write(&call.name) => {
-                            Some(pipeline.memory_write(
-                                flock_ipc::id::derive_id(id, calls),
-                                &call.name,
-                                &call.arguments,
-                            ))
+                    let tool_span = tracing::info_span!("tool", tool = %call.name, call = calls);
+                    let out = async {
+                        let local = match pipeline.tool_call_pre(&call) {
+                            Some(out) => Some(out),
+                            // Memory writes are the agent's own, under an id derived from the turn:
+                            // a replayed turn remembers nothing twice.
+                            None if crate::memory::is_memory_write(&call.name) => {
+                                Some(pipeline.memory_write(
+                                    flock_ipc::id::derive_id(id, calls),
+                                    &call.name,
+                                    &call.arguments,
+                                ))
+                            }
+                            None => {
+                                let (name, args) = (&call.name, &call.arguments);
+                                tools::workspace_tool(
+                                    client,
+                                    spec.role,
+                                    spec.sandbox,
+                                    workspace,
+                                    name,
+                                    args,
+                                )
+                                .await
+                            }
+                        };
+                        match local {
+                            Some(out) => out,
+                            None => {
+                                tools::execute(client, id, calls, &call.name, &call.arguments).await
+                            }
                         }
-                        None => {
-                            let (name, args) = (&call.name, &call.arguments);
-                            tools::workspace_tool(
-                                client,
-                                spec.role,
-                                spec.sandbox,
-                                workspace,
-                                name,
-                                args,
-                            )
-                            .await
-                        }
-                    };
-                    let out = match local {
-                        Some(out) => out,
-                        None => {
-                            tools::execute(client, id, calls, &call.name, &call.arguments).await
-                        }
-                    };
+                    }
+                    .instrument(tool_span.clone())
+                    .await;
                     pipeline.tool_call_post(&call, &out);
                     calls += 1;
-                    println!(
-                        "  tool {} {} → {}: {}",
-                        call.name,
-                        call.arguments,
-                        if out.ok { "ok" } else { "error" },
-                        crate::quote(&out.content)
-                    );
+                    tool_span.in_scope(|| {
+                        tracing::info!(
+                            ok = out.ok,
+                            "  tool {} {} → {}: {}",
+                            call.name,
+                            call.arguments,
+                            if out.ok { "ok" } else { "error" },
+                            crate::quote(&out.content)
+                        )
+                    });
                     if out.ok && call.name == "agents__delegate" {
                         delegated_to = serde_json::from_str::<serde_json::Value>(&call.arguments)
                             .ok()

@@ -179,7 +179,7 @@ impl Discord {
                     && h.user.as_ref().is_none_or(|u| u.id.get() == self.bot_id)
             }),
             Err(e) if is_code(&e, 50013) || is_status(&e, 403) => {
-                eprintln!(
+                tracing::warn!(
                     "flock-bridge: no permission to manage webhooks in channel {channel}: posting as the bot with the author's name in front (give the bot \"Manage Webhooks\" to post under each agent's name)"
                 );
                 self.set_route(channel, Route::Prefix);
@@ -193,7 +193,7 @@ impl Discord {
                 match channel.create_webhook(&self.http, CreateWebhook::new(WEBHOOK_NAME)).await {
                     Ok(h) => h,
                     Err(e) if is_code(&e, 50013) || is_status(&e, 403) => {
-                        eprintln!(
+                        tracing::warn!(
                             "flock-bridge: cannot create a webhook in channel {channel}: posting as the bot with the author's name in front"
                         );
                         self.set_route(channel, Route::Prefix);
@@ -318,7 +318,11 @@ pub struct Handler {
 #[serenity::async_trait]
 impl EventHandler for Handler {
     async fn ready(&self, _ctx: Context, ready: Ready) {
-        println!("discord: gateway ready as {} (session {})", ready.user.name, ready.session_id);
+        tracing::info!(
+            "discord: gateway ready as {} (session {})",
+            ready.user.name,
+            ready.session_id
+        );
         let _ = self.tx.send(Event::Ready);
     }
 

@@ -151,7 +151,7 @@ pub async fn run() -> u8 {
     let token = match std::env::var(flock_ipc::env::PLATFORM_TOKEN) {
         Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
         _ => {
-            eprintln!(
+            tracing::error!(
                 "flock-bridge: error: no platform token: flock-bridge is started by flock-supervisor, which reads it from the variable `token_env` names"
             );
             return EXIT_CONFIG;
@@ -160,11 +160,17 @@ pub async fn run() -> u8 {
     let (link, spec) = match Link::connect().await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("flock-bridge: error: {e:#}");
+            tracing::error!("flock-bridge: error: {e:#}");
             return 1;
         }
     };
-    println!("bridge `{}` ({}) connected to the router", spec.name, spec.platform.as_str());
+    tracing::info!(
+        bridge = %spec.name,
+        platform = spec.platform.as_str(),
+        "bridge `{}` ({}) connected to the router",
+        spec.name,
+        spec.platform.as_str()
+    );
     link.status(json!({"state": "connecting"}));
     let mut tasks = tokio::task::JoinSet::new();
     let chat = match spec.platform {
@@ -173,7 +179,7 @@ pub async fn run() -> u8 {
                 spec.api_url.clone().unwrap_or_else(|| spec.platform.default_api_url().to_owned());
             match until_connected(&link, || Telegram::connect(&api_url, &token)).await {
                 Ok(t) => {
-                    println!(
+                    tracing::info!(
                         "telegram: bot {} ready; {} chat(s) mapped",
                         t.bot_id(),
                         spec.channels.len()
@@ -187,7 +193,7 @@ pub async fn run() -> u8 {
             let http = Arc::new(discord::http(spec.api_url.as_deref(), &token));
             match until_connected(&link, || Discord::connect(http.clone())).await {
                 Ok(d) => {
-                    println!(
+                    tracing::info!(
                         "discord: bot {} ready; {} channel(s) mapped",
                         d.bot_id(),
                         spec.channels.len()
@@ -201,13 +207,13 @@ pub async fn run() -> u8 {
             let client = match slack::client(spec.api_url.as_deref()) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("flock-bridge: error: {e}");
+                    tracing::error!("flock-bridge: error: {e}");
                     return 1;
                 }
             };
             match until_connected(&link, || slack::Slack::connect(client.clone(), &token)).await {
                 Ok(s) => {
-                    println!(
+                    tracing::info!(
                         "slack: bot user {} ready; {} channel(s) mapped",
                         s.bot_user(),
                         spec.channels.len()
@@ -234,7 +240,7 @@ pub async fn run() -> u8 {
         }
         Chat::Slack(s) => {
             let Ok(app_token) = std::env::var(flock_ipc::env::PLATFORM_APP_TOKEN) else {
-                eprintln!(
+                tracing::error!(
                     "flock-bridge: error: no app-level token: Slack bridges need `app_token_env` (an xapp-… token with connections:write)"
                 );
                 return EXIT_CONFIG;
@@ -257,7 +263,7 @@ pub async fn run() -> u8 {
             let client = match builder.await {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("flock-bridge: error: cannot set up the Discord client: {e}");
+                    tracing::error!("flock-bridge: error: cannot set up the Discord client: {e}");
                     return 1;
                 }
             };
@@ -271,7 +277,7 @@ pub async fn run() -> u8 {
     }
     tokio::select! {
         _ = link.gone() => {
-            eprintln!("flock-bridge: the router closed the connection; exiting");
+            tracing::warn!("flock-bridge: the router closed the connection; exiting");
             1
         }
         _ = link.shutdown_requested() => {
@@ -281,7 +287,7 @@ pub async fn run() -> u8 {
             })
             .await;
             link.shutdown_ack().await;
-            println!("stopped");
+            tracing::info!("stopped");
             0
         }
     }
@@ -300,12 +306,12 @@ where
             Ok(t) => return Ok(t),
             Err(PlatformError::Fatal(e)) => {
                 link.status(json!({"state": "failed", "last_error": e}));
-                eprintln!("flock-bridge: error: {e}");
+                tracing::error!("flock-bridge: error: {e}");
                 return Err(EXIT_CONFIG);
             }
             Err(e) => {
                 link.status(json!({"state": "reconnecting", "last_error": e.to_string()}));
-                eprintln!("flock-bridge: cannot reach the platform yet: {e}");
+                tracing::warn!("flock-bridge: cannot reach the platform yet: {e}");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
                     _ = link.gone() => return Err(1),
@@ -341,7 +347,7 @@ impl Relay {
             other => (false, format!("the Discord gateway stopped: {other}")),
         };
         self.set_state("failed", Some(why.clone()));
-        eprintln!("flock-bridge: error: {why}");
+        tracing::error!("flock-bridge: error: {why}");
         // Let the status reach the router before the process ends.
         tokio::time::sleep(Duration::from_millis(200)).await;
         std::process::exit(if fatal { i32::from(EXIT_CONFIG) } else { 1 });
@@ -384,7 +390,7 @@ impl Relay {
                             match discord.history_after(&m.external, last).await {
                                 Ok(missed) => {
                                     if !missed.is_empty() {
-                                        println!(
+                                        tracing::info!(
                                             "in: {} message(s) written in channel {} while the bridge was away",
                                             missed.len(),
                                             m.external
@@ -397,7 +403,7 @@ impl Relay {
                                     }
                                 }
                                 Err(e) => {
-                                    eprintln!(
+                                    tracing::warn!(
                                         "flock-bridge: cannot read what was missed in channel {}: {e}",
                                         m.external
                                     );
@@ -478,7 +484,7 @@ impl Relay {
                     continue;
                 }
                 Err(e) => {
-                    eprintln!("flock-bridge: receiving: {e}");
+                    tracing::warn!("flock-bridge: receiving: {e}");
                     self.set_state("reconnecting", Some(e.to_string()));
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -505,20 +511,23 @@ impl Relay {
             return Ok(()); // a chat the bot is in but no mapping names: not ours to relay
         };
         if mapping.allow.as_ref().is_some_and(|a| !a.contains(&m.user_id)) {
-            println!(
+            tracing::info!(
                 "ignored a message from user {} in chat {}: not on the allow list",
-                m.user_id, m.external
+                m.user_id,
+                m.external
             );
             return Ok(());
         }
         if self.is_echo(&m.external, &m.text) {
-            println!("dropped an echo of our own post in chat {}", m.external);
+            tracing::info!("dropped an echo of our own post in chat {}", m.external);
             return Ok(());
         }
         if !self.within_rate(&m.user_id) {
-            println!(
+            tracing::info!(
                 "ignored a message from user {} in chat {}: more than {} posts a minute",
-                m.user_id, m.external, self.spec.max_posts_per_minute
+                m.user_id,
+                m.external,
+                self.spec.max_posts_per_minute
             );
             return Ok(());
         }
@@ -534,7 +543,9 @@ impl Relay {
                 if v["duplicate"].as_bool() != Some(true) {
                     self.stats.inbound.fetch_add(1, Ordering::Relaxed);
                 }
-                println!(
+                tracing::info!(
+                    chat = %m.external,
+                    channel = v["channel"].as_str().unwrap_or("?"),
                     "in: chat {} message {} → #{} seq {}{}",
                     m.external,
                     m.message_id,
@@ -546,7 +557,7 @@ impl Relay {
                 Ok(())
             }
             Err(CallError::Refused(why)) => {
-                println!("in: chat {} message {} refused: {why}", m.external, m.message_id);
+                tracing::info!("in: chat {} message {} refused: {why}", m.external, m.message_id);
                 Ok(())
             }
             Err(CallError::Gone) => Err(CallError::Gone),
@@ -567,7 +578,7 @@ impl Relay {
                 Ok(v) => v,
                 Err(CallError::Gone) => return,
                 Err(CallError::Refused(why)) => {
-                    eprintln!("flock-bridge: pull for chat {external} refused: {why}");
+                    tracing::warn!("flock-bridge: pull for chat {external} refused: {why}");
                     self.set_state("broken", Some(why));
                     tokio::time::sleep(MAX_BACKOFF).await;
                     continue;
@@ -591,7 +602,7 @@ impl Relay {
                     return;
                 }
                 self.stats.outbound.fetch_add(1, Ordering::Relaxed);
-                println!("out: seq {seq} by {author} → chat {external} message {id}");
+                tracing::info!(seq, author = %author, chat = %external, "out: seq {seq} by {author} → chat {external} message {id}");
                 done = seq;
             }
             // Posts that were this chat's own (not sent back): move the cursor past them.
@@ -624,7 +635,7 @@ impl Relay {
                         tokio::time::sleep(d).await;
                     }
                     Err(e @ (PlatformError::Permanent(_) | PlatformError::Fatal(_))) => {
-                        eprintln!("flock-bridge: chat {external} refuses posts: {e}");
+                        tracing::warn!("flock-bridge: chat {external} refuses posts: {e}");
                         self.set_state(&format!("broken: chat {external}"), Some(e.to_string()));
                         tokio::time::sleep(MAX_BACKOFF).await;
                     }

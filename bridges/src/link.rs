@@ -157,7 +157,7 @@ async fn read_loop(
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {
-                eprintln!("flock-bridge: error: reading from the router: {e}");
+                tracing::error!("flock-bridge: error: reading from the router: {e}");
                 break;
             }
         };

@@ -4,14 +4,15 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    flock_log::init("flock-bridge");
     // The platform token is in this process's environment: nobody else may read it.
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
-        eprintln!("flock-bridge: warning: cannot make the process non-dumpable: {e}");
+        tracing::warn!("flock-bridge: warning: cannot make the process non-dumpable: {e}");
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("flock-bridge: error: cannot start the runtime: {e}");
+            tracing::error!("flock-bridge: error: cannot start the runtime: {e}");
             return ExitCode::from(1);
         }
     };

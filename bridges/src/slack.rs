@@ -121,7 +121,7 @@ impl Slack {
         // Without `chat:write.customize` Slack ignores the name and posts as the bot: say who
         // wrote it in the text from now on.
         if !prefixed && sent.message.sender.username.as_deref() != Some(label.as_str()) {
-            eprintln!(
+            tracing::warn!(
                 "flock-bridge: Slack did not apply the author's name (add the scope chat:write.customize to the app to post under each agent's name); writing *[name]* in front instead"
             );
             self.prefix.store(true, Ordering::Relaxed);

@@ -41,7 +41,7 @@ where
                 if let Err(e) = encode_frame(&f, &mut buf) {
                     // A frame we built ourselves failed to encode: a bug, but not the peer's
                     // fault. Drop that frame only.
-                    eprintln!("flock-ipc: dropping unencodable {} frame: {e}", f.kind());
+                    tracing::error!(kind = f.kind(), error = %e, "flock-ipc: dropping an unencodable frame");
                 }
                 if buf.len() >= BATCH_BYTES {
                     w.write_all(&buf).await?;

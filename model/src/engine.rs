@@ -528,7 +528,9 @@ impl State<'_> {
         let parser = match (create(schema), fallback) {
             (Ok(p), _) => p,
             (Err(e), Some(f)) => {
-                eprintln!("flock-model: tool schema rejected ({e}); using loose argument schemas");
+                tracing::warn!(
+                    "flock-model: tool schema rejected ({e}); using loose argument schemas"
+                );
                 create(f).map_err(|e| GenerateError::Grammar(e.to_string()))?
             }
             (Err(e), None) => return Err(GenerateError::Grammar(e.to_string())),

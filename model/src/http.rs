@@ -164,7 +164,7 @@ where
                 drop(slot);
                 let back_off = accept_error_backs_off(&e);
                 if logged.insert((e.raw_os_error(), e.kind())) {
-                    eprintln!(
+                    tracing::warn!(
                         "flock-model: accept failed: {e}; {} (each kind of accept error is \
                          logged once)",
                         if back_off {
@@ -425,7 +425,13 @@ async fn chat_completion(
     // prompt the slot reused, what was processed, and the token budget of each part.
     let parts: Vec<String> =
         generation.part_tokens.iter().map(|(name, n)| format!("{name}={n}")).collect();
-    eprintln!(
+    tracing::info!(
+        slot = generation.slot,
+        agent = if key.is_empty() { "-" } else { key.as_str() },
+        tokens_in = generation.prompt_tokens,
+        tokens_reused = generation.reused_tokens,
+        tokens_out = generation.completion_tokens,
+        ms = generation.total_time.as_millis() as u64,
         "flock-model: slot {} ({}): prompt {} tokens, reused {}, processed {} in {} ms; {} generated; {} ms total{}; parts {}",
         generation.slot,
         if key.is_empty() { "-" } else { key.as_str() },

@@ -9,6 +9,7 @@
 
 pub mod engine;
 pub mod http;
+pub mod log;
 pub mod prompt;
 pub mod threads;
 pub mod verify;
@@ -126,7 +127,12 @@ pub async fn run(opts: Options) -> Result<(), RunError> {
     let listener =
         TcpListener::bind(opts.listen).await.with_context(|| format!("bind {}", opts.listen))?;
     let addr = listener.local_addr()?;
-    eprintln!(
+    tracing::info!(
+        model = %info.name,
+        ms = info.load_time.as_millis() as u64,
+        threads = info.threads,
+        slots = info.slots,
+        ctx = info.n_ctx,
         "flock-model: {} loaded in {} ms, {} thread(s), {} KV-cache slots of {} tokens",
         info.name,
         info.load_time.as_millis(),

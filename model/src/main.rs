@@ -45,16 +45,19 @@ struct Args {
 fn not_dumpable() {
     // SAFETY: prctl(PR_SET_DUMPABLE, 0) only sets a flag on this process.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) } < 0 {
-        eprintln!("flock-model: warning: cannot make the process non-dumpable");
+        tracing::warn!("flock-model: warning: cannot make the process non-dumpable");
     }
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    flock_model::log::init();
     not_dumpable();
     let args = Args::parse();
     let Some(model) = args.model.or_else(flock_model::default_model_path) else {
-        eprintln!("flock-model: error: no --model given and neither FLOCK_HOME nor HOME is set");
+        tracing::error!(
+            "flock-model: error: no --model given and neither FLOCK_HOME nor HOME is set"
+        );
         std::process::exit(flock_model::EXIT_CONFIG);
     };
     let opts = flock_model::Options {
@@ -69,7 +72,7 @@ async fn main() {
         verbose: args.verbose,
     };
     if let Err(e) = flock_model::run(opts).await {
-        eprintln!("flock-model: error: {:#}", e.error);
+        tracing::error!("flock-model: error: {:#}", e.error);
         std::process::exit(e.code);
     }
 }

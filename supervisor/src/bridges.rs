@@ -137,7 +137,9 @@ impl Keeper {
         f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
+    /// A note in the bridge's log, and an event in the supervisor's.
     fn log(&self, line: &str) {
+        tracing::info!(bridge = %self.name, "bridge {}: {line}", self.name);
         self.env.logs.line(&log_name(&self.name), "flock", line);
     }
 
@@ -267,8 +269,9 @@ fn spawn_lines(
         let mut lines = BufReader::new(pipe).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             logs.line(&name, stream, &line);
-            if let (Some(last), Some(i)) = (&last, line.find("error: ")) {
-                *last.lock().unwrap_or_else(|p| p.into_inner()) = line[i + 7..].to_owned();
+            let message = crate::logs::message_of(&line);
+            if let (Some(last), Some(i)) = (&last, message.find("error: ")) {
+                *last.lock().unwrap_or_else(|p| p.into_inner()) = message[i + 7..].to_owned();
             }
         }
     })

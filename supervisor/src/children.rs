@@ -14,6 +14,7 @@ use flock_config::{AgentSpec, RestartPolicy, Strategy, SwarmSpec};
 use nix::sys::signal::Signal;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use flock_actors::journal::{JournalEvent, Status};
 
@@ -259,7 +260,9 @@ impl Actor for ChildSupervisor {
                 st.start_next(&myself).await;
             }
             ChildMsg::Exited { name, generation, status } => {
-                st.exited(&myself, &name, generation, status).await;
+                // One span per exit: the restart decision and what follows carry the agent.
+                let span = tracing::info_span!("child_exit", agent = %name, generation);
+                st.exited(&myself, &name, generation, status).instrument(span).await;
             }
             ChildMsg::SpawnFailed { name, generation, error } => {
                 st.spawn_failed(&myself, &name, generation, error).await;
@@ -271,6 +274,7 @@ impl Actor for ChildSupervisor {
                 }
                 c.state = ChildState::Ready;
                 let ms = c.spawned_at.map_or(0, |t| t.elapsed().as_millis());
+                tracing::debug!(agent = %agent, pid, ms = ms as u64, "agent ready");
                 st.args.logs.line(
                     &agent,
                     "flock",
@@ -476,7 +480,7 @@ fn journal(args: &ChildArgs, agent: &str, kind: &str, status: Status, message: &
             .param("agent", agent)
             .param("last_exit", exit);
         if let Err(e) = j.append(&event) {
-            eprintln!("flock: journal append failed: {e}");
+            tracing::error!(agent, kind, error = %e, "flock: journal append failed");
         }
     }
 }
@@ -539,6 +543,7 @@ impl ChildSupState {
                 c.pid = Some(pid);
                 c.spawned_at = Some(Instant::now());
                 c.liveness.store(crate::unix_ms(), Ordering::Relaxed);
+                tracing::debug!(agent = name, pid, generation, "agent spawned");
                 self.args.logs.line(name, "flock", &format!("spawned pid {pid}"));
                 if let Some(out) = child.stdout.take() {
                     self.args.logs.capture(name.into(), "out", out);
@@ -584,6 +589,7 @@ impl ChildSupState {
         if c.generation != generation {
             return;
         }
+        tracing::error!(agent = name, error = %error, "agent {name} could not start");
         self.args.logs.line(name, "flock", &format!("could not start: {error}"));
         c.state = ChildState::Failed;
         c.pid = None;
@@ -615,6 +621,11 @@ impl ChildSupState {
         let uptime = c.spawned_at.map_or(Duration::ZERO, |t| t.elapsed());
         c.pid = None;
         c.last_exit = Some(how.clone());
+        if c.intent == Intent::Run && (killed_by_us || !status.success()) {
+            tracing::warn!(agent = name, exit = %how, uptime_ms = uptime.as_millis() as u64, "agent {name} exited: {how}");
+        } else {
+            tracing::debug!(agent = name, exit = %how, "agent {name} exited: {how}");
+        }
         self.args.logs.line(name, "flock", &format!("exited: {how}"));
         // What it started and left behind goes with it (spawn.rs: it is ours to kill now).
         let logs = self.args.logs.clone();
@@ -670,7 +681,13 @@ impl ChildSupState {
                                 supervision.max_restarts, supervision.max_seconds
                             );
                             self.args.logs.line(name, "flock", &msg);
-                            eprintln!("flock: agent {name} {msg}");
+                            tracing::error!(
+                                agent = name,
+                                restarts = c.restarts,
+                                max_restarts = supervision.max_restarts,
+                                max_seconds = supervision.max_seconds,
+                                "flock: agent {name} {msg}"
+                            );
                             journal(&self.args, name, "AGENT_FAILED", Status::Failed, &msg, &how);
                             for w in c.ready_waiters.drain(..) {
                                 let _ = w.send(Err(format!("{name} {msg}")));
@@ -683,6 +700,12 @@ impl ChildSupState {
                         }
                         RestartDecision::After(delay) => {
                             let msg = format!("restarting in {} ms", delay.as_millis());
+                            tracing::info!(
+                                agent = name,
+                                restarts = c.restarts + 1,
+                                delay_ms = delay.as_millis() as u64,
+                                "agent {name} {msg}"
+                            );
                             self.args.logs.line(name, "flock", &msg);
                             journal(&self.args, name, "AGENT_RESTART", Status::Success, &msg, &how);
                             let members = self.group_of(name, strategy);
@@ -803,6 +826,7 @@ impl ChildSupState {
                     silent,
                     silent / sup.heartbeat_interval_ms.max(1)
                 );
+                tracing::warn!(agent = %c.spec.key(), pid, silent_ms = silent, "agent {} {why}", c.spec.key());
                 self.args.logs.line(&c.spec.key(), "flock", &why);
                 c.kill_reason = Some(why);
                 signal_group(pid, Signal::SIGKILL);

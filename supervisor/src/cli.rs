@@ -40,6 +40,12 @@ pub enum Command {
         /// with this run's token, is printed at start and by `flockctl ui`.
         #[arg(long, value_name = "ADDR")]
         ui: Option<std::net::SocketAddr>,
+        /// Log lines as `text` (readable) or `json` (one object per line), for the supervisor and
+        /// every process it spawns; which events: RUST_LOG (default `info`). See
+        /// docs/observability.md.
+        #[arg(long, value_name = "FORMAT", env = "FLOCK_LOG_FORMAT", default_value = "text",
+              value_parser = ["text", "json"], ignore_case = true)]
+        log_format: String,
     },
     /// Check a swarm file and print every problem at once, with line and column.
     Validate {

@@ -120,9 +120,14 @@ impl LogHub {
         f(self.open(&mut logs, agent))
     }
 
-    /// Appends one line, stamped with the time and the stream it came from.
+    /// Appends one line, stamped with the time and the stream it came from (`out`, `err`, or
+    /// `flock` for the supervisor's own notes). In JSON mode (`--log-format json`) every line of
+    /// the file is a JSON object: a child's own JSON events as they are, anything else wrapped.
     pub fn line(&self, agent: &str, stream: &str, text: &str) {
-        let line = format!("{} {stream} {text}", utc_now());
+        let line = match flock_log::format() {
+            flock_log::Format::Text => format!("{} {stream} {text}", utc_now()),
+            flock_log::Format::Json => json_line(agent, stream, text),
+        };
         let mut logs = self.lock();
         if let Some(all) = &logs.all
             && all.receiver_count() > 0
@@ -214,6 +219,34 @@ fn timestamp(line: &str) -> Option<&str> {
     ok.then_some(stamp)
 }
 
+/// `text` as one JSON line: as it is if it already is a JSON object (a child logging in JSON),
+/// else an event of our own with the agent and the stream as fields.
+fn json_line(agent: &str, stream: &str, text: &str) -> String {
+    let text = text.trim_end();
+    if text.starts_with('{') && text.ends_with('}') {
+        return text.to_owned();
+    }
+    serde_json::json!({
+        "timestamp": utc_now(),
+        "level": if stream == "err" { "WARN" } else { "INFO" },
+        "message": text,
+        "agent": agent,
+        "stream": stream,
+    })
+    .to_string()
+}
+
+/// The message of a log line: the `message` of a JSON event, else the line itself.
+pub fn message_of(line: &str) -> std::borrow::Cow<'_, str> {
+    if line.starts_with('{')
+        && let Ok(serde_json::Value::Object(map)) = serde_json::from_str(line)
+        && let Some(serde_json::Value::String(m)) = map.get("message")
+    {
+        return std::borrow::Cow::Owned(m.clone());
+    }
+    std::borrow::Cow::Borrowed(line)
+}
+
 /// Current UTC time as `YYYY-MM-DDTHH:MM:SS.mmmZ` (the journal's format).
 pub fn utc_now() -> String {
     flock_actors::journal::now_timestamp()
@@ -266,5 +299,22 @@ mod tests {
             merge(vec![("a".into(), vec![t("3"), "plain".into()]), ("b".into(), vec![t("1")])]);
         let order: Vec<&str> = merged.iter().map(|(n, _)| &**n).collect();
         assert_eq!(order, ["a", "a", "b"]);
+    }
+
+    #[test]
+    fn json_lines_keep_a_childs_events_and_wrap_the_rest() {
+        let own = r#"{"timestamp":"t","level":"INFO","message":"turn done","agent":"a"}"#;
+        assert_eq!(json_line("a", "err", own), own);
+        let wrapped: serde_json::Value =
+            serde_json::from_str(&json_line("a", "flock", "spawned pid 7")).unwrap();
+        assert_eq!(wrapped["message"], "spawned pid 7");
+        assert_eq!(wrapped["agent"], "a");
+        assert_eq!(wrapped["stream"], "flock");
+        assert_eq!(wrapped["level"], "INFO");
+        assert_eq!(
+            message_of(r#"{"level":"ERROR","message":"flock-model: error: gone"}"#),
+            "flock-model: error: gone"
+        );
+        assert_eq!(message_of("plain error: x"), "plain error: x");
     }
 }

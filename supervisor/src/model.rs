@@ -296,6 +296,7 @@ impl Keeper {
                 Err(e) => format!("wait failed: {e}"),
             };
             let error = last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            tracing::warn!(pid, exit = %exit, "flock-model exited: {exit}");
             self.logs.line(NAME, "flock", &format!("exited: {exit}"));
             let detail = if error.is_empty() { exit.clone() } else { format!("{exit}: {error}") };
             self.set(|s| (s.pid, s.last_exit) = (None, Some(detail.clone())));
@@ -312,6 +313,11 @@ impl Keeper {
             match history.on_death(&self.supervision, Instant::now(), spawned.elapsed(), jitter) {
                 RestartDecision::After(delay) => {
                     self.set(|s| (s.state, s.restarts) = ("restarting".into(), s.restarts + 1));
+                    tracing::info!(
+                        delay_ms = delay.as_millis() as u64,
+                        "flock-model restarting in {} ms",
+                        delay.as_millis()
+                    );
                     self.logs.line(
                         NAME,
                         "flock",
@@ -326,6 +332,7 @@ impl Keeper {
                     }
                 }
                 RestartDecision::GiveUp => {
+                    tracing::error!("flock-model: too many restarts: given up");
                     self.logs.line(NAME, "flock", "too many restarts: given up");
                     self.set(|s| s.state = "failed".into());
                     return;
@@ -355,8 +362,9 @@ async fn keep_stderr(logs: LogHub, err: impl AsyncRead + Unpin, last: Arc<Mutex<
     let mut lines = BufReader::new(err).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         logs.line(NAME, "err", &line);
-        if let Some(i) = line.find("error: ") {
-            *last.lock().unwrap_or_else(|p| p.into_inner()) = line[i + 7..].to_owned();
+        let message = crate::logs::message_of(&line);
+        if let Some(i) = message.find("error: ") {
+            *last.lock().unwrap_or_else(|p| p.into_inner()) = message[i + 7..].to_owned();
         }
     }
 }

@@ -113,6 +113,9 @@ fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
             cmd.env(key, v);
         }
     }
+    // The child logs as the supervisor does (RUST_LOG, when set, came with the allowlist).
+    let (key, format) = flock_log::child_env();
+    cmd.env(key, format);
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }

@@ -85,7 +85,9 @@ fn with_registry(mut spec: SwarmSpec, store: &Store) -> Result<SwarmSpec> {
         match serde_json::from_str::<AgentSpec>(&json) {
             Ok(a) if spec.agent(&a.key()).is_none() => spec.agents.push(a),
             Ok(_) => {}
-            Err(e) => eprintln!("flock: skipping a created agent whose spec cannot be read: {e}"),
+            Err(e) => {
+                tracing::warn!(error = %e, "flock: skipping a created agent whose spec cannot be read")
+            }
         }
     }
     Ok(spec)
@@ -240,7 +242,7 @@ pub async fn up(
     let memory_service = match flock_actors::memory::MemoryService::start(state.memory_dir()) {
         Ok(m) => Some(m),
         Err(e) => {
-            eprintln!("flock: memory search is off: {e}");
+            tracing::warn!(error = %e, "flock: memory search is off");
             None
         }
     };
@@ -260,7 +262,8 @@ pub async fn up(
                 state.workspaces().join(crate::model::NAME),
             )
             .await?;
-            eprintln!("flock: embedded model ready in {} ms", t0.elapsed().as_millis());
+            let ms = t0.elapsed().as_millis() as u64;
+            tracing::info!(ms, "flock: embedded model ready in {ms} ms");
             Some(Arc::new(m))
         }
         None => None,
@@ -389,20 +392,27 @@ pub async fn up(
     // dashboard acts through the control socket; it connects on its first page view.)
     let served = crate::web::start(&web, &state, ctx).await?;
     if let Some(addr) = served.metrics {
-        eprintln!("flock: metrics at http://{addr}/metrics");
+        tracing::info!(%addr, "flock: metrics at http://{addr}/metrics");
     }
     if let Some(url) = &served.ui_url {
-        eprintln!("flock: dashboard at {url}");
+        // The token is this run's key to the dashboard: printed for the operator (the log is
+        // theirs alone, 0600), never a field of its own.
+        tracing::info!("flock: dashboard at {url}");
     }
     let control_listener = UnixTransport::new(state.control_socket())
         .bind()
         .with_context(|| format!("listen on {}", state.control_socket().display()))?;
     serve::<UnixTransport>(control_listener, ConnKind::Control, router.clone(), limits);
-    eprintln!(
-        "flock: swarm `{}` up: {} agents started in {} ms (state dir {})",
+    let ms = t0.elapsed().as_millis() as u64;
+    tracing::info!(
+        swarm = %spec.name,
+        agents = spec.agents.len(),
+        ms,
+        state_dir = %state.root.display(),
+        pid = std::process::id(),
+        "flock: swarm `{}` up: {} agents started in {ms} ms (state dir {})",
         spec.name,
         spec.agents.len(),
-        t0.elapsed().as_millis(),
         state.root.display()
     );
 
@@ -414,7 +424,7 @@ pub async fn up(
         r = shutdown_rx.recv() => r.unwrap_or_else(|| StopReason::Requested("shutdown".into())),
     };
     let (StopReason::Requested(why) | StopReason::Escalated(why)) = &reason;
-    eprintln!("flock: {why}: stopping agents in reverse order");
+    tracing::info!(reason = %why, "flock: {why}: stopping agents in reverse order");
     let _ = router.cast(flock_actors::RouterMsg::Drain);
     // Bridges first: they finish what they are sending; nobody new comes in.
     let running: Vec<_> = bridges.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -423,7 +433,7 @@ pub async fn up(
     }
     let stop = ractor::call!(children, ChildMsg::StopAll);
     if let Err(e) = stop {
-        eprintln!("flock: stopping agents: {e}");
+        tracing::error!(error = %e, "flock: stopping agents failed");
     }
     // A second Ctrl-C during the stop is not needed: StopAll escalates to SIGKILL by itself.
     let _ = std::fs::remove_file(state.control_socket());
@@ -436,14 +446,17 @@ pub async fn up(
     // Whatever the agents left running (detached children) goes with them.
     let leftovers = tokio::task::spawn_blocking(crate::spawn::sweep_orphans).await.unwrap_or(0);
     if leftovers > 0 {
-        eprintln!("flock: killed {leftovers} process(es) the agents had left running");
+        tracing::warn!(
+            killed = leftovers,
+            "flock: killed {leftovers} process(es) the agents had left running"
+        );
     }
     children.stop(None);
     router.stop(None);
     channels.stop(None);
     gateway.stop(None);
     store_ref.stop(None);
-    eprintln!("flock: swarm `{}` stopped", spec.name);
+    tracing::info!(swarm = %spec.name, "flock: swarm `{}` stopped", spec.name);
     match reason {
         StopReason::Requested(_) => Ok(()),
         // A give-up is a failure: exit non-zero so a service manager or script can tell.
@@ -467,6 +480,7 @@ pub fn detach(
     state: &StateDir,
     model: Option<&str>,
     web: &crate::web::WebOptions,
+    log_format: flock_log::Format,
 ) -> Result<u32> {
     use std::os::unix::process::CommandExt;
     private_files();
@@ -486,6 +500,8 @@ pub fn detach(
         .args(model.map(|m| ["--model", m]).into_iter().flatten())
         .args(web.metrics.map(|a| ["--metrics".to_owned(), a.to_string()]).into_iter().flatten())
         .args(web.ui.map(|a| ["--ui".to_owned(), a.to_string()]).into_iter().flatten())
+        .arg("--log-format")
+        .arg(log_format.as_str())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -426,7 +426,7 @@ impl ChannelsState {
         if let Some(j) = &self.journal
             && let Err(e) = j.append(&event)
         {
-            eprintln!("flock channels: journal append failed: {e}");
+            tracing::error!(error = %e, "flock channels: journal append failed");
         }
     }
 
@@ -1147,7 +1147,7 @@ impl ChannelsState {
         }
         let batch = raised.clone();
         if let Err(e) = self.db(move |s| s.set_cursors(&batch)).await {
-            eprintln!("flock channels: cursor write failed: {e:?}");
+            tracing::error!(error = ?e, "flock channels: cursor write failed");
             return;
         }
         let (min, max) =
@@ -1191,7 +1191,7 @@ impl ChannelsState {
         let (total, first, newest) = match page {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("flock channels: reading #{channel} failed: {e}");
+                tracing::error!(channel = %channel, error = %e, "flock channels: reading #{channel} failed");
                 self.armed.remove(&key);
                 return;
             }

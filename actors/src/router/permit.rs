@@ -123,7 +123,7 @@ impl RouterState {
             }
         });
         if let Err(e) = self.store.cast(StoreMsg::With(job)) {
-            eprintln!("flock router: the store is not running: {e}");
+            tracing::error!(error = %e, "flock router: the store is not running");
         }
     }
 

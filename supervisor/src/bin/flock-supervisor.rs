@@ -48,7 +48,7 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Up { file, detach, state_dir, model, metrics, ui } => {
+        Command::Up { file, detach, state_dir, model, metrics, ui, log_format } => {
             let web = flock_supervisor::web::WebOptions { metrics, ui };
             for (flag, addr) in [("--metrics", metrics), ("--ui", ui)] {
                 if let Some(a) = addr
@@ -64,6 +64,7 @@ fn main() -> ExitCode {
                     );
                 }
             }
+            let log_format: flock_log::Format = log_format.parse().unwrap_or_default();
             let mut spec = match flock_config::load(&file) {
                 Ok(spec) => spec,
                 Err(errors) => {
@@ -90,7 +91,13 @@ fn main() -> ExitCode {
                 }
             };
             if detach {
-                return match flock_supervisor::up::detach(&file, &state, model.as_deref(), &web) {
+                return match flock_supervisor::up::detach(
+                    &file,
+                    &state,
+                    model.as_deref(),
+                    &web,
+                    log_format,
+                ) {
                     Ok(pid) => {
                         println!(
                             "swarm `{}` is up in the background (supervisor pid {pid}); `flockctl ps` to look, `flockctl down` to stop",
@@ -110,13 +117,14 @@ fn main() -> ExitCode {
                     }
                 };
             }
+            flock_log::init_with("flock-supervisor", log_format);
             // API keys leave the environment before any thread starts (an agent's child could
             // read them in /proc otherwise), and the supervisor cannot be inspected or traced.
             #[allow(unsafe_code)]
             // SAFETY: single-threaded still: the runtime is built below.
             let keys = unsafe { flock_supervisor::secrets::take_api_keys(&spec) };
             if let Err(e) = flock_supervisor::secrets::not_dumpable() {
-                eprintln!("flock-supervisor: warning: cannot make the process non-dumpable: {e}");
+                tracing::warn!(error = %e, "flock-supervisor: cannot make the process non-dumpable");
             }
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -125,14 +133,14 @@ fn main() -> ExitCode {
             {
                 Ok(rt) => rt,
                 Err(e) => {
-                    eprintln!("flock-supervisor: cannot start the runtime: {e}");
+                    tracing::error!(error = %e, "flock-supervisor: cannot start the runtime");
                     return ExitCode::from(1);
                 }
             };
             match runtime.block_on(flock_supervisor::up::up(spec, state, keys, web)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("flock-supervisor: {e:#}");
+                    tracing::error!("flock-supervisor: {e:#}");
                     ExitCode::from(1)
                 }
             }

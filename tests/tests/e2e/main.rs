@@ -15,6 +15,7 @@ mod isolation;
 mod live_view;
 mod llm;
 mod local_model;
+mod logging;
 mod permissions;
 mod sessions;
 mod spawn;
