@@ -55,8 +55,11 @@ pub struct RunArgs {
     /// Messages relayed one at a time through a chat bridge (and through the bare bot).
     #[arg(long, default_value_t = 1_000)]
     pub bridge_messages: usize,
+    /// `kill -9`s whose restart the dashboard's event stream must show (the `ui` figure).
+    #[arg(long, default_value_t = 40)]
+    pub ui_changes: usize,
     /// Only these figures (comma-separated): routed,raw,durable,request,up,restart,rss,sandbox,
-    /// memory,recall,bridge.
+    /// memory,recall,bridge,observe,ui.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where flock-supervisor and flock-agent are [default: next to this executable].
@@ -104,9 +107,9 @@ macro_rules! say {
 
 async fn run(args: RunArgs) -> Result<()> {
     let started = Instant::now();
-    const FIGURES: [&str; 11] = [
+    const FIGURES: [&str; 13] = [
         "routed", "raw", "durable", "request", "up", "restart", "rss", "sandbox", "memory",
-        "recall", "bridge",
+        "recall", "bridge", "observe", "ui",
     ];
     if let Some(bad) = args.only.iter().find(|o| !FIGURES.contains(&o.as_str())) {
         bail!("--only {bad}: choose among {}", FIGURES.join(","));
@@ -146,6 +149,12 @@ async fn run(args: RunArgs) -> Result<()> {
         }
         if want("bridge") {
             bridge(&bins, &root, args.bridge_messages, &mut out).await?;
+        }
+        if want("observe") {
+            observe(&bins, &root, &args, &mut out).await?;
+        }
+        if want("ui") {
+            ui_latency(&bins, &root, args.ui_changes, &mut out).await?;
         }
         if want("up") || want("restart") || want("rss") {
             lifecycle(&bins, &root, &args, &mut out, want("up"), want("restart"), want("rss"))
@@ -224,6 +233,16 @@ impl Swarm {
     }
 
     fn start_with(bins: &Bins, dir: &Path, yaml: &str, env: &[(&str, &str)]) -> Result<Swarm> {
+        Swarm::start_full(bins, dir, yaml, env, &[])
+    }
+
+    fn start_full(
+        bins: &Bins,
+        dir: &Path,
+        yaml: &str,
+        env: &[(&str, &str)],
+        up_args: &[&str],
+    ) -> Result<Swarm> {
         std::fs::create_dir_all(dir)?;
         let file = dir.join("swarm.yaml");
         std::fs::write(&file, yaml)?;
@@ -239,6 +258,7 @@ impl Swarm {
             .arg(&file)
             .arg("--state-dir")
             .arg(&state)
+            .args(up_args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(logf.try_clone()?)
@@ -593,6 +613,162 @@ async fn io_swarm(
         out.insert("request_errors".into(), json!(f(&r, "errors")));
         out.insert("request_frame_bytes".into(), json!(f(&r, "request_frame_bytes")));
     }
+    swarm.down(Some(ctl)).await
+}
+
+/// Routed at_most_once throughput with observability off (`RUST_LOG=off`, no metrics) and on
+/// (tracing at its default level, `--metrics` scraped every second), alternating swarms in the
+/// same run; the bound is a ratio ≥ 0.95.
+async fn observe(
+    bins: &Bins,
+    root: &Path,
+    args: &RunArgs,
+    out: &mut Map<String, Value>,
+) -> Result<()> {
+    let agents = vec![
+        ("sink".to_string(), bench_agent(bins, "sink")),
+        ("sender".to_string(), bench_agent(bins, "sender")),
+    ];
+    let yaml = swarm_yaml("bench-observe", &agents);
+    let mut rates: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..args.rounds.max(2) {
+        for (i, on) in [false, true].into_iter().enumerate() {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let addr = format!("127.0.0.1:{port}");
+            let (env, up_args): (Vec<(&str, &str)>, Vec<&str>) = if on {
+                (vec![("RUST_LOG", "info")], vec!["--metrics", addr.as_str()])
+            } else {
+                (vec![("RUST_LOG", "off")], vec![])
+            };
+            let dir = root.join(format!("observe-{round}-{i}"));
+            let mut swarm = Swarm::start_full(bins, &dir, &yaml, &env, &up_args)?;
+            let (mut ctl, _) = swarm.wait_ready(agents.len()).await?;
+            let scraper = on.then(|| {
+                let addr = addr.clone();
+                tokio::spawn(async move {
+                    let mut scrapes = 0u64;
+                    loop {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        if http_get(&addr, "/metrics", "").await.is_ok_and(|(s, _)| s == 200) {
+                            scrapes += 1;
+                        }
+                        if scrapes == u64::MAX {
+                            return;
+                        }
+                    }
+                })
+            });
+            ctl.send("sender", routed_go(args, round, "observe")).await?;
+            let path = swarm.workspace("sender").join(format!("observe-{round}.json"));
+            let r = wait_result(&path, Duration::from_secs(150), || swarm.check_alive()).await?;
+            if let Some(s) = scraper {
+                s.abort();
+            }
+            say!(
+                "observe round {} ({}): {:.0} msg/s",
+                round + 1,
+                if on { "tracing info + metrics" } else { "tracing off" },
+                f(&r, "msgs_per_sec")
+            );
+            rates[i].push(r);
+            swarm.down(Some(ctl)).await?;
+        }
+    }
+    throughput(out, "observe_off", &rates[0]);
+    throughput(out, "observe_on", &rates[1]);
+    if let (Some(off), Some(on)) =
+        (num(out, "observe_off_msgs_per_sec"), num(out, "observe_on_msgs_per_sec"))
+    {
+        out.insert("observe_on_vs_off".into(), json!(round3(on / off)));
+    }
+    Ok(())
+}
+
+/// One HTTP/1.1 GET over a plain socket: (status, body).
+async fn http_get(addr: &str, path: &str, headers: &str) -> Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Ok((status, body))
+}
+
+/// The dashboard's update latency: `kill -9` of an agent → the event on `/api/events` (what the
+/// page renders from) that shows its restart. The bound is p95 ≤ 1 s.
+async fn ui_latency(
+    bins: &Bins,
+    root: &Path,
+    n: usize,
+    out: &mut Map<String, Value>,
+) -> Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let agents = vec![("victim".to_string(), bench_agent(bins, "sink"))];
+    let yaml = swarm_yaml("bench-ui", &agents);
+    let dir = root.join("ui");
+    let mut swarm = Swarm::start_full(bins, &dir, &yaml, &[], &["--ui", "127.0.0.1:0"])?;
+    let (mut ctl, _) = swarm.wait_ready(1).await?;
+    let url = std::fs::read_to_string(swarm.state.join("run/ui-url"))?;
+    let rest = url.trim().trim_start_matches("http://");
+    let (addr, token) = rest.split_once("/?token=").context("the dashboard URL has no token")?;
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let req = format!(
+        "GET /api/events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await?;
+    let mut lines = BufReader::new(s).lines();
+    // The victim's (restarts, state) in the newest event.
+    let mut next_state = async || -> Result<(u64, String)> {
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+                .await
+                .context("no event within 30 s")??
+                .context("the event stream ended")?;
+            let Some(data) = line.strip_prefix("data: ") else { continue };
+            let v: Value = serde_json::from_str(data)?;
+            let row = v["ps"].as_array().and_then(|r| r.iter().find(|r| r["name"] == "victim"));
+            if let Some(row) = row {
+                let restarts = row["restarts"].as_u64().unwrap_or(0);
+                return Ok((restarts, row["state"].as_str().unwrap_or("").to_owned()));
+            }
+        }
+    };
+    say!("ui: {n} kill -9s of an agent, each timed until the dashboard's event stream shows it");
+    let mut us = Vec::new();
+    for _ in 0..n {
+        // Wait until the page would show it ready again.
+        let (before, _) = loop {
+            let (r, state) = next_state().await?;
+            if state == "ready" {
+                break (r, state);
+            }
+        };
+        let pid = ctl.ps().await?.iter().find(|r| r.name == "victim").and_then(|r| r.pid);
+        let pid = pid.context("the victim has no pid")?;
+        let t0 = Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )?;
+        loop {
+            let (r, _) = next_state().await?;
+            if r > before {
+                break;
+            }
+        }
+        us.push(t0.elapsed().as_micros() as u64);
+    }
+    us.sort_unstable();
+    let ms = |p: f64| percentile(&us, p) as f64 / 1000.0;
+    let (p50, p95) = (ms(50.0), ms(95.0));
+    say!("ui: kill -9 → restart on the event stream p50 {p50:.0} ms, p95 {p95:.0} ms");
+    out.insert("ui_update_p50_ms".into(), json!(round3(p50)));
+    out.insert("ui_update_p95_ms".into(), json!(round3(p95)));
+    out.insert("ui_update_max_ms".into(), json!(round3(ms(100.0))));
     swarm.down(Some(ctl)).await
 }
 

@@ -359,6 +359,16 @@ async fn agent(State(ui): Shared, Path(name): Path<String>) -> Response {
         Ok(json!({"agent": name, "sessions": sessions["sessions"], "session": session, "logs": logs}))
     })
     .await;
+    // Its turns as the journal tells them (a closed session keeps no messages to show).
+    let result = match result {
+        Ok(mut v) => {
+            let name = v["agent"].as_str().unwrap_or_default().to_owned();
+            v["journal"] =
+                journal_events(&ui, Some(format!("agent={name}")), 30).await.unwrap_or_default();
+            Ok(v)
+        }
+        Err(e) => Err(e),
+    };
     match result {
         Ok(v) => axum::Json(v).into_response(),
         Err(e) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
@@ -367,10 +377,19 @@ async fn agent(State(ui): Shared, Path(name): Path<String>) -> Response {
 
 /// The shared journal, newest first: `?q=` a `flockctl journal query` expression, `?last=N`.
 async fn journal(State(ui): Shared, Query(q): Query<HashMap<String, String>>) -> Response {
-    let dir = ui.journal_dir.clone();
     let last = q.get("last").and_then(|n| n.parse::<usize>().ok()).unwrap_or(100).min(1000);
     let expr = q.get("q").map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
-    let result = tokio::task::spawn_blocking(move || -> Result<String> {
+    match journal_events(&ui, expr, last).await {
+        Ok(events) => axum::Json(events).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
+    }
+}
+
+/// The newest `last` journal events (matching `expr`, a `flockctl journal query` expression),
+/// newest first.
+async fn journal_events(ui: &Ui, expr: Option<String>, last: usize) -> Result<Value> {
+    let dir = ui.journal_dir.clone();
+    let lines = tokio::task::spawn_blocking(move || -> Result<String> {
         let journal =
             flock_actors::journal::Journal::open(dir, flock_actors::journal::DEFAULT_MAX_BYTES)?;
         match expr {
@@ -378,20 +397,14 @@ async fn journal(State(ui): Shared, Query(q): Query<HashMap<String, String>>) ->
             None => crate::journal_cli::read(&journal, last, true),
         }
     })
-    .await;
-    match result {
-        Ok(Ok(lines)) => {
-            // A JSON array, oldest first: the page gets the newest `last`, newest first.
-            let mut events: Vec<Value> = serde_json::from_str(&lines).unwrap_or_default();
-            if events.len() > last {
-                events.drain(..events.len() - last);
-            }
-            events.reverse();
-            axum::Json(Value::Array(events)).into_response()
-        }
-        Ok(Err(e)) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    .await??;
+    // A JSON array, oldest first.
+    let mut events: Vec<Value> = serde_json::from_str(&lines).unwrap_or_default();
+    if events.len() > last {
+        events.drain(..events.len() - last);
     }
+    events.reverse();
+    Ok(Value::Array(events))
 }
 
 #[derive(serde::Deserialize)]

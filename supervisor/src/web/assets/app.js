@@ -49,27 +49,44 @@ async function api(path, body) {
 function renderPs() {
   const tbody = $("#ps tbody");
   const rows = state.ps.filter((r) => r.kind !== "chains");
-  tbody.replaceChildren(...rows.map((r) => {
-    const tr = el("tr", { "data-name": r.name, "data-kind": r.kind, class: r.kind === "actor" ? "dim" : "" });
-    if (r.kind === "agent") {
-      tr.classList.add("agent");
-      tr.onclick = () => pickAgent(r.name);
-      if (picked.agent === r.name) tr.classList.add("selected");
+  // Rows are updated in place (a click must not land on a row replaced under the pointer).
+  const existing = new Map([...tbody.children].map((tr) => [tr.dataset.name, tr]));
+  const order = rows.map((r) => {
+    let tr = existing.get(r.name);
+    if (!tr) {
+      tr = el("tr", { "data-name": r.name, "data-kind": r.kind, class: r.kind === "actor" ? "dim" : "" });
+      for (let i = 0; i < 11; i++) tr.append(el("td"));
+      if (r.kind === "agent") {
+        tr.classList.add("agent");
+        tr.onclick = () => pickAgent(r.name);
+      }
     }
+    tr.classList.toggle("selected", picked.agent === r.name);
     const restarted = lastRestarts[r.name] !== undefined && r.restarts > lastRestarts[r.name];
     lastRestarts[r.name] = r.restarts;
-    if (restarted) tr.classList.add("flash");
+    if (restarted) {
+      tr.classList.remove("flash");
+      void tr.offsetWidth; // restart the animation
+      tr.classList.add("flash");
+    }
     const tokens = r.kind === "agent" ? `${r.tokens_in}/${r.tokens_out}` : "";
-    tr.append(
-      el("td", { class: "name" }, r.name), el("td", {}, r.kind), el("td", {}, r.role),
-      el("td", { class: stateClass(r.state) + " state-cell", title: r.last_exit || "" }, r.state),
-      el("td", { class: "num pid" }, r.pid ?? "-"), el("td", { class: "num" }, duration(r.uptime_secs)),
-      el("td", { class: "num restarts" }, String(r.restarts)), el("td", { class: "num mailbox" }, String(r.mailbox_depth)),
-      el("td", { class: "num" }, String(r.turns_total)), el("td", { class: "num" }, tokens),
-      el("td", { class: "num" }, bytes(r.rss_bytes)),
-    );
+    const cells = [
+      ["name", r.name], ["", r.kind], ["", r.role],
+      [stateClass(r.state) + " state-cell", r.state],
+      ["num pid", r.pid ?? "-"], ["num", duration(r.uptime_secs)],
+      ["num restarts", String(r.restarts)], ["num mailbox", String(r.mailbox_depth)],
+      ["num", String(r.turns_total)], ["num", tokens], ["num", bytes(r.rss_bytes)],
+    ];
+    cells.forEach(([cls, text], i) => {
+      const td = tr.children[i];
+      if (td.className !== cls) td.className = cls;
+      if (td.textContent !== String(text)) td.textContent = text;
+    });
+    tr.children[3].title = r.last_exit || "";
     return tr;
-  }));
+  });
+  order.forEach((tr, i) => { if (tbody.children[i] !== tr) tbody.insertBefore(tr, tbody.children[i] || null); });
+  while (tbody.children.length > order.length) tbody.lastChild.remove();
   const agents = rows.filter((r) => r.kind === "agent");
   const ready = agents.filter((r) => r.state === "ready" || r.state === "busy").length;
   const live = state.chains.filter((c) => c.live).length;
@@ -229,6 +246,12 @@ async function loadAgent() {
       } else li.append(clip(m.text));
       return li;
     }));
+    if (!msgs.length) {
+      $("#agent-title").textContent = `${name}: recent turns (from the journal)`;
+      $("#turns").replaceChildren(...(r.journal || []).map((e) => el("li", {},
+        el("span", { class: "role" }, (e.action && e.action.type) || ""),
+        el("span", { class: "seq" }, (e.timestamp || "").slice(11, 19)), clip(e.result && e.result.message))));
+    }
     $("#agent-logs").textContent = (r.logs || []).join("\n");
   } catch (e) {
     $("#agent-title").textContent = `${name}: ${e.message}`;
