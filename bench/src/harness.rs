@@ -1194,6 +1194,23 @@ fn print_table(out: &Map<String, Value>) {
             row(what, format!("{p50:.2}/{p95:.2} ms"), &t, Some(p50 <= target), vs_sh(p50));
         }
     }
+    if let (Some(on), Some(off), Some(ratio)) =
+        (get("observe_on_msgs_per_sec"), get("observe_off_msgs_per_sec"), get("observe_on_vs_off"))
+    {
+        let cmp = format!("{ratio:.3}× tracing off ({} msg/s)", thousands(off));
+        let what = "routed, tracing info + metrics on";
+        row(what, format!("{} msg/s", thousands(on)), "≥ 0.95× off", Some(ratio >= 0.95), cmp);
+    }
+    if let (Some(p50), Some(p95)) = (get("ui_update_p50_ms"), get("ui_update_p95_ms")) {
+        let what = "dashboard: kill -9 → page event p50/p95";
+        row(
+            what,
+            format!("{p50:.0}/{p95:.0} ms"),
+            "p95 ≤ 1 000 ms",
+            Some(p95 <= 1000.0),
+            String::new(),
+        );
+    }
     if let (Some(p50), Some(p95)) = (get("memory_search_p50_ms"), get("memory_search_p95_ms")) {
         let cmp = get("memory_scan_p50_ms")
             .map_or(String::new(), |b| format!("{:.3}× file scan ({b:.0} ms)", p50 / b));
