@@ -226,13 +226,12 @@ async fn index(State(ui): Shared, Query(q): Query<HashMap<String, String>>) -> R
     asset("text/html; charset=utf-8", INDEX_HTML)
 }
 
+/// The swarm now (read for this request: the sampler runs only while a page streams events).
 async fn state_now(State(ui): Shared) -> Response {
-    let body = ui.state.borrow().clone();
-    json_text(&body)
-}
-
-fn json_text(body: &str) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], body.to_owned()).into_response()
+    match open_and(&ui, |mut c| async move { sample(&mut c).await }).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
+    }
 }
 
 /// `text/event-stream`: the swarm's state now, then each time it changes (`event: state`).

@@ -243,7 +243,12 @@ fn the_dashboard_shows_the_swarm_live_in_a_real_browser() {
     assert_eq!(get(&addr, "/?token=0123", "").0, 401);
     let token = url.split("token=").nth(1).unwrap();
     let bearer = format!("Authorization: Bearer {token}\r\n");
-    assert_eq!(get(&addr, "/api/state", &bearer).0, 200);
+    let (status, state) = get(&addr, "/api/state", &bearer);
+    assert_eq!(status, 200, "{state}");
+    assert!(
+        state.contains(r#""name":"worker""#) && state.contains(r#""channel":"team""#),
+        "{state}"
+    );
     let rebinding = format!(
         "GET /api/state HTTP/1.1\r\nHost: evil.example:80\r\nConnection: close\r\n{bearer}\r\n"
     );
