@@ -1124,6 +1124,8 @@ mod tests {
         if std::env::var_os(EMFILE_CHILD).is_none() {
             return;
         }
+        // The accept error is logged through tracing, as in flock-model: to this stderr.
+        crate::log::init();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let limits =
