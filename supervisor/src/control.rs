@@ -455,3 +455,15 @@ async fn bridges_json(ctx: &ControlCtx) -> serde_json::Value {
         .collect();
     serde_json::Value::Array(list)
 }
+
+/// Chains as JSON (`flockctl chains --json` and the dashboard).
+pub fn chain_rows_json(rows: &[flock_ipc::ChainRow]) -> serde_json::Value {
+    rows.iter()
+        .map(|r| {
+            serde_json::json!({"chain": flock_ipc::id::fmt_id(r.id), "origin": r.origin,
+                   "entry": r.entry, "text": r.text, "state": r.state, "hops": r.hops,
+                   "max_hops": r.max_hops, "tokens": r.tokens, "max_tokens": r.max_tokens,
+                   "age_ms": r.age_ms, "max_wall_ms": r.max_wall_ms, "live": r.live})
+        })
+        .collect()
+}

@@ -600,17 +600,6 @@ fn dm_of(agent: &str) -> String {
     flock_actors::channels::delta::dm_channel_id(agent, "human:operator")
 }
 
-fn chain_rows_json(rows: &[flock_ipc::ChainRow]) -> serde_json::Value {
-    rows.iter()
-        .map(|r| {
-            json!({"chain": flock_ipc::id::fmt_id(r.id), "origin": r.origin, "entry": r.entry,
-                   "text": r.text, "state": r.state, "hops": r.hops, "max_hops": r.max_hops,
-                   "tokens": r.tokens, "max_tokens": r.max_tokens, "age_ms": r.age_ms,
-                   "max_wall_ms": r.max_wall_ms, "live": r.live})
-        })
-        .collect()
-}
-
 /// Waits for chain `id` to end (`send --wait`), printing progress to stderr every 10 s.
 async fn wait_for_end(
     conn: &mut Connection,
@@ -883,7 +872,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 bail!("unexpected answer to chains");
             };
             if json {
-                println!("{}", serde_json::to_string_pretty(&chain_rows_json(&rows))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&flock_supervisor::control::chain_rows_json(
+                        &rows
+                    ))?
+                );
             } else if rows.is_empty() {
                 println!("no chains in flight");
             } else {

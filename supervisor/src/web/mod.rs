@@ -290,15 +290,7 @@ async fn sample(c: &mut Ctl) -> Result<Value> {
         _ => Value::Null,
     };
     let chains = match c.call(ControlRequest::Chains).await? {
-        ControlReply::Chains(rows) => rows
-            .iter()
-            .map(|r| {
-                json!({"chain": flock_ipc::id::fmt_id(r.id), "origin": r.origin, "entry": r.entry,
-                       "text": r.text, "state": r.state, "hops": r.hops, "max_hops": r.max_hops,
-                       "tokens": r.tokens, "max_tokens": r.max_tokens, "age_ms": r.age_ms,
-                       "max_wall_ms": r.max_wall_ms, "live": r.live})
-            })
-            .collect(),
+        ControlReply::Chains(rows) => crate::control::chain_rows_json(&rows),
         _ => Value::Null,
     };
     let channels = c.tool("flock_channel_list", json!({}), "operator").await?;

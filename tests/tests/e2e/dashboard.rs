@@ -99,16 +99,12 @@ fn metrics_are_served_in_the_prometheus_format_and_count_what_happened() {
             .map(|x| number(&x.value))
     };
     // The delta to the worker is a turn of its own; wait for both turns to be counted.
-    let deadline = Instant::now() + LONG;
-    let (s, body) = loop {
-        let (s, body) = scrape();
-        if value(&s, "flock_turns_total", ("agent", "worker")).unwrap_or(0.0) >= 2.0
-            || Instant::now() > deadline
-        {
-            break (s, body);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    swarm.wait_until(
+        || value(&scrape().0, "flock_turns_total", ("agent", "worker")) >= Some(2.0),
+        LONG,
+        "both of the worker's turns in /metrics",
+    );
+    let (s, body) = scrape();
     assert!(value(&s, "flock_turns_total", ("agent", "worker")) >= Some(2.0), "{body}");
     assert_eq!(value(&s, "flock_process_up", ("name", "worker")), Some(1.0), "{body}");
     assert_eq!(value(&s, "flock_mailbox_depth", ("name", "coordinator")), Some(0.0), "{body}");
