@@ -264,7 +264,7 @@ async fn sampler(factory: CtlFactory, tx: watch::Sender<Arc<String>>) {
             return;
         }
         // Nobody looking (only the server's own receiver): read nothing.
-        if tx.receiver_count() <= 1 && !last.is_empty() {
+        if tx.receiver_count() <= 1 {
             continue;
         }
         if conn.is_none() {
