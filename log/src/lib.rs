@@ -24,6 +24,9 @@ use tracing_subscriber::fmt::MakeWriter;
 pub const FORMAT_ENV: &str = "FLOCK_LOG_FORMAT";
 /// The variable that selects the events (`EnvFilter` directives).
 pub const FILTER_ENV: &str = "RUST_LOG";
+/// Set (to `1`) by the supervisor on the processes it spawns in text mode: it stamps every line
+/// of theirs with the time it arrived, so they write none of their own (one timestamp a line).
+pub const NO_TIME_ENV: &str = "FLOCK_LOG_NO_TIME";
 /// The filter when `RUST_LOG` is unset or empty.
 pub const DEFAULT_FILTER: &str = "info";
 
@@ -94,7 +97,13 @@ pub fn init_with(component: &str, format: Format) {
     }
     let (filter, bad_filter) = filter_from(std::env::var(FILTER_ENV).ok().as_deref());
     // Fails only if something else installed a logger first; that one stays.
-    let _ = tracing::subscriber::set_global_default(subscriber(format, filter, std::io::stderr));
+    let stamped = std::env::var_os(NO_TIME_ENV).is_none_or(|v| v != "1");
+    let _ = tracing::subscriber::set_global_default(subscriber(
+        format,
+        filter,
+        stamped,
+        std::io::stderr,
+    ));
     if let Some(why) = bad_filter {
         tracing::warn!(component, "{FILTER_ENV}: {why}; logging at `{DEFAULT_FILTER}`");
     }
@@ -106,10 +115,15 @@ pub fn format() -> Format {
     CHOSEN.get().copied().unwrap_or_default()
 }
 
-/// The variable to set on a spawned Flock process so it logs in this process's format
-/// (`RUST_LOG`, when set, is passed on by the supervisor's environment allowlist).
-pub fn child_env() -> (&'static str, &'static str) {
-    (FORMAT_ENV, format().as_str())
+/// The variables to set on a spawned Flock process whose stderr this process stamps line by
+/// line: it logs in this process's format, without a time of its own in text mode (`RUST_LOG`,
+/// when set, is passed on by the supervisor's environment allowlist).
+pub fn child_env() -> Vec<(&'static str, &'static str)> {
+    let mut vars = vec![(FORMAT_ENV, format().as_str())];
+    if format() == Format::Text {
+        vars.push((NO_TIME_ENV, "1"));
+    }
+    vars
 }
 
 /// The filter of `RUST_LOG`'s `value`, and why it was not usable if it was not.
@@ -123,10 +137,12 @@ fn filter_from(value: Option<&str>) -> (EnvFilter, Option<String>) {
     }
 }
 
-/// The subscriber for `format`, writing to `writer`.
+/// The subscriber for `format`, writing to `writer`; text lines begin with the time if
+/// `stamped` (JSON objects always carry it).
 fn subscriber<W>(
     format: Format,
     filter: EnvFilter,
+    stamped: bool,
     writer: W,
 ) -> Box<dyn tracing::Subscriber + Send + Sync>
 where
@@ -135,7 +151,8 @@ where
     let builder =
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(false);
     match format {
-        Format::Text => Box::new(builder.with_target(false).finish()),
+        Format::Text if stamped => Box::new(builder.with_target(false).finish()),
+        Format::Text => Box::new(builder.with_target(false).without_time().finish()),
         Format::Json => Box::new(
             builder
                 .json()
@@ -168,9 +185,13 @@ mod tests {
     }
 
     fn capture(format: Format, filter: &str) -> String {
+        capture_stamped(format, filter, true)
+    }
+
+    fn capture_stamped(format: Format, filter: &str, stamped: bool) -> String {
         let buf = Buf::default();
         let out = buf.clone();
-        let sub = subscriber(format, EnvFilter::new(filter), move || out.clone());
+        let sub = subscriber(format, EnvFilter::new(filter), stamped, move || out.clone());
         tracing::subscriber::with_default(sub, || {
             let span = tracing::info_span!("turn", agent = "worker", msg_id = "0042");
             let _in = span.enter();
@@ -214,6 +235,15 @@ mod tests {
         assert!(line.contains("tool=\"fs_read\" tokens_in=12"), "{line}");
         assert!(!line.contains('\x1b'), "no ANSI colours: {line}");
         assert!(!line.contains("flock_log"), "no target: {line}");
+    }
+
+    #[test]
+    fn a_child_whose_lines_the_supervisor_stamps_writes_no_time_of_its_own() {
+        let text = capture_stamped(Format::Text, "info", false);
+        let line = text.lines().next().unwrap_or_default();
+        assert!(line.trim_start().starts_with("INFO turn{"), "no timestamp: {line}");
+        let json = capture_stamped(Format::Json, "info", false);
+        assert!(json.contains("\"timestamp\""), "JSON keeps its time: {json}");
     }
 
     #[test]

@@ -113,9 +113,11 @@ fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
             cmd.env(key, v);
         }
     }
-    // The child logs as the supervisor does (RUST_LOG, when set, came with the allowlist).
-    let (key, format) = flock_log::child_env();
-    cmd.env(key, format);
+    // The child logs as the supervisor does (RUST_LOG, when set, came with the allowlist), and
+    // in text mode leaves the timestamp to the log hub, which stamps each line as it arrives.
+    for (key, value) in flock_log::child_env() {
+        cmd.env(key, value);
+    }
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }

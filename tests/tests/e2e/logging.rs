@@ -119,5 +119,8 @@ fn text_logs_stay_readable_and_keep_their_phrases() {
     let line = line.unwrap_or_else(|| panic!("the turn's start:\n{log}"));
     assert!(line.contains(" INFO turn{agent=echo msg_id="), "level and span: {line}");
     assert!(!line.contains('\x1b') && !line.trim_start().starts_with('{'), "plain text: {line}");
+    // One timestamp a line: the supervisor's, when it read the line (the agent writes none).
+    let stamps = line.split_whitespace().filter(|w| w.starts_with("20") && w.contains('T')).count();
+    assert_eq!(stamps, 1, "one timestamp: {line}");
     assert!(swarm.supervisor_output().contains("flock: swarm `text-logs` up: 1 agents started"));
 }
