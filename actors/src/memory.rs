@@ -6,7 +6,7 @@
 //! - `memory__search` — the runtime's (the unconscious's recall)
 //! - after a sync that changed something, `active_memory.md` is rewritten (this thread is its
 //!   one writer): what matters most, within [`ACTIVE_MEMORY_CHARS`]
-//! - `memory_search {query, limit?, all?, kinds?}`, `memory_get {id}` — a model's, where its
+//! - `memory_search {query, limit?, all?, kinds?, agent?}`, `memory_get {id}` — a model's, where its
 //!   agent lists them in `tools:`
 
 use std::path::PathBuf;
@@ -155,6 +155,7 @@ fn run(
                 limit: args["limit"].as_u64().map_or(5, |l| l.clamp(1, 20) as usize),
                 all: args["all"].as_bool().unwrap_or(false),
                 kinds,
+                agent: args["agent"].as_str().filter(|a| !a.is_empty()),
                 today: today(),
                 mode: Mode::Hybrid,
             };
@@ -187,6 +188,7 @@ fn run(
 pub fn record_json(r: &Record) -> Value {
     json!({
         "id": r.id, "kind": r.kind.as_str(), "date": r.date, "time": r.time,
-        "priority": r.priority.as_str(), "category": r.category, "path": r.path, "text": r.text,
+        "priority": r.priority.as_str(), "category": r.category, "agent": r.agent,
+        "path": r.path, "text": r.text,
     })
 }

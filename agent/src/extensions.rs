@@ -311,7 +311,13 @@ impl Pipeline {
                     ));
                 }
                 let key = flock_ipc::id::fmt_id(id);
-                match m.append_observation_tagged(now, &key, text, Some((priority, category))) {
+                match m.append_observation_tagged(
+                    now,
+                    &key,
+                    Some(&self.client.name),
+                    text,
+                    Some((priority, category)),
+                ) {
                     Ok(true) => ToolOutput::ok(format!(
                         "remembered ({priority}{}), id {key}",
                         if category.is_empty() { String::new() } else { format!(", {category}") }
@@ -444,7 +450,7 @@ impl Pipeline {
         if let Some(m) = &self.memory {
             let id = flock_ipc::id::fmt_id(turn.id);
             let done = format!("tools: {tools_line}");
-            match m.append_journal(unix_ms_now(), &id, turn.text, &done, reply) {
+            match m.append_journal(unix_ms_now(), &id, &self.client.name, turn.text, &done, reply) {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::info!("worker_lifecycle: journal line of this turn already written")
@@ -475,7 +481,7 @@ impl Pipeline {
             Role::Observer => {
                 let id = flock_ipc::id::fmt_id(turn.id);
                 let (tag, text) = observation_tag(reply);
-                let written = m.append_observation_tagged(now, &id, text, tag);
+                let written = m.append_observation_tagged(now, &id, Some(turn.from), text, tag);
                 if let (Ok(_), Some(to)) = (&written, reflection) {
                     match m.unreflected() {
                         Ok(un) if un.len() >= reflect_after => {
@@ -860,7 +866,7 @@ mod tests {
         let obs = std::fs::read_dir(dir.path().join("observations")).unwrap().next().unwrap();
         let text = std::fs::read_to_string(obs.unwrap().path()).unwrap();
         assert_eq!(text.matches("Ana chose Postgres").count(), 1, "{text}");
-        assert!(text.contains("<!-- priority: high; category: decision -->"), "{text}");
+        assert!(text.contains("<!-- priority: high; category: decision; agent: w -->"), "{text}");
         for (bad, why) in [
             (r#"{"text": "x", "priority": "urgent"}"#, "`priority`"),
             (r#"{"text": "x", "category": "gossip"}"#, "`category`"),

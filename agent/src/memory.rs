@@ -1,9 +1,10 @@
 //! The swarm's memory files (the brain-persona formats, shared/seeds/004), under the folder the
 //! supervisor names in `FLOCK_MEMORY_DIR`:
 //!
-//! - `journals/YYYY-MM-DD.md` (a worker): `HH:MM | request | what was done | result <!-- id -->`
+//! - `journals/YYYY-MM-DD.md` (a worker): `HH:MM | request | what was done | result
+//!   <!-- id: ID; agent: NAME -->`
 //! - `observations/YYYY-MM-DD.md` (the observer): `## HH:MM`, a third-person line, an id
-//!   comment, `---`; reflection adds `<!-- reflected: YYYY-MM-DD HH:MM -->` to what it read
+//!   comment, an optional `<!-- priority: …; category: …; agent: … -->`, `---`; reflection adds `<!-- reflected: YYYY-MM-DD HH:MM -->` to what it read
 //! - `reflections/YYYY-MM-DD.md` (reflection): `## Reflection - HH:MM`, the text, `---`
 //! - `knowledge/<topic>.md` (dream): `# Topic`, sections, `Last updated: YYYY-MM-DD HH:MM`;
 //!   merged into, never overwritten
@@ -80,37 +81,39 @@ impl Memory {
         Ok(path)
     }
 
-    /// `journals/DATE.md`: `HH:MM | request | what was done | result <!-- id: ID -->`, unless a
-    /// line with this `id` is already there (today's or yesterday's file: a turn replayed after a
-    /// crash, even past midnight, does not journal twice). Returns whether it was written.
+    /// `journals/DATE.md`: `HH:MM | request | what was done | result <!-- id: ID; agent: NAME -->`
+    /// (`agent` wrote it), unless a line with this `id` is already there (today's or yesterday's
+    /// file: a turn replayed after a crash, even past midnight, does not journal twice). Returns
+    /// whether it was written.
     pub fn append_journal(
         &self,
         now_ms: u64,
         id: &str,
+        agent: &str,
         request: &str,
         done: &str,
         result: &str,
     ) -> io::Result<bool> {
         let (_, hm) = date_and_minute(now_ms);
-        let marker = format!("{ID_PREFIX}{id} -->");
         let line = format!(
-            "{hm} | {} | {} | {} {marker}\n",
+            "{hm} | {} | {} | {} {ID_PREFIX}{id}; agent: {} -->\n",
             one_line(request),
             one_line(done),
-            one_line(result)
+            one_line(result),
+            one_line(agent)
         );
-        self.append_once("journals", now_ms, &marker, &mask(&line))
+        self.append_once("journals", now_ms, id, &mask(&line))
     }
 
-    /// Appends `entry` to `sub/DATE.md` unless `marker` (an entry's id) is in today's or
+    /// Appends `entry` to `sub/DATE.md` unless an entry with this `id` is in today's or
     /// yesterday's file already (a replay, even past midnight). Returns whether it was written.
-    fn append_once(&self, sub: &str, now_ms: u64, marker: &str, entry: &str) -> io::Result<bool> {
+    fn append_once(&self, sub: &str, now_ms: u64, id: &str, entry: &str) -> io::Result<bool> {
         let (date, _) = date_and_minute(now_ms);
         let (yesterday, _) = date_and_minute(now_ms.saturating_sub(86_400_000));
         self.locked(|| {
             for day in [&yesterday, &date] {
                 let path = self.dir.join(sub).join(format!("{day}.md"));
-                if std::fs::read_to_string(&path).is_ok_and(|t| t.contains(marker)) {
+                if std::fs::read_to_string(&path).is_ok_and(|t| has_id(&t, id)) {
                     return Ok(false);
                 }
             }
@@ -122,34 +125,37 @@ impl Memory {
     /// `observations/DATE.md`: one entry, unless an entry with this `id` is already there (a
     /// turn replayed after a crash does not observe twice). Returns whether it was written.
     pub fn append_observation(&self, now_ms: u64, id: &str, text: &str) -> io::Result<bool> {
-        self.append_observation_tagged(now_ms, id, text, None)
+        self.append_observation_tagged(now_ms, id, None, text, None)
     }
 
-    /// [`Memory::append_observation`] with a priority and category (`high`, `decision`), kept
-    /// as `<!-- priority: …; category: … -->` for the index.
+    /// [`Memory::append_observation`] about `agent`'s work, with a priority and category
+    /// (`high`, `decision`), kept as `<!-- priority: …; category: …; agent: … -->` for the index.
     pub fn append_observation_tagged(
         &self,
         now_ms: u64,
         id: &str,
+        agent: Option<&str>,
         text: &str,
         tag: Option<(&str, &str)>,
     ) -> io::Result<bool> {
         let (date, hm) = date_and_minute(now_ms);
-        let marker = match tag {
-            Some((priority, category)) => {
-                let category = if category.is_empty() {
-                    String::new()
-                } else {
-                    format!("; category: {category}")
-                };
-                format!("{ID_PREFIX}{id} -->\n<!-- priority: {priority}{category} -->")
+        let mut notes = Vec::new();
+        if let Some((priority, category)) = tag {
+            notes.push(format!("priority: {priority}"));
+            if !category.is_empty() {
+                notes.push(format!("category: {category}"));
             }
-            None => format!("{ID_PREFIX}{id} -->"),
-        };
+        }
+        if let Some(agent) = agent.filter(|a| !a.is_empty()) {
+            notes.push(format!("agent: {}", one_line(agent)));
+        }
+        let mut marker = format!("{ID_PREFIX}{id} -->");
+        if !notes.is_empty() {
+            marker.push_str(&format!("\n<!-- {} -->", notes.join("; ")));
+        }
         self.locked(|| {
             let path = self.dir.join("observations").join(format!("{date}.md"));
-            let id_marker = format!("{ID_PREFIX}{id} -->");
-            if std::fs::read_to_string(&path).is_ok_and(|t| t.contains(&id_marker)) {
+            if std::fs::read_to_string(&path).is_ok_and(|t| has_id(&t, id)) {
                 return Ok(false);
             }
             let entry = format!("## {hm}\n{}\n{marker}\n---\n\n", mask(text.trim()));
@@ -219,7 +225,7 @@ impl Memory {
         let (_, hm) = date_and_minute(now_ms);
         let marker = format!("{ID_PREFIX}{id} -->");
         let entry = format!("## Reflection - {hm}\n{}\n{marker}\n---\n\n", mask(text.trim()));
-        self.append_once("reflections", now_ms, &marker, &entry)
+        self.append_once("reflections", now_ms, id, &entry)
     }
 
     /// `knowledge/<topic>.md` from a document whose first `# ` line names the topic: a new topic
@@ -365,6 +371,12 @@ fn one_line(s: &str) -> String {
 }
 
 /// `User Preferences!` → `user-preferences`.
+/// Whether `text` holds an entry whose id comment is `id` (`<!-- id: ID -->`, or
+/// `<!-- id: ID; agent: … -->` on a journal line).
+fn has_id(text: &str, id: &str) -> bool {
+    text.contains(&format!("{ID_PREFIX}{id} -->")) || text.contains(&format!("{ID_PREFIX}{id};"))
+}
+
 pub fn kebab(title: &str) -> String {
     let mut out = String::new();
     for c in title.chars() {
@@ -418,6 +430,7 @@ mod tests {
         m.append_journal(
             T,
             "j1",
+            "worker",
             "deploy",
             &format!("used password: hunter2hunter and {key}"),
             "ok",
@@ -442,12 +455,17 @@ mod tests {
     fn journal_lines_stay_one_line_and_knowledge_merges() {
         let dir = tempfile::tempdir().unwrap();
         let m = Memory::new(dir.path());
-        assert!(m.append_journal(T, "t1", "fix | the\nbuild", "ran tests", "green").unwrap());
-        // The same turn replayed, even a day later, is not journaled again.
-        assert!(!m.append_journal(T + 60_000, "t1", "fix", "ran tests", "green").unwrap());
-        assert!(!m.append_journal(T + 86_400_000, "t1", "fix", "ran tests", "green").unwrap());
+        assert!(m.append_journal(T, "t1", "w", "fix | the\nbuild", "ran tests", "green").unwrap());
+        // The same turn replayed, even a day later, is not journaled again; t1's id is not t10's.
+        assert!(!m.append_journal(T + 60_000, "t1", "w", "fix", "ran tests", "green").unwrap());
+        assert!(!m.append_journal(T + 86_400_000, "t1", "w", "fix", "ran", "green").unwrap());
+        assert!(m.append_journal(T + 60_000, "t10", "w", "next", "ran tests", "green").unwrap());
         let j = std::fs::read_to_string(dir.path().join("journals/2025-11-21.md")).unwrap();
-        assert_eq!(j, "10:13 | fix / the build | ran tests | green <!-- id: t1 -->\n");
+        assert_eq!(
+            j,
+            "10:13 | fix / the build | ran tests | green <!-- id: t1; agent: w -->\n\
+             10:14 | next | ran tests | green <!-- id: t10; agent: w -->\n"
+        );
         assert!(!dir.path().join("journals/2025-11-22.md").exists());
 
         let p = m.merge_knowledge(T, "# User Preferences\n## Key knowledge\n- likes Rust").unwrap();

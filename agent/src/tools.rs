@@ -356,6 +356,7 @@ pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
                 "query": s("the words to look for"),
                 "limit": {"type": "integer", "description": "at most this many (default 5)"},
                 "all": {"type": "boolean", "description": "include records older than a year"},
+                "agent": s("only what this agent did or was observed doing"),
             }),
             &["query"],
         ),

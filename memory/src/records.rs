@@ -96,6 +96,9 @@ pub struct Record {
     pub priority: Priority,
     /// One of [`CATEGORIES`], empty if none.
     pub category: String,
+    /// The agent whose work it records (a journal line's writer, an observation's subject),
+    /// empty if none (reflections, knowledge, older entries).
+    pub agent: String,
     /// The file, relative to the memory dir (`observations/2026-11-25.md`).
     pub path: String,
     pub text: String,
@@ -113,6 +116,7 @@ pub fn parse_file(rel: &str, text: &str) -> Vec<Record> {
         time: time.to_owned(),
         priority: Priority::Medium,
         category: String::new(),
+        agent: String::new(),
         path: rel.to_owned(),
         text: body,
     };
@@ -123,16 +127,17 @@ pub fn parse_file(rel: &str, text: &str) -> Vec<Record> {
             .enumerate()
             .map(|(n, line)| {
                 let time = line.split(" | ").next().filter(|t| is_hhmm(t)).unwrap_or_default();
-                // A trailing `<!-- id: … -->` (the turn's) is the record's id.
-                let tail =
-                    line.trim_end().strip_suffix("-->").and_then(|l| l.rsplit_once("<!-- id:"));
-                let (text, id) = match tail {
-                    Some((text, id)) => (text.trim_end(), Some(id.trim().to_owned())),
-                    None => (line.trim(), None),
+                // A trailing `<!-- id: …; agent: … -->` (the turn's id, its agent).
+                let tail = line.trim_end().strip_suffix("-->").and_then(|l| l.rsplit_once("<!--"));
+                let notes = tail.map(|(_, c)| notes(c)).unwrap_or_default();
+                let text = match (tail, notes.id.is_some()) {
+                    (Some((text, _)), true) => text.trim_end(),
+                    _ => line.trim(),
                 };
                 let mut r = base(n, stem, time, text.to_owned());
-                if let Some(id) = id {
+                if let Some(id) = notes.id {
                     r.id = id;
+                    r.agent = notes.agent.unwrap_or_default();
                 }
                 r
             })
@@ -150,11 +155,12 @@ pub fn parse_file(rel: &str, text: &str) -> Vec<Record> {
                     .unwrap_or_default()
                     .to_owned();
                 let mut r = base(n, stem, &time, entry.body);
-                if let Some(id) = entry.id {
+                if let Some(id) = entry.notes.id {
                     r.id = id;
                 }
-                r.priority = entry.priority.unwrap_or(Priority::Medium);
-                r.category = entry.category.unwrap_or_default();
+                r.priority = entry.notes.priority.unwrap_or(Priority::Medium);
+                r.category = entry.notes.category.unwrap_or_default();
+                r.agent = entry.notes.agent.unwrap_or_default();
                 r
             })
             .collect(),
@@ -200,9 +206,40 @@ pub fn parse_file(rel: &str, text: &str) -> Vec<Record> {
 struct Entry {
     heading: String,
     body: String,
+    notes: Notes,
+}
+
+/// What an entry's comments say: `<!-- id: …; priority: …; category: …; agent: … -->`.
+#[derive(Default)]
+struct Notes {
     id: Option<String>,
     priority: Option<Priority>,
     category: Option<String>,
+    agent: Option<String>,
+}
+
+impl Notes {
+    /// Adds the `key: value` parts of one comment's inside.
+    fn add(&mut self, comment: &str) {
+        for part in comment.split(';') {
+            let Some((key, value)) = part.split_once(':') else { continue };
+            let value = value.trim();
+            match key.trim() {
+                "id" => self.id = Some(value.to_owned()),
+                "priority" => self.priority = Priority::parse(value),
+                "category" => self.category = Some(value.to_owned()),
+                "agent" => self.agent = Some(value.to_owned()),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The notes of one comment's inside.
+fn notes(comment: &str) -> Notes {
+    let mut n = Notes::default();
+    n.add(comment);
+    n
 }
 
 fn entries(text: &str) -> Vec<Entry> {
@@ -222,9 +259,7 @@ fn entries(text: &str) -> Vec<Entry> {
             current = Some(Entry {
                 heading: heading.to_owned(),
                 body: String::new(),
-                id: None,
-                priority: None,
-                category: None,
+                notes: Notes::default(),
             });
             continue;
         }
@@ -234,16 +269,7 @@ fn entries(text: &str) -> Vec<Entry> {
         } else if let Some(comment) =
             line.strip_prefix("<!--").and_then(|c| c.trim_end().strip_suffix("-->"))
         {
-            for part in comment.split(';') {
-                let Some((key, value)) = part.split_once(':') else { continue };
-                let value = value.trim();
-                match key.trim() {
-                    "id" => e.id = Some(value.to_owned()),
-                    "priority" => e.priority = Priority::parse(value),
-                    "category" => e.category = Some(value.to_owned()),
-                    _ => {}
-                }
-            }
+            e.notes.add(comment);
         } else {
             e.body.push_str(line);
             e.body.push('\n');
@@ -296,25 +322,31 @@ mod tests {
 
     #[test]
     fn every_format_becomes_records_with_stable_ids() {
-        let obs = "## 09:15\nAna prefers tabs.\n<!-- id: t-42 -->\n<!-- priority: high; category: preference -->\n---\n\n## 10:00\nThe build is green.\n<!-- id: t-43 -->\n<!-- reflected: 2026-11-25 11:00 -->\n---\n";
+        let obs = "## 09:15\nAna prefers tabs.\n<!-- id: t-42 -->\n<!-- priority: high; category: preference; agent: worker-2 -->\n---\n\n## 10:00\nThe build is green.\n<!-- id: t-43 -->\n<!-- reflected: 2026-11-25 11:00 -->\n---\n";
         let r = parse_file("observations/2026-11-25.md", obs);
         assert_eq!(r.len(), 2);
         assert_eq!(
             (r[0].id.as_str(), r[0].time.as_str(), r[0].text.as_str()),
             ("t-42", "09:15", "Ana prefers tabs.")
         );
-        assert_eq!((r[0].priority, r[0].category.as_str()), (Priority::High, "preference"));
+        assert_eq!(
+            (r[0].priority, r[0].category.as_str(), r[0].agent.as_str()),
+            (Priority::High, "preference", "worker-2")
+        );
         assert_eq!((r[1].priority, r[1].date.as_str()), (Priority::Medium, "2026-11-25"));
+        assert_eq!(r[1].agent, "");
 
         let j = parse_file(
             "journals/2026-11-24.md",
-            "08:00 | build X | ran cargo | ok\n\n09:00 | b | c | d <!-- id: t9 -->\n",
+            "08:00 | build X | ran cargo | ok\n\n09:00 | b | c | d <!-- id: t9 -->\n\
+             10:00 | e | f | g <!-- id: t10; agent: worker -->\n",
         );
         assert_eq!(
             j.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
-            ["journals/2026-11-24.md#0", "t9"]
+            ["journals/2026-11-24.md#0", "t9", "t10"]
         );
         assert_eq!(j[1].text, "09:00 | b | c | d");
+        assert_eq!((j[2].text.as_str(), j[2].agent.as_str()), ("10:00 | e | f | g", "worker"));
         assert_eq!(j[1].time, "09:00");
 
         let refl = parse_file(

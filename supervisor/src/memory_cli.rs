@@ -32,17 +32,24 @@ pub fn mode(name: &str) -> Result<Mode> {
     })
 }
 
+/// What `memory search` was asked.
+pub struct Search<'a> {
+    pub text: &'a str,
+    pub limit: usize,
+    /// Cold records too.
+    pub all: bool,
+    /// Kind names (empty: every kind).
+    pub kinds: &'a [String],
+    pub mode: Mode,
+    /// Only this agent's records.
+    pub agent: Option<&'a str>,
+}
+
 /// `memory search QUERY`: the best records, best first.
-pub fn search(
-    dir: &Path,
-    text: &str,
-    limit: usize,
-    all: bool,
-    kinds: &[String],
-    mode: Mode,
-    as_json: bool,
-) -> Result<String> {
-    let kinds = kinds
+pub fn search(dir: &Path, ask: &Search<'_>, as_json: bool) -> Result<String> {
+    let Search { text, limit, all, mode, agent, .. } = *ask;
+    let kinds = ask
+        .kinds
         .iter()
         .map(|k| {
             Kind::parse(k).ok_or_else(|| {
@@ -63,7 +70,8 @@ pub fn search(
             None => note = "(by words only: no embedding model; scripts/setup fetches it)\n".into(),
         }
     }
-    let query = Query { text, limit: limit.clamp(1, 1000), all, kinds, today: today(), mode };
+    let query =
+        Query { text, limit: limit.clamp(1, 1000), all, kinds, agent, today: today(), mode };
     let started = Instant::now();
     let hits = index.search(&query).map_err(|e| anyhow!(e))?;
     let took = started.elapsed();
@@ -81,7 +89,8 @@ pub fn search(
     }
     if hits.is_empty() {
         let scope = if all { "" } else { " (cold records too: --all)" };
-        return Ok(format!("nothing in memory matches `{text}`{scope}\n"));
+        let whose = agent.map(|a| format!(" for agent `{a}`")).unwrap_or_default();
+        return Ok(format!("nothing in memory matches `{text}`{whose}{scope}\n"));
     }
     let mut out = String::new();
     for h in &hits {
@@ -112,8 +121,9 @@ pub fn show(dir: &Path, id: &str, as_json: bool) -> Result<String> {
         return Ok(serde_json::to_string_pretty(&record_json(&r))? + "\n");
     }
     let category = if r.category.is_empty() { String::new() } else { format!(", {}", r.category) };
+    let agent = if r.agent.is_empty() { String::new() } else { format!(", agent {}", r.agent) };
     Ok(format!(
-        "{} ({}, {} priority{category}) {} {}\nfrom {}\n\n{}\n",
+        "{} ({}, {} priority{category}{agent}) {} {}\nfrom {}\n\n{}\n",
         r.id,
         r.kind.as_str(),
         r.priority.as_str(),

@@ -293,6 +293,10 @@ enum MemoryCommand {
         /// hybrid (words and meaning, fused), bm25 (words) or vector (meaning).
         #[arg(long, default_value = "hybrid")]
         mode: String,
+        /// Only what this agent did (its journal lines) or was observed doing (observations
+        /// about its turns, what it remembered itself).
+        #[arg(long)]
+        agent: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -692,9 +696,16 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     if let Command::Memory { command } = &cli.command {
         let dir = state.memory_dir();
         let out = match command {
-            MemoryCommand::Search { query, limit, all, kind, mode, json } => {
-                let mode = memory_cli::mode(mode)?;
-                memory_cli::search(&dir, query, *limit, *all, kind, mode, *json)?
+            MemoryCommand::Search { query, limit, all, kind, mode, agent, json } => {
+                let ask = memory_cli::Search {
+                    text: query,
+                    limit: *limit,
+                    all: *all,
+                    kinds: kind,
+                    mode: memory_cli::mode(mode)?,
+                    agent: agent.as_deref(),
+                };
+                memory_cli::search(&dir, &ask, *json)?
             }
             MemoryCommand::Show { id, json } => memory_cli::show(&dir, id, *json)?,
             MemoryCommand::Stats { json } => memory_cli::stats(&dir, *json)?,

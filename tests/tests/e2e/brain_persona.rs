@@ -237,6 +237,17 @@ fn a_fact_from_one_conversation_reaches_the_worker_in_a_later_one_through_the_me
     let again = swarm.ctl_ok(&["memory", "search", "dentist appointment", "--json"]);
     let again: serde_json::Value = serde_json::from_str(&again).unwrap();
     assert_eq!(again[0]["id"].as_str(), Some(first.as_str()));
+    // Whose work it was: the observer's note is about the worker's turn (the router says who
+    // sent the summary) and the journal line is the worker's own, so a search for the worker
+    // finds them and one for another agent finds nothing.
+    let theirs =
+        swarm.ctl_ok(&["memory", "search", "dentist appointment", "--agent", "worker", "--json"]);
+    let theirs: serde_json::Value = serde_json::from_str(&theirs).unwrap();
+    let theirs = theirs.as_array().cloned().unwrap_or_default();
+    assert!(!theirs.is_empty() && theirs.iter().all(|h| h["agent"] == "worker"), "{theirs:?}");
+    assert!(theirs.iter().any(|h| h["kind"] == "observation"), "{theirs:?}");
+    let none = swarm.ctl_ok(&["memory", "search", "dentist appointment", "--agent", "dream"]);
+    assert!(none.contains("nothing in memory matches") && none.contains("`dream`"), "{none}");
     let shown = swarm.ctl_ok(&["memory", "show", &first]);
     assert!(shown.starts_with(&first) && shown.contains("Friday at 15:00"), "{shown}");
     let stats = swarm.ctl_ok(&["memory", "stats", "--json"]);
