@@ -225,8 +225,15 @@ fn ranks(dir: &Path, case: &Case, embedder: Option<&Arc<Embedder>>) -> Result<[O
     let today = case.sessions.iter().map(|s| s.day).max().unwrap_or(0) + 1;
     let mut out = [None; 3];
     for (slot, mode) in out.iter_mut().zip([Mode::Bm25, Mode::Vector, Mode::Hybrid]) {
-        let q =
-            Query { text: &case.question, limit: 10, all: true, kinds: Vec::new(), today, mode };
+        let q = Query {
+            text: &case.question,
+            limit: 10,
+            all: true,
+            kinds: Vec::new(),
+            agent: None,
+            today,
+            mode,
+        };
         let hits = index.search(&q).map_err(|e| anyhow!(e))?;
         *slot = hits.iter().position(|h| h.record.id == case.evidence);
     }

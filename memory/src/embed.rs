@@ -304,7 +304,8 @@ impl Embedder {
     }
 }
 
-/// The dot product of two unit vectors: their cosine similarity.
+/// The dot product of two unit vectors: their cosine similarity (the index scans its int8
+/// copies instead, `scan.rs`).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }

@@ -9,6 +9,8 @@
 //! - [`index`] (feature `index`): a SQLite FTS5 index of those records, kept in step with the
 //!   files (re-read when a file's size or mtime changes) and rebuildable from them at any time;
 //!   BM25 ranking with recency and priority boosts, hot/warm/cold tiers by age.
+//! - [`embed`] (feature `vectors`): all-MiniLM-L6-v2 in-process with candle; the index embeds
+//!   each sentence of a record and scans the passage vectors (int8, in memory) by meaning.
 
 pub mod mask;
 pub mod records;
@@ -18,6 +20,8 @@ pub mod index;
 
 #[cfg(feature = "vectors")]
 pub mod embed;
+#[cfg(feature = "vectors")]
+mod scan;
 
 pub use mask::mask;
 pub use records::{Kind, Priority, Record};
