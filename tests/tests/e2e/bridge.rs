@@ -132,6 +132,35 @@ fn a_person_on_telegram_wakes_the_agent_and_its_post_comes_back_under_its_name_w
     }
     assert!(seen.contains("bridge `tg` (telegram) connected"), "the bridge's log is there");
     assert!(!seen.contains("TEST-token"), "the bot token leaked");
+
+    // Markdown as agents write it arrives as Telegram entities (parsed by the fake's MarkdownV2
+    // parser, modelled on tdlib's), not as literal stars and backticks.
+    let md = "**Done**: run `cargo test -p x` and see [the PR](https://x.io/pr/1) (v1.2)!\n```rust\nlet a = b * 2;\n```";
+    swarm.ctl_ok(&["post", "#team", md, "--as", "bob"]);
+    let sent = fake.wait_sent(CHAT, 2, LONG);
+    assert!(fake.rejected().is_empty(), "Telegram refused it: {:?}", fake.rejected());
+    let m = &sent[1];
+    assert_eq!(
+        m.plain, "[bob] Done: run cargo test -p x and see the PR (v1.2)!\nlet a = b * 2;",
+        "raw: {}",
+        m.text
+    );
+    let entity = |kind: &str, covers: &str| {
+        let at = m.plain.find(covers).unwrap_or_else(|| panic!("{covers:?} in {:?}", m.plain));
+        m.entities.iter().find(|e| {
+            e["type"] == kind
+                && e["offset"].as_u64() == Some(at as u64)
+                && e["length"].as_u64() == Some(covers.len() as u64)
+        })
+    };
+    assert!(entity("bold", "[bob]").is_some(), "{:#?}", m.entities);
+    assert!(entity("bold", "Done").is_some(), "{:#?}", m.entities);
+    assert!(entity("code", "cargo test -p x").is_some(), "{:#?}", m.entities);
+    let link = entity("text_link", "the PR").unwrap_or_else(|| panic!("{:#?}", m.entities));
+    assert_eq!(link["url"], "https://x.io/pr/1");
+    let pre = entity("pre", "let a = b * 2;").unwrap_or_else(|| panic!("{:#?}", m.entities));
+    assert_eq!(pre["language"], "rust");
+    assert_eq!(m.entities.len(), 5, "nothing else: {:#?}", m.entities);
 }
 
 #[test]
