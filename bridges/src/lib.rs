@@ -513,14 +513,7 @@ impl Relay {
         let Some(mapping) = self.spec.channels.iter().find(|c| c.external == m.external) else {
             return Ok(()); // a chat the bot is in but no mapping names: not ours to relay
         };
-        if mapping.allow.as_ref().is_some_and(|a| !a.contains(&m.user_id)) {
-            tracing::info!(
-                "ignored a message from user {} in chat {}: not on the allow list",
-                m.user_id,
-                m.external
-            );
-            return Ok(());
-        }
+        let allowed = mapping.allow.as_ref().is_none_or(|a| a.contains(&m.user_id));
         if self.is_echo(&m.external, &m.text) {
             tracing::info!("dropped an echo of our own post in chat {}", m.external);
             return Ok(());
@@ -534,13 +527,23 @@ impl Relay {
             );
             return Ok(());
         }
-        let args = json!({
+        let mut args = json!({
             "external": m.external,
             "message_id": m.message_id,
             "user_id": m.user_id,
             "user_name": m.user_name,
-            "text": m.text,
         });
+        // Someone not on the allow list is still handed to the router, which decides and
+        // journals the refusal; their words never leave the bridge.
+        if allowed {
+            args["text"] = json!(m.text);
+        } else {
+            tracing::info!(
+                "refusing a message from user {} in chat {}: not on the allow list",
+                m.user_id,
+                m.external
+            );
+        }
         match self.link.call_json("bridge__post", args).await {
             Ok(v) => {
                 if v["duplicate"].as_bool() != Some(true) {

@@ -265,6 +265,26 @@ fn only_allowed_people_post_and_a_refused_token_stops_the_bridge_with_a_clear_er
     assert_eq!(posts[0]["author"], "human:telegram:alice");
     assert!(swarm.log("bridge-tg").contains("user 7"), "the refusal is logged");
     assert_eq!(fake.pending_updates(), 0, "the refused message is confirmed too (not retried)");
+    // The router, which decides, journals the refusal: who, where, why — never the words.
+    let out = swarm.ctl_ok(&["journal", "query", "type=BRIDGE_POST_REFUSED", "--json"]);
+    let events: Vec<Value> = match serde_json::from_str(&out) {
+        Ok(Value::Array(events)) => events,
+        other => panic!("journal query --json printed no array ({other:?}):\n{out}"),
+    };
+    assert_eq!(events.len(), 1, "{out}");
+    let e = &events[0];
+    assert_eq!(e["agent"], "bridge:tg");
+    assert_eq!(e["status"], "FAILED");
+    let p = &e["action"]["params"];
+    assert_eq!(p["bridge"], "tg");
+    assert_eq!(p["platform"], "telegram");
+    assert_eq!(p["chat"], CHAT.to_string());
+    assert_eq!(p["channel"], "team");
+    assert_eq!(p["user_id"], "7");
+    assert_eq!(p["user_name"], "mallory");
+    assert_eq!(p["reason"], "not on the allow list");
+    let journal = swarm.ctl_ok(&["journal", "read", "--last", "1000", "--json"]);
+    assert!(!journal.contains("let me in"), "a refused person's words reached the journal");
     drop(swarm);
 
     // A token Telegram refuses: exit 78, not restarted, the reason in ps, the token nowhere.
