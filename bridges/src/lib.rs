@@ -99,6 +99,8 @@ struct Stats {
     last_error: Mutex<Option<String>>,
     /// Posts waiting per mapping.
     outbox: Mutex<HashMap<String, u64>>,
+    /// Mappings whose chat refuses posts, with why.
+    broken: Mutex<HashMap<String, String>>,
 }
 
 /// The platform a bridge talks to.
@@ -459,12 +461,26 @@ impl Relay {
             self.stats.outbox.lock().unwrap_or_else(|p| p.into_inner()).values().sum();
         let state = self.stats.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let last_error = self.stats.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mappings: serde_json::Map<String, Value> = {
+            let waiting = self.stats.outbox.lock().unwrap_or_else(|p| p.into_inner());
+            let broken = self.stats.broken.lock().unwrap_or_else(|p| p.into_inner());
+            self.spec
+                .channels
+                .iter()
+                .map(|m| {
+                    let e = &m.external;
+                    let v = json!({"outbox": waiting.get(e).copied().unwrap_or(0), "broken": broken.get(e)});
+                    (e.clone(), v)
+                })
+                .collect()
+        };
         self.link.status(json!({
             "state": state,
             "outbox": outbox,
             "inbound": self.stats.inbound.load(Ordering::Relaxed),
             "outbound": self.stats.outbound.load(Ordering::Relaxed),
             "last_error": last_error,
+            "mappings": mappings,
         }));
     }
 
@@ -585,11 +601,13 @@ impl Relay {
                 Err(CallError::Gone) => return,
                 Err(CallError::Refused(why)) => {
                     tracing::warn!("flock-bridge: pull for chat {external} refused: {why}");
+                    self.mapping_broken(&external, Some(&why));
                     self.set_state("broken", Some(why));
                     tokio::time::sleep(MAX_BACKOFF).await;
                     continue;
                 }
             };
+            self.mapping_broken(&external, None);
             let posts = page["posts"].as_array().cloned().unwrap_or_default();
             let upto = page["upto"].as_u64().unwrap_or(0);
             let newest = page["newest"].as_u64().unwrap_or(upto);
@@ -632,6 +650,7 @@ impl Relay {
             loop {
                 match self.chat.send(external, author, &part).await {
                     Ok((id, sent)) => {
+                        self.mapping_broken(external, None);
                         self.remember_sent(external, &sent);
                         last_id = id;
                         break;
@@ -642,6 +661,7 @@ impl Relay {
                     }
                     Err(e @ (PlatformError::Permanent(_) | PlatformError::Fatal(_))) => {
                         tracing::warn!("flock-bridge: chat {external} refuses posts: {e}");
+                        self.mapping_broken(external, Some(&e.to_string()));
                         self.set_state(&format!("broken: chat {external}"), Some(e.to_string()));
                         tokio::time::sleep(MAX_BACKOFF).await;
                     }
@@ -658,6 +678,20 @@ impl Relay {
             self.set_state("connected", None);
         }
         Some(last_id)
+    }
+
+    /// Mapping `external` is broken (`Some(why)`) or works again (`None`); reported if it changed.
+    fn mapping_broken(&self, external: &str, why: Option<&str>) {
+        let changed = {
+            let mut broken = self.stats.broken.lock().unwrap_or_else(|p| p.into_inner());
+            match why {
+                Some(w) => broken.insert(external.to_owned(), w.to_owned()).as_deref() != Some(w),
+                None => broken.remove(external).is_some(),
+            }
+        };
+        if changed {
+            self.report();
+        }
     }
 
     fn outbox_is(&self, external: &str, n: u64) {

@@ -64,6 +64,14 @@ pub(super) struct ParkedPull {
     reply: ToolReply,
 }
 
+/// Where a mapping's way out stands (see [`Store::bridge_outbox`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MappingOutbox {
+    pub cursor: Option<u64>,
+    pub newest: u64,
+    pub waiting: u64,
+}
+
 /// One post as a bridge gets it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BridgePost {
@@ -148,6 +156,44 @@ impl Store {
             )
             .optional()?;
         Ok(origin.map(|o| o[prefix.len()..].to_owned()))
+    }
+
+    /// Where a mapping's way out stands: its durable cursor (`None` before its first pull), the
+    /// channel's newest seq, and the posts waiting to go out (after the cursor, not from that
+    /// chat itself). For `flockctl bridge status`.
+    pub fn bridge_outbox(
+        &self,
+        bridge: &str,
+        external: &str,
+        channel: &str,
+    ) -> Result<MappingOutbox, StoreError> {
+        let cursor: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT seq FROM bridge_cursors WHERE bridge = ?1 AND external = ?2",
+                params![bridge, external],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let newest: i64 = self.conn.query_row(
+            "SELECT COALESCE(MAX(seq), 0) FROM channel_messages WHERE channel = ?1",
+            params![channel],
+            |r| r.get(0),
+        )?;
+        let waiting: i64 = match cursor {
+            None => 0,
+            Some(after) => self.conn.query_row(
+                "SELECT COUNT(*) FROM channel_messages WHERE channel = ?1 AND seq > ?2
+                 AND (origin IS NULL OR substr(origin, 1, length(?3)) != ?3)",
+                params![channel, after, format!("{bridge}/{external}/")],
+                |r| r.get(0),
+            )?,
+        };
+        Ok(MappingOutbox {
+            cursor: cursor.map(|c| c as u64),
+            newest: newest as u64,
+            waiting: waiting as u64,
+        })
     }
 
     /// Moves the mapping's cursor up to `seq` (never back) and records the platform message.
@@ -533,6 +579,13 @@ mod tests {
         let (posts, _) = s.bridge_pull("team", 3, PULL_MAX, "tg/-1/").unwrap();
         assert_eq!(posts.len(), 1);
         assert_eq!(posts[0].author, "human:telegram:bob");
+        // What `bridge status` shows: one post waiting (bob's; alice's own is not sent back).
+        let out = s.bridge_outbox("tg", "-1", "team").unwrap();
+        assert_eq!(out, MappingOutbox { cursor: Some(3), newest: 4, waiting: 1 });
+        s.post_with_origin("team", "human:telegram:carol", "from -1", "tg/-1/6").unwrap();
+        assert_eq!(s.bridge_outbox("tg", "-1", "team").unwrap().waiting, 1, "own chat's post");
+        let fresh = s.bridge_outbox("tg", "-9", "team").unwrap();
+        assert_eq!(fresh, MappingOutbox { cursor: None, newest: 5, waiting: 0 });
     }
 
     #[test]
