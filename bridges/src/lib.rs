@@ -18,6 +18,7 @@
 
 pub mod discord;
 pub mod link;
+pub mod markdown;
 pub mod render;
 pub mod slack;
 pub mod telegram;
@@ -98,6 +99,8 @@ struct Stats {
     last_error: Mutex<Option<String>>,
     /// Posts waiting per mapping.
     outbox: Mutex<HashMap<String, u64>>,
+    /// Mappings whose chat refuses posts, with why.
+    broken: Mutex<HashMap<String, String>>,
 }
 
 /// The platform a bridge talks to.
@@ -126,7 +129,9 @@ impl Chat {
         message: &str,
     ) -> Result<(String, String), PlatformError> {
         match self {
-            Chat::Telegram(t) => t.send(external, message).await.map(|id| (id, message.to_owned())),
+            Chat::Telegram(t) => {
+                t.send(external, message).await.map(|id| (id, markdown::plain(message)))
+            }
             Chat::Discord(d) => d.send(external, author, message).await,
             Chat::Slack(s) => s.send(external, author, message).await,
         }
@@ -456,12 +461,26 @@ impl Relay {
             self.stats.outbox.lock().unwrap_or_else(|p| p.into_inner()).values().sum();
         let state = self.stats.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let last_error = self.stats.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mappings: serde_json::Map<String, Value> = {
+            let waiting = self.stats.outbox.lock().unwrap_or_else(|p| p.into_inner());
+            let broken = self.stats.broken.lock().unwrap_or_else(|p| p.into_inner());
+            self.spec
+                .channels
+                .iter()
+                .map(|m| {
+                    let e = &m.external;
+                    let v = json!({"outbox": waiting.get(e).copied().unwrap_or(0), "broken": broken.get(e)});
+                    (e.clone(), v)
+                })
+                .collect()
+        };
         self.link.status(json!({
             "state": state,
             "outbox": outbox,
             "inbound": self.stats.inbound.load(Ordering::Relaxed),
             "outbound": self.stats.outbound.load(Ordering::Relaxed),
             "last_error": last_error,
+            "mappings": mappings,
         }));
     }
 
@@ -510,14 +529,7 @@ impl Relay {
         let Some(mapping) = self.spec.channels.iter().find(|c| c.external == m.external) else {
             return Ok(()); // a chat the bot is in but no mapping names: not ours to relay
         };
-        if mapping.allow.as_ref().is_some_and(|a| !a.contains(&m.user_id)) {
-            tracing::info!(
-                "ignored a message from user {} in chat {}: not on the allow list",
-                m.user_id,
-                m.external
-            );
-            return Ok(());
-        }
+        let allowed = mapping.allow.as_ref().is_none_or(|a| a.contains(&m.user_id));
         if self.is_echo(&m.external, &m.text) {
             tracing::info!("dropped an echo of our own post in chat {}", m.external);
             return Ok(());
@@ -531,13 +543,23 @@ impl Relay {
             );
             return Ok(());
         }
-        let args = json!({
+        let mut args = json!({
             "external": m.external,
             "message_id": m.message_id,
             "user_id": m.user_id,
             "user_name": m.user_name,
-            "text": m.text,
         });
+        // Someone not on the allow list is still handed to the router, which decides and
+        // journals the refusal; their words never leave the bridge.
+        if allowed {
+            args["text"] = json!(m.text);
+        } else {
+            tracing::info!(
+                "refusing a message from user {} in chat {}: not on the allow list",
+                m.user_id,
+                m.external
+            );
+        }
         match self.link.call_json("bridge__post", args).await {
             Ok(v) => {
                 if v["duplicate"].as_bool() != Some(true) {
@@ -579,11 +601,13 @@ impl Relay {
                 Err(CallError::Gone) => return,
                 Err(CallError::Refused(why)) => {
                     tracing::warn!("flock-bridge: pull for chat {external} refused: {why}");
+                    self.mapping_broken(&external, Some(&why));
                     self.set_state("broken", Some(why));
                     tokio::time::sleep(MAX_BACKOFF).await;
                     continue;
                 }
             };
+            self.mapping_broken(&external, None);
             let posts = page["posts"].as_array().cloned().unwrap_or_default();
             let upto = page["upto"].as_u64().unwrap_or(0);
             let newest = page["newest"].as_u64().unwrap_or(upto);
@@ -626,6 +650,7 @@ impl Relay {
             loop {
                 match self.chat.send(external, author, &part).await {
                     Ok((id, sent)) => {
+                        self.mapping_broken(external, None);
                         self.remember_sent(external, &sent);
                         last_id = id;
                         break;
@@ -636,6 +661,7 @@ impl Relay {
                     }
                     Err(e @ (PlatformError::Permanent(_) | PlatformError::Fatal(_))) => {
                         tracing::warn!("flock-bridge: chat {external} refuses posts: {e}");
+                        self.mapping_broken(external, Some(&e.to_string()));
                         self.set_state(&format!("broken: chat {external}"), Some(e.to_string()));
                         tokio::time::sleep(MAX_BACKOFF).await;
                     }
@@ -652,6 +678,20 @@ impl Relay {
             self.set_state("connected", None);
         }
         Some(last_id)
+    }
+
+    /// Mapping `external` is broken (`Some(why)`) or works again (`None`); reported if it changed.
+    fn mapping_broken(&self, external: &str, why: Option<&str>) {
+        let changed = {
+            let mut broken = self.stats.broken.lock().unwrap_or_else(|p| p.into_inner());
+            match why {
+                Some(w) => broken.insert(external.to_owned(), w.to_owned()).as_deref() != Some(w),
+                None => broken.remove(external).is_some(),
+            }
+        };
+        if changed {
+            self.report();
+        }
     }
 
     fn outbox_is(&self, external: &str, n: u64) {
@@ -731,11 +771,12 @@ mod tests {
 
     #[test]
     fn an_echo_is_recognised_with_or_without_markdown() {
-        let sent = render::telegram_messages("worker-1", "done. see v1.2!");
+        let sent = render::telegram_messages("worker-1", "**done**. see [v1.2](https://x.io)!");
+        let sent = markdown::plain(&sent[0]);
         let shown = "[worker-1] done. see v1.2!";
-        assert_eq!(echo_key("-100", &sent[0]), echo_key("-100", shown));
-        assert_ne!(echo_key("-100", &sent[0]), echo_key("-200", shown), "per chat");
-        assert_ne!(echo_key("-100", &sent[0]), echo_key("-100", "[worker-1] done"));
+        assert_eq!(echo_key("-100", &sent), echo_key("-100", shown));
+        assert_ne!(echo_key("-100", &sent), echo_key("-200", shown), "per chat");
+        assert_ne!(echo_key("-100", &sent), echo_key("-100", "[worker-1] done"));
         // The record holds what was shown with its author's name: a person who writes the same
         // short words as an agent just did is not taken for an echo.
         assert_ne!(echo_key("-100", "[worker-1] ok"), echo_key("-100", "ok"));

@@ -1,5 +1,5 @@
-//! Turning a Flock post into platform messages: who said it, the platform's escaping, and the
-//! platform's length limit (split on line, then word boundaries, never inside a character).
+//! Turning a Flock post into platform messages: who said it, the platform's markup (Telegram's in
+//! `markdown.rs`), and the platform's length limit (split on line, then word boundaries, never inside a character).
 
 /// How a post's author is shown: an agent by its name, a person from a platform by their name
 /// and platform (`human:discord:bob` → `bob (discord)`), a person on the CLI by name.
@@ -11,26 +11,6 @@ pub fn author_label(author: &str) -> String {
         },
         None => author.to_owned(),
     }
-}
-
-/// Characters Telegram's MarkdownV2 reserves: each must be escaped with `\` in plain text.
-const TELEGRAM_RESERVED: &str = "_*[]()~`>#+-=|{}.!\\";
-
-/// `text` as MarkdownV2 that shows exactly `text`.
-pub fn telegram_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if TELEGRAM_RESERVED.contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// The length of `c` once escaped for MarkdownV2.
-pub fn telegram_cost(c: char) -> usize {
-    if TELEGRAM_RESERVED.contains(c) { 2 } else { 1 }
 }
 
 /// Splits `text` into pieces whose cost (the sum of `cost` over their characters) is at most
@@ -80,20 +60,11 @@ pub fn split(text: &str, limit: usize, cost: impl Fn(char) -> usize) -> Vec<Stri
     }
 }
 
-/// Telegram messages for a post: `*[author]* text` in MarkdownV2, each at most 4 096
-/// characters as sent (the first carries the name; the rest continue it).
+/// Telegram messages for a post: `*[author]* text` in MarkdownV2 with the text's Markdown as
+/// entities (`crate::markdown`), each at most 4 096 characters as sent (the first carries the
+/// name; the rest continue it, with the entities open at the cut reopened).
 pub fn telegram_messages(author: &str, text: &str) -> Vec<String> {
-    const LIMIT: usize = 4096;
-    let head = format!("*{}* ", telegram_escape(&format!("[{}]", author_label(author))));
-    let head_len = head.chars().count();
-    split(text, LIMIT - head_len, telegram_cost)
-        .into_iter()
-        .enumerate()
-        .map(|(i, piece)| {
-            let body = telegram_escape(&piece);
-            if i == 0 { format!("{head}{body}") } else { body }
-        })
-        .collect()
+    crate::markdown::telegram(&author_label(author), text, 4096)
 }
 
 #[cfg(test)]
@@ -105,13 +76,6 @@ mod tests {
         assert_eq!(author_label("worker-1"), "worker-1");
         assert_eq!(author_label("human:discord:bob"), "bob (discord)");
         assert_eq!(author_label("human:carol"), "carol");
-    }
-
-    #[test]
-    fn every_reserved_character_is_escaped() {
-        assert_eq!(telegram_escape("v1.2 (beta)! a_b"), "v1\\.2 \\(beta\\)\\! a\\_b");
-        assert_eq!(telegram_escape("back\\slash"), "back\\\\slash");
-        assert_eq!(telegram_escape("plain"), "plain");
     }
 
     #[test]

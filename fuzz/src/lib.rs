@@ -53,7 +53,7 @@ pub fn check_roundtrip(frame: &Frame) {
 /// Which socket a connection came in on (mirror of `flock_actors::router::ConnKind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnKind {
-    /// The router socket: agents, first frame `Hello`.
+    /// The router socket: agents (first frame `Hello`) and chat bridges (`BridgeHello`).
     Agent,
     /// The control socket: `flockctl`, first frame `ClientHello`.
     Control,
@@ -62,6 +62,30 @@ pub enum ConnKind {
 /// The one agent the mirrored router knows, and the token its spawn was given.
 pub const KNOWN_AGENT: &str = "worker";
 pub const KNOWN_TOKEN: &str = "0123456789abcdef";
+/// The one chat bridge it knows (its spawn was given [`KNOWN_TOKEN`] too).
+pub const KNOWN_BRIDGE: &str = "tg";
+
+/// The bridge's spec as the swarm file would give it: a Telegram bridge with two mappings, one
+/// of them with an allow list.
+pub fn bridge_spec() -> flock_config::BridgeSpec {
+    use flock_config::{BridgeMapping, BridgeSpec, Platform};
+    BridgeSpec {
+        name: KNOWN_BRIDGE.into(),
+        platform: Platform::Telegram,
+        token_env: "TG_TOKEN".into(),
+        app_token_env: None,
+        api_url: None,
+        channels: vec![
+            BridgeMapping { flock: "team".into(), external: "-100200300".into(), allow: None },
+            BridgeMapping {
+                flock: "ops".into(),
+                external: "-100400500".into(),
+                allow: Some(vec!["42".into()]),
+            },
+        ],
+        max_posts_per_minute: 20,
+    }
+}
 
 /// Mirror of `flock_actors::server::connection` plus `Router::open`: reads the first frame with
 /// the handshake limit, answers it, then reads every further frame with the swarm's limit.
@@ -83,6 +107,7 @@ pub fn serve(kind: ConnKind, data: &[u8]) -> Vec<Frame> {
     if !matches!(answer.body, Body::Welcome(_)) {
         return Vec::new();
     }
+    let bridge = matches!(first.body, Body::BridgeHello(_));
     reader.set_max_frame(swarm_max_frame());
     let mut frames = Vec::new();
     loop {
@@ -99,6 +124,10 @@ pub fn serve(kind: ConnKind, data: &[u8]) -> Vec<Frame> {
     }
     for f in &frames {
         check_roundtrip(f);
+        // A bridge's frames are answered by the router itself (mirror of `bridge_frame`).
+        if bridge && let Some(answer) = bridge_frame(f) {
+            encode(&answer);
+        }
     }
     frames
 }
@@ -127,6 +156,14 @@ pub fn open(kind: ConnKind, first: &Frame) -> Frame {
     match (kind, &first.body) {
         (ConnKind::Agent, Body::Hello(hello)) => match check_hello(hello) {
             Ok(()) => welcome("{}".into()),
+            Err((code, reason)) => reject(code, reason),
+        },
+        (ConnKind::Agent, Body::BridgeHello(hello)) => match check_bridge_hello(hello) {
+            // Mirror of `open_bridge`: the Welcome carries the bridge's spec as JSON.
+            Ok(()) => match serde_json::to_string(&bridge_spec()) {
+                Ok(json) => welcome(json),
+                Err(e) => reject(ErrorCode::Internal, format!("bridge spec: {e}")),
+            },
             Err((code, reason)) => reject(code, reason),
         },
         (ConnKind::Control, Body::ClientHello { protocol_version, .. }) => {
@@ -176,6 +213,187 @@ pub fn check_hello(hello: &Hello) -> Result<(), (ErrorCode, String)> {
         Ok(())
     } else {
         Err((ErrorCode::Forbidden, "wrong or expired token".into()))
+    }
+}
+
+/// Mirror of `RouterState::open_bridge`'s checks (actors/src/router/bridge.rs), with a swarm of
+/// one bridge, [`KNOWN_BRIDGE`], whose spawn was announced with [`KNOWN_TOKEN`].
+pub fn check_bridge_hello(hello: &Hello) -> Result<(), (ErrorCode, String)> {
+    if hello.protocol_version != PROTOCOL_VERSION {
+        return Err((
+            ErrorCode::BadRequest,
+            format!(
+                "protocol version {} is not supported (expected {PROTOCOL_VERSION})",
+                hello.protocol_version
+            ),
+        ));
+    }
+    if hello.agent_id != KNOWN_BRIDGE {
+        return Err((
+            ErrorCode::AgentNotFound,
+            format!("no bridge `{}` in this swarm", hello.agent_id),
+        ));
+    }
+    let (a, b) = (KNOWN_TOKEN.as_bytes(), hello.token.as_bytes());
+    if a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0 {
+        Ok(())
+    } else {
+        Err((
+            ErrorCode::Forbidden,
+            "wrong or expired token: bridges are started by the supervisor".into(),
+        ))
+    }
+}
+
+/// Mirror of `RouterState::bridge_frame` (actors/src/router/bridge.rs) and of what the channels
+/// actor does with a `bridge__*` call's arguments (actors/src/channels/bridge.rs: the mapping
+/// looked up, the fields read, the allow list checked, the author's name made) — up to the
+/// store, which the fuzzer does not run. The answer the router sends back, if any.
+pub fn bridge_frame(frame: &Frame) -> Option<Frame> {
+    let answer = |body| Some(Frame::answer(frame, ROUTER, body));
+    let result = |r: Result<String, (ErrorCode, String)>| match r {
+        Ok(content) => answer(Body::ToolResult { ok: true, content }),
+        Err((code, message)) => Some(Frame::error(frame, code, message)),
+    };
+    match &frame.body {
+        Body::Heartbeat => answer(Body::HeartbeatAck),
+        Body::ShutdownAck | Body::HeartbeatAck => None,
+        Body::ToolCall { name, arguments } if name == "bridge__status" => {
+            answer(Body::ToolResult { ok: bridge_status(arguments), content: String::new() })
+        }
+        Body::ToolCall { name, arguments }
+            if matches!(
+                name.as_str(),
+                "bridge__post" | "bridge__pull" | "bridge__sent" | "bridge__last"
+            ) =>
+        {
+            result(bridge_tool(name, arguments))
+        }
+        other => Some(Frame::error(
+            frame,
+            ErrorCode::Forbidden,
+            format!("a bridge may not send {} frames", other.kind()),
+        )),
+    }
+}
+
+/// Mirror of `RouterState::bridge_status`: the bridge's own report, cut to size.
+fn bridge_status(arguments: &str) -> bool {
+    use serde_json::Value;
+    let Ok(v) = serde_json::from_str::<Value>(arguments) else { return false };
+    let text = |v: &Value, k: &str, max: usize| {
+        v.get(k).and_then(Value::as_str).map(|s| s.chars().take(max).collect::<String>())
+    };
+    let _ = (text(&v, "state", 120), text(&v, "last_error", 300));
+    let _ = ["outbox", "inbound", "outbound"].map(|k| v.get(k).and_then(Value::as_u64));
+    if let Some(mappings) = v.get("mappings").and_then(Value::as_object) {
+        for m in &bridge_spec().channels {
+            let Some(r) = mappings.get(&m.external) else { continue };
+            let _ = (r.get("outbox").and_then(Value::as_u64), text(r, "broken", 300));
+        }
+    }
+    true
+}
+
+/// Mirror of `ChannelsState::bridge_tool`'s argument handling, short of the store.
+fn bridge_tool(name: &str, arguments: &str) -> Result<String, (ErrorCode, String)> {
+    use serde_json::{Value, json};
+    let bad = |m: String| (ErrorCode::BadRequest, m);
+    let args: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
+    let str_arg = |k: &str| args.get(k).and_then(Value::as_str);
+    let spec = bridge_spec();
+    let external = str_arg("external").ok_or_else(|| bad("`external` is required".into()))?;
+    let mapping = spec.channels.iter().find(|m| m.external == external).ok_or_else(|| {
+        (ErrorCode::Forbidden, format!("chat `{external}` is not mapped by bridge `{}`", spec.name))
+    })?;
+    let channel = &mapping.flock;
+    match name {
+        "bridge__post" => {
+            let field = |k: &str| -> Result<String, (ErrorCode, String)> {
+                match args.get(k) {
+                    Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+                    Some(Value::Number(n)) => Ok(n.to_string()),
+                    _ => Err(bad(format!("`{k}` is required"))),
+                }
+            };
+            let (message_id, user_id) = (field("message_id")?, field("user_id")?);
+            let user_name = str_arg("user_name").unwrap_or_default();
+            if let Some(allow) = &mapping.allow
+                && !allow.contains(&user_id)
+            {
+                let why = format!("user {user_id} may not post in #{channel} through `tg`");
+                // The journal event of the refusal: its parameters, and the line it becomes.
+                let name: String = user_name.chars().take(80).collect();
+                let event = json!({"bridge": "tg", "chat": external, "message_id": message_id,
+                    "user_id": user_id, "user_name": name, "message": why});
+                let _ = event.to_string();
+                return Err((ErrorCode::Forbidden, why));
+            }
+            let text = str_arg("text").ok_or_else(|| bad("`text` is required".into()))?;
+            let author = human_author(spec.platform.as_str(), user_name, &user_id);
+            let origin = format!("tg/{external}/{message_id}");
+            let _ = (text.len(), origin);
+            Ok(json!({"channel": channel, "seq": 1, "author": author, "duplicate": false})
+                .to_string())
+        }
+        "bridge__sent" => {
+            let seq = args
+                .get("seq")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| bad("`seq` is required".into()))?;
+            let _ = str_arg("external_id");
+            Ok(json!({"channel": channel, "cursor": seq}).to_string())
+        }
+        "bridge__pull" => {
+            let _ = args.get("wait_ms").and_then(Value::as_u64).unwrap_or(0).min(60_000);
+            Ok(json!({"channel": channel, "posts": [], "upto": 0, "newest": 0}).to_string())
+        }
+        _ => Ok(json!({"message_id": null}).to_string()),
+    }
+}
+
+/// Mirror of `flock_actors::channels::bridge::human_author`: `human:<platform>:<name>` from a
+/// platform user's name (lower-cased, cut to 40 of a-z 0-9 . _ -), else their id.
+pub fn human_author(platform: &str, user_name: &str, user_id: &str) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .flat_map(char::to_lowercase)
+            .map(
+                |c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' },
+            )
+            .collect::<String>()
+            .trim_matches('-')
+            .chars()
+            .take(40)
+            .collect()
+    };
+    let name = clean(user_name);
+    let name = if name.is_empty() { clean(user_id) } else { name };
+    format!("human:{platform}:{}", if name.is_empty() { "unknown" } else { &name })
+}
+
+/// Mirror of the bridge's side after its handshake (`bridges/src/link.rs`): the `Welcome`'s
+/// spec parsed as a `BridgeSpec`, then every frame from the router read as `read_loop` does
+/// (a tool result's content parsed as JSON, as `Link::call_json` does).
+pub fn bridge_client(data: &[u8]) {
+    let Some((mut reader, welcome)) = client_handshake(data) else { return };
+    let _ = serde_json::from_str::<flock_config::BridgeSpec>(&welcome.agent_spec_json);
+    loop {
+        match block_on(reader.read_frame()) {
+            Ok(Some(f)) => {
+                check_roundtrip(&f);
+                match f.body {
+                    Body::ToolResult { ok: true, content } => {
+                        let _ = serde_json::from_str::<serde_json::Value>(&content);
+                    }
+                    Body::ToolResult { content: m, .. } | Body::Error { message: m, .. } => {
+                        let _ = m.len();
+                    }
+                    _ => {}
+                }
+            }
+            Ok(None) | Err(_) => return,
+        }
     }
 }
 

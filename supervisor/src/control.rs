@@ -421,17 +421,46 @@ async fn bridge_rows(ctx: &ControlCtx) -> Vec<PsRow> {
         .collect()
 }
 
-/// `flockctl bridge ls`: each bridge's process, its own report and its mappings (never its token:
-/// only the name of the variable that holds it).
+/// `flockctl bridge ls` and `bridge status`: each bridge's process, its own report and its
+/// mappings — each with its durable cursor and the posts waiting (from the store, so they show
+/// while the bridge is down too) and whether the chat refuses posts (as the bridge reports it) —
+/// never its token: only the name of the variable that holds it.
 async fn bridges_json(ctx: &ControlCtx) -> serde_json::Value {
     let procs: Vec<_> = ctx.bridges.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let infos = ractor::call!(ctx.router, RouterMsg::Bridges).unwrap_or_default();
     let rows = bridge_rows(ctx).await;
+    let wanted: Vec<(String, String, String)> = procs
+        .iter()
+        .flat_map(|p| {
+            p.spec.channels.iter().map(|m| (p.name.clone(), m.external.clone(), m.flock.clone()))
+        })
+        .collect();
+    let outboxes = flock_actors::store_actor::with_store(&ctx.store, move |s| {
+        wanted
+            .into_iter()
+            .map(|(b, e, c)| Ok(((b.clone(), e.clone()), s.bridge_outbox(&b, &e, &c)?)))
+            .collect::<Result<std::collections::HashMap<_, _>, _>>()
+    })
+    .await
+    .unwrap_or_default();
     let list: Vec<serde_json::Value> = procs
         .iter()
         .map(|p| {
             let info = infos.iter().find(|i| i.name == p.name);
             let row = rows.iter().find(|r| r.name == crate::bridges::log_name(&p.name));
+            let mapping = |m: &flock_config::BridgeMapping| {
+                let out = outboxes.get(&(p.name.clone(), m.external.clone()));
+                let report = info.and_then(|i| i.mappings.get(&m.external));
+                serde_json::json!({
+                    "flock": m.flock,
+                    "external": m.external,
+                    "allow": m.allow,
+                    "cursor": out.and_then(|o| o.cursor),
+                    "newest": out.map(|o| o.newest),
+                    "waiting": out.map_or(0, |o| o.waiting),
+                    "broken": report.and_then(|r| r.broken.clone()),
+                })
+            };
             serde_json::json!({
                 "name": p.name,
                 "platform": p.platform,
@@ -445,11 +474,7 @@ async fn bridges_json(ctx: &ControlCtx) -> serde_json::Value {
                 "last_error": row.and_then(|r| r.last_exit.clone()),
                 "token_env": p.spec.token_env,
                 "api_url": p.spec.api_url.clone().unwrap_or_else(|| p.spec.platform.default_api_url().to_owned()),
-                "channels": p.spec.channels.iter().map(|m| serde_json::json!({
-                    "flock": m.flock,
-                    "external": m.external,
-                    "allow": m.allow,
-                })).collect::<Vec<_>>(),
+                "channels": p.spec.channels.iter().map(mapping).collect::<Vec<_>>(),
             })
         })
         .collect();

@@ -68,6 +68,9 @@ pub struct SentMessage {
     /// The message text as Telegram stores it: escapes and entity markers removed, leading and
     /// trailing whitespace trimmed.
     pub plain: String,
+    /// The entities Telegram found in it (`{"type", "offset", "length", "url"?, "language"?}`,
+    /// offsets in UTF-16 units), as the message's `entities` field shows them.
+    pub entities: Vec<Value>,
     /// Every parameter of the call (query string and body merged; form values are strings).
     pub params: Value,
 }
@@ -888,6 +891,7 @@ fn send_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value, R
         text,
         parse_mode,
         plain: formatted.text,
+        entities: formatted.entities.iter().map(Entity::to_json).collect(),
         params: Value::Object(params.clone()),
     });
     drop(state);
@@ -1047,6 +1051,21 @@ struct Quote {
     depth: usize,
     /// Its last line ended with `||`.
     expandable: bool,
+}
+
+/// What `sendMessage` with `parse_mode: "MarkdownV2"` makes of `src`: the message text as stored
+/// (trimmed) and its entities as JSON, or the `description` of the 400 Telegram answers (can't
+/// parse entities, empty, too long). For unit tests of a client's MarkdownV2 output.
+pub fn markdown_v2_as_sent(src: &str) -> Result<(String, Vec<Value>), String> {
+    let formatted =
+        parse_markdown_v2(src).map_err(|e| format!("can't parse entities: {e}"))?.trimmed();
+    if formatted.text.is_empty() {
+        return Err("message must be non-empty".into());
+    }
+    if formatted.text.chars().count() > MAX_MESSAGE_CHARS {
+        return Err("message is too long".into());
+    }
+    Ok((formatted.text, formatted.entities.iter().map(Entity::to_json).collect()))
 }
 
 /// `parse_mode: "MarkdownV2"`, following Telegram's parser (tdlib's `parse_markdown_v2`): every

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 
 use super::store::{ChannelRow, ChannelState, UniqueKey};
 use super::{ChannelsMsg, ChannelsState, ToolReply, ToolResult, bad, str_arg};
+use crate::journal::{JournalEvent, Status};
 use crate::store::{Store, StoreError, now_ms};
 
 /// Migration 5: where each bridge mapping stands, and which platform message each post became.
@@ -61,6 +62,14 @@ pub fn is_bridge_tool(name: &str) -> bool {
 pub(super) struct ParkedPull {
     channel: String,
     reply: ToolReply,
+}
+
+/// Where a mapping's way out stands (see [`Store::bridge_outbox`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MappingOutbox {
+    pub cursor: Option<u64>,
+    pub newest: u64,
+    pub waiting: u64,
 }
 
 /// One post as a bridge gets it.
@@ -147,6 +156,44 @@ impl Store {
             )
             .optional()?;
         Ok(origin.map(|o| o[prefix.len()..].to_owned()))
+    }
+
+    /// Where a mapping's way out stands: its durable cursor (`None` before its first pull), the
+    /// channel's newest seq, and the posts waiting to go out (after the cursor, not from that
+    /// chat itself). For `flockctl bridge status`.
+    pub fn bridge_outbox(
+        &self,
+        bridge: &str,
+        external: &str,
+        channel: &str,
+    ) -> Result<MappingOutbox, StoreError> {
+        let cursor: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT seq FROM bridge_cursors WHERE bridge = ?1 AND external = ?2",
+                params![bridge, external],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let newest: i64 = self.conn.query_row(
+            "SELECT COALESCE(MAX(seq), 0) FROM channel_messages WHERE channel = ?1",
+            params![channel],
+            |r| r.get(0),
+        )?;
+        let waiting: i64 = match cursor {
+            None => 0,
+            Some(after) => self.conn.query_row(
+                "SELECT COUNT(*) FROM channel_messages WHERE channel = ?1 AND seq > ?2
+                 AND (origin IS NULL OR substr(origin, 1, length(?3)) != ?3)",
+                params![channel, after, format!("{bridge}/{external}/")],
+                |r| r.get(0),
+            )?,
+        };
+        Ok(MappingOutbox {
+            cursor: cursor.map(|c| c as u64),
+            newest: newest as u64,
+            waiting: waiting as u64,
+        })
     }
 
     /// Moves the mapping's cursor up to `seq` (never back) and records the platform message.
@@ -318,17 +365,36 @@ impl ChannelsState {
         };
         let (message_id, user_id) = (field("message_id")?, field("user_id")?);
         let user_name = str_arg(args, "user_name").unwrap_or_default();
-        let text = str_arg(args, "text").ok_or_else(|| bad("`text` is required"))?;
-        // Who may speak is decided here too, not only in the bridge process.
+        // Who may speak is decided here (the bridge hands over a refused person's message
+        // without its text): the refusal is journaled, once per platform message.
         let mapping = spec.channels.iter().find(|m| m.external == external);
         if let Some(allow) = mapping.and_then(|m| m.allow.as_ref())
             && !allow.contains(&user_id)
         {
-            return Err((
-                ErrorCode::Forbidden,
-                format!("user {user_id} may not post in #{channel} through `{bridge}`"),
-            ));
+            let why = format!("user {user_id} may not post in #{channel} through `{bridge}`");
+            let origin = format!("{bridge}/{external}/{message_id}");
+            if self.refused.first_time(&origin) {
+                let name: String = user_name.chars().take(80).collect();
+                self.journal(
+                    JournalEvent::new(
+                        format!("bridge:{bridge}"),
+                        "BRIDGE_POST_REFUSED",
+                        Status::Failed,
+                        format!("{why}: not on the mapping's allow list"),
+                    )
+                    .param("bridge", json!(bridge))
+                    .param("platform", json!(spec.platform.as_str()))
+                    .param("chat", json!(external))
+                    .param("channel", json!(channel))
+                    .param("message_id", json!(message_id))
+                    .param("user_id", json!(user_id))
+                    .param("user_name", json!(name))
+                    .param("reason", json!("not on the allow list")),
+                );
+            }
+            return Err((ErrorCode::Forbidden, why));
         }
+        let text = str_arg(args, "text").ok_or_else(|| bad("`text` is required"))?;
         let author = human_author(spec.platform.as_str(), user_name, &user_id);
         let origin = format!("{bridge}/{external}/{message_id}");
         let (seq, duplicate) =
@@ -411,6 +477,34 @@ impl ChannelsState {
     }
 }
 
+/// The platform messages whose refusal was journaled lately (the newest [`Refused::MAX`]), so
+/// a message handed over again (a bridge restarted before confirming it) is journaled once.
+/// In memory: after a supervisor restart a redelivered refusal is journaled again.
+#[derive(Debug, Default)]
+pub(super) struct Refused {
+    order: std::collections::VecDeque<String>,
+    seen: std::collections::HashSet<String>,
+}
+
+impl Refused {
+    const MAX: usize = 4096;
+
+    /// Records `origin`; whether it was not recorded yet.
+    pub(super) fn first_time(&mut self, origin: &str) -> bool {
+        if self.seen.contains(origin) {
+            return false;
+        }
+        self.seen.insert(origin.to_owned());
+        self.order.push_back(origin.to_owned());
+        if self.order.len() > Self::MAX
+            && let Some(old) = self.order.pop_front()
+        {
+            self.seen.remove(&old);
+        }
+        true
+    }
+}
+
 /// How a post is kept from being made twice.
 pub(super) enum PostKey {
     None,
@@ -485,6 +579,27 @@ mod tests {
         let (posts, _) = s.bridge_pull("team", 3, PULL_MAX, "tg/-1/").unwrap();
         assert_eq!(posts.len(), 1);
         assert_eq!(posts[0].author, "human:telegram:bob");
+        // What `bridge status` shows: one post waiting (bob's; alice's own is not sent back).
+        let out = s.bridge_outbox("tg", "-1", "team").unwrap();
+        assert_eq!(out, MappingOutbox { cursor: Some(3), newest: 4, waiting: 1 });
+        s.post_with_origin("team", "human:telegram:carol", "from -1", "tg/-1/6").unwrap();
+        assert_eq!(s.bridge_outbox("tg", "-1", "team").unwrap().waiting, 1, "own chat's post");
+        let fresh = s.bridge_outbox("tg", "-9", "team").unwrap();
+        assert_eq!(fresh, MappingOutbox { cursor: None, newest: 5, waiting: 0 });
+    }
+
+    #[test]
+    fn a_refusal_is_recorded_once_per_message_and_the_record_is_bounded() {
+        let mut r = Refused::default();
+        assert!(r.first_time("tg/-1/7"));
+        assert!(!r.first_time("tg/-1/7"), "handed over again: not journaled twice");
+        assert!(r.first_time("tg/-1/8"));
+        for i in 0..Refused::MAX {
+            r.first_time(&format!("tg/-2/{i}"));
+        }
+        assert_eq!(r.order.len(), Refused::MAX);
+        assert_eq!(r.seen.len(), Refused::MAX);
+        assert!(r.first_time("tg/-1/7"), "long forgotten");
     }
 
     #[test]

@@ -190,6 +190,8 @@ pub struct ChannelsState {
     delta_chain: HashMap<(String, String), (ChainTag, u32)>,
     /// Bridge pulls waiting for a post, by (bridge, external chat).
     pulls: HashMap<(String, String), ParkedPull>,
+    /// Refused platform messages already journaled.
+    refused: bridge::Refused,
 }
 
 impl Actor for Channels {
@@ -227,6 +229,7 @@ impl Actor for Channels {
             current_chain: None,
             delta_chain: HashMap::new(),
             pulls: HashMap::new(),
+            refused: bridge::Refused::default(),
         };
         st.ensure_bridge_channels().await.map_err(|(_, e)| format!("bridge channels: {e}"))?;
         // Archive deadlines survive restarts.

@@ -31,6 +31,17 @@ pub struct BridgeInfo {
     pub pid: u32,
     /// Unix ms of the last frame received from it.
     pub last_seen_ms: u64,
+    /// Per mapped chat (its `external` id), as the bridge reports it.
+    pub mappings: std::collections::BTreeMap<String, MappingReport>,
+}
+
+/// What a bridge reports of one mapping.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MappingReport {
+    /// Posts waiting to go out to that chat (as of the bridge's last pull).
+    pub outbox: u64,
+    /// Why the chat refuses posts, while it does.
+    pub broken: Option<String>,
 }
 
 /// A configured bridge: the token its next process must show, its connection, what it reports.
@@ -189,6 +200,20 @@ impl RouterState {
         if v.get("last_error").is_some() {
             slot.info.last_error = text("last_error", 300);
         }
+        // Only the chats its mappings name (what a bridge reports is bounded by the swarm file).
+        if let Some(mappings) = v.get("mappings").and_then(Value::as_object) {
+            for m in &slot.spec.channels {
+                let Some(r) = mappings.get(&m.external) else { continue };
+                let report = MappingReport {
+                    outbox: r.get("outbox").and_then(Value::as_u64).unwrap_or(0),
+                    broken: r
+                        .get("broken")
+                        .and_then(Value::as_str)
+                        .map(|s| s.chars().take(300).collect()),
+                };
+                slot.info.mappings.insert(m.external.clone(), report);
+            }
+        }
         true
     }
 
@@ -200,6 +225,7 @@ impl RouterState {
             slot.conn = None;
             slot.info.connected = false;
             slot.info.state = "down".into();
+            slot.info.mappings.clear();
         }
     }
 

@@ -13,6 +13,8 @@ use flock_ipc::{
 /// Same as `flock_ipc_fuzz::{KNOWN_AGENT, KNOWN_TOKEN}` (the agent the mirrored router knows).
 const AGENT: &str = "worker";
 const TOKEN: &str = "0123456789abcdef";
+/// Same as `flock_ipc_fuzz::KNOWN_BRIDGE`.
+const BRIDGE: &str = "tg";
 
 /// A small valid swarm, for a real `AgentSpec` in the `Welcome` seeds.
 const SWARM: &str = "swarm:
@@ -92,6 +94,44 @@ fn welcome(spec_json: String) -> Frame {
         max_frame_bytes: 16 << 20,
     };
     frame(2, ROUTER, AGENT, Some(1), Body::Welcome(welcome))
+}
+
+fn bridge_hello(version: u32, bridge: &str, token: &str) -> Frame {
+    let hello = Hello {
+        protocol_version: version,
+        agent_id: bridge.into(),
+        instance: String::new(),
+        pid: 4343,
+        token: token.into(),
+    };
+    frame(1, bridge, ROUTER, None, Body::BridgeHello(hello))
+}
+
+/// What a chat bridge sends after its `BridgeHello` (as `flock-bridge` does).
+fn bridge_frames() -> Vec<Frame> {
+    let call = |n, name: &str, args: &str| {
+        let body = Body::ToolCall { name: name.into(), arguments: args.into() };
+        frame(n, BRIDGE, ROUTER, None, body)
+    };
+    vec![
+        frame(40, BRIDGE, ROUTER, None, Body::Heartbeat),
+        call(
+            41,
+            "bridge__status",
+            r#"{"state":"connected","outbox":2,"inbound":1,"outbound":3,"last_error":null,"mappings":{"-100200300":{"outbox":2,"broken":null},"-100400500":{"outbox":0,"broken":"sendMessage: 403 Forbidden"}}}"#,
+        ),
+        call(
+            42,
+            "bridge__post",
+            r#"{"external":"-100200300","message_id":"7","user_id":"42","user_name":"Alice Smith","text":"hi @worker"}"#,
+        ),
+        call(43, "bridge__post", r#"{"external":"-100400500","message_id":8,"user_id":7,"user_name":"mallory"}"#),
+        call(44, "bridge__pull", r#"{"external":"-100200300","wait_ms":20000}"#),
+        call(45, "bridge__sent", r#"{"external":"-100200300","seq":4,"external_id":"99"}"#),
+        call(46, "bridge__last", r#"{"external":"-100200300"}"#),
+        frame(47, BRIDGE, "worker", None, Body::Send { text: "x".into(), mode: SendMode::Durable }),
+        frame(48, BRIDGE, ROUTER, None, Body::ShutdownAck),
+    ]
 }
 
 fn client_hello(version: u32) -> Frame {
@@ -283,6 +323,32 @@ fn main() {
     hs.write("welcome-session", &stream(&delivered));
     let reject = Body::Reject { code: ErrorCode::Forbidden, reason: "wrong token".into() };
     hs.write("reject", &stream(&[frame(2, ROUTER, AGENT, Some(1), reject)]));
+    // A chat bridge on the same socket: its hello and session, and what it reads back.
+    let bridge_ok = bridge_hello(PROTOCOL_VERSION, BRIDGE, TOKEN);
+    hs.write("bridge-hello", &stream(std::slice::from_ref(&bridge_ok)));
+    let mut session = vec![bridge_ok];
+    session.extend(bridge_frames());
+    hs.write("bridge-hello-session", &stream(&session));
+    hs.write("bridge-hello-bad-token", &stream(&[bridge_hello(PROTOCOL_VERSION, BRIDGE, "nope")]));
+    hs.write("bridge-hello-unknown", &stream(&[bridge_hello(PROTOCOL_VERSION, "dc", TOKEN)]));
+    let bridge_spec = r#"{"name":"tg","platform":"telegram","token_env":"TG_TOKEN","app_token_env":null,"api_url":null,"channels":[{"flock":"team","external":"-100200300","allow":null},{"flock":"ops","external":"-100400500","allow":["42"]}],"max_posts_per_minute":20}"#;
+    let mut back = vec![welcome(bridge_spec.into())];
+    let answer = |n, c, body| frame(n, ROUTER, BRIDGE, Some(c), body);
+    back.push(answer(50, 40, Body::HeartbeatAck));
+    back.push(answer(51, 42, Body::ToolResult {
+        ok: true,
+        content: r#"{"channel":"team","seq":4,"author":"human:telegram:alice-smith","duplicate":false}"#.into(),
+    }));
+    back.push(answer(52, 43, Body::Error {
+        code: ErrorCode::Forbidden,
+        message: "user 7 may not post in #ops through `tg`".into(),
+    }));
+    back.push(answer(53, 44, Body::ToolResult {
+        ok: true,
+        content: r#"{"channel":"team","posts":[{"seq":5,"author":"worker","text":"**done**"}],"upto":5,"newest":5}"#.into(),
+    }));
+    back.push(frame(54, ROUTER, BRIDGE, None, Body::Shutdown));
+    hs.write("bridge-welcome-session", &stream(&back));
 
     // control: what the supervisor reads from flockctl, and what flockctl reads back.
     let mut ctl = Out::new(&root, "control");

@@ -30,6 +30,15 @@ enum BridgeCommand {
         #[arg(long)]
         json: bool,
     },
+    /// One bridge in detail: state, pid, restarts, last error, and each mapping (channel ↔
+    /// chat, who may post, its outbound cursor and the posts waiting, whether the chat refuses
+    /// posts and why).
+    Status {
+        /// The bridge's name in the swarm file (`flockctl bridge ls` lists them).
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the app manifest to create the bot with (Slack: api.slack.com/apps → Create New
     /// App → From a manifest), with every scope and event the bridge needs.
     Manifest {
@@ -39,6 +48,59 @@ enum BridgeCommand {
         #[arg(long, default_value = "Flock")]
         name: String,
     },
+}
+
+/// `flockctl bridge status NAME` as text, from its `bridge ls --json` object.
+fn bridge_status_text(b: &serde_json::Value) -> String {
+    use std::fmt::Write;
+    let str_or = |v: &serde_json::Value, d: &str| v.as_str().unwrap_or(d).to_owned();
+    let mut out = String::new();
+    let _ = writeln!(out, "bridge {} ({})", str_or(&b["name"], "?"), str_or(&b["platform"], "?"));
+    let _ = writeln!(out, "  state       {}", str_or(&b["state"], "?"));
+    let pid = b["pid"].as_u64().map_or("-".to_owned(), |p| p.to_string());
+    let _ = writeln!(
+        out,
+        "  pid         {pid} (up {} s, {} restarts)",
+        b["uptime_secs"].as_u64().unwrap_or(0),
+        b["restarts"].as_u64().unwrap_or(0)
+    );
+    let _ = writeln!(
+        out,
+        "  messages    {} in, {} out; {} posts waiting",
+        b["inbound"], b["outbound"], b["outbox"]
+    );
+    let _ = writeln!(out, "  last error  {}", str_or(&b["last_error"], "-"));
+    let _ = writeln!(
+        out,
+        "  token       from ${} (api {})",
+        str_or(&b["token_env"], "?"),
+        str_or(&b["api_url"], "?")
+    );
+    let maps = b["channels"].as_array().cloned().unwrap_or_default();
+    let _ = writeln!(out, "  mappings    {}", maps.len());
+    for m in &maps {
+        let allow = match m["allow"].as_array() {
+            None => "everyone may post".to_owned(),
+            Some(a) if a.len() == 1 => "1 person may post".to_owned(),
+            Some(a) => format!("{} people may post", a.len()),
+        };
+        let cursor = match m["cursor"].as_u64() {
+            Some(c) => format!("sent up to seq {c} of {}", m["newest"].as_u64().unwrap_or(0)),
+            None => "nothing pulled yet".to_owned(),
+        };
+        let health = match m["broken"].as_str() {
+            Some(why) => format!("BROKEN: {why}"),
+            None => "ok".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "    #{} ↔ {}: {allow}; {cursor}, {} waiting; {health}",
+            str_or(&m["flock"], "?"),
+            str_or(&m["external"], "?"),
+            m["waiting"].as_u64().unwrap_or(0)
+        );
+    }
+    out
 }
 
 /// The Slack app manifest: Socket Mode, the bot scopes the bridge uses (`chat:write.customize`
@@ -874,6 +936,29 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 if let Some(e) = b["last_error"].as_str() {
                     println!("{:<16}  last error: {e}", "");
                 }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bridge { command: BridgeCommand::Status { name, json } } => {
+            let ControlReply::Json(text) = control(&mut conn, ControlRequest::Bridges).await?
+            else {
+                bail!("unexpected answer to bridge status");
+            };
+            let list: serde_json::Value = serde_json::from_str(&text)?;
+            let all = list.as_array().cloned().unwrap_or_default();
+            let Some(b) = all.iter().find(|b| b["name"] == name.as_str()) else {
+                let known: Vec<&str> = all.iter().filter_map(|b| b["name"].as_str()).collect();
+                if known.is_empty() {
+                    bail!(
+                        "no bridge `{name}`: this swarm has no bridges (add a `bridges:` section to the swarm file)"
+                    );
+                }
+                bail!("no bridge `{name}` in this swarm; its bridges: {}", known.join(", "));
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(b)?);
+            } else {
+                print!("{}", bridge_status_text(b));
             }
             Ok(ExitCode::SUCCESS)
         }

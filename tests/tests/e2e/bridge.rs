@@ -132,6 +132,35 @@ fn a_person_on_telegram_wakes_the_agent_and_its_post_comes_back_under_its_name_w
     }
     assert!(seen.contains("bridge `tg` (telegram) connected"), "the bridge's log is there");
     assert!(!seen.contains("TEST-token"), "the bot token leaked");
+
+    // Markdown as agents write it arrives as Telegram entities (parsed by the fake's MarkdownV2
+    // parser, modelled on tdlib's), not as literal stars and backticks.
+    let md = "**Done**: run `cargo test -p x` and see [the PR](https://x.io/pr/1) (v1.2)!\n```rust\nlet a = b * 2;\n```";
+    swarm.ctl_ok(&["post", "#team", md, "--as", "bob"]);
+    let sent = fake.wait_sent(CHAT, 2, LONG);
+    assert!(fake.rejected().is_empty(), "Telegram refused it: {:?}", fake.rejected());
+    let m = &sent[1];
+    assert_eq!(
+        m.plain, "[bob] Done: run cargo test -p x and see the PR (v1.2)!\nlet a = b * 2;",
+        "raw: {}",
+        m.text
+    );
+    let entity = |kind: &str, covers: &str| {
+        let at = m.plain.find(covers).unwrap_or_else(|| panic!("{covers:?} in {:?}", m.plain));
+        m.entities.iter().find(|e| {
+            e["type"] == kind
+                && e["offset"].as_u64() == Some(at as u64)
+                && e["length"].as_u64() == Some(covers.len() as u64)
+        })
+    };
+    assert!(entity("bold", "[bob]").is_some(), "{:#?}", m.entities);
+    assert!(entity("bold", "Done").is_some(), "{:#?}", m.entities);
+    assert!(entity("code", "cargo test -p x").is_some(), "{:#?}", m.entities);
+    let link = entity("text_link", "the PR").unwrap_or_else(|| panic!("{:#?}", m.entities));
+    assert_eq!(link["url"], "https://x.io/pr/1");
+    let pre = entity("pre", "let a = b * 2;").unwrap_or_else(|| panic!("{:#?}", m.entities));
+    assert_eq!(pre["language"], "rust");
+    assert_eq!(m.entities.len(), 5, "nothing else: {:#?}", m.entities);
 }
 
 #[test]
@@ -220,6 +249,57 @@ fn a_429_storm_delays_posts_but_loses_none() {
     assert_eq!(texts, ["[bob] msg 0", "[bob] msg 1", "[bob] msg 2", "[bob] msg 3", "[bob] msg 4"]);
     let refused = fake.rejected();
     assert_eq!(refused.iter().filter(|(_, status, _)| *status == 429).count(), 3, "{refused:?}");
+
+    // `bridge status`: the mapping's durable cursor caught up, nothing waiting, not broken.
+    let status = |swarm: &Swarm| -> Value {
+        serde_json::from_str(&swarm.ctl_ok(&["bridge", "status", "tg", "--json"])).expect("JSON")
+    };
+    let caught_up = |b: &Value| {
+        let m = &b["channels"][0];
+        m["cursor"] == 5 && m["newest"] == 5 && m["waiting"] == 0
+    };
+    swarm.wait_until(|| caught_up(&status(&swarm)), SHORT, "the cursor is at seq 5");
+    let b = status(&swarm);
+    assert_eq!(b["name"], "tg");
+    assert_eq!(b["state"], "connected", "{b:#}");
+    assert!(b["pid"].as_u64().is_some_and(|p| p > 0), "{b:#}");
+    assert_eq!(b["restarts"], 0);
+    let m = &b["channels"][0];
+    assert_eq!((m["flock"].as_str(), m["external"].as_str()), (Some("team"), Some("-100200300")));
+    assert!(m["allow"].is_null() && m["broken"].is_null(), "{m:#}");
+    let text = swarm.ctl_ok(&["bridge", "status", "tg"]);
+    assert!(
+        text.contains(
+            "#team ↔ -100200300: everyone may post; sent up to seq 5 of 5, 0 waiting; ok"
+        ),
+        "{text}"
+    );
+    // An unknown name: a clear error that lists the bridges there are.
+    let out = swarm.ctl(&["bridge", "status", "nope"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no bridge `nope` in this swarm; its bridges: tg"), "{err}");
+
+    // The chat starts refusing posts (the bot was removed): the mapping shows broken, with why,
+    // and the post waits in the channel (the cursor does not move).
+    fake.fail_next_sends(1, 403, "Forbidden: bot was kicked from the group chat");
+    swarm.ctl_ok(&["post", "#team", "msg 5", "--as", "bob"]);
+    swarm.wait_until(
+        || status(&swarm)["channels"][0]["broken"].as_str().is_some_and(|w| w.contains("kicked")),
+        LONG,
+        "the mapping is reported broken",
+    );
+    let m = status(&swarm)["channels"][0].clone();
+    assert_eq!(
+        (m["cursor"].as_u64(), m["newest"].as_u64(), m["waiting"].as_u64()),
+        (Some(5), Some(6), Some(1)),
+        "{m:#}"
+    );
+    let text = swarm.ctl_ok(&["bridge", "status", "tg"]);
+    assert!(
+        text.contains("1 waiting; BROKEN: sendMessage: 403 Forbidden: bot was kicked"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -236,6 +316,29 @@ fn only_allowed_people_post_and_a_refused_token_stops_the_bridge_with_a_clear_er
     assert_eq!(posts[0]["author"], "human:telegram:alice");
     assert!(swarm.log("bridge-tg").contains("user 7"), "the refusal is logged");
     assert_eq!(fake.pending_updates(), 0, "the refused message is confirmed too (not retried)");
+    // The router, which decides, journals the refusal: who, where, why — never the words.
+    let out = swarm.ctl_ok(&["journal", "query", "type=BRIDGE_POST_REFUSED", "--json"]);
+    let events: Vec<Value> = match serde_json::from_str(&out) {
+        Ok(Value::Array(events)) => events,
+        other => panic!("journal query --json printed no array ({other:?}):\n{out}"),
+    };
+    assert_eq!(events.len(), 1, "{out}");
+    let e = &events[0];
+    assert_eq!(e["agent"], "bridge:tg");
+    assert_eq!(e["status"], "FAILED");
+    let p = &e["action"]["params"];
+    assert_eq!(p["bridge"], "tg");
+    assert_eq!(p["platform"], "telegram");
+    assert_eq!(p["chat"], CHAT.to_string());
+    assert_eq!(p["channel"], "team");
+    assert_eq!(p["user_id"], "7");
+    assert_eq!(p["user_name"], "mallory");
+    assert_eq!(p["reason"], "not on the allow list");
+    let journal = swarm.ctl_ok(&["journal", "read", "--last", "1000", "--json"]);
+    assert!(!journal.contains("let me in"), "a refused person's words reached the journal");
+    // `bridge status` counts who may post.
+    let text = swarm.ctl_ok(&["bridge", "status", "tg"]);
+    assert!(text.contains("1 person may post"), "{text}");
     drop(swarm);
 
     // A token Telegram refuses: exit 78, not restarted, the reason in ps, the token nowhere.
