@@ -662,12 +662,23 @@ fn memory_context(
             *reflecting = un.iter().map(|o| o.id.clone()).collect();
             let list: Vec<String> =
                 un.iter().map(|o| format!("- {}: {}", o.when, o.text.replace('\n', " "))).collect();
-            Some(format!("[observations] {} unreflected:\n{}", un.len(), list.join("\n")))
+            // The length to aim for: a fifth of what was observed (the compression target).
+            let chars: usize = un.iter().map(|o| o.text.chars().count()).sum();
+            let budget = (chars / REFLECTION_COMPRESSION).max(200);
+            Some(format!(
+                "[observations] {} unreflected ({chars} characters; your reflection: at most {budget} characters):\n{}",
+                un.len(),
+                list.join("\n")
+            ))
         }
         Role::Dream => m.digest(8_000).ok().map(|d| format!("[memory]\n{d}")),
         _ => None,
     }
 }
+
+/// How many times shorter than its observations a reflection should be (the length it is asked
+/// for; `scripts/reflection-ratio` measures what a model does).
+const REFLECTION_COMPRESSION: usize = 5;
 
 /// Fires `on_idle` once per idle period: `after` since the last activity (turn start or end;
 /// the process start counts as activity). A real timer: it needs no incoming turn.
