@@ -1220,18 +1220,20 @@ fn print_table(out: &Map<String, Value>) {
         );
         row(&what, format!("{p50:.2}/{p95:.2} ms"), "p95 ≤ 150 ms", Some(p95 <= 150.0), cmp);
     }
-    for (key, label, target) in
+    for (set, (key, label, target)) in ["recall", "recall_heldout"].into_iter().flat_map(|set| {
         [("bm25", "BM25", ""), ("vector", "vectors", ""), ("hybrid", "hybrid", "@5 ≥ 0.95")]
-    {
+            .map(|m| (set, m))
+    }) {
         let (Some(a5), Some(a10)) =
-            (get(&format!("recall_{key}_at5")), get(&format!("recall_{key}_at10")))
+            (get(&format!("{set}_{key}_at5")), get(&format!("{set}_{key}_at10")))
         else {
             continue;
         };
         let what = format!(
-            "recall@5/@10 {label} ({} q, {} sessions)",
-            get("recall_questions").unwrap_or(0.0),
-            get("recall_sessions").unwrap_or(0.0)
+            "recall@5/@10 {label} ({} q{}, {} sessions)",
+            get(&format!("{set}_questions")).unwrap_or(0.0),
+            if set == "recall" { "" } else { " held-out" },
+            get(&format!("{set}_sessions")).unwrap_or(0.0)
         );
         let ok = (!target.is_empty()).then_some(a5 >= 0.95);
         row(&what, format!("{a5:.3}/{a10:.3}"), target, ok, String::new());
