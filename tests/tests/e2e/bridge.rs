@@ -787,6 +787,15 @@ fn a_telegram_chat_gets_one_archive_notice_even_across_a_kill9_and_nothing_more_
         "the bridge is back",
     );
     fake.post(CHAT, 42, "Alice", Some("alice"), "hello?");
+    swarm.wait_until(
+        || {
+            let logs = swarm.ctl_ok(&["logs", "bridge-tg", "--lines", "1000"]);
+            // Both of alice's messages, the second by the restarted bridge.
+            logs.matches("dropped: #team is archived").count() >= 2
+        },
+        LONG,
+        "the restarted bridge dropped alice's message",
+    );
     swarm.wait_until(|| fake.pending_updates() == 0, LONG, "alice's second message is handled");
     std::thread::sleep(Duration::from_millis(1500));
     let plain: Vec<String> = fake.sent_to(CHAT).iter().map(|m| m.plain.clone()).collect();
@@ -794,4 +803,38 @@ fn a_telegram_chat_gets_one_archive_notice_even_across_a_kill9_and_nothing_more_
     assert_eq!(plain.len(), 4, "nothing after the notice: {plain:#?}");
     assert_eq!(posts(&swarm).len(), before, "nothing reached the archived channel");
     assert_eq!(bridge_row(&swarm)["restarts"], 1);
+}
+
+#[test]
+fn a_discord_channel_gets_one_archive_notice_and_its_messages_stay_out() {
+    let discord = FakeDiscord::start(DISCORD_TOKEN);
+    let swarm = discord_swarm(&discord, None);
+    discord.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-dc")["state"] == "connected", LONG, "connected");
+    swarm.ctl_ok(&["post", "#team", "d-0", "--as", "bob"]);
+    swarm.ctl_ok(&["channel", "archive", "#team", "--force"]);
+    let sent = discord.wait_sent(DC, 2, LONG);
+    assert_eq!((sent[0].username.as_str(), sent[0].content.as_str()), ("bob", "d-0"));
+    assert_eq!(
+        (sent[1].username.as_str(), sent[1].content.as_str()),
+        ("flock", "#team was archived in Flock; nothing more will be relayed here")
+    );
+    swarm.wait_until(
+        || bridge_status(&swarm, "dc")["channels"][0]["archived"] == true,
+        LONG,
+        "the notice is recorded",
+    );
+    let before = posts(&swarm).len();
+    discord.post(DC, 1, "alice", "still there?");
+    swarm.wait_until(
+        || {
+            swarm
+                .ctl_ok(&["logs", "bridge-dc", "--lines", "1000"])
+                .contains("dropped: #team is archived")
+        },
+        LONG,
+        "the bridge dropped alice's message",
+    );
+    assert_eq!(posts(&swarm).len(), before, "nothing reached the archived channel");
+    assert_eq!(discord.sent(DC).len(), 2, "one notice, nothing else");
 }
