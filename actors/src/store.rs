@@ -130,6 +130,8 @@ const MIGRATIONS: &[&str] = &[
     // 5: chat bridges (issue #9): the origin of a person's post on a platform (unique: posted
     // once), each mapping's cursor, the platform id of each post it delivered.
     crate::channels::bridge::SCHEMA,
+    // 6: bridges (issue #9): when a mapping mirrored its channel's archive to its chat.
+    crate::channels::bridge::SCHEMA_ARCHIVE,
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -12,6 +12,11 @@
 //!   router never hands a mapping the posts that came from its own chat; a short-lived record of
 //!   what was just sent drops a message that comes back anyway.
 //!
+//! - **archive**: once a mapped channel is archived and every post before it went out, the
+//!   pull says so: a Slack conversation is archived (`conversations.archive`); Telegram and
+//!   Discord get one final notice (recorded with `bridge__archived`, so a restarted bridge does
+//!   not repeat it); nothing more is relayed either way.
+//!
 //! Platforms: Telegram (`telegram.rs`, Bot API long polling), Discord (`discord.rs`,
 //! serenity's gateway and webhooks) and Slack (`slack.rs`, slack-morphism's Socket Mode and
 //! `chat.postMessage`); the relay is platform-neutral.
@@ -23,7 +28,7 @@ pub mod render;
 pub mod slack;
 pub mod telegram;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
@@ -148,6 +153,8 @@ struct Relay {
     echoes: Mutex<VecDeque<(Instant, u64)>>,
     /// Per platform user: when their recent posts came in (rate limit).
     recent_posts: Mutex<HashMap<String, VecDeque<Instant>>>,
+    /// Chats whose Flock channel is archived: nothing is relayed from them any more.
+    archived: Mutex<HashSet<String>>,
 }
 
 /// Runs the bridge until the router closes the connection or asks it to stop; returns the
@@ -236,6 +243,7 @@ pub async fn run() -> u8 {
         stats: Stats::default(),
         echoes: Mutex::default(),
         recent_posts: Mutex::default(),
+        archived: Mutex::default(),
     });
     // Kept alive as long as the bridge runs (Socket Mode's connections belong to it).
     let mut _slack_listener = None;
@@ -530,6 +538,15 @@ impl Relay {
             return Ok(()); // a chat the bot is in but no mapping names: not ours to relay
         };
         let allowed = mapping.allow.as_ref().is_none_or(|a| a.contains(&m.user_id));
+        if self.archived.lock().unwrap_or_else(|p| p.into_inner()).contains(&m.external) {
+            tracing::info!(
+                "in: chat {} message {} dropped: #{} is archived",
+                m.external,
+                m.message_id,
+                mapping.flock
+            );
+            return Ok(());
+        }
         if self.is_echo(&m.external, &m.text) {
             tracing::info!("dropped an echo of our own post in chat {}", m.external);
             return Ok(());
@@ -637,7 +654,72 @@ impl Relay {
                 }
             }
             self.outbox_is(&external, newest.saturating_sub(upto));
+            if page["archived"].as_bool() == Some(true) {
+                // Every post before the archive went out: mirror it, once, and stop here.
+                self.archived.lock().unwrap_or_else(|p| p.into_inner()).insert(external.clone());
+                let channel = page["channel"].as_str().unwrap_or("?");
+                if page["mirrored"].as_bool() != Some(true)
+                    && !self.mirror_archive(&external, channel).await
+                {
+                    return;
+                }
+                tracing::info!(
+                    "#{channel} is archived: nothing more is relayed with chat {external}"
+                );
+                return;
+            }
         }
+    }
+
+    /// Mirrors the archive of `channel` to chat `external` and records it; `false` if the bridge
+    /// stopped first. Slack archives the conversation; Telegram and Discord, whose bot APIs
+    /// cannot, get a final notice. A refusal is reported on the mapping and retried every half
+    /// minute, like a post.
+    async fn mirror_archive(&self, external: &str, channel: &str) -> bool {
+        match &self.chat {
+            Chat::Slack(slack) => {
+                let mut backoff = Duration::from_millis(500);
+                loop {
+                    match slack.archive(external).await {
+                        Ok(()) => {
+                            self.mapping_broken(external, None);
+                            break;
+                        }
+                        Err(PlatformError::RateLimited(d)) => {
+                            self.set_state(&format!("rate-limited for {} s", d.as_secs()), None);
+                            tokio::time::sleep(d).await;
+                        }
+                        Err(e @ (PlatformError::Permanent(_) | PlatformError::Fatal(_))) => {
+                            tracing::warn!("flock-bridge: cannot archive chat {external}: {e}");
+                            self.mapping_broken(external, Some(&e.to_string()));
+                            self.set_state(
+                                &format!("broken: chat {external}"),
+                                Some(e.to_string()),
+                            );
+                            tokio::time::sleep(MAX_BACKOFF).await;
+                        }
+                        Err(PlatformError::Transient(e)) => {
+                            self.set_state("reconnecting", Some(e));
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(MAX_BACKOFF);
+                        }
+                    }
+                    if self.link.stopping() {
+                        return false;
+                    }
+                }
+                self.set_state("connected", None);
+                tracing::info!("archived chat {external}: #{channel} was archived in Flock");
+            }
+            Chat::Telegram(_) | Chat::Discord(_) => {
+                let notice = archive_notice(channel);
+                if self.deliver(external, "flock", &notice).await.is_none() {
+                    return false;
+                }
+                tracing::info!("out: archive notice of #{channel} → chat {external}");
+            }
+        }
+        self.link.call("bridge__archived", json!({"external": external})).await.is_ok()
     }
 
     /// Sends one post (in as many messages as it takes); `None` if the bridge is stopping.
@@ -758,6 +840,12 @@ fn echo_key(external: &str, text: &str) -> u64 {
     external.hash(&mut h);
     shown.trim().hash(&mut h);
     h.finish()
+}
+
+/// The last message a chat gets from a channel archived in Flock (where the platform cannot
+/// archive the chat itself).
+pub fn archive_notice(channel: &str) -> String {
+    format!("#{channel} was archived in Flock; nothing more will be relayed here")
 }
 
 /// The status a bridge reports, as JSON (for tests of the router side).

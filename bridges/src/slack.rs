@@ -131,6 +131,29 @@ impl Slack {
         Ok((sent.ts.to_string(), shown))
     }
 
+    /// Archives conversation `channel` (`conversations.archive`, scope `channels:manage` for a
+    /// public channel, `groups:write` for a private one); one already archived counts as done.
+    pub async fn archive(&self, channel: &str) -> Result<(), PlatformError> {
+        let req = SlackApiConversationsArchiveRequest::new(SlackChannelId::new(channel.to_owned()));
+        match self.client.open_session(&self.bot).conversations_archive(&req).await {
+            Ok(_) => Ok(()),
+            Err(SlackClientError::ApiError(api)) if api.code == "already_archived" => Ok(()),
+            Err(e) => Err(match classify(&e, "conversations.archive") {
+                PlatformError::Permanent(m) if m.ends_with("missing_scope") => {
+                    PlatformError::Permanent(format!(
+                        "{m}: add the scopes channels:manage (public channels) and groups:write (private ones) to the app (flockctl bridge manifest slack) and reinstall it"
+                    ))
+                }
+                PlatformError::Permanent(m) if m.ends_with("not_in_channel") => {
+                    PlatformError::Permanent(format!(
+                        "{m}: invite the bot to the channel (/invite) so it can archive it"
+                    ))
+                }
+                other => other,
+            }),
+        }
+    }
+
     /// A person's display name (cached): profile display name, real name, then handle.
     async fn name_of(&self, user: &str) -> String {
         if let Some(n) = self.names.lock().unwrap_or_else(|p| p.into_inner()).get(user) {

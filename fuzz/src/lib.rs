@@ -264,7 +264,11 @@ pub fn bridge_frame(frame: &Frame) -> Option<Frame> {
         Body::ToolCall { name, arguments }
             if matches!(
                 name.as_str(),
-                "bridge__post" | "bridge__pull" | "bridge__sent" | "bridge__last"
+                "bridge__post"
+                    | "bridge__pull"
+                    | "bridge__sent"
+                    | "bridge__last"
+                    | "bridge__archived"
             ) =>
         {
             result(bridge_tool(name, arguments))
@@ -348,6 +352,8 @@ fn bridge_tool(name: &str, arguments: &str) -> Result<String, (ErrorCode, String
             let _ = args.get("wait_ms").and_then(Value::as_u64).unwrap_or(0).min(60_000);
             Ok(json!({"channel": channel, "posts": [], "upto": 0, "newest": 0}).to_string())
         }
+        // The model's channel is never archived.
+        "bridge__archived" => Err(bad(format!("#{channel} is not archived"))),
         _ => Ok(json!({"message_id": null}).to_string()),
     }
 }

@@ -459,6 +459,7 @@ async fn bridges_json(ctx: &ControlCtx) -> serde_json::Value {
                     "newest": out.map(|o| o.newest),
                     "waiting": out.map_or(0, |o| o.waiting),
                     "broken": report.and_then(|r| r.broken.clone()),
+                    "archived": out.is_some_and(|o| o.archived),
                 })
             };
             serde_json::json!({

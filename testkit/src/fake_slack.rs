@@ -26,7 +26,9 @@
 //! as events (`bot_id`, and `subtype: "bot_message"` when posted under a custom `username`),
 //! edits and deletions as `message_changed` / `message_deleted`, `disconnect` / dropped sockets
 //! on demand; on the Web API the token types (`not_allowed_token_type`, `invalid_auth`,
-//! `not_authed`), `channel_not_found`, `not_in_channel`, `no_text`, `msg_too_long` (over 40 000
+//! `not_authed`), `channel_not_found`, `not_in_channel`, `conversations.archive` (with
+//! `already_archived`, `missing_scope` ([`FakeSlack::deny_archive`]) and `is_archived` for a
+//! post to an archived channel), `no_text`, `msg_too_long` (over 40 000
 //! characters), a `username` silently ignored without the `chat:write.customize` scope
 //! ([`FakeSlack::deny_customize`]), newest-first history, and scripted `429`s with
 //! `Retry-After`. It shares no code with the client it tests. It runs on its own thread and
@@ -125,6 +127,8 @@ impl Refusal {
 struct Channel {
     name: String,
     bot_member: bool,
+    /// Archived (`conversations.archive`): read-only, posts answer `is_archived`.
+    archived: bool,
 }
 
 #[derive(Debug)]
@@ -194,6 +198,10 @@ struct State {
     users: BTreeMap<String, String>,
     last_ts_micros: u64,
     deny_customize: bool,
+    /// The app lacks `channels:manage`/`groups:write`: `conversations.archive` is refused.
+    deny_archive: bool,
+    /// Channels archived through `conversations.archive`, in order.
+    archived: Vec<String>,
     /// Tickets `apps.connections.open` gave out and no socket used yet.
     tickets: HashSet<String>,
     connections_opened: usize,
@@ -262,6 +270,8 @@ impl FakeSlack {
                 users,
                 last_ts_micros: 0,
                 deny_customize: false,
+                deny_archive: false,
+                archived: Vec::new(),
                 tickets: HashSet::new(),
                 connections_opened: 0,
                 conns: BTreeMap::new(),
@@ -306,10 +316,11 @@ impl FakeSlack {
     /// Adds (or renames) a public channel; the bot is a member.
     pub fn add_channel(&self, id: &str, name: &str) {
         let mut state = self.shared.state();
-        let channel = state
-            .channels
-            .entry(id.to_string())
-            .or_insert_with(|| Channel { name: String::new(), bot_member: true });
+        let channel = state.channels.entry(id.to_string()).or_insert_with(|| Channel {
+            name: String::new(),
+            bot_member: true,
+            archived: false,
+        });
         channel.name = name.to_string();
         channel.bot_member = true;
         drop(state);
@@ -336,6 +347,30 @@ impl FakeSlack {
     /// but ignores `username`, `icon_emoji` and `icon_url` (the message shows under the bot).
     pub fn deny_customize(&self) {
         self.shared.state().deny_customize = true;
+    }
+
+    /// The app lacks the scopes `conversations.archive` needs (`channels:manage`,
+    /// `groups:write`): it answers `missing_scope`.
+    pub fn deny_archive(&self) {
+        self.shared.state().deny_archive = true;
+    }
+
+    /// The channels the app archived (`conversations.archive`), in order.
+    pub fn archived(&self) -> Vec<String> {
+        self.shared.state().archived.clone()
+    }
+
+    /// Waits until the app archived `channel`.
+    #[track_caller]
+    pub fn wait_archived(&self, channel: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.shared.state();
+        while !state.archived.iter().any(|c| c == channel) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "fake Slack: {channel} was not archived within {timeout:?}");
+            state =
+                self.shared.changed.wait_timeout(state, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
     }
 
     /// How long an envelope may stay unacknowledged before it is sent again (default
@@ -814,7 +849,7 @@ fn channel_json(id: &str, channel: &Channel) -> Value {
         "is_mpim": false,
         "is_private": false,
         "created": CHANNEL_CREATED,
-        "is_archived": false,
+        "is_archived": channel.archived,
         "is_general": false,
         "unlinked": 0,
         "name_normalized": channel.name,
@@ -1140,12 +1175,13 @@ fn respond(shared: &Shared, request: &Request) -> Reply {
     reply
 }
 
-const METHODS: [&str; 9] = [
+const METHODS: [&str; 10] = [
     "apps.connections.open",
     "auth.test",
     "chat.delete",
     "chat.postMessage",
     "chat.update",
+    "conversations.archive",
     "conversations.history",
     "conversations.info",
     "conversations.join",
@@ -1191,6 +1227,22 @@ fn call(
         "chat.update" => update_message(state, params)?,
         "chat.delete" => delete_message(state, params)?,
         "conversations.history" => history(state, params)?,
+        "conversations.archive" => {
+            // As Slack checks: the channel, the scope, archived already, the bot a member.
+            let id = param_channel(state, params)?;
+            if state.deny_archive {
+                return Err(Refusal::api("missing_scope"));
+            }
+            if state.channels[&id].archived {
+                return Err(Refusal::api("already_archived"));
+            }
+            member(state, &id)?;
+            if let Some(c) = state.channels.get_mut(&id) {
+                c.archived = true;
+            }
+            state.archived.push(id);
+            json!({})
+        }
         "conversations.info" => {
             let id = param_channel(state, params)?;
             json!({"channel": channel_json(&id, &state.channels[&id])})
@@ -1265,6 +1317,9 @@ fn post_message(state: &mut State, params: &Map<String, Value>) -> Result<Value,
     }
     let channel = param_channel(state, params)?;
     member(state, &channel)?;
+    if state.channels[&channel].archived {
+        return Err(Refusal::api("is_archived"));
+    }
     let text = checked_text(params)?;
     let username = str_param(params, "username");
     let icon_emoji = str_param(params, "icon_emoji");
@@ -1822,6 +1877,28 @@ mod tests {
         assert_eq!(method, "chat.postMessage");
         assert_eq!(params["username"], json!("alice (Telegram)"));
         assert_eq!(params.get("token"), None);
+    }
+
+    #[test]
+    fn fake_slack_conversations_archive_and_its_errors() {
+        let fake = fake();
+        fake.add_channel("C2", "other");
+        let archive =
+            |channel: &str| bot(&fake, "conversations.archive", json!({"channel": channel}));
+        assert_eq!(archive("C9"), refusal("channel_not_found"));
+        fake.kick_bot("C2");
+        assert_eq!(archive("C2"), refusal("not_in_channel"));
+        fake.deny_archive();
+        assert_eq!(archive(CHANNEL), refusal("missing_scope"));
+        fake.shared.state().deny_archive = false;
+        assert_eq!(archive(CHANNEL), json!({"ok": true}));
+        assert_eq!(archive(CHANNEL), refusal("already_archived"));
+        assert_eq!(fake.archived(), [CHANNEL]);
+        fake.wait_archived(CHANNEL, SECS);
+        let info = bot(&fake, "conversations.info", json!({"channel": CHANNEL}));
+        assert_eq!(info["channel"]["is_archived"], json!(true));
+        let post = bot(&fake, "chat.postMessage", json!({"channel": CHANNEL, "text": "late"}));
+        assert_eq!(post, refusal("is_archived"));
     }
 
     #[test]

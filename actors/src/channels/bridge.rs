@@ -13,6 +13,11 @@
 //!   (a restarted Discord bridge fetches what was written after it).
 //! - `bridge__sent {external, seq, external_id}`: everything up to `seq` reached the chat; the
 //!   cursor moves (never back) and the platform's message id is remembered.
+//! - Archive: once the channel is archived and the mapping's cursor has reached its last post
+//!   (every earlier post went out first, in order), `bridge__pull` answers at once with
+//!   `archived: true` and `mirrored` (whether the bridge already mirrored the archive to the
+//!   chat). `bridge__archived {external}` records that it did (durably, so a restarted bridge
+//!   does not do it again).
 //!
 //! The channel log is the outbox: a post leaves it only when the bridge says it was delivered,
 //! so a bridge killed at any moment resumes at its cursor and loses nothing.
@@ -48,6 +53,9 @@ pub const SCHEMA: &str = "
         PRIMARY KEY (bridge, external, seq)
     );";
 
+/// Migration 6: when a mapping mirrored its channel's archive to its chat.
+pub const SCHEMA_ARCHIVE: &str = "ALTER TABLE bridge_cursors ADD COLUMN archived_at INTEGER;";
+
 /// Posts per pull answer.
 pub const PULL_MAX: usize = 50;
 /// The longest a pull may wait for a post.
@@ -55,7 +63,10 @@ const PULL_WAIT_MAX_MS: u64 = 60_000;
 
 /// Names of the tools a bridge connection may call.
 pub fn is_bridge_tool(name: &str) -> bool {
-    matches!(name, "bridge__post" | "bridge__pull" | "bridge__sent" | "bridge__last")
+    matches!(
+        name,
+        "bridge__post" | "bridge__pull" | "bridge__sent" | "bridge__last" | "bridge__archived"
+    )
 }
 
 /// A pull waiting for a post in its channel.
@@ -70,6 +81,8 @@ pub struct MappingOutbox {
     pub cursor: Option<u64>,
     pub newest: u64,
     pub waiting: u64,
+    /// The channel's archive was mirrored to the chat.
+    pub archived: bool,
 }
 
 /// One post as a bridge gets it.
@@ -167,14 +180,15 @@ impl Store {
         external: &str,
         channel: &str,
     ) -> Result<MappingOutbox, StoreError> {
-        let cursor: Option<i64> = self
+        let (cursor, archived): (Option<i64>, bool) = self
             .conn
             .query_row(
-                "SELECT seq FROM bridge_cursors WHERE bridge = ?1 AND external = ?2",
+                "SELECT seq, archived_at IS NOT NULL FROM bridge_cursors WHERE bridge = ?1 AND external = ?2",
                 params![bridge, external],
-                |r| r.get(0),
+                |r| Ok((Some(r.get(0)?), r.get(1)?)),
             )
-            .optional()?;
+            .optional()?
+            .unwrap_or((None, false));
         let newest: i64 = self.conn.query_row(
             "SELECT COALESCE(MAX(seq), 0) FROM channel_messages WHERE channel = ?1",
             params![channel],
@@ -193,7 +207,35 @@ impl Store {
             cursor: cursor.map(|c| c as u64),
             newest: newest as u64,
             waiting: waiting as u64,
+            archived,
         })
+    }
+
+    /// Whether the mapping already mirrored its channel's archive to its chat.
+    pub fn bridge_archive_mirrored(
+        &self,
+        bridge: &str,
+        external: &str,
+    ) -> Result<bool, StoreError> {
+        let at: Option<Option<i64>> = self
+            .conn
+            .query_row(
+                "SELECT archived_at FROM bridge_cursors WHERE bridge = ?1 AND external = ?2",
+                params![bridge, external],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(at.flatten().is_some())
+    }
+
+    /// Records that the mapping mirrored its channel's archive (the first time counts).
+    pub fn bridge_mark_archived(&mut self, bridge: &str, external: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE bridge_cursors SET archived_at = COALESCE(archived_at, ?3)
+             WHERE bridge = ?1 AND external = ?2",
+            params![bridge, external, now_ms()],
+        )?;
+        Ok(())
     }
 
     /// Moves the mapping's cursor up to `seq` (never back) and records the platform message.
@@ -323,7 +365,8 @@ impl ChannelsState {
             "bridge__pull" => {
                 let wait_ms = args.get("wait_ms").and_then(Value::as_u64).unwrap_or(0);
                 match self.bridge_pull(bridge, &args).await {
-                    Ok((channel, _, after, upto)) if upto == after && wait_ms > 0 => {
+                    Ok(p) if p.upto == p.after && wait_ms > 0 && p.archived.is_none() => {
+                        let channel = p.channel;
                         // Park it: the next post in the channel (or the wait running out)
                         // answers. A newer pull of the same mapping replaces an older one.
                         let Ok((_, external)) = self.mapped(bridge, &args) else { return };
@@ -336,13 +379,11 @@ impl ChannelsState {
                         });
                         return;
                     }
-                    Ok((channel, posts, _, upto)) => {
-                        let newest = self.newest(&channel);
-                        Ok(pull_answer(&channel, &posts, upto, newest))
-                    }
+                    Ok(p) => Ok(self.pull_answer(&p)),
                     Err(e) => Err(e),
                 }
             }
+            "bridge__archived" => self.bridge_archived(bridge, &args).await,
             other => Err(bad(format!("unknown bridge tool `{other}`"))),
         };
         reply.send(result);
@@ -407,19 +448,51 @@ impl ChannelsState {
         &mut self,
         bridge: &str,
         args: &Value,
-    ) -> Result<(String, Vec<BridgePost>, u64, u64), (ErrorCode, String)> {
+    ) -> Result<Pulled, (ErrorCode, String)> {
         let (channel, external) = self.mapped(bridge, args)?;
-        let start = self.channels.get(&channel).map_or(0, |c| c.last_seq);
+        let (start, is_archived) = self
+            .channels
+            .get(&channel)
+            .map_or((0, false), |c| (c.last_seq, c.state == ChannelState::Archived));
         let echo = format!("{bridge}/{external}/");
         let (b, c) = (bridge.to_owned(), channel.clone());
-        let (posts, after, upto) = self
+        let (posts, after, upto, mirrored) = self
             .db(move |s| {
                 let after = s.bridge_cursor(&b, &external, &c, start)?;
                 let (posts, upto) = s.bridge_pull(&c, after, PULL_MAX, &echo)?;
-                Ok((posts, after, upto))
+                let mirrored = is_archived && s.bridge_archive_mirrored(&b, &external)?;
+                Ok((posts, after, upto, mirrored))
             })
             .await?;
-        Ok((channel, posts, after, upto))
+        // Archived (nothing can be posted any more) and every post is behind the cursor.
+        let archived = (is_archived && after >= start).then_some(mirrored);
+        Ok(Pulled { channel, posts, after, upto, archived })
+    }
+
+    /// `bridge__archived {external}`: the bridge mirrored the channel's archive to the chat.
+    async fn bridge_archived(&mut self, bridge: &str, args: &Value) -> ToolResult {
+        let (channel, external) = self.mapped(bridge, args)?;
+        if self.channels.get(&channel).is_none_or(|c| c.state != ChannelState::Archived) {
+            return Err(bad(format!("#{channel} is not archived")));
+        }
+        let b = bridge.to_owned();
+        self.db(move |s| s.bridge_mark_archived(&b, &external)).await?;
+        Ok(json!({"channel": channel, "archived": true}).to_string())
+    }
+
+    fn pull_answer(&self, p: &Pulled) -> String {
+        let posts: Vec<Value> = p
+            .posts
+            .iter()
+            .map(|p| json!({"seq": p.seq, "author": p.author, "text": p.text}))
+            .collect();
+        let mut v = json!({"channel": p.channel, "posts": posts, "upto": p.upto,
+                           "newest": self.newest(&p.channel)});
+        if let Some(mirrored) = p.archived {
+            v["archived"] = json!(true);
+            v["mirrored"] = json!(mirrored);
+        }
+        v.to_string()
     }
 
     async fn bridge_sent(&mut self, bridge: &str, args: &Value) -> ToolResult {
@@ -453,9 +526,7 @@ impl ChannelsState {
                 continue;
             };
             let args = json!({"external": external});
-            let result = self.bridge_pull(&bridge, &args).await.map(|(channel, posts, _, upto)| {
-                pull_answer(&channel, &posts, upto, self.newest(&channel))
-            });
+            let result = self.bridge_pull(&bridge, &args).await.map(|p| self.pull_answer(&p));
             parked.reply.send(result);
         }
     }
@@ -471,8 +542,14 @@ impl ChannelsState {
         if self.pulls.get(&key).is_some_and(|p| p.reply.frame_id == frame_id)
             && let Some(parked) = self.pulls.remove(&key)
         {
-            let newest = self.newest(&parked.channel);
-            parked.reply.send(Ok(pull_answer(&parked.channel, &[], 0, newest)));
+            let empty = Pulled {
+                channel: parked.channel.clone(),
+                posts: Vec::new(),
+                after: 0,
+                upto: 0,
+                archived: None,
+            };
+            parked.reply.send(Ok(self.pull_answer(&empty)));
         }
     }
 }
@@ -514,12 +591,16 @@ pub(super) enum PostKey {
     Origin(String),
 }
 
-/// A pull's answer: the posts, the highest seq they cover (`upto`: the cursor may move there
-/// once they are delivered) and the channel's newest seq (what is still waiting).
-fn pull_answer(channel: &str, posts: &[BridgePost], upto: u64, newest: u64) -> String {
-    let posts: Vec<Value> =
-        posts.iter().map(|p| json!({"seq": p.seq, "author": p.author, "text": p.text})).collect();
-    json!({"channel": channel, "posts": posts, "upto": upto, "newest": newest}).to_string()
+/// What a pull found. Its answer: the posts, the highest seq they cover (`upto`: the cursor
+/// may move there once they are delivered), the channel's newest seq (what is still waiting)
+/// and, once the channel is archived and the cursor at its end, `archived` and `mirrored`.
+struct Pulled {
+    channel: String,
+    posts: Vec<BridgePost>,
+    after: u64,
+    upto: u64,
+    /// `Some(mirrored)`: archived, and nothing is left to send.
+    archived: Option<bool>,
 }
 
 #[cfg(test)]
@@ -581,11 +662,27 @@ mod tests {
         assert_eq!(posts[0].author, "human:telegram:bob");
         // What `bridge status` shows: one post waiting (bob's; alice's own is not sent back).
         let out = s.bridge_outbox("tg", "-1", "team").unwrap();
-        assert_eq!(out, MappingOutbox { cursor: Some(3), newest: 4, waiting: 1 });
+        assert_eq!(out, MappingOutbox { cursor: Some(3), newest: 4, waiting: 1, archived: false });
         s.post_with_origin("team", "human:telegram:carol", "from -1", "tg/-1/6").unwrap();
         assert_eq!(s.bridge_outbox("tg", "-1", "team").unwrap().waiting, 1, "own chat's post");
         let fresh = s.bridge_outbox("tg", "-9", "team").unwrap();
-        assert_eq!(fresh, MappingOutbox { cursor: None, newest: 5, waiting: 0 });
+        assert_eq!(fresh, MappingOutbox { cursor: None, newest: 5, waiting: 0, archived: false });
+    }
+
+    #[test]
+    fn a_mirrored_archive_is_recorded_once_per_mapping() {
+        let (_dir, mut s) = store_with_channel();
+        assert!(!s.bridge_archive_mirrored("tg", "-1").unwrap(), "no cursor yet");
+        s.bridge_cursor("tg", "-1", "team", 0).unwrap();
+        s.bridge_cursor("tg", "-2", "team", 0).unwrap();
+        assert!(!s.bridge_archive_mirrored("tg", "-1").unwrap());
+        s.bridge_mark_archived("tg", "-1").unwrap();
+        s.bridge_mark_archived("tg", "-1").unwrap();
+        assert!(s.bridge_archive_mirrored("tg", "-1").unwrap());
+        assert!(!s.bridge_archive_mirrored("tg", "-2").unwrap(), "per mapping");
+        assert!(s.bridge_outbox("tg", "-1", "team").unwrap().archived);
+        assert!(!s.bridge_outbox("tg", "-2", "team").unwrap().archived);
+        assert!(!s.bridge_outbox("tg", "-9", "team").unwrap().archived);
     }
 
     #[test]

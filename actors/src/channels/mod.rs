@@ -1382,6 +1382,8 @@ impl ChannelsState {
                 });
             }
         }
+        // Bridges waiting on this channel learn it is archived (see `bridge__pull`).
+        self.wake_pulls(channel).await;
         Ok(())
     }
 }

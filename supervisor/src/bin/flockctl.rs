@@ -90,6 +90,7 @@ fn bridge_status_text(b: &serde_json::Value) -> String {
         };
         let health = match m["broken"].as_str() {
             Some(why) => format!("BROKEN: {why}"),
+            None if m["archived"].as_bool() == Some(true) => "archived (mirrored)".to_owned(),
             None => "ok".to_owned(),
         };
         let _ = writeln!(
@@ -104,7 +105,8 @@ fn bridge_status_text(b: &serde_json::Value) -> String {
 }
 
 /// The Slack app manifest: Socket Mode, the bot scopes the bridge uses (`chat:write.customize`
-/// to post under each agent's name), the message events of public and private channels.
+/// to post under each agent's name, `channels:manage`/`groups:write` to archive a conversation
+/// whose Flock channel was archived), the message events of public and private channels.
 fn slack_manifest(name: &str) -> String {
     format!(
         r#"# Slack app manifest for a Flock bridge. Create the app from it, install it to the
@@ -122,9 +124,11 @@ oauth_config:
   scopes:
     bot:
       - channels:history
+      - channels:manage
       - channels:read
       - groups:history
       - groups:read
+      - groups:write
       - chat:write
       - chat:write.customize
       - users:read

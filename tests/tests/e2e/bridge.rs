@@ -670,10 +670,171 @@ fn flockctl_prints_the_slack_app_manifest_with_every_scope_the_bridge_uses() {
         "chat:write.customize",
         "channels:history",
         "users:read",
+        "channels:manage",
+        "groups:write",
         "message.channels",
         "connections:write",
         "display_name: Team Flock",
     ] {
         assert!(text.contains(needed), "missing {needed}:\n{text}");
     }
+}
+
+/// `flockctl bridge status NAME --json`.
+fn bridge_status(swarm: &Swarm, name: &str) -> Value {
+    serde_json::from_str(&swarm.ctl_ok(&["bridge", "status", name, "--json"])).expect("JSON")
+}
+
+#[test]
+fn archiving_a_channel_archives_its_slack_conversation_after_every_post_went_out() {
+    let slack = FakeSlack::start();
+    let swarm = slack_swarm(&slack, None);
+    slack.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-sl")["state"] == "connected", LONG, "connected");
+    for i in 0..5 {
+        swarm.ctl_ok(&["post", "#team", &format!("s-{i}"), "--as", "bob"]);
+    }
+    // Archived at once (no agent is a member): the posts may still be on their way out.
+    swarm.ctl_ok(&["channel", "archive", "#team"]);
+    slack.wait_archived(SC, LONG);
+
+    // Every post (and the archive protocol's own notice) reached Slack, in order, and only then
+    // was the conversation archived.
+    let texts: Vec<String> = slack.sent(SC).iter().map(|s| s.text.clone()).collect();
+    assert_eq!(texts.len(), 6, "{texts:#?}");
+    assert_eq!(texts[..5], ["s-0", "s-1", "s-2", "s-3", "s-4"]);
+    assert!(texts[5].contains("is being archived"), "{texts:#?}");
+    let calls: Vec<String> = slack
+        .requests()
+        .into_iter()
+        .filter(|(m, p)| {
+            p["channel"] == SC && matches!(m.as_str(), "chat.postMessage" | "conversations.archive")
+        })
+        .map(|(m, _)| m)
+        .collect();
+    assert_eq!(calls.last().map(String::as_str), Some("conversations.archive"), "{calls:?}");
+    assert_eq!(calls.iter().filter(|m| *m == "conversations.archive").count(), 1, "{calls:?}");
+    assert_eq!(slack.archived(), [SC]);
+
+    // The mapping shows the archive as mirrored (durably, from the store) and is not broken.
+    swarm.wait_until(
+        || bridge_status(&swarm, "sl")["channels"][0]["archived"] == true,
+        LONG,
+        "the mapping records the archive",
+    );
+    let b = bridge_status(&swarm, "sl");
+    assert!(b["channels"][0]["broken"].is_null(), "{b:#}");
+    assert!(swarm.ctl_ok(&["bridge", "status", "sl"]).contains("archived (mirrored)"));
+    assert!(slack.refused().is_empty(), "{:?}", slack.refused());
+}
+
+#[test]
+fn a_slack_app_that_may_not_archive_shows_why_on_the_mapping_and_keeps_running() {
+    let slack = FakeSlack::start();
+    slack.deny_archive();
+    let swarm = slack_swarm(&slack, None);
+    slack.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-sl")["state"] == "connected", LONG, "connected");
+    swarm.ctl_ok(&["channel", "archive", "#team", "--force"]);
+    swarm.wait_until(
+        || {
+            bridge_status(&swarm, "sl")["channels"][0]["broken"]
+                .as_str()
+                .is_some_and(|b| b.contains("missing_scope") && b.contains("channels:manage"))
+        },
+        LONG,
+        "the mapping shows the missing scope",
+    );
+    let b = bridge_status(&swarm, "sl");
+    assert_eq!(b["channels"][0]["archived"], false, "{b:#}");
+    assert_eq!(b["restarts"], 0, "the bridge keeps running: {b:#}");
+    assert!(slack.archived().is_empty());
+}
+
+#[test]
+fn a_telegram_chat_gets_one_archive_notice_even_across_a_kill9_and_nothing_more_is_relayed() {
+    let fake = FakeTelegram::start(TOKEN);
+    let swarm = start(&fake, None);
+    wait_connected(&swarm);
+    swarm.ctl_ok(&["post", "#team", "t-0", "--as", "bob"]);
+    swarm.ctl_ok(&["post", "#team", "t-1", "--as", "bob"]);
+    swarm.ctl_ok(&["channel", "archive", "#team"]);
+    let notice = "[flock] #team was archived in Flock; nothing more will be relayed here";
+    let sent = fake.wait_sent(CHAT, 4, LONG);
+    let plain: Vec<&str> = sent.iter().map(|m| m.plain.as_str()).collect();
+    assert_eq!(plain[..2], ["[bob] t-0", "[bob] t-1"], "{plain:#?}");
+    assert!(plain[2].contains("is being archived"), "{plain:#?}");
+    assert_eq!(plain[3], notice);
+    swarm.wait_until(
+        || bridge_status(&swarm, "tg")["channels"][0]["archived"] == true,
+        LONG,
+        "the notice is recorded",
+    );
+
+    // A person writes in the chat: the message is handled (confirmed) but not posted.
+    let before = posts(&swarm).len();
+    fake.post(CHAT, 42, "Alice", Some("alice"), "anyone still here?");
+    swarm.wait_until(|| fake.pending_updates() == 0, LONG, "alice's message is handled");
+
+    // kill -9 and a restart: no second notice, still nothing relayed.
+    let old = swarm.kill9("bridge-tg");
+    swarm.wait_until(
+        || {
+            let row = bridge_row(&swarm);
+            row["state"] == "connected" && row["pid"].as_u64().is_some_and(|p| p != u64::from(old))
+        },
+        LONG,
+        "the bridge is back",
+    );
+    fake.post(CHAT, 42, "Alice", Some("alice"), "hello?");
+    swarm.wait_until(
+        || {
+            let logs = swarm.ctl_ok(&["logs", "bridge-tg", "--lines", "1000"]);
+            // Both of alice's messages, the second by the restarted bridge.
+            logs.matches("dropped: #team is archived").count() >= 2
+        },
+        LONG,
+        "the restarted bridge dropped alice's message",
+    );
+    swarm.wait_until(|| fake.pending_updates() == 0, LONG, "alice's second message is handled");
+    std::thread::sleep(Duration::from_millis(1500));
+    let plain: Vec<String> = fake.sent_to(CHAT).iter().map(|m| m.plain.clone()).collect();
+    assert_eq!(plain.iter().filter(|p| *p == notice).count(), 1, "{plain:#?}");
+    assert_eq!(plain.len(), 4, "nothing after the notice: {plain:#?}");
+    assert_eq!(posts(&swarm).len(), before, "nothing reached the archived channel");
+    assert_eq!(bridge_row(&swarm)["restarts"], 1);
+}
+
+#[test]
+fn a_discord_channel_gets_one_archive_notice_and_its_messages_stay_out() {
+    let discord = FakeDiscord::start(DISCORD_TOKEN);
+    let swarm = discord_swarm(&discord, None);
+    discord.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-dc")["state"] == "connected", LONG, "connected");
+    swarm.ctl_ok(&["post", "#team", "d-0", "--as", "bob"]);
+    swarm.ctl_ok(&["channel", "archive", "#team", "--force"]);
+    let sent = discord.wait_sent(DC, 2, LONG);
+    assert_eq!((sent[0].username.as_str(), sent[0].content.as_str()), ("bob", "d-0"));
+    assert_eq!(
+        (sent[1].username.as_str(), sent[1].content.as_str()),
+        ("flock", "#team was archived in Flock; nothing more will be relayed here")
+    );
+    swarm.wait_until(
+        || bridge_status(&swarm, "dc")["channels"][0]["archived"] == true,
+        LONG,
+        "the notice is recorded",
+    );
+    let before = posts(&swarm).len();
+    discord.post(DC, 1, "alice", "still there?");
+    swarm.wait_until(
+        || {
+            swarm
+                .ctl_ok(&["logs", "bridge-dc", "--lines", "1000"])
+                .contains("dropped: #team is archived")
+        },
+        LONG,
+        "the bridge dropped alice's message",
+    );
+    assert_eq!(posts(&swarm).len(), before, "nothing reached the archived channel");
+    assert_eq!(discord.sent(DC).len(), 2, "one notice, nothing else");
 }
