@@ -514,12 +514,14 @@ impl Pipeline {
             }
             // A degenerate reflection is refused: nothing is written and the observations stay
             // unreflected, so the next reflection reads them again.
-            Role::Reflection if !read.is_empty() => match degenerate(reply) {
-                Some(why) => {
+            Role::Reflection if !read.is_empty() => match degenerate(reply)
+                .map_or_else(|| fit_reflection(reply).ok_or("nothing but headings"), Err)
+            {
+                Err(why) => {
                     Ok(format!("reflection refused ({why}); observations kept unreflected"))
                 }
-                None => {
-                    let reply = &fit_reflection(reply);
+                Ok(fitted) => {
+                    let reply = &fitted;
                     let input: usize = m
                         .observations()
                         .map(|all| {
@@ -594,42 +596,76 @@ pub fn degenerate(text: &str) -> Option<&'static str> {
 }
 
 /// A reflection cut to the shape its prompt asks for (prompts/roles/reflection.md), whatever the
-/// model wrote: at most three lines under Patterns and Learned rules, two under Suggestions and
-/// Summary (three under a heading it does not know), no line twice, none over
-/// [`REFLECTION_LINE_CHARS`] (cut at a word, `…`). Nothing is lost by it: the observations stay
-/// in their files, searchable; a small model restates every observation instead of condensing
-/// (1.1× on Qwen2.5-Coder 1.5B with the prompt alone).
-pub fn fit_reflection(reply: &str) -> String {
+/// model wrote: at most three items under Patterns and Learned rules, two under Suggestions and
+/// Summary (three under a heading it does not know), no item twice, none over
+/// [`REFLECTION_LINE_CHARS`] (cut at a word, `…`). A heading is a Markdown heading of any level
+/// or a line that is bold alone (`**Patterns**`); an indented sub-item joins its item's line
+/// (`1. Migration: moved; backups nightly`) instead of being dropped. What is cut stays in the
+/// observations' files, searchable; a small model restates every observation instead of
+/// condensing (1.1× on Qwen2.5-Coder 1.5B with the prompt alone). `None` when nothing but
+/// headings would be left (then the reflection is refused, like a degenerate one).
+pub fn fit_reflection(reply: &str) -> Option<String> {
+    // Items: a heading, or a top-level line with its sub-items joined.
+    let mut items: Vec<(bool, String)> = Vec::new();
+    for line in reply.lines().map(str::trim_end) {
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        if let Some(name) = heading(text) {
+            items.push((true, name));
+            continue;
+        }
+        let sub = line.starts_with("  ") || line.starts_with('\t');
+        match items.last_mut() {
+            Some((false, item)) if sub => {
+                let part = text.trim_start_matches(['-', '*', '+', '•']).trim();
+                let sep = if item.ends_with(':') { " " } else { "; " };
+                item.push_str(sep);
+                item.push_str(part);
+            }
+            _ => items.push((false, text.to_owned())),
+        }
+    }
     let mut out: Vec<String> = Vec::new();
     let mut seen: Vec<String> = Vec::new();
-    let (mut cap, mut kept) = (REFLECTION_LINES_UNDER_UNKNOWN, 0);
-    for line in reply.lines().map(str::trim_end) {
-        if let Some(heading) = line.trim_start().strip_prefix("###") {
-            let name = heading.trim().trim_matches(|c: char| c == '*' || c == ':').to_lowercase();
-            cap = match name.as_str() {
+    let (mut cap, mut kept, mut content) = (REFLECTION_LINES_UNDER_UNKNOWN, 0, 0);
+    for (is_heading, text) in items {
+        if is_heading {
+            let name = text.trim_matches(|c: char| c == '#' || c == '*' || c == ':' || c == ' ');
+            cap = match name.to_lowercase().as_str() {
                 "patterns" | "learned rules" => 3,
                 "suggestions" | "summary" | "summary of observations" => 2,
                 _ => REFLECTION_LINES_UNDER_UNKNOWN,
             };
             kept = 0;
-            out.push(line.trim().to_owned());
-            continue;
-        }
-        let text = line.trim();
-        // Sub-items and blank lines carry nothing a line of its own does not.
-        if text.is_empty() || line.starts_with("  ") || kept >= cap {
+            out.push(format!("### {name}"));
             continue;
         }
         let key: String =
             text.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect();
-        if key.is_empty() || seen.contains(&key) {
+        if kept >= cap || key.is_empty() || seen.contains(&key) {
             continue;
         }
         seen.push(key);
         kept += 1;
-        out.push(cut_at_word(text, REFLECTION_LINE_CHARS));
+        content += 1;
+        out.push(cut_at_word(&text, REFLECTION_LINE_CHARS));
     }
-    out.join("\n")
+    (content > 0).then(|| out.join("\n"))
+}
+
+/// The name of a heading line (`## Patterns`, `**Patterns:**`), or `None` for other lines.
+fn heading(line: &str) -> Option<String> {
+    if let Some(h) = line.strip_prefix('#') {
+        return Some(h.trim_start_matches('#').trim().to_owned());
+    }
+    let inner = line
+        .strip_prefix("**")?
+        .strip_suffix("**")
+        .or_else(|| line.strip_prefix("**")?.strip_suffix(':')?.strip_suffix("**"))?;
+    (!inner.contains("**") && !inner.trim().is_empty() && inner.len() <= 40)
+        .then(|| inner.trim().trim_end_matches(':').to_owned())
 }
 
 /// Lines kept under a heading the prompt does not name (or before any heading).
@@ -991,17 +1027,27 @@ mod tests {
         );
         let fitted = fit_reflection(&reply);
         assert_eq!(
-            fitted,
-            "### Patterns\n1. **Migration**:\n2. Backups\n3. Backups\n### Learned rules\n\
-             - UTC everywhere\n### Suggestions\n- a\n- b\n### Summary\n\
-             A week of moving billing to Postgres."
+            fitted.as_deref(),
+            Some(
+                "### Patterns\n1. **Migration**: sub item one; sub item two\n2. Backups\n\
+                 3. Backups\n### Learned rules\n- UTC everywhere\n### Suggestions\n- a\n- b\n\
+                 ### Summary\nA week of moving billing to Postgres."
+            ),
+            "sub-items join their item; each heading keeps its number of items"
         );
         // "2. Backups" and "3. Backups" differ (their numbers); the same line twice does not.
         assert_eq!(
-            fit_reflection("### Patterns\n- tea\n- Tea.\n- coffee"),
-            "### Patterns\n- tea\n- coffee"
+            fit_reflection("### Patterns\n- tea\n- Tea.\n- coffee").as_deref(),
+            Some("### Patterns\n- tea\n- coffee")
         );
-        let cut = fit_reflection(&long);
+        // Other heading styles are headings too.
+        assert_eq!(
+            fit_reflection("## Patterns\n- a\n- b\n- c\n- d\n**Summary:**\nDone.").as_deref(),
+            Some("### Patterns\n- a\n- b\n- c\n### Summary\nDone.")
+        );
+        // Nothing but headings is no reflection.
+        assert_eq!(fit_reflection("### Patterns\n\n### Summary\n"), None);
+        let cut = fit_reflection(&long).expect("one long line");
         assert!(cut.ends_with('…') && cut.chars().count() <= REFLECTION_LINE_CHARS, "{cut}");
         assert!(!cut.ends_with(" …"), "{cut}");
     }
