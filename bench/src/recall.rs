@@ -274,7 +274,7 @@ fn ranks(dir: &Path, case: &Case, embedder: Option<&Arc<Embedder>>) -> Result<[O
     index.rebuild().map_err(|e| anyhow!(e))?;
     if let Some(e) = embedder {
         index.set_embedder(e.clone());
-        index.embed_pending(PER_QUESTION).map_err(|e| anyhow!(e))?;
+        while index.embed_pending(256).map_err(|e| anyhow!(e))? > 0 {}
     }
     let today = case.sessions.iter().map(|s| s.day).max().unwrap_or(0) + 1;
     let mut out = [None; 3];

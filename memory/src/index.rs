@@ -435,9 +435,11 @@ impl Index {
         Ok(pending.len())
     }
 
-    /// Embeds up to `max` texts that have no vector yet, newest first; returns how many.
+    /// Embeds texts that have no vector yet, newest first, up to `max_passages` passages in all
+    /// (at least one text; a text is as slow to embed as it has sentences); returns how many
+    /// texts.
     #[cfg(feature = "vectors")]
-    pub fn embed_pending(&mut self, max: usize) -> Result<usize> {
+    pub fn embed_pending(&mut self, max_passages: usize) -> Result<usize> {
         if self.vectors.is_none() {
             return Ok(0);
         }
@@ -451,9 +453,20 @@ impl Index {
                 )
                 .map_err(err("pending vectors"))?;
             let rows = stmt
-                .query_map([max as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+                .query_map([max_passages.max(1) as i64], |r| Ok((r.get(0)?, r.get(1)?)))
                 .map_err(err("pending vectors"))?;
-            rows.collect::<std::result::Result<_, _>>().map_err(err("pending vectors"))?
+            let mut budget = max_passages;
+            let mut pending = Vec::new();
+            for row in rows {
+                let (hash, text): (String, String) = row.map_err(err("pending vectors"))?;
+                let n = passages(&text).len();
+                if n > budget && !pending.is_empty() {
+                    break;
+                }
+                budget = budget.saturating_sub(n);
+                pending.push((hash, text));
+            }
+            pending
         };
         let Some(v) = self.vectors.as_mut() else { return Ok(0) };
         let tx = self.conn.transaction().map_err(err("begin"))?;
@@ -1018,7 +1031,8 @@ mod tests {
         let mut index = Index::open(d).unwrap();
         index.sync().unwrap();
         index.set_embedder(embedder.clone());
-        assert_eq!(index.embed_pending(100).unwrap(), 3);
+        assert_eq!(index.embed_pending(1).unwrap(), 1, "the budget counts passages");
+        assert_eq!(index.embed_pending(100).unwrap(), 2);
         assert_eq!(index.embed_pending(100).unwrap(), 0, "each text once");
         let q = |mode| Query { mode, ..query("When is my dental check-up?", "2026-11-25") };
         assert!(index.search(&q(Mode::Bm25)).unwrap().is_empty(), "no shared word");

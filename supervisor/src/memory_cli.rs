@@ -17,10 +17,9 @@ fn open(dir: &Path) -> Result<Index> {
     Ok(index)
 }
 
-/// Texts `flockctl memory search` embeds before it searches, at most (a backlog of
-/// three-sentence records embeds at ~28 a second on 2 cores: up to ~9 s; nothing once the
-/// supervisor has caught up).
-const EMBED_PER_SEARCH: usize = 256;
+/// Passages (sentences) `flockctl memory search` embeds before it searches, at most (~84 a
+/// second on 2 cores: up to ~9 s; nothing once the supervisor has caught up).
+const EMBED_PER_SEARCH: usize = 768;
 
 /// The search mode a user names: `hybrid` (the default), `bm25` or `vector`.
 pub fn mode(name: &str) -> Result<Mode> {
