@@ -132,6 +132,9 @@ const MIGRATIONS: &[&str] = &[
     crate::channels::bridge::SCHEMA,
     // 6: bridges (issue #9): when a mapping mirrored its channel's archive to its chat.
     crate::channels::bridge::SCHEMA_ARCHIVE,
+    // 7: bridges (issue #9): people's edits and deletions, the change log each mapping follows,
+    // and `channel_posts`, the messages as readers see them.
+    crate::channels::bridge::SCHEMA_EDITS,
 ];
 
 #[derive(Debug, thiserror::Error)]

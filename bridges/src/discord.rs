@@ -4,6 +4,9 @@
 //! manage webhooks. Mentions are never parsed (`allowed_mentions` empty): an agent cannot ping
 //! `@everyone`. A restarted bridge fetches what was written while it was away (the channel's
 //! history after the newest message it had brought in), so a `kill -9` loses nothing.
+//! People's edits and deletions (`MESSAGE_UPDATE`, `MESSAGE_DELETE`) are followed while the
+//! bridge runs (not backfilled); our copies are edited or deleted through the webhook that sent
+//! them (or as the bot, on the prefix route).
 //!
 //! Webhook tokens live only in this process's memory; no error text carries a URL (a webhook's
 //! URL holds its token).
@@ -13,13 +16,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serenity::all::{
-    ChannelId, Context, CreateAllowedMentions, CreateMessage, CreateWebhook, EventHandler,
-    ExecuteWebhook, GatewayIntents, GetMessages, Message, MessageId, Ready, Webhook,
+    ChannelId, Context, CreateAllowedMentions, CreateMessage, CreateWebhook, EditMessage,
+    EditWebhookMessage, EventHandler, ExecuteWebhook, GatewayIntents, GetMessages, GuildId,
+    Message, MessageId, MessageUpdateEvent, Ready, Webhook,
 };
 use serenity::http::{Http, HttpBuilder};
 use tokio::sync::mpsc;
 
-use crate::{Inbound, PlatformError};
+use crate::{Change, Inbound, PlatformError};
 
 /// Discord's limit on a message's content.
 pub const LIMIT: usize = 2000;
@@ -114,10 +118,7 @@ impl Discord {
         author: &str,
         piece: &str,
     ) -> Result<(String, String), PlatformError> {
-        let channel =
-            ChannelId::new(external.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                PlatformError::Permanent(format!("`{external}` is not a Discord channel id"))
-            })?);
+        let channel = channel_id(external)?;
         let label = crate::render::author_label(author);
         let mut recreated = false;
         loop {
@@ -159,6 +160,55 @@ impl Discord {
                     };
                 }
             }
+        }
+    }
+
+    /// Replaces the content of our message `id` in `external` with a piece by `author`;
+    /// returns the text as people see it.
+    pub async fn edit(
+        &self,
+        external: &str,
+        id: &str,
+        author: &str,
+        piece: &str,
+    ) -> Result<String, PlatformError> {
+        let (channel, message) = (channel_id(external)?, message_id(id)?);
+        let label = crate::render::author_label(author);
+        match self.route(channel).await? {
+            Route::Webhook(hook) => {
+                let builder = EditWebhookMessage::new()
+                    .content(piece)
+                    .allowed_mentions(CreateAllowedMentions::new());
+                hook.edit_message(&self.http, message, builder)
+                    .await
+                    .map_err(|e| classify(&e, "editing a webhook message"))?;
+                Ok(format!("[{label}] {piece}"))
+            }
+            Route::Prefix => {
+                let text = format!("**[{label}]** {piece}");
+                let builder = EditMessage::new()
+                    .content(&text)
+                    .allowed_mentions(CreateAllowedMentions::new());
+                channel
+                    .edit_message(&self.http, message, builder)
+                    .await
+                    .map_err(|e| classify(&e, "editing the bot's message"))?;
+                Ok(text)
+            }
+        }
+    }
+
+    /// Deletes our message `id` in `external`; one already gone counts as done.
+    pub async fn delete(&self, external: &str, id: &str) -> Result<(), PlatformError> {
+        let (channel, message) = (channel_id(external)?, message_id(id)?);
+        let done = match self.route(channel).await? {
+            Route::Webhook(hook) => hook.delete_message(&self.http, None, message).await,
+            Route::Prefix => channel.delete_message(&self.http, message).await,
+        };
+        match done {
+            Ok(()) => Ok(()),
+            Err(e) if is_code(&e, 10008) => Ok(()),
+            Err(e) => Err(classify(&e, "deleting a message")),
         }
     }
 
@@ -241,6 +291,42 @@ impl Discord {
     }
 }
 
+fn channel_id(external: &str) -> Result<ChannelId, PlatformError> {
+    let id = external.parse::<u64>().ok().filter(|n| *n > 0);
+    id.map(ChannelId::new).ok_or_else(|| {
+        PlatformError::Permanent(format!("`{external}` is not a Discord channel id"))
+    })
+}
+
+fn message_id(id: &str) -> Result<MessageId, PlatformError> {
+    let n = id.parse::<u64>().ok().filter(|n| *n > 0);
+    n.map(MessageId::new)
+        .ok_or_else(|| PlatformError::Permanent(format!("`{id}` is not a Discord message id")))
+}
+
+/// A person's edit of their message, or `None` for bots, webhooks (ours among them) and
+/// updates that do not change the content (embeds unfurled, pins).
+pub fn edited(e: &MessageUpdateEvent, bot_id: u64) -> Option<Inbound> {
+    let content = e.content.as_ref().filter(|c| !c.is_empty())?;
+    if matches!(e.webhook_id, Some(Some(_)))
+        || e.author.as_ref().is_some_and(|a| a.bot || a.id.get() == bot_id)
+    {
+        return None;
+    }
+    Some(Inbound {
+        external: e.channel_id.get().to_string(),
+        message_id: e.id.get().to_string(),
+        user_id: e.author.as_ref().map(|a| a.id.get().to_string()).unwrap_or_default(),
+        user_name: e
+            .author
+            .as_ref()
+            .map(|a| a.global_name.clone().unwrap_or_else(|| a.name.clone()))
+            .unwrap_or_default(),
+        text: content.clone(),
+        change: Change::Edited,
+    })
+}
+
 /// A person's message, or `None` for bots, webhooks (ours among them) and empty content.
 pub fn inbound(m: &Message, bot_id: u64) -> Option<Inbound> {
     if m.author.bot || m.webhook_id.is_some() || m.author.id.get() == bot_id || m.content.is_empty()
@@ -253,6 +339,7 @@ pub fn inbound(m: &Message, bot_id: u64) -> Option<Inbound> {
         user_id: m.author.id.get().to_string(),
         user_name: m.author.global_name.clone().unwrap_or_else(|| m.author.name.clone()),
         text: m.content.clone(),
+        change: Change::New,
     })
 }
 
@@ -331,6 +418,36 @@ impl EventHandler for Handler {
         if let Some(m) = inbound(&msg, self.bot_id) {
             let _ = self.tx.send(Event::Message(m));
         }
+    }
+
+    async fn message_update(
+        &self,
+        _ctx: Context,
+        _old: Option<Message>,
+        _new: Option<Message>,
+        event: MessageUpdateEvent,
+    ) {
+        if let Some(m) = edited(&event, self.bot_id) {
+            let _ = self.tx.send(Event::Message(m));
+        }
+    }
+
+    async fn message_delete(
+        &self,
+        _ctx: Context,
+        channel_id: ChannelId,
+        deleted_message_id: MessageId,
+        _guild_id: Option<GuildId>,
+    ) {
+        // Who deleted it is not said; the router only changes a post a person's message became.
+        let _ = self.tx.send(Event::Message(Inbound {
+            external: channel_id.get().to_string(),
+            message_id: deleted_message_id.get().to_string(),
+            user_id: String::new(),
+            user_name: String::new(),
+            text: String::new(),
+            change: Change::Deleted,
+        }));
     }
 }
 

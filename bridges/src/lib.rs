@@ -12,6 +12,11 @@
 //!   router never hands a mapping the posts that came from its own chat; a short-lived record of
 //!   what was just sent drops a message that comes back anyway.
 //!
+//! - **edits and deletions**: a person's edit or deletion changes the post it became
+//!   (`bridge__edit`); every other chat that got the post has its copy edited or deleted (the
+//!   pull hands each mapping the changes after its durable edit cursor, with the platform ids
+//!   `bridge__sent` recorded for the copy).
+//!
 //! - **archive**: once a mapped channel is archived and every post before it went out, the
 //!   pull says so: a Slack conversation is archived (`conversations.archive`); Telegram and
 //!   Discord get one final notice (recorded with `bridge__archived`, so a restarted bridge does
@@ -44,14 +49,25 @@ use crate::telegram::Telegram;
 /// Exit code for a problem a restart cannot fix (the platform refused the token).
 pub const EXIT_CONFIG: u8 = 78;
 
-/// A person's message from a platform chat.
+/// A person's message from a platform chat: a new one, or a change to one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inbound {
     pub external: String,
     pub message_id: String,
     pub user_id: String,
     pub user_name: String,
+    /// The text (the new text of an edit; empty for a deletion).
     pub text: String,
+    pub change: Change,
+}
+
+/// What happened to a person's message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Change {
+    #[default]
+    New,
+    Edited,
+    Deleted,
 }
 
 /// What went wrong talking to a platform, by what to do about it.
@@ -135,10 +151,51 @@ impl Chat {
     ) -> Result<(String, String), PlatformError> {
         match self {
             Chat::Telegram(t) => {
-                t.send(external, message).await.map(|id| (id, markdown::plain(message)))
+                let shown = markdown::plain(message);
+                match t.send(external, message).await {
+                    // Telegram could not read the message as we wrote it: never stall the chat
+                    // on it; send what it shows as plain text instead.
+                    Err(PlatformError::Permanent(e))
+                        if e.contains("can't parse entities") || e.contains("too long") =>
+                    {
+                        tracing::warn!(
+                            "flock-bridge: Telegram refused a formatted message ({e}); sending it as plain text"
+                        );
+                        let plain = markdown::escaped_plain(&shown, 4096);
+                        t.send(external, &plain).await.map(|id| (id, shown))
+                    }
+                    sent => sent.map(|id| (id, shown)),
+                }
             }
             Chat::Discord(d) => d.send(external, author, message).await,
             Chat::Slack(s) => s.send(external, author, message).await,
+        }
+    }
+
+    /// Replaces the text of message `id` (one piece of a post by `author`) in `external`;
+    /// returns the text as people see it.
+    async fn edit(
+        &self,
+        external: &str,
+        id: &str,
+        author: &str,
+        message: &str,
+    ) -> Result<String, PlatformError> {
+        match self {
+            Chat::Telegram(t) => {
+                t.edit(external, id, message).await.map(|()| markdown::plain(message))
+            }
+            Chat::Discord(d) => d.edit(external, id, author, message).await,
+            Chat::Slack(s) => s.edit(external, id, author, message).await,
+        }
+    }
+
+    /// Deletes message `id` in `external`.
+    async fn delete(&self, external: &str, id: &str) -> Result<(), PlatformError> {
+        match self {
+            Chat::Telegram(t) => t.delete(external, id).await,
+            Chat::Discord(d) => d.delete(external, id).await,
+            Chat::Slack(s) => s.delete(external, id).await,
         }
     }
 }
@@ -547,6 +604,9 @@ impl Relay {
             );
             return Ok(());
         }
+        if m.change != Change::New {
+            return self.bring_in_change(m).await;
+        }
         if self.is_echo(&m.external, &m.text) {
             tracing::info!("dropped an echo of our own post in chat {}", m.external);
             return Ok(());
@@ -603,6 +663,53 @@ impl Relay {
         }
     }
 
+    /// A person's edit or deletion → `bridge__edit` (the post it became changes; other chats
+    /// follow). Only a message that became a post can change (someone not on the allow list
+    /// never made one; platforms do not always say who edits or deletes); edits count against
+    /// the person's rate.
+    async fn bring_in_change(&self, m: &Inbound) -> Result<(), CallError> {
+        if m.change == Change::Edited && !self.within_rate(&m.user_id) {
+            return Ok(());
+        }
+        let mut args = json!({"external": m.external, "message_id": m.message_id});
+        match m.change {
+            Change::Deleted => args["deleted"] = json!(true),
+            _ => args["text"] = json!(m.text),
+        }
+        let what = if m.change == Change::Deleted { "deleted" } else { "edited" };
+        match self.link.call_json("bridge__edit", args).await {
+            Ok(v) if v["found"].as_bool() == Some(true) => {
+                tracing::info!(
+                    chat = %m.external,
+                    "in: chat {} message {} {what} → #{} seq {}{}",
+                    m.external,
+                    m.message_id,
+                    v["channel"].as_str().unwrap_or("?"),
+                    v["seq"],
+                    if v["changed"].as_bool() == Some(true) { "" } else { " (no change)" }
+                );
+                Ok(())
+            }
+            Ok(_) => {
+                tracing::info!(
+                    "in: chat {} message {} {what}, but it never became a post: nothing to change",
+                    m.external,
+                    m.message_id
+                );
+                Ok(())
+            }
+            Err(CallError::Refused(why)) => {
+                tracing::info!(
+                    "in: chat {} message {} {what}: refused: {why}",
+                    m.external,
+                    m.message_id
+                );
+                Ok(())
+            }
+            Err(CallError::Gone) => Err(CallError::Gone),
+        }
+    }
+
     /// Flock → platform, for one mapped chat.
     async fn outbound(self: Arc<Self>, external: String) {
         loop {
@@ -645,6 +752,25 @@ impl Relay {
                 self.stats.outbound.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(seq, author = %author, chat = %external, "out: seq {seq} by {author} → chat {external} message {id}");
                 done = seq;
+            }
+            let edits = page["edits"].as_array().cloned().unwrap_or_default();
+            let edits_upto = page["edits_upto"].as_u64().unwrap_or(0);
+            if edits_upto > page["edit_after"].as_u64().unwrap_or(0) {
+                for edit in &edits {
+                    let Some(changed) = self.follow_edit(&external, edit).await else { return };
+                    if let Some(ids) = changed {
+                        let seq = edit["seq"].as_u64().unwrap_or(0);
+                        let sent = json!({"external": external, "seq": seq, "external_id": ids,
+                                          "edit": 0});
+                        if self.link.call("bridge__sent", sent).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                let sent = json!({"external": external, "edit": edits_upto});
+                if self.link.call("bridge__sent", sent).await.is_err() {
+                    return;
+                }
             }
             // Posts that were this chat's own (not sent back): move the cursor past them.
             if upto > done {
@@ -719,22 +845,136 @@ impl Relay {
                 tracing::info!("out: archive notice of #{channel} → chat {external}");
             }
         }
-        self.link.call("bridge__archived", json!({"external": external})).await.is_ok()
+        match self.link.call("bridge__archived", json!({"external": external})).await {
+            Ok(_) => true,
+            Err(CallError::Gone) => false,
+            Err(CallError::Refused(why)) => {
+                tracing::warn!(
+                    "flock-bridge: the archive of chat {external} was not recorded: {why}"
+                );
+                false
+            }
+        }
+    }
+
+    /// Makes a post's change in chat `external`: its copy (messages `ids`) is edited to the
+    /// post's text now, or deleted. `None` if the bridge is stopping; `Some(Some(ids))` when the
+    /// copy is now other messages (it needed more or fewer pieces than before). A message the
+    /// chat no longer has (deleted there, or sent by a webhook since replaced) is passed over.
+    async fn follow_edit(&self, external: &str, edit: &Value) -> Option<Option<String>> {
+        let ids: Vec<&str> = edit["ids"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let author = edit["author"].as_str().unwrap_or("?");
+        let seq = edit["seq"].as_u64().unwrap_or(0);
+        if edit["deleted"].as_bool() == Some(true) {
+            for id in &ids {
+                self.platform_call(external, &format!("deleting message {id}"), || {
+                    self.chat.delete(external, id)
+                })
+                .await?;
+            }
+            tracing::info!(seq, chat = %external, "out: seq {seq} deleted → chat {external}");
+            return Some(None);
+        }
+        let parts = self.chat.messages(author, edit["text"].as_str().unwrap_or_default());
+        let mut now: Vec<String> = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            match ids.get(i) {
+                Some(id) => {
+                    let shown = self
+                        .platform_call(external, &format!("editing message {id}"), || {
+                            self.chat.edit(external, id, author, part)
+                        })
+                        .await?;
+                    if let Some(shown) = shown {
+                        self.remember_sent(external, &shown);
+                    }
+                    now.push((*id).to_owned());
+                }
+                // The edit is longer than the copy: the rest follows as new messages.
+                None => {
+                    let rest = parts[i..].to_vec();
+                    let sent = self.deliver_parts(external, author, rest).await?;
+                    now.extend(sent.split(' ').map(str::to_owned));
+                    break;
+                }
+            }
+        }
+        // Shorter: the pieces left over go.
+        for id in ids.iter().skip(parts.len()) {
+            self.platform_call(external, &format!("deleting message {id}"), || {
+                self.chat.delete(external, id)
+            })
+            .await?;
+        }
+        tracing::info!(seq, chat = %external, "out: seq {seq} edited → chat {external}");
+        let same = now.len() == ids.len();
+        Some((!same).then(|| now.join(" ")))
+    }
+
+    /// One call that changes a message already in the chat: rate limits waited out, transient
+    /// failures retried with backoff; a permanent refusal (the message is gone, or is not ours
+    /// to change) passes the change over (`Some(None)`). `None` if the bridge is stopping.
+    async fn platform_call<T, F, Fut>(
+        &self,
+        external: &str,
+        doing: &str,
+        call: F,
+    ) -> Option<Option<T>>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, PlatformError>>,
+    {
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            match call().await {
+                Ok(t) => return Some(Some(t)),
+                Err(PlatformError::RateLimited(d)) => {
+                    self.set_state(&format!("rate-limited for {} s", d.as_secs()), None);
+                    tokio::time::sleep(d).await;
+                }
+                Err(e @ (PlatformError::Permanent(_) | PlatformError::Fatal(_))) => {
+                    tracing::warn!("flock-bridge: chat {external}: {doing}: {e}; passed over");
+                    return Some(None);
+                }
+                Err(PlatformError::Transient(e)) => {
+                    self.set_state("reconnecting", Some(e));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+            if self.link.stopping() {
+                return None;
+            }
+        }
     }
 
     /// Sends one post (in as many messages as it takes); `None` if the bridge is stopping.
     /// A post is never skipped: rate limits are waited out, failures retried with backoff, and
     /// a chat that refuses us is reported broken and retried every half minute.
+    /// Returns the platform ids of its messages, separated by spaces.
     async fn deliver(&self, external: &str, author: &str, text: &str) -> Option<String> {
-        let mut last_id = String::new();
-        for part in self.chat.messages(author, text) {
+        self.deliver_parts(external, author, self.chat.messages(author, text)).await
+    }
+
+    /// [`Relay::deliver`] of a post already cut into the platform's messages.
+    async fn deliver_parts(
+        &self,
+        external: &str,
+        author: &str,
+        parts: Vec<String>,
+    ) -> Option<String> {
+        let mut ids: Vec<String> = Vec::new();
+        for part in parts {
             let mut backoff = Duration::from_millis(500);
             loop {
                 match self.chat.send(external, author, &part).await {
                     Ok((id, sent)) => {
                         self.mapping_broken(external, None);
                         self.remember_sent(external, &sent);
-                        last_id = id;
+                        ids.push(id);
                         break;
                     }
                     Err(PlatformError::RateLimited(d)) => {
@@ -759,7 +999,7 @@ impl Relay {
             }
             self.set_state("connected", None);
         }
-        Some(last_id)
+        Some(ids.join(" "))
     }
 
     /// Mapping `external` is broken (`Some(why)`) or works again (`None`); reported if it changed.

@@ -20,6 +20,11 @@ use std::collections::HashMap;
 /// Characters MarkdownV2 reserves in text: each is escaped with `\`.
 pub const RESERVED: &str = "_*[]()~`>#+-=|{}.!\\";
 
+/// The longest URL a link may have (longer ones stay text): every message holding part of a
+/// link's label repeats its URL, so a URL near the message limit would leave no room for the
+/// label; and it bounds the scan for a link's end.
+pub const MAX_URL_BYTES: usize = 512;
+
 /// An entity of the output.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Entity {
@@ -261,6 +266,25 @@ pub fn telegram(label: &str, text: &str, limit: usize) -> Vec<String> {
     f.messages(limit)
 }
 
+/// `text` as MarkdownV2 with no entity at all (every reserved character escaped), within
+/// `limit` characters: the last resort for a message Telegram refused to parse.
+pub fn escaped_plain(text: &str, limit: usize) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut used = 0;
+    for c in text.chars() {
+        let cost = if RESERVED.contains(c) { 2 } else { 1 };
+        if used + cost > limit {
+            break;
+        }
+        if cost == 2 {
+            out.push('\\');
+        }
+        out.push(c);
+        used += cost;
+    }
+    out
+}
+
 /// What people see of MarkdownV2 this module wrote: markers and escapes removed.
 pub fn plain(md: &str) -> String {
     let mut out = String::with_capacity(md.len());
@@ -486,6 +510,9 @@ impl<'a> Inline<'a> {
         let url_start = close + 2;
         let mut depth = 0;
         for (k, c) in s[url_start..].char_indices() {
+            if k > MAX_URL_BYTES {
+                return None;
+            }
             match c {
                 '(' => depth += 1,
                 ')' if depth == 0 => {
@@ -707,6 +734,26 @@ mod tests {
                 sent
             })
             .collect()
+    }
+
+    #[test]
+    fn a_link_with_a_huge_url_stays_text_and_every_message_fits() {
+        let url = format!("https://x.io/{}", "a".repeat(5000));
+        let text = format!("see [the {} label]({url}) now", "long ".repeat(200));
+        let sent = accepted("w", &text);
+        assert!(sent.iter().all(|(_, entities)| entities.iter().all(|e| e["type"] != "text_link")));
+        let short = accepted("w", "[ok](https://x.io/a)");
+        assert_eq!(short[0].1.len(), 2, "a usual link is still a link: {:?}", short[0].1);
+    }
+
+    #[test]
+    fn escaped_plain_is_entity_free_and_within_the_limit() {
+        let text = "a*b_c[d](e) ".repeat(1000);
+        let m = escaped_plain(&text, 4096);
+        assert!(m.chars().count() <= 4096);
+        let (shown, entities) = flock_testkit::fake_telegram::markdown_v2_as_sent(&m).unwrap();
+        assert!(entities.is_empty());
+        assert!(text.starts_with(shown.trim_end()), "{shown:.40}");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! `chat:write.customize`) sends posts out, or `*[author]*` in front where Slack does not apply
 //! the name. Markdown is turned into Slack's mrkdwn (`**b**` → `*b*`, links → `<url|text>`,
 //! lists), and `<`, `>`, `&` are escaped, so an agent cannot write `<!channel>` or `<!here>`.
+//! People's edits and deletions (`message_changed`, `message_deleted`) are followed; the bot's
+//! own copies are changed with `chat.update` / `chat.delete`.
 //!
 //! An envelope is acknowledged by slack-morphism when the push callback returns: the callback
 //! waits until the message is posted in Flock (durable), so a bridge killed before that gets the
@@ -16,7 +18,7 @@ use slack_morphism::errors::SlackClientError;
 use slack_morphism::prelude::*;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{Inbound, PlatformError};
+use crate::{Change, Inbound, PlatformError};
 
 /// Longest text per message (Slack accepts 40 000 but shows long messages truncated).
 pub const LIMIT: usize = 3_900;
@@ -32,7 +34,6 @@ pub struct Slack {
     pub client: Arc<Client>,
     bot: SlackApiToken,
     bot_user: String,
-    bot_id: Option<String>,
     /// User id → display name.
     names: Mutex<HashMap<String, String>>,
     /// Set once Slack posted under the bot's name although a username was asked for (the app
@@ -76,7 +77,6 @@ impl Slack {
             client,
             bot,
             bot_user: me.user_id.to_string(),
-            bot_id: me.bot_id.map(|b| b.to_string()),
             names: Mutex::default(),
             prefix: std::sync::atomic::AtomicBool::new(false),
         })
@@ -131,6 +131,46 @@ impl Slack {
         Ok((sent.ts.to_string(), shown))
     }
 
+    /// Replaces the text of the bot's message `ts` with a piece by `author`; returns the text as
+    /// people see it. (Slack keeps the name the message was posted under.)
+    pub async fn edit(
+        &self,
+        channel: &str,
+        ts: &str,
+        author: &str,
+        piece: &str,
+    ) -> Result<String, PlatformError> {
+        use std::sync::atomic::Ordering;
+        let label = crate::render::author_label(author);
+        let prefixed = self.prefix.load(Ordering::Relaxed);
+        let text =
+            if prefixed { format!("*[{}]* {piece}", escape(&label)) } else { piece.to_owned() };
+        let req = SlackApiChatUpdateRequest::new(
+            SlackChannelId::new(channel.to_owned()),
+            SlackMessageContent::new().with_text(text.clone()),
+            SlackTs::new(ts.to_owned()),
+        );
+        self.client
+            .open_session(&self.bot)
+            .chat_update(&req)
+            .await
+            .map_err(|e| classify(&e, "chat.update"))?;
+        Ok(if prefixed { text } else { format!("[{label}] {text}") })
+    }
+
+    /// Deletes the bot's message `ts`; one already gone counts as done.
+    pub async fn delete(&self, channel: &str, ts: &str) -> Result<(), PlatformError> {
+        let req = SlackApiChatDeleteRequest::new(
+            SlackChannelId::new(channel.to_owned()),
+            SlackTs::new(ts.to_owned()),
+        );
+        match self.client.open_session(&self.bot).chat_delete(&req).await {
+            Ok(_) => Ok(()),
+            Err(SlackClientError::ApiError(api)) if api.code == "message_not_found" => Ok(()),
+            Err(e) => Err(classify(&e, "chat.delete")),
+        }
+    }
+
     /// Archives conversation `channel` (`conversations.archive`, scope `channels:manage` for a
     /// public channel, `groups:write` for a private one); one already archived counts as done.
     pub async fn archive(&self, channel: &str) -> Result<(), PlatformError> {
@@ -181,26 +221,40 @@ impl Slack {
         name
     }
 
-    /// A person's new message, or `None` for bots (this one among them), edits, deletions,
-    /// joins and the like.
+    /// A person's new message, edit or deletion, or `None` for bots (this one among them), joins
+    /// and the like.
     pub async fn inbound(&self, event: &SlackMessageEvent) -> Option<Inbound> {
-        if event.subtype.is_some() || event.sender.bot_id.is_some() {
+        // An edit or deletion names the message it changes (and its author) inside the event.
+        let (sender, content, ts, change) = match &event.subtype {
+            None => (&event.sender, event.content.as_ref(), event.origin.ts.clone(), Change::New),
+            Some(SlackMessageEventType::MessageChanged) => {
+                let m = event.message.as_ref()?;
+                (&m.sender, m.content.as_ref(), m.ts.clone(), Change::Edited)
+            }
+            Some(SlackMessageEventType::MessageDeleted) => {
+                let m = event.previous_message.as_ref()?;
+                (&m.sender, None, event.deleted_ts.clone()?, Change::Deleted)
+            }
+            Some(_) => return None,
+        };
+        if sender.bot_id.is_some() {
             return None;
         }
-        let user = event.sender.user.as_ref()?.to_string();
-        if user == self.bot_user
-            || self.bot_id.is_some()
-                && event.sender.bot_id.as_ref().map(|b| b.to_string()) == self.bot_id
-        {
+        let user = sender.user.as_ref()?.to_string();
+        if user == self.bot_user {
             return None;
         }
-        let text = event.content.as_ref()?.text.clone()?;
+        let text = match change {
+            Change::Deleted => String::new(),
+            _ => markdown_of(&content?.text.clone()?),
+        };
         Some(Inbound {
             external: event.origin.channel.as_ref()?.to_string(),
-            message_id: event.origin.ts.to_string(),
+            message_id: ts.to_string(),
             user_name: self.name_of(&user).await,
             user_id: user,
-            text: unescape(&text),
+            text,
+            change,
         })
     }
 }
@@ -298,6 +352,71 @@ pub fn escape(text: &str) -> String {
 /// A person's text as written (Slack sends `&`, `<`, `>` escaped).
 pub fn unescape(text: &str) -> String {
     text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+}
+
+/// A person's mrkdwn as the Markdown the rest of Flock speaks: `*b*` → `**b**`, `~s~` →
+/// `~~s~~`, `<url|text>` → `[text](url)`, `<url>` → `url` (`_i_` and code are the same in both);
+/// Slack's escapes undone. Mentions (`<@U1>`, `<!here>`) stay as Slack wrote them.
+pub fn markdown_of(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut in_block = false;
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+        }
+        if in_block || line.trim_start().starts_with("```") {
+            out.push_str(line);
+            continue;
+        }
+        let mut rest = line;
+        'next: while let Some(c) = rest.chars().next() {
+            if c == '`'
+                && let Some(end) = rest[1..].find('`')
+            {
+                out.push_str(&rest[..end + 2]);
+                rest = &rest[end + 2..];
+                continue;
+            }
+            if c == '<'
+                && let Some(end) = rest.find('>')
+            {
+                let inner = &rest[1..end];
+                if inner.starts_with("http://")
+                    || inner.starts_with("https://")
+                    || inner.starts_with("mailto:")
+                {
+                    match inner.split_once('|') {
+                        Some((url, label)) => out.push_str(&format!("[{label}]({url})")),
+                        None => out.push_str(inner),
+                    }
+                    rest = &rest[end + 1..];
+                    continue;
+                }
+            }
+            for (mark, to) in [('*', "**"), ('~', "~~")] {
+                if c == mark
+                    && let Some(end) = rest[1..].find(mark)
+                    && end > 0
+                    && !rest[1..].starts_with(' ')
+                    && !rest[1..1 + end].ends_with(' ')
+                {
+                    out.push_str(to);
+                    out.push_str(&rest[1..1 + end]);
+                    out.push_str(to);
+                    rest = &rest[end + 2..];
+                    continue 'next;
+                }
+            }
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    // Slack escapes `&`, `<` and `>` everywhere (so a `<` above is always its markup): undone
+    // once, at the end.
+    unescape(&out)
 }
 
 /// Markdown → Slack mrkdwn: `**b**`/`__b__` → `*b*`, `*i*`/`_i_` → `_i_`, `~~s~~` → `~s~`,
@@ -420,6 +539,20 @@ mod tests {
             "&lt;!channel&gt; &lt;!here&gt; &lt;@U123&gt; a&amp;b"
         );
         assert_eq!(unescape("a &lt;b&gt; &amp; c"), "a <b> & c");
+    }
+
+    #[test]
+    fn a_persons_mrkdwn_becomes_markdown_and_back() {
+        let md =
+            markdown_of("deploy at *6* ~not 5~, _soon_, see <https://x.io/a?b=1&amp;c=2|the plan>");
+        assert_eq!(md, "deploy at **6** ~~not 5~~, _soon_, see [the plan](https://x.io/a?b=1&c=2)");
+        assert_eq!(
+            mrkdwn(&md),
+            "deploy at *6* ~not 5~, _soon_, see <https://x.io/a?b=1&amp;c=2|the plan>"
+        );
+        assert_eq!(markdown_of("`*code*` and 2 * 3 * 4 &lt;b&gt;"), "`*code*` and 2 * 3 * 4 <b>");
+        assert_eq!(markdown_of("&amp;lt; stays"), "&lt; stays", "undone once");
+        assert_eq!(markdown_of("<@U123> <!here> <https://x.io>"), "<@U123> <!here> https://x.io");
     }
 
     #[test]

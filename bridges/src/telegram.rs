@@ -1,6 +1,8 @@
 //! The Telegram Bot API (https://core.telegram.org/bots/api) over reqwest: `getMe` to check the
 //! token and learn the bot's own id, `getUpdates` long polling with the offset confirming what
-//! was handled, `sendMessage` in MarkdownV2. The token is part of every URL, so no error text
+//! was handled, `sendMessage` in MarkdownV2; people's edits come as `edited_message` and are
+//! followed, and the bot's own copies are changed with `editMessageText` / `deleteMessage`
+//! (the Bot API tells a bot of no deletion, so a person's deletion is not followed). The token is part of every URL, so no error text
 //! ever carries a URL (`without_url`) or the token.
 
 use std::sync::Mutex;
@@ -8,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::{Inbound, PlatformError};
+use crate::{Change, Inbound, PlatformError};
 
 /// How long one `getUpdates` waits on the server for something to arrive.
 pub const POLL_SECS: u64 = 25;
@@ -58,7 +60,8 @@ impl Telegram {
     /// server until [`Telegram::handled`] moves the offset past them.
     pub async fn receive(&self) -> Result<Vec<(i64, Option<Inbound>)>, PlatformError> {
         let offset = *self.offset.lock().unwrap_or_else(|p| p.into_inner());
-        let mut args = json!({"timeout": POLL_SECS, "allowed_updates": ["message"]});
+        let mut args =
+            json!({"timeout": POLL_SECS, "allowed_updates": ["message", "edited_message"]});
         if let Some(o) = offset {
             args["offset"] = json!(o);
         }
@@ -78,9 +81,13 @@ impl Telegram {
         }
     }
 
-    /// A person's text message, or `None` for anything else (bots, this bot, non-text).
+    /// A person's text message or its edit, or `None` for anything else (bots, this bot,
+    /// non-text).
     fn inbound(&self, update: &Value) -> Option<Inbound> {
-        let m = &update["message"];
+        let (m, change) = match update.get("edited_message") {
+            Some(m) => (m, Change::Edited),
+            None => (&update["message"], Change::New),
+        };
         let from = &m["from"];
         let text = m["text"].as_str()?;
         if from["is_bot"].as_bool().unwrap_or(false) || from["id"].as_i64() == Some(self.bot_id) {
@@ -100,20 +107,42 @@ impl Telegram {
             user_id: from["id"].as_i64()?.to_string(),
             user_name: name,
             text: text.to_owned(),
+            change,
         })
     }
 
     /// Sends one MarkdownV2 message; returns its message id.
     pub async fn send(&self, chat: &str, text: &str) -> Result<String, PlatformError> {
-        let chat_id = chat.parse::<i64>().map_or_else(|_| json!(chat), |n| json!(n));
         let args = json!({
-            "chat_id": chat_id,
+            "chat_id": chat_id(chat),
             "text": text,
             "parse_mode": "MarkdownV2",
             "link_preview_options": {"is_disabled": true},
         });
         let sent = self.call("sendMessage", args, Duration::from_secs(30)).await?;
         Ok(sent["message_id"].as_i64().map(|n| n.to_string()).unwrap_or_default())
+    }
+
+    /// Replaces the text of the bot's message `id` (MarkdownV2); unchanged text counts as done.
+    pub async fn edit(&self, chat: &str, id: &str, text: &str) -> Result<(), PlatformError> {
+        let args = json!({
+            "chat_id": chat_id(chat),
+            "message_id": message_id(id)?,
+            "text": text,
+            "parse_mode": "MarkdownV2",
+            "link_preview_options": {"is_disabled": true},
+        });
+        match self.call("editMessageText", args, Duration::from_secs(30)).await {
+            Ok(_) => Ok(()),
+            Err(PlatformError::Permanent(m)) if m.contains("message is not modified") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the bot's message `id`.
+    pub async fn delete(&self, chat: &str, id: &str) -> Result<(), PlatformError> {
+        let args = json!({"chat_id": chat_id(chat), "message_id": message_id(id)?});
+        self.call("deleteMessage", args, Duration::from_secs(30)).await.map(|_| ())
     }
 
     /// One Bot API call: the `result`, or what went wrong, classified.
@@ -156,4 +185,14 @@ impl Telegram {
     fn scrub(&self, text: String) -> String {
         if self.token.is_empty() { text } else { text.replace(&self.token, "[token]") }
     }
+}
+
+/// A chat id as the Bot API takes it: a number, or an `@channelusername`.
+fn chat_id(chat: &str) -> Value {
+    chat.parse::<i64>().map_or_else(|_| json!(chat), |n| json!(n))
+}
+
+/// A message id the bridge recorded, as the number the Bot API takes.
+fn message_id(id: &str) -> Result<i64, PlatformError> {
+    id.parse().map_err(|_| PlatformError::Permanent(format!("`{id}` is not a Telegram message id")))
 }

@@ -265,6 +265,7 @@ pub fn bridge_frame(frame: &Frame) -> Option<Frame> {
             if matches!(
                 name.as_str(),
                 "bridge__post"
+                    | "bridge__edit"
                     | "bridge__pull"
                     | "bridge__sent"
                     | "bridge__last"
@@ -340,17 +341,35 @@ fn bridge_tool(name: &str, arguments: &str) -> Result<String, (ErrorCode, String
             Ok(json!({"channel": channel, "seq": 1, "author": author, "duplicate": false})
                 .to_string())
         }
+        "bridge__edit" => {
+            let message_id = match args.get("message_id") {
+                Some(Value::String(s)) if !s.is_empty() => s.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => return Err(bad("`message_id` is required".into())),
+            };
+            let deleted = args.get("deleted").and_then(Value::as_bool) == Some(true);
+            if !deleted && str_arg("text").is_none() {
+                return Err(bad("`text` is required (or `deleted: true`)".into()));
+            }
+            let _ = format!("tg/{external}/{message_id}");
+            // The model's store holds no post with that origin.
+            Ok(json!({"channel": channel, "found": false}).to_string())
+        }
         "bridge__sent" => {
-            let seq = args
-                .get("seq")
-                .and_then(Value::as_u64)
-                .ok_or_else(|| bad("`seq` is required".into()))?;
+            let edit = args.get("edit").and_then(Value::as_u64).unwrap_or(0);
+            let seq = match args.get("seq").and_then(Value::as_u64) {
+                Some(seq) => seq,
+                None if edit > 0 => 0,
+                None => return Err(bad("`seq` is required".into())),
+            };
             let _ = str_arg("external_id");
             Ok(json!({"channel": channel, "cursor": seq}).to_string())
         }
         "bridge__pull" => {
             let _ = args.get("wait_ms").and_then(Value::as_u64).unwrap_or(0).min(60_000);
-            Ok(json!({"channel": channel, "posts": [], "upto": 0, "newest": 0}).to_string())
+            Ok(json!({"channel": channel, "posts": [], "upto": 0, "newest": 0, "edits": [],
+                      "edit_after": 0, "edits_upto": 0})
+            .to_string())
         }
         // The model's channel is never archived.
         "bridge__archived" => Err(bad(format!("#{channel} is not archived"))),

@@ -19,10 +19,13 @@
 //! acknowledged, sessions that buffer dispatches while their connection is gone and replay them
 //! on Resume (else op 9), op 7 / op 9 / dropped sockets on demand; `MESSAGE_CREATE` for every
 //! message including the bot's and its webhooks' own (a client must drop them itself), content
-//! emptied without the privileged MESSAGE_CONTENT intent; `Authorization: Bot` on bot routes (401),
-//! Discord's JSON error bodies and codes (10003, 10015, 50006, 50013, 50035), the 2000-character
-//! limit, webhook name rules, newest-first history with `after`/`before`/`limit`, and scripted
-//! 429s with Discord's rate-limit headers. It shares no code with the client it tests. It runs on
+//! emptied without the privileged MESSAGE_CONTENT intent; edits and deletions — people's
+//! ([`FakeDiscord::edit`], [`FakeDiscord::delete`]) and the bot's through REST (its own messages,
+//! its webhooks' through the webhook, recorded by [`FakeDiscord::edits`]) — dispatched as
+//! `MESSAGE_UPDATE` (the whole message) and `MESSAGE_DELETE`; `Authorization: Bot` on bot routes
+//! (401), Discord's JSON error bodies and codes (10003, 10008, 10015, 50005, 50006, 50013, 50035),
+//! the 2000-character limit, webhook name rules, newest-first history with
+//! `after`/`before`/`limit`, and scripted 429s with Discord's rate-limit headers. It shares no code with the client it tests. It runs on
 //! its own thread and tokio runtime, so sync and async tests can use it.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -250,6 +253,9 @@ struct State {
     rate_limits: VecDeque<f64>,
     requests: Vec<(String, String, Value)>,
     rejected: Vec<(String, String, u16, String)>,
+    /// `(channel_id, message_id, new content or None for deleted)` of every edit and deletion
+    /// the bot or its webhooks made, in order.
+    edits: Vec<(u64, u64, Option<String>)>,
 }
 
 #[derive(Debug)]
@@ -317,6 +323,7 @@ impl FakeDiscord {
                 rate_limits: VecDeque::new(),
                 requests: Vec::new(),
                 rejected: Vec::new(),
+                edits: Vec::new(),
             }),
             changed: Condvar::new(),
         });
@@ -444,18 +451,32 @@ impl FakeDiscord {
         id
     }
 
-    /// The author of message `message_id` edits it: `MESSAGE_UPDATE` with the changed fields
-    /// (`id`, `channel_id`, `guild_id`, `content`, `edited_timestamp`).
+    /// The author of message `message_id` edits it: stored with its new content and an
+    /// `edited_timestamp`, and dispatched as `MESSAGE_UPDATE` carrying the whole message (with
+    /// `guild_id` and `member`, as `MESSAGE_CREATE`).
     #[track_caller]
     pub fn edit(&self, channel_id: u64, message_id: u64, content: &str) {
         let mut state = self.shared.state();
-        let found = state.edit(channel_id, message_id, content);
+        let found = state.edit(channel_id, message_id, content, None);
         assert!(found, "fake Discord: channel {channel_id} has no message {message_id} to edit");
         drop(state);
         self.shared.changed.notify_all();
     }
 
-    /// Every message of the channel, oldest first (people's, the bot's, its webhooks').
+    /// A person (its author, or a moderator) deletes message `message_id`, whoever wrote it:
+    /// it leaves the channel's history and `MESSAGE_DELETE` (`id`, `channel_id`, `guild_id`) is
+    /// dispatched. Not recorded in [`FakeDiscord::edits`], which holds the bot's doings.
+    #[track_caller]
+    pub fn delete(&self, channel_id: u64, message_id: u64) {
+        let mut state = self.shared.state();
+        let found = state.delete(channel_id, message_id);
+        assert!(found, "fake Discord: channel {channel_id} has no message {message_id} to delete");
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// Every message of the channel as it is now, oldest first (people's, the bot's, its
+    /// webhooks'): edits applied, deleted messages gone.
     pub fn messages(&self, channel_id: u64) -> Vec<DiscordMessage> {
         let state = self.shared.state();
         state
@@ -466,13 +487,15 @@ impl FakeDiscord {
             .collect()
     }
 
-    /// What the bot or its webhooks posted in the channel, oldest first.
+    /// What the bot or its webhooks posted in the channel and is still there, oldest first, with
+    /// edits applied (deleted messages gone; [`FakeDiscord::edits`] has the history).
     pub fn sent(&self, channel_id: u64) -> Vec<DiscordMessage> {
         self.shared.state().sent(channel_id)
     }
 
     /// Waits (real time) until the bot or its webhooks posted at least `n` messages in the
-    /// channel and returns them all; panics after `timeout` with what it has.
+    /// channel (not counting deleted ones) and returns them all ([`FakeDiscord::sent`]); panics
+    /// after `timeout` with what it has.
     #[track_caller]
     pub fn wait_sent(&self, channel_id: u64, n: usize, timeout: Duration) -> Vec<DiscordMessage> {
         let state = self.wait_until(timeout, |state| state.sent(channel_id).len() >= n);
@@ -485,6 +508,36 @@ impl FakeDiscord {
                 panic!(
                     "fake Discord: {} message(s) sent to channel {channel_id} after {timeout:?}, \
                      expected {n}: {got:#?}\nrefused requests: {rejected:#?}",
+                    got.len()
+                );
+            }
+        }
+    }
+
+    /// `(message_id, new content)` of every edit, and `(message_id, None)` of every deletion,
+    /// the bot or its webhooks made in the channel through the REST API, in order.
+    pub fn edits(&self, channel_id: u64) -> Vec<(u64, Option<String>)> {
+        self.shared.state().edits_in(channel_id)
+    }
+
+    /// Waits (real time) until the bot or its webhooks made at least `n` edits or deletions in
+    /// the channel and returns them all ([`FakeDiscord::edits`]); panics after `timeout` with
+    /// what it has.
+    #[track_caller]
+    pub fn wait_edits(
+        &self,
+        channel_id: u64,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<(u64, Option<String>)> {
+        match self.wait_until(timeout, |state| state.edits_in(channel_id).len() >= n) {
+            Ok(state) => state.edits_in(channel_id),
+            Err(state) => {
+                let (got, rejected) = (state.edits_in(channel_id), state.rejected.clone());
+                drop(state);
+                panic!(
+                    "fake Discord: {} edit(s)/deletion(s) in channel {channel_id} after \
+                     {timeout:?}, expected {n}: {got:#?}\nrefused requests: {rejected:#?}",
                     got.len()
                 );
             }
@@ -637,6 +690,14 @@ impl State {
             .collect()
     }
 
+    fn edits_in(&self, channel_id: u64) -> Vec<(u64, Option<String>)> {
+        self.edits
+            .iter()
+            .filter(|(channel, _, _)| *channel == channel_id)
+            .map(|(_, message, content)| (*message, content.clone()))
+            .collect()
+    }
+
     /// `(mentions, mention_roles, mention_everyone)` of `content` under `allowed_mentions`
     /// (absent: everything parsed). Only known users (people who posted, the bot) are listed.
     fn mentions(&self, content: &str, allowed: Option<&Value>) -> (Vec<Value>, Vec<Value>, bool) {
@@ -687,23 +748,7 @@ impl State {
     /// Stores a message and, when `dispatch`, sends `MESSAGE_CREATE` to the sessions.
     fn store(&mut self, message: StoredMessage, dispatch: bool) {
         if dispatch {
-            let mut event = message.json.clone();
-            event["guild_id"] = json!(GUILD_ID.to_string());
-            if message.meta.webhook_id.is_none() {
-                event["member"] = json!({
-                    "avatar": null,
-                    "banner": null,
-                    "communication_disabled_until": null,
-                    "deaf": false,
-                    "flags": 0,
-                    "joined_at": event["timestamp"],
-                    "mute": false,
-                    "nick": null,
-                    "pending": false,
-                    "premium_since": null,
-                    "roles": [],
-                });
-            }
+            let event = gateway_message(&message);
             self.dispatch("MESSAGE_CREATE", INTENT_GUILD_MESSAGES, |intents| {
                 gated(&event, intents & INTENT_MESSAGE_CONTENT != 0)
             });
@@ -711,36 +756,63 @@ impl State {
         self.messages.push(message);
     }
 
-    /// Edits a stored message and dispatches `MESSAGE_UPDATE`; `false` when there is none.
-    fn edit(&mut self, channel_id: u64, message_id: u64, content: &str) -> bool {
-        let ms = now_ms();
-        let Some(message) = self
+    /// The stored message `message_id` of the channel, if any.
+    fn find(&self, channel_id: u64, message_id: u64) -> Option<&StoredMessage> {
+        self.messages.iter().find(|m| m.meta.id == message_id && m.meta.channel_id == channel_id)
+    }
+
+    /// Gives a stored message new content (and, when `allowed` is given, new `allowed_mentions`,
+    /// its mentions parsed again under them) and an `edited_timestamp`, and dispatches
+    /// `MESSAGE_UPDATE` with the whole message, as Discord does; `false` when there is none.
+    fn edit(
+        &mut self,
+        channel_id: u64,
+        message_id: u64,
+        content: &str,
+        allowed: Option<Value>,
+    ) -> bool {
+        let Some(i) = self
             .messages
-            .iter_mut()
-            .find(|m| m.meta.id == message_id && m.meta.channel_id == channel_id)
+            .iter()
+            .position(|m| m.meta.id == message_id && m.meta.channel_id == channel_id)
         else {
             return false;
         };
+        if allowed.is_some() {
+            self.messages[i].meta.allowed_mentions = allowed;
+        }
+        let allowed = self.messages[i].meta.allowed_mentions.clone();
+        let (users, roles, everyone) = self.mentions(content, allowed.as_ref());
+        let message = &mut self.messages[i];
         message.meta.content = content.to_string();
         message.json["content"] = json!(content);
-        message.json["edited_timestamp"] = json!(iso8601(ms));
-        let update = json!({
+        message.json["mentions"] = Value::Array(users);
+        message.json["mention_roles"] = Value::Array(roles);
+        message.json["mention_everyone"] = json!(everyone);
+        message.json["edited_timestamp"] = json!(iso8601(now_ms()));
+        let update = gateway_message(message);
+        self.dispatch("MESSAGE_UPDATE", INTENT_GUILD_MESSAGES, |intents| {
+            gated(&update, intents & INTENT_MESSAGE_CONTENT != 0)
+        });
+        true
+    }
+
+    /// Removes a stored message and dispatches `MESSAGE_DELETE`; `false` when there is none.
+    fn delete(&mut self, channel_id: u64, message_id: u64) -> bool {
+        let Some(i) = self
+            .messages
+            .iter()
+            .position(|m| m.meta.id == message_id && m.meta.channel_id == channel_id)
+        else {
+            return false;
+        };
+        self.messages.remove(i);
+        let event = json!({
             "id": message_id.to_string(),
             "channel_id": channel_id.to_string(),
             "guild_id": GUILD_ID.to_string(),
-            "content": content,
-            "edited_timestamp": message.json["edited_timestamp"],
-            "author": message.json["author"],
-            "mentions": message.json["mentions"],
         });
-        self.dispatch("MESSAGE_UPDATE", INTENT_GUILD_MESSAGES, |intents| {
-            let mut update = gated(&update, intents & INTENT_MESSAGE_CONTENT != 0);
-            if let Some(u) = update.as_object_mut() {
-                u.remove("author");
-                u.remove("mentions");
-            }
-            update
-        });
+        self.dispatch("MESSAGE_DELETE", INTENT_GUILD_MESSAGES, |_| event.clone());
         true
     }
 
@@ -754,6 +826,29 @@ impl State {
             }
         }
     }
+}
+
+/// A stored message as `MESSAGE_CREATE` / `MESSAGE_UPDATE` carry it: the REST object with
+/// `guild_id`, and `member` unless a webhook wrote it.
+fn gateway_message(message: &StoredMessage) -> Value {
+    let mut event = message.json.clone();
+    event["guild_id"] = json!(GUILD_ID.to_string());
+    if message.meta.webhook_id.is_none() {
+        event["member"] = json!({
+            "avatar": null,
+            "banner": null,
+            "communication_disabled_until": null,
+            "deaf": false,
+            "flags": 0,
+            "joined_at": event["timestamp"],
+            "mute": false,
+            "nick": null,
+            "pending": false,
+            "premium_since": null,
+            "roles": [],
+        });
+    }
+    event
 }
 
 /// Appends a dispatch to a session's log and sends it when the session has a connection.
@@ -1019,6 +1114,9 @@ fn route(
     match segments.as_slice() {
         ["gateway"] if method == "GET" => return Ok(Reply::ok(json!({"url": shared.ws_url()}))),
         ["webhooks", id, token] => return webhook_with_token(state, request, id, token, body),
+        ["webhooks", id, token, "messages", message] => {
+            return webhook_message(state, request, (id, token), message, body);
+        }
         _ => {}
     }
     let authorized = request
@@ -1071,6 +1169,7 @@ fn route(
                 .ok_or_else(Refusal::unknown_message)
         }
         ("PATCH", ["channels", id, "messages", message]) => edit_message(state, id, message, body),
+        ("DELETE", ["channels", id, "messages", message]) => delete_message(state, id, message),
         ("POST", ["channels", id, "typing"]) => {
             let id = snowflake_param("channel_id", id)?;
             state.channels.get(&id).ok_or_else(Refusal::unknown_channel)?;
@@ -1319,7 +1418,40 @@ fn create_message(state: &mut State, id: &str, body: &Value) -> Result<Reply, Re
     Ok(Reply::ok(json))
 }
 
-/// `PATCH /channels/{id}/messages/{id}`: the bot edits its own message.
+/// The content of an edit: every field of an edit is optional, so without `content` the message
+/// keeps its own; a given one follows [`checked_content`] (the edited message must not be empty).
+fn edited_content(body: &Value, current: &str) -> Result<String, Refusal> {
+    if body.get("content").is_none() {
+        return Ok(current.to_string());
+    }
+    checked_content(body)
+}
+
+/// Applies a REST edit of a stored message (already found): content and `allowed_mentions` of
+/// `body`; records it, dispatches `MESSAGE_UPDATE` and answers the updated message.
+fn apply_edit(
+    state: &mut State,
+    channel_id: u64,
+    message_id: u64,
+    body: &Value,
+) -> Result<Reply, Refusal> {
+    let current = state.find(channel_id, message_id).map(|m| m.meta.content.clone());
+    let content = edited_content(body, &current.unwrap_or_default())?;
+    state.edit(channel_id, message_id, &content, allowed_mentions(body));
+    state.edits.push((channel_id, message_id, Some(content)));
+    let json = state.find(channel_id, message_id).map(|m| m.json.clone());
+    Ok(Reply::ok(json.unwrap_or_default()))
+}
+
+/// Removes a stored message (already found) for the bot: records it, dispatches
+/// `MESSAGE_DELETE`, answers 204.
+fn apply_delete(state: &mut State, channel_id: u64, message_id: u64) -> Reply {
+    state.delete(channel_id, message_id);
+    state.edits.push((channel_id, message_id, None));
+    Reply::no_content()
+}
+
+/// `PATCH /channels/{id}/messages/{id}`: the bot edits its own message (`MESSAGE_UPDATE`).
 fn edit_message(
     state: &mut State,
     id: &str,
@@ -1329,16 +1461,25 @@ fn edit_message(
     let channel_id = snowflake_param("channel_id", id)?;
     let message_id = snowflake_param("message_id", message)?;
     state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
-    let found =
-        state.messages.iter().find(|m| m.meta.channel_id == channel_id && m.meta.id == message_id);
-    let found = found.ok_or_else(Refusal::unknown_message)?;
+    let found = state.find(channel_id, message_id).ok_or_else(Refusal::unknown_message)?;
     if found.meta.author_id != BOT_ID {
         return Err(Refusal::new(403, 50005, "Cannot edit a message authored by another user"));
     }
-    let content = checked_content(body)?;
-    state.edit(channel_id, message_id, &content);
-    let json = state.messages.iter().find(|m| m.meta.id == message_id).map(|m| m.json.clone());
-    Ok(Reply::ok(json.unwrap_or_default()))
+    apply_edit(state, channel_id, message_id, body)
+}
+
+/// `DELETE /channels/{id}/messages/{id}`: the bot deletes a message (`MESSAGE_DELETE`). Its own
+/// it may always delete; anyone else's (its webhooks' included) needs MANAGE_MESSAGES, which the
+/// bot does not have here: 403 (50013).
+fn delete_message(state: &mut State, id: &str, message: &str) -> Result<Reply, Refusal> {
+    let channel_id = snowflake_param("channel_id", id)?;
+    let message_id = snowflake_param("message_id", message)?;
+    state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    let found = state.find(channel_id, message_id).ok_or_else(Refusal::unknown_message)?;
+    if found.meta.author_id != BOT_ID {
+        return Err(Refusal::new(403, 50013, "Missing Permissions"));
+    }
+    Ok(apply_delete(state, channel_id, message_id))
 }
 
 /// A webhook name or username override: 1–80 characters, neither "clyde" nor "discord".
@@ -1457,6 +1598,36 @@ fn webhook_with_token(
     state.store(StoredMessage { meta, json: json.clone(), by_bot: true }, true);
     let wait = query_params(request).get("wait").is_some_and(|w| w.eq_ignore_ascii_case("true"));
     Ok(if wait { Reply::ok(json) } else { Reply::no_content() })
+}
+
+/// `/webhooks/{id}/{token}/messages/{message.id}`: get (GET), edit (PATCH) or delete (DELETE) a
+/// message the webhook sent. A wrong or deleted webhook or token is 10015; a message it did not
+/// send (the bot's, a person's, another webhook's, or none) 10008. `thread_id` (serenity writes
+/// `?&thread_id=…`) must name the webhook's channel: the fake has no threads (else 10003).
+fn webhook_message(
+    state: &mut State,
+    request: &Request,
+    (id, token): (&str, &str),
+    message: &str,
+    body: &Value,
+) -> Result<Reply, Refusal> {
+    let id = snowflake_param("webhook_id", id)?;
+    let hook = state.webhooks.iter().find(|h| h.id == id && h.token == token && !h.deleted);
+    let channel_id = hook.map(|h| h.channel_id).ok_or_else(Refusal::unknown_webhook)?;
+    let message_id = snowflake_param("message_id", message)?;
+    if let Some(thread) = query_params(request).get("thread_id")
+        && snowflake_param("thread_id", thread)? != channel_id
+    {
+        return Err(Refusal::unknown_channel());
+    }
+    let found = state.find(channel_id, message_id).filter(|m| m.meta.webhook_id == Some(id));
+    let found = found.ok_or_else(Refusal::unknown_message)?;
+    match request.method.as_str() {
+        "GET" => Ok(Reply::ok(found.json.clone())),
+        "PATCH" => apply_edit(state, channel_id, message_id, body),
+        "DELETE" => Ok(apply_delete(state, channel_id, message_id)),
+        _ => Err(Refusal::new(405, 0, "405: Method Not Allowed")),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1817,8 +1988,9 @@ mod tests {
     use std::io::{Read, Write};
 
     use serenity::all::{
-        ChannelId, ClientBuilder, Context, CreateWebhook, EventHandler, ExecuteWebhook,
-        GatewayIntents, GetMessages, HttpBuilder, Message, Ready, ShardManager,
+        ChannelId, ClientBuilder, Context, CreateAllowedMentions, CreateMessage, CreateWebhook,
+        EditMessage, EditWebhookMessage, EventHandler, ExecuteWebhook, GatewayIntents, GetMessages,
+        GuildId, HttpBuilder, Message, MessageId, MessageUpdateEvent, Ready, ShardManager,
     };
     use serenity::http::{Http, HttpError};
     use serenity::model::event::GatewayEvent;
@@ -2084,7 +2256,7 @@ mod tests {
         let rest: Message = serde_json::from_value(executed).expect("execute answer is a Message");
         assert_eq!(rest.id, relayed.id);
 
-        // Edits are partial MESSAGE_UPDATEs.
+        // Edits are MESSAGE_UPDATEs carrying the whole message.
         fake.edit(CHANNEL, id, "hello again");
         let update = gw.recv().await;
         assert_eq!(update["t"], json!("MESSAGE_UPDATE"));
@@ -2451,16 +2623,54 @@ mod tests {
     // -----------------------------------------------------------------------------------------
     // The real serenity 0.12.5 client against the fake.
 
-    /// Records every message serenity hands to the event handler.
+    /// An edit or a deletion serenity handed to the event handler.
+    #[derive(Debug)]
+    enum Change {
+        Updated(Box<MessageUpdateEvent>),
+        /// `(channel_id, message_id, guild_id)`.
+        Deleted(ChannelId, MessageId, Option<GuildId>),
+    }
+
+    impl Change {
+        fn message_id(&self) -> MessageId {
+            match self {
+                Change::Updated(update) => update.id,
+                Change::Deleted(_, id, _) => *id,
+            }
+        }
+    }
+
+    /// Records every message, edit and deletion serenity hands to the event handler.
     struct Recorder {
         messages: std::sync::mpsc::Sender<Message>,
         ready: std::sync::mpsc::Sender<Ready>,
+        changes: std::sync::mpsc::Sender<Change>,
     }
 
     #[serenity::async_trait]
     impl EventHandler for Recorder {
         async fn message(&self, _ctx: Context, message: Message) {
             let _ = self.messages.send(message);
+        }
+
+        async fn message_update(
+            &self,
+            _ctx: Context,
+            _old: Option<Message>,
+            _new: Option<Message>,
+            event: MessageUpdateEvent,
+        ) {
+            let _ = self.changes.send(Change::Updated(Box::new(event)));
+        }
+
+        async fn message_delete(
+            &self,
+            _ctx: Context,
+            channel_id: ChannelId,
+            message_id: MessageId,
+            guild_id: Option<GuildId>,
+        ) {
+            let _ = self.changes.send(Change::Deleted(channel_id, message_id, guild_id));
         }
 
         async fn ready(&self, _ctx: Context, ready: Ready) {
@@ -2476,9 +2686,12 @@ mod tests {
         running: tokio::task::JoinHandle<serenity::Result<()>>,
         messages: std::sync::mpsc::Receiver<Message>,
         ready: std::sync::mpsc::Receiver<Ready>,
+        changes: std::sync::mpsc::Receiver<Change>,
         /// Messages delivered but not asked for yet (serenity runs every event handler call as
         /// a task of its own, so they may arrive out of order).
         unclaimed: std::cell::RefCell<Vec<Message>>,
+        /// The same for edits and deletions.
+        unclaimed_changes: std::cell::RefCell<Vec<Change>>,
     }
 
     impl Bot {
@@ -2490,9 +2703,10 @@ mod tests {
                 .expect("a runtime for serenity");
             let (messages_tx, messages) = std::sync::mpsc::channel();
             let (ready_tx, ready) = std::sync::mpsc::channel();
+            let (changes_tx, changes) = std::sync::mpsc::channel();
             let http =
                 HttpBuilder::new(token).proxy(fake.base_url()).ratelimiter_disabled(true).build();
-            let recorder = Recorder { messages: messages_tx, ready: ready_tx };
+            let recorder = Recorder { messages: messages_tx, ready: ready_tx, changes: changes_tx };
             let mut client = rt
                 .block_on(async {
                     ClientBuilder::new_with_http(http, intents).event_handler(recorder).await
@@ -2501,8 +2715,58 @@ mod tests {
             let http = Arc::clone(&client.http);
             let shards = Arc::clone(&client.shard_manager);
             let running = rt.spawn(async move { client.start().await });
-            let unclaimed = std::cell::RefCell::default();
-            Bot { rt, http, shards, running, messages, ready, unclaimed }
+            let (unclaimed, unclaimed_changes) = Default::default();
+            Bot {
+                rt,
+                http,
+                shards,
+                running,
+                messages,
+                ready,
+                changes,
+                unclaimed,
+                unclaimed_changes,
+            }
+        }
+
+        /// The edit or deletion of message `id` serenity delivered (in any order) that `wanted`
+        /// accepts.
+        #[track_caller]
+        fn change(&self, id: MessageId, wanted: impl Fn(&Change) -> bool) -> Change {
+            let mut unclaimed = self.unclaimed_changes.borrow_mut();
+            let matches = |c: &Change| c.message_id() == id && wanted(c);
+            if let Some(i) = unclaimed.iter().position(matches) {
+                return unclaimed.remove(i);
+            }
+            let deadline = Instant::now() + SECS;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match self.changes.recv_timeout(left) {
+                    Ok(change) if matches(&change) => return change,
+                    Ok(change) => unclaimed.push(change),
+                    Err(e) => {
+                        panic!("serenity delivered no such change of {id}: {e}; got {unclaimed:?}")
+                    }
+                }
+            }
+        }
+
+        /// The `MESSAGE_UPDATE` of message `id` serenity delivered.
+        #[track_caller]
+        fn updated(&self, id: MessageId) -> MessageUpdateEvent {
+            match self.change(id, |c| matches!(c, Change::Updated(_))) {
+                Change::Updated(update) => *update,
+                Change::Deleted(..) => unreachable!("only updates are picked"),
+            }
+        }
+
+        /// The `MESSAGE_DELETE` of message `id` serenity delivered: `(channel, guild)`.
+        #[track_caller]
+        fn deleted(&self, id: MessageId) -> (ChannelId, Option<GuildId>) {
+            match self.change(id, |c| matches!(c, Change::Deleted(..))) {
+                Change::Deleted(channel, _, guild) => (channel, guild),
+                Change::Updated(_) => unreachable!("only deletions are picked"),
+            }
         }
 
         /// The message with content `content` serenity delivered (in any order).
@@ -2735,5 +2999,281 @@ mod tests {
         assert_eq!(fake.identifies().len(), 1, "never identified again");
         crate::wait_for(|| !fake.heartbeats().is_empty(), SECS, "serenity heartbeats");
         bot.stop();
+    }
+
+    /// Edits and deletions of the bot's messages and its webhooks' through serenity, as a bridge
+    /// follows a person's edit or deletion elsewhere.
+    #[test]
+    fn fake_discord_serenity_edits_and_deletes_webhook_and_bot_messages() {
+        let fake = fake();
+        let bot = Bot::start(&fake, TOKEN, serenity_intents());
+        bot.ready.recv_timeout(SECS).expect("READY");
+        fake.wait_connected(SECS);
+        let channel = ChannelId::new(CHANNEL);
+        let http = &bot.http;
+        let (hook, other, relayed, said) = bot.rt.block_on(async {
+            let hook = channel.create_webhook(http, CreateWebhook::new("Flock relay")).await;
+            let other = channel.create_webhook(http, CreateWebhook::new("Someone else")).await;
+            let (hook, other) = (hook.expect("a webhook"), other.expect("another webhook"));
+            let builder = ExecuteWebhook::new().content("relayed").username("alice (Telegram)");
+            let relayed = hook.execute(http, true, builder).await.expect("execute");
+            let said = channel.send_message(http, CreateMessage::new().content("said")).await;
+            (hook, other, relayed.expect("wait=true answers"), said.expect("say"))
+        });
+        bot.received("relayed");
+        bot.received("said");
+
+        // Edit the webhook's message through the webhook.
+        let builder = EditWebhookMessage::new()
+            .content("relayed, edited")
+            .allowed_mentions(CreateAllowedMentions::new());
+        let edited =
+            bot.rt.block_on(hook.edit_message(http, relayed.id, builder)).expect("webhook edit");
+        assert_eq!((edited.id, edited.content.as_str()), (relayed.id, "relayed, edited"));
+        assert_eq!(edited.author.name, "alice (Telegram)", "the username override stays");
+        assert_eq!(edited.webhook_id, Some(hook.id));
+        assert!(edited.edited_timestamp.is_some());
+        let update = bot.updated(relayed.id);
+        assert_eq!(update.content.as_deref(), Some("relayed, edited"));
+        assert_eq!(update.webhook_id, Some(Some(hook.id)));
+        assert!(update.author.is_some_and(|a| a.bot), "the whole message, author included");
+        assert!(update.edited_timestamp.is_some());
+
+        // The bot edits its own message.
+        let builder = EditMessage::new().content("said, edited");
+        let edited =
+            bot.rt.block_on(channel.edit_message(http, said.id, builder)).expect("bot edit");
+        assert_eq!(edited.content, "said, edited");
+        let update = bot.updated(said.id);
+        assert_eq!(update.author.map(|a| a.id.get()), Some(BOT_ID));
+        assert_eq!(update.content.as_deref(), Some("said, edited"));
+
+        // Only the webhook that sent a message can edit it: anything else is Unknown Message.
+        let error = |result: serenity::Result<()>| match result {
+            Err(serenity::Error::Http(HttpError::UnsuccessfulRequest(response))) => {
+                (response.status_code.as_u16(), response.error.code, response.error.message)
+            }
+            other => panic!("expected an unsuccessful request, got {other:?}"),
+        };
+        let unknown = (404, 10008, "Unknown Message".to_string());
+        let edit = |hook: &serenity::model::webhook::Webhook, id: MessageId| {
+            let builder = EditWebhookMessage::new().content("nope");
+            error(bot.rt.block_on(hook.edit_message(http, id, builder)).map(drop))
+        };
+        assert_eq!(edit(&other, relayed.id), unknown, "another webhook's message");
+        assert_eq!(edit(&hook, said.id), unknown, "the bot's own message");
+        assert_eq!(edit(&hook, MessageId::new(42)), unknown, "no such message");
+        let person = fake.post(CHANNEL, ALICE, "alice", "a person's");
+        bot.received("a person's");
+        assert_eq!(edit(&hook, MessageId::new(person)), unknown, "a person's message");
+        // Nor can the bot edit or delete a person's message (no MANAGE_MESSAGES here).
+        let builder = EditMessage::new().content("nope");
+        let refused = error(
+            bot.rt.block_on(channel.edit_message(http, MessageId::new(person), builder)).map(drop),
+        );
+        assert_eq!(refused, (403, 50005, "Cannot edit a message authored by another user".into()));
+        let refused = error(bot.rt.block_on(channel.delete_message(http, person)));
+        assert_eq!(refused, (403, 50013, "Missing Permissions".into()));
+
+        // Deletions: the webhook's message through the webhook, the bot's own directly.
+        bot.rt.block_on(hook.delete_message(http, None, relayed.id)).expect("webhook delete");
+        assert_eq!(bot.deleted(relayed.id), (channel, Some(GuildId::new(GUILD_ID))));
+        bot.rt.block_on(channel.delete_message(http, said.id)).expect("bot delete");
+        assert_eq!(bot.deleted(said.id).0, channel);
+        let again = error(bot.rt.block_on(hook.delete_message(http, None, relayed.id)));
+        assert_eq!(again, unknown, "already deleted");
+        assert_eq!(error(bot.rt.block_on(channel.delete_message(http, said.id))), unknown);
+
+        // A person deletes their message.
+        fake.delete(CHANNEL, person);
+        assert_eq!(bot.deleted(MessageId::new(person)), (channel, Some(GuildId::new(GUILD_ID))));
+
+        assert_eq!(
+            fake.edits(CHANNEL),
+            [
+                (relayed.id.get(), Some("relayed, edited".to_string())),
+                (said.id.get(), Some("said, edited".to_string())),
+                (relayed.id.get(), None),
+                (said.id.get(), None),
+            ]
+        );
+        assert!(fake.sent(CHANNEL).is_empty(), "{:#?}", fake.sent(CHANNEL));
+        assert!(fake.messages(CHANNEL).is_empty(), "{:#?}", fake.messages(CHANNEL));
+        let paths: Vec<String> =
+            fake.requests().iter().map(|(m, p, _)| format!("{m} {p}")).collect();
+        let hooks = fake.webhooks(CHANNEL);
+        let token = hooks.iter().find(|h| h.0 == hook.id.get()).map(|h| h.1.clone());
+        let token = token.expect("the webhook's token");
+        for path in [
+            format!("PATCH /api/v10/webhooks/{}/{token}/messages/{}", hook.id, relayed.id),
+            format!("DELETE /api/v10/webhooks/{}/{token}/messages/{}", hook.id, relayed.id),
+            format!("PATCH /api/v10/channels/{CHANNEL}/messages/{}", said.id),
+            format!("DELETE /api/v10/channels/{CHANNEL}/messages/{}", said.id),
+        ] {
+            assert!(paths.contains(&path), "{path} not in {paths:#?}");
+        }
+        let edit_body = fake
+            .requests()
+            .into_iter()
+            .find(|(m, p, _)| m == "PATCH" && p.starts_with("/api/v10/webhooks/"))
+            .map(|(_, _, body)| body);
+        assert_eq!(
+            edit_body,
+            Some(json!({
+                "content": "relayed, edited",
+                "allowed_mentions": {"parse": [], "users": [], "roles": []},
+            }))
+        );
+        bot.stop();
+    }
+
+    #[tokio::test]
+    async fn fake_discord_edits_and_deletions_are_dispatched() {
+        let fake = fake();
+        let (mut gw, _) = Gateway::ready(&fake, MESSAGES).await;
+        let (_, hook) = create_hook(&fake, "Flock relay");
+        let (status, sent) = execute(&fake, &hook, json!({"content": "relayed"}));
+        assert_eq!(status, 200, "{sent}");
+        let mid = sent["id"].as_str().expect("an id").to_string();
+        assert_eq!(gw.recv().await["t"], json!("MESSAGE_CREATE"));
+        let (hid, token) =
+            (hook["id"].as_str().unwrap_or(""), hook["token"].as_str().unwrap_or(""));
+        let path = format!("/api/v10/webhooks/{hid}/{token}/messages/{mid}");
+        let webhook = |method: &str, path: &str, body: Option<Value>| {
+            let (status, _, body) = http(&fake, method, path, None, body.as_ref());
+            (status, body)
+        };
+
+        // PATCH answers the message and dispatches MESSAGE_UPDATE with all of it.
+        let (status, edited) = webhook("PATCH", &path, Some(json!({"content": "relayed, edited"})));
+        assert_eq!(status, 200, "{edited}");
+        assert_eq!((&edited["id"], &edited["content"]), (&json!(mid), &json!("relayed, edited")));
+        assert!(edited["edited_timestamp"].is_string());
+        let update = gw.recv().await;
+        assert_eq!(update["t"], json!("MESSAGE_UPDATE"));
+        let d = &update["d"];
+        assert_eq!((&d["id"], &d["content"]), (&json!(mid), &json!("relayed, edited")));
+        assert_eq!((&d["guild_id"], &d["webhook_id"]), (&json!(GUILD_ID.to_string()), &hook["id"]));
+        assert_eq!(d["author"]["id"], hook["id"]);
+        assert!(matches!(
+            serenity_parses(&update),
+            GatewayEvent::Dispatch(_, serenity::model::event::Event::MessageUpdate(_))
+        ));
+        let (status, got) = webhook("GET", &path, None);
+        assert_eq!((status, &got["content"]), (200, &json!("relayed, edited")));
+        // `thread_id` naming the webhook's channel is accepted (serenity writes `?&`).
+        let (status, _) = webhook(
+            "PATCH",
+            &format!("{path}?&thread_id={CHANNEL}"),
+            Some(json!({"content": "x"})),
+        );
+        assert_eq!(status, 200);
+        assert_eq!(gw.recv().await["d"]["content"], json!("x"));
+        // Refusals leave the message alone and dispatch nothing.
+        let (status, body) = webhook("PATCH", &format!("{path}?thread_id=42"), None);
+        assert_eq!((status, &body["code"]), (404, &json!(10003)));
+        let too_long = json!({"content": "x".repeat(MAX_MESSAGE_CHARS + 1)});
+        let (status, body) = webhook("PATCH", &path, Some(too_long));
+        assert_eq!((status, &body["code"]), (400, &json!(50035)), "{body}");
+        assert_eq!(body["errors"]["content"]["_errors"][0]["code"], json!("BASE_TYPE_MAX_LENGTH"));
+        let (status, body) = webhook("PATCH", &path, Some(json!({"content": ""})));
+        assert_eq!(
+            (status, body),
+            (400, json!({"message": "Cannot send an empty message", "code": 50006}))
+        );
+        let wrong = format!("/api/v10/webhooks/{hid}/not-the-token/messages/{mid}");
+        let unknown_webhook = json!({"message": "Unknown Webhook", "code": 10015});
+        let (status, body) = webhook("PATCH", &wrong, Some(json!({"content": "y"})));
+        assert_eq!((status, body), (404, unknown_webhook.clone()));
+        let unknown = json!({"message": "Unknown Message", "code": 10008});
+        let missing = format!("/api/v10/webhooks/{hid}/{token}/messages/42");
+        assert_eq!(
+            webhook("PATCH", &missing, Some(json!({"content": "y"}))),
+            (404, unknown.clone())
+        );
+        assert_eq!(fake.messages(CHANNEL)[0].content, "x");
+
+        // DELETE answers 204 and dispatches MESSAGE_DELETE with ids only.
+        let (status, _) = webhook("DELETE", &path, None);
+        assert_eq!(status, 204);
+        let deleted = gw.recv().await;
+        assert_eq!(deleted["t"], json!("MESSAGE_DELETE"));
+        assert_eq!(
+            deleted["d"],
+            json!({"id": mid, "channel_id": CHANNEL.to_string(), "guild_id": GUILD_ID.to_string()})
+        );
+        assert!(matches!(
+            serenity_parses(&deleted),
+            GatewayEvent::Dispatch(_, serenity::model::event::Event::MessageDelete(_))
+        ));
+        assert_eq!(webhook("GET", &path, None), (404, unknown.clone()));
+        assert_eq!(webhook("DELETE", &path, None), (404, unknown));
+
+        // A person's edit carries author and member; a person's deletion is dispatched too.
+        let id = fake.post(CHANNEL, ALICE, "alice", "typo");
+        assert_eq!(gw.recv().await["t"], json!("MESSAGE_CREATE"));
+        fake.edit(CHANNEL, id, "fixed");
+        let update = gw.recv().await;
+        assert_eq!(update["d"]["author"]["id"], json!(ALICE.to_string()));
+        assert!(update["d"]["member"].is_object());
+        fake.delete(CHANNEL, id);
+        let deleted = gw.recv().await;
+        assert_eq!(
+            (deleted["t"].as_str(), &deleted["d"]["id"]),
+            (Some("MESSAGE_DELETE"), &json!(id.to_string()))
+        );
+        let (_, history) =
+            bot(&fake, "GET", &format!("/api/v10/channels/{CHANNEL}/messages"), None);
+        assert_eq!(history, json!([]));
+
+        // The bot's own message, edited and deleted over REST.
+        let (_, said) = say(&fake, "said");
+        let sid = said["id"].as_str().expect("an id").to_string();
+        assert_eq!(gw.recv().await["t"], json!("MESSAGE_CREATE"));
+        let own = format!("/api/v10/channels/{CHANNEL}/messages/{sid}");
+        let (status, edited) = bot(&fake, "PATCH", &own, Some(json!({"content": "said again"})));
+        assert_eq!((status, &edited["content"]), (200, &json!("said again")));
+        let update = gw.recv().await;
+        assert_eq!(
+            (update["t"].as_str(), &update["d"]["author"]["id"]),
+            (Some("MESSAGE_UPDATE"), &json!(BOT_ID.to_string()))
+        );
+        // Without `content` an edit keeps it.
+        let (status, kept) =
+            bot(&fake, "PATCH", &own, Some(json!({"allowed_mentions": {"parse": []}})));
+        assert_eq!((status, &kept["content"]), (200, &json!("said again")));
+        assert_eq!(gw.recv().await["d"]["content"], json!("said again"));
+        assert_eq!(bot(&fake, "DELETE", &own, None).0, 204);
+        assert_eq!(gw.recv().await["t"], json!("MESSAGE_DELETE"));
+
+        let mid: u64 = mid.parse().expect("a snowflake");
+        let sid: u64 = sid.parse().expect("a snowflake");
+        assert_eq!(
+            fake.edits(CHANNEL),
+            [
+                (mid, Some("relayed, edited".to_string())),
+                (mid, Some("x".to_string())),
+                (mid, None),
+                (sid, Some("said again".to_string())),
+                (sid, Some("said again".to_string())),
+                (sid, None),
+            ]
+        );
+        assert_eq!(fake.wait_edits(CHANNEL, 6, SECS).len(), 6);
+        assert!(fake.edits(42).is_empty());
+        // A deleted webhook can no longer touch its messages.
+        let (_, again) = execute(&fake, &hook, json!({"content": "again"}));
+        let path = format!(
+            "/api/v10/webhooks/{hid}/{token}/messages/{}",
+            again["id"].as_str().unwrap_or("")
+        );
+        fake.delete_webhooks(CHANNEL);
+        assert_eq!(webhook("DELETE", &path, None), (404, unknown_webhook));
+    }
+
+    #[test]
+    #[should_panic(expected = "has no message 42 to delete")]
+    fn fake_discord_deleting_an_unknown_message_panics() {
+        fake().delete(CHANNEL, 42);
     }
 }

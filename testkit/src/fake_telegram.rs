@@ -5,8 +5,12 @@
 //! It follows the real server's rules where a client can get them wrong: the token in the path
 //! (401), `getUpdates` offsets that confirm and delete updates, long polls held open and answered
 //! as soon as an update arrives, a newer `getUpdates` terminating a held one with 409, the
-//! 4096-character limit and the MarkdownV2 escaping rules of `sendMessage`, `retry_after` on 429,
-//! and a bot never receiving its own messages. It accepts JSON bodies, form-encoded bodies and
+//! 4096-character limit and the MarkdownV2 escaping rules of `sendMessage` (and of
+//! `editMessageText`), `retry_after` on 429, a bot never receiving its own messages, edits
+//! delivered as `edited_message` when `allowed_updates` lets them through, and the bot editing
+//! (`editMessageText`) and deleting (`deleteMessage`) only what it may, with Telegram's errors
+//! ("message to edit not found", "message can't be edited", "message is not modified", …),
+//! recorded by [`FakeTelegram::edits`]. It accepts JSON bodies, form-encoded bodies and
 //! query strings, and keeps connections alive like the real server (reqwest reuses them). It
 //! shares no code with the client it tests. It runs on its own thread and tokio runtime, so sync
 //! and async tests can use it, and its long polls keep real time while a test pauses its clock.
@@ -149,6 +153,9 @@ struct State {
     active_poll: Option<u64>,
     offsets: Vec<Option<i64>>,
     sent: Vec<SentMessage>,
+    /// `(chat_id, message_id, text as shown or None for deleted)` of every accepted
+    /// `editMessageText` and `deleteMessage`, in order.
+    edits: Vec<(i64, i64, Option<String>)>,
     rejected: Vec<(String, u16, String)>,
     calls: Vec<String>,
     faults: VecDeque<Fault>,
@@ -163,7 +170,8 @@ struct Shared {
     state: Mutex<State>,
     /// Bumped on every change a waiter may care about: updates, polls, sends.
     changes: watch::Sender<u64>,
-    /// Notified on every accepted `sendMessage` (for [`FakeTelegram::wait_sent`]).
+    /// Notified on every accepted `sendMessage`, `editMessageText` and `deleteMessage` (for
+    /// [`FakeTelegram::wait_sent`] and [`FakeTelegram::wait_edits`]).
     sent_cv: Condvar,
 }
 
@@ -220,6 +228,7 @@ impl FakeTelegram {
                 active_poll: None,
                 offsets: Vec::new(),
                 sent: Vec::new(),
+                edits: Vec::new(),
                 rejected: Vec::new(),
                 calls: Vec::new(),
                 faults: VecDeque::new(),
@@ -347,6 +356,45 @@ impl FakeTelegram {
             state.queue("edited_message", message);
         }
         self.shared.bump();
+    }
+
+    /// `(message_id, text)` of every accepted `editMessageText` in `chat_id` — the text as
+    /// Telegram shows it, like [`SentMessage::plain`] — and `(message_id, None)` of every
+    /// accepted `deleteMessage`, in order. ([`FakeTelegram::sent_to`] keeps the messages as
+    /// sent.)
+    pub fn edits(&self, chat_id: i64) -> Vec<(i64, Option<String>)> {
+        self.shared.state().edits_in(chat_id)
+    }
+
+    /// Waits (real time) until the bot made at least `n` edits or deletions in `chat_id` and
+    /// returns them all ([`FakeTelegram::edits`]); panics after `timeout` with what it has.
+    #[track_caller]
+    pub fn wait_edits(
+        &self,
+        chat_id: i64,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<(i64, Option<String>)> {
+        match crate::wait_on(&self.shared.state, &self.shared.sent_cv, timeout, |s| {
+            s.edits_in(chat_id).len() >= n
+        }) {
+            Ok(state) => state.edits_in(chat_id),
+            Err(state) => {
+                let (got, rejected) = (state.edits_in(chat_id), state.rejected.clone());
+                drop(state);
+                panic!(
+                    "fake Telegram: {} edit(s)/deletion(s) in chat {chat_id} after {timeout:?}, \
+                     expected {n}: {got:#?}\nrefused calls: {rejected:?}",
+                    got.len()
+                );
+            }
+        }
+    }
+
+    /// Message `message_id` of the chat as it is now (a Message object: edits applied, with
+    /// `edit_date`), or `None` if it never existed or was deleted.
+    pub fn message(&self, chat_id: i64, message_id: i64) -> Option<Value> {
+        self.shared.state().chats.get(&chat_id)?.messages.get(&message_id).cloned()
     }
 
     /// Every accepted `sendMessage`, in order.
@@ -502,6 +550,14 @@ impl State {
         }
     }
 
+    fn edits_in(&self, chat_id: i64) -> Vec<(i64, Option<String>)> {
+        self.edits
+            .iter()
+            .filter(|(chat, _, _)| *chat == chat_id)
+            .map(|(_, message, text)| (*message, text.clone()))
+            .collect()
+    }
+
     /// What `getUpdates` with `offset` confirms and forgets.
     fn confirm(&mut self, offset: i64) {
         if offset < 0 {
@@ -600,6 +656,8 @@ async fn respond(
                     "getme" => Ok(get_me(shared)),
                     "getupdates" => get_updates(shared, conn, &params).await?,
                     "sendmessage" => send_message(shared, &params),
+                    "editmessagetext" => edit_message_text(shared, &params),
+                    "deletemessage" => delete_message(shared, &params),
                     "sendchataction" => send_chat_action(shared, &params),
                     "deletewebhook" => delete_webhook(shared, &params),
                     "getwebhookinfo" => Ok(webhook_info(shared)),
@@ -818,30 +876,7 @@ fn send_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value, R
             retry_after: fault.retry_after,
         });
     }
-    let text = match params.get("text") {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        _ => return Err(Refusal::bad("message text is empty")),
-    };
-    let parse_mode = match params.get("parse_mode") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.is_empty() => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(Refusal::bad("unsupported parse_mode")),
-    };
-    let formatted = match parse_mode.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None => Ok(Formatted::plain(&text)),
-        Some("markdownv2") => parse_markdown_v2(&text),
-        Some("markdown") => parse_markdown(&text),
-        Some("html") => parse_html(&text),
-        Some(_) => return Err(Refusal::bad("unsupported parse_mode")),
-    }
-    .map_err(|e| Refusal::bad(format!("can't parse entities: {e}")))?
-    .trimmed();
-    match json_param(params, "link_preview_options") {
-        None | Some(Ok(Value::Object(_))) => {}
-        Some(_) => return Err(Refusal::bad("can't parse link preview options JSON object")),
-    }
+    let (text, parse_mode, formatted) = message_text(params)?;
     // The message it answers, if any (`reply_parameters`, or the older `reply_to_message_id`).
     let (reply_to, allow_without_reply) = match json_param(params, "reply_parameters") {
         Some(Ok(Value::Object(reply))) => (
@@ -855,12 +890,7 @@ fn send_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value, R
         ),
     };
     let chat_id = chat_param(&state, params)?;
-    if formatted.text.is_empty() {
-        return Err(Refusal::bad("message must be non-empty"));
-    }
-    if formatted.text.chars().count() > MAX_MESSAGE_CHARS {
-        return Err(Refusal::bad("message is too long"));
-    }
+    check_length(&formatted)?;
     let bot = shared.bot_user();
     let chat = state.chats.get_mut(&chat_id).expect("chat_param checked the chat exists");
     let replied = reply_to.and_then(|id| chat.messages.get(&id)).cloned();
@@ -898,6 +928,139 @@ fn send_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value, R
     shared.sent_cv.notify_all();
     shared.bump();
     Ok(message)
+}
+
+/// The `text` of `sendMessage` / `editMessageText` with its `parse_mode` (`None` when absent or
+/// empty) and what Telegram makes of it (entities parsed, trimmed), after checking
+/// `link_preview_options`, as the Bot API server reads them before anything else.
+fn message_text(
+    params: &Map<String, Value>,
+) -> Result<(String, Option<String>, Formatted), Refusal> {
+    let text = match params.get("text") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => return Err(Refusal::bad("message text is empty")),
+    };
+    let parse_mode = match params.get("parse_mode") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(Refusal::bad("unsupported parse_mode")),
+    };
+    let formatted = match parse_mode.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None => Ok(Formatted::plain(&text)),
+        Some("markdownv2") => parse_markdown_v2(&text),
+        Some("markdown") => parse_markdown(&text),
+        Some("html") => parse_html(&text),
+        Some(_) => return Err(Refusal::bad("unsupported parse_mode")),
+    }
+    .map_err(|e| Refusal::bad(format!("can't parse entities: {e}")))?
+    .trimmed();
+    match json_param(params, "link_preview_options") {
+        None | Some(Ok(Value::Object(_))) => {}
+        Some(_) => return Err(Refusal::bad("can't parse link preview options JSON object")),
+    }
+    Ok((text, parse_mode, formatted))
+}
+
+/// What Telegram checks of a text when it sends or edits: not empty after trimming, at most
+/// [`MAX_MESSAGE_CHARS`].
+fn check_length(formatted: &Formatted) -> Result<(), Refusal> {
+    if formatted.text.is_empty() {
+        return Err(Refusal::bad("message must be non-empty"));
+    }
+    if formatted.text.chars().count() > MAX_MESSAGE_CHARS {
+        return Err(Refusal::bad("message is too long"));
+    }
+    Ok(())
+}
+
+/// A `chat_id` was given at all (the Bot API server tells an empty one from a wrong one).
+fn chat_given(params: &Map<String, Value>) -> bool {
+    match params.get("chat_id") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(s)) => !s.trim().is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// `message_id` as the Bot API server reads it: 0 when absent or not a positive number.
+fn message_id_param(params: &Map<String, Value>) -> i64 {
+    int_param(params, "message_id").filter(|id| *id > 0).unwrap_or(0)
+}
+
+/// `editMessageText` of a chat message (inline messages are not supported), checking in the
+/// order of the Bot API server: the text and its markup, the chat, the message (found, the
+/// bot's own), then what Telegram checks of the new text (emptiness, length, a change at all).
+fn edit_message_text(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Refusal> {
+    let mut state = shared.state();
+    let (_, _, formatted) = message_text(params)?;
+    let message_id = message_id_param(params);
+    if !chat_given(params) && message_id == 0 {
+        // Then it is an inline message, by `inline_message_id`.
+        return Err(Refusal::bad("message identifier is not specified"));
+    }
+    let chat_id = chat_param(&state, params)?;
+    let bot_id = shared.bot_id;
+    let chat = state.chats.get_mut(&chat_id).expect("chat_param checked the chat exists");
+    let Some(message) = chat.messages.get_mut(&message_id) else {
+        return Err(Refusal::bad("message to edit not found"));
+    };
+    if message["from"]["id"].as_i64() != Some(bot_id) {
+        return Err(Refusal::bad("message can't be edited"));
+    }
+    check_length(&formatted)?;
+    let entities: Vec<Value> = formatted.entities.iter().map(Entity::to_json).collect();
+    let old_entities = message.get("entities").cloned().unwrap_or_else(|| json!([]));
+    if message["text"] == json!(formatted.text) && old_entities == json!(entities) {
+        return Err(Refusal::bad(
+            "message is not modified: specified new message content and reply markup are \
+             exactly the same as a current content and reply markup of the message",
+        ));
+    }
+    message["text"] = json!(formatted.text);
+    message["edit_date"] = json!(unix_now().max(message["date"].as_i64().unwrap_or(0)));
+    match message.as_object_mut() {
+        Some(m) if entities.is_empty() => {
+            m.remove("entities");
+        }
+        _ => message["entities"] = Value::Array(entities),
+    }
+    let message = message.clone();
+    state.edits.push((chat_id, message_id, Some(formatted.text)));
+    drop(state);
+    shared.sent_cv.notify_all();
+    shared.bump();
+    Ok(message)
+}
+
+/// `deleteMessage`: `true`, or the Bot API server's errors in its order (chat and message given,
+/// the chat, the message, then whether the bot may delete it: only its own here, as it is no
+/// administrator).
+fn delete_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Refusal> {
+    let mut state = shared.state();
+    if !chat_given(params) {
+        return Err(Refusal::bad("chat identifier is not specified"));
+    }
+    let message_id = message_id_param(params);
+    if message_id == 0 {
+        return Err(Refusal::bad("message identifier is not specified"));
+    }
+    let chat_id = chat_param(&state, params)?;
+    let bot_id = shared.bot_id;
+    let chat = state.chats.get_mut(&chat_id).expect("chat_param checked the chat exists");
+    let Some(message) = chat.messages.get(&message_id) else {
+        return Err(Refusal::bad("message to delete not found"));
+    };
+    if message["from"]["id"].as_i64() != Some(bot_id) {
+        return Err(Refusal::bad("message can't be deleted"));
+    }
+    chat.messages.remove(&message_id);
+    state.edits.push((chat_id, message_id, None));
+    drop(state);
+    shared.sent_cv.notify_all();
+    shared.bump();
+    Ok(json!(true))
 }
 
 fn send_chat_action(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Refusal> {
@@ -2324,6 +2487,189 @@ mod tests {
         call(&fake, "getUpdates", json!({"offset": next, "allowed_updates": ["message"]}));
         fake.edit(CHAT, id, "hello!");
         assert_eq!(fake.pending_updates(), 0);
+    }
+
+    #[test]
+    fn edit_message_text_changes_the_bots_message() {
+        let fake = fake_with_chat();
+        let (status, sent) = send(&fake, "*hi* there", Some("MarkdownV2"));
+        assert_eq!(status, 200, "{sent}");
+        let id = sent["result"]["message_id"].as_i64().expect("a message id");
+        let date = sent["result"]["date"].as_i64().expect("a date");
+        let edit = |text: &str| {
+            call(
+                &fake,
+                "editMessageText",
+                json!({
+                    "chat_id": CHAT,
+                    "message_id": id,
+                    "text": text,
+                    "parse_mode": "MarkdownV2",
+                    "link_preview_options": {"is_disabled": true},
+                }),
+            )
+        };
+        let (status, body) = edit("*hello* there\\!");
+        assert_eq!(status, 200, "{body}");
+        let edited = &body["result"];
+        assert_eq!(edited["message_id"], json!(id));
+        assert_eq!(edited["from"]["id"], json!(fake.bot_id()));
+        assert_eq!(edited["chat"], json!({"id": CHAT, "type": "supergroup", "title": "Team"}));
+        assert_eq!(edited["date"], json!(date));
+        assert!(edited["edit_date"].as_i64().is_some_and(|d| d >= date), "{edited}");
+        assert_eq!(edited["text"], json!("hello there!"));
+        assert_eq!(edited["entities"], json!([{"offset": 0, "length": 5, "type": "bold"}]));
+        assert_eq!(fake.message(CHAT, id).as_ref(), Some(edited));
+
+        // The same text and entities again: "not modified"; other entities are a change.
+        assert_bad_request(
+            edit("*hello* there\\!"),
+            "Bad Request: message is not modified: specified new message content and reply \
+             markup are exactly the same as a current content and reply markup of the message",
+        );
+        let (status, body) = edit("hello there\\!");
+        assert_eq!(status, 200, "{body}");
+        assert!(body["result"].get("entities").is_none(), "{body}");
+        // The text is parsed and checked as for sendMessage.
+        assert_bad_request(
+            edit("hello there!"),
+            "Bad Request: can't parse entities: Character '!' is reserved and must be escaped \
+             with the preceding '\\'",
+        );
+        assert_bad_request(edit("*  *"), "Bad Request: message must be non-empty");
+        assert_bad_request(
+            edit(&"x".repeat(MAX_MESSAGE_CHARS + 1)),
+            "Bad Request: message is too long",
+        );
+        assert_bad_request(edit(""), "Bad Request: message text is empty");
+
+        // Only the bot's own messages, and only existing ones.
+        let person = fake.post(CHAT, 42, "Alice", Some("alice"), "mine");
+        let body =
+            |message_id: i64| json!({"chat_id": CHAT, "message_id": message_id, "text": "x"});
+        assert_bad_request(
+            call(&fake, "editMessageText", body(person)),
+            "Bad Request: message can't be edited",
+        );
+        assert_bad_request(
+            call(&fake, "editMessageText", body(999)),
+            "Bad Request: message to edit not found",
+        );
+        assert_bad_request(
+            call(&fake, "editMessageText", json!({"chat_id": -42, "message_id": id, "text": "x"})),
+            "Bad Request: chat not found",
+        );
+        assert_bad_request(
+            call(&fake, "editMessageText", json!({"text": "x"})),
+            "Bad Request: message identifier is not specified",
+        );
+        assert_eq!(fake.message(CHAT, person).map(|m| m["text"].clone()), Some(json!("mine")));
+
+        // A reply shows the message as it is now.
+        let reply = json!({"chat_id": CHAT, "text": "re", "reply_parameters": {"message_id": id}});
+        let (status, body) = call(&fake, "sendMessage", reply);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["reply_to_message"]["text"], json!("hello there!"));
+
+        assert_eq!(
+            fake.edits(CHAT),
+            [(id, Some("hello there!".to_string())), (id, Some("hello there!".to_string()))]
+        );
+        assert_eq!(fake.wait_edits(CHAT, 2, SECS).len(), 2);
+        // sendMessage records stay as sent.
+        let sent: Vec<(i64, String)> =
+            fake.sent_to(CHAT).into_iter().map(|m| (m.message_id, m.text)).collect();
+        assert_eq!(sent, [(id, "*hi* there".to_string()), (id + 2, "re".to_string())]);
+        assert_eq!(fake.pending_updates(), 1, "the bot's edits are no updates; Alice's post is");
+    }
+
+    #[test]
+    fn delete_message_removes_the_bots_message() {
+        let fake = fake_with_chat();
+        let (_, sent) = send(&fake, "oops", None);
+        let id = sent["result"]["message_id"].as_i64().expect("a message id");
+        let delete = |body: Value| call(&fake, "deleteMessage", body);
+        // Form-encoded, as any other call.
+        let mut client = Client::connect(&fake);
+        let form = format!("chat_id={CHAT}&message_id={id}");
+        let target = format!("/bot{TOKEN}/deleteMessage");
+        client.send("POST", &target, Some("application/x-www-form-urlencoded"), &form);
+        let (status, _, body) = client.response().expect("an answer");
+        assert_eq!((status, body), (200, json!({"ok": true, "result": true})));
+        assert!(fake.message(CHAT, id).is_none());
+        assert_bad_request(
+            delete(json!({"chat_id": CHAT, "message_id": id})),
+            "Bad Request: message to delete not found",
+        );
+        // Gone for edits and replies too.
+        assert_bad_request(
+            call(&fake, "editMessageText", json!({"chat_id": CHAT, "message_id": id, "text": "x"})),
+            "Bad Request: message to edit not found",
+        );
+        let reply = json!({"chat_id": CHAT, "text": "re", "reply_parameters": {"message_id": id}});
+        assert_bad_request(
+            call(&fake, "sendMessage", reply),
+            "Bad Request: message to be replied not found",
+        );
+        // A person's message: the bot is no administrator.
+        let person = fake.post(CHAT, 42, "Alice", Some("alice"), "mine");
+        assert_bad_request(
+            delete(json!({"chat_id": CHAT, "message_id": person})),
+            "Bad Request: message can't be deleted",
+        );
+        assert_bad_request(
+            delete(json!({"message_id": person})),
+            "Bad Request: chat identifier is not specified",
+        );
+        assert_bad_request(
+            delete(json!({"chat_id": CHAT})),
+            "Bad Request: message identifier is not specified",
+        );
+        assert_bad_request(
+            delete(json!({"chat_id": -42, "message_id": person})),
+            "Bad Request: chat not found",
+        );
+        assert_eq!(fake.edits(CHAT), [(id, None)]);
+        assert!(fake.edits(-42).is_empty());
+        assert_eq!(fake.sent_to(CHAT).len(), 1, "sendMessage records stay");
+        assert_eq!(
+            fake.calls().iter().filter(|c| c.as_str() == "deleteMessage").count(),
+            6,
+            "{:?}",
+            fake.calls()
+        );
+    }
+
+    #[test]
+    fn edited_messages_follow_allowed_updates() {
+        let fake = fake_with_chat();
+        call(&fake, "getUpdates", json!({"timeout": 0, "allowed_updates": ["message"]}));
+        let id = fake.post(CHAT, 42, "Alice", Some("alice"), "helo");
+        fake.edit(CHAT, id, "hello");
+        let (_, body) = call(&fake, "getUpdates", json!({"timeout": 0}));
+        let kinds: Vec<bool> = body["result"]
+            .as_array()
+            .expect("updates")
+            .iter()
+            .map(|u| u.get("edited_message").is_some())
+            .collect();
+        assert_eq!(kinds, [false], "only the message: {body}");
+        // Allowed again (as a form value holding JSON), later edits are delivered.
+        let mut client = Client::connect(&fake);
+        let form = "timeout=0&allowed_updates=%5B%22message%22%2C%22edited_message%22%5D";
+        client.send(
+            "POST",
+            &format!("/bot{TOKEN}/getUpdates"),
+            Some("application/x-www-form-urlencoded"),
+            form,
+        );
+        client.response().expect("an answer");
+        fake.edit(CHAT, id, "hello!");
+        let (_, body) = call(&fake, "getUpdates", json!({"timeout": 0}));
+        let updates = body["result"].as_array().expect("updates");
+        let last = updates.last().expect("an update");
+        assert_eq!(last["edited_message"]["text"], json!("hello!"), "{body}");
+        assert_eq!(last["edited_message"]["message_id"], json!(id));
     }
 
     #[test]

@@ -56,6 +56,28 @@ pub const SCHEMA: &str = "
 /// Migration 6: when a mapping mirrored its channel's archive to its chat.
 pub const SCHEMA_ARCHIVE: &str = "ALTER TABLE bridge_cursors ADD COLUMN archived_at INTEGER;";
 
+/// Migration 7: people's edits and deletions followed. A post keeps its current text (a
+/// deleted one keeps none); `channel_edits` is the log of changes each mapping works through
+/// after its own `edit_id` cursor; `channel_posts` is a channel's messages as readers see them.
+pub const SCHEMA_EDITS: &str = "
+    ALTER TABLE channel_messages ADD COLUMN edited_at INTEGER;
+    ALTER TABLE channel_messages ADD COLUMN deleted_at INTEGER;
+    CREATE TABLE channel_edits (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        channel TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        origin TEXT NOT NULL,
+        at INTEGER NOT NULL
+    );
+    CREATE INDEX channel_edits_by_channel ON channel_edits (channel, id);
+    ALTER TABLE bridge_cursors ADD COLUMN edit_id INTEGER NOT NULL DEFAULT 0;
+    CREATE VIEW channel_posts AS
+        SELECT channel, seq, author, created_at,
+               CASE WHEN deleted_at IS NOT NULL THEN '(deleted by its author)'
+                    WHEN edited_at IS NOT NULL THEN text || ' (edited)'
+                    ELSE text END AS text
+        FROM channel_messages;";
+
 /// Posts per pull answer.
 pub const PULL_MAX: usize = 50;
 /// The longest a pull may wait for a post.
@@ -65,7 +87,12 @@ const PULL_WAIT_MAX_MS: u64 = 60_000;
 pub fn is_bridge_tool(name: &str) -> bool {
     matches!(
         name,
-        "bridge__post" | "bridge__pull" | "bridge__sent" | "bridge__last" | "bridge__archived"
+        "bridge__post"
+            | "bridge__edit"
+            | "bridge__pull"
+            | "bridge__sent"
+            | "bridge__last"
+            | "bridge__archived"
     )
 }
 
@@ -93,6 +120,24 @@ pub struct BridgePost {
     pub text: String,
 }
 
+/// A post a mapping already delivered that was edited or deleted since: what the chat's copy
+/// must become (the post's text now, or gone), and the platform ids of that copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridgeEdit {
+    pub seq: u64,
+    pub author: String,
+    pub text: String,
+    pub deleted: bool,
+    pub ids: Vec<String>,
+}
+
+/// Where a mapping stands: its post cursor (seq) and its edit cursor (`channel_edits.id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BridgeCursor {
+    pub seq: u64,
+    pub edit_id: u64,
+}
+
 impl Store {
     /// Posts `text` by `author` unless a post with this `origin` exists: `(seq, duplicate)`.
     pub fn post_with_origin(
@@ -105,29 +150,137 @@ impl Store {
         self.post_unique(channel, author, text, Some(UniqueKey::Origin(origin.to_owned())))
     }
 
-    /// The mapping's cursor; a mapping seen for the first time starts at `start` (the channel's
-    /// newest post then: a new bridge does not flood its chat with the channel's history).
+    /// The mapping's cursors; a mapping seen for the first time — or whose chat the swarm file
+    /// now maps to another channel — starts at `start` (the channel's newest post then: a new
+    /// bridge does not flood its chat with the channel's history) and after the channel's last
+    /// edit, with no archive mirrored and no platform ids of an old channel's posts.
     pub fn bridge_cursor(
         &mut self,
         bridge: &str,
         external: &str,
         channel: &str,
         start: u64,
-    ) -> Result<u64, StoreError> {
-        self.conn.execute(
-            "INSERT OR IGNORE INTO bridge_cursors (bridge, external, channel, seq) VALUES (?1, ?2, ?3, ?4)",
+    ) -> Result<BridgeCursor, StoreError> {
+        let tx = self.conn.transaction()?;
+        let moved = tx.execute(
+            "DELETE FROM bridge_cursors WHERE bridge = ?1 AND external = ?2 AND channel != ?3",
+            params![bridge, external, channel],
+        )?;
+        if moved > 0 {
+            tx.execute(
+                "DELETE FROM bridge_messages WHERE bridge = ?1 AND external = ?2",
+                params![bridge, external],
+            )?;
+        }
+        tx.execute(
+            "INSERT OR IGNORE INTO bridge_cursors (bridge, external, channel, seq, edit_id)
+             VALUES (?1, ?2, ?3, ?4,
+                     (SELECT COALESCE(MAX(id), 0) FROM channel_edits WHERE channel = ?3))",
             params![bridge, external, channel, start as i64],
         )?;
-        let seq: i64 = self.conn.query_row(
-            "SELECT seq FROM bridge_cursors WHERE bridge = ?1 AND external = ?2",
+        let (seq, edit_id): (i64, i64) = tx.query_row(
+            "SELECT seq, edit_id FROM bridge_cursors WHERE bridge = ?1 AND external = ?2",
             params![bridge, external],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
-        Ok(seq as u64)
+        tx.commit()?;
+        Ok(BridgeCursor { seq: seq as u64, edit_id: edit_id as u64 })
     }
 
-    /// Up to `limit` posts of `channel` after `after`, except those whose origin starts with
-    /// `echo_prefix`; and the highest seq looked at (echoes included), to move the cursor past.
+    /// A person edited (`Some(text)`) or deleted (`None`) the platform message that became the
+    /// post with `origin`: the post takes the new text (a deleted one keeps none) and the change
+    /// is logged for the other mappings. `(channel, seq, changed)`, or `None` if no post has
+    /// that origin; a change already made (a replayed event) changes nothing.
+    pub fn bridge_edit(
+        &mut self,
+        origin: &str,
+        text: Option<&str>,
+    ) -> Result<Option<(String, u64, bool)>, StoreError> {
+        let tx = self.conn.transaction()?;
+        let found: Option<(String, i64)> = tx
+            .query_row(
+                "SELECT channel, seq FROM channel_messages WHERE origin = ?1",
+                params![origin],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let Some((channel, seq)) = found else { return Ok(None) };
+        let now = now_ms();
+        let changed = match text {
+            Some(t) => tx.execute(
+                "UPDATE channel_messages SET text = ?2, edited_at = ?3
+                 WHERE origin = ?1 AND deleted_at IS NULL AND text != ?2",
+                params![origin, t, now],
+            )?,
+            None => tx.execute(
+                "UPDATE channel_messages SET text = '', deleted_at = ?2
+                 WHERE origin = ?1 AND deleted_at IS NULL",
+                params![origin, now],
+            )?,
+        } > 0;
+        if changed {
+            tx.execute(
+                "INSERT INTO channel_edits (channel, seq, origin, at) VALUES (?1, ?2, ?3, ?4)",
+                params![channel, seq, origin, now],
+            )?;
+        }
+        tx.commit()?;
+        Ok(Some((channel, seq as u64, changed)))
+    }
+
+    /// The changes to `channel`'s posts after edit `after` that mapping (`bridge`, `external`)
+    /// must make to its chat: posts it delivered (up to its post cursor `sent`, with the
+    /// platform ids it recorded), not the chat's own (it shows its change already), one per
+    /// post; and the highest edit id looked at, to move the edit cursor past.
+    pub fn bridge_edits(
+        &self,
+        bridge: &str,
+        external: &str,
+        channel: &str,
+        after: u64,
+        sent: u64,
+        limit: usize,
+    ) -> Result<(Vec<BridgeEdit>, u64), StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT e.id, e.seq, e.origin, m.author, m.text, m.deleted_at IS NOT NULL, b.external_id
+             FROM channel_edits e
+             JOIN channel_messages m ON m.channel = e.channel AND m.seq = e.seq
+             LEFT JOIN bridge_messages b ON b.bridge = ?1 AND b.external = ?2 AND b.seq = e.seq
+             WHERE e.channel = ?3 AND e.id > ?4 ORDER BY e.id LIMIT ?5",
+        )?;
+        let rows =
+            stmt.query_map(params![bridge, external, channel, after as i64, limit as i64], |r| {
+                Ok((
+                    r.get::<_, i64>(0)? as u64,
+                    r.get::<_, i64>(1)? as u64,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, bool>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                ))
+            })?;
+        let own = format!("{bridge}/{external}/");
+        let mut edits: Vec<BridgeEdit> = Vec::new();
+        let mut upto = after;
+        for row in rows {
+            let (id, seq, origin, author, text, deleted, ids) = row?;
+            upto = id;
+            let Some(ids) = ids else { continue }; // never delivered here (or not yet)
+            if seq > sent || origin.starts_with(&own) {
+                continue;
+            }
+            // The post's text is read now: a later change of the same post is already in it.
+            edits.retain(|e| e.seq != seq);
+            let ids = ids.split_whitespace().map(str::to_owned).collect();
+            edits.push(BridgeEdit { seq, author, text, deleted, ids });
+        }
+        Ok((edits, upto))
+    }
+
+    /// Up to `limit` posts of `channel` after `after`, except deleted ones and those whose origin
+    /// starts with `echo_prefix`; and the highest seq looked at (those included), to move the
+    /// cursor past.
     pub fn bridge_pull(
         &self,
         channel: &str,
@@ -136,18 +289,26 @@ impl Store {
         echo_prefix: &str,
     ) -> Result<(Vec<BridgePost>, u64), StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, author, text, origin FROM channel_messages
+            "SELECT seq, author, text, origin, deleted_at IS NOT NULL FROM channel_messages
              WHERE channel = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
         )?;
         let rows = stmt.query_map(params![channel, after as i64, limit as i64], |r| {
-            Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?, r.get::<_, Option<String>>(3)?))
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get(1)?,
+                r.get(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, bool>(4)?,
+            ))
         })?;
         let mut posts = Vec::new();
         let mut upto = after;
         for row in rows {
-            let (seq, author, text, origin): (u64, String, String, Option<String>) = row?;
+            let (seq, author, text, origin, deleted): (u64, String, String, Option<String>, bool) =
+                row?;
             upto = seq;
-            if origin.is_some_and(|o| o.starts_with(echo_prefix)) {
+            // A deleted post is not sent at all; nor is a chat's own post sent back to it.
+            if deleted || origin.is_some_and(|o| o.starts_with(echo_prefix)) {
                 continue;
             }
             posts.push(BridgePost { seq, author, text });
@@ -238,7 +399,8 @@ impl Store {
         Ok(())
     }
 
-    /// Moves the mapping's cursor up to `seq` (never back) and records the platform message.
+    /// Moves the mapping's cursor up to `seq` (never back) and records the platform message(s)
+    /// the post became (ids separated by spaces: a long post is several messages).
     pub fn bridge_sent(
         &mut self,
         bridge: &str,
@@ -246,10 +408,23 @@ impl Store {
         seq: u64,
         external_id: Option<&str>,
     ) -> Result<u64, StoreError> {
+        self.bridge_sent_upto(bridge, external, seq, 0, external_id)
+    }
+
+    /// [`Store::bridge_sent`], and the mapping's edit cursor moved up to `edit_id` (never back).
+    pub fn bridge_sent_upto(
+        &mut self,
+        bridge: &str,
+        external: &str,
+        seq: u64,
+        edit_id: u64,
+        external_id: Option<&str>,
+    ) -> Result<u64, StoreError> {
         let tx = self.conn.transaction()?;
         tx.execute(
-            "UPDATE bridge_cursors SET seq = MAX(seq, ?3) WHERE bridge = ?1 AND external = ?2",
-            params![bridge, external, seq as i64],
+            "UPDATE bridge_cursors SET seq = MAX(seq, ?3), edit_id = MAX(edit_id, ?4)
+             WHERE bridge = ?1 AND external = ?2",
+            params![bridge, external, seq as i64, edit_id as i64],
         )?;
         if let Some(id) = external_id {
             tx.execute(
@@ -352,6 +527,7 @@ impl ChannelsState {
         let args: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
         let result = match name {
             "bridge__post" => self.bridge_post(myself, bridge, &args).await,
+            "bridge__edit" => self.bridge_edit(bridge, &args).await,
             "bridge__sent" => self.bridge_sent(bridge, &args).await,
             "bridge__last" => match self.mapped(bridge, &args) {
                 Ok((channel, external)) => {
@@ -365,10 +541,10 @@ impl ChannelsState {
             "bridge__pull" => {
                 let wait_ms = args.get("wait_ms").and_then(Value::as_u64).unwrap_or(0);
                 match self.bridge_pull(bridge, &args).await {
-                    Ok(p) if p.upto == p.after && wait_ms > 0 && p.archived.is_none() => {
+                    Ok(p) if p.is_empty() && wait_ms > 0 && p.archived.is_none() => {
                         let channel = p.channel;
-                        // Park it: the next post in the channel (or the wait running out)
-                        // answers. A newer pull of the same mapping replaces an older one.
+                        // Park it: the next post or edit in the channel (or the wait running
+                        // out) answers. A newer pull of the same mapping replaces an older one.
                         let Ok((_, external)) = self.mapped(bridge, &args) else { return };
                         let key = (bridge.to_owned(), external.clone());
                         let frame_id = reply.frame_id;
@@ -444,6 +620,45 @@ impl ChannelsState {
             .to_string())
     }
 
+    /// `bridge__edit {external, message_id, text}` (a person edited their message) or
+    /// `{external, message_id, deleted: true}` (it was deleted): the post it became changes,
+    /// and the bridges that relayed it follow. A message that never became a post (refused, or
+    /// from before the mapping) is answered `found: false`.
+    async fn bridge_edit(&mut self, bridge: &str, args: &Value) -> ToolResult {
+        let (channel, external) = self.mapped(bridge, args)?;
+        let message_id = match args.get("message_id") {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => return Err(bad("`message_id` is required")),
+        };
+        let deleted = args.get("deleted").and_then(Value::as_bool) == Some(true);
+        let text = match (deleted, str_arg(args, "text")) {
+            (true, _) => None,
+            (false, Some(t)) => Some(t.to_owned()),
+            (false, None) => return Err(bad("`text` is required (or `deleted: true`)")),
+        };
+        let limit = flock_ipc::max_message_bytes(self.spec.delivery.max_frame_bytes);
+        if let Some(t) = &text
+            && t.len() > limit
+        {
+            return Err(bad(crate::router::too_long("the edited post", t.len(), limit)));
+        }
+        if self.channels.get(&channel).is_some_and(|c| c.state == ChannelState::Archived) {
+            return Err(bad(format!("#{channel} is archived and read-only")));
+        }
+        let origin = format!("{bridge}/{external}/{message_id}");
+        let found = self.db(move |s| s.bridge_edit(&origin, text.as_deref())).await?;
+        let Some((posted_in, seq, changed)) = found else {
+            return Ok(json!({"channel": channel, "found": false}).to_string());
+        };
+        if changed {
+            self.wake_pulls(&posted_in).await;
+        }
+        Ok(json!({"channel": posted_in, "seq": seq, "found": true, "changed": changed,
+                  "deleted": deleted})
+        .to_string())
+    }
+
     async fn bridge_pull(
         &mut self,
         bridge: &str,
@@ -456,17 +671,28 @@ impl ChannelsState {
             .map_or((0, false), |c| (c.last_seq, c.state == ChannelState::Archived));
         let echo = format!("{bridge}/{external}/");
         let (b, c) = (bridge.to_owned(), channel.clone());
-        let (posts, after, upto, mirrored) = self
+        let (posts, cursor, upto, edits, edits_upto, mirrored) = self
             .db(move |s| {
-                let after = s.bridge_cursor(&b, &external, &c, start)?;
-                let (posts, upto) = s.bridge_pull(&c, after, PULL_MAX, &echo)?;
+                let cursor = s.bridge_cursor(&b, &external, &c, start)?;
+                let (posts, upto) = s.bridge_pull(&c, cursor.seq, PULL_MAX, &echo)?;
+                let (edits, edits_upto) =
+                    s.bridge_edits(&b, &external, &c, cursor.edit_id, cursor.seq, PULL_MAX)?;
                 let mirrored = is_archived && s.bridge_archive_mirrored(&b, &external)?;
-                Ok((posts, after, upto, mirrored))
+                Ok((posts, cursor, upto, edits, edits_upto, mirrored))
             })
             .await?;
         // Archived (nothing can be posted any more) and every post is behind the cursor.
-        let archived = (is_archived && after >= start).then_some(mirrored);
-        Ok(Pulled { channel, posts, after, upto, archived })
+        let archived = (is_archived && cursor.seq >= start).then_some(mirrored);
+        Ok(Pulled {
+            channel,
+            posts,
+            after: cursor.seq,
+            upto,
+            edits,
+            edit_after: cursor.edit_id,
+            edits_upto,
+            archived,
+        })
     }
 
     /// `bridge__archived {external}`: the bridge mirrored the channel's archive to the chat.
@@ -486,8 +712,17 @@ impl ChannelsState {
             .iter()
             .map(|p| json!({"seq": p.seq, "author": p.author, "text": p.text}))
             .collect();
+        let edits: Vec<Value> = p
+            .edits
+            .iter()
+            .map(|e| {
+                json!({"seq": e.seq, "author": e.author, "text": e.text, "deleted": e.deleted,
+                       "ids": e.ids})
+            })
+            .collect();
         let mut v = json!({"channel": p.channel, "posts": posts, "upto": p.upto,
-                           "newest": self.newest(&p.channel)});
+                           "newest": self.newest(&p.channel), "edits": edits,
+                           "edit_after": p.edit_after, "edits_upto": p.edits_upto});
         if let Some(mirrored) = p.archived {
             v["archived"] = json!(true);
             v["mirrored"] = json!(mirrored);
@@ -495,17 +730,25 @@ impl ChannelsState {
         v.to_string()
     }
 
+    /// `bridge__sent {external, seq, external_id}`: post `seq` (and all before it) reached the
+    /// chat as message(s) `external_id`; `{external, edit}`: the changes up to edit id `edit`
+    /// were made in the chat (with `seq` and `external_id` when the post's copy changed ids).
     async fn bridge_sent(&mut self, bridge: &str, args: &Value) -> ToolResult {
         let (channel, external) = self.mapped(bridge, args)?;
-        let seq =
-            args.get("seq").and_then(Value::as_u64).ok_or_else(|| bad("`seq` is required"))?;
+        let edit = args.get("edit").and_then(Value::as_u64).unwrap_or(0);
+        let seq = match args.get("seq").and_then(Value::as_u64) {
+            Some(seq) => seq,
+            None if edit > 0 => 0,
+            None => return Err(bad("`seq` is required")),
+        };
         let last = self.channels.get(&channel).map_or(0, |c| c.last_seq);
         if seq > last {
             return Err(bad(format!("#{channel} has no post {seq} yet (its newest is {last})")));
         }
         let id = str_arg(args, "external_id").map(str::to_owned);
         let b = bridge.to_owned();
-        let cursor = self.db(move |s| s.bridge_sent(&b, &external, seq, id.as_deref())).await?;
+        let cursor =
+            self.db(move |s| s.bridge_sent_upto(&b, &external, seq, edit, id.as_deref())).await?;
         Ok(json!({"channel": channel, "cursor": cursor}).to_string())
     }
 
@@ -547,6 +790,9 @@ impl ChannelsState {
                 posts: Vec::new(),
                 after: 0,
                 upto: 0,
+                edits: Vec::new(),
+                edit_after: 0,
+                edits_upto: 0,
                 archived: None,
             };
             parked.reply.send(Ok(self.pull_answer(&empty)));
@@ -592,15 +838,27 @@ pub(super) enum PostKey {
 }
 
 /// What a pull found. Its answer: the posts, the highest seq they cover (`upto`: the cursor
-/// may move there once they are delivered), the channel's newest seq (what is still waiting)
-/// and, once the channel is archived and the cursor at its end, `archived` and `mirrored`.
+/// may move there once they are delivered), the channel's newest seq (what is still waiting),
+/// the edits to make to posts already delivered and the highest edit id they cover
+/// (`edits_upto`), and, once the channel is archived and the cursor at its end, `archived` and
+/// `mirrored`.
 struct Pulled {
     channel: String,
     posts: Vec<BridgePost>,
     after: u64,
     upto: u64,
+    edits: Vec<BridgeEdit>,
+    edit_after: u64,
+    edits_upto: u64,
     /// `Some(mirrored)`: archived, and nothing is left to send.
     archived: Option<bool>,
+}
+
+impl Pulled {
+    /// Nothing new: no post and no edit was looked at.
+    fn is_empty(&self) -> bool {
+        self.upto == self.after && self.edits_upto == self.edit_after
+    }
 }
 
 #[cfg(test)]
@@ -608,10 +866,8 @@ mod tests {
     use super::*;
     use crate::store::Durability;
 
-    fn store_with_channel() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("flock.db"), Durability::Normal).unwrap();
-        let row = ChannelRow {
+    fn team_row() -> ChannelRow {
+        ChannelRow {
             id: "team".into(),
             name: "team".into(),
             topic: String::new(),
@@ -624,8 +880,13 @@ mod tests {
             archiving_started_at: None,
             archive_deadline_at: None,
             ready: Vec::new(),
-        };
-        store.create_channel(&row).unwrap();
+        }
+    }
+
+    fn store_with_channel() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("flock.db"), Durability::Normal).unwrap();
+        store.create_channel(&team_row()).unwrap();
         (dir, store)
     }
 
@@ -645,7 +906,7 @@ mod tests {
         let (_dir, mut s) = store_with_channel();
         s.post_message("team", "worker", "before the bridge").unwrap();
         // A new mapping starts at the channel's newest post: no flood of history.
-        assert_eq!(s.bridge_cursor("tg", "-1", "team", 1).unwrap(), 1);
+        assert_eq!(s.bridge_cursor("tg", "-1", "team", 1).unwrap().seq, 1);
         s.post_with_origin("team", "human:telegram:alice", "from -1", "tg/-1/5").unwrap();
         s.post_message("team", "worker", "answer").unwrap();
         s.post_with_origin("team", "human:telegram:bob", "from -2", "tg/-2/5").unwrap();
@@ -656,7 +917,7 @@ mod tests {
         // The cursor moves forward only, and the platform id is kept.
         assert_eq!(s.bridge_sent("tg", "-1", 3, Some("m-3")).unwrap(), 3);
         assert_eq!(s.bridge_sent("tg", "-1", 2, None).unwrap(), 3, "never back");
-        assert_eq!(s.bridge_cursor("tg", "-1", "team", 0).unwrap(), 3, "kept across calls");
+        assert_eq!(s.bridge_cursor("tg", "-1", "team", 0).unwrap().seq, 3, "kept across calls");
         let (posts, _) = s.bridge_pull("team", 3, PULL_MAX, "tg/-1/").unwrap();
         assert_eq!(posts.len(), 1);
         assert_eq!(posts[0].author, "human:telegram:bob");
@@ -667,6 +928,82 @@ mod tests {
         assert_eq!(s.bridge_outbox("tg", "-1", "team").unwrap().waiting, 1, "own chat's post");
         let fresh = s.bridge_outbox("tg", "-9", "team").unwrap();
         assert_eq!(fresh, MappingOutbox { cursor: None, newest: 5, waiting: 0, archived: false });
+    }
+
+    #[test]
+    fn an_edit_reaches_every_chat_that_got_the_post_but_its_own() {
+        let (_dir, mut s) = store_with_channel();
+        let cursor = |s: &mut Store, ext: &str| s.bridge_cursor("tg", ext, "team", 0).unwrap();
+        cursor(&mut s, "-1");
+        cursor(&mut s, "-2");
+        let (seq, _) = s.post_with_origin("team", "human:telegram:alice", "hi", "tg/-1/7").unwrap();
+        s.post_message("team", "worker", "answer").unwrap();
+        // Chat -2 got both posts (the second as two messages); chat -1 only the answer.
+        s.bridge_sent("tg", "-2", 1, Some("20")).unwrap();
+        s.bridge_sent("tg", "-2", 2, Some("21 22")).unwrap();
+        s.bridge_sent("tg", "-1", 2, Some("11")).unwrap();
+        // An edit of a message nobody posted changes nothing.
+        assert_eq!(s.bridge_edit("tg/-1/99", Some("x")).unwrap(), None);
+        assert_eq!(
+            s.bridge_edit("tg/-1/7", Some("hello")).unwrap(),
+            Some(("team".into(), seq, true))
+        );
+        assert_eq!(
+            s.bridge_edit("tg/-1/7", Some("hello")).unwrap(),
+            Some(("team".into(), seq, false)),
+            "a replayed edit changes nothing"
+        );
+        // Readers see the post as it is now.
+        let shown = s.messages_after("team", 0, 10).unwrap();
+        assert_eq!(shown[0].text, "hello (edited)");
+        let c2 = cursor(&mut s, "-2");
+        let (edits, upto) = s.bridge_edits("tg", "-2", "team", c2.edit_id, c2.seq, 50).unwrap();
+        assert_eq!(upto, 1);
+        assert_eq!(
+            edits,
+            [BridgeEdit {
+                seq,
+                author: "human:telegram:alice".into(),
+                text: "hello".into(),
+                deleted: false,
+                ids: vec!["20".into()],
+            }]
+        );
+        // The chat where the person edited shows it already.
+        let c1 = cursor(&mut s, "-1");
+        let (edits, upto) = s.bridge_edits("tg", "-1", "team", c1.edit_id, c1.seq, 50).unwrap();
+        assert_eq!((edits.len(), upto), (0, 1));
+        // Two changes of one post since the cursor: one edit, with the text of now.
+        assert_eq!(s.bridge_edit("tg/-1/7", None).unwrap(), Some(("team".into(), seq, true)));
+        assert_eq!(s.bridge_edit("tg/-1/7", Some("back")).unwrap().map(|e| e.2), Some(false));
+        let (edits, upto) = s.bridge_edits("tg", "-2", "team", 0, c2.seq, 50).unwrap();
+        assert_eq!(upto, 2);
+        assert_eq!(edits.len(), 1);
+        assert!(edits[0].deleted && edits[0].text.is_empty(), "the words are gone from disk");
+        assert_eq!(s.messages_after("team", 0, 10).unwrap()[0].text, "(deleted by its author)");
+        // The edit cursor moves forward only; a mapping made later starts after the last edit.
+        s.bridge_sent_upto("tg", "-2", 0, 2, None).unwrap();
+        s.bridge_sent_upto("tg", "-2", 0, 1, None).unwrap();
+        assert_eq!(cursor(&mut s, "-2"), BridgeCursor { seq: 2, edit_id: 2 });
+        assert_eq!(cursor(&mut s, "-3").edit_id, 2);
+        // Chat -2 mapped to another channel: it starts afresh there, with no ids of #team's.
+        s.create_channel(&ChannelRow { id: "ops".into(), name: "ops".into(), ..team_row() })
+            .unwrap();
+        s.post_message("ops", "worker", "o-1").unwrap();
+        let moved = s.bridge_cursor("tg", "-2", "ops", 1).unwrap();
+        assert_eq!(moved, BridgeCursor { seq: 1, edit_id: 0 });
+        let (edits, _) = s.bridge_edits("tg", "-2", "ops", 0, 1, 50).unwrap();
+        assert!(edits.is_empty());
+        let ids: i64 = s
+            .conn
+            .query_row("SELECT COUNT(*) FROM bridge_messages WHERE external = '-2'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(ids, 0, "the platform ids of #team's posts are gone with the old mapping");
+        // A deleted post is never sent to a chat that did not get it yet.
+        let (posts, upto) = s.bridge_pull("team", 0, PULL_MAX, "tg/-9/").unwrap();
+        assert_eq!((posts.len(), upto), (1, 2), "only the answer");
     }
 
     #[test]

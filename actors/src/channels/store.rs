@@ -165,7 +165,7 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<Msg>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, author, text FROM channel_messages
+            "SELECT seq, author, text FROM channel_posts
              WHERE channel = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq DESC LIMIT ?4",
         )?;
         let rows = stmt
@@ -194,7 +194,7 @@ impl Store {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, author, text FROM channel_messages
+            "SELECT seq, author, text FROM channel_posts
              WHERE channel = ?1 AND seq > ?2 AND seq <= ?3 AND author != ?4
              ORDER BY seq DESC LIMIT ?5",
         )?;
@@ -215,7 +215,7 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<Msg>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, author, text FROM channel_messages
+            "SELECT seq, author, text FROM channel_posts
              WHERE channel = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
         )?;
         let rows = stmt.query_map(params![channel, after as i64, limit as i64], |r| {

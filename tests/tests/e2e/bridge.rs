@@ -786,6 +786,17 @@ fn a_telegram_chat_gets_one_archive_notice_even_across_a_kill9_and_nothing_more_
         LONG,
         "the bridge is back",
     );
+    // The restarted bridge learns from its first pull that #team is archived (and sends no
+    // second notice); a message that came in before that would be refused by the router
+    // instead of dropped by the bridge — not posted either way.
+    swarm.wait_until(
+        || {
+            let logs = swarm.ctl_ok(&["logs", "bridge-tg", "--lines", "1000"]);
+            logs.matches("#team is archived: nothing more is relayed").count() >= 2
+        },
+        LONG,
+        "the restarted bridge knows #team is archived",
+    );
     fake.post(CHAT, 42, "Alice", Some("alice"), "hello?");
     swarm.wait_until(
         || {
@@ -837,4 +848,127 @@ fn a_discord_channel_gets_one_archive_notice_and_its_messages_stay_out() {
     );
     assert_eq!(posts(&swarm).len(), before, "nothing reached the archived channel");
     assert_eq!(discord.sent(DC).len(), 2, "one notice, nothing else");
+}
+
+const SC2: &str = "C0OPS";
+
+#[test]
+fn a_persons_edit_and_deletion_change_the_post_and_every_copy_but_their_own() {
+    // One Slack bridge maps two conversations to #team: what a person writes in one is copied
+    // to the other; their edit and deletion follow it there.
+    let slack = FakeSlack::start();
+    slack.add_channel(SC, "team");
+    slack.add_channel(SC2, "ops");
+    let both = format!(
+        "{}      - flock: team\n        external: \"{SC2}\"\n",
+        slack_bridge(&slack.api_url())
+    );
+    let head = swarm_yaml("http://127.0.0.1:9", None);
+    let head = head.split("bridges:\n").next().expect("the yaml has bridges");
+    let swarm = Swarm::builder(&format!("{head}bridges:\n{both}"))
+        .env("SL_BOT_TOKEN", fake_slack::BOT_TOKEN)
+        .env("SL_APP_TOKEN", fake_slack::APP_TOKEN)
+        .start();
+    slack.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-sl")["state"] == "connected", LONG, "connected");
+
+    let ts = slack.post(SC, "U42", "carol", "deploy at 5");
+    let copy = slack.wait_sent(SC2, 1, LONG);
+    assert_eq!(copy[0].text, "deploy at 5");
+    slack.wait_acked(LONG);
+
+    // Slack's bold (`*6*`) is Markdown's `**6**` in Flock, and bold again in the copy.
+    slack.edit(SC, &ts, "deploy at *6*");
+    swarm.wait_until(
+        || posts(&swarm).first().is_some_and(|p| p["text"] == "deploy at **6** (edited)"),
+        LONG,
+        "the post shows the edit",
+    );
+    swarm.wait_until(|| !slack.changes().is_empty(), LONG, "the copy is edited");
+    let change = &slack.changes()[0];
+    assert_eq!(
+        (change.channel.as_str(), change.ts.as_str(), change.text.as_deref()),
+        (SC2, copy[0].ts.as_str(), Some("deploy at *6*")),
+        "only the copy in the other conversation changes: {:#?}",
+        slack.changes()
+    );
+
+    // The worker's post and a person's deletion: the deleted words leave Flock and the copy.
+    swarm.ctl_ok(&["post", "#team", "noted", "--as", "bob"]);
+    slack.wait_sent(SC2, 2, LONG);
+    slack.delete(SC, &ts);
+    swarm.wait_until(
+        || posts(&swarm).first().is_some_and(|p| p["text"] == "(deleted by its author)"),
+        LONG,
+        "the post is deleted",
+    );
+    swarm.wait_until(|| slack.changes().len() >= 2, LONG, "the copy is deleted");
+    let changes = slack.changes();
+    assert_eq!(
+        (changes[1].channel.as_str(), changes[1].ts.as_str(), changes[1].text.as_deref()),
+        (SC2, copy[0].ts.as_str(), None)
+    );
+    assert!(
+        slack.messages(SC2).iter().all(|m| m["ts"] != copy[0].ts.as_str()),
+        "the copy is gone from the conversation"
+    );
+    // Our own chat.update / chat.delete come back as events: nothing else changes.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(slack.changes().len(), 2, "{:#?}", slack.changes());
+    let p = posts(&swarm);
+    assert_eq!(p.len(), 2);
+    assert_eq!(p[1]["text"], "noted", "other posts stay as they are");
+    let log = swarm.ctl_ok(&["logs", "bridge-sl"]);
+    assert!(!log.contains(fake_slack::BOT_TOKEN), "no token in the log");
+}
+
+#[test]
+fn edits_and_deletions_follow_a_message_from_telegram_to_discord_and_back() {
+    let discord = FakeDiscord::start(DISCORD_TOKEN);
+    let telegram = FakeTelegram::start(TOKEN);
+    let swarm = discord_swarm(&discord, Some(&telegram));
+    discord.wait_connected(LONG);
+    swarm.wait_until(
+        || {
+            row_named(&swarm, "bridge-dc")["state"] == "connected"
+                && bridge_row(&swarm)["state"] == "connected"
+        },
+        LONG,
+        "both bridges are connected",
+    );
+
+    // Telegram → Discord: alice's edit changes the copy the webhook posted.
+    let tg_id = telegram.post(CHAT, 42, "Alice", Some("alice"), "meet at 5");
+    let copy = discord.wait_sent(DC, 1, LONG);
+    assert_eq!(
+        (copy[0].username.as_str(), copy[0].content.as_str()),
+        ("alice (telegram)", "meet at 5")
+    );
+    telegram.edit(CHAT, tg_id, "meet at **6**");
+    let edits = discord.wait_edits(DC, 1, LONG);
+    assert_eq!(edits[0], (copy[0].id, Some("meet at **6**".to_owned())));
+    assert_eq!(posts(&swarm)[0]["text"], "meet at **6** (edited)");
+
+    // Discord → Telegram: bob's edit, then his deletion.
+    let dc_id = discord.post(DC, 4243, "bob", "lunch?");
+    let tg_copy = telegram.wait_sent(CHAT, 1, LONG);
+    assert_eq!(tg_copy[0].plain, "[bob (discord)] lunch?");
+    discord.edit(DC, dc_id, "lunch at noon?");
+    let changes = telegram.wait_edits(CHAT, 1, LONG);
+    assert_eq!(changes[0], (tg_copy[0].message_id, Some("[bob (discord)] lunch at noon?".into())));
+    discord.delete(DC, dc_id);
+    let changes = telegram.wait_edits(CHAT, 2, LONG);
+    assert_eq!(changes[1], (tg_copy[0].message_id, None), "the copy is deleted");
+    swarm.wait_until(
+        || posts(&swarm).get(1).is_some_and(|p| p["text"] == "(deleted by its author)"),
+        LONG,
+        "bob's post is deleted in Flock",
+    );
+
+    // The gateway dispatches our own webhook edit back: it changes nothing more.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(discord.edits(DC).len(), 1, "{:#?}", discord.edits(DC));
+    assert_eq!(telegram.edits(CHAT).len(), 2, "{:#?}", telegram.edits(CHAT));
+    assert_eq!(posts(&swarm).len(), 2);
+    assert_eq!(discord.sent(DC).len(), 1, "nothing new was posted for an edit");
 }
