@@ -804,37 +804,14 @@ impl Relay {
     async fn mirror_archive(&self, external: &str, channel: &str) -> bool {
         match &self.chat {
             Chat::Slack(slack) => {
-                let mut backoff = Duration::from_millis(500);
-                loop {
-                    match slack.archive(external).await {
-                        Ok(()) => {
-                            self.mapping_broken(external, None);
-                            break;
-                        }
-                        Err(PlatformError::RateLimited(d)) => {
-                            self.set_state(&format!("rate-limited for {} s", d.as_secs()), None);
-                            tokio::time::sleep(d).await;
-                        }
-                        Err(e @ (PlatformError::Permanent(_) | PlatformError::Fatal(_))) => {
-                            tracing::warn!("flock-bridge: cannot archive chat {external}: {e}");
-                            self.mapping_broken(external, Some(&e.to_string()));
-                            self.set_state(
-                                &format!("broken: chat {external}"),
-                                Some(e.to_string()),
-                            );
-                            tokio::time::sleep(MAX_BACKOFF).await;
-                        }
-                        Err(PlatformError::Transient(e)) => {
-                            self.set_state("reconnecting", Some(e));
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(MAX_BACKOFF);
-                        }
-                    }
-                    if self.link.stopping() {
-                        return false;
-                    }
+                let archived = self
+                    .platform_call(external, "archiving the chat", Refused::Broken, || {
+                        slack.archive(external)
+                    })
+                    .await;
+                if archived.is_none() {
+                    return false;
                 }
-                self.set_state("connected", None);
                 tracing::info!("archived chat {external}: #{channel} was archived in Flock");
             }
             Chat::Telegram(_) | Chat::Discord(_) => {
@@ -870,9 +847,12 @@ impl Relay {
         let seq = edit["seq"].as_u64().unwrap_or(0);
         if edit["deleted"].as_bool() == Some(true) {
             for id in &ids {
-                self.platform_call(external, &format!("deleting message {id}"), || {
-                    self.chat.delete(external, id)
-                })
+                self.platform_call(
+                    external,
+                    &format!("deleting message {id}"),
+                    Refused::PassOver,
+                    || self.chat.delete(external, id),
+                )
                 .await?;
             }
             tracing::info!(seq, chat = %external, "out: seq {seq} deleted → chat {external}");
@@ -884,9 +864,12 @@ impl Relay {
             match ids.get(i) {
                 Some(id) => {
                     let shown = self
-                        .platform_call(external, &format!("editing message {id}"), || {
-                            self.chat.edit(external, id, author, part)
-                        })
+                        .platform_call(
+                            external,
+                            &format!("editing message {id}"),
+                            Refused::PassOver,
+                            || self.chat.edit(external, id, author, part),
+                        )
                         .await?;
                     if let Some(shown) = shown {
                         self.remember_sent(external, &shown);
@@ -904,9 +887,12 @@ impl Relay {
         }
         // Shorter: the pieces left over go.
         for id in ids.iter().skip(parts.len()) {
-            self.platform_call(external, &format!("deleting message {id}"), || {
-                self.chat.delete(external, id)
-            })
+            self.platform_call(
+                external,
+                &format!("deleting message {id}"),
+                Refused::PassOver,
+                || self.chat.delete(external, id),
+            )
             .await?;
         }
         tracing::info!(seq, chat = %external, "out: seq {seq} edited → chat {external}");
@@ -914,13 +900,15 @@ impl Relay {
         Some((!same).then(|| now.join(" ")))
     }
 
-    /// One call that changes a message already in the chat: rate limits waited out, transient
-    /// failures retried with backoff; a permanent refusal (the message is gone, or is not ours
-    /// to change) passes the change over (`Some(None)`). `None` if the bridge is stopping.
+    /// One platform call for chat `external`, until it is done: rate limits are waited out and
+    /// transient failures retried with backoff (0.5 s doubling to 30 s); a refusal either
+    /// passes the call over (`Some(None)`) or marks the mapping broken and tries again every
+    /// half minute, as `on_refusal` says. `None` if the bridge is stopping.
     async fn platform_call<T, F, Fut>(
         &self,
         external: &str,
         doing: &str,
+        on_refusal: Refused,
         call: F,
     ) -> Option<Option<T>>
     where
@@ -930,14 +918,26 @@ impl Relay {
         let mut backoff = Duration::from_millis(500);
         loop {
             match call().await {
-                Ok(t) => return Some(Some(t)),
+                Ok(t) => {
+                    if on_refusal == Refused::Broken {
+                        self.mapping_broken(external, None);
+                    }
+                    self.set_state("connected", None);
+                    return Some(Some(t));
+                }
                 Err(PlatformError::RateLimited(d)) => {
                     self.set_state(&format!("rate-limited for {} s", d.as_secs()), None);
                     tokio::time::sleep(d).await;
                 }
                 Err(e @ (PlatformError::Permanent(_) | PlatformError::Fatal(_))) => {
-                    tracing::warn!("flock-bridge: chat {external}: {doing}: {e}; passed over");
-                    return Some(None);
+                    if on_refusal == Refused::PassOver {
+                        tracing::warn!("flock-bridge: chat {external}: {doing}: {e}; passed over");
+                        return Some(None);
+                    }
+                    tracing::warn!("flock-bridge: chat {external} refuses {doing}: {e}");
+                    self.mapping_broken(external, Some(&e.to_string()));
+                    self.set_state(&format!("broken: chat {external}"), Some(e.to_string()));
+                    tokio::time::sleep(MAX_BACKOFF).await;
                 }
                 Err(PlatformError::Transient(e)) => {
                     self.set_state("reconnecting", Some(e));
@@ -968,36 +968,16 @@ impl Relay {
     ) -> Option<String> {
         let mut ids: Vec<String> = Vec::new();
         for part in parts {
-            let mut backoff = Duration::from_millis(500);
-            loop {
-                match self.chat.send(external, author, &part).await {
-                    Ok((id, sent)) => {
-                        self.mapping_broken(external, None);
-                        self.remember_sent(external, &sent);
-                        ids.push(id);
-                        break;
-                    }
-                    Err(PlatformError::RateLimited(d)) => {
-                        self.set_state(&format!("rate-limited for {} s", d.as_secs()), None);
-                        tokio::time::sleep(d).await;
-                    }
-                    Err(e @ (PlatformError::Permanent(_) | PlatformError::Fatal(_))) => {
-                        tracing::warn!("flock-bridge: chat {external} refuses posts: {e}");
-                        self.mapping_broken(external, Some(&e.to_string()));
-                        self.set_state(&format!("broken: chat {external}"), Some(e.to_string()));
-                        tokio::time::sleep(MAX_BACKOFF).await;
-                    }
-                    Err(PlatformError::Transient(e)) => {
-                        self.set_state("reconnecting", Some(e));
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                    }
-                }
-                if self.link.stopping() {
-                    return None;
-                }
+            // A post is never passed over: `Broken` retries until the chat takes it.
+            let sent = self
+                .platform_call(external, "posts", Refused::Broken, || {
+                    self.chat.send(external, author, &part)
+                })
+                .await?;
+            if let Some((id, shown)) = sent {
+                self.remember_sent(external, &shown);
+                ids.push(id);
             }
-            self.set_state("connected", None);
         }
         Some(ids.join(" "))
     }
@@ -1062,6 +1042,15 @@ impl Relay {
         recent.push_back(now);
         true
     }
+}
+
+/// What a platform call does when the chat refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Give up on this call (a change to a message the chat no longer has).
+    PassOver,
+    /// Mark the mapping broken and try again every half minute (a post, an archive).
+    Broken,
 }
 
 /// A key for the echo record: the chat and the text as people see it (MarkdownV2 escapes and

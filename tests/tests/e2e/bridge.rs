@@ -397,6 +397,19 @@ fn discord_swarm(discord: &FakeDiscord, telegram: Option<&FakeTelegram>) -> Swar
     Swarm::builder(&yaml).env("TG_TOKEN", TOKEN).env("DC_TOKEN", DISCORD_TOKEN).start()
 }
 
+/// Waits until the Discord bridge and the Telegram bridge are both connected.
+fn wait_discord_and_telegram(discord: &FakeDiscord, swarm: &Swarm) {
+    discord.wait_connected(LONG);
+    swarm.wait_until(
+        || {
+            row_named(swarm, "bridge-dc")["state"] == "connected"
+                && bridge_row(swarm)["state"] == "connected"
+        },
+        LONG,
+        "both bridges are connected",
+    );
+}
+
 fn row_named(swarm: &Swarm, name: &str) -> Value {
     swarm.ps().into_iter().find(|r| r["name"] == name).unwrap_or(Value::Null)
 }
@@ -406,15 +419,7 @@ fn a_person_on_discord_reaches_the_agent_and_telegram_and_the_reply_comes_back_u
     let discord = FakeDiscord::start(DISCORD_TOKEN);
     let telegram = FakeTelegram::start(TOKEN);
     let swarm = discord_swarm(&discord, Some(&telegram));
-    discord.wait_connected(LONG);
-    swarm.wait_until(
-        || {
-            row_named(&swarm, "bridge-dc")["state"] == "connected"
-                && bridge_row(&swarm)["state"] == "connected"
-        },
-        LONG,
-        "both bridges are connected",
-    );
+    wait_discord_and_telegram(&discord, &swarm);
     swarm.ctl_ok(&["channel", "members", "#team", "--add", "worker", "--as", "bob"]);
 
     discord.post(DC, 4242, "alice", "@worker build the login page");
@@ -927,15 +932,7 @@ fn edits_and_deletions_follow_a_message_from_telegram_to_discord_and_back() {
     let discord = FakeDiscord::start(DISCORD_TOKEN);
     let telegram = FakeTelegram::start(TOKEN);
     let swarm = discord_swarm(&discord, Some(&telegram));
-    discord.wait_connected(LONG);
-    swarm.wait_until(
-        || {
-            row_named(&swarm, "bridge-dc")["state"] == "connected"
-                && bridge_row(&swarm)["state"] == "connected"
-        },
-        LONG,
-        "both bridges are connected",
-    );
+    wait_discord_and_telegram(&discord, &swarm);
 
     // Telegram → Discord: alice's edit changes the copy the webhook posted.
     let tg_id = telegram.post(CHAT, 42, "Alice", Some("alice"), "meet at 5");
