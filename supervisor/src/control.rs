@@ -442,7 +442,11 @@ async fn bridges_json(ctx: &ControlCtx) -> serde_json::Value {
             .collect::<Result<std::collections::HashMap<_, _>, _>>()
     })
     .await
-    .unwrap_or_default();
+    .unwrap_or_else(|e| {
+        // Shown as "nothing pulled yet"; the reason goes to the supervisor's log.
+        tracing::warn!("bridge status: cannot read the mappings' cursors: {e:?}");
+        std::collections::HashMap::new()
+    });
     let list: Vec<serde_json::Value> = procs
         .iter()
         .map(|p| {
