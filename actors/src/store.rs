@@ -135,6 +135,8 @@ const MIGRATIONS: &[&str] = &[
     // 7: bridges (issue #9): people's edits and deletions, the change log each mapping follows,
     // and `channel_posts`, the messages as readers see them.
     crate::channels::bridge::SCHEMA_EDITS,
+    // 8: bridges (issue #9): mappings made or removed at run time (`flockctl bridge map|unmap`).
+    crate::channels::bridge::SCHEMA_MAPPINGS,
 ];
 
 #[derive(Debug, thiserror::Error)]

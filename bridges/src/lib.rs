@@ -226,13 +226,26 @@ pub async fn run() -> u8 {
             return EXIT_CONFIG;
         }
     };
-    let (link, spec) = match Link::connect().await {
+    let (link, mut spec) = match Link::connect().await {
         Ok(l) => l,
         Err(e) => {
             tracing::error!("flock-bridge: error: {e:#}");
             return 1;
         }
     };
+    // The mappings as they are now (`flockctl bridge map|unmap` may have changed the file's).
+    match link.call_json("bridge__mappings", json!({})).await {
+        Ok(v) => match serde_json::from_value(v["channels"].clone()) {
+            Ok(channels) => spec.channels = channels,
+            Err(e) => tracing::warn!(
+                "flock-bridge: the router's mappings do not parse ({e}); using the swarm file's"
+            ),
+        },
+        Err(CallError::Gone) => return 1,
+        Err(CallError::Refused(why)) => {
+            tracing::warn!("flock-bridge: no current mappings ({why}); using the swarm file's")
+        }
+    }
     tracing::info!(
         bridge = %spec.name,
         platform = spec.platform.as_str(),

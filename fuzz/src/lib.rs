@@ -265,6 +265,7 @@ pub fn bridge_frame(frame: &Frame) -> Option<Frame> {
             if matches!(
                 name.as_str(),
                 "bridge__post"
+                    | "bridge__mappings"
                     | "bridge__edit"
                     | "bridge__pull"
                     | "bridge__sent"
@@ -307,6 +308,14 @@ fn bridge_tool(name: &str, arguments: &str) -> Result<String, (ErrorCode, String
     let args: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
     let str_arg = |k: &str| args.get(k).and_then(Value::as_str);
     let spec = bridge_spec();
+    if name == "bridge__mappings" {
+        let channels: Vec<Value> = spec
+            .channels
+            .iter()
+            .map(|m| json!({"flock": m.flock, "external": m.external, "allow": m.allow}))
+            .collect();
+        return Ok(json!({"channels": channels}).to_string());
+    }
     let external = str_arg("external").ok_or_else(|| bad("`external` is required".into()))?;
     let mapping = spec.channels.iter().find(|m| m.external == external).ok_or_else(|| {
         (ErrorCode::Forbidden, format!("chat `{external}` is not mapped by bridge `{}`", spec.name))

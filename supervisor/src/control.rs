@@ -429,10 +429,19 @@ async fn bridges_json(ctx: &ControlCtx) -> serde_json::Value {
     let procs: Vec<_> = ctx.bridges.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let infos = ractor::call!(ctx.router, RouterMsg::Bridges).unwrap_or_default();
     let rows = bridge_rows(ctx).await;
-    let wanted: Vec<(String, String, String)> = procs
+    // The mappings as they are now: the swarm file's with `bridge map|unmap`'s changes.
+    let changes = flock_actors::store_actor::with_store(&ctx.store, |s| s.bridge_mapping_changes())
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!("bridge status: cannot read the run-time mapping changes: {e:?}");
+            Vec::new()
+        });
+    let mut specs: Vec<flock_config::BridgeSpec> = procs.iter().map(|p| p.spec.clone()).collect();
+    flock_actors::channels::bridge::apply_mapping_changes(&mut specs, &changes);
+    let wanted: Vec<(String, String, String)> = specs
         .iter()
-        .flat_map(|p| {
-            p.spec.channels.iter().map(|m| (p.name.clone(), m.external.clone(), m.flock.clone()))
+        .flat_map(|b| {
+            b.channels.iter().map(|m| (b.name.clone(), m.external.clone(), m.flock.clone()))
         })
         .collect();
     let outboxes = flock_actors::store_actor::with_store(&ctx.store, move |s| {
@@ -449,7 +458,8 @@ async fn bridges_json(ctx: &ControlCtx) -> serde_json::Value {
     });
     let list: Vec<serde_json::Value> = procs
         .iter()
-        .map(|p| {
+        .zip(&specs)
+        .map(|(p, spec)| {
             let info = infos.iter().find(|i| i.name == p.name);
             let row = rows.iter().find(|r| r.name == crate::bridges::log_name(&p.name));
             let mapping = |m: &flock_config::BridgeMapping| {
@@ -479,7 +489,7 @@ async fn bridges_json(ctx: &ControlCtx) -> serde_json::Value {
                 "last_error": row.and_then(|r| r.last_exit.clone()),
                 "token_env": p.spec.token_env,
                 "api_url": p.spec.api_url.clone().unwrap_or_else(|| p.spec.platform.default_api_url().to_owned()),
-                "channels": p.spec.channels.iter().map(mapping).collect::<Vec<_>>(),
+                "channels": spec.channels.iter().map(mapping).collect::<Vec<_>>(),
             })
         })
         .collect();

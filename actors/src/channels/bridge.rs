@@ -22,7 +22,9 @@
 //! The channel log is the outbox: a post leaves it only when the bridge says it was delivered,
 //! so a bridge killed at any moment resumes at its cursor and loses nothing.
 
-use flock_config::BridgeSpec;
+use std::sync::Arc;
+
+use flock_config::{BridgeMapping, BridgeSpec};
 use flock_ipc::ErrorCode;
 use ractor::ActorRef;
 use rusqlite::{OptionalExtension, params};
@@ -78,6 +80,44 @@ pub const SCHEMA_EDITS: &str = "
                     ELSE text END AS text
         FROM channel_messages;";
 
+/// Migration 8: mappings changed at run time (`flockctl bridge map|unmap`), over the swarm
+/// file's: `flock` NULL means the chat is unmapped.
+pub const SCHEMA_MAPPINGS: &str = "
+    CREATE TABLE bridge_mappings (
+        bridge TEXT NOT NULL,
+        external TEXT NOT NULL,
+        flock TEXT,
+        allow TEXT,
+        changed_by TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        PRIMARY KEY (bridge, external)
+    );";
+
+/// A mapping made or removed at run time: chat `external` of `bridge` now goes to channel
+/// `flock` (with who may post), or (`flock: None`) to none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappingChange {
+    pub bridge: String,
+    pub external: String,
+    pub flock: Option<String>,
+    pub allow: Option<Vec<String>>,
+}
+
+/// The swarm file's mappings with the run-time changes applied, in order of change.
+pub fn apply_mapping_changes(bridges: &mut [BridgeSpec], changes: &[MappingChange]) {
+    for c in changes {
+        let Some(b) = bridges.iter_mut().find(|b| b.name == c.bridge) else { continue };
+        b.channels.retain(|m| m.external != c.external);
+        if let Some(flock) = &c.flock {
+            b.channels.push(BridgeMapping {
+                flock: flock.clone(),
+                external: c.external.clone(),
+                allow: c.allow.clone(),
+            });
+        }
+    }
+}
+
 /// Posts per pull answer.
 pub const PULL_MAX: usize = 50;
 /// The longest a pull may wait for a post.
@@ -88,6 +128,7 @@ pub fn is_bridge_tool(name: &str) -> bool {
     matches!(
         name,
         "bridge__post"
+            | "bridge__mappings"
             | "bridge__edit"
             | "bridge__pull"
             | "bridge__sent"
@@ -185,6 +226,34 @@ impl Store {
         )?;
         tx.commit()?;
         Ok(BridgeCursor { seq: seq as u64, edit_id: edit_id as u64 })
+    }
+
+    /// Every run-time mapping change, oldest first.
+    pub fn bridge_mapping_changes(&self) -> Result<Vec<MappingChange>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT bridge, external, flock, allow FROM bridge_mappings ORDER BY at, rowid",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            let allow: Option<String> = r.get(3)?;
+            Ok(MappingChange {
+                bridge: r.get(0)?,
+                external: r.get(1)?,
+                flock: r.get(2)?,
+                allow: allow.and_then(|a| serde_json::from_str(&a).ok()),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Records a run-time mapping change (the last one per chat counts).
+    pub fn set_bridge_mapping(&mut self, c: &MappingChange, by: &str) -> Result<(), StoreError> {
+        let allow = c.allow.as_ref().map(|a| serde_json::to_string(a).unwrap_or_default());
+        self.conn.execute(
+            "INSERT OR REPLACE INTO bridge_mappings (bridge, external, flock, allow, changed_by, at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![c.bridge, c.external, c.flock, allow, by, now_ms()],
+        )?;
+        Ok(())
     }
 
     /// A person edited (`Some(text)`) or deleted (`None`) the platform message that became the
@@ -528,6 +597,14 @@ impl ChannelsState {
         let result = match name {
             "bridge__post" => self.bridge_post(myself, bridge, &args).await,
             "bridge__edit" => self.bridge_edit(bridge, &args).await,
+            "bridge__mappings" => self.bridge_spec(bridge).map(|b| {
+                let channels: Vec<Value> = b
+                    .channels
+                    .iter()
+                    .map(|m| json!({"flock": m.flock, "external": m.external, "allow": m.allow}))
+                    .collect();
+                json!({"channels": channels}).to_string()
+            }),
             "bridge__sent" => self.bridge_sent(bridge, &args).await,
             "bridge__last" => match self.mapped(bridge, &args) {
                 Ok((channel, external)) => {
@@ -617,6 +694,103 @@ impl ChannelsState {
         let (seq, duplicate) =
             self.post_keyed(myself, &channel, &author, text, PostKey::Origin(origin)).await?;
         Ok(json!({"channel": channel, "seq": seq, "author": author, "duplicate": duplicate})
+            .to_string())
+    }
+
+    /// `flockctl bridge map|unmap` (a person through the control socket): `{bridge, external,
+    /// channel, allow}` maps chat `external` to `channel` (replacing its mapping, if any);
+    /// without `channel` the chat is unmapped. Kept in the store over the swarm file's
+    /// mappings; the bridge is restarted to take it up (nothing is lost: cursors are durable).
+    pub(super) async fn bridge_map(&mut self, caller: &str, arguments: &str) -> ToolResult {
+        let args: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
+        let bridge = str_arg(&args, "bridge").ok_or_else(|| bad("`bridge` is required"))?;
+        let names: Vec<&str> = self.spec.bridges.iter().map(|b| b.name.as_str()).collect();
+        let spec = self.bridge_spec(bridge).map_err(|(code, m)| {
+            (
+                code,
+                format!(
+                    "{m}; bridges: {}",
+                    if names.is_empty() { "none".into() } else { names.join(", ") }
+                ),
+            )
+        })?;
+        let external = str_arg(&args, "external")
+            .map(str::trim)
+            .filter(|e| !e.is_empty() && e.len() <= 200 && !e.chars().any(char::is_control))
+            .ok_or_else(|| bad("`external` is required: the platform's chat or channel id"))?
+            .to_owned();
+        let channel = match str_arg(&args, "channel").map(|c| c.trim().trim_start_matches('#')) {
+            Some(c) if super::delta::valid_channel_id(c) => Some(c.to_owned()),
+            Some(c) => {
+                return Err(bad(format!(
+                    "`{c}` is not a channel id: 1–63 of a-z, 0-9 and -, starting with a letter or digit"
+                )));
+            }
+            None => None,
+        };
+        let allow: Option<Vec<String>> = match args.get("allow") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(ids)) => Some(
+                ids.iter()
+                    .map(|v| match v {
+                        Value::String(s) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
+                        Value::Number(n) => Ok(n.to_string()),
+                        _ => Err(bad("`allow` holds platform user ids (text or numbers)")),
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            Some(_) => return Err(bad("`allow` is a list of platform user ids")),
+        };
+        let current = spec.channels.iter().find(|m| m.external == external);
+        match (&channel, current) {
+            (None, None) => {
+                return Err(bad(format!("chat `{external}` is not mapped by bridge `{bridge}`")));
+            }
+            (Some(c), Some(m)) if m.flock == *c && m.allow == allow => {
+                return Ok(json!({"bridge": bridge, "external": external, "channel": c,
+                                 "changed": false})
+                .to_string());
+            }
+            _ => {}
+        }
+        if channel.is_none() && spec.channels.len() == 1 {
+            return Err(bad(format!(
+                "chat `{external}` is the only mapping of bridge `{bridge}`: a bridge needs one; map another chat first, or remove the bridge from the swarm file"
+            )));
+        }
+        let change = MappingChange {
+            bridge: bridge.to_owned(),
+            external: external.clone(),
+            flock: channel.clone(),
+            allow,
+        };
+        let (c, by) = (change.clone(), caller.to_owned());
+        self.db(move |s| s.set_bridge_mapping(&c, &by)).await?;
+        apply_mapping_changes(
+            &mut Arc::make_mut(&mut self.spec).bridges,
+            std::slice::from_ref(&change),
+        );
+        self.ensure_bridge_channels().await?;
+        self.journal(
+            JournalEvent::new(
+                caller.to_owned(),
+                if channel.is_some() { "BRIDGE_MAPPED" } else { "BRIDGE_UNMAPPED" },
+                Status::Success,
+                match &channel {
+                    Some(c) => format!("bridge `{bridge}`: chat {external} ↔ #{c}"),
+                    None => format!("bridge `{bridge}`: chat {external} unmapped"),
+                },
+            )
+            .param("bridge", json!(bridge))
+            .param("chat", json!(external))
+            .param("channel", json!(channel)),
+        );
+        // The bridge takes its mappings up when it connects: restart it (a clean stop; its
+        // keeper starts it again).
+        if let Some(router) = &self.router {
+            let _ = router.cast(crate::router::RouterMsg::StopBridge { bridge: bridge.to_owned() });
+        }
+        Ok(json!({"bridge": bridge, "external": external, "channel": channel, "changed": true})
             .to_string())
     }
 

@@ -231,6 +231,14 @@ impl Actor for Channels {
             pulls: HashMap::new(),
             refused: bridge::Refused::default(),
         };
+        // Mappings changed at run time (`flockctl bridge map|unmap`) stand over the file's.
+        let changes = st
+            .db(|s| s.bridge_mapping_changes())
+            .await
+            .map_err(|(_, e)| format!("bridge mappings: {e}"))?;
+        if !changes.is_empty() {
+            bridge::apply_mapping_changes(&mut Arc::make_mut(&mut st.spec).bridges, &changes);
+        }
         st.ensure_bridge_channels().await.map_err(|(_, e)| format!("bridge channels: {e}"))?;
         // Archive deadlines survive restarts.
         let now = now_ms();
@@ -274,7 +282,12 @@ impl Actor for Channels {
                 reply.send(result);
             }
             ChannelsMsg::Human { caller, name, arguments, reply } => {
-                let result = st.tool(&myself, &caller, &name, &arguments).await;
+                // Only people (the control socket) change a bridge's mappings.
+                let result = if name == "bridge_map" {
+                    st.bridge_map(&caller.id, &arguments).await
+                } else {
+                    st.tool(&myself, &caller, &name, &arguments).await
+                };
                 let _ = reply.send(result);
             }
             ChannelsMsg::Answer { agent, human, text, chain, msg } => {

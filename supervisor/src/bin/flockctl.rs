@@ -39,6 +39,36 @@ enum BridgeCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Map a platform chat to a channel while the swarm runs (replacing the chat's mapping, if
+    /// it has one); kept across restarts, over the swarm file's mappings. The bridge restarts to
+    /// take it up; nothing is lost (its cursors are durable). A new mapping starts at the
+    /// channel's newest post: no history is sent to the chat.
+    Map {
+        /// The bridge's name in the swarm file (`flockctl bridge ls` lists them).
+        name: String,
+        /// The platform's chat or channel id (Telegram `-100…`, Discord channel id, Slack `C…`).
+        #[arg(allow_hyphen_values = true)]
+        external: String,
+        /// The Flock channel (`#team` or `team`); created if it does not exist.
+        channel: String,
+        /// Only these platform user ids may post from the chat (comma-separated); everyone if
+        /// left out.
+        #[arg(long, value_delimiter = ',')]
+        allow: Option<Vec<String>>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a chat's mapping while the swarm runs (kept across restarts); the bridge restarts
+    /// without it.
+    Unmap {
+        /// The bridge's name in the swarm file.
+        name: String,
+        /// The platform's chat or channel id whose mapping goes.
+        #[arg(allow_hyphen_values = true)]
+        external: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the app manifest to create the bot with (Slack: api.slack.com/apps → Create New
     /// App → From a manifest), with every scope and event the bridge needs.
     Manifest {
@@ -940,6 +970,34 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 if let Some(e) = b["last_error"].as_str() {
                     println!("{:<16}  last error: {e}", "");
                 }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bridge {
+            command: BridgeCommand::Map { name, external, channel, allow, json },
+        } => {
+            let args = json!({"bridge": name, "external": external, "channel": channel,
+                              "allow": allow});
+            let v = channel_tool(&mut conn, "bridge_map", args, None).await?;
+            if json {
+                println!("{v}");
+            } else if v["changed"] == true {
+                println!(
+                    "bridge {name}: chat {external} ↔ #{}; the bridge restarts to take it up",
+                    v["channel"].as_str().unwrap_or("?")
+                );
+            } else {
+                println!("bridge {name}: chat {external} is already mapped so; nothing changed");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bridge { command: BridgeCommand::Unmap { name, external, json } } => {
+            let args = json!({"bridge": name, "external": external});
+            let v = channel_tool(&mut conn, "bridge_map", args, None).await?;
+            if json {
+                println!("{v}");
+            } else {
+                println!("bridge {name}: chat {external} unmapped; the bridge restarts without it");
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -969,3 +969,68 @@ fn edits_and_deletions_follow_a_message_from_telegram_to_discord_and_back() {
     assert_eq!(posts(&swarm).len(), 2);
     assert_eq!(discord.sent(DC).len(), 1, "nothing new was posted for an edit");
 }
+
+#[test]
+fn a_chat_mapped_and_unmapped_at_run_time_is_served_at_once_and_after_a_restart() {
+    const OPS: i64 = -100_200_301;
+    let fake = FakeTelegram::start(TOKEN);
+    fake.add_chat(OPS, "Ops");
+    let mut swarm = start(&fake, None);
+    wait_connected(&swarm);
+    let restarts = || bridge_row(&swarm)["restarts"].as_u64().unwrap_or(0);
+
+    // Bad input is told what is wrong.
+    let out = swarm.ctl(&["bridge", "map", "nope", &OPS.to_string(), "#ops"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bridges: tg"), "{out:?}");
+    let out = swarm.ctl(&["bridge", "unmap", "tg", &CHAT.to_string()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only mapping"), "{out:?}");
+    let out = swarm.ctl(&["bridge", "map", "tg", &OPS.to_string(), "#Not_OK"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a channel id"), "{out:?}");
+    assert_eq!(restarts(), 0, "nothing was changed");
+
+    let said = swarm.ctl_ok(&["bridge", "map", "tg", &OPS.to_string(), "#ops"]);
+    assert!(said.contains("↔ #ops"), "{said}");
+    swarm.wait_until(
+        || restarts() == 1 && bridge_row(&swarm)["state"] == "connected",
+        LONG,
+        "the bridge restarted with the new mapping",
+    );
+    // Both ways: a post in #ops reaches the chat, a person's message in the chat reaches #ops.
+    swarm.ctl_ok(&["post", "#ops", "ops: deploy at 6", "--as", "bob"]);
+    assert_eq!(fake.wait_sent(OPS, 1, LONG)[0].plain, "[bob] ops: deploy at 6");
+    fake.post(OPS, 42, "Alice", Some("alice"), "on it");
+    swarm.wait_until(
+        || swarm.ctl_ok(&["read", "#ops", "--json"]).contains("human:telegram:alice"),
+        LONG,
+        "alice's message is in #ops",
+    );
+
+    // The file's mapping removed; kept across a restart of the supervisor.
+    swarm.ctl_ok(&["bridge", "unmap", "tg", &CHAT.to_string()]);
+    swarm.wait_until(
+        || restarts() == 2 && bridge_row(&swarm)["state"] == "connected",
+        LONG,
+        "the bridge restarted without the team chat",
+    );
+    swarm.down();
+    swarm.restart_supervisor();
+    wait_connected(&swarm);
+    let status: Value =
+        serde_json::from_str(&swarm.ctl_ok(&["bridge", "status", "tg", "--json"])).unwrap();
+    let mapped: Vec<(&str, &str)> = status["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["external"].as_str().unwrap(), m["flock"].as_str().unwrap()))
+        .collect();
+    assert_eq!(mapped, [(OPS.to_string().as_str(), "ops")], "{status:#}");
+    swarm.ctl_ok(&["post", "#team", "t: not for the team chat any more", "--as", "bob"]);
+    swarm.ctl_ok(&["post", "#ops", "ops: second", "--as", "bob"]);
+    fake.wait_sent(OPS, 2, LONG);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(fake.sent_to(CHAT).is_empty(), "{:#?}", fake.sent_to(CHAT));
+    // Both changes are journaled with who made them.
+    let journal = swarm.ctl_ok(&["journal", "read", "--last", "200", "--json"]);
+    assert!(journal.contains("BRIDGE_MAPPED") && journal.contains("BRIDGE_UNMAPPED"), "{journal}");
+}
