@@ -16,9 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serenity::all::{
-    ChannelId, Context, CreateAllowedMentions, CreateMessage, CreateWebhook, EditMessage,
-    EditWebhookMessage, EventHandler, ExecuteWebhook, GatewayIntents, GetMessages, GuildId,
-    Message, MessageId, MessageUpdateEvent, Ready, Webhook,
+    Channel, ChannelId, ChannelType, Context, CreateAllowedMentions, CreateChannel, CreateMessage,
+    CreateWebhook, EditChannel, EditMessage, EditWebhookMessage, EventHandler, ExecuteWebhook,
+    GatewayIntents, GetMessages, GuildId, Message, MessageId, MessageUpdateEvent,
+    PermissionOverwrite, PermissionOverwriteType, Permissions, Ready, RoleId, Webhook,
 };
 use serenity::http::{Http, HttpBuilder};
 use tokio::sync::mpsc;
@@ -31,6 +32,8 @@ pub const LIMIT: usize = 2000;
 const PREFIX_ROOM: usize = 100;
 /// The webhook's own name (each post overrides it with its author's).
 const WEBHOOK_NAME: &str = "Flock";
+/// The category archived channels are moved into.
+pub const ARCHIVE_CATEGORY: &str = "Flock archive";
 
 /// What the gateway hands the relay.
 #[derive(Debug)]
@@ -210,6 +213,58 @@ impl Discord {
             Err(e) if is_code(&e, 10008) => Ok(()),
             Err(e) => Err(classify(&e, "deleting a message")),
         }
+    }
+
+    /// Archives channel `external` the way a Discord server can: moves it into the
+    /// [`ARCHIVE_CATEGORY`] category (found or created) and denies @everyone Send Messages there
+    /// (the bot needs Manage Channels and Manage Roles; a refusal says so).
+    pub async fn archive(&self, external: &str) -> Result<(), PlatformError> {
+        let channel = channel_id(external)?;
+        let refused = |e: &serenity::Error, doing: &str| match classify(e, doing) {
+            PlatformError::Permanent(m) if is_code(e, 50013) || is_status(e, 403) => {
+                PlatformError::Permanent(format!(
+                    "{m}: give the bot \"Manage Channels\" and \"Manage Roles\" to archive channels"
+                ))
+            }
+            other => other,
+        };
+        let guild = match channel.to_channel(&self.http).await {
+            Ok(Channel::Guild(c)) => c.guild_id,
+            Ok(_) => {
+                return Err(PlatformError::Permanent(format!(
+                    "channel {external} is not a server channel"
+                )));
+            }
+            Err(e) => return Err(classify(&e, "reading the channel")),
+        };
+        let all = guild.channels(&self.http).await.map_err(|e| classify(&e, "listing channels"))?;
+        let category = all
+            .values()
+            .find(|c| c.kind == ChannelType::Category && c.name == ARCHIVE_CATEGORY)
+            .map(|c| c.id);
+        let category = match category {
+            Some(id) => id,
+            None => {
+                let new = CreateChannel::new(ARCHIVE_CATEGORY).kind(ChannelType::Category);
+                let made = guild.create_channel(&self.http, new).await;
+                made.map_err(|e| refused(&e, "creating the archive category"))?.id
+            }
+        };
+        if all.get(&channel).and_then(|c| c.parent_id) != Some(category) {
+            channel
+                .edit(&self.http, EditChannel::new().category(Some(category)))
+                .await
+                .map_err(|e| refused(&e, "moving the channel into the archive category"))?;
+        }
+        let read_only = PermissionOverwrite {
+            allow: Permissions::empty(),
+            deny: Permissions::SEND_MESSAGES,
+            kind: PermissionOverwriteType::Role(RoleId::new(guild.get())),
+        };
+        channel
+            .create_permission(&self.http, read_only)
+            .await
+            .map_err(|e| refused(&e, "making the channel read-only"))
     }
 
     fn set_route(&self, channel: ChannelId, route: Route) {

@@ -833,6 +833,23 @@ impl Relay {
                     return false;
                 }
                 tracing::info!("out: archive notice of #{channel} → chat {external}");
+                // A Discord server can show the archive too: the channel goes into the archive
+                // category, read-only. Without the permissions for it the notice stands alone.
+                if let Chat::Discord(discord) = &self.chat {
+                    let archived = self
+                        .platform_call(external, "archiving the channel", Refused::PassOver, || {
+                            discord.archive(external)
+                        })
+                        .await;
+                    match archived {
+                        None => return false,
+                        Some(Some(())) => tracing::info!(
+                            "archived channel {external}: moved into \"{}\", read-only",
+                            discord::ARCHIVE_CATEGORY
+                        ),
+                        Some(None) => {}
+                    }
+                }
             }
         }
         match self.link.call("bridge__archived", json!({"external": external})).await {

@@ -23,10 +23,26 @@
 //! ([`FakeDiscord::edit`], [`FakeDiscord::delete`]) and the bot's through REST (its own messages,
 //! its webhooks' through the webhook, recorded by [`FakeDiscord::edits`]) — dispatched as
 //! `MESSAGE_UPDATE` (the whole message) and `MESSAGE_DELETE`; `Authorization: Bot` on bot routes
-//! (401), Discord's JSON error bodies and codes (10003, 10008, 10015, 50005, 50006, 50013, 50035),
-//! the 2000-character limit, webhook name rules, newest-first history with
-//! `after`/`before`/`limit`, and scripted 429s with Discord's rate-limit headers. It shares no code with the client it tests. It runs on
-//! its own thread and tokio runtime, so sync and async tests can use it.
+//! (401), Discord's JSON error bodies and codes (10003, 10004, 10008, 10009, 10015, 50005, 50006,
+//! 50008, 50013, 50035), the 2000-character limit, webhook name rules, newest-first history with
+//! `after`/`before`/`limit`, and scripted 429s with Discord's rate-limit headers.
+//!
+//! Channels are text channels (type 0) and categories (type 4) with `parent_id` and
+//! `permission_overwrites` (`{id, type: 0 role | 1 member, allow, deny}`, bitfields as decimal
+//! strings; @everyone is the role whose id is [`GUILD_ID`]). The bot may list them
+//! (`GET /guilds/{id}/channels`), create them (`POST /guilds/{id}/channels`, 201; names of 1–100
+//! characters, a category has no parent, a parent is a category of the guild holding fewer than
+//! 50 channels, a new channel in a category without `permission_overwrites` gets the category's),
+//! modify them (`PATCH /channels/{id}`: `name`, `parent_id`, `position`, `permission_overwrites`,
+//! all or nothing), and set or delete one overwrite (`PUT`/`DELETE
+//! /channels/{id}/permissions/{overwrite id}`, 204; `allow`/`deny` as strings or numbers; 10009
+//! for deleting one that is not there), each change dispatched as `CHANNEL_CREATE` /
+//! `CHANNEL_UPDATE` (GUILDS intent). On Discord the first three need MANAGE_CHANNELS and the
+//! overwrites MANAGE_ROLES; the fake's bot has both until [`FakeDiscord::deny_manage_channels`],
+//! which makes all of them answer 403 (50013). `X-Audit-Log-Reason` is accepted and ignored.
+//!
+//! It shares no code with the client it tests. It runs on its own thread and tokio runtime, so
+//! sync and async tests can use it.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
@@ -64,6 +80,20 @@ pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 41_250;
 pub const MAX_MESSAGE_CHARS: usize = 2000;
 /// Most webhooks a channel may have.
 pub const MAX_WEBHOOKS_PER_CHANNEL: usize = 15;
+/// Channel type GUILD_TEXT.
+pub const CHANNEL_TYPE_TEXT: u8 = 0;
+/// Channel type GUILD_CATEGORY.
+pub const CHANNEL_TYPE_CATEGORY: u8 = 4;
+/// Longest channel (and category) name, in characters.
+pub const MAX_CHANNEL_NAME_CHARS: usize = 100;
+/// Most channels a category may hold.
+pub const MAX_CHANNELS_PER_CATEGORY: usize = 50;
+/// Permission bit SEND_MESSAGES (as in a permission overwrite's `allow`/`deny`).
+pub const PERMISSION_SEND_MESSAGES: u64 = 1 << 11;
+/// Permission overwrite type of a role (`@everyone` is the role whose id is [`GUILD_ID`]).
+pub const OVERWRITE_ROLE: u8 = 0;
+/// Permission overwrite type of a member.
+pub const OVERWRITE_MEMBER: u8 = 1;
 
 /// Gateway intent GUILDS (`GUILD_CREATE` after READY).
 pub const INTENT_GUILDS: u64 = 1;
@@ -128,10 +158,31 @@ impl Refusal {
         Refusal::new(404, 10015, "Unknown Webhook")
     }
 
-    /// 400 "Invalid Form Body" (50035) with one error on `field`.
+    fn unknown_guild() -> Refusal {
+        Refusal::new(404, 10004, "Unknown Guild")
+    }
+
+    fn unknown_overwrite() -> Refusal {
+        Refusal::new(404, 10009, "Unknown Overwrite")
+    }
+
+    fn missing_permissions() -> Refusal {
+        Refusal::new(403, 50013, "Missing Permissions")
+    }
+
+    /// 400 "Invalid Form Body" (50035) with one error on `field`; a dotted field
+    /// (`permission_overwrites.0.type`) nests the way Discord does.
     fn form(field: &str, code: &str, message: &str) -> Refusal {
+        let mut error = json!({"_errors": [{"code": code, "message": message}]});
+        let mut parts: Vec<&str> = field.split('.').collect();
+        let first = parts.remove(0);
+        for part in parts.into_iter().rev() {
+            let mut outer = Map::new();
+            outer.insert(part.into(), error);
+            error = Value::Object(outer);
+        }
         let mut errors = Map::new();
-        errors.insert(field.into(), json!({"_errors": [{"code": code, "message": message}]}));
+        errors.insert(first.into(), error);
         Refusal {
             status: 400,
             body: json!({"message": "Invalid Form Body", "code": 50035, "errors": errors}),
@@ -165,8 +216,49 @@ impl Reply {
 #[derive(Debug)]
 struct Channel {
     name: String,
+    /// [`CHANNEL_TYPE_TEXT`] or [`CHANNEL_TYPE_CATEGORY`].
+    kind: u8,
     position: usize,
+    /// The category the channel is in (never set on a category).
+    parent_id: Option<u64>,
+    overwrites: Vec<Overwrite>,
     webhook_permission: bool,
+}
+
+impl Channel {
+    fn new(name: &str, kind: u8, position: usize) -> Channel {
+        Channel {
+            name: name.to_string(),
+            kind,
+            position,
+            parent_id: None,
+            overwrites: Vec::new(),
+            webhook_permission: true,
+        }
+    }
+}
+
+/// A permission overwrite of a channel: `allow`/`deny` bits for a role or a member.
+#[derive(Debug, Clone, PartialEq)]
+struct Overwrite {
+    /// The role's or member's id (the guild id for @everyone).
+    id: u64,
+    /// 0 role, 1 member.
+    kind: u8,
+    allow: u64,
+    deny: u64,
+}
+
+impl Overwrite {
+    /// As Discord sends it: the bitfields as strings of decimal numbers.
+    fn to_json(&self) -> Value {
+        json!({
+            "id": self.id.to_string(),
+            "type": self.kind,
+            "allow": self.allow.to_string(),
+            "deny": self.deny.to_string(),
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -246,6 +338,8 @@ struct State {
     next_conn: u64,
     last_snowflake: u64,
     deny_message_content: bool,
+    /// [`FakeDiscord::deny_manage_channels`] was called.
+    deny_manage_channels: bool,
     heartbeat_interval: u64,
     identifies: Vec<u64>,
     heartbeats: Vec<Option<u64>>,
@@ -316,6 +410,7 @@ impl FakeDiscord {
                 next_conn: 1,
                 last_snowflake: 0,
                 deny_message_content: false,
+                deny_manage_channels: false,
                 heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL_MS,
                 identifies: Vec::new(),
                 heartbeats: Vec::new(),
@@ -360,17 +455,55 @@ impl FakeDiscord {
         &self.shared.token
     }
 
-    /// Adds (or renames) a text channel of the guild.
+    /// Adds (or renames) a text channel of the guild, in no category and without permission
+    /// overwrites.
+    #[track_caller]
     pub fn add_channel(&self, channel_id: u64, name: &str) {
+        self.add(channel_id, name, CHANNEL_TYPE_TEXT);
+    }
+
+    /// Adds (or renames) a category of the guild (as someone made it in Discord's UI).
+    #[track_caller]
+    pub fn add_category(&self, category_id: u64, name: &str) {
+        self.add(category_id, name, CHANNEL_TYPE_CATEGORY);
+    }
+
+    #[track_caller]
+    fn add(&self, channel_id: u64, name: &str, kind: u8) {
         let mut state = self.shared.state();
-        let position = state.channels.len();
-        state
-            .channels
-            .entry(channel_id)
-            .or_insert_with(|| Channel { name: String::new(), position, webhook_permission: true })
-            .name = name.to_string();
+        let position = state.next_position(kind);
+        let channel =
+            state.channels.entry(channel_id).or_insert_with(|| Channel::new(name, kind, position));
+        assert_eq!(
+            channel.kind, kind,
+            "fake Discord: channel {channel_id} exists with another type"
+        );
+        channel.name = name.to_string();
         drop(state);
         self.shared.changed.notify_all();
+    }
+
+    /// The bot lacks MANAGE_CHANNELS and MANAGE_ROLES in the guild: creating a channel, modifying
+    /// one, and editing or deleting a permission overwrite answer 403 (50013).
+    pub fn deny_manage_channels(&self) {
+        self.shared.state().deny_manage_channels = true;
+    }
+
+    /// The channel (or category) object as `GET /channels/{id}` answers it now, if it exists.
+    pub fn channel(&self, channel_id: u64) -> Option<Value> {
+        let state = self.shared.state();
+        state.channels.get(&channel_id).map(|c| state.channel_json(channel_id, c))
+    }
+
+    /// `(id, name)` of every category of the guild, in id (creation) order.
+    pub fn categories(&self) -> Vec<(u64, String)> {
+        let state = self.shared.state();
+        state
+            .channels
+            .iter()
+            .filter(|(_, c)| c.kind == CHANNEL_TYPE_CATEGORY)
+            .map(|(id, c)| (*id, c.name.clone()))
+            .collect()
     }
 
     /// The app does not have the privileged MESSAGE_CONTENT intent enabled: an Identify asking
@@ -416,8 +549,8 @@ impl FakeDiscord {
     ) -> u64 {
         let mut state = self.shared.state();
         assert!(
-            state.channels.contains_key(&channel_id),
-            "fake Discord: post to channel {channel_id}, which was never added (add_channel)"
+            state.channels.get(&channel_id).is_some_and(|c| c.kind == CHANNEL_TYPE_TEXT),
+            "fake Discord: post to channel {channel_id}, which is no text channel (add_channel)"
         );
         state.people.insert(user_id, username.to_string());
         let id = state.snowflake();
@@ -682,6 +815,27 @@ impl State {
         id
     }
 
+    /// The position a new channel of type `kind` gets: after the others of its type (Discord
+    /// sorts categories and text channels apart).
+    fn next_position(&self, kind: u8) -> usize {
+        self.channels.values().filter(|c| c.kind == kind).count()
+    }
+
+    /// The channel object as the REST API returns it (with `guild_id`).
+    fn channel_json(&self, channel_id: u64, channel: &Channel) -> Value {
+        let last =
+            self.messages.iter().rev().find(|m| m.meta.channel_id == channel_id).map(|m| m.meta.id);
+        channel_json(channel_id, channel, last)
+    }
+
+    /// Dispatches `kind` (`CHANNEL_CREATE`, `CHANNEL_UPDATE`) with the channel object to every
+    /// session with the GUILDS intent.
+    fn dispatch_channel(&mut self, kind: &str, channel_id: u64) {
+        let Some(channel) = self.channels.get(&channel_id) else { return };
+        let json = self.channel_json(channel_id, channel);
+        self.dispatch(kind, INTENT_GUILDS, |_| json.clone());
+    }
+
     fn sent(&self, channel_id: u64) -> Vec<DiscordMessage> {
         self.messages
             .iter()
@@ -940,21 +1094,26 @@ fn message_json(
     message
 }
 
+/// A channel object: a text channel (type 0) or, without the text fields, a category (type 4).
 fn channel_json(channel_id: u64, channel: &Channel, last_message_id: Option<u64>) -> Value {
-    json!({
+    let overwrites: Vec<Value> = channel.overwrites.iter().map(Overwrite::to_json).collect();
+    let mut json = json!({
         "id": channel_id.to_string(),
-        "type": 0,
+        "type": channel.kind,
         "guild_id": GUILD_ID.to_string(),
         "name": channel.name,
         "position": channel.position,
         "flags": 0,
-        "parent_id": null,
-        "topic": null,
+        "parent_id": channel.parent_id.map(|id| id.to_string()),
         "nsfw": false,
-        "rate_limit_per_user": 0,
-        "permission_overwrites": [],
-        "last_message_id": last_message_id.map(|id| id.to_string()),
-    })
+        "permission_overwrites": overwrites,
+    });
+    if channel.kind == CHANNEL_TYPE_TEXT {
+        json["topic"] = Value::Null;
+        json["rate_limit_per_user"] = json!(0);
+        json["last_message_id"] = json!(last_message_id.map(|id| id.to_string()));
+    }
+    json
 }
 
 fn now_ms() -> u64 {
@@ -1149,10 +1308,20 @@ fn route(
         ("GET", ["channels", id]) => {
             let id = snowflake_param("channel_id", id)?;
             let channel = state.channels.get(&id).ok_or_else(Refusal::unknown_channel)?;
-            let last =
-                state.messages.iter().rev().find(|m| m.meta.channel_id == id).map(|m| m.meta.id);
-            Ok(Reply::ok(channel_json(id, channel, last)))
+            Ok(Reply::ok(state.channel_json(id, channel)))
         }
+        ("PATCH", ["channels", id]) => modify_channel(state, id, body),
+        ("PUT", ["channels", id, "permissions", target]) => {
+            edit_permissions(state, id, target, body)
+        }
+        ("DELETE", ["channels", id, "permissions", target]) => delete_permission(state, id, target),
+        ("GET", ["guilds", guild, "channels"]) => {
+            guild_param(guild)?;
+            let channels: Vec<Value> =
+                state.channels.iter().map(|(id, c)| state.channel_json(*id, c)).collect();
+            Ok(Reply::ok(Value::Array(channels)))
+        }
+        ("POST", ["guilds", guild, "channels"]) => create_channel(state, guild, body),
         ("GET", ["channels", id, "messages"]) => history(state, request, id),
         ("POST", ["channels", id, "messages"]) => create_message(state, id, body),
         ("GET", ["channels", id, "messages", message]) => {
@@ -1218,6 +1387,8 @@ fn known_route(segments: &[&str]) -> bool {
             | ["channels", _]
             | ["channels", _, "messages" | "typing" | "webhooks"]
             | ["channels", _, "messages", _]
+            | ["channels", _, "permissions", _]
+            | ["guilds", _, "channels"]
             | ["webhooks", _]
     )
 }
@@ -1367,7 +1538,10 @@ fn allowed_mentions(body: &Value) -> Option<Value> {
 /// `POST /channels/{id}/messages`: the bot posts.
 fn create_message(state: &mut State, id: &str, body: &Value) -> Result<Reply, Refusal> {
     let channel_id = snowflake_param("channel_id", id)?;
-    state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    let channel = state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    if channel.kind != CHANNEL_TYPE_TEXT {
+        return Err(Refusal::new(400, 50008, "Cannot send messages in a non-text channel"));
+    }
     rate_limited(state)?;
     let content = checked_content(body)?;
     let allowed = allowed_mentions(body);
@@ -1531,6 +1705,309 @@ fn create_webhook(state: &mut State, id: &str, body: &Value) -> Result<Reply, Re
     let json = hook.to_json(true);
     state.webhooks.push(hook);
     Ok(Reply::ok(json))
+}
+
+/// The guild id of a path: [`GUILD_ID`], else 10004.
+fn guild_param(raw: &str) -> Result<(), Refusal> {
+    if snowflake_param("guild_id", raw)? == GUILD_ID {
+        Ok(())
+    } else {
+        Err(Refusal::unknown_guild())
+    }
+}
+
+/// The bot needs MANAGE_CHANNELS (and for overwrites MANAGE_ROLES); one switch denies both.
+fn manage_channels(state: &State) -> Result<(), Refusal> {
+    if state.deny_manage_channels { Err(Refusal::missing_permissions()) } else { Ok(()) }
+}
+
+/// A snowflake in a JSON body: a string of digits (as Discord sends them) or a number.
+fn snowflake_value(field: &str, value: &Value) -> Result<u64, Refusal> {
+    let parsed = match value {
+        Value::String(s) => s.parse::<u64>().ok(),
+        Value::Number(n) => n.as_u64(),
+        _ => None,
+    };
+    parsed.ok_or_else(|| {
+        let raw = value.as_str().map_or_else(|| value.to_string(), str::to_string);
+        Refusal::form(field, "NUMBER_TYPE_COERCE", &format!("Value \"{raw}\" is not snowflake."))
+    })
+}
+
+/// A permission bitfield: a string of a decimal number (as Discord sends them) or a number;
+/// absent or null is 0.
+fn permission_bits(field: &str, value: Option<&Value>) -> Result<u64, Refusal> {
+    let parsed = match value {
+        None | Some(Value::Null) => Some(0),
+        Some(Value::String(s)) => s.parse::<u64>().ok(),
+        Some(Value::Number(n)) => n.as_u64(),
+        Some(_) => None,
+    };
+    parsed.ok_or_else(|| {
+        let raw = value.map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
+        let raw = raw.unwrap_or_default();
+        Refusal::form(field, "NUMBER_TYPE_COERCE", &format!("Value \"{raw}\" is not int."))
+    })
+}
+
+/// An overwrite's `type`, `allow` and `deny` from `body` (fields under `prefix`).
+fn overwrite_from(prefix: &str, id: u64, body: &Value) -> Result<Overwrite, Refusal> {
+    let kind = match body.get("type") {
+        None | Some(Value::Null) => {
+            return Err(Refusal::form(
+                &format!("{prefix}type"),
+                "BASE_TYPE_REQUIRED",
+                "This field is required",
+            ));
+        }
+        Some(kind) => match kind.as_u64() {
+            Some(0) => OVERWRITE_ROLE,
+            Some(1) => OVERWRITE_MEMBER,
+            _ => {
+                return Err(Refusal::form(
+                    &format!("{prefix}type"),
+                    "BASE_TYPE_CHOICES",
+                    "Value must be one of {0, 1}.",
+                ));
+            }
+        },
+    };
+    let allow = permission_bits(&format!("{prefix}allow"), body.get("allow"))?;
+    let deny = permission_bits(&format!("{prefix}deny"), body.get("deny"))?;
+    Ok(Overwrite { id, kind, allow, deny })
+}
+
+/// A `permission_overwrites` array of a create or modify: each entry `{id, type, allow, deny}`.
+fn overwrites_from(value: &Value) -> Result<Vec<Overwrite>, Refusal> {
+    let Some(entries) = value.as_array() else {
+        return Err(Refusal::form("permission_overwrites", "BASE_TYPE_ARRAY", "Must be an array."));
+    };
+    let mut overwrites: Vec<Overwrite> = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let prefix = format!("permission_overwrites.{i}.");
+        let id = match entry.get("id") {
+            None | Some(Value::Null) => {
+                return Err(Refusal::form(
+                    &format!("{prefix}id"),
+                    "BASE_TYPE_REQUIRED",
+                    "This field is required",
+                ));
+            }
+            Some(id) => snowflake_value(&format!("{prefix}id"), id)?,
+        };
+        let overwrite = overwrite_from(&prefix, id, entry)?;
+        overwrites.retain(|o| o.id != id);
+        overwrites.push(overwrite);
+    }
+    Ok(overwrites)
+}
+
+/// A channel or category name: 1–[`MAX_CHANNEL_NAME_CHARS`] characters.
+fn channel_name(value: Option<&Value>) -> Result<String, Refusal> {
+    let name = match value {
+        None | Some(Value::Null) => {
+            return Err(Refusal::form("name", "BASE_TYPE_REQUIRED", "This field is required"));
+        }
+        Some(Value::String(name)) => name,
+        Some(other) => {
+            return Err(Refusal::form(
+                "name",
+                "BASE_TYPE_STRING",
+                &format!("Could not interpret \"{other}\" as string."),
+            ));
+        }
+    };
+    if !(1..=MAX_CHANNEL_NAME_CHARS).contains(&name.trim().chars().count()) {
+        return Err(Refusal::form(
+            "name",
+            "BASE_TYPE_BAD_LENGTH",
+            &format!("Must be between 1 and {MAX_CHANNEL_NAME_CHARS} in length."),
+        ));
+    }
+    Ok(name.clone())
+}
+
+/// The `parent_id` of a channel of type `kind` (`channel_id` when it exists already): null, or
+/// a category of the guild with room for one more channel.
+fn parent_for(
+    state: &State,
+    value: &Value,
+    kind: u8,
+    channel_id: Option<u64>,
+) -> Result<Option<u64>, Refusal> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    let parent = snowflake_value("parent_id", value)?;
+    if kind == CHANNEL_TYPE_CATEGORY {
+        return Err(Refusal::form(
+            "parent_id",
+            "CHANNEL_PARENT_INVALID_TYPE",
+            "A category cannot have a parent category.",
+        ));
+    }
+    if state.channels.get(&parent).is_none_or(|c| c.kind != CHANNEL_TYPE_CATEGORY) {
+        return Err(Refusal::form(
+            "parent_id",
+            "CHANNEL_PARENT_INVALID",
+            "Category does not exist.",
+        ));
+    }
+    let children = state
+        .channels
+        .iter()
+        .filter(|(id, c)| c.parent_id == Some(parent) && Some(**id) != channel_id)
+        .count();
+    if children >= MAX_CHANNELS_PER_CATEGORY {
+        return Err(Refusal::form(
+            "parent_id",
+            "CHANNEL_PARENT_MAX_CHANNELS",
+            &format!(
+                "Maximum number of channels in category reached ({MAX_CHANNELS_PER_CATEGORY})"
+            ),
+        ));
+    }
+    Ok(Some(parent))
+}
+
+/// A `position`: a non-negative integer.
+fn position_from(value: &Value) -> Result<usize, Refusal> {
+    value.as_u64().and_then(|p| usize::try_from(p).ok()).ok_or_else(|| {
+        Refusal::form("position", "NUMBER_TYPE_COERCE", &format!("Value \"{value}\" is not int."))
+    })
+}
+
+/// `POST /guilds/{id}/channels` (Create Guild Channel): a text channel or a category; 201 with
+/// the channel, `CHANNEL_CREATE` dispatched. Without `permission_overwrites` a channel created in
+/// a category gets the category's (synced), as on Discord.
+fn create_channel(state: &mut State, guild: &str, body: &Value) -> Result<Reply, Refusal> {
+    guild_param(guild)?;
+    manage_channels(state)?;
+    let name = channel_name(body.get("name"))?;
+    let kind = match body.get("type") {
+        None | Some(Value::Null) => CHANNEL_TYPE_TEXT,
+        Some(kind) => match kind.as_u64() {
+            Some(0) => CHANNEL_TYPE_TEXT,
+            Some(4) => CHANNEL_TYPE_CATEGORY,
+            _ => {
+                return Err(Refusal::form(
+                    "type",
+                    "BASE_TYPE_CHOICES",
+                    "fake Discord: only channel types 0 (GUILD_TEXT) and 4 (GUILD_CATEGORY) are \
+                     supported.",
+                ));
+            }
+        },
+    };
+    let parent_id = parent_for(state, body.get("parent_id").unwrap_or(&Value::Null), kind, None)?;
+    let overwrites = match body.get("permission_overwrites") {
+        None | Some(Value::Null) => parent_id
+            .and_then(|p| state.channels.get(&p))
+            .map(|p| p.overwrites.clone())
+            .unwrap_or_default(),
+        Some(value) => overwrites_from(value)?,
+    };
+    let position = match body.get("position") {
+        None | Some(Value::Null) => state.next_position(kind),
+        Some(value) => position_from(value)?,
+    };
+    let id = state.snowflake();
+    let mut channel = Channel::new(&name, kind, position);
+    channel.parent_id = parent_id;
+    channel.overwrites = overwrites;
+    let json = channel_json(id, &channel, None);
+    state.channels.insert(id, channel);
+    state.dispatch_channel("CHANNEL_CREATE", id);
+    Ok(Reply { status: 201, body: Some(json), headers: Vec::new() })
+}
+
+/// `PATCH /channels/{id}` (Modify Channel): `name`, `parent_id`, `position`,
+/// `permission_overwrites` (replacing them all) applied together or not at all; other fields
+/// are accepted and ignored; `type` cannot change. 200 with the channel, `CHANNEL_UPDATE`
+/// dispatched.
+fn modify_channel(state: &mut State, id: &str, body: &Value) -> Result<Reply, Refusal> {
+    let channel_id = snowflake_param("channel_id", id)?;
+    let channel = state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    manage_channels(state)?;
+    if !body.is_object() {
+        return Err(Refusal::new(400, 50109, "The request body contains invalid JSON."));
+    }
+    let kind = channel.kind;
+    let wanted = body.get("type").filter(|t| !t.is_null());
+    if wanted.is_some_and(|t| t.as_u64() != Some(u64::from(kind))) {
+        return Err(Refusal::form(
+            "type",
+            "BASE_TYPE_CHOICES",
+            "fake Discord: a channel's type cannot change.",
+        ));
+    }
+    let name = body.get("name").map(|n| channel_name(Some(n))).transpose()?;
+    let parent_id = body.get("parent_id").map(|p| parent_for(state, p, kind, Some(channel_id)));
+    let parent_id = parent_id.transpose()?;
+    let position = body.get("position").filter(|p| !p.is_null()).map(position_from).transpose()?;
+    let overwrites = body.get("permission_overwrites").filter(|o| !o.is_null());
+    let overwrites = overwrites.map(overwrites_from).transpose()?;
+    let Some(channel) = state.channels.get_mut(&channel_id) else {
+        return Err(Refusal::unknown_channel());
+    };
+    if let Some(name) = name {
+        channel.name = name;
+    }
+    if let Some(parent_id) = parent_id {
+        channel.parent_id = parent_id;
+    }
+    if let Some(position) = position {
+        channel.position = position;
+    }
+    if let Some(overwrites) = overwrites {
+        channel.overwrites = overwrites;
+    }
+    state.dispatch_channel("CHANNEL_UPDATE", channel_id);
+    let channel = state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    Ok(Reply::ok(state.channel_json(channel_id, channel)))
+}
+
+/// `PUT /channels/{id}/permissions/{overwrite id}` (Edit Channel Permissions): sets (adds or
+/// replaces) the overwrite; 204, `CHANNEL_UPDATE` dispatched.
+fn edit_permissions(
+    state: &mut State,
+    id: &str,
+    target: &str,
+    body: &Value,
+) -> Result<Reply, Refusal> {
+    let channel_id = snowflake_param("channel_id", id)?;
+    let target = snowflake_param("overwrite_id", target)?;
+    state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    manage_channels(state)?;
+    let overwrite = overwrite_from("", target, body)?;
+    let Some(channel) = state.channels.get_mut(&channel_id) else {
+        return Err(Refusal::unknown_channel());
+    };
+    match channel.overwrites.iter_mut().find(|o| o.id == target) {
+        Some(existing) => *existing = overwrite,
+        None => channel.overwrites.push(overwrite),
+    }
+    state.dispatch_channel("CHANNEL_UPDATE", channel_id);
+    Ok(Reply::no_content())
+}
+
+/// `DELETE /channels/{id}/permissions/{overwrite id}` (Delete Channel Permission): 204,
+/// `CHANNEL_UPDATE` dispatched; 10009 when the channel has no such overwrite.
+fn delete_permission(state: &mut State, id: &str, target: &str) -> Result<Reply, Refusal> {
+    let channel_id = snowflake_param("channel_id", id)?;
+    let target = snowflake_param("overwrite_id", target)?;
+    state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    manage_channels(state)?;
+    let Some(channel) = state.channels.get_mut(&channel_id) else {
+        return Err(Refusal::unknown_channel());
+    };
+    let before = channel.overwrites.len();
+    channel.overwrites.retain(|o| o.id != target);
+    if channel.overwrites.len() == before {
+        return Err(Refusal::unknown_overwrite());
+    }
+    state.dispatch_channel("CHANNEL_UPDATE", channel_id);
+    Ok(Reply::no_content())
 }
 
 /// `/webhooks/{id}/{token}`: execute (POST), get (GET) or delete (DELETE) with the token.
@@ -1886,9 +2363,7 @@ fn guild_create(state: &State) -> Value {
         .channels
         .iter()
         .map(|(id, channel)| {
-            let last =
-                state.messages.iter().rev().find(|m| m.meta.channel_id == *id).map(|m| m.meta.id);
-            let mut json = channel_json(*id, channel, last);
+            let mut json = state.channel_json(*id, channel);
             if let Some(c) = json.as_object_mut() {
                 c.remove("guild_id"); // as in GUILD_CREATE
             }
@@ -1988,9 +2463,11 @@ mod tests {
     use std::io::{Read, Write};
 
     use serenity::all::{
-        ChannelId, ClientBuilder, Context, CreateAllowedMentions, CreateMessage, CreateWebhook,
-        EditMessage, EditWebhookMessage, EventHandler, ExecuteWebhook, GatewayIntents, GetMessages,
-        GuildId, HttpBuilder, Message, MessageId, MessageUpdateEvent, Ready, ShardManager,
+        ChannelId, ChannelType, ClientBuilder, Context, CreateAllowedMentions, CreateChannel,
+        CreateMessage, CreateWebhook, EditChannel, EditMessage, EditWebhookMessage, EventHandler,
+        ExecuteWebhook, GatewayIntents, GetMessages, GuildId, HttpBuilder, Message, MessageId,
+        MessageUpdateEvent, PermissionOverwrite, PermissionOverwriteType, Permissions, Ready,
+        RoleId, ShardManager,
     };
     use serenity::http::{Http, HttpError};
     use serenity::model::event::GatewayEvent;
@@ -2002,6 +2479,7 @@ mod tests {
     const TOKEN: &str = "MTE4MDAwMDAwMDAwMDAwMDAwMQ.GfakeX.fake-discord-token-for-tests";
     const CHANNEL: u64 = 1_180_000_000_000_001_000;
     const ALICE: u64 = 1_180_000_000_000_002_000;
+    const CATEGORY: u64 = 1_180_000_000_000_001_100;
     const SECS: Duration = Duration::from_secs(10);
     const MESSAGES: u64 = INTENT_GUILD_MESSAGES | INTENT_MESSAGE_CONTENT;
 
@@ -2974,6 +3452,330 @@ mod tests {
 
         let missing = error(rt.block_on(ChannelId::new(42).to_channel(&http)).map(drop));
         assert_eq!((missing.status_code.as_u16(), missing.error.code), (404, 10003));
+    }
+
+    /// `Err(UnsuccessfulRequest)` of a serenity call, whatever it returns on success.
+    #[track_caller]
+    fn refused<T: std::fmt::Debug>(result: serenity::Result<T>) -> serenity::http::ErrorResponse {
+        match result {
+            Err(serenity::Error::Http(HttpError::UnsuccessfulRequest(response))) => response,
+            other => panic!("expected an unsuccessful request, got {other:?}"),
+        }
+    }
+
+    /// What a bridge does to archive a channel, through serenity: find or create the category
+    /// "Flock archive", move the channel into it, deny SEND_MESSAGES to @everyone.
+    #[test]
+    fn fake_discord_serenity_moves_a_channel_into_a_category_and_denies_sending() {
+        let fake = fake();
+        let http =
+            HttpBuilder::new(TOKEN).proxy(fake.base_url()).ratelimiter_disabled(true).build();
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let (guild, channel) = (GuildId::new(GUILD_ID), ChannelId::new(CHANNEL));
+
+        let before = rt.block_on(guild.channels(&http)).expect("guild channels");
+        assert_eq!(before.len(), 1);
+        let general = &before[&channel];
+        assert_eq!((general.kind, general.parent_id), (ChannelType::Text, None));
+        assert!(general.permission_overwrites.is_empty());
+        assert!(fake.categories().is_empty());
+
+        let create = CreateChannel::new("Flock archive")
+            .kind(ChannelType::Category)
+            .audit_log_reason("Flock: archive");
+        let category = rt.block_on(guild.create_channel(&http, create)).expect("a category");
+        assert_eq!(
+            (category.kind, category.name.as_str()),
+            (ChannelType::Category, "Flock archive")
+        );
+        assert_eq!((category.guild_id, category.parent_id), (guild, None));
+        assert_eq!(fake.categories(), [(category.id.get(), "Flock archive".to_string())]);
+
+        let moved = rt
+            .block_on(channel.edit(
+                &http,
+                EditChannel::new().category(Some(category.id)).audit_log_reason("Flock: archive"),
+            ))
+            .expect("moved");
+        assert_eq!((moved.id, moved.parent_id), (channel, Some(category.id)));
+
+        let everyone = PermissionOverwriteType::Role(RoleId::new(GUILD_ID));
+        let deny = |deny: Permissions| PermissionOverwrite {
+            allow: Permissions::empty(),
+            deny,
+            kind: everyone,
+        };
+        rt.block_on(channel.create_permission(&http, deny(Permissions::SEND_MESSAGES)))
+            .expect("overwrite");
+        assert_eq!(Permissions::SEND_MESSAGES.bits(), PERMISSION_SEND_MESSAGES);
+
+        let after = rt.block_on(guild.channels(&http)).expect("guild channels");
+        assert_eq!(after.len(), 2);
+        let general = &after[&channel];
+        assert_eq!(general.parent_id, Some(category.id));
+        let overwrites: Vec<_> =
+            general.permission_overwrites.iter().map(|o| (o.kind, o.allow, o.deny)).collect();
+        assert_eq!(overwrites, [(everyone, Permissions::empty(), Permissions::SEND_MESSAGES)]);
+        assert_eq!(after[&category.id].kind, ChannelType::Category);
+
+        let json = fake.channel(CHANNEL).expect("the channel");
+        assert_eq!(json["parent_id"], json!(category.id.to_string()));
+        assert_eq!(
+            json["permission_overwrites"],
+            json!([{"id": GUILD_ID.to_string(), "type": 0, "allow": "0", "deny": "2048"}])
+        );
+        let category_json = fake.channel(category.id.get()).expect("the category");
+        assert_eq!(
+            (&category_json["type"], &category_json["parent_id"]),
+            (&json!(4), &Value::Null)
+        );
+        assert!(category_json.get("last_message_id").is_none());
+        assert_eq!(
+            rt.block_on(channel.to_channel(&http)).expect("a channel").guild().map(|c| c.parent_id),
+            Some(Some(category.id))
+        );
+
+        // Another PUT for @everyone replaces the overwrite; DELETE removes it.
+        let both = Permissions::SEND_MESSAGES | Permissions::ADD_REACTIONS;
+        rt.block_on(channel.create_permission(&http, deny(both))).expect("overwrite");
+        let json = fake.channel(CHANNEL).expect("the channel");
+        let deny_bits = both.bits().to_string();
+        assert_eq!(json["permission_overwrites"].as_array().map(Vec::len), Some(1));
+        assert_eq!(json["permission_overwrites"][0]["deny"], json!(deny_bits));
+        rt.block_on(channel.delete_permission(&http, everyone)).expect("deleted");
+        assert_eq!(fake.channel(CHANNEL).expect("the channel")["permission_overwrites"], json!([]));
+        let gone = refused(rt.block_on(channel.delete_permission(&http, everyone)));
+        assert_eq!((gone.status_code.as_u16(), gone.error.code), (404, 10009));
+
+        // Out of the category again.
+        let back =
+            rt.block_on(channel.edit(&http, EditChannel::new().category(None))).expect("moved");
+        assert_eq!(back.parent_id, None);
+        assert_eq!(fake.rejected().len(), 1, "only the second DELETE: {:?}", fake.rejected());
+        assert!(fake.channel(42).is_none());
+    }
+
+    /// Without MANAGE_CHANNELS / MANAGE_ROLES every step answers 403 (50013); reading works.
+    #[test]
+    fn fake_discord_serenity_missing_manage_channels_is_50013() {
+        let fake = fake();
+        fake.add_category(CATEGORY, "Flock archive");
+        fake.deny_manage_channels();
+        let http =
+            HttpBuilder::new(TOKEN).proxy(fake.base_url()).ratelimiter_disabled(true).build();
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let (guild, channel) = (GuildId::new(GUILD_ID), ChannelId::new(CHANNEL));
+        assert_eq!(rt.block_on(guild.channels(&http)).expect("guild channels").len(), 2);
+
+        let create = CreateChannel::new("Flock archive 2").kind(ChannelType::Category);
+        let denied = refused(rt.block_on(guild.create_channel(&http, create)));
+        assert_eq!((denied.status_code.as_u16(), denied.error.code), (403, 50013));
+        assert_eq!(denied.error.message, "Missing Permissions");
+        let edit = EditChannel::new().category(Some(ChannelId::new(CATEGORY)));
+        let denied = refused(rt.block_on(channel.edit(&http, edit)));
+        assert_eq!((denied.status_code.as_u16(), denied.error.code), (403, 50013));
+        let overwrite = PermissionOverwrite {
+            allow: Permissions::empty(),
+            deny: Permissions::SEND_MESSAGES,
+            kind: PermissionOverwriteType::Role(RoleId::new(GUILD_ID)),
+        };
+        let denied = refused(rt.block_on(channel.create_permission(&http, overwrite)));
+        assert_eq!((denied.status_code.as_u16(), denied.error.code), (403, 50013));
+
+        assert_eq!(fake.categories(), [(CATEGORY, "Flock archive".to_string())]);
+        let json = fake.channel(CHANNEL).expect("the channel");
+        assert_eq!(
+            (&json["parent_id"], &json["permission_overwrites"]),
+            (&Value::Null, &json!([]))
+        );
+        assert_eq!(fake.rejected().len(), 3);
+    }
+
+    /// Discord's validation of Create Guild Channel, Modify Channel and Edit Channel
+    /// Permissions, on the raw wire.
+    #[test]
+    fn fake_discord_channel_management_rules() {
+        let fake = fake();
+        fake.add_category(CATEGORY, "Flock archive");
+        let channels = format!("/api/v10/guilds/{GUILD_ID}/channels");
+        let channel = format!("/api/v10/channels/{CHANNEL}");
+        let error_path = |body: &Value| {
+            let errors = &body["errors"];
+            let key = errors.as_object().and_then(|e| e.keys().next().cloned()).unwrap_or_default();
+            (body["code"].clone(), key)
+        };
+
+        // Names: 1–100 characters.
+        for name in [json!(""), json!("x".repeat(101)), Value::Null] {
+            let (status, body) =
+                bot(&fake, "POST", &channels, Some(json!({"name": name, "type": 4})));
+            assert_eq!((status, error_path(&body)), (400, (json!(50035), "name".into())), "{body}");
+        }
+        let (status, body) =
+            bot(&fake, "POST", &channels, Some(json!({"name": "x".repeat(100), "type": 4})));
+        assert_eq!(status, 201, "{body}");
+        // A category has no parent; a parent must be a category of the guild.
+        let (status, body) = bot(
+            &fake,
+            "POST",
+            &channels,
+            Some(json!({"name": "nested", "type": 4, "parent_id": CATEGORY.to_string()})),
+        );
+        assert_eq!((status, error_path(&body)), (400, (json!(50035), "parent_id".into())));
+        let (status, body) = bot(
+            &fake,
+            "POST",
+            &channels,
+            Some(json!({"name": "in-a-channel", "type": 0, "parent_id": CHANNEL.to_string()})),
+        );
+        assert_eq!((status, error_path(&body)), (400, (json!(50035), "parent_id".into())));
+        let (status, body) =
+            bot(&fake, "POST", "/api/v10/guilds/42/channels", Some(json!({"name": "x"})));
+        assert_eq!((status, &body["code"]), (404, &json!(10004)));
+
+        // A text channel created in a category takes its overwrites (synced).
+        let overwrite = json!({"id": GUILD_ID.to_string(), "type": 0, "allow": 0, "deny": 2048});
+        let (status, _) = bot(
+            &fake,
+            "PATCH",
+            &format!("/api/v10/channels/{CATEGORY}"),
+            Some(json!({"permission_overwrites": [overwrite]})),
+        );
+        assert_eq!(status, 200);
+        let (status, created) = bot(
+            &fake,
+            "POST",
+            &channels,
+            Some(json!({"name": "archived", "parent_id": CATEGORY.to_string()})),
+        );
+        assert_eq!(status, 201, "{created}");
+        assert_eq!(
+            (&created["type"], &created["parent_id"]),
+            (&json!(0), &json!(CATEGORY.to_string()))
+        );
+        assert_eq!(created["permission_overwrites"][0]["deny"], json!("2048"));
+
+        // Modify Channel: an unknown parent is refused and nothing changes.
+        let (status, body) =
+            bot(&fake, "PATCH", &channel, Some(json!({"name": "renamed", "parent_id": "42"})));
+        assert_eq!((status, error_path(&body)), (400, (json!(50035), "parent_id".into())));
+        assert_eq!(fake.channel(CHANNEL).expect("the channel")["name"], json!("general"));
+        let (status, body) = bot(&fake, "PATCH", &channel, Some(json!({"parent_id": "x"})));
+        assert_eq!((status, error_path(&body)), (400, (json!(50035), "parent_id".into())));
+        let (status, body) = bot(
+            &fake,
+            "PATCH",
+            &channel,
+            Some(json!({"permission_overwrites": [{"id": GUILD_ID.to_string(), "type": 2}]})),
+        );
+        assert_eq!(status, 400);
+        assert!(
+            body["errors"]["permission_overwrites"]["0"]["type"]["_errors"].is_array(),
+            "{body}"
+        );
+        let (status, body) =
+            bot(&fake, "PATCH", "/api/v10/channels/42", Some(json!({"name": "x"})));
+        assert_eq!((status, &body["code"]), (404, &json!(10003)));
+
+        // Edit Channel Permissions: allow/deny as numbers or strings, `type` required.
+        let target = format!("{channel}/permissions/{ALICE}");
+        let (status, _) = bot(&fake, "PUT", &target, Some(json!({"type": 1, "allow": 2048})));
+        assert_eq!(status, 204);
+        let (status, body) = bot(&fake, "PUT", &target, Some(json!({"allow": "2048"})));
+        assert_eq!((status, error_path(&body)), (400, (json!(50035), "type".into())));
+        let (status, body) = bot(&fake, "PUT", &target, Some(json!({"type": 1, "deny": "lots"})));
+        assert_eq!((status, error_path(&body)), (400, (json!(50035), "deny".into())));
+        let json = fake.channel(CHANNEL).expect("the channel");
+        assert_eq!(
+            json["permission_overwrites"],
+            json!([{"id": ALICE.to_string(), "type": 1, "allow": "2048", "deny": "0"}])
+        );
+
+        // No messages in a category; a category holds at most 50 channels.
+        let (status, body) = bot(
+            &fake,
+            "POST",
+            &format!("/api/v10/channels/{CATEGORY}/messages"),
+            Some(json!({"content": "x"})),
+        );
+        assert_eq!((status, &body["code"]), (400, &json!(50008)));
+        for i in 1..MAX_CHANNELS_PER_CATEGORY {
+            let (status, body) = bot(
+                &fake,
+                "POST",
+                &channels,
+                Some(json!({"name": format!("c{i}"), "parent_id": CATEGORY.to_string()})),
+            );
+            assert_eq!(status, 201, "{body}");
+        }
+        let (status, body) =
+            bot(&fake, "PATCH", &channel, Some(json!({"parent_id": CATEGORY.to_string()})));
+        assert_eq!((status, error_path(&body)), (400, (json!(50035), "parent_id".into())));
+        assert_eq!(
+            body["errors"]["parent_id"]["_errors"][0]["code"],
+            json!("CHANNEL_PARENT_MAX_CHANNELS")
+        );
+        let (status, body) = bot(&fake, "GET", &channels, None);
+        assert_eq!(status, 200);
+        assert_eq!(body.as_array().map(Vec::len), Some(MAX_CHANNELS_PER_CATEGORY + 3));
+    }
+
+    /// Creating and modifying channels and their overwrites dispatch `CHANNEL_CREATE` /
+    /// `CHANNEL_UPDATE` (GUILDS intent) with the channel object, as serenity parses them.
+    #[tokio::test]
+    async fn fake_discord_channel_changes_are_dispatched() {
+        let fake = fake();
+        let (mut gw, _) = Gateway::ready(&fake, INTENT_GUILDS).await;
+        assert_eq!(gw.recv().await["t"], json!("GUILD_CREATE"));
+        let channels = format!("/api/v10/guilds/{GUILD_ID}/channels");
+        let (status, category) =
+            bot(&fake, "POST", &channels, Some(json!({"name": "Flock archive", "type": 4})));
+        assert_eq!(status, 201);
+        let created = gw.recv().await;
+        assert_eq!(
+            (&created["t"], &created["d"]["id"]),
+            (&json!("CHANNEL_CREATE"), &category["id"])
+        );
+        assert!(matches!(
+            serenity_parses(&created),
+            GatewayEvent::Dispatch(_, serenity::model::event::Event::ChannelCreate(_))
+        ));
+
+        let path = format!("/api/v10/channels/{CHANNEL}");
+        let (status, _) = bot(&fake, "PATCH", &path, Some(json!({"parent_id": category["id"]})));
+        assert_eq!(status, 200);
+        let moved = gw.recv().await;
+        assert_eq!(
+            (&moved["t"], &moved["d"]["parent_id"]),
+            (&json!("CHANNEL_UPDATE"), &category["id"])
+        );
+        match serenity_parses(&moved) {
+            GatewayEvent::Dispatch(_, serenity::model::event::Event::ChannelUpdate(update)) => {
+                let channel = update.channel;
+                assert_eq!(
+                    channel.parent_id.map(|p| p.get().to_string()),
+                    category["id"].as_str().map(str::to_string)
+                );
+            }
+            other => panic!("not CHANNEL_UPDATE: {other:?}"),
+        }
+        let target = format!("{path}/permissions/{GUILD_ID}");
+        let (status, _) = bot(&fake, "PUT", &target, Some(json!({"type": 0, "deny": "2048"})));
+        assert_eq!(status, 204);
+        let locked = gw.recv().await;
+        assert_eq!(locked["t"], json!("CHANNEL_UPDATE"));
+        assert_eq!(locked["d"]["permission_overwrites"][0]["deny"], json!("2048"));
+
+        // A new READY's GUILD_CREATE has both, as they are now.
+        let (mut again, _) = Gateway::ready(&fake, INTENT_GUILDS).await;
+        let guild = again.recv().await;
+        assert_eq!(guild["d"]["channels"].as_array().map(Vec::len), Some(2));
+        assert!(matches!(
+            serenity_parses(&guild),
+            GatewayEvent::Dispatch(_, serenity::model::event::Event::GuildCreate(_))
+        ));
     }
 
     #[test]

@@ -357,7 +357,7 @@ fn only_allowed_people_post_and_a_refused_token_stops_the_bridge_with_a_clear_er
 // ---------------------------------------------------------------------------------------------
 // Discord, through the real serenity client against `FakeDiscord` (REST v10 + gateway).
 
-use flock_testkit::fake_discord::FakeDiscord;
+use flock_testkit::fake_discord::{self, FakeDiscord};
 
 const DISCORD_TOKEN: &str = "MTIz.discord-token-must-never-leak";
 const DC: u64 = 900_000_000_000_000_001;
@@ -840,6 +840,18 @@ fn a_discord_channel_gets_one_archive_notice_and_its_messages_stay_out() {
         LONG,
         "the notice is recorded",
     );
+    // The channel moved into the archive category, where @everyone may not send.
+    let ch = discord.channel(DC).expect("the channel");
+    let archive = discord.categories().into_iter().find(|(_, n)| n == "Flock archive");
+    let (category, _) = archive.expect("the archive category was created");
+    assert_eq!(ch["parent_id"], category.to_string(), "{ch:#}");
+    let everyone = fake_discord::GUILD_ID.to_string();
+    let overwrite = ch["permission_overwrites"]
+        .as_array()
+        .and_then(|o| o.iter().find(|o| o["id"] == everyone.as_str()).cloned())
+        .unwrap_or_else(|| panic!("no overwrite for @everyone: {ch:#}"));
+    let deny: u64 = overwrite["deny"].as_str().and_then(|d| d.parse().ok()).unwrap_or(0);
+    assert_ne!(deny & fake_discord::PERMISSION_SEND_MESSAGES, 0, "{overwrite:#}");
     let before = posts(&swarm).len();
     discord.post(DC, 1, "alice", "still there?");
     swarm.wait_until(
@@ -1033,4 +1045,25 @@ fn a_chat_mapped_and_unmapped_at_run_time_is_served_at_once_and_after_a_restart(
     // Both changes are journaled with who made them.
     let journal = swarm.ctl_ok(&["journal", "read", "--last", "200", "--json"]);
     assert!(journal.contains("BRIDGE_MAPPED") && journal.contains("BRIDGE_UNMAPPED"), "{journal}");
+}
+
+#[test]
+fn a_discord_bot_that_may_not_manage_channels_archives_with_the_notice_alone() {
+    let discord = FakeDiscord::start(DISCORD_TOKEN);
+    discord.deny_manage_channels();
+    let swarm = discord_swarm(&discord, None);
+    discord.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-dc")["state"] == "connected", LONG, "connected");
+    swarm.ctl_ok(&["channel", "archive", "#team", "--force"]);
+    let sent = discord.wait_sent(DC, 1, LONG);
+    assert_eq!(sent[0].content, "#team was archived in Flock; nothing more will be relayed here");
+    swarm.wait_until(
+        || bridge_status(&swarm, "dc")["channels"][0]["archived"] == true,
+        LONG,
+        "the archive is recorded all the same",
+    );
+    let log = swarm.ctl_ok(&["logs", "bridge-dc", "--lines", "1000"]);
+    assert!(log.contains("Manage Channels"), "the log says what to give the bot: {log}");
+    assert!(discord.categories().is_empty());
+    assert_eq!(bridge_status(&swarm, "dc")["channels"][0]["broken"], Value::Null);
 }
