@@ -215,6 +215,37 @@ impl Discord {
         }
     }
 
+    /// Makes a text channel named `name` in the server of channel `beside` (a mapped one);
+    /// returns its id (the bot needs Manage Channels).
+    pub async fn create_channel(
+        &self,
+        beside: Option<&str>,
+        name: &str,
+    ) -> Result<String, PlatformError> {
+        let Some(beside) = beside else {
+            return Err(PlatformError::Permanent(
+                "no mapped channel to tell which server to make it in".into(),
+            ));
+        };
+        let guild = match channel_id(beside)?.to_channel(&self.http).await {
+            Ok(Channel::Guild(c)) => c.guild_id,
+            Ok(_) => {
+                return Err(PlatformError::Permanent(format!("{beside} is not a server channel")));
+            }
+            Err(e) => return Err(classify(&e, "reading the channel")),
+        };
+        let made = guild
+            .create_channel(&self.http, CreateChannel::new(name).kind(ChannelType::Text))
+            .await
+            .map_err(|e| match classify(&e, "creating a channel") {
+                PlatformError::Permanent(m) if is_code(&e, 50013) || is_status(&e, 403) => {
+                    PlatformError::Permanent(format!("{m}: give the bot \"Manage Channels\""))
+                }
+                other => other,
+            })?;
+        Ok(made.id.get().to_string())
+    }
+
     /// Archives channel `external` the way a Discord server can: moves it into the
     /// [`ARCHIVE_CATEGORY`] category (found or created) and denies @everyone Send Messages there
     /// (the bot needs Manage Channels and Manage Roles; a refusal says so).

@@ -306,6 +306,7 @@ pub async fn run() -> u8 {
             }
         }
     };
+    let unmade = make_pending_channels(&link, &chat, &mut spec).await;
     let relay = Arc::new(Relay {
         spec,
         link: link.clone(),
@@ -355,8 +356,13 @@ pub async fn run() -> u8 {
         }
     }
     relay.set_state("connected", None);
+    for (external, why) in &unmade {
+        relay.mapping_broken(external, Some(why));
+    }
     for m in relay.spec.channels.clone() {
-        tasks.spawn(relay.clone().outbound(m.external.clone()));
+        if !m.external.starts_with(PENDING_PREFIX) {
+            tasks.spawn(relay.clone().outbound(m.external.clone()));
+        }
     }
     tokio::select! {
         _ = link.gone() => {
@@ -374,6 +380,60 @@ pub async fn run() -> u8 {
             0
         }
     }
+}
+
+/// The `external` of a mapping whose platform channel is still to be made (see
+/// `mirror_new_channels`): `new:<channel>`.
+const PENDING_PREFIX: &str = "new:";
+
+/// Makes the platform channel of every pending mapping (a channel created in Flock, for a bridge
+/// with `mirror_new_channels`), tells the router (`bridge__made`) and maps it in `spec`; returns
+/// the pending mappings it could not make, with why (tried again at the next start).
+async fn make_pending_channels(
+    link: &Link,
+    chat: &Chat,
+    spec: &mut BridgeSpec,
+) -> Vec<(String, String)> {
+    let mut unmade = Vec::new();
+    let existing: Vec<String> = spec
+        .channels
+        .iter()
+        .map(|m| m.external.clone())
+        .filter(|e| !e.starts_with(PENDING_PREFIX))
+        .collect();
+    for m in spec.channels.iter_mut().filter(|m| m.external.starts_with(PENDING_PREFIX)) {
+        let made = match chat {
+            Chat::Telegram(_) => {
+                Err(PlatformError::Permanent("a Telegram bot cannot create groups".into()))
+            }
+            Chat::Slack(s) => s.create_channel(&m.flock).await,
+            Chat::Discord(d) => {
+                d.create_channel(existing.first().map(String::as_str), &m.flock).await
+            }
+        };
+        match made {
+            Ok(external) => {
+                let args = json!({"channel": m.flock, "external": external});
+                match link.call("bridge__made", args).await {
+                    Ok(_) => {
+                        tracing::info!("made chat {external} for #{} and mapped it", m.flock);
+                        m.external = external;
+                    }
+                    Err(e) => {
+                        let why = format!("made chat {external} but could not map it: {e:?}");
+                        tracing::warn!("flock-bridge: #{}: {why}", m.flock);
+                        unmade.push((m.external.clone(), why));
+                    }
+                }
+            }
+            Err(e) => {
+                let why = format!("cannot make a chat for #{}: {e}", m.flock);
+                tracing::warn!("flock-bridge: {why}");
+                unmade.push((m.external.clone(), why));
+            }
+        }
+    }
+    unmade
 }
 
 /// Connects to the platform, retrying what a retry can fix; `Err(exit code)` otherwise (or when

@@ -158,6 +158,28 @@ impl Slack {
         Ok(if prefixed { text } else { format!("[{label}] {text}") })
     }
 
+    /// Makes a public channel named `name` (scope `channels:manage`); returns its id. The bot
+    /// made it, so it is in it.
+    pub async fn create_channel(&self, name: &str) -> Result<String, PlatformError> {
+        let req = SlackApiConversationsCreateRequest::new(name.to_owned());
+        match self.client.open_session(&self.bot).conversations_create(&req).await {
+            Ok(made) => Ok(made.channel.id.to_string()),
+            Err(e) => Err(match classify(&e, "conversations.create") {
+                PlatformError::Permanent(m) if m.ends_with("name_taken") => {
+                    PlatformError::Permanent(format!(
+                        "{m}: a Slack channel named {name} exists already; map it with `flockctl bridge map`"
+                    ))
+                }
+                PlatformError::Permanent(m) if m.ends_with("missing_scope") => {
+                    PlatformError::Permanent(format!(
+                        "{m}: add the scope channels:manage to the app (flockctl bridge manifest slack) and reinstall it"
+                    ))
+                }
+                other => other,
+            }),
+        }
+    }
+
     /// Deletes the bot's message `ts`; one already gone counts as done.
     pub async fn delete(&self, channel: &str, ts: &str) -> Result<(), PlatformError> {
         let req = SlackApiChatDeleteRequest::new(

@@ -59,6 +59,10 @@ pub struct BridgeSpec {
     pub channels: Vec<BridgeMapping>,
     /// Posts per minute one platform user may make through this bridge (default 20, 1..=600).
     pub max_posts_per_minute: u32,
+    /// Slack and Discord: a channel created in Flock gets a platform channel of the same name,
+    /// mapped to it (default false).
+    #[serde(default)]
+    pub mirror_new_channels: bool,
 }
 
 /// One Flock channel ↔ one platform chat.

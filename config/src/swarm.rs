@@ -93,6 +93,7 @@ const BRIDGE_KEYS: &[&str] = &[
     "app_token_env",
     "api_url",
     "max_posts_per_minute",
+    "mirror_new_channels",
     "channels",
 ];
 const BRIDGE_CHANNEL_KEYS: &[&str] = &["flock", "external", "allow"];
@@ -1429,6 +1430,20 @@ fn bridge(
     let max_posts_per_minute = field("max_posts_per_minute")
         .and_then(|(v, path)| r.uint(v, &path, 1, 600))
         .unwrap_or(DEFAULT_POSTS_PER_MINUTE);
+    // Slack and Discord bots can make channels; a Telegram bot cannot make a group.
+    let mirror_new_channels = match (field("mirror_new_channels"), platform) {
+        (Some((v, path)), Some(Platform::Telegram)) => {
+            r.error(
+                v.pos,
+                format!(
+                    "`{path}`: a Telegram bot cannot create groups; remove it (map chats with `channels:` or `flockctl bridge map`)"
+                ),
+            );
+            false
+        }
+        (Some((v, path)), _) => r.boolean(v, &path).unwrap_or(false),
+        (None, _) => false,
+    };
     let channels = match lookup(fields, "channels") {
         Some((key, v)) => bridge_channels(r, key, v, &format!("{what}.channels")),
         None => {
@@ -1451,6 +1466,7 @@ fn bridge(
         api_url,
         channels,
         max_posts_per_minute,
+        mirror_new_channels,
     })
 }
 
@@ -1900,6 +1916,7 @@ mod tests {
                     mapping("general", "C0123ABC", None),
                 ],
                 max_posts_per_minute: 600,
+                mirror_new_channels: false,
             },
             BridgeSpec {
                 name: "second".to_owned(),
@@ -1910,6 +1927,7 @@ mod tests {
                 // A YAML integer is kept as its decimal text.
                 channels: vec![mapping("ops-1", "16", None)],
                 max_posts_per_minute: 20,
+                mirror_new_channels: false,
             },
         ];
         assert_eq!(spec.bridges, expected);
@@ -2060,6 +2078,19 @@ mod tests {
         assert!(!errors[4].message.contains("SECRETtoken"), "{}", errors[4].message);
         let spec = parse_ok(&with_bridges(&url("x", "https://tg.example.com/api//")));
         assert_eq!(spec.bridges[0].api_url.as_deref(), Some("https://tg.example.com/api"));
+    }
+
+    #[test]
+    fn only_slack_and_discord_bridges_mirror_new_channels() {
+        let text = with_bridges(
+            &tg("a").replace("    channels:", "    mirror_new_channels: true\n    channels:"),
+        );
+        assert_errors(
+            &text,
+            &[(9, &["`bridges[0].mirror_new_channels`: a Telegram bot cannot create groups"])],
+        );
+        let spec = parse_ok(&with_bridges(&tg("x")));
+        assert!(!spec.bridges[0].mirror_new_channels, "off unless asked for");
     }
 
     #[test]

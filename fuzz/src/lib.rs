@@ -84,6 +84,7 @@ pub fn bridge_spec() -> flock_config::BridgeSpec {
             },
         ],
         max_posts_per_minute: 20,
+        mirror_new_channels: false,
     }
 }
 
@@ -266,6 +267,7 @@ pub fn bridge_frame(frame: &Frame) -> Option<Frame> {
                 name.as_str(),
                 "bridge__post"
                     | "bridge__mappings"
+                    | "bridge__made"
                     | "bridge__edit"
                     | "bridge__pull"
                     | "bridge__sent"
@@ -380,6 +382,8 @@ fn bridge_tool(name: &str, arguments: &str) -> Result<String, (ErrorCode, String
                       "edit_after": 0, "edits_upto": 0})
             .to_string())
         }
+        // The model's bridge mirrors no new channel.
+        "bridge__made" => Err(bad(format!("bridge `tg` has no channel to make for #{channel}"))),
         // The model's channel is never archived.
         "bridge__archived" => Err(bad(format!("#{channel} is not archived"))),
         _ => Ok(json!({"message_id": null}).to_string()),

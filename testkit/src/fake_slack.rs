@@ -27,14 +27,15 @@
 //! edits and deletions as `message_changed` / `message_deleted`, `disconnect` / dropped sockets
 //! on demand; on the Web API the token types (`not_allowed_token_type`, `invalid_auth`,
 //! `not_authed`), `channel_not_found`, `not_in_channel`, `conversations.archive` (with
-//! `already_archived`, `missing_scope` ([`FakeSlack::deny_archive`]) and `is_archived` for a
-//! post to an archived channel), `no_text`, `msg_too_long` (over 40 000
+//! `already_archived`, `missing_scope` ([`FakeSlack::deny_archive`], [`FakeSlack::deny_scope`])
+//! and `is_archived` for a post to an archived channel), `conversations.create` (name rules,
+//! `name_taken`, `missing_scope`), `no_text`, `msg_too_long` (over 40 000
 //! characters), a `username` silently ignored without the `chat:write.customize` scope
 //! ([`FakeSlack::deny_customize`]), newest-first history, and scripted `429`s with
 //! `Retry-After`. It shares no code with the client it tests. It runs on its own thread and
 //! tokio runtime, so sync and async tests can use it.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -76,8 +77,12 @@ pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(3);
 pub const MAX_RETRIES: u64 = 3;
 /// `token` of event payloads (the deprecated verification token).
 const VERIFICATION_TOKEN: &str = "fake-verification-token";
-/// `created` of every channel.
+/// `created` of every channel added with [`FakeSlack::add_channel`].
 const CHANNEL_CREATED: u64 = 1_700_000_000;
+/// `creator` of every channel added with [`FakeSlack::add_channel`].
+const CHANNEL_CREATOR: &str = "U_CREATOR";
+/// Longest channel name `conversations.create` takes, in characters.
+pub const MAX_CHANNEL_NAME_CHARS: usize = 80;
 
 /// A `chat.postMessage` call the fake accepted.
 #[derive(Debug, Clone)]
@@ -129,6 +134,10 @@ struct Channel {
     bot_member: bool,
     /// Archived (`conversations.archive`): read-only, posts answer `is_archived`.
     archived: bool,
+    /// A private channel (`conversations.create` with `is_private`).
+    private: bool,
+    created: u64,
+    creator: String,
 }
 
 #[derive(Debug)]
@@ -197,9 +206,8 @@ struct State {
     /// Known people: user id → name.
     users: BTreeMap<String, String>,
     last_ts_micros: u64,
-    deny_customize: bool,
-    /// The app lacks `channels:manage`/`groups:write`: `conversations.archive` is refused.
-    deny_archive: bool,
+    /// Scopes the app lacks ([`FakeSlack::deny_scope`]).
+    denied_scopes: BTreeSet<String>,
     /// Channels archived through `conversations.archive`, in order.
     archived: Vec<String>,
     /// Tickets `apps.connections.open` gave out and no socket used yet.
@@ -269,8 +277,7 @@ impl FakeSlack {
                 messages: Vec::new(),
                 users,
                 last_ts_micros: 0,
-                deny_customize: false,
-                deny_archive: false,
+                denied_scopes: BTreeSet::new(),
                 archived: Vec::new(),
                 tickets: HashSet::new(),
                 connections_opened: 0,
@@ -320,6 +327,9 @@ impl FakeSlack {
             name: String::new(),
             bot_member: true,
             archived: false,
+            private: false,
+            created: CHANNEL_CREATED,
+            creator: CHANNEL_CREATOR.to_string(),
         });
         channel.name = name.to_string();
         channel.bot_member = true;
@@ -346,13 +356,28 @@ impl FakeSlack {
     /// The app lacks the `chat:write.customize` scope: `chat.postMessage` still answers `ok`
     /// but ignores `username`, `icon_emoji` and `icon_url` (the message shows under the bot).
     pub fn deny_customize(&self) {
-        self.shared.state().deny_customize = true;
+        self.deny_scope("chat:write.customize");
     }
 
-    /// The app lacks the scopes `conversations.archive` needs (`channels:manage`,
-    /// `groups:write`): it answers `missing_scope`.
+    /// The app lacks the scopes `conversations.archive` and `conversations.create` need
+    /// (`channels:manage`, `groups:write`): they answer `missing_scope`.
     pub fn deny_archive(&self) {
-        self.shared.state().deny_archive = true;
+        self.deny_scope("channels:manage");
+        self.deny_scope("groups:write");
+    }
+
+    /// The app lacks `scope`. The fake checks `chat:write.customize` (see
+    /// [`FakeSlack::deny_customize`]), `channels:manage` (`conversations.archive` and
+    /// `conversations.create` of a public channel: `missing_scope`) and `groups:write` (the same
+    /// for a private channel); other scopes are recorded and ignored.
+    pub fn deny_scope(&self, scope: &str) {
+        self.shared.state().denied_scopes.insert(scope.to_string());
+    }
+
+    /// The id of the channel named `name` (added, or created through `conversations.create`).
+    pub fn channel_named(&self, name: &str) -> Option<String> {
+        let state = self.shared.state();
+        state.channels.iter().find(|(_, c)| c.name == name).map(|(id, _)| id.clone())
     }
 
     /// The channels the app archived (`conversations.archive`), in order.
@@ -645,6 +670,20 @@ impl State {
         self.sent.iter().filter(|s| s.channel == channel).cloned().collect()
     }
 
+    /// `missing_scope` unless the app has `scope`.
+    fn need_scope(&self, scope: &str) -> Result<(), Refusal> {
+        if self.denied_scopes.contains(scope) { Err(Refusal::api("missing_scope")) } else { Ok(()) }
+    }
+
+    /// The scope managing `channel` needs: `groups:write` when private, else `channels:manage`.
+    fn manage_scope(&self, channel: &str) -> &'static str {
+        if self.channels.get(channel).is_some_and(|c| c.private) {
+            "groups:write"
+        } else {
+            "channels:manage"
+        }
+    }
+
     /// The channel id `raw` names: an id, or a name with or without `#`.
     fn channel_id(&self, raw: &str) -> Option<String> {
         if self.channels.contains_key(raw) {
@@ -847,8 +886,8 @@ fn channel_json(id: &str, channel: &Channel) -> Value {
         "is_group": false,
         "is_im": false,
         "is_mpim": false,
-        "is_private": false,
-        "created": CHANNEL_CREATED,
+        "is_private": channel.private,
+        "created": channel.created,
         "is_archived": channel.archived,
         "is_general": false,
         "unlinked": 0,
@@ -858,9 +897,9 @@ fn channel_json(id: &str, channel: &Channel) -> Value {
         "is_pending_ext_shared": false,
         "pending_shared": [],
         "context_team_id": TEAM_ID,
-        "updated": CHANNEL_CREATED * 1000,
+        "updated": channel.created * 1000,
         "parent_conversation": null,
-        "creator": "U_CREATOR",
+        "creator": channel.creator,
         "is_ext_shared": false,
         "shared_team_ids": [TEAM_ID],
         "pending_connected_team_ids": [],
@@ -1175,13 +1214,14 @@ fn respond(shared: &Shared, request: &Request) -> Reply {
     reply
 }
 
-const METHODS: [&str; 10] = [
+const METHODS: [&str; 11] = [
     "apps.connections.open",
     "auth.test",
     "chat.delete",
     "chat.postMessage",
     "chat.update",
     "conversations.archive",
+    "conversations.create",
     "conversations.history",
     "conversations.info",
     "conversations.join",
@@ -1230,9 +1270,7 @@ fn call(
         "conversations.archive" => {
             // As Slack checks: the channel, the scope, archived already, the bot a member.
             let id = param_channel(state, params)?;
-            if state.deny_archive {
-                return Err(Refusal::api("missing_scope"));
-            }
+            state.need_scope(state.manage_scope(&id))?;
             if state.channels[&id].archived {
                 return Err(Refusal::api("already_archived"));
             }
@@ -1243,6 +1281,7 @@ fn call(
             state.archived.push(id);
             json!({})
         }
+        "conversations.create" => create_channel(state, params)?,
         "conversations.info" => {
             let id = param_channel(state, params)?;
             json!({"channel": channel_json(&id, &state.channels[&id])})
@@ -1303,6 +1342,44 @@ fn checked_text(params: &Map<String, Value>) -> Result<String, Refusal> {
     Ok(text)
 }
 
+/// `conversations.create`: checks as Slack does (the scope, the name, the name free), then a new
+/// channel with the bot (its creator) a member.
+fn create_channel(state: &mut State, params: &Map<String, Value>) -> Result<Value, Refusal> {
+    let name = str_param(params, "name").unwrap_or_default();
+    let private = bool_param(params, "is_private").unwrap_or(false);
+    state.need_scope(if private { "groups:write" } else { "channels:manage" })?;
+    if name.is_empty() {
+        return Err(Refusal::api("invalid_name_required"));
+    }
+    if name.chars().count() > MAX_CHANNEL_NAME_CHARS {
+        return Err(Refusal::api("invalid_name_maxlength"));
+    }
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
+    if !name.chars().all(allowed) {
+        return Err(Refusal::api("invalid_name_specials"));
+    }
+    if state.channels.values().any(|c| c.name == name) {
+        return Err(Refusal::api("name_taken"));
+    }
+    let id = loop {
+        let id = format!("C{}", random_string(10, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"));
+        if !state.channels.contains_key(&id) {
+            break id;
+        }
+    };
+    let channel = Channel {
+        name,
+        bot_member: true,
+        archived: false,
+        private,
+        created: now_micros() / 1_000_000,
+        creator: BOT_USER_ID.to_string(),
+    };
+    let fields = json!({"channel": channel_json(&id, &channel)});
+    state.channels.insert(id, channel);
+    Ok(fields)
+}
+
 /// `chat.postMessage`.
 fn post_message(state: &mut State, params: &Map<String, Value>) -> Result<Value, Refusal> {
     if let Some(retry_after) = state.rate_limits.pop_front() {
@@ -1324,7 +1401,7 @@ fn post_message(state: &mut State, params: &Map<String, Value>) -> Result<Value,
     let username = str_param(params, "username");
     let icon_emoji = str_param(params, "icon_emoji");
     let icon_url = str_param(params, "icon_url");
-    let customize = !state.deny_customize;
+    let customize = !state.denied_scopes.contains("chat:write.customize");
     let applied = username.as_ref().filter(|_| customize);
     let ts = state.next_ts();
     let blocks = json_param(params, "blocks").unwrap_or_else(|| json!([]));
@@ -1571,13 +1648,14 @@ mod tests {
     use slack_morphism::prelude::{
         SlackApiAppsConnectionOpenRequest, SlackApiChatDeleteRequest,
         SlackApiChatPostMessageRequest, SlackApiChatUpdateRequest,
-        SlackApiConversationsHistoryRequest, SlackApiConversationsInfoRequest, SlackApiToken,
-        SlackApiTokenType, SlackApiTokenValue, SlackApiUsersInfoRequest, SlackBotId,
-        SlackChannelId, SlackClient, SlackClientEventsListenerEnvironment,
-        SlackClientEventsUserState, SlackClientHttpConnector, SlackClientHyperConnector,
-        SlackClientSocketModeConfig, SlackClientSocketModeListener, SlackEventCallbackBody,
-        SlackHyperClient, SlackMessageContent, SlackMessageEventType, SlackPushEventCallback,
-        SlackSocketModeListenerCallbacks, SlackTs, SlackUserId, UserCallbackResult,
+        SlackApiConversationsCreateRequest, SlackApiConversationsHistoryRequest,
+        SlackApiConversationsInfoRequest, SlackApiToken, SlackApiTokenType, SlackApiTokenValue,
+        SlackApiUsersInfoRequest, SlackBotId, SlackChannelId, SlackClient,
+        SlackClientEventsListenerEnvironment, SlackClientEventsUserState, SlackClientHttpConnector,
+        SlackClientHyperConnector, SlackClientSocketModeConfig, SlackClientSocketModeListener,
+        SlackEventCallbackBody, SlackHyperClient, SlackMessageContent, SlackMessageEventType,
+        SlackPushEventCallback, SlackSocketModeListenerCallbacks, SlackTs, SlackUserId,
+        UserCallbackResult,
     };
     use tokio_tungstenite::tungstenite;
 
@@ -1890,7 +1968,7 @@ mod tests {
         assert_eq!(archive("C2"), refusal("not_in_channel"));
         fake.deny_archive();
         assert_eq!(archive(CHANNEL), refusal("missing_scope"));
-        fake.shared.state().deny_archive = false;
+        fake.shared.state().denied_scopes.clear();
         assert_eq!(archive(CHANNEL), json!({"ok": true}));
         assert_eq!(archive(CHANNEL), refusal("already_archived"));
         assert_eq!(fake.archived(), [CHANNEL]);
@@ -1899,6 +1977,64 @@ mod tests {
         assert_eq!(info["channel"]["is_archived"], json!(true));
         let post = bot(&fake, "chat.postMessage", json!({"channel": CHANNEL, "text": "late"}));
         assert_eq!(post, refusal("is_archived"));
+    }
+
+    #[test]
+    fn fake_slack_conversations_create_and_its_errors() {
+        let fake = fake();
+        let create = |params: Value| bot(&fake, "conversations.create", params);
+        assert_eq!(create(json!({})), refusal("invalid_name_required"));
+        assert_eq!(create(json!({"name": "Dev"})), refusal("invalid_name_specials"));
+        assert_eq!(create(json!({"name": "a b"})), refusal("invalid_name_specials"));
+        let long = "x".repeat(MAX_CHANNEL_NAME_CHARS + 1);
+        assert_eq!(create(json!({"name": long})), refusal("invalid_name_maxlength"));
+        assert_eq!(create(json!({"name": "general"})), refusal("name_taken"));
+        fake.deny_scope("channels:manage");
+        assert_eq!(create(json!({"name": "pub-1"})), refusal("missing_scope"));
+        let private = api_form(
+            &fake,
+            "conversations.create",
+            Some(BOT_TOKEN),
+            "name=secret_1&is_private=true",
+        );
+        assert_eq!(private["ok"], json!(true), "{private}");
+        let id = private["channel"]["id"].as_str().expect("an id").to_string();
+        assert!(id.starts_with('C') && id != CHANNEL, "{id}");
+        assert_eq!(fake.channel_named("secret_1").as_deref(), Some(id.as_str()));
+        let channel = &private["channel"];
+        assert_eq!(
+            (&channel["name"], &channel["is_private"], &channel["is_member"]),
+            (&json!("secret_1"), &json!(true), &json!(true))
+        );
+        assert_eq!(
+            (&channel["creator"], &channel["is_channel"]),
+            (&json!(BOT_USER_ID), &json!(true))
+        );
+        assert!(channel["created"].as_u64().is_some_and(|t| t > CHANNEL_CREATED), "{channel}");
+        fake.deny_scope("groups:write");
+        assert_eq!(
+            create(json!({"name": "secret-2", "is_private": true})),
+            refusal("missing_scope")
+        );
+        assert_eq!(
+            bot(&fake, "conversations.archive", json!({"channel": id})),
+            refusal("missing_scope")
+        );
+        fake.shared.state().denied_scopes.clear();
+        let public = create(json!({"name": "pub-1"}));
+        let other = public["channel"]["id"].as_str().expect("an id").to_string();
+        assert_ne!(other, id);
+        assert_eq!(public["channel"]["is_private"], json!(false));
+        let post = bot(&fake, "chat.postMessage", json!({"channel": other, "text": "hi"}));
+        assert_eq!(post["ok"], json!(true), "{post}");
+        let history = bot(&fake, "conversations.history", json!({"channel": other}));
+        assert_eq!(texts(&history), ["hi"]);
+        assert_eq!(
+            bot(&fake, "conversations.archive", json!({"channel": id})),
+            json!({"ok": true})
+        );
+        assert_eq!(create(json!({"name": "secret_1"})), refusal("name_taken"));
+        assert_eq!(fake.channel_named("nope"), None);
     }
 
     #[test]
@@ -2753,6 +2889,49 @@ mod tests {
         .expect("chat.delete");
         let texts: Vec<Option<String>> = fake.changes().into_iter().map(|c| c.text).collect();
         assert_eq!(texts, [Some("edited by the bot".to_string()), None]);
+    }
+
+    /// `conversations.create` through slack-morphism: the channel it makes takes posts.
+    #[test]
+    fn fake_slack_morphism_conversations_create() {
+        let fake = fake();
+        let client = slack_morphism_client_for_tests(&fake.api_url());
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let token = bot_token();
+        let session = client.open_session(&token);
+        let request = SlackApiConversationsCreateRequest::new("work-1".into());
+        let created =
+            rt.block_on(session.conversations_create(&request)).expect("conversations.create");
+        let info = created.channel;
+        assert_eq!(fake.channel_named("work-1").as_deref(), Some(info.id.0.as_str()));
+        assert_eq!(info.name.as_deref(), Some("work-1"));
+        assert_eq!(info.creator, Some(SlackUserId(BOT_USER_ID.into())));
+        assert_eq!(
+            (info.flags.is_channel, info.flags.is_member, info.flags.is_private),
+            (Some(true), Some(true), Some(false))
+        );
+
+        let post = SlackApiChatPostMessageRequest::new(
+            info.id.clone(),
+            SlackMessageContent::new().with_text("in the new channel".into()),
+        );
+        rt.block_on(session.chat_post_message(&post)).expect("chat.postMessage");
+        let sent = fake.sent(&info.id.0);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].text, "in the new channel");
+
+        let private =
+            SlackApiConversationsCreateRequest::new("work-2".into()).with_is_private(true);
+        let private =
+            rt.block_on(session.conversations_create(&private)).expect("a private channel").channel;
+        assert_eq!(private.flags.is_private, Some(true));
+        assert_ne!(private.id, info.id);
+
+        match rt.block_on(session.conversations_create(&request)) {
+            Err(SlackClientError::ApiError(e)) => assert_eq!(e.code, "name_taken"),
+            other => panic!("expected name_taken, got {other:?}"),
+        }
     }
 
     /// The production client type pointed at http:// through `https_or_http`.

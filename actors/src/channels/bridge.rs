@@ -93,6 +93,10 @@ pub const SCHEMA_MAPPINGS: &str = "
         PRIMARY KEY (bridge, external)
     );";
 
+/// The `external` of a mapping whose platform channel is still to be made (a bridge with
+/// `mirror_new_channels` and a channel just created in Flock): `new:<channel>`.
+pub const PENDING_PREFIX: &str = "new:";
+
 /// A mapping made or removed at run time: chat `external` of `bridge` now goes to channel
 /// `flock` (with who may post), or (`flock: None`) to none.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +133,7 @@ pub fn is_bridge_tool(name: &str) -> bool {
         name,
         "bridge__post"
             | "bridge__mappings"
+            | "bridge__made"
             | "bridge__edit"
             | "bridge__pull"
             | "bridge__sent"
@@ -243,6 +248,15 @@ impl Store {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Forgets the run-time mapping of chat `external` (a pending one, once made).
+    pub fn drop_bridge_mapping(&mut self, bridge: &str, external: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "DELETE FROM bridge_mappings WHERE bridge = ?1 AND external = ?2",
+            params![bridge, external],
+        )?;
+        Ok(())
     }
 
     /// Records a run-time mapping change (the last one per chat counts).
@@ -597,6 +611,7 @@ impl ChannelsState {
         let result = match name {
             "bridge__post" => self.bridge_post(myself, bridge, &args).await,
             "bridge__edit" => self.bridge_edit(bridge, &args).await,
+            "bridge__made" => self.bridge_made(bridge, &args).await,
             "bridge__mappings" => self.bridge_spec(bridge).map(|b| {
                 let channels: Vec<Value> = b
                     .channels
@@ -792,6 +807,88 @@ impl ChannelsState {
         }
         Ok(json!({"bridge": bridge, "external": external, "channel": channel, "changed": true})
             .to_string())
+    }
+
+    /// A channel was created in Flock: every bridge with `mirror_new_channels` that does not map
+    /// it yet gets a pending mapping (`new:<channel>`) and is restarted; at start it makes the
+    /// platform channel and answers `bridge__made`.
+    pub(super) async fn mirror_new_channel(&mut self, channel: &str) {
+        let bridges: Vec<String> = self
+            .spec
+            .bridges
+            .iter()
+            .filter(|b| b.mirror_new_channels && !b.channels.iter().any(|m| m.flock == channel))
+            .map(|b| b.name.clone())
+            .collect();
+        for bridge in bridges {
+            let change = MappingChange {
+                bridge: bridge.clone(),
+                external: format!("{PENDING_PREFIX}{channel}"),
+                flock: Some(channel.to_owned()),
+                allow: None,
+            };
+            let c = change.clone();
+            if let Err((_, e)) = self.db(move |s| s.set_bridge_mapping(&c, "flock")).await {
+                tracing::warn!("bridge `{bridge}`: cannot record #{channel} to mirror: {e}");
+                continue;
+            }
+            apply_mapping_changes(
+                &mut Arc::make_mut(&mut self.spec).bridges,
+                std::slice::from_ref(&change),
+            );
+            if let Some(router) = &self.router {
+                let _ = router.cast(crate::router::RouterMsg::StopBridge { bridge });
+            }
+        }
+    }
+
+    /// `bridge__made {channel, external}`: the bridge made platform chat `external` for the
+    /// pending mapping of `channel`; the mapping is now to it, from the channel's first post.
+    async fn bridge_made(&mut self, bridge: &str, args: &Value) -> ToolResult {
+        let channel = str_arg(args, "channel").ok_or_else(|| bad("`channel` is required"))?;
+        let external = str_arg(args, "external")
+            .filter(|e| !e.is_empty() && !e.starts_with(PENDING_PREFIX))
+            .ok_or_else(|| bad("`external` is required"))?
+            .to_owned();
+        let pending = format!("{PENDING_PREFIX}{channel}");
+        let spec = self.bridge_spec(bridge)?;
+        if !spec.channels.iter().any(|m| m.external == pending) {
+            return Err(bad(format!("bridge `{bridge}` has no channel to make for #{channel}")));
+        }
+        let change = MappingChange {
+            bridge: bridge.to_owned(),
+            external: external.clone(),
+            flock: Some(channel.to_owned()),
+            allow: None,
+        };
+        let (b, c, ch) = (bridge.to_owned(), change.clone(), channel.to_owned());
+        self.db(move |s| {
+            s.drop_bridge_mapping(&b, &pending)?;
+            s.set_bridge_mapping(&c, &format!("bridge:{b}"))?;
+            // Every post of the new channel goes out, also those made before the chat was.
+            s.bridge_cursor(&b, &c.external, &ch, 0).map(|_| ())
+        })
+        .await?;
+        let bridges = &mut Arc::make_mut(&mut self.spec).bridges;
+        let unpend = MappingChange {
+            bridge: bridge.to_owned(),
+            external: format!("{PENDING_PREFIX}{channel}"),
+            flock: None,
+            allow: None,
+        };
+        apply_mapping_changes(bridges, &[unpend, change]);
+        self.journal(
+            JournalEvent::new(
+                format!("bridge:{bridge}"),
+                "BRIDGE_MAPPED",
+                Status::Success,
+                format!("bridge `{bridge}`: made chat {external} for #{channel}"),
+            )
+            .param("bridge", json!(bridge))
+            .param("chat", json!(external))
+            .param("channel", json!(channel)),
+        );
+        Ok(json!({"channel": channel, "external": external}).to_string())
     }
 
     /// `bridge__edit {external, message_id, text}` (a person edited their message) or

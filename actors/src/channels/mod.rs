@@ -588,6 +588,7 @@ impl ChannelsState {
                 let r = row.clone();
                 self.db(move |s| s.create_channel(&r)).await?;
                 self.channels.insert(id.clone(), row.clone());
+                self.mirror_new_channel(&id).await;
                 Ok(json!({"channel": id, "topic": row.topic, "members": row.members}).to_string())
             }
             "flock_channel_post" => {

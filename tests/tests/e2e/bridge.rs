@@ -1067,3 +1067,92 @@ fn a_discord_bot_that_may_not_manage_channels_archives_with_the_notice_alone() {
     assert!(discord.categories().is_empty());
     assert_eq!(bridge_status(&swarm, "dc")["channels"][0]["broken"], Value::Null);
 }
+
+/// The chat a bridge maps `#channel` to now, from `bridge status --json`.
+fn chat_of(swarm: &Swarm, bridge: &str, channel: &str) -> Option<String> {
+    let status = bridge_status(swarm, bridge);
+    status["channels"].as_array()?.iter().find(|m| m["flock"] == channel)?["external"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[test]
+fn a_channel_created_in_flock_gets_its_own_discord_channel_with_every_post() {
+    let discord = FakeDiscord::start(DISCORD_TOKEN);
+    discord.add_channel(DC, "team");
+    let yaml = swarm_yaml("http://127.0.0.1:9", None);
+    let head = yaml.split("bridges:\n").next().expect("the yaml has bridges");
+    let bridge = discord_bridge(&discord.base_url()).replace(
+        "    max_posts_per_minute: 600\n",
+        "    max_posts_per_minute: 600\n    mirror_new_channels: true\n",
+    );
+    let swarm =
+        Swarm::builder(&format!("{head}bridges:\n{bridge}")).env("DC_TOKEN", DISCORD_TOKEN).start();
+    discord.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-dc")["state"] == "connected", LONG, "connected");
+
+    // Created and posted to at once: the post made before the Discord channel exists goes too.
+    swarm.ctl_ok(&["channel", "create", "launch", "--as", "bob"]);
+    swarm.ctl_ok(&["post", "#launch", "go for launch", "--as", "bob"]);
+    swarm.wait_until(
+        || chat_of(&swarm, "dc", "launch").is_some_and(|c| !c.starts_with("new:")),
+        LONG,
+        "the bridge made a Discord channel for #launch",
+    );
+    let made: u64 = chat_of(&swarm, "dc", "launch").unwrap().parse().expect("a channel id");
+    let ch = discord.channel(made).expect("the new channel");
+    assert_eq!(ch["name"], "launch");
+    let sent = discord.wait_sent(made, 1, LONG);
+    assert_eq!((sent[0].username.as_str(), sent[0].content.as_str()), ("bob", "go for launch"));
+    // Both ways: a person in the new Discord channel reaches #launch.
+    discord.post(made, 77, "carol", "ready here");
+    swarm.wait_until(
+        || swarm.ctl_ok(&["read", "#launch", "--json"]).contains("human:discord:carol"),
+        LONG,
+        "carol's message is in #launch",
+    );
+    // The mapping stands across a restart of the bridge, and nothing is made twice.
+    swarm.kill9("bridge-dc");
+    swarm.wait_until(
+        || {
+            row_named(&swarm, "bridge-dc")["state"] == "connected"
+                && row_named(&swarm, "bridge-dc")["restarts"].as_u64() >= Some(2)
+        },
+        LONG,
+        "the bridge is back",
+    );
+    assert_eq!(chat_of(&swarm, "dc", "launch"), Some(made.to_string()));
+    let launches = discord
+        .requests()
+        .iter()
+        .filter(|(m, path, _)| {
+            m == "POST" && path.ends_with("/channels") && path.contains("/guilds/")
+        })
+        .count();
+    assert_eq!(launches, 1, "one channel made");
+}
+
+#[test]
+fn a_channel_created_in_flock_gets_its_own_slack_channel() {
+    let slack = FakeSlack::start();
+    slack.add_channel(SC, "team");
+    let yaml = swarm_yaml("http://127.0.0.1:9", None);
+    let head = yaml.split("bridges:\n").next().expect("the yaml has bridges");
+    let bridge = slack_bridge(&slack.api_url()).replace(
+        "    max_posts_per_minute: 600\n",
+        "    max_posts_per_minute: 600\n    mirror_new_channels: true\n",
+    );
+    let swarm = Swarm::builder(&format!("{head}bridges:\n{bridge}"))
+        .env("SL_BOT_TOKEN", fake_slack::BOT_TOKEN)
+        .env("SL_APP_TOKEN", fake_slack::APP_TOKEN)
+        .start();
+    slack.wait_connected(LONG);
+    swarm.wait_until(|| row_named(&swarm, "bridge-sl")["state"] == "connected", LONG, "connected");
+    swarm.ctl_ok(&["channel", "create", "launch", "--as", "bob"]);
+    swarm.ctl_ok(&["post", "#launch", "go for launch", "--as", "bob"]);
+    swarm.wait_until(|| slack.channel_named("launch").is_some(), LONG, "a Slack channel is made");
+    let made = slack.channel_named("launch").unwrap();
+    let sent = slack.wait_sent(&made, 1, LONG);
+    assert_eq!(sent[0].text, "go for launch");
+    assert_eq!(chat_of(&swarm, "sl", "launch"), Some(made));
+}
