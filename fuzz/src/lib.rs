@@ -295,8 +295,8 @@ fn bridge_status(arguments: &str) -> bool {
     let _ = (text(&v, "state", 120), text(&v, "last_error", 300));
     let _ = ["outbox", "inbound", "outbound"].map(|k| v.get(k).and_then(Value::as_u64));
     if let Some(mappings) = v.get("mappings").and_then(Value::as_object) {
-        for m in &bridge_spec().channels {
-            let Some(r) = mappings.get(&m.external) else { continue };
+        for (external, r) in mappings.iter().take(256) {
+            let _ = external.chars().take(200).collect::<String>();
             let _ = (r.get("outbox").and_then(Value::as_u64), text(r, "broken", 300));
         }
     }

@@ -7,11 +7,12 @@
 
 use flock_config::BridgeSpec;
 use flock_ipc::{Body, ErrorCode, Frame, Hello, Outbox, PROTOCOL_VERSION, ROUTER, Welcome};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::{ConnId, ConnInfo, ConnKind, RouterState, constant_time_eq, unix_ms};
 use crate::channels::{ChannelsMsg, ToolReply, is_bridge_tool};
+use crate::journal::{JournalEvent, Status};
 
 /// What `flockctl ps` and `flockctl bridge ls` show of a bridge, as its process reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,6 +44,9 @@ pub struct MappingReport {
     /// Why the chat refuses posts, while it does.
     pub broken: Option<String>,
 }
+
+/// The most mappings of one bridge whose reports are kept.
+const MAX_MAPPING_REPORTS: usize = 256;
 
 /// A configured bridge: the token its next process must show, its connection, what it reports.
 pub(super) struct BridgeSlot {
@@ -200,10 +204,11 @@ impl RouterState {
         if v.get("last_error").is_some() {
             slot.info.last_error = text("last_error", 300);
         }
-        // Only the chats its mappings name (what a bridge reports is bounded by the swarm file).
+        // Its mappings (the swarm file's, or changed at run time): bounded in number and size.
+        let mut changed = Vec::new();
         if let Some(mappings) = v.get("mappings").and_then(Value::as_object) {
-            for m in &slot.spec.channels {
-                let Some(r) = mappings.get(&m.external) else { continue };
+            for (external, r) in mappings.iter().take(MAX_MAPPING_REPORTS) {
+                let external: String = external.chars().take(200).collect();
                 let report = MappingReport {
                     outbox: r.get("outbox").and_then(Value::as_u64).unwrap_or(0),
                     broken: r
@@ -211,7 +216,31 @@ impl RouterState {
                         .and_then(Value::as_str)
                         .map(|s| s.chars().take(300).collect()),
                 };
-                slot.info.mappings.insert(m.external.clone(), report);
+                let was = slot.info.mappings.get(&external).and_then(|m| m.broken.clone());
+                if was != report.broken {
+                    changed.push((external.clone(), report.broken.clone()));
+                }
+                slot.info.mappings.insert(external, report);
+            }
+        }
+        // A chat that starts or stops refusing posts is journaled, once per change.
+        if let Some(journal) = &self.journal {
+            for (chat, broken) in changed {
+                let event = match &broken {
+                    Some(why) => JournalEvent::new(
+                        format!("bridge:{bridge}"),
+                        "BRIDGE_MAPPING_BROKEN",
+                        Status::Failed,
+                        format!("bridge `{bridge}`: chat {chat} refuses: {why}"),
+                    ),
+                    None => JournalEvent::new(
+                        format!("bridge:{bridge}"),
+                        "BRIDGE_MAPPING_RESTORED",
+                        Status::Success,
+                        format!("bridge `{bridge}`: chat {chat} takes posts again"),
+                    ),
+                };
+                journal.log(event.param("bridge", json!(bridge)).param("chat", json!(chat)));
             }
         }
         true

@@ -754,6 +754,15 @@ fn a_slack_app_that_may_not_archive_shows_why_on_the_mapping_and_keeps_running()
     assert_eq!(b["channels"][0]["archived"], false, "{b:#}");
     assert_eq!(b["restarts"], 0, "the bridge keeps running: {b:#}");
     assert!(slack.archived().is_empty());
+    // The journal says so, once, whatever the retries every half minute.
+    swarm.wait_until(
+        || swarm.ctl_ok(&["journal", "read", "--last", "100"]).contains("BRIDGE_MAPPING_BROKEN"),
+        LONG,
+        "the broken mapping is journaled",
+    );
+    let journal = swarm.ctl_ok(&["journal", "read", "--last", "100", "--json"]);
+    assert_eq!(journal.matches("BRIDGE_MAPPING_BROKEN").count(), 1, "{journal}");
+    assert!(journal.contains(&format!("chat {SC} refuses")), "{journal}");
 }
 
 #[test]
