@@ -936,15 +936,7 @@ impl Relay {
         let author = edit["author"].as_str().unwrap_or("?");
         let seq = edit["seq"].as_u64().unwrap_or(0);
         if edit["deleted"].as_bool() == Some(true) {
-            for id in &ids {
-                self.platform_call(
-                    external,
-                    &format!("deleting message {id}"),
-                    Refused::PassOver,
-                    || self.chat.delete(external, id),
-                )
-                .await?;
-            }
+            self.delete_messages(external, &ids).await?;
             tracing::info!(seq, chat = %external, "out: seq {seq} deleted → chat {external}");
             return Some(None);
         }
@@ -976,18 +968,23 @@ impl Relay {
             }
         }
         // Shorter: the pieces left over go.
-        for id in ids.iter().skip(parts.len()) {
-            self.platform_call(
-                external,
-                &format!("deleting message {id}"),
-                Refused::PassOver,
-                || self.chat.delete(external, id),
-            )
-            .await?;
-        }
+        self.delete_messages(external, ids.get(parts.len()..).unwrap_or_default()).await?;
         tracing::info!(seq, chat = %external, "out: seq {seq} edited → chat {external}");
         let same = now.len() == ids.len();
         Some((!same).then(|| now.join(" ")))
+    }
+
+    /// Deletes our messages `ids` in chat `external` (one already gone is passed over); `None`
+    /// if the bridge is stopping.
+    async fn delete_messages(&self, external: &str, ids: &[&str]) -> Option<()> {
+        for id in ids {
+            let doing = format!("deleting message {id}");
+            self.platform_call(external, &doing, Refused::PassOver, || {
+                self.chat.delete(external, id)
+            })
+            .await?;
+        }
+        Some(())
     }
 
     /// One platform call for chat `external`, until it is done: rate limits are waited out and
