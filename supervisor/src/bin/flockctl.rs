@@ -39,10 +39,11 @@ enum BridgeCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Map a platform chat to a channel while the swarm runs (replacing the chat's mapping, if
-    /// it has one); kept across restarts, over the swarm file's mappings. The bridge restarts to
-    /// take it up; nothing is lost (its cursors are durable). A new mapping starts at the
-    /// channel's newest post: no history is sent to the chat.
+    /// Map a platform chat to a channel while the swarm runs.
+    ///
+    /// Replaces the chat's mapping, if it has one; kept across restarts, over the swarm file's
+    /// mappings. The bridge restarts to take it up; nothing is lost (its cursors are durable). A
+    /// new mapping starts at the channel's newest post: no history is sent to the chat.
     Map {
         /// The bridge's name in the swarm file (`flockctl bridge ls` lists them).
         name: String,
@@ -55,17 +56,20 @@ enum BridgeCommand {
         /// left out.
         #[arg(long, value_delimiter = ',')]
         allow: Option<Vec<String>>,
+        /// Print the outcome as JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Remove a chat's mapping while the swarm runs (kept across restarts); the bridge restarts
-    /// without it.
+    /// Remove a chat's mapping while the swarm runs.
+    ///
+    /// Kept across restarts, over the swarm file's mappings; the bridge restarts without it.
     Unmap {
         /// The bridge's name in the swarm file.
         name: String,
         /// The platform's chat or channel id whose mapping goes.
         #[arg(allow_hyphen_values = true)]
         external: String,
+        /// Print the outcome as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -346,7 +350,8 @@ enum Command {
         #[command(subcommand)]
         command: MemoryCommand,
     },
-    /// Chat bridges (Telegram, Discord, Slack): state, outbox, mappings, the Slack app manifest.
+    /// Chat bridges (Telegram, Discord, Slack): state, outbox, mappings (and changing them), the
+    /// Slack app manifest.
     Bridge {
         #[command(subcommand)]
         command: BridgeCommand,
