@@ -297,6 +297,10 @@ impl Index {
                 *fused.entry(*rid).or_default() += 1.0 / (RRF_K + rank as f64 + 1.0);
             }
         }
+        // Equal fused scores (one list's first is the other's second, and back) go to the
+        // better match of the words: exact words beat a near meaning, and the order is stable.
+        let word_rank: HashMap<i64, usize> =
+            words.iter().enumerate().map(|(rank, rid)| (*rid, rank)).collect();
         let mut hits = Vec::new();
         for (rid, relevance) in fused {
             let Some(record) = self.record(rid)? else { continue };
@@ -317,13 +321,20 @@ impl Index {
                 Priority::Low => 0.75,
             };
             let recency = age.map_or(0.9, |a| 0.9 + 0.1 * (-(a as f64) / 90.0).exp());
-            hits.push(Hit { score: relevance * 1000.0 * priority * recency, record, tier });
+            let by_words = word_rank.get(&rid).copied().unwrap_or(usize::MAX);
+            hits.push((
+                by_words,
+                Hit { score: relevance * 1000.0 * priority * recency, record, tier },
+            ));
         }
-        hits.sort_by(|a, b| {
-            b.score.total_cmp(&a.score).then_with(|| a.record.id.cmp(&b.record.id))
+        hits.sort_by(|(wa, a), (wb, b)| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| wa.cmp(wb))
+                .then_with(|| a.record.id.cmp(&b.record.id))
         });
         hits.truncate(q.limit);
-        Ok(hits)
+        Ok(hits.into_iter().map(|(_, hit)| hit).collect())
     }
 
     /// The rids of the records nearest in meaning to `text`, best first (none without an
