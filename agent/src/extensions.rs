@@ -61,8 +61,20 @@ enum Ext {
     DateHelper,
     Idle { activity: Arc<AtomicU64>, wake: Arc<Notify>, task: tokio::task::JoinHandle<()> },
     Lifecycle { unconscious: Option<String>, observer: Option<String>, timeout: Duration },
-    Memory { reflect_after: usize, reflection: Option<String>, reflecting: Vec<String> },
+    Memory { reflect_after: usize, reflection: Option<String>, reflecting: Reflecting },
     Journal { last: usize },
+}
+
+/// What the reflection agent is reflecting on in this turn.
+#[derive(Debug, Default)]
+struct Reflecting {
+    /// The unreflected observations it was given, marked reflected once a reflection is written.
+    ids: Vec<String>,
+    /// Their characters, and the length the reflection is asked to keep within.
+    chars: usize,
+    budget: usize,
+    /// The first answer, when it was sent back to be rewritten (the shorter usable one is kept).
+    draft: Option<String>,
 }
 
 impl Drop for Ext {
@@ -162,7 +174,7 @@ impl Pipeline {
                     }
                 }
                 ExtensionSpec::MemoryFiles { reflect_after, reflection } => {
-                    Ext::Memory { reflect_after, reflection, reflecting: Vec::new() }
+                    Ext::Memory { reflect_after, reflection, reflecting: Reflecting::default() }
                 }
             })
             .collect();
@@ -351,6 +363,27 @@ impl Pipeline {
         }
     }
 
+    /// `turn.answer`, on a final answer before it is taken: the note that sends it back to the
+    /// model once, if an extension wants it rewritten (the turn asks only once). Reflection sends
+    /// back a draft that would be refused or is over its length budget, and keeps the draft: of
+    /// the two, the shorter one that can be written is written.
+    pub fn review_answer(&mut self, answer: &str) -> Option<String> {
+        if self.role != Role::Reflection {
+            return None;
+        }
+        for e in &mut self.exts {
+            if let Ext::Memory { reflecting, .. } = e
+                && !reflecting.ids.is_empty()
+                && reflecting.draft.is_none()
+            {
+                let note = reflection_review(answer, reflecting.budget)?;
+                reflecting.draft = Some(answer.to_owned());
+                return Some(note);
+            }
+        }
+        None
+    }
+
     /// `turn.post`, in reverse order, after the final answer (`delegated`: the turn handed its
     /// input over instead). Failures are logged, never fail the turn (a memory write must not
     /// cost the user their answer).
@@ -371,7 +404,7 @@ impl Pipeline {
                 Ext::Memory { reflect_after, reflection, reflecting } => {
                     let (after, reflection) = (*reflect_after, reflection.clone());
                     let read = std::mem::take(reflecting);
-                    self.write_memory(turn, reply, after, reflection.as_deref(), &read).await;
+                    self.write_memory(turn, reply, after, reflection.as_deref(), read).await;
                 }
                 _ => {}
             }
@@ -468,7 +501,7 @@ impl Pipeline {
         reply: &str,
         reflect_after: usize,
         reflection: Option<&str>,
-        read: &[String],
+        read: Reflecting,
     ) {
         let Some(m) = &self.memory else {
             tracing::info!("memory_files: no memory folder (FLOCK_MEMORY_DIR); nothing written");
@@ -514,34 +547,34 @@ impl Pipeline {
             }
             // A degenerate reflection is refused: nothing is written and the observations stay
             // unreflected, so the next reflection reads them again.
-            Role::Reflection if !read.is_empty() => match degenerate(reply)
-                .map_or_else(|| fit_reflection(reply).ok_or("nothing but headings"), Err)
-            {
-                Err(why) => {
-                    Ok(format!("reflection refused ({why}); observations kept unreflected"))
+            Role::Reflection if !read.ids.is_empty() => {
+                match settle_reflection(reply, read.draft.as_deref()) {
+                    Err(why) => {
+                        Ok(format!("reflection refused ({why}); observations kept unreflected"))
+                    }
+                    Ok(fitted) => {
+                        let ratio = |text: &str| {
+                            read.chars as f64 / text.trim().chars().count().max(1) as f64
+                        };
+                        let rewritten = match read.draft.as_deref().map(fit_or_refuse) {
+                            Some(Ok(first)) => {
+                                format!("; the first draft {:.1}×, sent back once", ratio(&first))
+                            }
+                            Some(Err(why)) => format!("; the first draft {why}, sent back once"),
+                            None => String::new(),
+                        };
+                        let id = flock_ipc::id::fmt_id(turn.id);
+                        m.append_reflection(now, &id, &fitted)
+                            .and_then(|_| m.mark_reflected(now, &read.ids))
+                            .map(|n| {
+                                format!(
+                                    "reflection written ({:.1}× compression{rewritten}), {n} observations marked reflected",
+                                    ratio(&fitted)
+                                )
+                            })
+                    }
                 }
-                Ok(fitted) => {
-                    let reply = &fitted;
-                    let input: usize = m
-                        .observations()
-                        .map(|all| {
-                            all.iter()
-                                .filter(|o| read.contains(&o.id))
-                                .map(|o| o.text.chars().count())
-                                .sum()
-                        })
-                        .unwrap_or(0);
-                    let ratio = input as f64 / reply.trim().chars().count().max(1) as f64;
-                    let id = flock_ipc::id::fmt_id(turn.id);
-                    m.append_reflection(now, &id, reply).and_then(|_| m.mark_reflected(now, read)).map(
-                        |n| {
-                            format!(
-                                "reflection written ({ratio:.1}× compression), {n} observations marked reflected"
-                            )
-                        },
-                    )
-                }
-            },
+            }
             Role::Dream => m
                 .merge_knowledge(now, reply)
                 .map(|p| format!("knowledge merged into {}", p.display())),
@@ -655,6 +688,45 @@ pub fn fit_reflection(reply: &str) -> Option<String> {
     (content > 0).then(|| out.join("\n"))
 }
 
+/// A reflection as it would be written ([`fit_reflection`]), or why it would be refused.
+fn fit_or_refuse(reply: &str) -> Result<String, &'static str> {
+    match degenerate(reply) {
+        Some(why) => Err(why),
+        None => fit_reflection(reply).ok_or("nothing but headings"),
+    }
+}
+
+/// The reflection to write: of the answer and the first draft (when the draft was sent back to
+/// be rewritten), the shorter one that can be written; why neither can, otherwise.
+fn settle_reflection(reply: &str, draft: Option<&str>) -> Result<String, &'static str> {
+    let len = |t: &String| t.chars().count();
+    match (fit_or_refuse(reply), draft.map(fit_or_refuse)) {
+        (Ok(a), Some(Ok(b))) => Ok(if len(&b) < len(&a) { b } else { a }),
+        (Err(_), Some(Ok(b))) => Ok(b),
+        (answer, _) => answer,
+    }
+}
+
+/// Why a reflection draft goes back to the model once, as the note that says so: it would be
+/// refused (empty, repeating, nothing but headings), or it is longer than its budget even after
+/// [`fit_reflection`]. `None`: it may be written as it is.
+fn reflection_review(draft: &str, budget: usize) -> Option<String> {
+    match fit_or_refuse(draft) {
+        Err(why) => Some(format!(
+            "[note] Your reflection cannot be written: {why}. Write it again in the shape asked \
+             for: what the observations add up to, each line once."
+        )),
+        Ok(fitted) if fitted.chars().count() > budget => Some(format!(
+            "[note] Your reflection is {} characters; the budget is {budget}. Write it again \
+             within the budget, in the same shape: one short line per pattern or rule, merge \
+             lines that say the same kind of thing, leave out details (the observations keep \
+             them, searchable), keep the [high] items.",
+            fitted.chars().count()
+        )),
+        Ok(_) => None,
+    }
+}
+
 /// The name of a heading line (`## Patterns`, `**Patterns:**`), or `None` for other lines.
 fn heading(line: &str) -> Option<String> {
     if let Some(h) = line.strip_prefix('#') {
@@ -744,7 +816,7 @@ async fn recall(client: &RouterClient, input: &str) -> String {
 fn memory_context(
     role: Role,
     memory: Option<&Memory>,
-    reflecting: &mut Vec<String>,
+    reflecting: &mut Reflecting,
 ) -> Option<String> {
     let m = memory?;
     match role {
@@ -753,12 +825,23 @@ fn memory_context(
             if un.is_empty() {
                 return None;
             }
-            *reflecting = un.iter().map(|o| o.id.clone()).collect();
-            let list: Vec<String> =
-                un.iter().map(|o| format!("- {}: {}", o.when, o.text.replace('\n', " "))).collect();
+            // High-priority items are marked: the prompt asks to keep each of them.
+            let list: Vec<String> = un
+                .iter()
+                .map(|o| {
+                    let high = if o.priority.as_deref() == Some("high") { " [high]" } else { "" };
+                    format!("- {}{high}: {}", o.when, o.text.replace('\n', " "))
+                })
+                .collect();
             // The length to aim for: a fifth of what was observed (the compression target).
             let chars: usize = un.iter().map(|o| o.text.chars().count()).sum();
-            let budget = (chars / REFLECTION_COMPRESSION).max(200);
+            let budget = (chars / REFLECTION_COMPRESSION).max(REFLECTION_MIN_CHARS);
+            *reflecting = Reflecting {
+                ids: un.iter().map(|o| o.id.clone()).collect(),
+                chars,
+                budget,
+                draft: None,
+            };
             Some(format!(
                 "[observations] {} unreflected ({chars} characters; your reflection: at most {budget} characters):\n{}",
                 un.len(),
@@ -773,6 +856,8 @@ fn memory_context(
 /// How many times shorter than its observations a reflection should be (the length it is asked
 /// for; `scripts/reflection-ratio` measures what a model does).
 const REFLECTION_COMPRESSION: usize = 5;
+/// The shortest budget a reflection is given (a few observations still get a whole reflection).
+const REFLECTION_MIN_CHARS: usize = 200;
 
 /// Fires `on_idle` once per idle period: `after` since the last activity (turn start or end;
 /// the process start counts as activity). A real timer: it needs no incoming turn.
@@ -1050,6 +1135,29 @@ mod tests {
         let cut = fit_reflection(&long).expect("one long line");
         assert!(cut.ends_with('…') && cut.chars().count() <= REFLECTION_LINE_CHARS, "{cut}");
         assert!(!cut.ends_with(" …"), "{cut}");
+    }
+
+    #[test]
+    fn a_reflection_over_its_budget_or_unusable_goes_back_once_and_the_shorter_is_kept() {
+        let long = "### Patterns\n- Ana moved billing from MySQL to Postgres 16 with a dual-write \
+                    phase of thirty days.\n- Backups run nightly with pg_dump and a restore test.\n\
+                    ### Summary\nA week of moving billing to Postgres, with backups and UTC.";
+        let short = "### Patterns\n- Billing moves to Postgres; nightly backups.\n### Summary\nMigration week.";
+        let over = reflection_review(long, 120).expect("over 120 characters");
+        assert!(over.contains("the budget is 120") && over.contains("[high]"), "{over}");
+        assert_eq!(reflection_review(short, 120), None, "within the budget");
+        let repeating = "- same\n- same\n- same\n- same\n- same";
+        let refused = reflection_review(repeating, 500).expect("a repeating draft goes back");
+        assert!(refused.contains("the same lines over and over"), "{refused}");
+        assert!(reflection_review("### Patterns\n### Summary", 500).is_some(), "headings only");
+
+        // Of the rewrite and the draft, the shorter that can be written is written.
+        assert_eq!(settle_reflection(short, Some(long)).as_deref(), Ok(short));
+        assert_eq!(settle_reflection(long, Some(short)).as_deref(), Ok(short));
+        assert_eq!(settle_reflection(repeating, Some(long)).as_deref(), Ok(long));
+        assert_eq!(settle_reflection(long, None).as_deref(), Ok(long));
+        assert_eq!(settle_reflection(repeating, None), Err("the same lines over and over"));
+        assert_eq!(settle_reflection("", Some(repeating)), Err("empty"));
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub struct Observation {
     pub when: String,
     pub text: String,
     pub reflected: bool,
+    /// `high`, `medium` or `low`, when the observer tagged it.
+    pub priority: Option<String>,
 }
 
 /// Whether `tool` writes memory in the agent itself (`memory_remember`, `knowledge_append`).
@@ -330,14 +332,22 @@ fn parse_observations(date: &str, text: &str) -> Vec<Observation> {
                 when: format!("{date} {}", hm.trim()),
                 text: String::new(),
                 reflected: false,
+                priority: None,
             });
         } else if let Some(o) = cur.as_mut() {
             if let Some(id) = line.strip_prefix(ID_PREFIX) {
                 o.id = id.trim_end_matches("-->").trim().to_owned();
             } else if line.starts_with(REFLECTED_PREFIX) {
                 o.reflected = true;
-            } else if line.starts_with("<!--") {
-                // Other annotations (`<!-- priority: high; category: task -->`) are the index's.
+            } else if let Some(notes) = line.strip_prefix("<!--") {
+                // Other annotations (`<!-- priority: high; category: task -->`) are the index's;
+                // reflection reads the priority.
+                o.priority = notes
+                    .trim_end_matches("-->")
+                    .split(';')
+                    .find_map(|n| n.trim().strip_prefix("priority:"))
+                    .map(|p| p.trim().to_owned())
+                    .or(o.priority.take());
             } else if line == "---" {
                 out.extend(cur.take());
             } else if !line.trim().is_empty() {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use flock_config::{ScriptRule, ScriptStep, Transcript};
+use flock_config::{Matcher, ScriptRule, ScriptStep, Transcript};
 pub use flock_ipc::llm::{ToolCall, ToolDef};
 use serde_json::Value;
 
@@ -124,7 +124,16 @@ impl LlmProvider for ScriptedProvider {
             .take_while(|m| !matches!(m, ChatMessage::User { .. }))
             .filter(|m| matches!(m, ChatMessage::ToolCall { .. }))
             .count();
-        let Some(rule) = self.rule(input) else {
+        // A note that sent the last answer back (a rewrite request) is answered by the first
+        // rule that names it (`match`/`equals`); otherwise the input's rule plays again.
+        let note = match conversation {
+            [.., ChatMessage::Assistant { .. }, ChatMessage::System { text }] => Some(text),
+            _ => None,
+        };
+        let for_note = note.and_then(|n| {
+            self.transcript.rules.iter().find(|r| r.matcher != Matcher::Any && r.matcher.matches(n))
+        });
+        let Some(rule) = for_note.or_else(|| self.rule(input)) else {
             return Ok(LlmStep::Final(format!("(no scripted rule matches: {input})")));
         };
         let mut tools_seen = 0;
@@ -157,7 +166,6 @@ impl LlmProvider for ScriptedProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flock_config::Matcher;
 
     fn transcript() -> Transcript {
         Transcript {
@@ -216,6 +224,27 @@ mod tests {
     async fn unmatched_input_falls_through_to_the_catch_all() {
         let mut p = ScriptedProvider::new(transcript());
         let conv = vec![ChatMessage::User { from: "op".into(), text: "hello".into(), at: None }];
+        assert_eq!(p.next(&conv, &[]).await.unwrap(), LlmStep::Final("ack".into()));
+    }
+
+    #[tokio::test]
+    async fn a_note_that_sends_the_answer_back_is_answered_by_the_rule_that_names_it() {
+        let mut t = transcript();
+        let rewrite = ScriptRule {
+            matcher: Matcher::Contains("Write it again".into()),
+            steps: vec![],
+            reply: "shorter".into(),
+        };
+        t.rules.insert(0, rewrite);
+        let mut p = ScriptedProvider::new(t);
+        let mut conv =
+            vec![ChatMessage::User { from: "op".into(), text: "hello".into(), at: None }];
+        conv.push(ChatMessage::Assistant { text: "ack".into() });
+        conv.push(ChatMessage::System { text: "[note] too long. Write it again".into() });
+        assert_eq!(p.next(&conv, &[]).await.unwrap(), LlmStep::Final("shorter".into()));
+        // A note no rule names: the input's rule plays again (the catch-all does not take it).
+        conv.pop();
+        conv.push(ChatMessage::System { text: "[note] something else".into() });
         assert_eq!(p.next(&conv, &[]).await.unwrap(), LlmStep::Final("ack".into()));
     }
 }

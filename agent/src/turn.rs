@@ -121,6 +121,7 @@ pub async fn run(
     let mut errors: Vec<String> = Vec::new();
     let mut text_only = false;
     let mut retried = false;
+    let mut sent_back: Option<usize> = None;
     let mut delegated = false;
     for step in 0..MAX_STEPS {
         if reply.is_some() {
@@ -146,6 +147,20 @@ pub async fn run(
                     conversation.push(ChatMessage::Assistant { text: fallback.clone() });
                     reply = Some(fallback);
                     break;
+                }
+                // An extension may send the answer back once (a reflection over its budget):
+                // the model sees its draft and the note; neither stays in the session.
+                if sent_back.is_none()
+                    && let Some(note) = pipeline.review_answer(&text)
+                {
+                    tracing::info!("  the answer was sent back once: {}", crate::quote(&note));
+                    sent_back = Some(conversation.len());
+                    conversation.push(ChatMessage::Assistant { text });
+                    conversation.push(ChatMessage::System { text: note });
+                    continue;
+                }
+                if let Some(at) = sent_back.filter(|at| at + 2 <= conversation.len()) {
+                    conversation.drain(at..at + 2);
                 }
                 conversation.retain(|m| !is_retry_note(m));
                 conversation.push(ChatMessage::Assistant { text: text.clone() });

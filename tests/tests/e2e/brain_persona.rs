@@ -183,6 +183,54 @@ fn observations_trigger_reflection_at_the_threshold_and_an_idle_coordinator_wake
 }
 
 #[test]
+fn a_reflection_over_its_budget_is_sent_back_once_and_the_shorter_one_is_written() {
+    // Reflection's model first restates every observation at length (as a small model does);
+    // asked again within the budget, it condenses.
+    let restated = "          - Bren handled the request one and reported back to the coordinator, \
+                    who answered the operator in the direct message as it always does.\n          \
+                    - Bren handled the request two and reported back to the coordinator, who \
+                    answered the operator in the direct message as it always does.\n";
+    let swarm = persona(
+        &[
+            (
+                "    model: observer-script\n",
+                "    model: observer-script\n    extensions: [message_window, {memory_files: {reflect_after: 2}}]\n",
+            ),
+            (
+                "  reflection-script:\n    provider: scripted\n    rules:\n",
+                "  reflection-script:\n    provider: scripted\n    rules:\n      - match: \"Write it again\"\n        reply: \"### Patterns\\n- Requests reach Bren through the coordinator.\\n### Summary\\nTwo requests.\"\n",
+            ),
+            (
+                "          - Bren is asked for plans and answers through the coordinator.\n",
+                restated,
+            ),
+        ],
+        None,
+    );
+    for task in ["one", "two"] {
+        swarm.ctl_ok(&["send", "coordinator", task]);
+    }
+    swarm.wait_until(
+        || folder(&swarm, "observations").matches("<!-- reflected: ").count() == 2,
+        LONG,
+        "two observations marked reflected",
+    );
+    let reflections = folder(&swarm, "reflections");
+    assert!(
+        reflections.contains("- Requests reach Bren through the coordinator."),
+        "{reflections}"
+    );
+    assert!(
+        !reflections.contains("Bren handled the request"),
+        "the draft is not written: {reflections}"
+    );
+    let log = swarm.log("reflection");
+    assert_eq!(log.matches("the answer was sent back once").count(), 1, "{log}");
+    assert!(log.contains("characters; the budget is "), "{log}");
+    assert!(log.contains("sent back once), 2 observations marked reflected"), "{log}");
+}
+
+#[test]
 fn a_fact_from_one_conversation_reaches_the_worker_in_a_later_one_through_the_memory_index() {
     // The swarm's own masking rule (memory.mask) on top of the built-in ones.
     let rule = "memory:\n  mask:\n    - { name: locker, pattern: \"LOCKER-[0-9]{4}\" }\nagents:";
