@@ -55,14 +55,35 @@ pub struct TurnPre {
 }
 
 enum Ext {
-    Window { max: usize },
-    Compaction { max_messages: usize, max_chars: usize, keep: usize },
+    Window {
+        max: usize,
+    },
+    Compaction {
+        max_messages: usize,
+        max_chars: usize,
+        keep: usize,
+    },
     ContextInjector,
     DateHelper,
-    Idle { activity: Arc<AtomicU64>, wake: Arc<Notify>, task: tokio::task::JoinHandle<()> },
-    Lifecycle { unconscious: Option<String>, observer: Option<String>, timeout: Duration },
-    Memory { reflect_after: usize, reflection: Option<String>, reflecting: Reflecting },
-    Journal { last: usize },
+    Idle {
+        activity: Arc<AtomicU64>,
+        wake: Arc<Notify>,
+        task: tokio::task::JoinHandle<()>,
+    },
+    Lifecycle {
+        unconscious: Option<String>,
+        observer: Option<String>,
+        timeout: Duration,
+    },
+    Memory {
+        reflect_after: Option<usize>,
+        reflect_tokens: usize,
+        reflection: Option<String>,
+        reflecting: Reflecting,
+    },
+    Journal {
+        last: usize,
+    },
 }
 
 /// What the reflection agent is reflecting on in this turn.
@@ -173,8 +194,13 @@ impl Pipeline {
                         timeout: Duration::from_millis(timeout_ms),
                     }
                 }
-                ExtensionSpec::MemoryFiles { reflect_after, reflection } => {
-                    Ext::Memory { reflect_after, reflection, reflecting: Reflecting::default() }
+                ExtensionSpec::MemoryFiles { reflect_after, reflect_tokens, reflection } => {
+                    Ext::Memory {
+                        reflect_after,
+                        reflect_tokens,
+                        reflection,
+                        reflecting: Reflecting::default(),
+                    }
                 }
             })
             .collect();
@@ -401,10 +427,11 @@ impl Pipeline {
                     let observer = observer.clone();
                     self.after_worker_turn(turn, reply, observer.as_deref()).await;
                 }
-                Ext::Memory { reflect_after, reflection, reflecting } => {
-                    let (after, reflection) = (*reflect_after, reflection.clone());
+                Ext::Memory { reflect_after, reflect_tokens, reflection, reflecting } => {
+                    let trigger = Trigger { after: *reflect_after, tokens: *reflect_tokens };
+                    let reflection = reflection.clone();
                     let read = std::mem::take(reflecting);
-                    self.write_memory(turn, reply, after, reflection.as_deref(), read).await;
+                    self.write_memory(turn, reply, trigger, reflection.as_deref(), read).await;
                 }
                 _ => {}
             }
@@ -499,7 +526,7 @@ impl Pipeline {
         &self,
         turn: &TurnInput<'_>,
         reply: &str,
-        reflect_after: usize,
+        trigger: Trigger,
         reflection: Option<&str>,
         read: Reflecting,
     ) {
@@ -515,12 +542,14 @@ impl Pipeline {
                 let id = flock_ipc::id::fmt_id(turn.id);
                 let (tag, text) = observation_tag(reply);
                 let written = m.append_observation_tagged(now, &id, Some(turn.from), text, tag);
-                if let (Ok(_), Some(to)) = (&written, reflection) {
+                if let (Ok(true), Some(to)) = (&written, reflection) {
                     match m.unreflected() {
-                        Ok(un) if un.len() >= reflect_after => {
+                        Ok(un) if trigger.crossed(&un) => {
                             let text = format!(
-                                "[reflect] {} unreflected observations (threshold {reflect_after})",
-                                un.len()
+                                "[reflect] {} unreflected observations (~{} tokens; {})",
+                                un.len(),
+                                estimated_tokens(&un),
+                                trigger.describe()
                             );
                             let args = serde_json::json!({"to": to, "text": text});
                             let out = tools::execute(
@@ -552,15 +581,17 @@ impl Pipeline {
                     Err(why) => {
                         Ok(format!("reflection refused ({why}); observations kept unreflected"))
                     }
-                    Ok(fitted) => {
+                    Ok((fitted, chosen)) => {
                         let ratio = |text: &str| {
                             read.chars as f64 / text.trim().chars().count().max(1) as f64
                         };
-                        let rewritten = match read.draft.as_deref().map(fit_or_refuse) {
-                            Some(Ok(first)) => {
-                                format!("; the first draft {:.1}×, sent back once", ratio(&first))
-                            }
-                            Some(Err(why)) => format!("; the first draft {why}, sent back once"),
+                        let rewritten = match read.draft.as_deref() {
+                            Some(d) => match fit_or_refuse(d) {
+                                Ok(_) => {
+                                    format!("; the first draft {:.1}×, sent back once", ratio(d))
+                                }
+                                Err(why) => format!("; the first draft {why}, sent back once"),
+                            },
                             None => String::new(),
                         };
                         let id = flock_ipc::id::fmt_id(turn.id);
@@ -568,8 +599,9 @@ impl Pipeline {
                             .and_then(|_| m.mark_reflected(now, &read.ids))
                             .map(|n| {
                                 format!(
-                                    "reflection written ({:.1}× compression{rewritten}), {n} observations marked reflected",
-                                    ratio(&fitted)
+                                    "reflection written ({:.1}× compression; the model's answer {:.1}× before the cut{rewritten}), {n} observations marked reflected",
+                                    ratio(&fitted),
+                                    ratio(chosen)
                                 )
                             })
                     }
@@ -585,6 +617,42 @@ impl Pipeline {
             Err(e) => tracing::info!("memory_files: write failed: {e}"),
         }
     }
+}
+
+/// When the observer wakes reflection: the unreflected observations reach `tokens` estimated
+/// tokens, or `after` entries (if set) — and again at each further multiple, so a refused
+/// reflection is tried again with more, and a slow one is not sent `[reflect]` per observation.
+#[derive(Debug, Clone, Copy)]
+struct Trigger {
+    after: Option<usize>,
+    tokens: usize,
+}
+
+impl Trigger {
+    /// Whether the newest of `un` (just written) took them over a threshold.
+    fn crossed(&self, un: &[crate::memory::Observation]) -> bool {
+        let Some(newest) = un.last() else { return false };
+        let total = estimated_tokens(un);
+        let before = total - newest.text.chars().count() / CHARS_PER_TOKEN;
+        let by_tokens = before / self.tokens.max(1) < total / self.tokens.max(1);
+        let by_count = self.after.is_some_and(|a| (un.len() - 1) / a.max(1) < un.len() / a.max(1));
+        by_tokens || by_count
+    }
+
+    fn describe(&self) -> String {
+        match self.after {
+            Some(a) => format!("threshold {} tokens or {a} observations", self.tokens),
+            None => format!("threshold {} tokens", self.tokens),
+        }
+    }
+}
+
+/// Characters per token in the estimates of memory sizes.
+const CHARS_PER_TOKEN: usize = 4;
+
+/// The estimated tokens of `observations` (their texts, [`CHARS_PER_TOKEN`] characters each).
+fn estimated_tokens(observations: &[crate::memory::Observation]) -> usize {
+    observations.iter().map(|o| o.text.chars().count() / CHARS_PER_TOKEN).sum()
 }
 
 /// The observer's way of saying an exchange holds nothing worth remembering.
@@ -696,32 +764,38 @@ fn fit_or_refuse(reply: &str) -> Result<String, &'static str> {
     }
 }
 
-/// The reflection to write: of the answer and the first draft (when the draft was sent back to
-/// be rewritten), the shorter one that can be written; why neither can, otherwise.
-fn settle_reflection(reply: &str, draft: Option<&str>) -> Result<String, &'static str> {
-    let len = |t: &String| t.chars().count();
-    match (fit_or_refuse(reply), draft.map(fit_or_refuse)) {
-        (Ok(a), Some(Ok(b))) => Ok(if len(&b) < len(&a) { b } else { a }),
-        (Err(_), Some(Ok(b))) => Ok(b),
-        (answer, _) => answer,
+/// The reflection to write, cut to shape, and the answer it was cut from: of the answer and the
+/// first draft (when the draft was sent back to be rewritten), the one the model wrote shorter,
+/// of those that can be written (so a draft that restated every observation, and would only look
+/// short once cut, loses to a real rewrite); why neither can, otherwise.
+fn settle_reflection<'a>(
+    reply: &'a str,
+    draft: Option<&'a str>,
+) -> Result<(String, &'a str), &'static str> {
+    let raw = |t: &str| t.trim().chars().count();
+    match (fit_or_refuse(reply), draft.map(|d| (fit_or_refuse(d), d))) {
+        (Ok(_), Some((Ok(b), d))) if raw(d) < raw(reply) => Ok((b, d)),
+        (Err(_), Some((Ok(b), d))) => Ok((b, d)),
+        (answer, _) => answer.map(|a| (a, reply)),
     }
 }
 
 /// Why a reflection draft goes back to the model once, as the note that says so: it would be
-/// refused (empty, repeating, nothing but headings), or it is longer than its budget even after
-/// [`fit_reflection`]. `None`: it may be written as it is.
+/// refused (empty, repeating, nothing but headings), or the model wrote more than its budget
+/// (measured before [`fit_reflection`] cuts it: a small model restates every observation, and
+/// the first three of them would pass for a short reflection). `None`: it may be written.
 fn reflection_review(draft: &str, budget: usize) -> Option<String> {
+    let len = draft.trim().chars().count();
     match fit_or_refuse(draft) {
         Err(why) => Some(format!(
             "[note] Your reflection cannot be written: {why}. Write it again in the shape asked \
              for: what the observations add up to, each line once."
         )),
-        Ok(fitted) if fitted.chars().count() > budget => Some(format!(
-            "[note] Your reflection is {} characters; the budget is {budget}. Write it again \
+        Ok(_) if len > budget => Some(format!(
+            "[note] Your reflection is {len} characters; the budget is {budget}. Write it again \
              within the budget, in the same shape: one short line per pattern or rule, merge \
              lines that say the same kind of thing, leave out details (the observations keep \
-             them, searchable), keep the [high] items.",
-            fitted.chars().count()
+             them, searchable), keep the [high] items."
         )),
         Ok(_) => None,
     }
@@ -821,10 +895,24 @@ fn memory_context(
     let m = memory?;
     match role {
         Role::Reflection => {
-            let un = m.unreflected().ok()?;
+            let mut un = m.unreflected().ok()?;
             if un.is_empty() {
                 return None;
             }
+            // A backlog (reflection was down, or refused) is taken oldest first, as much as fits
+            // a small model's context beside the prompt and the answer; the rest waits.
+            let mut tokens = 0;
+            let fits = un
+                .iter()
+                .take_while(|o| {
+                    tokens += o.text.chars().count() / CHARS_PER_TOKEN;
+                    tokens <= REFLECTION_BATCH_TOKENS
+                })
+                .count();
+            let total = un.len();
+            un.truncate(fits.max(1));
+            let of =
+                if un.len() < total { format!(" (the oldest of {total})") } else { String::new() };
             // High-priority items are marked: the prompt asks to keep each of them.
             let list: Vec<String> = un
                 .iter()
@@ -843,7 +931,7 @@ fn memory_context(
                 draft: None,
             };
             Some(format!(
-                "[observations] {} unreflected ({chars} characters; your reflection: at most {budget} characters):\n{}",
+                "[observations] {} unreflected{of} ({chars} characters; your reflection: at most {budget} characters):\n{}",
                 un.len(),
                 list.join("\n")
             ))
@@ -856,6 +944,9 @@ fn memory_context(
 /// How many times shorter than its observations a reflection should be (the length it is asked
 /// for; `scripts/reflection-ratio` measures what a model does).
 const REFLECTION_COMPRESSION: usize = 5;
+/// The most of the unreflected observations one reflection reads, in estimated tokens: with the
+/// prompt (~450) and the answer (512) it stays within the embedded model's 4 096-token context.
+const REFLECTION_BATCH_TOKENS: usize = 2_500;
 /// The shortest budget a reflection is given (a few observations still get a whole reflection).
 const REFLECTION_MIN_CHARS: usize = 200;
 
@@ -1138,6 +1229,58 @@ mod tests {
     }
 
     #[test]
+    fn reflection_is_woken_when_the_observations_cross_a_threshold_and_at_each_multiple() {
+        let obs = |n: usize, chars: usize| -> Vec<crate::memory::Observation> {
+            (0..n)
+                .map(|i| crate::memory::Observation {
+                    id: format!("o{i}"),
+                    when: "2026-11-26 10:00".into(),
+                    text: "x".repeat(chars),
+                    reflected: false,
+                    priority: None,
+                })
+                .collect()
+        };
+        // 100 tokens a threshold, 40 characters (10 tokens) an observation: the 10th crosses it,
+        // the 11th to 19th do not, the 20th crosses the second multiple.
+        let by_tokens = Trigger { after: None, tokens: 100 };
+        let woken: Vec<usize> = (1..=25).filter(|&n| by_tokens.crossed(&obs(n, 40))).collect();
+        assert_eq!(woken, [10, 20]);
+        // A count as well: whichever comes first, each at its own multiples.
+        let both = Trigger { after: Some(3), tokens: 100 };
+        let woken: Vec<usize> = (1..=10).filter(|&n| both.crossed(&obs(n, 40))).collect();
+        assert_eq!(woken, [3, 6, 9, 10]);
+        assert!(!by_tokens.crossed(&[]), "nothing unreflected");
+        assert_eq!(both.describe(), "threshold 100 tokens or 3 observations");
+    }
+
+    #[test]
+    fn reflection_reads_a_backlog_oldest_first_as_much_as_fits_and_marks_high_items() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Memory::new(dir.path());
+        // 120 observations of 100 characters (25 tokens): 3 000 tokens, over one batch.
+        for i in 0..120u64 {
+            let text = format!("{i:03} {}", "y".repeat(96));
+            let tag = if i == 0 { Some(("high", "decision")) } else { None };
+            assert!(
+                m.append_observation_tagged(i * 60_000, &format!("o{i}"), None, &text, tag)
+                    .unwrap()
+            );
+        }
+        let mut r = Reflecting::default();
+        let context = memory_context(Role::Reflection, Some(&m), &mut r).expect("a backlog");
+        assert_eq!(r.ids.len(), REFLECTION_BATCH_TOKENS / 25, "as much as fits");
+        assert_eq!((r.ids[0].as_str(), r.chars), ("o0", r.ids.len() * 100), "oldest first");
+        assert_eq!(r.budget, r.chars / REFLECTION_COMPRESSION);
+        assert!(
+            context.starts_with("[observations] 100 unreflected (the oldest of 120)"),
+            "{context}"
+        );
+        assert!(context.contains(" [high]: 000 "), "{context}");
+        assert_eq!(context.matches("[high]").count(), 1, "{context}");
+    }
+
+    #[test]
     fn a_reflection_over_its_budget_or_unusable_goes_back_once_and_the_shorter_is_kept() {
         let long = "### Patterns\n- Ana moved billing from MySQL to Postgres 16 with a dual-write \
                     phase of thirty days.\n- Backups run nightly with pg_dump and a restore test.\n\
@@ -1151,13 +1294,24 @@ mod tests {
         assert!(refused.contains("the same lines over and over"), "{refused}");
         assert!(reflection_review("### Patterns\n### Summary", 500).is_some(), "headings only");
 
-        // Of the rewrite and the draft, the shorter that can be written is written.
-        assert_eq!(settle_reflection(short, Some(long)).as_deref(), Ok(short));
-        assert_eq!(settle_reflection(long, Some(short)).as_deref(), Ok(short));
-        assert_eq!(settle_reflection(repeating, Some(long)).as_deref(), Ok(long));
-        assert_eq!(settle_reflection(long, None).as_deref(), Ok(long));
-        assert_eq!(settle_reflection(repeating, None), Err("the same lines over and over"));
-        assert_eq!(settle_reflection("", Some(repeating)), Err("empty"));
+        // Of the rewrite and the draft, the one the model wrote shorter (and can be written).
+        let written = |reply, draft| settle_reflection(reply, draft).map(|(fitted, _)| fitted);
+        assert_eq!(written(short, Some(long)).as_deref(), Ok(short));
+        assert_eq!(written(long, Some(short)).as_deref(), Ok(short));
+        assert_eq!(written(repeating, Some(long)).as_deref(), Ok(long));
+        assert_eq!(written(long, None).as_deref(), Ok(long));
+        assert_eq!(written(repeating, None), Err("the same lines over and over"));
+        // A restatement of every observation goes back though the cut would make it short,
+        // and loses to a rewrite the model made short itself.
+        let restated: String = (1..=12)
+            .map(|i| format!("- Observation {i} restated word for word by the model.\n"))
+            .collect();
+        let restated = format!("### Patterns\n{restated}");
+        assert!(fit_reflection(&restated).unwrap().chars().count() < 200, "short once cut");
+        assert!(reflection_review(&restated, 200).is_some(), "the model wrote over 200");
+        let (fitted, from) = settle_reflection(long, Some(&restated)).unwrap();
+        assert_eq!((fitted.as_str(), from), (fit_reflection(long).unwrap().as_str(), long));
+        assert_eq!(written("", Some(repeating)), Err("empty"));
     }
 
     #[test]

@@ -81,7 +81,7 @@ fn settings_of(
         ExtensionSpec::ContextInjector | ExtensionSpec::DateHelper => &[],
         ExtensionSpec::IdleMonitor { .. } => &["after_secs", "notify"],
         ExtensionSpec::WorkerLifecycle { .. } => &["unconscious", "observer", "timeout_ms"],
-        ExtensionSpec::MemoryFiles { .. } => &["reflect_after", "reflection"],
+        ExtensionSpec::MemoryFiles { .. } => &["reflect_after", "reflect_tokens", "reflection"],
         ExtensionSpec::JournalContext { .. } => &["last"],
     };
     r.unknown_keys(entries, keys, &format!("`{what}`"));
@@ -160,9 +160,12 @@ fn settings_of(
                 *timeout_ms = n;
             }
         }
-        ExtensionSpec::MemoryFiles { reflect_after, reflection } => {
+        ExtensionSpec::MemoryFiles { reflect_after, reflect_tokens, reflection } => {
             if let Some(n) = num(r, "reflect_after", 1, 100_000) {
-                *reflect_after = n as usize;
+                *reflect_after = Some(n as usize);
+            }
+            if let Some(n) = num(r, "reflect_tokens", 100, 1_000_000) {
+                *reflect_tokens = n as usize;
             }
             if let Some(a) = agent(r, "reflection") {
                 *reflection = a;

@@ -352,6 +352,12 @@ pub struct AgentSpec {
     pub extensions: Vec<ExtensionSpec>,
 }
 
+/// The size of the unreflected observations that triggers a reflection by default, in estimated
+/// tokens (4 characters each): about 45 one-line observations. Reflection writes a bounded shape
+/// (about ten lines), so the batch decides the compression: a small model condenses 45
+/// observations about 4×–5× on its own, 20 only about 2× (scripts/reflection-ratio).
+pub const REFLECT_TOKENS: usize = 1_500;
+
 /// One built-in extension of the turn pipeline, with its settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -374,10 +380,11 @@ pub enum ExtensionSpec {
     /// the worker's journal (`memory/journals/YYYY-MM-DD.md`).
     WorkerLifecycle { unconscious: Option<String>, observer: Option<String>, timeout_ms: u64 },
     /// By role: the unconscious answers from a keyword recall of the memory files (turn.pre, no
-    /// model call); turn.post: the observer appends observations (and at `reflect_after`
-    /// unreflected ones sends `[reflect]` to `reflection`), the reflection agent writes
-    /// `memory/reflections/` and marks what it reflected, dream writes `memory/knowledge/`.
-    MemoryFiles { reflect_after: usize, reflection: Option<String> },
+    /// model call); turn.post: the observer appends observations (and when the unreflected ones
+    /// reach `reflect_tokens` estimated tokens, or `reflect_after` entries if set, sends
+    /// `[reflect]` to `reflection`), the reflection agent writes `memory/reflections/` and marks
+    /// what it reflected, dream writes `memory/knowledge/`.
+    MemoryFiles { reflect_after: Option<usize>, reflect_tokens: usize, reflection: Option<String> },
     /// turn.pre: `[journal]` — the last `last` events of the shared journal that concern this
     /// agent (written by it, or naming it), oldest first (the journal spec's phase 2).
     JournalContext { last: usize },
@@ -434,7 +441,8 @@ impl ExtensionSpec {
                 timeout_ms: 10_000,
             },
             "memory_files" => ExtensionSpec::MemoryFiles {
-                reflect_after: 20,
+                reflect_after: None,
+                reflect_tokens: REFLECT_TOKENS,
                 reflection: first(Role::Reflection),
             },
             _ => return None,

@@ -351,7 +351,7 @@ agents:
     );
     assert_eq!(
         spec.agents[3].extensions[2],
-        ExtensionSpec::MemoryFiles { reflect_after: 20, reflection: None }
+        ExtensionSpec::MemoryFiles { reflect_after: None, reflect_tokens: 1_500, reflection: None }
     );
     assert_eq!(
         spec.agents[5].extensions,
@@ -383,6 +383,25 @@ agents:
         &["unknown extension `message_windw`", "did you mean `message_window`"],
     );
     assert_eq!((error.line, error.column), (3, 43));
+    // Reflection's trigger: a size, a count, or both.
+    let spec = ok("swarm: { name: s }
+agents:
+  - name: o
+    role: observer
+    extensions: [{memory_files: {reflect_tokens: 3000, reflect_after: 40}}]
+");
+    assert_eq!(
+        spec.agents[0].extensions[0],
+        ExtensionSpec::MemoryFiles {
+            reflect_after: Some(40),
+            reflect_tokens: 3000,
+            reflection: None
+        }
+    );
+    let error = one_error(
+        "swarm: { name: s }\nagents:\n  - { name: o, role: observer, extensions: [{memory_files: {reflect_tokens: 10}}] }\n",
+    );
+    assert_mentions(&error, &["reflect_tokens", "100"]);
 }
 
 #[test]
