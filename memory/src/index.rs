@@ -284,23 +284,17 @@ impl Index {
     /// `vectors`), the cosine similarity of the meaning, fused by reciprocal rank; then boosted by
     /// priority and recency.
     pub fn search(&mut self, q: &Query<'_>) -> Result<Vec<Hit>> {
-        let words = match (q.mode, fts_query(q.text)) {
-            (Mode::Vector, _) | (_, None) => Vec::new(),
-            (_, Some(fts)) => self.bm25(&fts, q.agent)?,
+        let (words, terms) = match (q.mode, fts_query(q.text)) {
+            (Mode::Vector, _) | (_, None) => (Vec::new(), 1),
+            (_, Some(fts)) => (self.bm25(&fts, q.agent)?, fts.matches(" OR ").count() + 1),
         };
         let meaning =
             if q.mode == Mode::Bm25 { Vec::new() } else { self.nearest(q.text, q.agent)? };
-        // Reciprocal rank fusion (k = RRF_K); a list alone keeps its own order.
-        let mut fused: HashMap<i64, f64> = HashMap::new();
-        for list in [&words, &meaning] {
-            for (rank, rid) in list.iter().enumerate() {
-                *fused.entry(*rid).or_default() += 1.0 / (RRF_K + rank as f64 + 1.0);
-            }
-        }
+        let fused = fuse(&words, terms, &meaning);
         // Equal fused scores (one list's first is the other's second, and back) go to the
         // better match of the words: exact words beat a near meaning, and the order is stable.
         let word_rank: HashMap<i64, usize> =
-            words.iter().enumerate().map(|(rank, rid)| (*rid, rank)).collect();
+            words.iter().enumerate().map(|(rank, (rid, _))| (*rid, rank)).collect();
         let mut hits = Vec::new();
         for (rid, relevance) in fused {
             let Some(record) = self.record(rid)? else { continue };
@@ -509,24 +503,36 @@ impl Index {
         Ok(pending.len())
     }
 
-    /// The rids of the best BM25 matches, best first.
-    fn bm25(&self, fts: &str, agent: Option<&str>) -> Result<Vec<i64>> {
+    /// The rids of the best BM25 matches, best first, each with how many different words of the
+    /// query it has (the words FTS5 highlights in it, as they are written there).
+    fn bm25(&self, fts: &str, agent: Option<&str>) -> Result<Vec<(i64, usize)>> {
         // The join costs a lookup per match (common words match tens of thousands): only when
         // the search is for one agent.
         let sql = match agent {
             None => {
-                "SELECT rowid FROM records_fts WHERE records_fts MATCH ?1
-                 ORDER BY bm25(records_fts) LIMIT ?2"
+                "SELECT rowid, highlight(records_fts, 0, char(1), char(2)) FROM records_fts
+                 WHERE records_fts MATCH ?1 ORDER BY bm25(records_fts) LIMIT ?2"
             }
             Some(_) => {
-                "SELECT records_fts.rowid FROM records_fts JOIN records ON records.rid = records_fts.rowid
+                "SELECT records_fts.rowid, highlight(records_fts, 0, char(1), char(2))
+                 FROM records_fts JOIN records ON records.rid = records_fts.rowid
                  WHERE records_fts MATCH ?1 AND records.agent = ?3
                  ORDER BY bm25(records_fts) LIMIT ?2"
             }
         };
         let mut stmt = self.conn.prepare_cached(sql).map_err(err("prepare search"))?;
         let limit = CANDIDATES as i64;
-        let rid = |r: &rusqlite::Row<'_>| r.get::<_, i64>(0);
+        let rid = |r: &rusqlite::Row<'_>| {
+            let marked: String = r.get(1)?;
+            let mut found: Vec<String> = marked
+                .split('\u{1}')
+                .skip(1)
+                .filter_map(|m| m.split_once('\u{2}').map(|(word, _)| word.to_lowercase()))
+                .collect();
+            found.sort_unstable();
+            found.dedup();
+            Ok((r.get::<_, i64>(0)?, found.len()))
+        };
         let rows = match agent {
             None => stmt.query_map(params![fts, limit], rid),
             Some(a) => stmt.query_map(params![fts, limit, a], rid),
@@ -675,6 +681,27 @@ pub fn tier(age: Option<i64>) -> &'static str {
         Some(a) if a > WARM_AFTER_DAYS => "warm",
         Some(_) => "hot",
     }
+}
+
+/// Reciprocal rank fusion (k = [`RRF_K`]) of the matches of the words (each with how many of the
+/// query's `terms` words it has) and of the meaning; a list alone keeps its own order. A match
+/// of the words counts by the share of the query's words it has (Lucene's classic `coord`): a
+/// record with one word of four ("apartment" for "how much do I pay for my apartment now?") is
+/// weak evidence beside a near meaning; one with all of them is not.
+fn fuse(words: &[(i64, usize)], terms: usize, meaning: &[i64]) -> HashMap<i64, f64> {
+    let mut fused: HashMap<i64, f64> = HashMap::new();
+    for (rank, (rid, matched)) in words.iter().enumerate() {
+        let coord = if meaning.is_empty() {
+            1.0
+        } else {
+            (*matched).min(terms) as f64 / terms.max(1) as f64
+        };
+        *fused.entry(*rid).or_default() += coord / (RRF_K + rank as f64 + 1.0);
+    }
+    for (rank, rid) in meaning.iter().enumerate() {
+        *fused.entry(*rid).or_default() += 1.0 / (RRF_K + rank as f64 + 1.0);
+    }
+    fused
 }
 
 /// An FTS5 query from free text: its significant words, each quoted, OR-ed (BM25 ranks records
@@ -1053,6 +1080,21 @@ mod tests {
         index.rebuild().unwrap();
         assert_eq!(index.embed_pending(100).unwrap(), 0);
         assert_eq!(ids(&index.search(&q(Mode::Hybrid)).unwrap())[0], "dentist");
+    }
+
+    #[test]
+    fn a_match_of_one_word_of_four_weighs_less_than_a_near_meaning() {
+        // Record 1 is the words' first match with one of the query's four words, and tenth by
+        // meaning; record 2 is the meaning's first and has none of the words.
+        let meaning: Vec<i64> = [2, 3, 4, 5, 6, 7, 8, 9, 10, 1].into();
+        let best = |fused: HashMap<i64, f64>| {
+            fused.into_iter().max_by(|a, b| a.1.total_cmp(&b.1)).map(|(rid, _)| rid)
+        };
+        assert_eq!(best(fuse(&[(1, 1)], 4, &meaning)), Some(2), "one word of four");
+        assert_eq!(best(fuse(&[(1, 4)], 4, &meaning)), Some(1), "all four words");
+        // Words alone keep their order whatever they cover.
+        let alone = fuse(&[(1, 1), (2, 4)], 4, &[]);
+        assert!(alone[&1] > alone[&2]);
     }
 
     #[test]
