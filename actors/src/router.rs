@@ -990,8 +990,11 @@ impl RouterState {
             return self.route_at_most_once(conn, frame);
         }
         // A person's message waits for an answer; an agent's send during a turn joins that
-        // turn's chain (nobody waits for its answer: delegation is `Delegate`).
-        let mut route = if frame.from == OPERATOR {
+        // turn's chain (nobody waits for its answer: delegation is `Delegate`), unless it is the
+        // runtime's upkeep, which starts its own.
+        let mut route = if *mode == SendMode::Upkeep {
+            Route::root(frame.id, &frame.from, &frame.to, text, unix_ms(), None)
+        } else if frame.from == OPERATOR {
             Route::root(
                 frame.id,
                 OPERATOR_HUMAN,

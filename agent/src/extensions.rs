@@ -551,15 +551,11 @@ impl Pipeline {
                                 estimated_tokens(&un),
                                 trigger.describe()
                             );
-                            let args = serde_json::json!({"to": to, "text": text});
-                            let out = tools::execute(
-                                &self.client,
-                                turn.id,
-                                REFLECT_SEND,
-                                "agents__send",
-                                &args.to_string(),
-                            )
-                            .await;
+                            // Its own chain: a reflection is upkeep, not part of the request
+                            // whose observation crossed the threshold (nor of its budget).
+                            let out =
+                                tools::send_upkeep(&self.client, turn.id, REFLECT_SEND, to, &text)
+                                    .await;
                             tracing::info!(
                                 "memory_files: {} unreflected observations → {to}: {}",
                                 un.len(),

@@ -41,6 +41,35 @@ fn answer(frame: Frame, what: impl FnOnce(Body) -> ToolOutput) -> ToolOutput {
     }
 }
 
+/// The runtime's own durable message that starts a chain of its own ([`SendMode::Upkeep`]): the
+/// observer waking reflection, which is not charged to the request whose observation crossed
+/// the threshold. Not a tool: a model cannot send it. `turn` and `index` derive its id, so a
+/// replayed turn sends it once.
+pub async fn send_upkeep(
+    client: &RouterClient,
+    turn: MsgId,
+    index: u32,
+    to: &str,
+    text: &str,
+) -> ToolOutput {
+    let body = Body::Send { text: text.into(), mode: SendMode::Upkeep };
+    let frame = Frame { id: derive_id(turn, index), ..Frame::new(&client.name, to, body) };
+    delivered(client, frame, to).await
+}
+
+/// Sends a durable message and says whether it is in `to`'s mailbox.
+async fn delivered(client: &RouterClient, frame: Frame, to: &str) -> ToolOutput {
+    match client.call(frame).await {
+        Ok(f) => answer(f, |_| {
+            ToolOutput::ok(format!(
+                "delivered to {to}'s mailbox; {to} answers with a message of its own \
+                 later, so do not send it again"
+            ))
+        }),
+        Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
+    }
+}
+
 /// Runs tool `name`. `turn` and `index` derive the ids of messages it sends, so a replayed turn
 /// re-sends the same ids and the durable mailbox drops the duplicates.
 pub async fn execute(
@@ -82,15 +111,7 @@ pub async fn execute(
                     Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
                 };
             }
-            match client.call(frame).await {
-                Ok(f) => answer(f, |_| {
-                    ToolOutput::ok(format!(
-                        "delivered to {to}'s mailbox; {to} answers with a message of its own \
-                         later, so do not send it again"
-                    ))
-                }),
-                Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
-            }
+            delivered(client, frame, to).await
         }
         "agents__delegate" => {
             let (to, text) = match (arg(&args, "to", name), arg(&args, "task", name)) {

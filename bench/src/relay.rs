@@ -147,7 +147,7 @@ async fn connection(stream: UnixStream, table: Table, outbox_frames: usize) {
                                 sender: identity.clone(),
                                 text,
                                 attempt: 1,
-                                durable: mode == SendMode::Durable,
+                                durable: mode != SendMode::AtMostOnce,
                                 call_chain: Vec::new(),
                                 channel: None,
                                 answer_to: None,
@@ -160,7 +160,9 @@ async fn connection(stream: UnixStream, table: Table, outbox_frames: usize) {
                                     let _ = tx.try_send(refusal(id, &identity));
                                 }
                             }
-                            SendMode::Durable => waiting.push((target.clone(), deliver)),
+                            SendMode::Durable | SendMode::Upkeep => {
+                                waiting.push((target.clone(), deliver))
+                            }
                         }
                     }
                     Body::Control(ControlRequest::Ps) => {

@@ -251,6 +251,11 @@ pub enum SendMode {
     Durable,
     /// Routed in memory; lost if the target dies before handling it (telemetry-like traffic).
     AtMostOnce,
+    /// Durable, and the start of a chain of its own: the runtime's upkeep (the observer waking
+    /// reflection), which is not charged to the input its sender happens to be working on.
+    /// Models cannot ask for it (`agents__send` takes `durable` or `at_most_once`); a program
+    /// that sends between turns starts a chain anyway.
+    Upkeep,
 }
 
 /// Whether a delivery is a plain message or a request that expects a reply.

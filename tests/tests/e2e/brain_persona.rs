@@ -173,6 +173,16 @@ fn observations_trigger_reflection_at_the_threshold_and_an_idle_coordinator_wake
     assert!(reflections.starts_with("## Reflection - "), "{reflections}");
     assert!(reflections.contains("### Patterns"), "{reflections}");
     assert!(swarm.log("reflection").contains("[reflect] 3 unreflected observations"));
+    // Reflection is upkeep: a chain of its own, not charged to the request whose observation
+    // crossed the threshold (whose chain the observer's turn is in).
+    let chains = |log: String| -> Vec<String> {
+        log.match_indices(" chain=")
+            .map(|(i, _)| log[i + 7..].chars().take_while(char::is_ascii_hexdigit).collect())
+            .collect()
+    };
+    let (reflection, observer) = (chains(swarm.log("reflection")), chains(swarm.log("observer")));
+    assert!(!reflection.is_empty() && !observer.is_empty(), "{reflection:?} {observer:?}");
+    assert!(reflection.iter().all(|c| !observer.contains(c)), "{reflection:?} in {observer:?}");
 
     // Nobody talks to the coordinator now: its idle timer wakes dream, with no incoming turn.
     let knowledge = swarm.state_dir().join("memory/knowledge/work-habits.md");
