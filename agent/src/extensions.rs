@@ -55,35 +55,14 @@ pub struct TurnPre {
 }
 
 enum Ext {
-    Window {
-        max: usize,
-    },
-    Compaction {
-        max_messages: usize,
-        max_chars: usize,
-        keep: usize,
-    },
+    Window { max: usize },
+    Compaction { max_messages: usize, max_chars: usize, keep: usize },
     ContextInjector,
     DateHelper,
-    Idle {
-        activity: Arc<AtomicU64>,
-        wake: Arc<Notify>,
-        task: tokio::task::JoinHandle<()>,
-    },
-    Lifecycle {
-        unconscious: Option<String>,
-        observer: Option<String>,
-        timeout: Duration,
-    },
-    Memory {
-        reflect_after: Option<usize>,
-        reflect_tokens: usize,
-        reflection: Option<String>,
-        reflecting: Reflecting,
-    },
-    Journal {
-        last: usize,
-    },
+    Idle { activity: Arc<AtomicU64>, wake: Arc<Notify>, task: tokio::task::JoinHandle<()> },
+    Lifecycle { unconscious: Option<String>, observer: Option<String>, timeout: Duration },
+    Memory { trigger: Trigger, reflection: Option<String>, reflecting: Reflecting },
+    Journal { last: usize },
 }
 
 /// What the reflection agent is reflecting on in this turn.
@@ -196,8 +175,7 @@ impl Pipeline {
                 }
                 ExtensionSpec::MemoryFiles { reflect_after, reflect_tokens, reflection } => {
                     Ext::Memory {
-                        reflect_after,
-                        reflect_tokens,
+                        trigger: Trigger::new(reflect_after, reflect_tokens),
                         reflection,
                         reflecting: Reflecting::default(),
                     }
@@ -427,9 +405,8 @@ impl Pipeline {
                     let observer = observer.clone();
                     self.after_worker_turn(turn, reply, observer.as_deref()).await;
                 }
-                Ext::Memory { reflect_after, reflect_tokens, reflection, reflecting } => {
-                    let trigger = Trigger { after: *reflect_after, tokens: *reflect_tokens };
-                    let reflection = reflection.clone();
+                Ext::Memory { trigger, reflection, reflecting } => {
+                    let (trigger, reflection) = (trigger.clone(), reflection.clone());
                     let read = std::mem::take(reflecting);
                     self.write_memory(turn, reply, trigger, reflection.as_deref(), read).await;
                 }
@@ -542,9 +519,11 @@ impl Pipeline {
                 let id = flock_ipc::id::fmt_id(turn.id);
                 let (tag, text) = observation_tag(reply);
                 let written = m.append_observation_tagged(now, &id, Some(turn.from), text, tag);
-                if let (Ok(true), Some(to)) = (&written, reflection) {
+                // A replayed turn (the observation already there) checks again: its `[reflect]`
+                // has the id the first attempt's had, so it is delivered once.
+                if let (Ok(_), Some(to)) = (&written, reflection) {
                     match m.unreflected() {
-                        Ok(un) if trigger.crossed(&un) => {
+                        Ok(un) if trigger.due(&un) => {
                             let text = format!(
                                 "[reflect] {} unreflected observations (~{} tokens; {})",
                                 un.len(),
@@ -556,6 +535,9 @@ impl Pipeline {
                             let out =
                                 tools::send_upkeep(&self.client, turn.id, REFLECT_SEND, to, &text)
                                     .await;
+                            if out.ok {
+                                trigger.sent(&un);
+                            }
                             tracing::info!(
                                 "memory_files: {} unreflected observations → {to}: {}",
                                 un.len(),
@@ -615,24 +597,47 @@ impl Pipeline {
     }
 }
 
-/// When the observer wakes reflection: the unreflected observations reach `tokens` estimated
-/// tokens, or `after` entries (if set) — and again at each further multiple, so a refused
-/// reflection is tried again with more, and a slow one is not sent `[reflect]` per observation.
-#[derive(Debug, Clone, Copy)]
+/// When the observer wakes reflection: the unreflected observations are over `tokens`
+/// estimated tokens, or `after` entries (if set), and either no `[reflect]` was sent for them
+/// yet (the oldest unreflected one is not the one it was then: reflection ran since, or this
+/// process is new) or they grew by another threshold since (a refused reflection is tried again
+/// with more). So a slow reflection is not sent `[reflect]` per new observation, and a threshold
+/// crossed by a write the observer did not make (`memory_remember`) or a send that failed is
+/// caught at its next observation.
+#[derive(Debug, Clone)]
 struct Trigger {
     after: Option<usize>,
     tokens: usize,
+    /// When the last `[reflect]` went out: the oldest unreflected id, their tokens and count.
+    sent: Arc<std::sync::Mutex<Option<(String, usize, usize)>>>,
 }
 
 impl Trigger {
-    /// Whether the newest of `un` (just written) took them over a threshold.
-    fn crossed(&self, un: &[crate::memory::Observation]) -> bool {
-        let Some(newest) = un.last() else { return false };
-        let total = estimated_tokens(un);
-        let before = total - newest.text.chars().count() / CHARS_PER_TOKEN;
-        let by_tokens = before / self.tokens.max(1) < total / self.tokens.max(1);
-        let by_count = self.after.is_some_and(|a| (un.len() - 1) / a.max(1) < un.len() / a.max(1));
-        by_tokens || by_count
+    fn new(after: Option<usize>, tokens: usize) -> Self {
+        Trigger { after, tokens: tokens.max(1), sent: Default::default() }
+    }
+
+    /// Whether `[reflect]` is due for `un`, the unreflected observations.
+    fn due(&self, un: &[crate::memory::Observation]) -> bool {
+        let Some(oldest) = un.first() else { return false };
+        let (tokens, count) = (estimated_tokens(un), un.len());
+        let after = self.after.map(|a| a.max(1));
+        if tokens < self.tokens && after.is_none_or(|a| count < a) {
+            return false;
+        }
+        match &*self.sent.lock().unwrap_or_else(|p| p.into_inner()) {
+            None => true,
+            Some((id, _, _)) if *id != oldest.id => true,
+            Some((_, t, c)) => tokens >= t + self.tokens || after.is_some_and(|a| count >= c + a),
+        }
+    }
+
+    /// `[reflect]` went out for `un`.
+    fn sent(&self, un: &[crate::memory::Observation]) {
+        if let Some(oldest) = un.first() {
+            *self.sent.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some((oldest.id.clone(), estimated_tokens(un), un.len()));
+        }
     }
 
     fn describe(&self) -> String {
@@ -901,7 +906,8 @@ fn memory_context(
             let fits = un
                 .iter()
                 .take_while(|o| {
-                    tokens += o.text.chars().count() / CHARS_PER_TOKEN;
+                    // Its line: `- YYYY-MM-DD HH:MM [high]: ` and the text.
+                    tokens += (o.text.chars().count() + 28) / CHARS_PER_TOKEN;
                     tokens <= REFLECTION_BATCH_TOKENS
                 })
                 .count();
@@ -940,9 +946,10 @@ fn memory_context(
 /// How many times shorter than its observations a reflection should be (the length it is asked
 /// for; `scripts/reflection-ratio` measures what a model does).
 const REFLECTION_COMPRESSION: usize = 5;
-/// The most of the unreflected observations one reflection reads, in estimated tokens: with the
-/// prompt (~450) and the answer (512) it stays within the embedded model's 4 096-token context.
-const REFLECTION_BATCH_TOKENS: usize = 2_500;
+/// The most of the unreflected observations one reflection reads, in estimated tokens (their
+/// lines): with the prompt (~450), a draft sent back (≤ 512) and the answer (≤ 512) it stays
+/// within the embedded model's 4 096-token context.
+const REFLECTION_BATCH_TOKENS: usize = 2_000;
 /// The shortest budget a reflection is given (a few observations still get a whole reflection).
 const REFLECTION_MIN_CHARS: usize = 200;
 
@@ -1225,36 +1232,52 @@ mod tests {
     }
 
     #[test]
-    fn reflection_is_woken_when_the_observations_cross_a_threshold_and_at_each_multiple() {
-        let obs = |n: usize, chars: usize| -> Vec<crate::memory::Observation> {
-            (0..n)
+    fn reflection_is_woken_over_a_threshold_once_per_batch_and_again_when_it_grows_by_another() {
+        // 40 characters (10 tokens) an observation; `from` is the oldest unreflected one.
+        let obs = |from: usize, to: usize| -> Vec<crate::memory::Observation> {
+            (from..to)
                 .map(|i| crate::memory::Observation {
                     id: format!("o{i}"),
                     when: "2026-11-26 10:00".into(),
-                    text: "x".repeat(chars),
+                    text: "x".repeat(40),
                     reflected: false,
                     priority: None,
                 })
                 .collect()
         };
-        // 100 tokens a threshold, 40 characters (10 tokens) an observation: the 10th crosses it,
-        // the 11th to 19th do not, the 20th crosses the second multiple.
-        let by_tokens = Trigger { after: None, tokens: 100 };
-        let woken: Vec<usize> = (1..=25).filter(|&n| by_tokens.crossed(&obs(n, 40))).collect();
-        assert_eq!(woken, [10, 20]);
-        // A count as well: whichever comes first, each at its own multiples.
-        let both = Trigger { after: Some(3), tokens: 100 };
-        let woken: Vec<usize> = (1..=10).filter(|&n| both.crossed(&obs(n, 40))).collect();
-        assert_eq!(woken, [3, 6, 9, 10]);
-        assert!(!by_tokens.crossed(&[]), "nothing unreflected");
-        assert_eq!(both.describe(), "threshold 100 tokens or 3 observations");
+        // The observer's loop: after each new observation, send if due.
+        let run = |t: &Trigger, from: usize, to: usize| -> Vec<usize> {
+            (from + 1..=to)
+                .filter(|&n| {
+                    let due = t.due(&obs(from, n));
+                    if due {
+                        t.sent(&obs(from, n));
+                    }
+                    due
+                })
+                .collect()
+        };
+        // 100 tokens: at the 10th, then not per observation while reflection is slow, again at
+        // the 20th (a refused reflection left them all).
+        let t = Trigger::new(None, 100);
+        assert_eq!(run(&t, 0, 25), [10, 20]);
+        // Reflection ran (o0…o24 reflected): the next batch wakes it at its own 10th.
+        assert_eq!(run(&t, 25, 40), [35]);
+        // A threshold crossed by a write the observer did not make: caught at its next one.
+        let t = Trigger::new(None, 100);
+        assert!(t.due(&obs(0, 12)), "over, nothing sent yet");
+        // A count as well, whichever comes first.
+        let t = Trigger::new(Some(3), 100);
+        assert_eq!(run(&t, 0, 10), [3, 6, 9]);
+        assert!(!Trigger::new(None, 100).due(&[]), "nothing unreflected");
+        assert_eq!(t.describe(), "threshold 100 tokens or 3 observations");
     }
 
     #[test]
     fn reflection_reads_a_backlog_oldest_first_as_much_as_fits_and_marks_high_items() {
         let dir = tempfile::tempdir().unwrap();
         let m = Memory::new(dir.path());
-        // 120 observations of 100 characters (25 tokens): 3 000 tokens, over one batch.
+        // 120 observations of 100 characters (32 tokens a line with its date): over one batch.
         for i in 0..120u64 {
             let text = format!("{i:03} {}", "y".repeat(96));
             let tag = if i == 0 { Some(("high", "decision")) } else { None };
@@ -1265,11 +1288,11 @@ mod tests {
         }
         let mut r = Reflecting::default();
         let context = memory_context(Role::Reflection, Some(&m), &mut r).expect("a backlog");
-        assert_eq!(r.ids.len(), REFLECTION_BATCH_TOKENS / 25, "as much as fits");
+        assert_eq!(r.ids.len(), REFLECTION_BATCH_TOKENS / 32, "as much as fits");
         assert_eq!((r.ids[0].as_str(), r.chars), ("o0", r.ids.len() * 100), "oldest first");
         assert_eq!(r.budget, r.chars / REFLECTION_COMPRESSION);
         assert!(
-            context.starts_with("[observations] 100 unreflected (the oldest of 120)"),
+            context.starts_with("[observations] 62 unreflected (the oldest of 120)"),
             "{context}"
         );
         assert!(context.contains(" [high]: 000 "), "{context}");

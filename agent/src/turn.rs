@@ -121,7 +121,7 @@ pub async fn run(
     let mut errors: Vec<String> = Vec::new();
     let mut text_only = false;
     let mut retried = false;
-    let mut sent_back: Option<usize> = None;
+    let mut sent_back: Option<String> = None;
     let mut delegated = false;
     for step in 0..MAX_STEPS {
         if reply.is_some() {
@@ -154,13 +154,10 @@ pub async fn run(
                     && let Some(note) = pipeline.review_answer(&text)
                 {
                     tracing::info!("  the answer was sent back once: {}", crate::quote(&note));
-                    sent_back = Some(conversation.len());
                     conversation.push(ChatMessage::Assistant { text });
-                    conversation.push(ChatMessage::System { text: note });
+                    conversation.push(ChatMessage::System { text: note.clone() });
+                    sent_back = Some(note);
                     continue;
-                }
-                if let Some(at) = sent_back.filter(|at| at + 2 <= conversation.len()) {
-                    conversation.drain(at..at + 2);
                 }
                 conversation.retain(|m| !is_retry_note(m));
                 conversation.push(ChatMessage::Assistant { text: text.clone() });
@@ -270,6 +267,15 @@ pub async fn run(
         conversation.push(ChatMessage::Assistant { text: text.clone() });
         text
     });
+    // A draft that was sent back, and the note that did, leave the session however it ended.
+    if let Some(note) = sent_back {
+        let at = conversation
+            .iter()
+            .rposition(|m| matches!(m, ChatMessage::System { text } if *text == note));
+        if let Some(at) = at.filter(|&at| at > 0) {
+            conversation.drain(at - 1..=at);
+        }
+    }
     pipeline.turn_post(&input, &text, delegated).await;
     // Only a finished turn joins the session (a failed one is retried from scratch). After a
     // compaction the store gets the compacted session again ahead of the turn, so a restart

@@ -358,6 +358,10 @@ pub struct AgentSpec {
 /// observations about 4×–5× on its own, 20 only about 2× (scripts/reflection-ratio).
 pub const REFLECT_TOKENS: usize = 1_500;
 
+fn reflect_tokens() -> usize {
+    REFLECT_TOKENS
+}
+
 /// One built-in extension of the turn pipeline, with its settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -384,7 +388,14 @@ pub enum ExtensionSpec {
     /// reach `reflect_tokens` estimated tokens, or `reflect_after` entries if set, sends
     /// `[reflect]` to `reflection`), the reflection agent writes `memory/reflections/` and marks
     /// what it reflected, dream writes `memory/knowledge/`.
-    MemoryFiles { reflect_after: Option<usize>, reflect_tokens: usize, reflection: Option<String> },
+    MemoryFiles {
+        // Defaults, so an agent saved by an older version (its spec in the store) still reads.
+        #[serde(default)]
+        reflect_after: Option<usize>,
+        #[serde(default = "reflect_tokens")]
+        reflect_tokens: usize,
+        reflection: Option<String>,
+    },
     /// turn.pre: `[journal]` — the last `last` events of the shared journal that concern this
     /// agent (written by it, or naming it), oldest first (the journal spec's phase 2).
     JournalContext { last: usize },

@@ -402,6 +402,18 @@ agents:
         "swarm: { name: s }\nagents:\n  - { name: o, role: observer, extensions: [{memory_files: {reflect_tokens: 10}}] }\n",
     );
     assert_mentions(&error, &["reflect_tokens", "100"]);
+    // An agent saved by an older version (its spec in the store, before `reflect_tokens`) reads.
+    let old: ExtensionSpec =
+        serde_json::from_str(r#"{"kind":"memory_files","reflect_after":20,"reflection":null}"#)
+            .unwrap();
+    assert_eq!(
+        old,
+        ExtensionSpec::MemoryFiles {
+            reflect_after: Some(20),
+            reflect_tokens: 1_500,
+            reflection: None
+        }
+    );
 }
 
 #[test]

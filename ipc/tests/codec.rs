@@ -136,9 +136,9 @@ fn body() -> impl Strategy<Value = Body> {
             })
         }),
         (code(), s()).prop_map(|(code, reason)| Body::Reject { code, reason }),
-        (s(), any::<bool>()).prop_map(|(text, d)| Body::Send {
+        (s(), 0..3u8).prop_map(|(text, m)| Body::Send {
             text,
-            mode: if d { SendMode::Durable } else { SendMode::AtMostOnce }
+            mode: [SendMode::Durable, SendMode::AtMostOnce, SendMode::Upkeep][m as usize]
         }),
         Just(Body::Accepted),
         (s(), any::<u64>()).prop_map(|(text, timeout_ms)| Body::Request { text, timeout_ms }),

@@ -284,10 +284,20 @@ impl Index {
     /// `vectors`), the cosine similarity of the meaning, fused by reciprocal rank; then boosted by
     /// priority and recency.
     pub fn search(&mut self, q: &Query<'_>) -> Result<Vec<Hit>> {
-        let (words, terms) = match (q.mode, fts_query(q.text)) {
-            (Mode::Vector, _) | (_, None) => (Vec::new(), 1),
-            (_, Some(fts)) => (self.bm25(&fts, q.agent)?, fts.matches(" OR ").count() + 1),
+        let asked = query_words(q.text);
+        let words: Vec<(i64, usize)> = match (q.mode, fts_query(q.text)) {
+            (Mode::Vector, _) | (_, None) => Vec::new(),
+            (_, Some(fts)) => self
+                .bm25(&fts, q.agent)?
+                .into_iter()
+                .map(|(rid, found)| {
+                    // A match has at least one of the words, whatever its spelling there.
+                    let has = asked.iter().filter(|a| found.iter().any(|f| same_word(a, f)));
+                    (rid, has.count().max(usize::from(!found.is_empty())))
+                })
+                .collect(),
         };
+        let terms = asked.len();
         let meaning =
             if q.mode == Mode::Bm25 { Vec::new() } else { self.nearest(q.text, q.agent)? };
         let fused = fuse(&words, terms, &meaning);
@@ -503,9 +513,9 @@ impl Index {
         Ok(pending.len())
     }
 
-    /// The rids of the best BM25 matches, best first, each with how many different words of the
-    /// query it has (the words FTS5 highlights in it, as they are written there).
-    fn bm25(&self, fts: &str, agent: Option<&str>) -> Result<Vec<(i64, usize)>> {
+    /// The rids of the best BM25 matches, best first, each with the words FTS5 matched in it (as
+    /// they are written there, lowercased: "migrated" for the query's "migration").
+    fn bm25(&self, fts: &str, agent: Option<&str>) -> Result<Vec<(i64, Vec<String>)>> {
         // The join costs a lookup per match (common words match tens of thousands): only when
         // the search is for one agent.
         let sql = match agent {
@@ -531,7 +541,7 @@ impl Index {
                 .collect();
             found.sort_unstable();
             found.dedup();
-            Ok((r.get::<_, i64>(0)?, found.len()))
+            Ok((r.get::<_, i64>(0)?, found))
         };
         let rows = match agent {
             None => stmt.query_map(params![fts, limit], rid),
@@ -704,9 +714,9 @@ fn fuse(words: &[(i64, usize)], terms: usize, meaning: &[i64]) -> HashMap<i64, f
     fused
 }
 
-/// An FTS5 query from free text: its significant words, each quoted, OR-ed (BM25 ranks records
-/// with more of them higher). `None` if no word is left.
-fn fts_query(text: &str) -> Option<String> {
+/// The words of a query that are searched for: lowercased, two characters or more, no stopwords,
+/// each once.
+fn query_words(text: &str) -> Vec<String> {
     let mut words: Vec<String> = text
         .split(|c: char| !c.is_alphanumeric())
         .map(str::to_lowercase)
@@ -714,6 +724,21 @@ fn fts_query(text: &str) -> Option<String> {
         .collect();
     words.sort();
     words.dedup();
+    words
+}
+
+/// Whether a word FTS5 matched in a record (`found`, as written there) is the query's word
+/// `asked`: the stemmer matched them, so a shared start of four letters (or all of the shorter
+/// one) says which query word it was ("migrated" for "migration", "dogs" for "dog").
+fn same_word(asked: &str, found: &str) -> bool {
+    let shared = asked.chars().zip(found.chars()).take_while(|(a, b)| a == b).count();
+    shared >= asked.chars().count().min(found.chars().count()).min(4)
+}
+
+/// An FTS5 query from free text: its significant words, each quoted, OR-ed (BM25 ranks records
+/// with more of them higher). `None` if no word is left.
+fn fts_query(text: &str) -> Option<String> {
+    let words = query_words(text);
     (!words.is_empty())
         .then(|| words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" OR "))
 }
@@ -1092,6 +1117,9 @@ mod tests {
         };
         assert_eq!(best(fuse(&[(1, 1)], 4, &meaning)), Some(2), "one word of four");
         assert_eq!(best(fuse(&[(1, 4)], 4, &meaning)), Some(1), "all four words");
+        // A word FTS5 matched counts for the query word it stems from, once.
+        assert!(same_word("migration", "migrated") && same_word("dog", "dogs"));
+        assert!(same_word("name", "named") && !same_word("rent", "renovated"));
         // Words alone keep their order whatever they cover.
         let alone = fuse(&[(1, 1), (2, 4)], 4, &[]);
         assert!(alone[&1] > alone[&2]);

@@ -148,6 +148,7 @@ fn agent_frames() -> Vec<(&'static str, Frame)> {
         ("heartbeat", to(10, Body::Heartbeat)),
         ("send", peer(11, Body::Send { text: text("hi"), mode: SendMode::Durable })),
         ("send-amo", peer(12, Body::Send { text: text("x"), mode: SendMode::AtMostOnce })),
+        ("send-upkeep", peer(12, Body::Send { text: text("x"), mode: SendMode::Upkeep })),
         ("request", peer(13, Body::Request { text: text("2+2?"), timeout_ms: 5000 })),
         ("delegate", peer(14, Body::Delegate { text: text("do it") })),
         ("ack", frame(15, AGENT, ROUTER, Some(3), Body::Ack { reply: Some(text("4")) })),
