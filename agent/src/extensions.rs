@@ -5,7 +5,7 @@
 //! What is guaranteed here in code, not asked of a prompt: the session window and compaction
 //! (the turn's input is never compacted: it is not in the session yet), the unconscious lookup
 //! failing open on its timeout, the turn summary reaching the observer, the observer's files and
-//! the 20-observation trigger of reflection, reflection marking what it read, dream's knowledge
+//! the size trigger of reflection (its own chain), reflection marking what it read, dream's knowledge
 //! files, and the idle timer that fires with no turn at all.
 
 use std::sync::Arc;
