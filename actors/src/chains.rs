@@ -27,6 +27,18 @@ pub struct ChainTag {
     /// The start of the outside input's text (for the person's notice when it is stopped).
     pub text: String,
     pub started_ms: u64,
+    /// Where the person asked, when it was a post in a channel (a chat, `flockctl post`): the
+    /// chain's answer, stop notice or failure goes there, as a reply to that post. `None`: a
+    /// direct message (`flockctl send`), answered in the person's DM with the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<ReplyPlace>,
+}
+
+/// A person's post that started a chain: its channel and seq.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyPlace {
+    pub channel: String,
+    pub seq: u64,
 }
 
 /// The routing record of one message: who waits for the answer of the turn it starts, and
@@ -67,6 +79,7 @@ impl Route {
                 entry: entry.to_owned(),
                 text: clip(text, 80),
                 started_ms: now_ms,
+                reply: None,
             },
             hop: 1,
             parent: None,
@@ -76,6 +89,21 @@ impl Route {
     /// Who gets this turn's final answer.
     pub fn answer_to(&self) -> Option<&str> {
         self.answer_path.last().map(String::as_str)
+    }
+
+    /// Whether this turn's answer goes to a person (not to an agent that delegated).
+    pub fn answers_a_person(&self) -> bool {
+        self.answer_to().is_some_and(|to| to.starts_with("human:"))
+    }
+
+    /// The channel whose conversation this message belongs to: where the person asked, for
+    /// every turn that works towards their answer (the session it runs in). `None` for a DM,
+    /// and for what runs beside the answer (an observer's summary, upkeep).
+    pub fn conversation(&self) -> Option<&str> {
+        if self.answer_path.is_empty() && !self.result {
+            return None;
+        }
+        self.chain.reply.as_ref().map(|r| r.channel.as_str())
     }
 
     /// The stored form; `""` for a root that nobody waits on (the common case of an agent's send

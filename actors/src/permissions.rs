@@ -223,6 +223,7 @@ impl Effects {
                 ("agent", r.agent.clone()),
                 ("capability", r.capability.clone()),
                 ("target", r.target.clone()),
+                ("reason", r.reason.clone()),
             ],
         });
     }

@@ -143,6 +143,9 @@ pub enum RouterMsg {
     Tokens { chain: MsgId, tokens: u64 },
     /// The channels actor posted (or found already posted) a chain's answer to a person.
     Answered(AnswerPosted),
+    /// A person's post was handed to the agent that answers it (stored with the post): queue
+    /// it, as the first hop of its chain.
+    Asked(crate::channels::store::Ask),
     /// Tell `agent` that `channel` was archived, so it closes that session.
     SessionClosed { agent: String, channel: String },
     /// An agent created at run time (`flock_create_agent`): route to it from now on.
@@ -326,6 +329,8 @@ pub struct RouterState {
     journal: Option<JournalWriter>,
     /// The swarm's chat bridges, by name.
     bridges: HashMap<String, bridge::BridgeSlot>,
+    /// Chains working on a person's post, and where it is (told to the channels actor).
+    working: HashMap<MsgId, chains::ReplyPlace>,
 }
 
 pub(crate) fn unix_ms() -> u64 {
@@ -398,7 +403,8 @@ impl Actor for Router {
             .iter()
             .map(|b| (b.name.clone(), bridge::BridgeSlot::new(b)))
             .collect();
-        Ok(RouterState {
+        let resumed: Vec<MsgId> = chains.map.keys().copied().collect();
+        let mut state = RouterState {
             spec: args.spec,
             store: args.store,
             events: args.events,
@@ -418,7 +424,13 @@ impl Actor for Router {
             journal: args.journal,
             memory: args.memory,
             bridges,
-        })
+            working: HashMap::new(),
+        };
+        // Chains resumed on people's posts are working on them again: the chats show it.
+        for chain in resumed {
+            state.sync_working(chain);
+        }
+        Ok(state)
     }
 
     async fn handle(
@@ -475,6 +487,7 @@ impl Actor for Router {
             }
             RouterMsg::Permission(effects) => state.permission_effects(&myself, effects),
             RouterMsg::Answered(posted) => state.answered(posted),
+            RouterMsg::Asked(ask) => state.asked(&myself, ask),
             RouterMsg::RetryDeliver(agent) => {
                 if let Some(slot) = state.slots.get_mut(&agent) {
                     slot.retry_scheduled = false;
@@ -736,11 +749,17 @@ impl RouterState {
                         // Posts carry the poster's chain on to the deltas they cause, so a
                         // conversation between agents in a channel is one budgeted chain.
                         let chain = self.current_chain(identity);
+                        let answers = self
+                            .slots
+                            .get(identity)
+                            .and_then(|s| s.in_flight.as_ref())
+                            .is_some_and(|q| !q.delegated && q.route.answers_a_person());
                         let msg = ChannelsMsg::Tool {
                             caller: Caller { id: identity.to_owned(), role: Some(role) },
                             name: name.clone(),
                             arguments: arguments.clone(),
                             chain,
+                            answers,
                             reply: ToolReply {
                                 outbox,
                                 frame_id: frame.id,
@@ -1233,7 +1252,10 @@ impl RouterState {
                         attempt: q.attempts + 1,
                         durable: q.durable(),
                         call_chain: q.call_chain.clone(),
-                        channel: q.channel.as_ref().map(|(c, _)| c.clone()),
+                        channel: match &q.channel {
+                            Some((c, _)) => Some(c.clone()),
+                            None => q.route.conversation().map(str::to_owned),
+                        },
                         answer_to: if q.delegated {
                             None
                         } else {
@@ -1377,7 +1399,8 @@ impl RouterState {
         let text =
             if reply.trim().is_empty() { "(no answer)".to_owned() } else { reply.to_owned() };
         if to.starts_with("human:") {
-            self.post_answer(agent, &to, text, done.chain(), Some(done.id));
+            let place = done.route.chain.reply.clone();
+            self.post_answer(agent, &to, text, done.chain(), Some(done.id), place);
             return true;
         }
         let mut path = done.route.answer_path.clone();
@@ -1397,8 +1420,9 @@ impl RouterState {
         false
     }
 
-    /// Asks the channels actor to post a chain's answer (or stop notice) in the DM of `agent`
-    /// and `human`; it answers with [`RouterMsg::Answered`]. `msg` is completed after the post.
+    /// Asks the channels actor to post a chain's answer (or stop notice) where `human` asked
+    /// (`place`, as a reply), or in the DM of `agent` and `human`; it answers with
+    /// [`RouterMsg::Answered`]. `msg` is completed after the post.
     fn post_answer(
         &mut self,
         agent: &str,
@@ -1406,6 +1430,7 @@ impl RouterState {
         text: String,
         chain: MsgId,
         msg: Option<MsgId>,
+        place: Option<chains::ReplyPlace>,
     ) {
         let posted = match &self.channels {
             Some(ch) => {
@@ -1415,6 +1440,7 @@ impl RouterState {
                     text,
                     chain,
                     msg,
+                    place,
                 };
                 ch.cast(ask).is_ok()
             }
@@ -1475,6 +1501,7 @@ impl RouterState {
                     }
                     None => false,
                 };
+                self.sync_working(p.chain);
                 if !*duplicate {
                     let outcome =
                         if stopped { ChainOutcome::Stopped } else { ChainOutcome::Answered };
@@ -1671,6 +1698,53 @@ impl RouterState {
             self.end_watchers(chain, outcome, &text, &by, "", 0);
         }
         self.chains.map.remove(&chain);
+        self.sync_working(chain);
+    }
+
+    /// Tells the channels actor whether `chain` is working on a person's post now (running,
+    /// not answered, not stopped), when that changed: the bridges show it as typing.
+    fn sync_working(&mut self, chain: MsgId) {
+        let now = self
+            .chains
+            .map
+            .get(&chain)
+            .filter(|c| c.stopped.is_none() && !c.answered && c.live > 0)
+            .and_then(|c| c.tag.reply.clone());
+        let before = match &now {
+            Some(p) => self.working.insert(chain, p.clone()),
+            None => self.working.remove(&chain),
+        };
+        let change = match (before, now) {
+            (None, Some(p)) => Some((p, true)),
+            (Some(p), None) => Some((p, false)),
+            _ => None,
+        };
+        if let (Some((p, on)), Some(ch)) = (change, &self.channels) {
+            let _ = ch.cast(ChannelsMsg::Working { channel: p.channel, seq: p.seq, on });
+        }
+    }
+
+    /// A person's post that an agent must answer: the message is stored already (with the
+    /// post); it starts its chain here and waits in the agent's queue.
+    fn asked(&mut self, myself: &ActorRef<RouterMsg>, ask: crate::channels::store::Ask) {
+        let crate::channels::store::Ask { agent, text, id, mut route } = ask;
+        let sender = route.chain.origin.clone();
+        if !self.slots.contains_key(&agent) {
+            return; // decommissioned meanwhile: the mail stays in the store
+        }
+        if let Err(reason) = self.admit(&mut route, "SEND", &sender, &agent, &text) {
+            tracing::warn!(agent, reason = %reason, "flock router: a person's post to {agent} was not admitted: {reason}");
+            let op = WriteOp::Discard { id, reason };
+            let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+            return;
+        }
+        crate::metrics::get().durable_messages.inc();
+        let chain = route.chain.id;
+        if let Some(slot) = self.slots.get_mut(&agent) {
+            slot.queue.push_back(Queued::new(id, DeliveryKind::Message, sender, text, route));
+        }
+        self.sync_working(chain);
+        self.deliver_next(myself, &agent);
     }
 
     /// Stops a chain at a budget: nothing more of it runs, its running turns are cancelled, and
@@ -1684,8 +1758,12 @@ impl RouterState {
         chain.stopped = Some(reason.clone());
         self.chains.stopped_total += 1;
         let notice = chain.stop_notice(&reason);
-        let (origin, entry, answered) =
-            (chain.tag.origin.clone(), chain.tag.entry.clone(), chain.answered);
+        let (origin, entry, answered, place) = (
+            chain.tag.origin.clone(),
+            chain.tag.entry.clone(),
+            chain.answered,
+            chain.tag.reply.clone(),
+        );
         tracing::warn!(
             chain = %fmt_id(id),
             agent = %entry,
@@ -1728,8 +1806,9 @@ impl RouterState {
                 self.answer(conn, cancel);
             }
         }
+        self.sync_working(id);
         if !answered && origin.starts_with("human:") {
-            self.post_answer(&entry, &origin, notice, id, None);
+            self.post_answer(&entry, &origin, notice, id, None, place);
         } else {
             self.end_watchers(id, ChainOutcome::Stopped, &notice, &entry, "", 0);
         }
@@ -1887,7 +1966,8 @@ impl RouterState {
                 clip(&q.text, 80),
                 q.attempts
             );
-            self.post_answer(agent, human, text, q.chain(), None);
+            let place = q.route.chain.reply.clone();
+            self.post_answer(agent, human, text, q.chain(), None, place);
         }
         self.leave(q.chain());
     }

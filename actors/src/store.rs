@@ -137,6 +137,9 @@ const MIGRATIONS: &[&str] = &[
     crate::channels::bridge::SCHEMA_EDITS,
     // 8: bridges (issue #9): mappings made or removed at run time (`flockctl bridge map|unmap`).
     crate::channels::bridge::SCHEMA_MAPPINGS,
+    // 9: the chat door (issue #21): the post an answer replies to, and the agent a person's
+    // post was handed to as a request.
+    crate::channels::store::SCHEMA_CHAT_DOOR,
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -357,6 +357,14 @@ async fn turns(
                 // The router routes it: a request's reply, or the answer to whoever waits.
                 Body::Ack { reply: Some(reply) }
             }
+            // The model provider kept failing (the gateway retried already): whoever waits is
+            // told in plain words, once, instead of the input being retried into a dead letter.
+            Some(Err(e)) if owes_an_answer(delivery) && provider_failed(&e) => {
+                span.in_scope(|| {
+                    tracing::warn!(error = %e, "turn {} failed: {e}; telling whoever waits", short(id))
+                });
+                Body::Ack { reply: Some(provider_failure_answer(&spec.name, &e)) }
+            }
             Some(Err(e)) => {
                 span.in_scope(|| tracing::warn!(error = %e, "turn {} failed: {e}", short(id)));
                 Body::Nack { reason: e }
@@ -379,6 +387,29 @@ async fn turns(
             }
         }
     }
+}
+
+/// Whether someone waits for this turn's answer (a person, a delegating agent, a caller).
+fn owes_an_answer(delivery: &flock_ipc::Delivery) -> bool {
+    delivery.answer_to.is_some() || delivery.kind == DeliveryKind::Request
+}
+
+/// Whether a turn failed because the model provider did not answer (after the gateway's own
+/// retries) — not because its chain was stopped or its turn cancelled.
+fn provider_failed(error: &str) -> bool {
+    error.starts_with("model call failed")
+        && !error.contains("BUDGET_EXCEEDED")
+        && !error.contains("cancelled")
+}
+
+/// What whoever waits is told when the model provider keeps failing.
+fn provider_failure_answer(agent: &str, error: &str) -> String {
+    let why = clip(error.trim_start_matches("model call failed:").trim(), 200);
+    format!(
+        "[failed] I could not get an answer from the model ({why}), so nothing was done for this \
+         request. Please try again in a few minutes; if it keeps failing, the operator can see \
+         why with `flockctl logs {agent}`."
+    )
 }
 
 /// The stored session of `channel` (`""`: direct), or an empty one if there is none or the

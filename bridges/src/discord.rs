@@ -66,7 +66,9 @@ impl std::fmt::Debug for Discord {
 /// The intents the bridge needs; MESSAGE_CONTENT is privileged (enabled per bot in the
 /// Developer Portal).
 pub fn intents() -> GatewayIntents {
-    GatewayIntents::GUILD_MESSAGES | GatewayIntents::MESSAGE_CONTENT
+    GatewayIntents::GUILD_MESSAGES
+        | GatewayIntents::DIRECT_MESSAGES
+        | GatewayIntents::MESSAGE_CONTENT
 }
 
 /// A REST client for `api_url` (the real API unless a proxy or a fake is configured). Behind a
@@ -120,9 +122,29 @@ impl Discord {
         external: &str,
         author: &str,
         piece: &str,
+        reply_to: Option<&str>,
     ) -> Result<(String, String), PlatformError> {
         let channel = channel_id(external)?;
         let label = crate::render::author_label(author);
+        // A webhook cannot reply: a reply is the bot's own message, with a reference to the
+        // person's (sent anyway if that message is gone) and the author's name in front.
+        let reply_to = reply_to.and_then(|r| r.parse::<u64>().ok()).filter(|r| *r != 0);
+        if let Some(to) = reply_to {
+            let text = format!("**[{label}]** {piece}");
+            let reference = serenity::model::channel::MessageReference::from((
+                channel,
+                serenity::model::id::MessageId::new(to),
+            ))
+            .fail_if_not_exists(false);
+            let builder = CreateMessage::new()
+                .content(&text)
+                .reference_message(reference)
+                .allowed_mentions(CreateAllowedMentions::new());
+            return match channel.send_message(&self.http, builder).await {
+                Ok(m) => Ok((m.id.get().to_string(), text)),
+                Err(e) => Err(classify(&e, "replying as the bot")),
+            };
+        }
         let mut recreated = false;
         loop {
             match self.route(channel).await? {
@@ -199,6 +221,13 @@ impl Discord {
                 Ok(text)
             }
         }
+    }
+
+    /// Shows "typing…" in channel `external` (Discord shows it for 10 s, or until the bot's next
+    /// message).
+    pub async fn typing(&self, external: &str) -> Result<(), PlatformError> {
+        let channel = channel_id(external)?;
+        channel.broadcast_typing(&self.http).await.map_err(|e| classify(&e, "showing typing"))
     }
 
     /// Deletes our message `id` in `external`; one already gone counts as done.
@@ -314,6 +343,11 @@ impl Discord {
                     && h.token.is_some()
                     && h.user.as_ref().is_none_or(|u| u.id.get() == self.bot_id)
             }),
+            // A DM has no webhooks (50003): the bot posts with the author's name in front.
+            Err(e) if is_code(&e, 50003) => {
+                self.set_route(channel, Route::Prefix);
+                return Ok(Route::Prefix);
+            }
             Err(e) if is_code(&e, 50013) || is_status(&e, 403) => {
                 tracing::warn!(
                     "flock-bridge: no permission to manage webhooks in channel {channel}: posting as the bot with the author's name in front (give the bot \"Manage Webhooks\" to post under each agent's name)"
@@ -410,6 +444,7 @@ pub fn edited(e: &MessageUpdateEvent, bot_id: u64) -> Option<Inbound> {
             .unwrap_or_default(),
         text: content.clone(),
         change: Change::Edited,
+        direct: e.guild_id.is_none(),
     })
 }
 
@@ -426,6 +461,7 @@ pub fn inbound(m: &Message, bot_id: u64) -> Option<Inbound> {
         user_name: m.author.global_name.clone().unwrap_or_else(|| m.author.name.clone()),
         text: m.content.clone(),
         change: Change::New,
+        direct: m.guild_id.is_none(),
     })
 }
 
@@ -523,7 +559,7 @@ impl EventHandler for Handler {
         _ctx: Context,
         channel_id: ChannelId,
         deleted_message_id: MessageId,
-        _guild_id: Option<GuildId>,
+        guild_id: Option<GuildId>,
     ) {
         // Who deleted it is not said; the router only changes a post a person's message became.
         let _ = self.tx.send(Event::Message(Inbound {
@@ -533,6 +569,7 @@ impl EventHandler for Handler {
             user_name: String::new(),
             text: String::new(),
             change: Change::Deleted,
+            direct: guild_id.is_none(),
         }));
     }
 }

@@ -59,6 +59,9 @@ pub struct Inbound {
     /// The text (the new text of an edit; empty for a deletion).
     pub text: String,
     pub change: Change,
+    /// Written to the bot directly (Telegram private chat, Discord DM, Slack IM), not in a
+    /// group the bot is in.
+    pub direct: bool,
 }
 
 /// What happened to a person's message.
@@ -141,18 +144,20 @@ impl Chat {
         }
     }
 
-    /// Sends one message of a post by `author`: its platform id and the text as people see it
-    /// (with the author's name: the echo record compares with it).
+    /// Sends one message of a post by `author` (a reply to platform message `reply_to`, when
+    /// given): its platform id and the text as people see it (with the author's name: the echo
+    /// record compares with it).
     async fn send(
         &self,
         external: &str,
         author: &str,
         message: &str,
+        reply_to: Option<&str>,
     ) -> Result<(String, String), PlatformError> {
         match self {
             Chat::Telegram(t) => {
                 let shown = markdown::plain(message);
-                match t.send(external, message).await {
+                match t.send(external, message, reply_to).await {
                     // Telegram could not read the message as we wrote it: never stall the chat
                     // on it; send what it shows as plain text instead.
                     Err(PlatformError::Permanent(e))
@@ -162,13 +167,33 @@ impl Chat {
                             "flock-bridge: Telegram refused a formatted message ({e}); sending it as plain text"
                         );
                         let plain = markdown::escaped_plain(&shown, 4096);
-                        t.send(external, &plain).await.map(|id| (id, shown))
+                        t.send(external, &plain, reply_to).await.map(|id| (id, shown))
                     }
                     sent => sent.map(|id| (id, shown)),
                 }
             }
-            Chat::Discord(d) => d.send(external, author, message).await,
-            Chat::Slack(s) => s.send(external, author, message).await,
+            Chat::Discord(d) => d.send(external, author, message, reply_to).await,
+            Chat::Slack(s) => s.send(external, author, message, reply_to).await,
+        }
+    }
+
+    /// How often "working" must be shown again while the swarm works (Telegram's typing lasts
+    /// 5 s, Discord's 10 s); `None`: shown once per message (Slack: a reaction).
+    fn typing_every(&self) -> Option<Duration> {
+        match self {
+            Chat::Telegram(_) => Some(Duration::from_secs(4)),
+            Chat::Discord(_) => Some(Duration::from_secs(8)),
+            Chat::Slack(_) => None,
+        }
+    }
+
+    /// Shows that the swarm works on something asked in `external` (the platforms that have a
+    /// typing indicator).
+    async fn typing(&self, external: &str) -> Result<(), PlatformError> {
+        match self {
+            Chat::Telegram(t) => t.typing(external).await,
+            Chat::Discord(d) => d.typing(external).await,
+            Chat::Slack(_) => Ok(()),
         }
     }
 
@@ -212,7 +237,15 @@ struct Relay {
     recent_posts: Mutex<HashMap<String, VecDeque<Instant>>>,
     /// Chats whose Flock channel is archived: nothing is relayed from them any more.
     archived: Mutex<HashSet<String>>,
+    /// Chats with an outbound loop running (the mapped ones, and DMs once they are mapped).
+    relayed: Mutex<HashSet<String>>,
 }
+
+/// People's posts the swarm is working on, for one chat: (seq, their platform message there).
+type Working = Vec<(u64, Option<String>)>;
+
+/// The Slack reaction that says "working on it" on a person's message.
+const WORKING_REACTION: &str = "hourglass_flowing_sand";
 
 /// Runs the bridge until the router closes the connection or asks it to stop; returns the
 /// process's exit code.
@@ -315,6 +348,7 @@ pub async fn run() -> u8 {
         echoes: Mutex::default(),
         recent_posts: Mutex::default(),
         archived: Mutex::default(),
+        relayed: Mutex::default(),
     });
     // Kept alive as long as the bridge runs (Socket Mode's connections belong to it).
     let mut _slack_listener = None;
@@ -361,6 +395,7 @@ pub async fn run() -> u8 {
     }
     for m in relay.spec.channels.clone() {
         if !m.external.starts_with(PENDING_PREFIX) {
+            relay.relayed.lock().unwrap_or_else(|p| p.into_inner()).insert(m.external.clone());
             tasks.spawn(relay.clone().outbound(m.external.clone()));
         }
     }
@@ -663,17 +698,23 @@ impl Relay {
 
     /// Posts one person's message in its channel (or says why not); `Err(Gone)` only when the
     /// router is gone, so the message is not confirmed to the platform.
-    async fn bring_in(&self, m: &Inbound) -> Result<(), CallError> {
-        let Some(mapping) = self.spec.channels.iter().find(|c| c.external == m.external) else {
-            return Ok(()); // a chat the bot is in but no mapping names: not ours to relay
+    async fn bring_in(self: &Arc<Self>, m: &Inbound) -> Result<(), CallError> {
+        let mapping = self.spec.channels.iter().find(|c| c.external == m.external);
+        // A chat the bot is in but no mapping names is not ours to relay; a person writing to
+        // the bot directly reaches the swarm (`dm:`), which maps their chat on the first message.
+        let allowed = match (mapping, &self.spec.dm) {
+            (Some(mapping), _) => mapping.allow.as_ref().is_none_or(|a| a.contains(&m.user_id)),
+            (None, Some(dm)) if m.direct => {
+                dm.allow.as_ref().is_none_or(|a| a.contains(&m.user_id))
+            }
+            (None, _) => return Ok(()),
         };
-        let allowed = mapping.allow.as_ref().is_none_or(|a| a.contains(&m.user_id));
         if self.archived.lock().unwrap_or_else(|p| p.into_inner()).contains(&m.external) {
             tracing::info!(
                 "in: chat {} message {} dropped: #{} is archived",
                 m.external,
                 m.message_id,
-                mapping.flock
+                mapping.map_or("its channel", |m| m.flock.as_str())
             );
             return Ok(());
         }
@@ -699,6 +740,9 @@ impl Relay {
             "user_id": m.user_id,
             "user_name": m.user_name,
         });
+        if mapping.is_none() {
+            args["dm"] = json!(true);
+        }
         // Someone not on the allow list is still handed to the router, which decides and
         // journals the refusal; their words never leave the bridge.
         if allowed {
@@ -714,6 +758,16 @@ impl Relay {
             Ok(v) => {
                 if v["duplicate"].as_bool() != Some(true) {
                     self.stats.inbound.fetch_add(1, Ordering::Relaxed);
+                }
+                // A DM the router just mapped: its answers go out from now on.
+                if mapping.is_none()
+                    && self
+                        .relayed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(m.external.clone())
+                {
+                    tokio::spawn(self.clone().outbound(m.external.clone()));
                 }
                 tracing::info!(
                     chat = %m.external,
@@ -785,14 +839,22 @@ impl Relay {
 
     /// Flock → platform, for one mapped chat.
     async fn outbound(self: Arc<Self>, external: String) {
+        // What the chat shows as being worked on; a task of its own keeps it shown.
+        let (working, shown) = tokio::sync::watch::channel(Working::new());
+        tokio::spawn(self.clone().show_working(external.clone(), shown));
+        let thread = self
+            .spec
+            .channels
+            .iter()
+            .find(|m| m.external == external)
+            .is_none_or(|m| m.replies == flock_config::Replies::Thread);
         loop {
             if self.link.stopping() {
                 return;
             }
-            let pulled = self
-                .link
-                .call_json("bridge__pull", json!({"external": external, "wait_ms": PULL_WAIT_MS}))
-                .await;
+            let seqs: Vec<u64> = working.borrow().iter().map(|(seq, _)| *seq).collect();
+            let args = json!({"external": external, "wait_ms": PULL_WAIT_MS, "working": seqs});
+            let pulled = self.link.call_json("bridge__pull", args).await;
             let page = match pulled {
                 Ok(v) => v,
                 Err(CallError::Gone) => return,
@@ -805,6 +867,21 @@ impl Relay {
                 }
             };
             self.mapping_broken(&external, None);
+            let now: Working = page["working"]
+                .as_array()
+                .map(|w| {
+                    w.iter()
+                        .filter_map(|w| {
+                            Some((w["seq"].as_u64()?, w["reply_to"].as_str().map(str::to_owned)))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            working.send_if_modified(|w| {
+                let changed = *w != now;
+                *w = now;
+                changed
+            });
             let posts = page["posts"].as_array().cloned().unwrap_or_default();
             let upto = page["upto"].as_u64().unwrap_or(0);
             let newest = page["newest"].as_u64().unwrap_or(upto);
@@ -817,7 +894,10 @@ impl Relay {
                 self.outbox_is(&external, newest.saturating_sub(done.max(seq.saturating_sub(1))));
                 let author = post["author"].as_str().unwrap_or("?");
                 let text = post["text"].as_str().unwrap_or_default();
-                let Some(id) = self.deliver(&external, author, text).await else { return };
+                let reply_to = post["reply_to"].as_str().filter(|_| thread);
+                let Some(id) = self.deliver(&external, author, text, reply_to).await else {
+                    return;
+                };
                 let sent = json!({"external": external, "seq": seq, "external_id": id});
                 if self.link.call("bridge__sent", sent).await.is_err() {
                     return;
@@ -870,6 +950,60 @@ impl Relay {
         }
     }
 
+    /// Keeps chat `external` showing that the swarm works on what people asked there, while it
+    /// does: the typing indicator, refreshed before it fades (Telegram, Discord), or a reaction
+    /// on each message being worked on, taken off when it is answered (Slack). A failure to show
+    /// it is logged and passed over: it never holds up a message.
+    async fn show_working(
+        self: Arc<Self>,
+        external: String,
+        mut working: tokio::sync::watch::Receiver<Working>,
+    ) {
+        let mut marked: HashSet<String> = HashSet::new();
+        loop {
+            let now: Working = working.borrow_and_update().clone();
+            if let Chat::Slack(slack) = &self.chat {
+                let ids: HashSet<String> = now.iter().filter_map(|(_, id)| id.clone()).collect();
+                for (id, on) in ids
+                    .difference(&marked)
+                    .map(|id| (id.clone(), true))
+                    .chain(marked.difference(&ids).map(|id| (id.clone(), false)))
+                    .collect::<Vec<_>>()
+                {
+                    match slack.react(&external, &id, WORKING_REACTION, on).await {
+                        Ok(()) if on => drop(marked.insert(id)),
+                        Ok(()) => drop(marked.remove(&id)),
+                        Err(e) => tracing::warn!(
+                            "flock-bridge: chat {external}: cannot mark message {id} as worked on: {e}"
+                        ),
+                    }
+                }
+            }
+            let wait = match self.chat.typing_every() {
+                Some(every) if !now.is_empty() => {
+                    if let Err(e) = self.chat.typing(&external).await {
+                        tracing::debug!("flock-bridge: chat {external}: typing not shown: {e}");
+                    }
+                    Some(every)
+                }
+                _ => None,
+            };
+            let changed = match wait {
+                Some(every) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(every) => Ok(()),
+                        c = working.changed() => c,
+                    }
+                }
+                None => working.changed().await,
+            };
+            // The outbound loop ended (the bridge stops, or the channel was archived).
+            if changed.is_err() || self.link.stopping() {
+                return;
+            }
+        }
+    }
+
     /// Mirrors the archive of `channel` to chat `external` and records it; `false` if the bridge
     /// stopped first. Slack archives the conversation; Telegram and Discord, whose bot APIs
     /// cannot, get a final notice. A refusal is reported on the mapping and retried every half
@@ -889,7 +1023,7 @@ impl Relay {
             }
             Chat::Telegram(_) | Chat::Discord(_) => {
                 let notice = archive_notice(channel);
-                if self.deliver(external, "flock", &notice).await.is_none() {
+                if self.deliver(external, "flock", &notice, None).await.is_none() {
                     return false;
                 }
                 tracing::info!("out: archive notice of #{channel} → chat {external}");
@@ -961,7 +1095,7 @@ impl Relay {
                 // The edit is longer than the copy: the rest follows as new messages.
                 None => {
                     let rest = parts[i..].to_vec();
-                    let sent = self.deliver_parts(external, author, rest).await?;
+                    let sent = self.deliver_parts(external, author, rest, None).await?;
                     now.extend(sent.split(' ').map(str::to_owned));
                     break;
                 }
@@ -1042,23 +1176,32 @@ impl Relay {
     /// A post is never skipped: rate limits are waited out, failures retried with backoff, and
     /// a chat that refuses us is reported broken and retried every half minute.
     /// Returns the platform ids of its messages, separated by spaces.
-    async fn deliver(&self, external: &str, author: &str, text: &str) -> Option<String> {
-        self.deliver_parts(external, author, self.chat.messages(author, text)).await
+    async fn deliver(
+        &self,
+        external: &str,
+        author: &str,
+        text: &str,
+        reply_to: Option<&str>,
+    ) -> Option<String> {
+        self.deliver_parts(external, author, self.chat.messages(author, text), reply_to).await
     }
 
-    /// [`Relay::deliver`] of a post already cut into the platform's messages.
+    /// [`Relay::deliver`] of a post already cut into the platform's messages; the first one
+    /// replies to `reply_to`, if given (the rest follow it).
     async fn deliver_parts(
         &self,
         external: &str,
         author: &str,
         parts: Vec<String>,
+        reply_to: Option<&str>,
     ) -> Option<String> {
         let mut ids: Vec<String> = Vec::new();
-        for part in parts {
+        for (i, part) in parts.iter().enumerate() {
+            let reply_to = reply_to.filter(|_| i == 0);
             // A post is never passed over: `Broken` retries until the chat takes it.
             let sent = self
                 .platform_call(external, "posts", Refused::Broken, || {
-                    self.chat.send(external, author, &part)
+                    self.chat.send(external, author, part, reply_to)
                 })
                 .await?;
             if let Some((id, shown)) = sent {

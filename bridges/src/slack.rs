@@ -97,6 +97,7 @@ impl Slack {
         channel: &str,
         author: &str,
         piece: &str,
+        thread: Option<&str>,
     ) -> Result<(String, String), PlatformError> {
         use std::sync::atomic::Ordering;
         let label = crate::render::author_label(author);
@@ -111,6 +112,9 @@ impl Slack {
         .with_unfurl_media(false);
         if !prefixed {
             req = req.with_username(label.clone());
+        }
+        if let Some(ts) = thread {
+            req = req.with_thread_ts(SlackTs::new(ts.to_owned()));
         }
         let sent = self
             .client
@@ -243,6 +247,39 @@ impl Slack {
         name
     }
 
+    /// Marks message `ts` with the reaction `name` (`on`), or takes it off; a reaction already
+    /// there (or already gone) counts as done.
+    pub async fn react(
+        &self,
+        channel: &str,
+        ts: &str,
+        name: &str,
+        on: bool,
+    ) -> Result<(), PlatformError> {
+        let session = self.client.open_session(&self.bot);
+        let (channel, ts) = (SlackChannelId::new(channel.to_owned()), SlackTs::new(ts.to_owned()));
+        let done = if on {
+            let req = SlackApiReactionsAddRequest::new(channel, name.into(), ts);
+            session.reactions_add(&req).await.map(|_| ())
+        } else {
+            let req = SlackApiReactionsRemoveRequest::new(name.into())
+                .with_channel(channel)
+                .with_timestamp(ts);
+            session.reactions_remove(&req).await.map(|_| ())
+        };
+        match done {
+            Ok(()) => Ok(()),
+            Err(e) => match classify(&e, if on { "reactions.add" } else { "reactions.remove" }) {
+                PlatformError::Permanent(m)
+                    if m.contains("already_reacted") || m.contains("no_reaction") =>
+                {
+                    Ok(())
+                }
+                other => Err(other),
+            },
+        }
+    }
+
     /// A person's new message, edit or deletion, or `None` for bots (this one among them), joins
     /// and the like.
     pub async fn inbound(&self, event: &SlackMessageEvent) -> Option<Inbound> {
@@ -277,6 +314,7 @@ impl Slack {
             user_id: user,
             text,
             change,
+            direct: event.origin.channel_type.as_ref().is_some_and(|t| t.0 == "im"),
         })
     }
 }

@@ -108,19 +108,36 @@ impl Telegram {
             user_name: name,
             text: text.to_owned(),
             change,
+            direct: m["chat"]["type"].as_str() == Some("private"),
         })
     }
 
-    /// Sends one MarkdownV2 message; returns its message id.
-    pub async fn send(&self, chat: &str, text: &str) -> Result<String, PlatformError> {
-        let args = json!({
+    /// Sends one MarkdownV2 message, as a reply to message `reply_to` when given (sent anyway
+    /// if that message is gone); returns its message id.
+    pub async fn send(
+        &self,
+        chat: &str,
+        text: &str,
+        reply_to: Option<&str>,
+    ) -> Result<String, PlatformError> {
+        let mut args = json!({
             "chat_id": chat_id(chat),
             "text": text,
             "parse_mode": "MarkdownV2",
             "link_preview_options": {"is_disabled": true},
         });
+        if let Some(id) = reply_to.and_then(|r| r.parse::<i64>().ok()) {
+            args["reply_parameters"] =
+                json!({"message_id": id, "allow_sending_without_reply": true});
+        }
         let sent = self.call("sendMessage", args, Duration::from_secs(30)).await?;
         Ok(sent["message_id"].as_i64().map(|n| n.to_string()).unwrap_or_default())
+    }
+
+    /// Shows "typing…" in `chat` (Telegram shows it for 5 s, or until the bot's next message).
+    pub async fn typing(&self, chat: &str) -> Result<(), PlatformError> {
+        let args = json!({"chat_id": chat_id(chat), "action": "typing"});
+        self.call("sendChatAction", args, Duration::from_secs(10)).await.map(|_| ())
     }
 
     /// Replaces the text of the bot's message `id` (MarkdownV2); unchanged text counts as done.

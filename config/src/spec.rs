@@ -63,6 +63,33 @@ pub struct BridgeSpec {
     /// mapped to it (default false).
     #[serde(default)]
     pub mirror_new_channels: bool,
+    /// A person writing to the bot directly (Telegram private chat, Slack IM, Discord DM): who
+    /// answers and who may. `None` (`dm: false`): direct messages are not relayed.
+    #[serde(default)]
+    pub dm: Option<DmSpec>,
+    /// The Flock channel (one of this bridge's mappings) where permission requests waiting for
+    /// a person are announced; `None`: not announced through this bridge.
+    #[serde(default)]
+    pub approvals: Option<String>,
+    /// Platform user ids who may `/approve ID` or `/deny ID` through this bridge (empty: nobody).
+    #[serde(default)]
+    pub approvers: Vec<String>,
+}
+
+/// The agent a person reaches by default (a DM with a bridge's bot, a mapped chat without
+/// `responder`): the first coordinator, else the first orchestrator.
+pub fn entry_agent(agents: &[AgentSpec]) -> Option<String> {
+    let first = |role: Role| agents.iter().find(|a| a.role == role && a.instance.is_none());
+    first(Role::Coordinator).or_else(|| first(Role::Orchestrator)).map(|a| a.name.clone())
+}
+
+/// Direct messages with a bridge's bot (`dm:` of a bridge).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DmSpec {
+    /// The agent that answers them (default: the swarm's coordinator, else its orchestrator).
+    pub agent: String,
+    /// Platform user ids who may write to the bot; `None`: everyone who can reach it.
+    pub allow: Option<Vec<String>>,
 }
 
 /// One Flock channel ↔ one platform chat.
@@ -76,6 +103,25 @@ pub struct BridgeMapping {
     /// `None`: everyone in the chat may post; `Some(ids)`: only these platform user ids (as text;
     /// YAML integers accepted).
     pub allow: Option<Vec<String>>,
+    /// The agent that answers a person's message in this chat when it mentions no agent (it is
+    /// made a member of the channel); `None`: the channel's coordinator or orchestrator, if one
+    /// is a member.
+    #[serde(default)]
+    pub responder: Option<String>,
+    /// How the swarm's answer to a person appears in this chat (`replies:`).
+    #[serde(default)]
+    pub replies: Replies,
+}
+
+/// How an answer to a person's message appears in a chat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Replies {
+    /// Attached to their message: a Telegram or Discord reply, a Slack thread under it.
+    #[default]
+    Thread,
+    /// A plain message in the chat (Slack: in the channel, not a thread).
+    Channel,
 }
 
 /// The chat platform of a bridge.

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Report, closest, list};
 use crate::spec::{
-    AgentSpec, BridgeMapping, BridgeSpec, BudgetSpec, ChannelsSpec, DeliverySpec, ExtensionSpec,
-    MaskRule, ModelSpec, Platform, RestartPolicy, Role, SandboxKind, Strategy, SupervisionSpec,
-    SwarmSpec,
+    AgentSpec, BridgeMapping, BridgeSpec, BudgetSpec, ChannelsSpec, DeliverySpec, DmSpec,
+    ExtensionSpec, MaskRule, ModelSpec, Platform, Replies, RestartPolicy, Role, SandboxKind,
+    Strategy, SupervisionSpec, SwarmSpec,
 };
 use crate::transcript::{self, Target};
 use crate::valid_agent_name;
@@ -95,8 +95,12 @@ const BRIDGE_KEYS: &[&str] = &[
     "max_posts_per_minute",
     "mirror_new_channels",
     "channels",
+    "dm",
+    "approvals",
+    "approvers",
 ];
-const BRIDGE_CHANNEL_KEYS: &[&str] = &["flock", "external", "allow"];
+const BRIDGE_CHANNEL_KEYS: &[&str] = &["flock", "external", "allow", "responder", "replies"];
+const BRIDGE_DM_KEYS: &[&str] = &["agent", "allow"];
 /// Every platform a bridge may name, in the order messages list them.
 const PLATFORMS: &[Platform] = &[Platform::Discord, Platform::Slack, Platform::Telegram];
 /// The platforms this version has a bridge for.
@@ -237,10 +241,20 @@ impl Loader<'_> {
         }
         let defaults = self.defaults(lookup(top, "defaults").map(|(_, v)| v));
         let agents = self.agents(lookup(top, "agents"), &defaults);
-        let bridges = match lookup(top, "bridges") {
+        let mut bridges = match lookup(top, "bridges") {
             Some((_, node)) => self.bridges(node, &written_agent_names(top)),
             None => Vec::new(),
         };
+        // A bridge's DMs go to the swarm's entry agent unless `dm.agent` names one; a swarm
+        // with neither a coordinator nor an orchestrator answers none.
+        let entry = crate::spec::entry_agent(&agents);
+        for b in &mut bridges {
+            if b.dm.as_ref().is_some_and(|d| d.agent.is_empty()) {
+                b.dm = entry
+                    .clone()
+                    .and_then(|agent| b.dm.take().map(|d| DmSpec { agent, allow: d.allow }));
+            }
+        }
 
         self.check_targets();
 
@@ -1445,7 +1459,7 @@ fn bridge(
         (None, _) => false,
     };
     let channels = match lookup(fields, "channels") {
-        Some((key, v)) => bridge_channels(r, key, v, &format!("{what}.channels")),
+        Some((key, v)) => bridge_channels(r, key, v, &format!("{what}.channels"), agents),
         None => {
             missing(
                 r,
@@ -1455,6 +1469,48 @@ fn bridge(
             Vec::new()
         }
     };
+    // Direct messages with the bot: on by default (answered by the coordinator or orchestrator,
+    // filled in once the agents are known), `dm: false` turns them off.
+    let dm = match field("dm") {
+        None => Some(DmSpec { agent: String::new(), allow: None }),
+        Some((v, path)) => bridge_dm(r, v, &path, agents),
+    };
+    let approvals = field("approvals").and_then(|(v, path)| {
+        let id = flock_channel(r, v, &path)?;
+        if !channels.is_empty() && !channels.iter().any(|m| m.flock == id) {
+            let mapped: Vec<&str> = channels.iter().map(|m| m.flock.as_str()).collect();
+            r.error(
+                v.pos,
+                format!(
+                    "`{path}`: `{id}` is not one of this bridge's channels ({}); announce \
+                     approvals in a channel the bridge maps",
+                    mapped.join(", ")
+                ),
+            );
+            return None;
+        }
+        Some(id)
+    });
+    let approvers = match field("approvers") {
+        Some((v, path)) => user_ids(
+            r,
+            v,
+            &path,
+            "nobody could approve",
+            "leave `approvers` out if nobody approves through this bridge",
+        )
+        .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    if let (Some((v, path)), true) = (field("approvals"), approvers.is_empty()) {
+        r.error(
+            v.pos,
+            format!(
+                "`{path}` announces permission requests, but no `approvers` may decide them; add \
+                 `approvers: [\"<platform user id>\"]` to the bridge"
+            ),
+        );
+    }
     if r.count() != before {
         return None;
     }
@@ -1467,7 +1523,80 @@ fn bridge(
         channels,
         max_posts_per_minute,
         mirror_new_channels,
+        dm,
+        approvals,
+        approvers,
     })
+}
+
+/// `bridges[i].dm`: `false`, an agent's name, or `{agent, allow}`.
+fn bridge_dm(
+    r: &mut Report<'_>,
+    node: &Node,
+    what: &str,
+    agents: &[(String, Pos)],
+) -> Option<DmSpec> {
+    match node.scalar() {
+        Some(Scalar::Bool(false)) => return None,
+        Some(Scalar::Str(name)) => {
+            return agent_ref(r, node, name, what, agents)
+                .map(|agent| DmSpec { agent, allow: None });
+        }
+        _ => {}
+    }
+    let Some(fields) = node.entries() else {
+        r.error(
+            node.pos,
+            format!(
+                "`{what}` must be `false`, the agent that answers (e.g. `dm: coordinator`), or \
+                 `{{agent: coordinator, allow: [\"<user id>\"]}}`; found {}",
+                node.describe()
+            ),
+        );
+        return None;
+    };
+    r.unknown_keys(fields, BRIDGE_DM_KEYS, &format!("`{what}`"));
+    let agent = match lookup(fields, "agent") {
+        Some((_, v)) => match v.text() {
+            Some(name) => agent_ref(r, v, name, &format!("{what}.agent"), agents)?,
+            None => {
+                r.error(v.pos, format!("`{what}.agent` must be an agent's name"));
+                return None;
+            }
+        },
+        None => String::new(),
+    };
+    let allow = match lookup(fields, "allow") {
+        Some((_, v)) => Some(user_ids(
+            r,
+            v,
+            &format!("{what}.allow"),
+            "nobody could write to the bot",
+            "leave `allow` out to let everyone who reaches the bot write to it, or write `dm: false`",
+        )?),
+        None => None,
+    };
+    Some(DmSpec { agent, allow })
+}
+
+/// An agent named in a bridge (`responder`, `dm`): one of the file's agents.
+fn agent_ref(
+    r: &mut Report<'_>,
+    node: &Node,
+    name: &str,
+    what: &str,
+    agents: &[(String, Pos)],
+) -> Option<String> {
+    if agents.iter().any(|(a, _)| a == name) {
+        return Some(name.to_owned());
+    }
+    let names: Vec<&str> = agents.iter().map(|(a, _)| a.as_str()).collect();
+    let hint = crate::error::did_you_mean(name, names.iter().copied());
+    r.error(
+        node.pos,
+        format!("`{what}`: no agent named `{name}` (agents: {}){hint}", names.join(", ")),
+    );
+    None
 }
 
 /// `bridges[i].name`: valid, not a bridge's already, not an agent's.
@@ -1645,7 +1774,13 @@ fn api_url(r: &mut Report<'_>, node: &Node, what: &str) -> Option<String> {
 }
 
 /// `bridges[i].channels`: at least one mapping; each platform chat at most once.
-fn bridge_channels(r: &mut Report<'_>, key: &Node, node: &Node, what: &str) -> Vec<BridgeMapping> {
+fn bridge_channels(
+    r: &mut Report<'_>,
+    key: &Node,
+    node: &Node,
+    what: &str,
+    agents: &[(String, Pos)],
+) -> Vec<BridgeMapping> {
     let mut mappings = Vec::new();
     let empty = format!(
         "`{what}` is empty; map at least one Flock channel to a chat, {BRIDGE_CHANNELS_EXAMPLE}"
@@ -1691,6 +1826,35 @@ fn bridge_channels(r: &mut Report<'_>, key: &Node, node: &Node, what: &str) -> V
         };
         let allow =
             lookup(fields, "allow").and_then(|(_, v)| allow(r, v, &format!("{what}.allow")));
+        let responder = lookup(fields, "responder").and_then(|(_, v)| {
+            let path = format!("{what}.responder");
+            match v.text() {
+                Some(name) => agent_ref(r, v, name, &path, agents),
+                None => {
+                    r.error(v.pos, format!("`{path}` must be the name of the agent that answers"));
+                    None
+                }
+            }
+        });
+        let replies = match lookup(fields, "replies") {
+            None => Replies::Thread,
+            Some((_, v)) => match v.text() {
+                Some("thread") => Replies::Thread,
+                Some("channel") => Replies::Channel,
+                _ => {
+                    r.error(
+                        v.pos,
+                        format!(
+                            "`{what}.replies` must be `thread` (answers attached to the person's \
+                             message: a reply, or a Slack thread) or `channel` (a plain message \
+                             in the chat); found {}",
+                            v.describe()
+                        ),
+                    );
+                    Replies::Thread
+                }
+            },
+        };
         let (Some(flock), Some((external, at))) = (flock, external) else { continue };
         match chats.get(&external) {
             Some((first_flock, first)) if *first_flock == flock => r.error(
@@ -1712,7 +1876,7 @@ fn bridge_channels(r: &mut Report<'_>, key: &Node, node: &Node, what: &str) -> V
             ),
             None => {
                 chats.insert(external.clone(), (flock.clone(), item.pos));
-                mappings.push(BridgeMapping { flock, external, allow });
+                mappings.push(BridgeMapping { flock, external, allow, responder, replies });
             }
         }
     }
@@ -1749,17 +1913,25 @@ fn flock_channel(r: &mut Report<'_>, node: &Node, what: &str) -> Option<String> 
 /// `…channels[j].allow`: the platform user ids who may post; `None` if it has a problem
 /// (reported).
 fn allow(r: &mut Report<'_>, node: &Node, what: &str) -> Option<Vec<String>> {
-    let fix = "leave `allow` out to let everyone post";
+    user_ids(r, node, what, "nobody could post", "leave `allow` out to let everyone post")
+}
+
+/// A non-empty list of platform user ids; `empty` says what an empty one would mean, `fix` how
+/// to do without the key.
+fn user_ids(
+    r: &mut Report<'_>,
+    node: &Node,
+    what: &str,
+    empty: &str,
+    fix: &str,
+) -> Option<Vec<String>> {
     if node.is_null() {
-        r.error(
-            node.pos,
-            format!("`{what}` has no value; list the user ids who may post, or {fix}"),
-        );
+        r.error(node.pos, format!("`{what}` has no value; list the platform user ids, or {fix}"));
         return None;
     }
     let items = r.list(node, what)?;
     if items.is_empty() {
-        r.error(node.pos, format!("`{what}` is empty: nobody could post; {fix}"));
+        r.error(node.pos, format!("`{what}` is empty: {empty}; {fix}"));
         return None;
     }
     let mut ids = Vec::with_capacity(items.len());
@@ -1902,6 +2074,8 @@ mod tests {
             flock: flock.to_owned(),
             external: external.to_owned(),
             allow: allow.map(|ids| ids.iter().map(|id| (*id).to_owned()).collect()),
+            responder: None,
+            replies: Default::default(),
         };
         let expected = vec![
             BridgeSpec {
@@ -1917,6 +2091,10 @@ mod tests {
                 ],
                 max_posts_per_minute: 600,
                 mirror_new_channels: false,
+                // No coordinator or orchestrator in the swarm: nobody answers DMs.
+                dm: None,
+                approvals: None,
+                approvers: Vec::new(),
             },
             BridgeSpec {
                 name: "second".to_owned(),
@@ -1928,6 +2106,9 @@ mod tests {
                 channels: vec![mapping("ops-1", "16", None)],
                 max_posts_per_minute: 20,
                 mirror_new_channels: false,
+                dm: None,
+                approvals: None,
+                approvers: Vec::new(),
             },
         ];
         assert_eq!(spec.bridges, expected);

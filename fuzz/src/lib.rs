@@ -76,15 +76,26 @@ pub fn bridge_spec() -> flock_config::BridgeSpec {
         app_token_env: None,
         api_url: None,
         channels: vec![
-            BridgeMapping { flock: "team".into(), external: "-100200300".into(), allow: None },
+            BridgeMapping {
+                flock: "team".into(),
+                external: "-100200300".into(),
+                allow: None,
+                responder: None,
+                replies: Default::default(),
+            },
             BridgeMapping {
                 flock: "ops".into(),
                 external: "-100400500".into(),
                 allow: Some(vec!["42".into()]),
+                responder: None,
+                replies: Default::default(),
             },
         ],
         max_posts_per_minute: 20,
         mirror_new_channels: false,
+        dm: None,
+        approvals: None,
+        approvers: Vec::new(),
     }
 }
 

@@ -27,6 +27,16 @@
 //! 50008, 50013, 50035), the 2000-character limit, webhook name rules, newest-first history with
 //! `after`/`before`/`limit`, and scripted 429s with Discord's rate-limit headers.
 //!
+//! Direct messages: [`FakeDiscord::add_dm`] opens a DM channel (type 1, `recipients: [person]`,
+//! no `guild_id`) between the bot and a person. Messages there (the person's through
+//! [`FakeDiscord::post`], the bot's through `POST /channels/{id}/messages`, replies included)
+//! and their edits and deletions are dispatched without `guild_id` and `member`, only to sessions
+//! that identified with the DIRECT_MESSAGES intent ([`INTENT_DIRECT_MESSAGES`]), and with their
+//! content even without MESSAGE_CONTENT (Discord never empties DMs to the app). Webhooks, channel
+//! changes and deleting the person's message there answer 403 (50003 "Cannot execute action on
+//! a DM channel"). `POST /channels/{id}/typing` (204) is recorded for every channel
+//! ([`FakeDiscord::typings`]).
+//!
 //! Channels are text channels (type 0) and categories (type 4) with `parent_id` and
 //! `permission_overwrites` (`{id, type: 0 role | 1 member, allow, deny}`, bitfields as decimal
 //! strings; @everyone is the role whose id is [`GUILD_ID`]). The bot may list them
@@ -84,6 +94,8 @@ pub const MAX_WEBHOOKS_PER_CHANNEL: usize = 15;
 pub const CHANNEL_TYPE_TEXT: u8 = 0;
 /// Channel type GUILD_CATEGORY.
 pub const CHANNEL_TYPE_CATEGORY: u8 = 4;
+/// Channel type DM: a direct message between the bot and one person.
+pub const CHANNEL_TYPE_DM: u8 = 1;
 /// Longest channel (and category) name, in characters.
 pub const MAX_CHANNEL_NAME_CHARS: usize = 100;
 /// Most channels a category may hold.
@@ -101,6 +113,8 @@ pub const INTENT_GUILDS: u64 = 1;
 pub const INTENT_GUILD_MESSAGES: u64 = 1 << 9;
 /// The privileged gateway intent MESSAGE_CONTENT.
 pub const INTENT_MESSAGE_CONTENT: u64 = 1 << 15;
+/// Gateway intent DIRECT_MESSAGES (`MESSAGE_CREATE`/`MESSAGE_UPDATE`/`MESSAGE_DELETE` in DMs).
+pub const INTENT_DIRECT_MESSAGES: u64 = 1 << 12;
 /// Every intent bit Discord defines lies below this one.
 const INTENTS_END: u64 = 1 << 26;
 
@@ -123,6 +137,8 @@ pub struct DiscordMessage {
     pub webhook_id: Option<u64>,
     /// `allowed_mentions` as the bot sent it (`None` when absent, and for people's messages).
     pub allowed_mentions: Option<Value>,
+    /// The message a reply of the bot answers (`message_reference.message_id`), else `None`.
+    pub reply_to: Option<u64>,
 }
 
 /// An answer the REST API refused, in Discord's JSON error format.
@@ -164,6 +180,10 @@ impl Refusal {
 
     fn unknown_overwrite() -> Refusal {
         Refusal::new(404, 10009, "Unknown Overwrite")
+    }
+
+    fn dm_channel() -> Refusal {
+        Refusal::new(403, 50003, "Cannot execute action on a DM channel")
     }
 
     fn missing_permissions() -> Refusal {
@@ -223,6 +243,8 @@ struct Channel {
     parent_id: Option<u64>,
     overwrites: Vec<Overwrite>,
     webhook_permission: bool,
+    /// The person at the other end of a DM channel: `(user id, username)`.
+    recipient: Option<(u64, String)>,
 }
 
 impl Channel {
@@ -234,7 +256,12 @@ impl Channel {
             parent_id: None,
             overwrites: Vec::new(),
             webhook_permission: true,
+            recipient: None,
         }
+    }
+
+    fn is_dm(&self) -> bool {
+        self.kind == CHANNEL_TYPE_DM
     }
 }
 
@@ -350,6 +377,8 @@ struct State {
     /// `(channel_id, message_id, new content or None for deleted)` of every edit and deletion
     /// the bot or its webhooks made, in order.
     edits: Vec<(u64, u64, Option<String>)>,
+    /// The channel of every accepted `POST /channels/{id}/typing`, in order.
+    typings: Vec<u64>,
 }
 
 #[derive(Debug)]
@@ -419,6 +448,7 @@ impl FakeDiscord {
                 requests: Vec::new(),
                 rejected: Vec::new(),
                 edits: Vec::new(),
+                typings: Vec::new(),
             }),
             changed: Condvar::new(),
         });
@@ -483,6 +513,31 @@ impl FakeDiscord {
         self.shared.changed.notify_all();
     }
 
+    /// Opens a DM channel (type 1, no guild) between the bot and the person `user_id`: `GET
+    /// /channels/{id}` answers it with `recipients: [person]`; the person writes there through
+    /// [`FakeDiscord::post`] (dispatched to DIRECT_MESSAGES sessions, without `guild_id` and
+    /// `member`); the bot may post (replies too), edit and delete its messages and show typing
+    /// there, while webhooks answer 403 (50003). It is no channel of the guild (not in `GET
+    /// /guilds/{id}/channels` nor `GUILD_CREATE`).
+    #[track_caller]
+    pub fn add_dm(&self, channel_id: u64, user_id: u64, username: &str) {
+        let mut state = self.shared.state();
+        let channel = state
+            .channels
+            .entry(channel_id)
+            .or_insert_with(|| Channel::new("", CHANNEL_TYPE_DM, 0));
+        assert!(channel.is_dm(), "fake Discord: channel {channel_id} exists with another type");
+        channel.recipient = Some((user_id, username.to_string()));
+        state.people.insert(user_id, username.to_string());
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// How many `POST /channels/{id}/typing` (typing indicators) the channel got, accepted ones.
+    pub fn typings(&self, channel_id: u64) -> usize {
+        self.shared.state().typings.iter().filter(|c| **c == channel_id).count()
+    }
+
     /// The bot lacks MANAGE_CHANNELS and MANAGE_ROLES in the guild: creating a channel, modifying
     /// one, and editing or deleting a permission overwrite answer 403 (50013).
     pub fn deny_manage_channels(&self) {
@@ -519,7 +574,8 @@ impl FakeDiscord {
 
     /// A person writes `content` in a channel: stored and dispatched as `MESSAGE_CREATE` to every
     /// live session with GUILD_MESSAGES (buffered for sessions whose connection is down);
-    /// returns the new message id.
+    /// returns the new message id. In a DM channel ([`FakeDiscord::add_dm`]) only its person
+    /// writes, and it goes to sessions with DIRECT_MESSAGES, without `guild_id` and `member`.
     #[track_caller]
     pub fn post(&self, channel_id: u64, user_id: u64, username: &str, content: &str) -> u64 {
         self.person_message(channel_id, user_id, username, content, true)
@@ -548,25 +604,21 @@ impl FakeDiscord {
         dispatch: bool,
     ) -> u64 {
         let mut state = self.shared.state();
+        let channel = state.channels.get(&channel_id);
         assert!(
-            state.channels.get(&channel_id).is_some_and(|c| c.kind == CHANNEL_TYPE_TEXT),
-            "fake Discord: post to channel {channel_id}, which is no text channel (add_channel)"
+            channel.is_some_and(|c| c.kind == CHANNEL_TYPE_TEXT || c.is_dm()),
+            "fake Discord: post to channel {channel_id}, which is no text channel (add_channel) \
+             nor DM (add_dm)"
         );
+        if let Some((recipient, _)) = channel.and_then(|c| c.recipient.as_ref()) {
+            assert_eq!(
+                *recipient, user_id,
+                "fake Discord: only user {recipient} writes in the DM channel {channel_id}"
+            );
+        }
         state.people.insert(user_id, username.to_string());
         let id = state.snowflake();
-        let author = json!({
-            "id": user_id.to_string(),
-            "username": username,
-            "avatar": null,
-            "discriminator": "0",
-            "public_flags": 0,
-            "flags": 0,
-            "banner": null,
-            "accent_color": null,
-            "global_name": username,
-            "avatar_decoration_data": null,
-            "banner_color": null,
-        });
+        let author = person_user(user_id, username);
         let mentions = state.mentions(content, None);
         let json = message_json(id, channel_id, author, content, &mentions, None);
         let meta = DiscordMessage {
@@ -577,6 +629,7 @@ impl FakeDiscord {
             content: content.to_string(),
             webhook_id: None,
             allowed_mentions: None,
+            reply_to: None,
         };
         state.store(StoredMessage { meta, json: json.clone(), by_bot: false }, dispatch);
         drop(state);
@@ -586,7 +639,8 @@ impl FakeDiscord {
 
     /// The author of message `message_id` edits it: stored with its new content and an
     /// `edited_timestamp`, and dispatched as `MESSAGE_UPDATE` carrying the whole message (with
-    /// `guild_id` and `member`, as `MESSAGE_CREATE`).
+    /// `guild_id` and `member`, as `MESSAGE_CREATE`; in a DM without them, to DIRECT_MESSAGES
+    /// sessions).
     #[track_caller]
     pub fn edit(&self, channel_id: u64, message_id: u64, content: &str) {
         let mut state = self.shared.state();
@@ -597,8 +651,9 @@ impl FakeDiscord {
     }
 
     /// A person (its author, or a moderator) deletes message `message_id`, whoever wrote it:
-    /// it leaves the channel's history and `MESSAGE_DELETE` (`id`, `channel_id`, `guild_id`) is
-    /// dispatched. Not recorded in [`FakeDiscord::edits`], which holds the bot's doings.
+    /// it leaves the channel's history and `MESSAGE_DELETE` (`id`, `channel_id`, `guild_id`; in a
+    /// DM no `guild_id`) is dispatched. Not recorded in [`FakeDiscord::edits`], which holds the
+    /// bot's doings.
     #[track_caller]
     pub fn delete(&self, channel_id: u64, message_id: u64) {
         let mut state = self.shared.state();
@@ -821,7 +876,17 @@ impl State {
         self.channels.values().filter(|c| c.kind == kind).count()
     }
 
-    /// The channel object as the REST API returns it (with `guild_id`).
+    /// A DM channel (else a guild channel, or none).
+    fn is_dm(&self, channel_id: u64) -> bool {
+        self.channels.get(&channel_id).is_some_and(Channel::is_dm)
+    }
+
+    /// The guild's channels (and categories), DM channels left out, in id order.
+    fn guild_channels(&self) -> impl Iterator<Item = (&u64, &Channel)> {
+        self.channels.iter().filter(|(_, c)| !c.is_dm())
+    }
+
+    /// The channel object as the REST API returns it (with `guild_id`; a DM without).
     fn channel_json(&self, channel_id: u64, channel: &Channel) -> Value {
         let last =
             self.messages.iter().rev().find(|m| m.meta.channel_id == channel_id).map(|m| m.meta.id);
@@ -899,12 +964,14 @@ impl State {
         (users, roles, everyone)
     }
 
-    /// Stores a message and, when `dispatch`, sends `MESSAGE_CREATE` to the sessions.
+    /// Stores a message and, when `dispatch`, sends `MESSAGE_CREATE` to the sessions (with
+    /// GUILD_MESSAGES, or DIRECT_MESSAGES in a DM).
     fn store(&mut self, message: StoredMessage, dispatch: bool) {
         if dispatch {
-            let event = gateway_message(&message);
-            self.dispatch("MESSAGE_CREATE", INTENT_GUILD_MESSAGES, |intents| {
-                gated(&event, intents & INTENT_MESSAGE_CONTENT != 0)
+            let dm = self.is_dm(message.meta.channel_id);
+            let event = gateway_message(&message, dm);
+            self.dispatch("MESSAGE_CREATE", message_intent(dm), |intents| {
+                gated(&event, dm || intents & INTENT_MESSAGE_CONTENT != 0)
             });
         }
         self.messages.push(message);
@@ -944,9 +1011,10 @@ impl State {
         message.json["mention_roles"] = Value::Array(roles);
         message.json["mention_everyone"] = json!(everyone);
         message.json["edited_timestamp"] = json!(iso8601(now_ms()));
-        let update = gateway_message(message);
-        self.dispatch("MESSAGE_UPDATE", INTENT_GUILD_MESSAGES, |intents| {
-            gated(&update, intents & INTENT_MESSAGE_CONTENT != 0)
+        let dm = self.is_dm(channel_id);
+        let update = gateway_message(&self.messages[i], dm);
+        self.dispatch("MESSAGE_UPDATE", message_intent(dm), |intents| {
+            gated(&update, dm || intents & INTENT_MESSAGE_CONTENT != 0)
         });
         true
     }
@@ -961,12 +1029,12 @@ impl State {
             return false;
         };
         self.messages.remove(i);
-        let event = json!({
-            "id": message_id.to_string(),
-            "channel_id": channel_id.to_string(),
-            "guild_id": GUILD_ID.to_string(),
-        });
-        self.dispatch("MESSAGE_DELETE", INTENT_GUILD_MESSAGES, |_| event.clone());
+        let dm = self.is_dm(channel_id);
+        let mut event = json!({"id": message_id.to_string(), "channel_id": channel_id.to_string()});
+        if !dm {
+            event["guild_id"] = json!(GUILD_ID.to_string());
+        }
+        self.dispatch("MESSAGE_DELETE", message_intent(dm), |_| event.clone());
         true
     }
 
@@ -982,10 +1050,18 @@ impl State {
     }
 }
 
+/// The intent message events of a channel need: DIRECT_MESSAGES in a DM, else GUILD_MESSAGES.
+fn message_intent(dm: bool) -> u64 {
+    if dm { INTENT_DIRECT_MESSAGES } else { INTENT_GUILD_MESSAGES }
+}
+
 /// A stored message as `MESSAGE_CREATE` / `MESSAGE_UPDATE` carry it: the REST object with
-/// `guild_id`, and `member` unless a webhook wrote it.
-fn gateway_message(message: &StoredMessage) -> Value {
+/// `guild_id`, and `member` unless a webhook wrote it; in a DM (`dm`) the REST object as it is.
+fn gateway_message(message: &StoredMessage, dm: bool) -> Value {
     let mut event = message.json.clone();
+    if dm {
+        return event;
+    }
     event["guild_id"] = json!(GUILD_ID.to_string());
     if message.meta.webhook_id.is_none() {
         event["member"] = json!({
@@ -1043,6 +1119,23 @@ fn gated(message: &Value, content_intent: bool) -> Value {
     message
 }
 
+/// A person as the `author` of a message (and the recipient of a DM channel).
+fn person_user(user_id: u64, username: &str) -> Value {
+    json!({
+        "id": user_id.to_string(),
+        "username": username,
+        "avatar": null,
+        "discriminator": "0",
+        "public_flags": 0,
+        "flags": 0,
+        "banner": null,
+        "accent_color": null,
+        "global_name": username,
+        "avatar_decoration_data": null,
+        "banner_color": null,
+    })
+}
+
 fn bot_user() -> Value {
     json!({
         "id": BOT_ID.to_string(),
@@ -1094,8 +1187,18 @@ fn message_json(
     message
 }
 
-/// A channel object: a text channel (type 0) or, without the text fields, a category (type 4).
+/// A channel object: a text channel (type 0), without the text fields a category (type 4), or a
+/// DM channel (type 1: no guild, name or overwrites; the person in `recipients`).
 fn channel_json(channel_id: u64, channel: &Channel, last_message_id: Option<u64>) -> Value {
+    if let Some((user_id, username)) = channel.recipient.as_ref().filter(|_| channel.is_dm()) {
+        return json!({
+            "id": channel_id.to_string(),
+            "type": CHANNEL_TYPE_DM,
+            "last_message_id": last_message_id.map(|id| id.to_string()),
+            "flags": 0,
+            "recipients": [person_user(*user_id, username)],
+        });
+    }
     let overwrites: Vec<Value> = channel.overwrites.iter().map(Overwrite::to_json).collect();
     let mut json = json!({
         "id": channel_id.to_string(),
@@ -1318,7 +1421,7 @@ fn route(
         ("GET", ["guilds", guild, "channels"]) => {
             guild_param(guild)?;
             let channels: Vec<Value> =
-                state.channels.iter().map(|(id, c)| state.channel_json(*id, c)).collect();
+                state.guild_channels().map(|(id, c)| state.channel_json(*id, c)).collect();
             Ok(Reply::ok(Value::Array(channels)))
         }
         ("POST", ["guilds", guild, "channels"]) => create_channel(state, guild, body),
@@ -1328,7 +1431,7 @@ fn route(
             let (channel, message) =
                 (snowflake_param("channel_id", id)?, snowflake_param("message_id", message)?);
             state.channels.get(&channel).ok_or_else(Refusal::unknown_channel)?;
-            let content_intent = !state.deny_message_content;
+            let content_intent = !state.deny_message_content || state.is_dm(channel);
             let found = state
                 .messages
                 .iter()
@@ -1342,12 +1445,16 @@ fn route(
         ("POST", ["channels", id, "typing"]) => {
             let id = snowflake_param("channel_id", id)?;
             state.channels.get(&id).ok_or_else(Refusal::unknown_channel)?;
+            state.typings.push(id);
             Ok(Reply::no_content())
         }
         ("POST", ["channels", id, "webhooks"]) => create_webhook(state, id, body),
         ("GET", ["channels", id, "webhooks"]) => {
             let id = snowflake_param("channel_id", id)?;
-            state.channels.get(&id).ok_or_else(Refusal::unknown_channel)?;
+            let channel = state.channels.get(&id).ok_or_else(Refusal::unknown_channel)?;
+            if channel.is_dm() {
+                return Err(Refusal::dm_channel());
+            }
             let hooks: Vec<Value> = state
                 .webhooks
                 .iter()
@@ -1457,7 +1564,7 @@ fn history(state: &State, request: &Request, id: &str) -> Result<Reply, Refusal>
     };
     let after = params.get("after").map(|a| snowflake_param("after", a)).transpose()?;
     let before = params.get("before").map(|b| snowflake_param("before", b)).transpose()?;
-    let content_intent = !state.deny_message_content;
+    let content_intent = !state.deny_message_content || state.is_dm(id);
     let in_channel = state.messages.iter().filter(|m| m.meta.channel_id == id);
     let mut picked: Vec<&StoredMessage> = match (after, before) {
         (Some(after), _) => {
@@ -1539,7 +1646,8 @@ fn allowed_mentions(body: &Value) -> Option<Value> {
 fn create_message(state: &mut State, id: &str, body: &Value) -> Result<Reply, Refusal> {
     let channel_id = snowflake_param("channel_id", id)?;
     let channel = state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
-    if channel.kind != CHANNEL_TYPE_TEXT {
+    let dm = channel.is_dm();
+    if channel.kind != CHANNEL_TYPE_TEXT && !dm {
         return Err(Refusal::new(400, 50008, "Cannot send messages in a non-text channel"));
     }
     rate_limited(state)?;
@@ -1566,14 +1674,17 @@ fn create_message(state: &mut State, id: &str, body: &Value) -> Result<Reply, Re
     let mentions = state.mentions(&content, allowed.as_ref());
     let id = state.snowflake();
     let mut json = message_json(id, channel_id, bot_user(), &content, &mentions, None);
+    let reply_to = reference.as_ref().and_then(|r| r["id"].as_str()?.parse::<u64>().ok());
     if let Some(referenced) = reference {
         json["type"] = json!(19);
         json["message_reference"] = json!({
             "type": 0,
             "channel_id": channel_id.to_string(),
-            "guild_id": GUILD_ID.to_string(),
             "message_id": referenced["id"],
         });
+        if !dm {
+            json["message_reference"]["guild_id"] = json!(GUILD_ID.to_string());
+        }
         json["referenced_message"] = referenced;
     }
     if let Some(nonce) = body.get("nonce").filter(|n| !n.is_null()) {
@@ -1587,6 +1698,7 @@ fn create_message(state: &mut State, id: &str, body: &Value) -> Result<Reply, Re
         content,
         webhook_id: None,
         allowed_mentions: allowed,
+        reply_to,
     };
     state.store(StoredMessage { meta, json: json.clone(), by_bot: true }, true);
     Ok(Reply::ok(json))
@@ -1644,12 +1756,16 @@ fn edit_message(
 
 /// `DELETE /channels/{id}/messages/{id}`: the bot deletes a message (`MESSAGE_DELETE`). Its own
 /// it may always delete; anyone else's (its webhooks' included) needs MANAGE_MESSAGES, which the
-/// bot does not have here: 403 (50013).
+/// bot does not have here: 403 (50013); in a DM nobody may delete the other's messages: 403
+/// (50003).
 fn delete_message(state: &mut State, id: &str, message: &str) -> Result<Reply, Refusal> {
     let channel_id = snowflake_param("channel_id", id)?;
     let message_id = snowflake_param("message_id", message)?;
     state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
     let found = state.find(channel_id, message_id).ok_or_else(Refusal::unknown_message)?;
+    if found.meta.author_id != BOT_ID && state.is_dm(channel_id) {
+        return Err(Refusal::dm_channel());
+    }
     if found.meta.author_id != BOT_ID {
         return Err(Refusal::new(403, 50013, "Missing Permissions"));
     }
@@ -1679,10 +1795,13 @@ fn check_webhook_name(field: &str, name: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// `POST /channels/{id}/webhooks`.
+/// `POST /channels/{id}/webhooks` (403 with 50003 in a DM: webhooks live in guild channels).
 fn create_webhook(state: &mut State, id: &str, body: &Value) -> Result<Reply, Refusal> {
     let channel_id = snowflake_param("channel_id", id)?;
     let channel = state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    if channel.is_dm() {
+        return Err(Refusal::dm_channel());
+    }
     if !channel.webhook_permission {
         return Err(Refusal::new(403, 50013, "Missing Permissions"));
     }
@@ -1928,6 +2047,9 @@ fn create_channel(state: &mut State, guild: &str, body: &Value) -> Result<Reply,
 fn modify_channel(state: &mut State, id: &str, body: &Value) -> Result<Reply, Refusal> {
     let channel_id = snowflake_param("channel_id", id)?;
     let channel = state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    if channel.is_dm() {
+        return Err(Refusal::dm_channel());
+    }
     manage_channels(state)?;
     if !body.is_object() {
         return Err(Refusal::new(400, 50109, "The request body contains invalid JSON."));
@@ -1977,7 +2099,10 @@ fn edit_permissions(
 ) -> Result<Reply, Refusal> {
     let channel_id = snowflake_param("channel_id", id)?;
     let target = snowflake_param("overwrite_id", target)?;
-    state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    let channel = state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    if channel.is_dm() {
+        return Err(Refusal::dm_channel());
+    }
     manage_channels(state)?;
     let overwrite = overwrite_from("", target, body)?;
     let Some(channel) = state.channels.get_mut(&channel_id) else {
@@ -1996,7 +2121,10 @@ fn edit_permissions(
 fn delete_permission(state: &mut State, id: &str, target: &str) -> Result<Reply, Refusal> {
     let channel_id = snowflake_param("channel_id", id)?;
     let target = snowflake_param("overwrite_id", target)?;
-    state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    let channel = state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
+    if channel.is_dm() {
+        return Err(Refusal::dm_channel());
+    }
     manage_channels(state)?;
     let Some(channel) = state.channels.get_mut(&channel_id) else {
         return Err(Refusal::unknown_channel());
@@ -2071,6 +2199,7 @@ fn webhook_with_token(
         content,
         webhook_id: Some(hook.id),
         allowed_mentions: allowed,
+        reply_to: None,
     };
     state.store(StoredMessage { meta, json: json.clone(), by_bot: true }, true);
     let wait = query_params(request).get("wait").is_some_and(|w| w.eq_ignore_ascii_case("true"));
@@ -2360,8 +2489,7 @@ fn on_payload(shared: &Shared, conn_id: u64, text: &str) {
 fn guild_create(state: &State) -> Value {
     let joined = iso8601((GUILD_ID >> 22) + DISCORD_EPOCH_MS);
     let channels: Vec<Value> = state
-        .channels
-        .iter()
+        .guild_channels()
         .map(|(id, channel)| {
             let mut json = state.channel_json(*id, channel);
             if let Some(c) = json.as_object_mut() {
@@ -4071,6 +4199,213 @@ mod tests {
         );
         fake.delete_webhooks(CHANNEL);
         assert_eq!(webhook("DELETE", &path, None), (404, unknown_webhook));
+    }
+
+    const DM: u64 = 1_180_000_000_000_003_000;
+
+    /// A DM channel over REST: the channel object, the bot's replies and typing, and what Discord
+    /// refuses there.
+    #[test]
+    fn fake_discord_dm_channel_rest_rules() {
+        let fake = fake();
+        fake.add_dm(DM, ALICE, "alice");
+        fake.deny_message_content();
+        let (status, channel) = bot(&fake, "GET", &format!("/api/v10/channels/{DM}"), None);
+        assert_eq!(status, 200, "{channel}");
+        assert_eq!(channel["type"], json!(1));
+        assert!(channel.get("guild_id").is_none() && channel.get("name").is_none(), "{channel}");
+        assert_eq!(channel["recipients"][0]["id"], json!(ALICE.to_string()));
+        assert_eq!(channel["last_message_id"], Value::Null);
+        match serde_json::from_value::<serenity::model::channel::Channel>(channel.clone()) {
+            Ok(serenity::model::channel::Channel::Private(dm)) => {
+                assert_eq!((dm.id.get(), dm.recipient.id.get()), (DM, ALICE));
+                assert_eq!(dm.recipient.name, "alice");
+            }
+            other => panic!("not a serenity PrivateChannel: {other:?}"),
+        }
+        assert_eq!(fake.channel(DM), Some(channel));
+        let (_, channels) =
+            bot(&fake, "GET", &format!("/api/v10/guilds/{GUILD_ID}/channels"), None);
+        let ids: Vec<&Value> =
+            channels.as_array().expect("channels").iter().map(|c| &c["id"]).collect();
+        assert_eq!(ids, [&json!(CHANNEL.to_string())], "a DM is no channel of the guild");
+
+        // The person writes; the bot reads it (content and all: DMs are never emptied) and answers
+        // with a reply.
+        let asked = fake.post(DM, ALICE, "alice", "help?");
+        let messages = format!("/api/v10/channels/{DM}/messages");
+        let (_, history) = bot(&fake, "GET", &messages, None);
+        assert_eq!(history[0]["content"], json!("help?"));
+        assert!(history[0].get("guild_id").is_none());
+        let (_, one) = bot(&fake, "GET", &format!("{messages}/{asked}"), None);
+        assert_eq!(one["content"], json!("help?"));
+        let (status, _) = bot(&fake, "POST", &format!("/api/v10/channels/{DM}/typing"), None);
+        assert_eq!(status, 204);
+        let reply =
+            json!({"content": "on it", "message_reference": {"message_id": asked.to_string()}});
+        let (status, sent) = bot(&fake, "POST", &messages, Some(reply));
+        assert_eq!(status, 200, "{sent}");
+        assert_eq!(sent["type"], json!(19));
+        assert_eq!(
+            sent["message_reference"],
+            json!({"type": 0, "channel_id": DM.to_string(), "message_id": asked.to_string()})
+        );
+        assert_eq!(sent["referenced_message"]["content"], json!("help?"));
+        let parsed: Message = serde_json::from_value(sent.clone()).expect("a serenity Message");
+        assert_eq!(parsed.referenced_message.map(|m| m.id.get()), Some(asked));
+        let said: u64 = sent["id"].as_str().and_then(|i| i.parse().ok()).expect("an id");
+        let (_, channel) = bot(&fake, "GET", &format!("/api/v10/channels/{DM}"), None);
+        assert_eq!(channel["last_message_id"], json!(said.to_string()));
+        let dm_sent = fake.sent(DM);
+        assert_eq!(dm_sent.len(), 1);
+        assert_eq!((dm_sent[0].content.as_str(), dm_sent[0].reply_to), ("on it", Some(asked)));
+        assert_eq!(fake.typings(DM), 1);
+        assert_eq!(fake.typings(CHANNEL), 0);
+
+        // Webhooks and channel changes are refused there, as is deleting the person's message.
+        let dm_refusal = json!({"message": "Cannot execute action on a DM channel", "code": 50003});
+        let hooks = format!("/api/v10/channels/{DM}/webhooks");
+        let (status, body) = bot(&fake, "POST", &hooks, Some(json!({"name": "Flock relay"})));
+        assert_eq!((status, body), (403, dm_refusal.clone()));
+        assert_eq!(bot(&fake, "GET", &hooks, None), (403, dm_refusal.clone()));
+        let (status, body) =
+            bot(&fake, "PATCH", &format!("/api/v10/channels/{DM}"), Some(json!({"name": "x"})));
+        assert_eq!((status, body), (403, dm_refusal.clone()));
+        let target = format!("/api/v10/channels/{DM}/permissions/{ALICE}");
+        assert_eq!(bot(&fake, "PUT", &target, Some(json!({"type": 1}))).0, 403);
+        assert_eq!(bot(&fake, "DELETE", &format!("{messages}/{asked}"), None), (403, dm_refusal));
+        let (status, edited) =
+            bot(&fake, "PATCH", &format!("{messages}/{said}"), Some(json!({"content": "done"})));
+        assert_eq!((status, &edited["content"]), (200, &json!("done")));
+        assert_eq!(bot(&fake, "DELETE", &format!("{messages}/{said}"), None).0, 204);
+        assert_eq!(fake.edits(DM), [(said, Some("done".to_string())), (said, None)]);
+        assert!(fake.webhooks(DM).is_empty());
+        assert!(fake.channel(DM).is_some());
+        let channels = fake.rejected().iter().filter(|r| r.2 == 403).count();
+        assert_eq!(channels, 5);
+
+        // Replies in a guild channel carry the guild in their reference.
+        let question = fake.post(CHANNEL, ALICE, "alice", "in the guild");
+        let reply =
+            json!({"content": "here", "message_reference": {"message_id": question.to_string()}});
+        let (_, sent) =
+            bot(&fake, "POST", &format!("/api/v10/channels/{CHANNEL}/messages"), Some(reply));
+        assert_eq!(sent["message_reference"]["guild_id"], json!(GUILD_ID.to_string()));
+        assert_eq!(fake.sent(CHANNEL)[0].reply_to, Some(question));
+        assert_eq!(say(&fake, "no reply").0, 200);
+        assert_eq!(fake.sent(CHANNEL)[1].reply_to, None);
+    }
+
+    /// DM messages, edits and deletions reach only sessions with DIRECT_MESSAGES, without
+    /// `guild_id` and `member`, with content even without MESSAGE_CONTENT.
+    #[tokio::test]
+    async fn fake_discord_dm_events_need_the_direct_messages_intent() {
+        let fake = fake();
+        fake.add_dm(DM, ALICE, "alice");
+        let (mut guild, _) = Gateway::ready(&fake, MESSAGES).await;
+        let (mut direct, _) = Gateway::ready(&fake, INTENT_DIRECT_MESSAGES).await;
+        let id = fake.post(DM, ALICE, "alice", "psst");
+        let event = direct.recv().await;
+        assert_eq!(event["t"], json!("MESSAGE_CREATE"));
+        let d = &event["d"];
+        assert_eq!((&d["content"], &d["channel_id"]), (&json!("psst"), &json!(DM.to_string())));
+        assert!(d.get("guild_id").is_none() && d.get("member").is_none(), "{d}");
+        match serenity_parses(&event) {
+            GatewayEvent::Dispatch(_, serenity::model::event::Event::MessageCreate(create)) => {
+                assert_eq!(create.message.guild_id, None);
+                assert_eq!(create.message.author.id.get(), ALICE);
+                assert_eq!(create.message.id.get(), id);
+            }
+            other => panic!("not MESSAGE_CREATE: {other:?}"),
+        }
+        // The bot's own answer comes back too, then the person's edit and deletion.
+        let (status, _) = bot(
+            &fake,
+            "POST",
+            &format!("/api/v10/channels/{DM}/messages"),
+            Some(json!({"content": "hello"})),
+        );
+        assert_eq!(status, 200);
+        let own = direct.recv().await;
+        assert_eq!(own["d"]["author"]["id"], json!(BOT_ID.to_string()));
+        assert!(own["d"].get("guild_id").is_none());
+        fake.edit(DM, id, "psst!");
+        let update = direct.recv().await;
+        assert_eq!(
+            (update["t"].as_str(), &update["d"]["content"]),
+            (Some("MESSAGE_UPDATE"), &json!("psst!"))
+        );
+        assert!(update["d"].get("guild_id").is_none() && update["d"].get("member").is_none());
+        assert!(matches!(
+            serenity_parses(&update),
+            GatewayEvent::Dispatch(_, serenity::model::event::Event::MessageUpdate(_))
+        ));
+        fake.delete(DM, id);
+        let deleted = direct.recv().await;
+        assert_eq!(deleted["t"], json!("MESSAGE_DELETE"));
+        assert_eq!(deleted["d"], json!({"id": id.to_string(), "channel_id": DM.to_string()}));
+        match serenity_parses(&deleted) {
+            GatewayEvent::Dispatch(_, serenity::model::event::Event::MessageDelete(delete)) => {
+                assert_eq!(delete.guild_id, None);
+            }
+            other => panic!("not MESSAGE_DELETE: {other:?}"),
+        }
+        // The session without DIRECT_MESSAGES saw none of it: its next event is a guild message,
+        // which the DM-only session does not get.
+        fake.post(CHANNEL, ALICE, "alice", "in the guild");
+        let next = guild.recv().await;
+        assert_eq!(
+            (next["t"].as_str(), &next["d"]["content"]),
+            (Some("MESSAGE_CREATE"), &json!("in the guild"))
+        );
+        direct.send(json!({"op": 1, "d": 5})).await;
+        assert_eq!(direct.recv().await["op"], json!(11), "no guild message for the DM session");
+        // Both intents: DMs and guild messages alike.
+        let (mut both, _) = Gateway::ready(&fake, MESSAGES | INTENT_DIRECT_MESSAGES).await;
+        fake.post(DM, ALICE, "alice", "again");
+        assert_eq!(both.recv().await["d"]["content"], json!("again"));
+        assert_eq!(direct.recv().await["d"]["content"], json!("again"));
+    }
+
+    /// What a bridge does with a DM through serenity: receives it (no guild), shows typing,
+    /// answers with a reply; a webhook there is refused (403, 50003).
+    #[test]
+    fn fake_discord_serenity_dm_typing_reply_and_webhook_refusal() {
+        let fake = fake();
+        fake.add_dm(DM, ALICE, "alice");
+        let intents = serenity_intents() | GatewayIntents::DIRECT_MESSAGES;
+        let bot = Bot::start(&fake, TOKEN, intents);
+        bot.ready.recv_timeout(SECS).expect("READY");
+        fake.wait_connected(SECS);
+        assert_eq!(fake.identifies(), [intents.bits()]);
+        let id = fake.post(DM, ALICE, "alice", "hi bot");
+        let message = bot.received("hi bot");
+        assert_eq!((message.id.get(), message.guild_id), (id, None));
+        assert_eq!(message.channel_id.get(), DM);
+        let http = &bot.http;
+        let (channel, typing, reply, hook) = bot.rt.block_on(async {
+            let channel = message.channel_id.to_channel(http).await;
+            let typing = message.channel_id.broadcast_typing(http).await;
+            let builder = CreateMessage::new().content("hello alice").reference_message(&message);
+            let reply = message.channel_id.send_message(http, builder).await;
+            let hook =
+                message.channel_id.create_webhook(http, CreateWebhook::new("Flock relay")).await;
+            (channel, typing, reply, hook)
+        });
+        let channel = channel.expect("the DM channel").private().expect("a PrivateChannel");
+        assert_eq!(channel.recipient.id.get(), ALICE);
+        typing.expect("typing");
+        let reply = reply.expect("the reply");
+        assert_eq!(reply.referenced_message.as_ref().map(|m| m.id.get()), Some(id));
+        assert_eq!(reply.guild_id, None);
+        let refused = refused(hook);
+        assert_eq!((refused.status_code.as_u16(), refused.error.code), (403, 50003));
+        assert_eq!(refused.error.message, "Cannot execute action on a DM channel");
+        assert_eq!(bot.received("hello alice").author.id.get(), BOT_ID);
+        let sent = fake.wait_sent(DM, 1, SECS);
+        assert_eq!((sent[0].content.as_str(), sent[0].reply_to), ("hello alice", Some(id)));
+        assert_eq!(fake.typings(DM), 1);
+        bot.stop();
     }
 
     #[test]

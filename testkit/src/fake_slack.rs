@@ -32,8 +32,17 @@
 //! `name_taken`, `missing_scope`), `no_text`, `msg_too_long` (over 40 000
 //! characters), a `username` silently ignored without the `chat:write.customize` scope
 //! ([`FakeSlack::deny_customize`]), newest-first history, and scripted `429`s with
-//! `Retry-After`. It shares no code with the client it tests. It runs on its own thread and
-//! tokio runtime, so sync and async tests can use it.
+//! `Retry-After`; `reactions.add` / `reactions.remove` of the bot's reactions (recorded by
+//! [`FakeSlack::reactions`] and [`FakeSlack::reaction_log`], shown in the message's `reactions`,
+//! with `no_item_specified`, `invalid_name` (empty, or with colons), `channel_not_found`,
+//! `bad_timestamp`, `message_not_found`, `is_archived`, `already_reacted` and `no_reaction`).
+//! IMs ([`FakeSlack::add_im`]: a `D…` conversation with `is_im: true` and `user`, the bot in it)
+//! take the person's messages as `message` events with `channel_type: "im"` (public channels
+//! carry `"channel"`, private ones `"group"`, as on Slack), and the bot's posts (also when
+//! `chat.postMessage` names the person's user id as `channel`), updates, deletions and
+//! reactions; `conversations.join` and `conversations.archive` answer
+//! `method_not_supported_for_channel_type` there. It shares no code with the client it tests. It
+//! runs on its own thread and tokio runtime, so sync and async tests can use it.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
@@ -136,6 +145,8 @@ struct Channel {
     archived: bool,
     /// A private channel (`conversations.create` with `is_private`).
     private: bool,
+    /// The person of an IM (a direct message conversation with the bot); `None` for channels.
+    im_user: Option<String>,
     created: u64,
     creator: String,
 }
@@ -231,6 +242,8 @@ struct State {
     refused: Vec<(String, String)>,
     sent: Vec<SlackSent>,
     changes: Vec<SlackChange>,
+    /// `(method, channel, ts, name)` of every accepted `reactions.add` / `reactions.remove`.
+    reaction_log: Vec<(String, String, String, String)>,
 }
 
 #[derive(Debug)]
@@ -296,6 +309,7 @@ impl FakeSlack {
                 refused: Vec::new(),
                 sent: Vec::new(),
                 changes: Vec::new(),
+                reaction_log: Vec::new(),
             }),
             changed: Condvar::new(),
         });
@@ -328,6 +342,7 @@ impl FakeSlack {
             bot_member: true,
             archived: false,
             private: false,
+            im_user: None,
             created: CHANNEL_CREATED,
             creator: CHANNEL_CREATOR.to_string(),
         });
@@ -335,6 +350,45 @@ impl FakeSlack {
         channel.bot_member = true;
         drop(state);
         self.shared.changed.notify_all();
+    }
+
+    /// Opens an IM (direct message conversation) `channel_id` (`D…`) between the bot and the
+    /// person `user_id` named `name` (known to `users.info` too): `conversations.info` answers it
+    /// with `is_im: true` and `user`; the person writes there through [`FakeSlack::post`]
+    /// (delivered as a `message` event with `channel_type: "im"`); the bot posts (threads too),
+    /// updates, deletes and reacts there like in a channel.
+    #[track_caller]
+    pub fn add_im(&self, channel_id: &str, user_id: &str, name: &str) {
+        assert!(channel_id.starts_with('D'), "fake Slack: IM ids start with D, not {channel_id}");
+        let mut state = self.shared.state();
+        state.users.insert(user_id.to_string(), name.to_string());
+        state.channels.insert(
+            channel_id.to_string(),
+            Channel {
+                name: String::new(),
+                bot_member: true,
+                archived: false,
+                private: true,
+                im_user: Some(user_id.to_string()),
+                created: CHANNEL_CREATED,
+                creator: user_id.to_string(),
+            },
+        );
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// The names of the bot's reactions on message `ts` of `channel` now, in the order added
+    /// (empty for a message that is not there).
+    pub fn reactions(&self, channel: &str, ts: &str) -> Vec<String> {
+        let mut state = self.shared.state();
+        state.find_message(channel, ts).map(|m| bot_reactions(&m.json)).unwrap_or_default()
+    }
+
+    /// `(method, channel, ts, name)` of every accepted `reactions.add` and `reactions.remove`
+    /// (`method` is the method name), in order.
+    pub fn reaction_log(&self) -> Vec<(String, String, String, String)> {
+        self.shared.state().reaction_log.clone()
     }
 
     /// The bot is removed from the channel: no more events from it, `chat.postMessage` and
@@ -377,7 +431,8 @@ impl FakeSlack {
     /// The id of the channel named `name` (added, or created through `conversations.create`).
     pub fn channel_named(&self, name: &str) -> Option<String> {
         let state = self.shared.state();
-        state.channels.iter().find(|(_, c)| c.name == name).map(|(id, _)| id.clone())
+        let mut channels = state.channels.iter().filter(|(_, c)| c.im_user.is_none());
+        channels.find(|(_, c)| c.name == name).map(|(id, _)| id.clone())
     }
 
     /// The channels the app archived (`conversations.archive`), in order.
@@ -406,14 +461,16 @@ impl FakeSlack {
 
     /// A person writes `text` in a channel: stored, and when the bot is a member sent as a
     /// `message` event to one open Socket Mode connection (queued until one connects);
-    /// returns the message's `ts`.
+    /// returns the message's `ts`. In an IM ([`FakeSlack::add_im`]) only its person writes.
     #[track_caller]
     pub fn post(&self, channel: &str, user: &str, user_name: &str, text: &str) -> String {
         let mut state = self.shared.state();
-        assert!(
-            state.channels.contains_key(channel),
-            "fake Slack: post to channel {channel}, which was never added (add_channel)"
-        );
+        let Some(found) = state.channels.get(channel) else {
+            panic!("fake Slack: post to channel {channel}, which was never added (add_channel)");
+        };
+        if let Some(person) = found.im_user.as_deref() {
+            assert_eq!(person, user, "fake Slack: only {person} writes in the IM {channel}");
+        }
         state.users.insert(user.to_string(), user_name.to_string());
         let ts = state.next_ts();
         let json = json!({
@@ -425,7 +482,7 @@ impl FakeSlack {
             "client_msg_id": uuid(),
             "blocks": [],
         });
-        let event = message_event(&json, channel);
+        let event = message_event(&json, channel, state.channel_type(channel));
         state.messages.push(StoredMessage {
             channel: channel.to_string(),
             ts: ts.clone(),
@@ -684,13 +741,33 @@ impl State {
         }
     }
 
-    /// The channel id `raw` names: an id, or a name with or without `#`.
+    /// The channel id `raw` names: an id, or a channel's name with or without `#`.
     fn channel_id(&self, raw: &str) -> Option<String> {
         if self.channels.contains_key(raw) {
             return Some(raw.to_string());
         }
         let name = raw.strip_prefix('#').unwrap_or(raw);
-        self.channels.iter().find(|(_, c)| c.name == name).map(|(id, _)| id.clone())
+        let mut channels = self.channels.iter().filter(|(_, c)| c.im_user.is_none());
+        channels.find(|(_, c)| c.name == name).map(|(id, _)| id.clone())
+    }
+
+    /// `channel_type` of the message events of `channel`: `im` for an IM, `group` for a private
+    /// channel, `channel` for a public one.
+    fn channel_type(&self, channel: &str) -> &'static str {
+        match self.channels.get(channel) {
+            Some(c) if c.im_user.is_some() => "im",
+            Some(c) if c.private => "group",
+            _ => "channel",
+        }
+    }
+
+    /// A conversation type that `conversations.join` / `conversations.archive` do not take.
+    fn not_for_ims(&self, channel: &str) -> Result<(), Refusal> {
+        if self.channels.get(channel).is_some_and(|c| c.im_user.is_some()) {
+            Err(Refusal::api("method_not_supported_for_channel_type"))
+        } else {
+            Ok(())
+        }
     }
 
     /// Wraps `event` in an `event_callback` payload and queues its envelope, when the bot is a
@@ -814,16 +891,17 @@ impl State {
             previous.get("user").and_then(Value::as_str).unwrap_or(BOT_USER_ID).to_string();
         message.json["text"] = json!(text);
         message.json["edited"] = json!({"user": editor, "ts": edit_ts});
+        let message = message.json.clone();
         let event = json!({
             "type": "message",
             "subtype": "message_changed",
-            "message": message.json,
+            "message": message,
             "previous_message": previous,
             "channel": channel,
             "hidden": true,
             "ts": edit_ts,
             "event_ts": edit_ts,
-            "channel_type": "channel",
+            "channel_type": self.channel_type(channel),
         });
         self.emit(channel, event);
         true
@@ -837,29 +915,41 @@ impl State {
             return false;
         };
         message.deleted = true;
+        let previous = message.json.clone();
         let event = json!({
             "type": "message",
             "subtype": "message_deleted",
             "hidden": true,
             "deleted_ts": ts,
             "channel": channel,
-            "previous_message": message.json,
+            "previous_message": previous,
             "ts": delete_ts,
             "event_ts": delete_ts,
-            "channel_type": "channel",
+            "channel_type": self.channel_type(channel),
         });
         self.emit(channel, event);
         true
     }
 }
 
-/// A stored message as a `message` event of `channel`.
-fn message_event(json: &Value, channel: &str) -> Value {
+/// A stored message as a `message` event of `channel` (`channel_type`: `channel`, `group` or
+/// `im`).
+fn message_event(json: &Value, channel: &str, channel_type: &str) -> Value {
     let mut event = json.clone();
     event["channel"] = json!(channel);
     event["event_ts"] = json["ts"].clone();
-    event["channel_type"] = json!("channel");
+    event["channel_type"] = json!(channel_type);
     event
+}
+
+/// The names of the bot's reactions in a message's `reactions`.
+fn bot_reactions(message: &Value) -> Vec<String> {
+    let Some(reactions) = message["reactions"].as_array() else { return Vec::new() };
+    reactions
+        .iter()
+        .filter(|r| r["users"].as_array().is_some_and(|u| u.iter().any(|u| u == BOT_USER_ID)))
+        .filter_map(|r| r["name"].as_str().map(str::to_string))
+        .collect()
 }
 
 fn bot_profile() -> Value {
@@ -878,7 +968,26 @@ fn bot_profile() -> Value {
     })
 }
 
+/// A conversation object as `conversations.info` answers it: a channel, or an IM.
 fn channel_json(id: &str, channel: &Channel) -> Value {
+    if let Some(user) = &channel.im_user {
+        return json!({
+            "id": id,
+            "created": channel.created,
+            "is_archived": channel.archived,
+            "is_im": true,
+            "is_org_shared": false,
+            "context_team_id": TEAM_ID,
+            "updated": channel.created * 1000,
+            "user": user,
+            "is_user_deleted": false,
+            "priority": 0,
+            "is_open": true,
+            "last_read": "0000000000.000000",
+            "unread_count": 0,
+            "unread_count_display": 0,
+        });
+    }
     json!({
         "id": id,
         "name": channel.name,
@@ -1214,7 +1323,7 @@ fn respond(shared: &Shared, request: &Request) -> Reply {
     reply
 }
 
-const METHODS: [&str; 11] = [
+const METHODS: [&str; 13] = [
     "apps.connections.open",
     "auth.test",
     "chat.delete",
@@ -1225,6 +1334,8 @@ const METHODS: [&str; 11] = [
     "conversations.history",
     "conversations.info",
     "conversations.join",
+    "reactions.add",
+    "reactions.remove",
     "users.info",
 ];
 
@@ -1268,8 +1379,10 @@ fn call(
         "chat.delete" => delete_message(state, params)?,
         "conversations.history" => history(state, params)?,
         "conversations.archive" => {
-            // As Slack checks: the channel, the scope, archived already, the bot a member.
+            // As Slack checks: the channel (no IM), the scope, archived already, the bot a
+            // member.
             let id = param_channel(state, params)?;
+            state.not_for_ims(&id)?;
             state.need_scope(state.manage_scope(&id))?;
             if state.channels[&id].archived {
                 return Err(Refusal::api("already_archived"));
@@ -1288,6 +1401,7 @@ fn call(
         }
         "conversations.join" => {
             let id = param_channel(state, params)?;
+            state.not_for_ims(&id)?;
             let channel =
                 state.channels.get_mut(&id).ok_or_else(|| Refusal::api("channel_not_found"))?;
             let already = std::mem::replace(&mut channel.bot_member, true);
@@ -1298,6 +1412,8 @@ fn call(
             }
             fields
         }
+        "reactions.add" => react(state, params, true)?,
+        "reactions.remove" => react(state, params, false)?,
         "users.info" => {
             let user = str_param(params, "user").unwrap_or_default();
             let name = state.users.get(&user).ok_or_else(|| Refusal::api("user_not_found"))?;
@@ -1372,6 +1488,7 @@ fn create_channel(state: &mut State, params: &Map<String, Value>) -> Result<Valu
         bot_member: true,
         archived: false,
         private,
+        im_user: None,
         created: now_micros() / 1_000_000,
         creator: BOT_USER_ID.to_string(),
     };
@@ -1392,7 +1509,13 @@ fn post_message(state: &mut State, params: &Map<String, Value>) -> Result<Value,
     if let Some(error) = state.failures.pop_front() {
         return Err(Refusal::api(&error));
     }
-    let channel = param_channel(state, params)?;
+    // A person's user id as `channel` posts in the bot's IM with them.
+    let raw = str_param(params, "channel").unwrap_or_default();
+    let im = state.channels.iter().find(|(_, c)| c.im_user.as_deref() == Some(raw.as_str()));
+    let channel = match im {
+        Some((id, _)) => id.clone(),
+        None => param_channel(state, params)?,
+    };
     member(state, &channel)?;
     if state.channels[&channel].archived {
         return Err(Refusal::api("is_archived"));
@@ -1451,7 +1574,7 @@ fn post_message(state: &mut State, params: &Map<String, Value>) -> Result<Value,
         unfurl_media: bool_param(params, "unfurl_media"),
         thread_ts,
     });
-    let event = message_event(&message, &channel);
+    let event = message_event(&message, &channel, state.channel_type(&channel));
     state.messages.push(StoredMessage {
         channel: channel.clone(),
         ts: ts.clone(),
@@ -1499,6 +1622,76 @@ fn delete_message(state: &mut State, params: &Map<String, Value>) -> Result<Valu
     state.delete(&channel, &ts);
     state.changes.push(SlackChange { channel: channel.clone(), ts: ts.clone(), text: None });
     Ok(json!({"channel": channel, "ts": ts}))
+}
+
+/// `reactions.add` (`add`) or `reactions.remove` of the bot's reaction `name` on message
+/// `timestamp` of `channel`, checked as Slack does: the item given, the name (not empty, no
+/// colons: Slack takes `thumbsup`, not `:thumbsup:`; a `::skin-tone-N` suffix is allowed), the
+/// channel, the timestamp, the message, the channel not archived (add), then the reaction
+/// there already (`already_reacted`) or not (`no_reaction`). The bot's reactions show in the
+/// message's `reactions` (`{name, users, count}`); no `reaction_added` events are sent (the app
+/// is not subscribed to them).
+fn react(state: &mut State, params: &Map<String, Value>, add: bool) -> Result<Value, Refusal> {
+    let (Some(raw), Some(ts)) = (str_param(params, "channel"), str_param(params, "timestamp"))
+    else {
+        return Err(Refusal::api("no_item_specified"));
+    };
+    let name = str_param(params, "name").unwrap_or_default();
+    let (base, tone) = name.split_once("::").unwrap_or((name.as_str(), ""));
+    let name_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "_+-'".contains(c);
+    let tone_ok = tone.is_empty()
+        || tone
+            .strip_prefix("skin-tone-")
+            .is_some_and(|n| matches!(n, "2" | "3" | "4" | "5" | "6"));
+    if base.is_empty() || !base.chars().all(name_char) || !tone_ok {
+        return Err(Refusal::api("invalid_name"));
+    }
+    let channel = state.channel_id(&raw).ok_or_else(|| Refusal::api("channel_not_found"))?;
+    if ts_micros(&ts).is_none() {
+        return Err(Refusal::api("bad_timestamp"));
+    }
+    let archived = state.channels.get(&channel).is_some_and(|c| c.archived);
+    let message =
+        state.find_message(&channel, &ts).ok_or_else(|| Refusal::api("message_not_found"))?;
+    if add && archived {
+        return Err(Refusal::api("is_archived"));
+    }
+    let mut reactions = message.json["reactions"].as_array().cloned().unwrap_or_default();
+    let at = reactions.iter().position(|r| r["name"] == json!(name));
+    let mine = at.is_some_and(|i| {
+        reactions[i]["users"].as_array().is_some_and(|u| u.iter().any(|u| u == BOT_USER_ID))
+    });
+    match (add, at) {
+        (true, _) if mine => return Err(Refusal::api("already_reacted")),
+        (false, _) if !mine => return Err(Refusal::api("no_reaction")),
+        (true, Some(i)) => {
+            if let Some(users) = reactions[i]["users"].as_array_mut() {
+                users.push(json!(BOT_USER_ID));
+            }
+            reactions[i]["count"] = json!(reactions[i]["count"].as_u64().unwrap_or(0) + 1);
+        }
+        (true, None) => reactions.push(json!({"name": name, "users": [BOT_USER_ID], "count": 1})),
+        (false, Some(i)) => {
+            if let Some(users) = reactions[i]["users"].as_array_mut() {
+                users.retain(|u| u != BOT_USER_ID);
+            }
+            let count = reactions[i]["count"].as_u64().unwrap_or(1).saturating_sub(1);
+            reactions[i]["count"] = json!(count);
+            if count == 0 {
+                reactions.remove(i);
+            }
+        }
+        (false, None) => return Err(Refusal::api("no_reaction")),
+    }
+    match message.json.as_object_mut() {
+        Some(m) if reactions.is_empty() => {
+            m.remove("reactions");
+        }
+        _ => message.json["reactions"] = Value::Array(reactions),
+    }
+    let method = if add { "reactions.add" } else { "reactions.remove" };
+    state.reaction_log.push((method.to_string(), channel, ts, name));
+    Ok(json!({}))
 }
 
 /// `conversations.history`: newest first, after `oldest` and before `latest` (both exclusive
@@ -1649,13 +1842,14 @@ mod tests {
         SlackApiAppsConnectionOpenRequest, SlackApiChatDeleteRequest,
         SlackApiChatPostMessageRequest, SlackApiChatUpdateRequest,
         SlackApiConversationsCreateRequest, SlackApiConversationsHistoryRequest,
-        SlackApiConversationsInfoRequest, SlackApiToken, SlackApiTokenType, SlackApiTokenValue,
+        SlackApiConversationsInfoRequest, SlackApiReactionsAddRequest,
+        SlackApiReactionsRemoveRequest, SlackApiToken, SlackApiTokenType, SlackApiTokenValue,
         SlackApiUsersInfoRequest, SlackBotId, SlackChannelId, SlackClient,
         SlackClientEventsListenerEnvironment, SlackClientEventsUserState, SlackClientHttpConnector,
         SlackClientHyperConnector, SlackClientSocketModeConfig, SlackClientSocketModeListener,
         SlackEventCallbackBody, SlackHyperClient, SlackMessageContent, SlackMessageEventType,
-        SlackPushEventCallback, SlackSocketModeListenerCallbacks, SlackTs, SlackUserId,
-        UserCallbackResult,
+        SlackPushEventCallback, SlackReactionName, SlackSocketModeListenerCallbacks, SlackTs,
+        SlackUserId, UserCallbackResult,
     };
     use tokio_tungstenite::tungstenite;
 
@@ -2375,6 +2569,201 @@ mod tests {
     }
 
     #[test]
+    fn fake_slack_reactions_add_remove_and_their_errors() {
+        let fake = fake();
+        let ts = fake.post(CHANNEL, ALICE, "alice", "react to me");
+        let add = |name: &str| {
+            bot(&fake, "reactions.add", json!({"channel": CHANNEL, "timestamp": ts, "name": name}))
+        };
+        let remove = |name: &str| {
+            bot(
+                &fake,
+                "reactions.remove",
+                json!({"channel": CHANNEL, "timestamp": ts, "name": name}),
+            )
+        };
+        assert_eq!(add("eyes"), json!({"ok": true}));
+        assert_eq!(add("eyes"), refusal("already_reacted"));
+        // Form-encoded, as any call; a skin tone suffix is part of the name.
+        let form = format!("channel={CHANNEL}&timestamp={ts}&name=%2B1%3A%3Askin-tone-2");
+        assert_eq!(api_form(&fake, "reactions.add", Some(BOT_TOKEN), &form), json!({"ok": true}));
+        assert_eq!(add("white_check_mark"), json!({"ok": true}));
+        assert_eq!(fake.reactions(CHANNEL, &ts), ["eyes", "+1::skin-tone-2", "white_check_mark"]);
+        let history = bot(&fake, "conversations.history", json!({"channel": CHANNEL}));
+        assert_eq!(
+            history["messages"][0]["reactions"][0],
+            json!({"name": "eyes", "users": [BOT_USER_ID], "count": 1})
+        );
+        assert_eq!(remove("eyes"), json!({"ok": true}));
+        assert_eq!(remove("eyes"), refusal("no_reaction"));
+        assert_eq!(remove("tada"), refusal("no_reaction"));
+        assert_eq!(fake.reactions(CHANNEL, &ts), ["+1::skin-tone-2", "white_check_mark"]);
+
+        // Slack's errors, in its order.
+        for name in ["", ":eyes:", "Eyes", "two words", "+1::skin-tone-9", "👀"] {
+            assert_eq!(add(name), refusal("invalid_name"), "{name:?}");
+        }
+        let react = |params: Value| bot(&fake, "reactions.add", params);
+        assert_eq!(
+            react(json!({"channel": CHANNEL, "name": "eyes"})),
+            refusal("no_item_specified")
+        );
+        assert_eq!(react(json!({"timestamp": ts, "name": "eyes"})), refusal("no_item_specified"));
+        assert_eq!(
+            react(json!({"channel": "C404", "timestamp": ts, "name": "eyes"})),
+            refusal("channel_not_found")
+        );
+        assert_eq!(
+            react(json!({"channel": CHANNEL, "timestamp": "soon", "name": "eyes"})),
+            refusal("bad_timestamp")
+        );
+        assert_eq!(
+            react(json!({"channel": CHANNEL, "timestamp": "1.000001", "name": "eyes"})),
+            refusal("message_not_found")
+        );
+        let gone = fake.post(CHANNEL, ALICE, "alice", "gone soon");
+        fake.delete(CHANNEL, &gone);
+        assert_eq!(
+            react(json!({"channel": CHANNEL, "timestamp": gone, "name": "eyes"})),
+            refusal("message_not_found")
+        );
+        assert!(fake.reactions(CHANNEL, &gone).is_empty());
+        // A channel named with `#`, and an archived one (no new reactions, removal still works).
+        assert_eq!(
+            react(json!({"channel": "#general", "timestamp": ts, "name": "tada"})),
+            json!({"ok": true})
+        );
+        bot(&fake, "conversations.archive", json!({"channel": CHANNEL}));
+        assert_eq!(add("rocket"), refusal("is_archived"));
+        assert_eq!(remove("tada"), json!({"ok": true}));
+
+        let log: Vec<(String, String)> = fake
+            .reaction_log()
+            .into_iter()
+            .map(|(m, c, t, n)| {
+                assert_eq!((c.as_str(), t.as_str()), (CHANNEL, ts.as_str()));
+                (m, n)
+            })
+            .collect();
+        let entry = |m: &str, n: &str| (m.to_string(), n.to_string());
+        assert_eq!(
+            log,
+            [
+                entry("reactions.add", "eyes"),
+                entry("reactions.add", "+1::skin-tone-2"),
+                entry("reactions.add", "white_check_mark"),
+                entry("reactions.remove", "eyes"),
+                entry("reactions.add", "tada"),
+                entry("reactions.remove", "tada"),
+            ]
+        );
+        assert!(
+            fake.changes().is_empty() && fake.sent(CHANNEL).is_empty(),
+            "reactions are neither"
+        );
+    }
+
+    #[test]
+    fn fake_slack_ims_info_events_posts_and_reactions() {
+        let fake = fake();
+        fake.add_im("D1", ALICE, "alice");
+        let info = bot(&fake, "conversations.info", json!({"channel": "D1"}));
+        let im = &info["channel"];
+        assert_eq!(
+            (&im["id"], &im["is_im"], &im["user"]),
+            (&json!("D1"), &json!(true), &json!(ALICE))
+        );
+        assert!(im.get("name").is_none(), "{im}");
+        assert_eq!(
+            bot(&fake, "users.info", json!({"user": ALICE}))["user"]["name"],
+            json!("alice")
+        );
+        assert_eq!(fake.channel_named(""), None, "an IM has no name");
+        assert_eq!(
+            bot(&fake, "chat.postMessage", json!({"text": "x"})),
+            refusal("channel_not_found")
+        );
+
+        let mut socket = RawSocket::open(&fake);
+        assert_eq!(socket.recv()["type"], json!("hello"));
+        let ts = fake.post("D1", ALICE, "alice", "psst");
+        let envelope = socket.recv();
+        let event = &envelope["payload"]["event"];
+        assert_eq!(
+            (&event["channel"], &event["channel_type"], &event["user"], &event["text"]),
+            (&json!("D1"), &json!("im"), &json!(ALICE), &json!("psst"))
+        );
+        socket.ack(&envelope);
+
+        // The bot answers in the thread, by the IM's id or by the person's user id.
+        let posted =
+            bot(&fake, "chat.postMessage", json!({"channel": "D1", "text": "hi", "thread_ts": ts}));
+        assert_eq!((&posted["ok"], &posted["channel"]), (&json!(true), &json!("D1")), "{posted}");
+        assert_eq!(posted["message"]["thread_ts"], json!(ts));
+        let echo = socket.recv();
+        assert_eq!(echo["payload"]["event"]["channel_type"], json!("im"));
+        socket.ack(&echo);
+        let by_user = bot(&fake, "chat.postMessage", json!({"channel": ALICE, "text": "there"}));
+        assert_eq!(by_user["channel"], json!("D1"), "{by_user}");
+        let echo = socket.recv();
+        socket.ack(&echo);
+        let sent = fake.sent("D1");
+        let summary: Vec<(&str, Option<&str>)> =
+            sent.iter().map(|s| (s.text.as_str(), s.thread_ts.as_deref())).collect();
+        assert_eq!(summary, [("hi", Some(ts.as_str())), ("there", None)]);
+
+        // Updates, deletions and reactions work there as in a channel; edits carry the type.
+        let mine = sent[0].ts.clone();
+        let updated =
+            bot(&fake, "chat.update", json!({"channel": "D1", "ts": mine, "text": "hi!"}));
+        assert_eq!(updated["ok"], json!(true), "{updated}");
+        let changed = socket.recv();
+        assert_eq!(
+            (&changed["payload"]["event"]["subtype"], &changed["payload"]["event"]["channel_type"]),
+            (&json!("message_changed"), &json!("im"))
+        );
+        socket.ack(&changed);
+        let reacted =
+            bot(&fake, "reactions.add", json!({"channel": "D1", "timestamp": ts, "name": "eyes"}));
+        assert_eq!(reacted, json!({"ok": true}));
+        assert_eq!(fake.reactions("D1", &ts), ["eyes"]);
+        let deleted = bot(&fake, "chat.delete", json!({"channel": "D1", "ts": mine}));
+        assert_eq!(deleted["ok"], json!(true));
+        let event = socket.recv();
+        assert_eq!(event["payload"]["event"]["channel_type"], json!("im"));
+        socket.ack(&event);
+        let history = bot(&fake, "conversations.history", json!({"channel": "D1"}));
+        assert_eq!(texts(&history), ["there", "psst"]);
+
+        // Joining or archiving an IM is no such thing.
+        let unsupported = refusal("method_not_supported_for_channel_type");
+        assert_eq!(bot(&fake, "conversations.join", json!({"channel": "D1"})), unsupported);
+        assert_eq!(bot(&fake, "conversations.archive", json!({"channel": "D1"})), unsupported);
+
+        // A private channel's events carry `group`, a public one's `channel`.
+        let private =
+            bot(&fake, "conversations.create", json!({"name": "secret", "is_private": true}));
+        let private = private["channel"]["id"].as_str().expect("an id").to_string();
+        fake.post(&private, ALICE, "alice", "hush");
+        let envelope = socket.recv();
+        assert_eq!(envelope["payload"]["event"]["channel_type"], json!("group"));
+        socket.ack(&envelope);
+        fake.post(CHANNEL, ALICE, "alice", "loud");
+        let envelope = socket.recv();
+        assert_eq!(envelope["payload"]["event"]["channel_type"], json!("channel"));
+        socket.ack(&envelope);
+        fake.wait_acked(SECS);
+    }
+
+    #[test]
+    #[should_panic(expected = "only U_ALICE writes in the IM D1")]
+    fn fake_slack_only_the_person_writes_in_an_im() {
+        let fake = fake();
+        fake.add_im("D1", ALICE, "alice");
+        fake.post("D1", "U_BOB", "bob", "not mine");
+    }
+
+    #[test]
     fn fake_slack_wait_sent_waits_for_another_thread() {
         let fake = Arc::new(fake());
         let sender = Arc::clone(&fake);
@@ -2932,6 +3321,67 @@ mod tests {
             Err(SlackClientError::ApiError(e)) => assert_eq!(e.code, "name_taken"),
             other => panic!("expected name_taken, got {other:?}"),
         }
+    }
+
+    /// An IM through slack-morphism: the person's message as an `im` event, the IM's info, the
+    /// bot's reply in its thread, and reactions on and off (Slack's errors as API errors).
+    #[test]
+    fn fake_slack_morphism_im_and_reactions() {
+        let fake = fake();
+        fake.add_im("D1", ALICE, "alice");
+        let client = slack_morphism_client_for_tests(&fake.api_url());
+        let listener = Listener::start(Arc::clone(&client), 1, Duration::ZERO, &[]);
+        fake.wait_connected(SECS);
+        let ts = fake.post("D1", ALICE, "alice", "hello bot");
+        let call = listener.received("person U_ALICE: hello bot");
+        let m = message(&call);
+        assert_eq!(m.origin.channel, Some(SlackChannelId("D1".into())));
+        assert_eq!(m.origin.channel_type.as_ref().map(|t| t.0.as_str()), Some("im"));
+
+        let token = bot_token();
+        let session = client.open_session(&token);
+        let channel = SlackChannelId("D1".into());
+        let info = listener
+            .rt
+            .block_on(
+                session.conversations_info(&SlackApiConversationsInfoRequest::new(channel.clone())),
+            )
+            .expect("conversations.info")
+            .channel;
+        assert_eq!((info.flags.is_im, info.name), (Some(true), None));
+
+        let reply = SlackApiChatPostMessageRequest::new(
+            channel.clone(),
+            SlackMessageContent::new().with_text("hello alice".into()),
+        )
+        .with_thread_ts(SlackTs(ts.clone()));
+        let posted = listener.rt.block_on(session.chat_post_message(&reply)).expect("a reply");
+        assert_eq!(posted.channel, channel);
+        listener.received("bot U_BOT: hello alice");
+        assert_eq!(fake.sent("D1")[0].thread_ts.as_deref(), Some(ts.as_str()));
+
+        let name = SlackReactionName("eyes".into());
+        let add =
+            SlackApiReactionsAddRequest::new(channel.clone(), name.clone(), SlackTs(ts.clone()));
+        listener.rt.block_on(session.reactions_add(&add)).expect("reactions.add");
+        match listener.rt.block_on(session.reactions_add(&add)) {
+            Err(SlackClientError::ApiError(e)) => assert_eq!(e.code, "already_reacted"),
+            other => panic!("expected already_reacted, got {other:?}"),
+        }
+        assert_eq!(fake.reactions("D1", &ts), ["eyes"]);
+        let remove = SlackApiReactionsRemoveRequest::new(name)
+            .with_channel(channel.clone())
+            .with_timestamp(SlackTs(ts.clone()));
+        listener.rt.block_on(session.reactions_remove(&remove)).expect("reactions.remove");
+        match listener.rt.block_on(session.reactions_remove(&remove)) {
+            Err(SlackClientError::ApiError(e)) => assert_eq!(e.code, "no_reaction"),
+            other => panic!("expected no_reaction, got {other:?}"),
+        }
+        assert!(fake.reactions("D1", &ts).is_empty());
+        assert_eq!(fake.reaction_log().len(), 2);
+        fake.wait_acked(SECS);
+        assert!(listener.errors().is_empty(), "{:?}", listener.errors());
+        listener.stop();
     }
 
     /// The production client type pointed at http:// through `https_or_http`.

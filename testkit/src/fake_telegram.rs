@@ -10,10 +10,16 @@
 //! delivered as `edited_message` when `allowed_updates` lets them through, and the bot editing
 //! (`editMessageText`) and deleting (`deleteMessage`) only what it may, with Telegram's errors
 //! ("message to edit not found", "message can't be edited", "message is not modified", …),
-//! recorded by [`FakeTelegram::edits`]. It accepts JSON bodies, form-encoded bodies and
-//! query strings, and keeps connections alive like the real server (reqwest reuses them). It
-//! shares no code with the client it tests. It runs on its own thread and tokio runtime, so sync
-//! and async tests can use it, and its long polls keep real time while a test pauses its clock.
+//! recorded by [`FakeTelegram::edits`]. Besides supergroups ([`FakeTelegram::add_chat`]) it has
+//! private chats ([`FakeTelegram::post_private`]): the chat's id is the person's user id, its
+//! `chat` object is `{"id", "type": "private", "first_name", "username"?}` (no title), message ids
+//! come from the bot's one message box shared by all its private chats (not numbered per chat as
+//! in a supergroup), and the bot may delete the person's messages there (incoming messages in a
+//! private chat), not only its own. `sendChatAction` is recorded ([`FakeTelegram::chat_actions`]).
+//! It accepts JSON bodies, form-encoded bodies and query strings, and keeps connections alive
+//! like the real server (reqwest reuses them). It shares no code with the client it tests. It
+//! runs on its own thread and tokio runtime, so sync and async tests can use it, and its long
+//! polls keep real time while a test pauses its clock.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -75,6 +81,10 @@ pub struct SentMessage {
     /// The entities Telegram found in it (`{"type", "offset", "length", "url"?, "language"?}`,
     /// offsets in UTF-16 units), as the message's `entities` field shows them.
     pub entities: Vec<Value>,
+    /// The `message_id` of the message it replies to (`reply_parameters`, or the older
+    /// `reply_to_message_id`); `None` when it replies to nothing, also when the message named was
+    /// not found and `allow_sending_without_reply` let it go out as a plain message.
+    pub reply_to: Option<i64>,
     /// Every parameter of the call (query string and body merged; form values are strings).
     pub params: Value,
 }
@@ -119,7 +129,11 @@ impl Refusal {
 
 #[derive(Debug)]
 struct Chat {
-    title: String,
+    /// The `chat` object of its messages.
+    json: Value,
+    /// A private chat with a person (else a supergroup).
+    private: bool,
+    /// The next `message_id` of a supergroup (private chats number from the bot's message box).
     next_message_id: i64,
     /// Every message of the chat (posted by people or sent by the bot), for edits and replies.
     messages: HashMap<i64, Value>,
@@ -156,6 +170,11 @@ struct State {
     /// `(chat_id, message_id, text as shown or None for deleted)` of every accepted
     /// `editMessageText` and `deleteMessage`, in order.
     edits: Vec<(i64, i64, Option<String>)>,
+    /// `(chat_id, action)` of every accepted `sendChatAction`, in order.
+    chat_actions: Vec<(i64, String)>,
+    /// The next `message_id` of the bot's message box, which numbers the messages of all its
+    /// private chats together.
+    next_private_message_id: i64,
     rejected: Vec<(String, u16, String)>,
     calls: Vec<String>,
     faults: VecDeque<Fault>,
@@ -229,6 +248,8 @@ impl FakeTelegram {
                 offsets: Vec::new(),
                 sent: Vec::new(),
                 edits: Vec::new(),
+                chat_actions: Vec::new(),
+                next_private_message_id: 1,
                 rejected: Vec::new(),
                 calls: Vec::new(),
                 faults: VecDeque::new(),
@@ -274,14 +295,17 @@ impl FakeTelegram {
 
     /// Registers (or renames) a supergroup the bot is a member of. Chats not registered are
     /// "not found" for `sendMessage`.
+    #[track_caller]
     pub fn add_chat(&self, chat_id: i64, title: &str) {
         let mut state = self.shared.state();
         let chat = state.chats.entry(chat_id).or_insert_with(|| Chat {
-            title: String::new(),
+            json: Value::Null,
+            private: false,
             next_message_id: 1,
             messages: HashMap::new(),
         });
-        chat.title = title.to_string();
+        assert!(!chat.private, "fake Telegram: chat {chat_id} is a private chat, not a supergroup");
+        chat.json = json!({"id": chat_id, "title": title, "type": "supergroup"});
     }
 
     /// A person posts `text` in a registered chat: queues a `message` update (unless the bot's
@@ -295,34 +319,62 @@ impl FakeTelegram {
         username: Option<&str>,
         text: &str,
     ) -> i64 {
-        let mut from = json!({"id": user_id, "is_bot": false, "first_name": first_name});
-        if let Some(username) = username {
-            from["username"] = json!(username);
-        }
+        let from = person_json(user_id, first_name, username);
         let message_id = {
             let mut state = self.shared.state();
-            let Some(chat) = state.chats.get_mut(&chat_id) else {
+            let Some(chat) = state.chats.get(&chat_id) else {
                 panic!("fake Telegram: post to chat {chat_id}, which was never added (add_chat)");
             };
-            let message_id = chat.next_message_id;
-            chat.next_message_id += 1;
-            let mut message = json!({
-                "message_id": message_id,
-                "from": from,
-                "chat": chat_json(chat_id, &chat.title),
-                "date": unix_now(),
-                "text": text,
-            });
-            let entities = detect_entities(text);
-            if !entities.is_empty() {
-                message["entities"] = Value::Array(entities);
-            }
-            chat.messages.insert(message_id, message.clone());
-            state.queue("message", message);
-            message_id
+            assert!(
+                !chat.private || chat_id == user_id,
+                "fake Telegram: only user {chat_id} writes in the private chat {chat_id}"
+            );
+            state.person_message(chat_id, from, text)
         };
         self.shared.bump();
         message_id
+    }
+
+    /// A person writes `text` to the bot directly: opens (or updates the name of) the private
+    /// chat between them — its id is `user_id`, its `chat` object `{"id": user_id, "type":
+    /// "private", "first_name", "username"?}` — and queues a `message` update as
+    /// [`FakeTelegram::post`] does; returns the new `message_id` (from the bot's message box,
+    /// which numbers all its private chats together). The bot can then `sendMessage`,
+    /// `sendChatAction`, `editMessageText` and `deleteMessage` there, and [`FakeTelegram::post`],
+    /// [`FakeTelegram::edit`], [`FakeTelegram::sent_to`], … take `user_id` as the chat id.
+    #[track_caller]
+    pub fn post_private(
+        &self,
+        user_id: i64,
+        first_name: &str,
+        username: Option<&str>,
+        text: &str,
+    ) -> i64 {
+        assert!(user_id > 0, "fake Telegram: user ids (and so private chat ids) are positive");
+        let mut chat_object = json!({"id": user_id, "type": "private", "first_name": first_name});
+        if let Some(username) = username {
+            chat_object["username"] = json!(username);
+        }
+        let message_id = {
+            let mut state = self.shared.state();
+            let chat = state.chats.entry(user_id).or_insert_with(|| Chat {
+                json: Value::Null,
+                private: true,
+                next_message_id: 1,
+                messages: HashMap::new(),
+            });
+            assert!(chat.private, "fake Telegram: chat {user_id} is a supergroup (add_chat)");
+            chat.json = chat_object;
+            state.person_message(user_id, person_json(user_id, first_name, username), text)
+        };
+        self.shared.bump();
+        message_id
+    }
+
+    /// The `action` of every accepted `sendChatAction` to `chat_id` ("typing", …), in order.
+    pub fn chat_actions(&self, chat_id: i64) -> Vec<String> {
+        let state = self.shared.state();
+        state.chat_actions.iter().filter(|(c, _)| *c == chat_id).map(|(_, a)| a.clone()).collect()
     }
 
     /// The author of message `message_id` edits it: queues an `edited_message` update carrying
@@ -538,6 +590,41 @@ impl Drop for FakeTelegram {
 }
 
 impl State {
+    /// A new `message_id` in a registered chat: the supergroup's own numbering, or for a private
+    /// chat the bot's message box (one numbering for all its private chats, as on Telegram).
+    fn new_message_id(&mut self, chat_id: i64) -> i64 {
+        let Some(chat) = self.chats.get_mut(&chat_id) else { return 0 };
+        let counter = if chat.private {
+            &mut self.next_private_message_id
+        } else {
+            &mut chat.next_message_id
+        };
+        let id = *counter;
+        *counter += 1;
+        id
+    }
+
+    /// Stores a person's message in a registered chat and queues its `message` update; returns
+    /// its `message_id`.
+    fn person_message(&mut self, chat_id: i64, from: Value, text: &str) -> i64 {
+        let message_id = self.new_message_id(chat_id);
+        let Some(chat) = self.chats.get_mut(&chat_id) else { return 0 };
+        let mut message = json!({
+            "message_id": message_id,
+            "from": from,
+            "chat": chat.json,
+            "date": unix_now(),
+            "text": text,
+        });
+        let entities = detect_entities(text);
+        if !entities.is_empty() {
+            message["entities"] = Value::Array(entities);
+        }
+        chat.messages.insert(message_id, message.clone());
+        self.queue("message", message);
+        message_id
+    }
+
     fn queue(&mut self, kind: &'static str, message: Value) {
         let allowed = match &self.allowed_updates {
             None => DEFAULT_UPDATE_TYPES.contains(&kind),
@@ -574,8 +661,13 @@ impl State {
     }
 }
 
-fn chat_json(chat_id: i64, title: &str) -> Value {
-    json!({"id": chat_id, "title": title, "type": "supergroup"})
+/// A person as the `from` of a message.
+fn person_json(user_id: i64, first_name: &str, username: Option<&str>) -> Value {
+    let mut from = json!({"id": user_id, "is_bot": false, "first_name": first_name});
+    if let Some(username) = username {
+        from["username"] = json!(username);
+    }
+    from
 }
 
 fn unix_now() -> i64 {
@@ -892,17 +984,17 @@ fn send_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value, R
     let chat_id = chat_param(&state, params)?;
     check_length(&formatted)?;
     let bot = shared.bot_user();
-    let chat = state.chats.get_mut(&chat_id).expect("chat_param checked the chat exists");
+    let chat = state.chats.get(&chat_id).expect("chat_param checked the chat exists");
     let replied = reply_to.and_then(|id| chat.messages.get(&id)).cloned();
     if reply_to.is_some() && replied.is_none() && !allow_without_reply {
         return Err(Refusal::bad("message to be replied not found"));
     }
-    let message_id = chat.next_message_id;
-    chat.next_message_id += 1;
+    let message_id = state.new_message_id(chat_id);
+    let chat = state.chats.get_mut(&chat_id).expect("chat_param checked the chat exists");
     let mut message = json!({
         "message_id": message_id,
         "from": bot,
-        "chat": chat_json(chat_id, &chat.title),
+        "chat": chat.json,
         "date": unix_now(),
         "text": formatted.text,
     });
@@ -912,6 +1004,7 @@ fn send_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value, R
     }
     // Kept without `reply_to_message`: Telegram does not nest replies further.
     chat.messages.insert(message_id, message.clone());
+    let reply_to = replied.as_ref().and_then(|m| m["message_id"].as_i64());
     if let Some(replied) = replied {
         message["reply_to_message"] = replied;
     }
@@ -922,6 +1015,7 @@ fn send_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value, R
         parse_mode,
         plain: formatted.text,
         entities: formatted.entities.iter().map(Entity::to_json).collect(),
+        reply_to,
         params: Value::Object(params.clone()),
     });
     drop(state);
@@ -1035,8 +1129,9 @@ fn edit_message_text(shared: &Shared, params: &Map<String, Value>) -> Result<Val
 }
 
 /// `deleteMessage`: `true`, or the Bot API server's errors in its order (chat and message given,
-/// the chat, the message, then whether the bot may delete it: only its own here, as it is no
-/// administrator).
+/// the chat, the message, then whether the bot may delete it: its own anywhere, and in a private
+/// chat the person's too ("bots can delete incoming messages in private chats"); in a supergroup
+/// only its own, as it is no administrator there).
 fn delete_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Refusal> {
     let mut state = shared.state();
     if !chat_given(params) {
@@ -1052,7 +1147,7 @@ fn delete_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value,
     let Some(message) = chat.messages.get(&message_id) else {
         return Err(Refusal::bad("message to delete not found"));
     };
-    if message["from"]["id"].as_i64() != Some(bot_id) {
+    if message["from"]["id"].as_i64() != Some(bot_id) && !chat.private {
         return Err(Refusal::bad("message can't be deleted"));
     }
     chat.messages.remove(&message_id);
@@ -1063,11 +1158,18 @@ fn delete_message(shared: &Shared, params: &Map<String, Value>) -> Result<Value,
     Ok(json!(true))
 }
 
+/// `sendChatAction`: the chat, then the action; recorded ([`FakeTelegram::chat_actions`]).
 fn send_chat_action(shared: &Shared, params: &Map<String, Value>) -> Result<Value, Refusal> {
-    let state = shared.state();
-    chat_param(&state, params)?;
+    let mut state = shared.state();
+    let chat_id = chat_param(&state, params)?;
     match params.get("action").and_then(Value::as_str) {
-        Some(action) if CHAT_ACTIONS.contains(&action) => Ok(json!(true)),
+        Some(action) if CHAT_ACTIONS.contains(&action) => {
+            state.chat_actions.push((chat_id, action.to_string()));
+            drop(state);
+            shared.sent_cv.notify_all();
+            shared.bump();
+            Ok(json!(true))
+        }
         _ => Err(Refusal::bad("wrong parameter action in request")),
     }
 }
@@ -2685,6 +2787,158 @@ mod tests {
         let sent = fake.wait_sent(CHAT, 2, SECS);
         assert_eq!(sent.iter().map(|m| m.plain.as_str()).collect::<Vec<_>>(), ["one", "two"]);
         thread.join().expect("the sender");
+    }
+
+    #[test]
+    fn private_chats_carry_the_person_and_share_the_bots_message_box() {
+        let fake = fake_with_chat();
+        let group = fake.post(CHAT, 42, "Alice", Some("alice"), "in the group");
+        let first = fake.post_private(42, "Alice", Some("alice"), "hello bot");
+        let (status, body) = call(&fake, "getUpdates", json!({"timeout": 0}));
+        assert_eq!(status, 200, "{body}");
+        let message = &body["result"][1]["message"];
+        let date = message["date"].as_i64().expect("a date");
+        assert_eq!(
+            message,
+            &json!({
+                "message_id": first,
+                "from": {"id": 42, "is_bot": false, "first_name": "Alice", "username": "alice"},
+                "chat": {"id": 42, "type": "private", "first_name": "Alice", "username": "alice"},
+                "date": date,
+                "text": "hello bot",
+            })
+        );
+        assert_eq!((group, first), (1, 1), "a supergroup numbers its messages on its own");
+        // The bot's answer, and the next person's private chat, take the next ids of the bot's
+        // one message box; the supergroup keeps its own numbering.
+        let (status, sent) = call(&fake, "sendMessage", json!({"chat_id": 42, "text": "hi"}));
+        assert_eq!(status, 200, "{sent}");
+        assert_eq!(sent["result"]["message_id"], json!(2));
+        assert_eq!(
+            sent["result"]["chat"],
+            json!({"id": 42, "type": "private", "first_name": "Alice", "username": "alice"})
+        );
+        assert_eq!(fake.post_private(43, "Bob", None, "me too"), 3);
+        assert_eq!(fake.post(CHAT, 43, "Bob", None, "group again"), 2);
+        let bob = fake.message(43, 3).expect("Bob's message");
+        assert_eq!(bob["chat"], json!({"id": 43, "type": "private", "first_name": "Bob"}));
+        // Posting again updates the name the chat shows; `post` takes the private chat too.
+        fake.post_private(43, "Robert", Some("bob"), "renamed");
+        assert_eq!(
+            fake.post(43, 43, "Robert", Some("bob"), "via post"),
+            5,
+            "post writes in a private chat"
+        );
+        assert_eq!(fake.message(43, 5).expect("a message")["chat"]["first_name"], json!("Robert"));
+        assert_eq!(fake.sent_to(42).len(), 1);
+        assert_eq!(fake.wait_sent(42, 1, SECS)[0].plain, "hi");
+        assert!(fake.sent_to(43).is_empty() && fake.sent_to(CHAT).is_empty());
+    }
+
+    #[test]
+    fn the_bot_replies_acts_edits_and_deletes_in_a_private_chat() {
+        let fake = FakeTelegram::start(TOKEN);
+        let asked = fake.post_private(42, "Alice", None, "question?");
+        assert_bad_request(
+            call(&fake, "sendMessage", json!({"chat_id": 7, "text": "x"})),
+            "Bad Request: chat not found",
+        );
+        // Typing first, then the answer as a reply.
+        let (status, body) =
+            call(&fake, "sendChatAction", json!({"chat_id": 42, "action": "typing"}));
+        assert_eq!((status, body), (200, json!({"ok": true, "result": true})));
+        assert_bad_request(
+            call(&fake, "sendChatAction", json!({"chat_id": 42, "action": "dancing"})),
+            "Bad Request: wrong parameter action in request",
+        );
+        assert_bad_request(
+            call(&fake, "sendChatAction", json!({"chat_id": 7, "action": "typing"})),
+            "Bad Request: chat not found",
+        );
+        let form = "chat_id=42&action=typing";
+        let mut client = Client::connect(&fake);
+        let target = format!("/bot{TOKEN}/sendChatAction");
+        client.send("POST", &target, Some("application/x-www-form-urlencoded"), form);
+        assert_eq!(client.response().expect("an answer").0, 200);
+        assert_eq!(fake.chat_actions(42), ["typing", "typing"]);
+        assert!(fake.chat_actions(7).is_empty());
+
+        let reply =
+            json!({"chat_id": 42, "text": "answer", "reply_parameters": {"message_id": asked}});
+        let (status, body) = call(&fake, "sendMessage", reply);
+        assert_eq!(status, 200, "{body}");
+        let answer = body["result"]["message_id"].as_i64().expect("a message id");
+        assert_eq!(body["result"]["reply_to_message"]["text"], json!("question?"));
+        assert_eq!(body["result"]["reply_to_message"]["chat"]["type"], json!("private"));
+        // The older `reply_to_message_id`, and a missing message let through without a reply.
+        let (status, _) = call(
+            &fake,
+            "sendMessage",
+            json!({"chat_id": 42, "text": "old style", "reply_to_message_id": asked}),
+        );
+        assert_eq!(status, 200);
+        let lenient = json!({"chat_id": 42, "text": "lenient",
+            "reply_parameters": {"message_id": 999, "allow_sending_without_reply": true}});
+        let (status, body) = call(&fake, "sendMessage", lenient);
+        assert_eq!(status, 200, "{body}");
+        assert!(body["result"].get("reply_to_message").is_none(), "{body}");
+        let replies: Vec<Option<i64>> = fake.sent_to(42).iter().map(|m| m.reply_to).collect();
+        assert_eq!(replies, [Some(asked), Some(asked), None]);
+
+        // Edits of its own messages; the person's cannot be edited, but can be deleted there.
+        let edit = json!({"chat_id": 42, "message_id": answer, "text": "answer, edited"});
+        let (status, body) = call(&fake, "editMessageText", edit);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["chat"]["id"], json!(42));
+        assert_bad_request(
+            call(
+                &fake,
+                "editMessageText",
+                json!({"chat_id": 42, "message_id": asked, "text": "x"}),
+            ),
+            "Bad Request: message can't be edited",
+        );
+        let (status, _) = call(&fake, "deleteMessage", json!({"chat_id": 42, "message_id": asked}));
+        assert_eq!(status, 200, "bots can delete incoming messages in private chats");
+        let (status, _) =
+            call(&fake, "deleteMessage", json!({"chat_id": 42, "message_id": answer}));
+        assert_eq!(status, 200);
+        assert!(fake.message(42, asked).is_none() && fake.message(42, answer).is_none());
+        assert_eq!(
+            fake.wait_edits(42, 3, SECS),
+            [(answer, Some("answer, edited".to_string())), (asked, None), (answer, None)]
+        );
+        // A person's edit in a private chat arrives as an edited_message.
+        let later = fake.post_private(42, "Alice", None, "typo");
+        fake.edit(42, later, "fixed");
+        let (_, body) = call(&fake, "getUpdates", json!({"timeout": 0}));
+        let last = body["result"].as_array().and_then(|u| u.last().cloned()).expect("updates");
+        assert_eq!(last["edited_message"]["text"], json!("fixed"));
+        assert_eq!(last["edited_message"]["chat"]["type"], json!("private"));
+    }
+
+    #[test]
+    fn chat_actions_are_recorded_per_chat_in_order() {
+        let fake = fake_with_chat();
+        fake.post_private(42, "Alice", None, "hi");
+        for (chat, action) in [(CHAT, "typing"), (42, "upload_document"), (CHAT, "choose_sticker")]
+        {
+            let (status, body) =
+                call(&fake, "sendChatAction", json!({"chat_id": chat, "action": action}));
+            assert_eq!(status, 200, "{body}");
+        }
+        assert_eq!(fake.chat_actions(CHAT), ["typing", "choose_sticker"]);
+        assert_eq!(fake.chat_actions(42), ["upload_document"]);
+        assert!(fake.sent().is_empty(), "chat actions are no messages");
+        assert_eq!(fake.calls().iter().filter(|c| c.as_str() == "sendChatAction").count(), 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "is a supergroup")]
+    fn a_private_chat_cannot_reuse_a_supergroups_id() {
+        let fake = FakeTelegram::start(TOKEN);
+        fake.add_chat(42, "Odd");
+        fake.post_private(42, "Alice", None, "hi");
     }
 
     #[tokio::test]

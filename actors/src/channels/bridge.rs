@@ -111,14 +111,44 @@ pub struct MappingChange {
 pub fn apply_mapping_changes(bridges: &mut [BridgeSpec], changes: &[MappingChange]) {
     for c in changes {
         let Some(b) = bridges.iter_mut().find(|b| b.name == c.bridge) else { continue };
-        b.channels.retain(|m| m.external != c.external);
+        let removed = b.channels.iter().position(|m| m.external == c.external);
+        let removed = removed.map(|i| b.channels.remove(i));
         if let Some(flock) = &c.flock {
+            // A run-time mapping keeps the responder the file gave that chat, if any.
+            let (responder, replies) =
+                removed.map(|m| (m.responder, m.replies)).unwrap_or_default();
             b.channels.push(BridgeMapping {
                 flock: flock.clone(),
                 external: c.external.clone(),
                 allow: c.allow.clone(),
+                responder,
+                replies,
             });
         }
+    }
+}
+
+/// A person's `/approve ID [reason]` or `/deny ID [reason]` in a chat (Telegram's
+/// `/approve@botname ID` too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalCommand {
+    pub approve: bool,
+    pub id: i64,
+    pub reason: String,
+}
+
+impl ApprovalCommand {
+    pub fn parse(text: &str) -> Option<ApprovalCommand> {
+        let mut words = text.trim().splitn(3, char::is_whitespace);
+        let verb = words.next()?.to_ascii_lowercase();
+        let approve = match verb.split('@').next()? {
+            "/approve" => true,
+            "/deny" => false,
+            _ => return None,
+        };
+        let id = words.next()?.trim_start_matches('#').parse().ok()?;
+        let reason = words.next().unwrap_or_default().trim().to_owned();
+        Some(ApprovalCommand { approve, id, reason })
     }
 }
 
@@ -164,6 +194,8 @@ pub struct BridgePost {
     pub seq: u64,
     pub author: String,
     pub text: String,
+    /// The platform message it replies to in this chat (see [`Store::reply_target`]).
+    pub reply_to: Option<String>,
 }
 
 /// A post a mapping already delivered that was edited or deleted since: what the chat's copy
@@ -193,7 +225,27 @@ impl Store {
         text: &str,
         origin: &str,
     ) -> Result<(u64, bool), StoreError> {
-        self.post_unique(channel, author, text, Some(UniqueKey::Origin(origin.to_owned())))
+        let key = Some(UniqueKey::Origin(origin.to_owned()));
+        let (seq, duplicate, _) =
+            self.post_unique(channel, author, text, key, Default::default())?;
+        Ok((seq, duplicate))
+    }
+
+    /// The seq of the post made from `origin` in `channel`, if there is one.
+    pub fn post_with_origin_seq(
+        &self,
+        channel: &str,
+        origin: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        let seq: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT seq FROM channel_messages WHERE channel = ?1 AND origin = ?2",
+                params![channel, origin],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(seq.map(|s| s as u64))
     }
 
     /// The mapping's cursors; a mapping seen for the first time — or whose chat the swarm file
@@ -372,31 +424,70 @@ impl Store {
         echo_prefix: &str,
     ) -> Result<(Vec<BridgePost>, u64), StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, author, text, origin, deleted_at IS NOT NULL FROM channel_messages
-             WHERE channel = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            "SELECT seq, author, text, origin, deleted_at IS NOT NULL, reply_to
+             FROM channel_messages WHERE channel = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
         )?;
         let rows = stmt.query_map(params![channel, after as i64, limit as i64], |r| {
             Ok((
                 r.get::<_, i64>(0)? as u64,
-                r.get(1)?,
-                r.get(2)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
                 r.get::<_, Option<String>>(3)?,
                 r.get::<_, bool>(4)?,
+                r.get::<_, Option<i64>>(5)?,
             ))
         })?;
+        let rows: Vec<_> = rows.collect::<Result<_, _>>()?;
         let mut posts = Vec::new();
         let mut upto = after;
-        for row in rows {
-            let (seq, author, text, origin, deleted): (u64, String, String, Option<String>, bool) =
-                row?;
+        for (seq, author, text, origin, deleted, reply_to) in rows {
             upto = seq;
             // A deleted post is not sent at all; nor is a chat's own post sent back to it.
             if deleted || origin.is_some_and(|o| o.starts_with(echo_prefix)) {
                 continue;
             }
-            posts.push(BridgePost { seq, author, text });
+            let reply_to = match reply_to {
+                Some(r) => self.reply_target(echo_prefix, channel, r as u64)?,
+                None => None,
+            };
+            posts.push(BridgePost { seq, author, text, reply_to });
         }
         Ok((posts, upto))
+    }
+
+    /// The platform message that stands for post `seq` of `channel` in the chat whose posts'
+    /// origins start with `prefix` (`<bridge>/<external>/`): the person's own message when it
+    /// came from that chat, else the first message the bridge made of it there (if it did).
+    pub fn reply_target(
+        &self,
+        prefix: &str,
+        channel: &str,
+        seq: u64,
+    ) -> Result<Option<String>, StoreError> {
+        let origin: Option<Option<String>> = self
+            .conn
+            .query_row(
+                "SELECT origin FROM channel_messages WHERE channel = ?1 AND seq = ?2",
+                params![channel, seq as i64],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(id) = origin.flatten().and_then(|o| o.strip_prefix(prefix).map(str::to_owned)) {
+            return Ok(Some(id));
+        }
+        let Some((bridge, external)) = prefix.strip_suffix('/').and_then(|p| p.split_once('/'))
+        else {
+            return Ok(None);
+        };
+        let copy: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT external_id FROM bridge_messages WHERE bridge = ?1 AND external = ?2 AND seq = ?3",
+                params![bridge, external, seq as i64],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(copy.and_then(|ids| ids.split_whitespace().next().map(str::to_owned)))
     }
 
     /// The platform message id of the newest post in `channel` whose origin starts with
@@ -563,37 +654,47 @@ impl ChannelsState {
     }
 
     /// Creates the channels the bridges map that do not exist yet (by `bridge:<name>`, with no
-    /// members: people or the orchestrator add them).
+    /// members: people or the orchestrator add them), and makes each mapping's `responder` a
+    /// member of its channel.
     pub(super) async fn ensure_bridge_channels(&mut self) -> Result<(), (ErrorCode, String)> {
-        let wanted: Vec<(String, String, &'static str)> = self
+        let wanted: Vec<(String, String, &'static str, Option<String>)> = self
             .spec
             .bridges
             .iter()
             .flat_map(|b| {
-                b.channels.iter().map(|m| (m.flock.clone(), b.name.clone(), b.platform.as_str()))
+                b.channels.iter().map(|m| {
+                    (m.flock.clone(), b.name.clone(), b.platform.as_str(), m.responder.clone())
+                })
             })
             .collect();
-        for (id, bridge, platform) in wanted {
-            if self.channels.contains_key(&id) {
-                continue;
+        for (id, bridge, platform, responder) in wanted {
+            if !self.channels.contains_key(&id) {
+                let row = ChannelRow {
+                    id: id.clone(),
+                    name: id.clone(),
+                    topic: format!("bridged to {platform}"),
+                    created_by: format!("bridge:{bridge}"),
+                    created_at: now_ms(),
+                    state: ChannelState::Active,
+                    last_seq: 0,
+                    is_dm: false,
+                    members: Vec::new(),
+                    archiving_started_at: None,
+                    archive_deadline_at: None,
+                    ready: Vec::new(),
+                };
+                let r = row.clone();
+                self.db(move |s| s.create_channel(&r)).await?;
+                self.channels.insert(id.clone(), row);
             }
-            let row = ChannelRow {
-                id: id.clone(),
-                name: id.clone(),
-                topic: format!("bridged to {platform}"),
-                created_by: format!("bridge:{bridge}"),
-                created_at: now_ms(),
-                state: ChannelState::Active,
-                last_seq: 0,
-                is_dm: false,
-                members: Vec::new(),
-                archiving_started_at: None,
-                archive_deadline_at: None,
-                ready: Vec::new(),
-            };
-            let r = row.clone();
-            self.db(move |s| s.create_channel(&r)).await?;
-            self.channels.insert(id, row);
+            let Some(responder) = responder.filter(|r| self.is_agent(r)) else { continue };
+            if self.channels.get(&id).is_some_and(|c| !c.members.contains(&responder)) {
+                let (c, add) = (id.clone(), vec![responder.clone()]);
+                self.db(move |s| s.change_members(&c, &add, &[])).await?;
+                if let Some(c) = self.channels.get_mut(&id) {
+                    c.members.push(responder);
+                }
+            }
         }
         Ok(())
     }
@@ -616,7 +717,10 @@ impl ChannelsState {
                 let channels: Vec<Value> = b
                     .channels
                     .iter()
-                    .map(|m| json!({"flock": m.flock, "external": m.external, "allow": m.allow}))
+                    .map(|m| {
+                        json!({"flock": m.flock, "external": m.external, "allow": m.allow,
+                               "replies": m.replies})
+                    })
                     .collect();
                 json!({"channels": channels}).to_string()
             }),
@@ -632,8 +736,19 @@ impl ChannelsState {
             },
             "bridge__pull" => {
                 let wait_ms = args.get("wait_ms").and_then(Value::as_u64).unwrap_or(0);
+                // What the bridge shows as being worked on: a change answers at once.
+                let shown: Vec<u64> = args
+                    .get("working")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                    .unwrap_or_default();
                 match self.bridge_pull(bridge, &args).await {
-                    Ok(p) if p.is_empty() && wait_ms > 0 && p.archived.is_none() => {
+                    Ok(p)
+                        if p.is_empty()
+                            && wait_ms > 0
+                            && p.archived.is_none()
+                            && p.working.iter().map(|(s, _)| *s).eq(shown.iter().copied()) =>
+                    {
                         let channel = p.channel;
                         // Park it: the next post or edit in the channel (or the wait running
                         // out) answers. A newer pull of the same mapping replaces an older one.
@@ -663,7 +778,6 @@ impl ChannelsState {
         bridge: &str,
         args: &Value,
     ) -> ToolResult {
-        let (channel, external) = self.mapped(bridge, args)?;
         let spec = self.bridge_spec(bridge)?.clone();
         let field = |k: &str| -> Result<String, (ErrorCode, String)> {
             match args.get(k) {
@@ -674,42 +788,284 @@ impl ChannelsState {
         };
         let (message_id, user_id) = (field("message_id")?, field("user_id")?);
         let user_name = str_arg(args, "user_name").unwrap_or_default();
+        let author = human_author(spec.platform.as_str(), user_name, &user_id);
+        // A person writing to the bot directly: their chat becomes a DM with the agent that
+        // answers DMs, mapped (durably) on their first message.
+        let direct = args.get("dm").and_then(Value::as_bool) == Some(true);
+        let (channel, external) = match self.mapped(bridge, args) {
+            Ok(m) => m,
+            Err(_) if direct => {
+                let external = field("external")?;
+                self.map_direct(&spec, &external, &user_id, &author).await?
+            }
+            Err(e) => return Err(e),
+        };
+        let origin = format!("{bridge}/{external}/{message_id}");
         // Who may speak is decided here (the bridge hands over a refused person's message
         // without its text): the refusal is journaled, once per platform message.
         let mapping = spec.channels.iter().find(|m| m.external == external);
-        if let Some(allow) = mapping.and_then(|m| m.allow.as_ref())
+        let allow = match mapping {
+            Some(m) => m.allow.clone(),
+            // A DM mapped a moment ago (not in this copy of the spec yet) is its person's.
+            None => Some(vec![user_id.clone()]),
+        };
+        if let Some(allow) = allow
             && !allow.contains(&user_id)
         {
             let why = format!("user {user_id} may not post in #{channel} through `{bridge}`");
-            let origin = format!("{bridge}/{external}/{message_id}");
-            if self.refused.first_time(&origin) {
-                let name: String = user_name.chars().take(80).collect();
-                self.journal(
-                    JournalEvent::new(
-                        format!("bridge:{bridge}"),
-                        "BRIDGE_POST_REFUSED",
-                        Status::Failed,
-                        format!("{why}: not on the mapping's allow list"),
-                    )
-                    .param("bridge", json!(bridge))
-                    .param("platform", json!(spec.platform.as_str()))
-                    .param("chat", json!(external))
-                    .param("channel", json!(channel))
-                    .param("message_id", json!(message_id))
-                    .param("user_id", json!(user_id))
-                    .param("user_name", json!(name))
-                    .param("reason", json!("not on the allow list")),
-                );
-            }
+            self.refuse_once(&spec, &origin, &why, "not on the allow list", &channel, args);
             return Err((ErrorCode::Forbidden, why));
         }
         let text = str_arg(args, "text").ok_or_else(|| bad("`text` is required"))?;
-        let author = human_author(spec.platform.as_str(), user_name, &user_id);
-        let origin = format!("{bridge}/{external}/{message_id}");
-        let (seq, duplicate) =
-            self.post_keyed(myself, &channel, &author, text, PostKey::Origin(origin)).await?;
+        if let Some(command) = ApprovalCommand::parse(text) {
+            return self
+                .chat_approval(myself, &spec, &channel, &author, &user_id, text, origin, command)
+                .await;
+        }
+        let (seq, duplicate) = self
+            .post_keyed(myself, &channel, &author, text, PostKey::Origin(origin), None, true)
+            .await?;
         Ok(json!({"channel": channel, "seq": seq, "author": author, "duplicate": duplicate})
             .to_string())
+    }
+
+    /// Journals a refused platform message, once per message (`reason` says why in a word).
+    fn refuse_once(
+        &mut self,
+        spec: &BridgeSpec,
+        origin: &str,
+        why: &str,
+        reason: &str,
+        channel: &str,
+        args: &Value,
+    ) {
+        if !self.refused.first_time(origin) {
+            return;
+        }
+        let text = |k: &str| args.get(k).map(|v| v.to_string().trim_matches('"').to_owned());
+        let name: String = text("user_name").unwrap_or_default().chars().take(80).collect();
+        self.journal(
+            JournalEvent::new(
+                format!("bridge:{}", spec.name),
+                "BRIDGE_POST_REFUSED",
+                Status::Failed,
+                format!("{why}: {reason}"),
+            )
+            .param("bridge", json!(spec.name))
+            .param("platform", json!(spec.platform.as_str()))
+            .param("chat", json!(text("external")))
+            .param("channel", json!(channel))
+            .param("message_id", json!(text("message_id")))
+            .param("user_id", json!(text("user_id")))
+            .param("user_name", json!(name))
+            .param("reason", json!(reason)),
+        );
+    }
+
+    /// The DM channel of a person's direct chat with the bot (`external`), made and mapped on
+    /// their first message: a two-member channel of the bridge's `dm.agent` and the person,
+    /// keyed by their platform id (two people with one display name never share it). Refused
+    /// when the bridge takes no DMs or the person is not on `dm.allow`.
+    async fn map_direct(
+        &mut self,
+        spec: &BridgeSpec,
+        external: &str,
+        user_id: &str,
+        author: &str,
+    ) -> Result<(String, String), (ErrorCode, String)> {
+        let bridge = &spec.name;
+        let Some(dm) = &spec.dm else {
+            return Err((
+                ErrorCode::Forbidden,
+                format!("bridge `{bridge}` takes no direct messages (`dm: false`)"),
+            ));
+        };
+        if dm.allow.as_ref().is_some_and(|a| !a.iter().any(|u| u == user_id)) {
+            return Err((
+                ErrorCode::Forbidden,
+                format!(
+                    "user {user_id} may not write to bridge `{bridge}`'s bot (not on `dm.allow`)"
+                ),
+            ));
+        }
+        if !self.is_agent(&dm.agent) {
+            return Err((
+                ErrorCode::TargetUnavailable,
+                format!("`{}`, who answers bridge `{bridge}`'s DMs, is not in service", dm.agent),
+            ));
+        }
+        let key = format!("human:{bridge}:{user_id}");
+        let channel = super::delta::dm_channel_id(&dm.agent, &key);
+        if !self.channels.contains_key(&channel) {
+            let row = ChannelRow {
+                id: channel.clone(),
+                name: format!("DM {} / {author}", dm.agent),
+                topic: format!("direct messages with {author} through {}", spec.platform.as_str()),
+                created_by: format!("bridge:{bridge}"),
+                created_at: now_ms(),
+                state: ChannelState::Active,
+                last_seq: 0,
+                is_dm: true,
+                members: vec![dm.agent.clone(), author.to_owned()],
+                archiving_started_at: None,
+                archive_deadline_at: None,
+                ready: Vec::new(),
+            };
+            let r = row.clone();
+            self.db(move |s| s.create_channel(&r)).await?;
+            self.channels.insert(channel.clone(), row);
+        }
+        let change = MappingChange {
+            bridge: bridge.clone(),
+            external: external.to_owned(),
+            flock: Some(channel.clone()),
+            allow: Some(vec![user_id.to_owned()]),
+        };
+        let (c, by) = (change.clone(), format!("bridge:{bridge}"));
+        // From the first post of the DM on: the answer to this very message goes out.
+        let (b, e, ch) = (bridge.clone(), external.to_owned(), channel.clone());
+        self.db(move |s| {
+            s.set_bridge_mapping(&c, &by)?;
+            s.bridge_cursor(&b, &e, &ch, 0).map(|_| ())
+        })
+        .await?;
+        apply_mapping_changes(
+            &mut Arc::make_mut(&mut self.spec).bridges,
+            std::slice::from_ref(&change),
+        );
+        self.journal(
+            JournalEvent::new(
+                format!("bridge:{bridge}"),
+                "BRIDGE_MAPPED",
+                Status::Success,
+                format!("bridge `{bridge}`: direct chat {external} with {author} ↔ #{channel}"),
+            )
+            .param("bridge", json!(bridge))
+            .param("chat", json!(external))
+            .param("channel", json!(channel)),
+        );
+        Ok((channel, external.to_owned()))
+    }
+
+    /// `/approve ID [reason]` or `/deny ID [reason]` from a person in a chat: decided (durably,
+    /// as `human:<platform>:<name>`) when they are on the bridge's `approvers`, refused and
+    /// journaled otherwise. The command and the outcome are posts of the channel (the outcome
+    /// a reply to the command), once per platform message.
+    #[allow(clippy::too_many_arguments)]
+    async fn chat_approval(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        spec: &BridgeSpec,
+        channel: &str,
+        author: &str,
+        user_id: &str,
+        text: &str,
+        origin: String,
+        command: ApprovalCommand,
+    ) -> ToolResult {
+        let (c, o) = (channel.to_owned(), origin.clone());
+        let posted = self.db(move |s| s.post_with_origin_seq(&c, &o)).await?;
+        if let Some(seq) = posted {
+            // Handed over again after a crash: the decision was made with the first one.
+            return Ok(
+                json!({"channel": channel, "seq": seq, "author": author, "duplicate": true})
+                    .to_string(),
+            );
+        }
+        let verb = if command.approve { "approve" } else { "deny" };
+        let outcome = if !spec.approvers.iter().any(|a| a == user_id) {
+            self.refuse_once(
+                spec,
+                &origin,
+                &format!(
+                    "user {user_id} may not {verb} permission requests through `{}`",
+                    spec.name
+                ),
+                "not on the bridge's approvers",
+                channel,
+                &json!({"user_id": user_id, "user_name": author}),
+            );
+            format!(
+                "Only the people on bridge `{}`'s `approvers` list can {verb} permission \
+                 requests; request #{} is unchanged. Ask one of them, or the operator \
+                 (`flockctl {verb} {}`).",
+                spec.name, command.id, command.id
+            )
+        } else {
+            match self.decide_permission(author, &command).await {
+                Ok(done) => format!("Done: {done}."),
+                Err(why) => format!("Not done: {why}"),
+            }
+        };
+        let (seq, duplicate) = self
+            .post_keyed(myself, channel, author, text, PostKey::Origin(origin), None, false)
+            .await?;
+        if !duplicate {
+            let key = PostKey::Origin(format!("flock/decision/{channel}/{seq}"));
+            self.post_keyed(myself, channel, "flock", &outcome, key, Some(seq), false).await?;
+        }
+        Ok(json!({"channel": channel, "seq": seq, "author": author, "duplicate": duplicate})
+            .to_string())
+    }
+
+    /// Announces permission request `id` (waiting for a person) in the `approvals` channel of
+    /// every bridge that has one, once per channel (a unique origin: a repeat posts nothing).
+    pub(super) async fn announce_permission(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        id: i64,
+        agent: &str,
+        what: &str,
+        reason: &str,
+        why: &str,
+    ) {
+        let mut places: Vec<String> =
+            self.spec.bridges.iter().filter_map(|b| b.approvals.clone()).collect();
+        places.sort();
+        places.dedup();
+        let reason = if reason.trim().is_empty() {
+            "no reason given".into()
+        } else {
+            reason.trim().to_owned()
+        };
+        let text = format!(
+            "[approval needed] #{id}: {agent} asks for {what} — \"{reason}\" ({why}). \
+             Approvers: reply `/approve {id}` or `/deny {id} <why>`."
+        );
+        for channel in places {
+            let key = PostKey::Origin(format!("flock/permission/{id}/{channel}"));
+            if let Err((_, e)) =
+                self.post_keyed(myself, &channel, "flock", &text, key, None, false).await
+            {
+                tracing::warn!("flock channels: permission #{id} not announced in #{channel}: {e}");
+            }
+        }
+    }
+
+    /// A person's decision on a permission request, through the router (the record and the
+    /// messages to the requester commit together there): what was done, or why not.
+    async fn decide_permission(
+        &self,
+        person: &str,
+        command: &ApprovalCommand,
+    ) -> Result<String, String> {
+        let Some(router) = &self.router else { return Err("the router is not running".into()) };
+        let arguments = json!({"id": command.id, "approve": command.approve,
+                               "reason": command.reason})
+        .to_string();
+        let asked = ractor::call!(router, |reply| crate::router::RouterMsg::PermissionHuman {
+            person: person.to_owned(),
+            tool: "permission_decide".into(),
+            arguments,
+            reply,
+        });
+        match asked {
+            Ok((true, text)) => Ok(text),
+            Ok((false, text)) => {
+                Err(text.split_once(": ").map_or(text.clone(), |(_, m)| m.to_owned()))
+            }
+            Err(e) => Err(format!("the router did not answer ({e})")),
+        }
     }
 
     /// `flockctl bridge map|unmap` (a person through the control socket): `{bridge, external,
@@ -942,14 +1298,20 @@ impl ChannelsState {
             .map_or((0, false), |c| (c.last_seq, c.state == ChannelState::Archived));
         let echo = format!("{bridge}/{external}/");
         let (b, c) = (bridge.to_owned(), channel.clone());
-        let (posts, cursor, upto, edits, edits_upto, mirrored) = self
+        let working_seqs: Vec<u64> =
+            self.working.get(&channel).map(|w| w.iter().copied().collect()).unwrap_or_default();
+        let (posts, cursor, upto, edits, edits_upto, mirrored, working) = self
             .db(move |s| {
                 let cursor = s.bridge_cursor(&b, &external, &c, start)?;
                 let (posts, upto) = s.bridge_pull(&c, cursor.seq, PULL_MAX, &echo)?;
                 let (edits, edits_upto) =
                     s.bridge_edits(&b, &external, &c, cursor.edit_id, cursor.seq, PULL_MAX)?;
                 let mirrored = is_archived && s.bridge_archive_mirrored(&b, &external)?;
-                Ok((posts, cursor, upto, edits, edits_upto, mirrored))
+                let working = working_seqs
+                    .into_iter()
+                    .map(|seq| Ok((seq, s.reply_target(&echo, &c, seq)?)))
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                Ok((posts, cursor, upto, edits, edits_upto, mirrored, working))
             })
             .await?;
         // Archived (nothing can be posted any more) and every post is behind the cursor.
@@ -963,6 +1325,7 @@ impl ChannelsState {
             edit_after: cursor.edit_id,
             edits_upto,
             archived,
+            working,
         })
     }
 
@@ -981,8 +1344,16 @@ impl ChannelsState {
         let posts: Vec<Value> = p
             .posts
             .iter()
-            .map(|p| json!({"seq": p.seq, "author": p.author, "text": p.text}))
+            .map(|p| {
+                let mut post = json!({"seq": p.seq, "author": p.author, "text": p.text});
+                if let Some(id) = &p.reply_to {
+                    post["reply_to"] = json!(id);
+                }
+                post
+            })
             .collect();
+        let working: Vec<Value> =
+            p.working.iter().map(|(seq, id)| json!({"seq": seq, "reply_to": id})).collect();
         let edits: Vec<Value> = p
             .edits
             .iter()
@@ -993,7 +1364,8 @@ impl ChannelsState {
             .collect();
         let mut v = json!({"channel": p.channel, "posts": posts, "upto": p.upto,
                            "newest": self.newest(&p.channel), "edits": edits,
-                           "edit_after": p.edit_after, "edits_upto": p.edits_upto});
+                           "edit_after": p.edit_after, "edits_upto": p.edits_upto,
+                           "working": working});
         if let Some(mirrored) = p.archived {
             v["archived"] = json!(true);
             v["mirrored"] = json!(mirrored);
@@ -1045,8 +1417,9 @@ impl ChannelsState {
         }
     }
 
-    /// The wait of a parked pull ran out: it answers with nothing new.
-    pub(super) fn pull_expired(
+    /// The wait of a parked pull ran out: it answers with what there is (nothing new, most
+    /// likely; the posts being worked on).
+    pub(super) async fn pull_expired(
         &mut self,
         bridge: String,
         external: String,
@@ -1056,17 +1429,9 @@ impl ChannelsState {
         if self.pulls.get(&key).is_some_and(|p| p.reply.frame_id == frame_id)
             && let Some(parked) = self.pulls.remove(&key)
         {
-            let empty = Pulled {
-                channel: parked.channel.clone(),
-                posts: Vec::new(),
-                after: 0,
-                upto: 0,
-                edits: Vec::new(),
-                edit_after: 0,
-                edits_upto: 0,
-                archived: None,
-            };
-            parked.reply.send(Ok(self.pull_answer(&empty)));
+            let args = json!({"external": key.1});
+            let result = self.bridge_pull(&key.0, &args).await.map(|p| self.pull_answer(&p));
+            parked.reply.send(result);
         }
     }
 }
@@ -1123,6 +1488,8 @@ struct Pulled {
     edits_upto: u64,
     /// `Some(mirrored)`: archived, and nothing is left to send.
     archived: Option<bool>,
+    /// People's posts a chain is working on: (seq, the platform message it is in this chat).
+    working: Vec<(u64, Option<String>)>,
 }
 
 impl Pulled {

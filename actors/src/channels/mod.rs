@@ -27,8 +27,8 @@ use tokio::sync::oneshot;
 pub use self::bridge::is_bridge_tool;
 use self::bridge::{ParkedPull, PostKey};
 use self::delta::{dm_channel_id, mentions, strip_hash, valid_channel_id};
-use self::store::{Card, ChannelRow, ChannelState, Cursor};
-use crate::chains::ChainTag;
+use self::store::{Ask, Card, ChannelRow, ChannelState, Cursor, PostExtra, UniqueKey};
+use crate::chains::{ChainTag, ReplyPlace};
 use crate::journal::{Journal, JournalEvent, Status};
 use crate::router::{AnswerPosted, RouterMsg};
 use crate::store::{Store, StoreError, now_ms};
@@ -127,18 +127,33 @@ impl ToolReply {
 
 pub enum ChannelsMsg {
     /// A `flock_*` call from an agent connection; `chain`: the chain of the turn making it (and
-    /// its hops so far), carried on to the deltas its posts cause.
+    /// its hops so far), carried on to the deltas its posts cause; `answers`: that turn owes a
+    /// person their answer (a post of it where they asked is that answer).
     Tool {
         caller: Caller,
         name: String,
         arguments: String,
         chain: Option<(ChainTag, u32)>,
+        answers: bool,
         reply: ToolReply,
     },
-    /// Post a chain's answer (or stop notice) from `agent` to `human` in their DM, creating the
-    /// DM if needed, at most once per chain; the router hears back through
-    /// [`RouterMsg::Answered`].
-    Answer { agent: String, human: String, text: String, chain: MsgId, msg: Option<MsgId> },
+    /// Post a chain's answer (or stop notice) from `agent` to `human`, at most once per chain:
+    /// as a reply where they asked (`place`), else in their DM (created if needed); the router
+    /// hears back through [`RouterMsg::Answered`].
+    Answer {
+        agent: String,
+        human: String,
+        text: String,
+        chain: MsgId,
+        msg: Option<MsgId>,
+        place: Option<ReplyPlace>,
+    },
+    /// A chain started (`on`) or stopped working on a person's post (`channel`, `seq`): the
+    /// bridges of that channel show it (typing).
+    Working { channel: String, seq: u64, on: bool },
+    /// Permission request `id` waits for a person: announce it in every bridge's `approvals`
+    /// channel (once per request and channel).
+    PermissionWaiting { id: i64, agent: String, what: String, reason: String, why: String },
     /// The same tools for a human through `flockctl`.
     Human { caller: Caller, name: String, arguments: String, reply: RpcReplyPort<ToolResult> },
     /// The coalescing delay of (agent, channel) passed: send its delta.
@@ -186,6 +201,10 @@ pub struct ChannelsState {
     myself: Option<ActorRef<ChannelsMsg>>,
     /// The chain of the tool call being run (set around each agent's call).
     current_chain: Option<(ChainTag, u32)>,
+    /// Whether that call's turn owes a person their answer.
+    current_answers: bool,
+    /// People's posts a chain is working on, per channel (what bridges show as typing).
+    working: HashMap<String, std::collections::BTreeSet<u64>>,
     /// Per (agent, channel): the chain of the newest post waiting in its delta.
     delta_chain: HashMap<(String, String), (ChainTag, u32)>,
     /// Bridge pulls waiting for a post, by (bridge, external chat).
@@ -227,6 +246,8 @@ impl Actor for Channels {
             retry: HashMap::new(),
             myself: Some(myself.clone()),
             current_chain: None,
+            current_answers: false,
+            working: HashMap::new(),
             delta_chain: HashMap::new(),
             pulls: HashMap::new(),
             refused: bridge::Refused::default(),
@@ -275,10 +296,12 @@ impl Actor for Channels {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ChannelsMsg::SetRouter(r) => st.router = Some(r),
-            ChannelsMsg::Tool { caller, name, arguments, chain, reply } => {
+            ChannelsMsg::Tool { caller, name, arguments, chain, answers, reply } => {
                 st.current_chain = chain;
+                st.current_answers = answers;
                 let result = st.tool(&myself, &caller, &name, &arguments).await;
                 st.current_chain = None;
+                st.current_answers = false;
                 reply.send(result);
             }
             ChannelsMsg::Human { caller, name, arguments, reply } => {
@@ -290,8 +313,21 @@ impl Actor for Channels {
                 };
                 let _ = reply.send(result);
             }
-            ChannelsMsg::Answer { agent, human, text, chain, msg } => {
-                let outcome = st.answer(&myself, &agent, &human, &text, chain).await;
+            ChannelsMsg::Working { channel, seq, on } => {
+                let seqs = st.working.entry(channel.clone()).or_default();
+                let changed = if on { seqs.insert(seq) } else { seqs.remove(&seq) };
+                if seqs.is_empty() {
+                    st.working.remove(&channel);
+                }
+                if changed {
+                    st.wake_pulls(&channel).await;
+                }
+            }
+            ChannelsMsg::PermissionWaiting { id, agent, what, reason, why } => {
+                st.announce_permission(&myself, id, &agent, &what, &reason, &why).await;
+            }
+            ChannelsMsg::Answer { agent, human, text, chain, msg, place } => {
+                let outcome = st.answer(&myself, &agent, &human, &text, chain, place).await;
                 let posted = AnswerPosted {
                     chain,
                     agent,
@@ -331,7 +367,7 @@ impl Actor for Channels {
                 st.bridge_tool(&myself, &bridge, &name, &arguments, reply).await;
             }
             ChannelsMsg::PullExpired { bridge, external, frame_id } => {
-                st.pull_expired(bridge, external, frame_id);
+                st.pull_expired(bridge, external, frame_id).await;
             }
         }
         Ok(())
@@ -594,6 +630,23 @@ impl ChannelsState {
             "flock_channel_post" => {
                 let channel = self.channel(str_arg(args, "channel"))?.id.clone();
                 let text = str_arg(args, "text").ok_or_else(|| bad("`text` is required"))?;
+                // The agent that owes a person their answer, posting where they asked: this
+                // post is the answer (a reply to theirs), so the runtime posts no second one.
+                let answer = self
+                    .current_chain
+                    .as_ref()
+                    .filter(|_| self.current_answers)
+                    .and_then(|(tag, _)| Some((tag.id, tag.reply.clone()?)))
+                    .filter(|(_, place)| place.channel == channel);
+                if let Some((chain, place)) = answer {
+                    let key = PostKey::Answer(chain);
+                    let (seq, duplicate) = self
+                        .post_keyed(myself, &channel, &caller.id, text, key, Some(place.seq), false)
+                        .await?;
+                    if !duplicate {
+                        return Ok(json!({"channel": channel, "seq": seq}).to_string());
+                    }
+                }
                 let (seq, _) = self.post(myself, &channel, &caller.id, text, None).await?;
                 Ok(json!({"channel": channel, "seq": seq}).to_string())
             }
@@ -1026,8 +1079,10 @@ impl ChannelsState {
         Ok(id)
     }
 
-    /// Posts a chain's answer to a person in their DM with `agent`, once per chain: returns the
-    /// DM, the seq, and whether an answer to this chain was already there.
+    /// Posts a chain's answer to a person, once per chain: where they asked, as a reply to
+    /// their post (`place`), or in their DM with `agent` (also when the place can no longer
+    /// take posts: archived, or gone). Returns the channel, the seq, and whether an answer to
+    /// this chain was already there.
     async fn answer(
         &mut self,
         myself: &ActorRef<ChannelsMsg>,
@@ -1035,7 +1090,17 @@ impl ChannelsState {
         human: &str,
         text: &str,
         chain: MsgId,
+        place: Option<ReplyPlace>,
     ) -> Result<(String, u64, bool), (ErrorCode, String)> {
+        let open = |p: &ReplyPlace| {
+            self.channels.get(&p.channel).is_some_and(|c| c.state != ChannelState::Archived)
+        };
+        if let Some(p) = place.filter(open) {
+            let key = PostKey::Answer(chain);
+            let (seq, duplicate) =
+                self.post_keyed(myself, &p.channel, agent, text, key, Some(p.seq), false).await?;
+            return Ok((p.channel, seq, duplicate));
+        }
         let id = self.ensure_dm(agent, human).await?;
         let (seq, duplicate) = self.post(myself, &id, agent, text, Some(chain)).await?;
         Ok((id, seq, duplicate))
@@ -1053,10 +1118,16 @@ impl ChannelsState {
         answers: Option<MsgId>,
     ) -> Result<(u64, bool), (ErrorCode, String)> {
         let key = answers.map_or(PostKey::None, PostKey::Answer);
-        self.post_keyed(myself, channel, author, text, key).await
+        let asks = author.starts_with("human:");
+        self.post_keyed(myself, channel, author, text, key, None, asks).await
     }
 
-    /// [`Self::post`] with any [`PostKey`]: a keyed post is made at most once.
+    /// [`Self::post`] with any [`PostKey`] (a keyed post is made at most once), replying to post
+    /// `reply_to` of the channel. With `asks` (a person's own words, not a notice Flock posts
+    /// for them), a post that an agent must answer (see [`Self::responder`]) is handed to that
+    /// agent as a durable message in the same transaction: the root of a chain whose answer the
+    /// runtime posts back here.
+    #[allow(clippy::too_many_arguments)]
     async fn post_keyed(
         &mut self,
         myself: &ActorRef<ChannelsMsg>,
@@ -1064,6 +1135,8 @@ impl ChannelsState {
         author: &str,
         text: &str,
         key: PostKey,
+        reply_to: Option<u64>,
+        asks: bool,
     ) -> Result<(u64, bool), (ErrorCode, String)> {
         let limit = flock_ipc::max_message_bytes(self.spec.delivery.max_frame_bytes);
         if text.len() > limit {
@@ -1076,12 +1149,33 @@ impl ChannelsState {
                 "#{channel} is archived and read-only: flock_channel_read still works; post in an active channel (flock_channel_list) instead"
             )));
         }
+        let ask = (asks && author.starts_with("human:"))
+            .then(|| self.responder(ch, text))
+            .flatten()
+            .map(|agent| {
+                let id = flock_ipc::id::new_id();
+                let route = crate::chains::Route::root(
+                    id,
+                    author,
+                    &agent,
+                    text,
+                    now_ms() as u64,
+                    Some(author.to_owned()),
+                );
+                Ask { agent, text: text.to_owned(), id, route }
+            });
+        let extra = PostExtra { reply_to, ask };
         let (c, a, t) = (channel.to_owned(), author.to_owned(), text.to_owned());
-        let (seq, duplicate) = self
-            .db(move |s| match key {
-                PostKey::None => s.post_answer(&c, &a, &t, None),
-                PostKey::Answer(chain) => s.post_answer(&c, &a, &t, Some(chain)),
-                PostKey::Origin(origin) => s.post_with_origin(&c, &a, &t, &origin),
+        let (seq, duplicate, ask) = self
+            .db(move |s| {
+                let key = match key {
+                    PostKey::None => None,
+                    PostKey::Answer(chain) => {
+                        Some(UniqueKey::Answers(chain.to_be_bytes().to_vec()))
+                    }
+                    PostKey::Origin(origin) => Some(UniqueKey::Origin(origin)),
+                };
+                s.post_unique(&c, &a, &t, key, extra)
             })
             .await?;
         if duplicate {
@@ -1093,10 +1187,13 @@ impl ChannelsState {
         let members = ch.members.clone();
         let is_dm = ch.is_dm;
         let mentioned = mentions(text);
+        let asked = ask.as_ref().map(|a| a.agent.clone());
         let mut notify_now = Vec::new();
         for m in members {
-            if m == author || !self.is_agent(&m) {
-                continue; // humans see the channel through their bridge, never through deltas
+            // Humans see the channel through their bridge, never through deltas; the agent a
+            // person's post was handed to has it as a message of its own.
+            if m == author || !self.is_agent(&m) || asked.as_ref() == Some(&m) {
+                continue;
             }
             let is_mentioned = mentioned.contains(&m.to_lowercase());
             let notify = match self.state_of(&m) {
@@ -1120,9 +1217,41 @@ impl ChannelsState {
                 None => self.delta_chain.remove(&key),
             };
         }
+        if let (Some(ask), Some(router)) = (ask, &self.router) {
+            let _ = router.cast(RouterMsg::Asked(ask));
+        }
         self.schedule_all(myself, channel, &notify_now, seq).await;
         self.wake_pulls(channel).await;
         Ok((seq, false))
+    }
+
+    /// The agent that answers a person's post in `ch`, if any: the first agent member it
+    /// @mentions; in a DM, the agent in it; else the responder a bridge mapping names for the
+    /// channel; else its coordinator or orchestrator member. One agent, never one per member.
+    fn responder(&self, ch: &ChannelRow, text: &str) -> Option<String> {
+        let member = |m: &str| ch.members.iter().any(|x| x == m) && self.is_agent(m);
+        if let Some(m) = mentions(text).into_iter().find(|m| member(m)) {
+            return Some(m);
+        }
+        if ch.is_dm {
+            return ch.members.iter().find(|m| self.is_agent(m)).cloned();
+        }
+        let mapped = self
+            .spec
+            .bridges
+            .iter()
+            .flat_map(|b| &b.channels)
+            .filter(|m| m.flock == ch.id)
+            .find_map(|m| m.responder.clone())
+            .filter(|r| self.is_agent(r));
+        mapped.or_else(|| {
+            [Role::Coordinator, Role::Orchestrator].into_iter().find_map(|role| {
+                self.agents
+                    .iter()
+                    .find(|a| a.role == role && ch.members.contains(&a.key()))
+                    .map(AgentSpec::key)
+            })
+        })
     }
 
     /// Raises the scheduled cursor to `upto` and arms the coalescing timer if none is armed.
@@ -1320,7 +1449,8 @@ impl ChannelsState {
             roll.join(" "),
             iso(deadline)
         );
-        self.post(myself, channel, &caller.id, &notice, None).await?;
+        // A notice, not the person's words: nobody is asked to answer it.
+        self.post_keyed(myself, channel, &caller.id, &notice, PostKey::None, None, false).await?;
         let wait = Duration::from_millis((deadline - started).max(0) as u64);
         let ch = channel.to_owned();
         myself.send_after(wait, move || ChannelsMsg::ArchiveDeadline { channel: ch });

@@ -2,10 +2,48 @@
 //! `StoreMsg::With`), which stays the only writer; each mutating call is one transaction, and a
 //! post's seq is assigned in the same transaction as its insert.
 
+use flock_ipc::MsgId;
 use rusqlite::{OptionalExtension, params};
 
 use super::delta::Msg;
+use crate::chains::{ReplyPlace, Route};
 use crate::store::{Store, StoreError, now_ms};
+
+/// Migration 9: the chat door (issue #21). `reply_to`: the seq of the person's post a chain's
+/// answer replies to (bridges show it as a reply); `addressed_to`: the agent a person's post was
+/// handed to as a durable message (it is not also in that agent's deltas).
+pub const SCHEMA_CHAT_DOOR: &str = "
+    ALTER TABLE channel_messages ADD COLUMN reply_to INTEGER;
+    ALTER TABLE channel_messages ADD COLUMN addressed_to TEXT;
+    DROP VIEW channel_posts;
+    CREATE VIEW channel_posts AS
+        SELECT channel, seq, author, created_at, reply_to, addressed_to,
+               CASE WHEN deleted_at IS NOT NULL THEN '(deleted by its author)'
+                    WHEN edited_at IS NOT NULL THEN text || ' (edited)'
+                    ELSE text END AS text
+        FROM channel_messages;";
+
+/// A person's post handed to the agent that answers it: the durable message stored in the
+/// post's own transaction (so the request and the post exist together or not at all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    pub agent: String,
+    /// The person's words (the post's text).
+    pub text: String,
+    /// The message's id (and its chain's).
+    pub id: MsgId,
+    /// Its route; the post's seq is filled in when it is known (`chain.reply`).
+    pub route: Route,
+}
+
+/// What a post carries beyond its author and text.
+#[derive(Debug, Clone, Default)]
+pub struct PostExtra {
+    /// The seq of the post it answers, in the same channel.
+    pub reply_to: Option<u64>,
+    /// A person's post that starts a chain: the message to the agent that answers.
+    pub ask: Option<Ask>,
+}
 
 /// A channel's row plus its members.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,18 +150,23 @@ impl Store {
         answers: Option<flock_ipc::MsgId>,
     ) -> Result<(u64, bool), StoreError> {
         let key = answers.map(|id| UniqueKey::Answers(id.to_be_bytes().to_vec()));
-        self.post_unique(channel, author, text, key)
+        let (seq, duplicate, _) =
+            self.post_unique(channel, author, text, key, PostExtra::default())?;
+        Ok((seq, duplicate))
     }
 
     /// Appends a post whose `key` (if any) is unique: a post with the same key already there is
-    /// not posted again, and its seq comes back with `true`. Seq and insert share a transaction.
+    /// not posted again, and its seq comes back with `true`. Seq and insert share a transaction,
+    /// and so does `extra.ask`'s message, which comes back with its route's place filled in
+    /// (`None` for a duplicate: the first post's message was stored with it).
     pub(super) fn post_unique(
         &mut self,
         channel: &str,
         author: &str,
         text: &str,
         key: Option<UniqueKey>,
-    ) -> Result<(u64, bool), StoreError> {
+        extra: PostExtra,
+    ) -> Result<(u64, bool, Option<Ask>), StoreError> {
         let (answers, origin) = match key {
             Some(UniqueKey::Answers(k)) => (Some(k), None),
             Some(UniqueKey::Origin(o)) => (None, Some(o)),
@@ -139,7 +182,7 @@ impl Store {
                 )
                 .optional()?;
             if let Some(seq) = earlier {
-                return Ok((seq as u64, true));
+                return Ok((seq as u64, true, None));
             }
         }
         let seq: i64 = tx.query_row(
@@ -147,13 +190,34 @@ impl Store {
             params![channel],
             |r| r.get(0),
         )?;
+        let now = now_ms();
+        let mut ask = extra.ask;
         tx.execute(
-            "INSERT INTO channel_messages (channel, seq, author, text, created_at, answers, origin)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![channel, seq, author, text, now_ms(), answers, origin],
+            "INSERT INTO channel_messages
+                 (channel, seq, author, text, created_at, answers, origin, reply_to, addressed_to)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                channel,
+                seq,
+                author,
+                text,
+                now,
+                answers,
+                origin,
+                extra.reply_to.map(|s| s as i64),
+                ask.as_ref().map(|a| a.agent.as_str())
+            ],
         )?;
+        if let Some(a) = &mut ask {
+            a.route.chain.reply = Some(ReplyPlace { channel: channel.to_owned(), seq: seq as u64 });
+            tx.execute(
+                "INSERT OR IGNORE INTO messages (id, sender, target, text, enqueued_at, route)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![a.id.to_be_bytes(), author, a.agent, text, now, a.route.store(a.id)],
+            )?;
+        }
         tx.commit()?;
-        Ok((seq as u64, false))
+        Ok((seq as u64, false, ask))
     }
 
     /// Messages with `after < seq <= upto`, ascending; at most `limit`, the newest ones.
@@ -189,13 +253,15 @@ impl Store {
     ) -> Result<(usize, u64, Vec<Msg>), StoreError> {
         let (count, first): (i64, Option<i64>) = self.conn.query_row(
             "SELECT COUNT(*), MIN(seq) FROM channel_messages
-             WHERE channel = ?1 AND seq > ?2 AND seq <= ?3 AND author != ?4",
+             WHERE channel = ?1 AND seq > ?2 AND seq <= ?3 AND author != ?4
+               AND addressed_to IS NOT ?4",
             params![channel, after as i64, upto as i64, reader],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         let mut stmt = self.conn.prepare_cached(
             "SELECT seq, author, text FROM channel_posts
              WHERE channel = ?1 AND seq > ?2 AND seq <= ?3 AND author != ?4
+               AND addressed_to IS NOT ?4
              ORDER BY seq DESC LIMIT ?5",
         )?;
         let rows = stmt

@@ -133,6 +133,25 @@ impl RouterState {
         myself: &ActorRef<RouterMsg>,
         effects: PermissionEffects,
     ) {
+        // A request that waits for a person is announced where people approve from chat.
+        if let Some(ch) = &self.channels {
+            for l in effects.journal.iter().filter(|l| l.kind == "PERMISSION_WAITING") {
+                let param = |k: &str| {
+                    l.params
+                        .iter()
+                        .find(|(n, _)| *n == k)
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or_default()
+                };
+                let _ = ch.cast(crate::channels::ChannelsMsg::PermissionWaiting {
+                    id: l.request,
+                    agent: param("agent"),
+                    what: format!("{} {}", param("capability"), param("target")),
+                    reason: param("reason"),
+                    why: l.message.clone(),
+                });
+            }
+        }
         if let Some(j) = &self.journal {
             for permissions::Logged { who, kind, message, request: id, params } in effects.journal {
                 let status = if kind == "PERMISSION_BLOCKED" || kind == "PERMISSION_DENIED" {

@@ -32,7 +32,7 @@ models:
       - match: "build"
         steps:
           - tool: flock_channel_post
-            args: {{ channel: "{{from}}", text: "Built it. Tests pass (3/3)!" }}
+            args: {{ channel: "team", text: "Built it. Tests pass (3/3)!" }}
         reply: "done"
       - reply: "noted"
 agents:
@@ -422,13 +422,13 @@ fn a_person_on_discord_reaches_the_agent_and_telegram_and_the_reply_comes_back_u
     wait_discord_and_telegram(&discord, &swarm);
     swarm.ctl_ok(&["channel", "members", "#team", "--add", "worker", "--as", "bob"]);
 
-    discord.post(DC, 4242, "alice", "@worker build the login page");
-    // On Discord: the worker's reply through the channel's webhook, under the worker's name,
-    // with no mention parsed.
+    let asked = discord.post(DC, 4242, "alice", "@worker build the login page");
+    // On Discord: the worker's answer as a reply to alice's message — the bot's own message (a
+    // webhook cannot reply) with the worker's name in front, and no mention parsed.
     let sent = discord.wait_sent(DC, 1, LONG);
-    assert_eq!(sent[0].username, "worker", "{sent:#?}");
-    assert!(sent[0].webhook_id.is_some(), "posted through a webhook: {sent:#?}");
-    assert_eq!(sent[0].content, "Built it. Tests pass (3/3)!");
+    assert_eq!(sent[0].reply_to, Some(asked), "{sent:#?}");
+    assert!(sent[0].webhook_id.is_none(), "a reply is the bot's: {sent:#?}");
+    assert_eq!(sent[0].content, "**[worker]** Built it. Tests pass (3/3)!");
     assert_eq!(
         sent[0].allowed_mentions.as_ref().map(|m| m["parse"].clone()),
         Some(serde_json::json!([])),
@@ -438,6 +438,7 @@ fn a_person_on_discord_reaches_the_agent_and_telegram_and_the_reply_comes_back_u
     let tg = telegram.wait_sent(CHAT, 2, LONG);
     assert_eq!(tg[0].plain, "[alice (discord)] @worker build the login page");
     assert_eq!(tg[1].plain, "[worker] Built it. Tests pass (3/3)!");
+    assert_eq!(tg[1].reply_to, Some(tg[0].message_id), "a reply to the relayed question");
 
     let before = posts(&swarm);
     assert_eq!(before[0]["author"], "human:discord:alice");
@@ -594,19 +595,21 @@ fn a_person_on_discord_is_heard_on_slack_and_the_agents_reply_reaches_both_under
     );
     swarm.ctl_ok(&["channel", "members", "#team", "--add", "worker", "--as", "bob"]);
 
-    discord.post(DC, 4242, "alice", "@worker build the **login** page");
-    // Slack: alice's message under her name (relayed, mrkdwn), then the worker's reply.
+    let asked = discord.post(DC, 4242, "alice", "@worker build the **login** page");
+    // Slack: alice's message under her name (relayed, mrkdwn), then the worker's answer in a
+    // thread under it.
     let sent = slack.wait_sent(SC, 2, LONG);
     assert_eq!(sent[0].username.as_deref(), Some("alice (discord)"), "{sent:#?}");
     assert!(sent[0].username_applied);
     assert_eq!(sent[0].text, "@worker build the *login* page");
     assert_eq!(sent[1].username.as_deref(), Some("worker"));
     assert_eq!(sent[1].text, "Built it. Tests pass (3/3)!");
-    // Discord: only the worker's reply (alice's own message never goes back to Discord).
+    assert_eq!(sent[1].thread_ts.as_deref(), Some(sent[0].ts.as_str()), "{sent:#?}");
+    // Discord: only the worker's answer, a reply to alice (her own message never goes back).
     let dc = discord.wait_sent(DC, 1, LONG);
     assert_eq!(
-        (dc[0].username.as_str(), dc[0].content.as_str()),
-        ("worker", "Built it. Tests pass (3/3)!")
+        (dc[0].content.as_str(), dc[0].reply_to),
+        ("**[worker]** Built it. Tests pass (3/3)!", Some(asked))
     );
 
     // A person on Slack: posted once, acked after the post, relayed to Discord, no echo.
