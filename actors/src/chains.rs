@@ -236,7 +236,25 @@ pub struct Chains {
     pub map: HashMap<MsgId, Chain>,
     /// Chains stopped by a budget since the supervisor started.
     pub stopped_total: u64,
+    /// Chains that ended lately (nothing of them was queued or running), with what they had
+    /// spent: a chain can come back — a channel post's delta is handed out after a coalescing
+    /// delay, when the turn that posted it is long over — and then goes on where it was (its
+    /// tokens, its story: the root is not journaled again). The newest [`ENDED_KEPT`].
+    ended: HashMap<MsgId, Ended>,
+    ended_order: std::collections::VecDeque<MsgId>,
 }
+
+/// What an ended chain had spent, and how it ended.
+#[derive(Debug, Clone)]
+struct Ended {
+    hops: u32,
+    tokens: u64,
+    answered: bool,
+    stopped: Option<String>,
+}
+
+/// How many ended chains [`Chains`] remembers.
+pub const ENDED_KEPT: usize = 4096;
 
 impl Chains {
     /// The chain of `tag`, created (with `hop - 1` hops already spent) if the router does not
@@ -245,6 +263,41 @@ impl Chains {
         let chain = self.map.entry(tag.id).or_insert_with(|| Chain::new(tag.clone()));
         chain.hops = chain.hops.max(hop.saturating_sub(1));
         chain
+    }
+
+    /// Brings back chain `tag` if it ended lately (with what it had spent and how it ended);
+    /// whether it did.
+    pub fn revive(&mut self, tag: &ChainTag) -> bool {
+        let Some(e) = self.ended.remove(&tag.id) else { return false };
+        self.ended_order.retain(|id| *id != tag.id);
+        let c = self.map.entry(tag.id).or_insert_with(|| Chain::new(tag.clone()));
+        c.hops = c.hops.max(e.hops);
+        c.tokens = c.tokens.max(e.tokens);
+        c.answered |= e.answered;
+        if c.stopped.is_none() {
+            c.stopped = e.stopped;
+        }
+        true
+    }
+
+    /// Chain `id` has nothing queued or running: it leaves the live set (remembered a while).
+    pub fn end(&mut self, id: MsgId) -> Option<Chain> {
+        let c = self.map.remove(&id)?;
+        let ended = Ended {
+            hops: c.hops,
+            tokens: c.tokens,
+            answered: c.answered,
+            stopped: c.stopped.clone(),
+        };
+        if self.ended.insert(id, ended).is_none() {
+            self.ended_order.push_back(id);
+        }
+        while self.ended_order.len() > ENDED_KEPT {
+            if let Some(old) = self.ended_order.pop_front() {
+                self.ended.remove(&old);
+            }
+        }
+        Some(c)
     }
 }
 
@@ -327,6 +380,28 @@ mod tests {
         c.hops = 1;
         c.tokens = 0;
         assert_eq!(c.refuses_next_hop(&b, 10_001), Some(StopKind::Wall));
+    }
+
+    #[test]
+    fn a_chain_that_ended_comes_back_with_what_it_spent_and_how_it_ended() {
+        let mut chains = Chains::default();
+        let tag = Route::root(1, "a", "b", "t", 0, None).chain;
+        let c = chains.entry(&tag, 3);
+        c.tokens = 500;
+        c.answered = true;
+        assert!(chains.end(1).is_some());
+        assert!(chains.map.is_empty());
+        assert!(chains.revive(&tag), "it ended lately");
+        let c = &chains.map[&1];
+        assert_eq!((c.hops, c.tokens, c.answered), (2, 500, true));
+        assert!(!chains.revive(&tag), "revived once");
+        // Only the newest are remembered.
+        for id in 10..(10 + ENDED_KEPT as u128 + 1) {
+            chains.entry(&Route::root(id, "a", "b", "t", 0, None).chain, 1);
+            chains.end(id);
+        }
+        assert!(!chains.revive(&Route::root(10, "a", "b", "t", 0, None).chain));
+        assert!(chains.revive(&Route::root(11, "a", "b", "t", 0, None).chain));
     }
 
     #[test]

@@ -397,6 +397,17 @@ pub fn list(conn: &Connection, all: bool) -> Result<Vec<Request>, String> {
     rows.collect::<Result<Vec<_>, _>>().map_err(db)
 }
 
+impl crate::store::Store {
+    /// The requests waiting for a person, oldest first (announced again in chats at start).
+    pub fn permissions_waiting(&self) -> Result<Vec<Request>, crate::store::StoreError> {
+        let mut st = self.conn.prepare(&format!(
+            "SELECT {COLUMNS} FROM permissions WHERE state = 'waiting' ORDER BY id LIMIT 500"
+        ))?;
+        let rows = st.query_map([], row)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+}
+
 /// The grants of `agent` in force at `now_ms`.
 pub fn grants(conn: &Connection, agent: &str, now_ms: i64) -> Result<Vec<Request>, String> {
     let mut st = conn

@@ -1667,6 +1667,13 @@ impl RouterState {
         if self.chains.map.contains_key(&tag.id) {
             return;
         }
+        // A chain that ended a moment ago and is set off again (a delta handed out after its
+        // coalescing delay): it goes on, its root already told.
+        if self.chains.revive(tag) {
+            let chain = self.chains.entry(tag, hop);
+            chain.live = live;
+            return;
+        }
         let chain = self.chains.entry(tag, hop);
         chain.live = live;
         let late_root = chain.hops >= 1;
@@ -1697,7 +1704,7 @@ impl RouterState {
                 if c.stopped.is_some() { ChainOutcome::Stopped } else { ChainOutcome::Ended };
             self.end_watchers(chain, outcome, &text, &by, "", 0);
         }
-        self.chains.map.remove(&chain);
+        self.chains.end(chain);
         self.sync_working(chain);
     }
 

@@ -436,3 +436,138 @@ async fn an_author_never_gets_its_own_posts_back() {
     assert!(text.contains("seq 2..2 (1)"), "{text}");
     ack(&dev, &f).await;
 }
+
+/// The next turn input of kind `kind` delivered to `conn`.
+async fn input(conn: &mut Connection, kind: DeliveryKind) -> (Frame, flock_ipc::Delivery) {
+    loop {
+        let f = next(conn).await;
+        if let Body::Deliver(d) = &f.body
+            && d.kind == kind
+        {
+            let d = d.clone();
+            return (f, d);
+        }
+    }
+}
+
+async fn ack_with(conn: &Connection, f: &Frame, reply: &str) {
+    let body = Body::Ack { reply: Some(reply.into()) };
+    let ack = Frame { correlation_id: Some(f.id), ..Frame::new("x", ROUTER, body) };
+    conn.outbox.send(ack).await.unwrap();
+}
+
+/// The posts of `channel` as (author, text), oldest first.
+async fn posts(h: &Harness, channel: &str) -> Vec<(String, String)> {
+    let read = h.human("op", "flock_channel_read", json!({"channel": channel})).await.unwrap();
+    read["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["author"].as_str().unwrap().into(), m["text"].as_str().unwrap().into()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_post_goes_to_one_responder_as_a_request_and_the_others_see_it_in_deltas() {
+    let h = harness(NO_DELAY).await;
+    let mut orch = h.agent("orchestrator").await;
+    let mut dev = h.agent("dev").await;
+    let mut qa = h.agent("qa").await;
+    let members = json!(["orchestrator", "dev", "qa", "human:alice"]);
+    h.human("alice", "flock_channel_create", json!({"channel": "c", "members": members}))
+        .await
+        .unwrap();
+    h.human("alice", "flock_channel_post", json!({"channel": "c", "text": "is the build green?"}))
+        .await
+        .unwrap();
+    // No mention: the orchestrator member answers; the message says whom and where.
+    let (f, d) = input(&mut orch, DeliveryKind::Message).await;
+    assert_eq!((d.sender.as_str(), d.text.as_str()), ("human:alice", "is the build green?"));
+    assert_eq!(d.answer_to.as_deref(), Some("human:alice"));
+    assert_eq!(d.channel.as_deref(), Some("c"), "it runs in the channel's session");
+    for other in [&mut dev, &mut qa] {
+        let (df, text) = delta(other).await;
+        assert!(text.contains("human:alice: is the build green?"), "{text}");
+        ack(other, &df).await;
+    }
+    // The runtime posts the answer in the channel, once.
+    ack_with(&orch, &f, "yes, all green").await;
+    for other in [&mut dev, &mut qa] {
+        let (df, text) = delta(other).await;
+        assert!(text.contains("orchestrator: yes, all green"), "{text}");
+        ack(other, &df).await;
+    }
+    nothing_for(&mut orch, 200).await;
+
+    // A mention picks the agent that answers.
+    h.human("alice", "flock_channel_post", json!({"channel": "c", "text": "@qa did it pass?"}))
+        .await
+        .unwrap();
+    let (f, d) = input(&mut qa, DeliveryKind::Message).await;
+    assert_eq!(d.text, "@qa did it pass?");
+    let (df, _) = delta(&mut orch).await;
+    ack(&orch, &df).await;
+    let (df, _) = delta(&mut dev).await;
+    ack(&dev, &df).await;
+    // An explicit post where the person asked is the answer: the runtime adds no second one.
+    tool(&mut qa, "flock_channel_post", json!({"channel": "c", "text": "14/14 pass"}))
+        .await
+        .unwrap();
+    ack_with(&qa, &f, "14/14 pass (said in the channel)").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let all = posts(&h, "c").await;
+    let by_qa: Vec<_> = all.iter().filter(|(a, _)| a == "qa").collect();
+    assert_eq!(by_qa.len(), 1, "{all:?}");
+    assert_eq!(all.len(), 4, "{all:?}");
+    let journal = h.journal();
+    assert!(journal.contains("ANSWER_DUPLICATE"), "the runtime's answer was not posted twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_request_is_stored_with_the_post_and_survives_a_supervisor_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let h = harness_at(tmp.path(), 1, NO_DELAY).await;
+        let members = json!(["orchestrator", "human:alice"]);
+        h.human("alice", "flock_channel_create", json!({"channel": "c", "members": members}))
+            .await
+            .unwrap();
+        // The orchestrator is not connected: the request waits in its durable mailbox.
+        h.human("alice", "flock_channel_post", json!({"channel": "c", "text": "plan my week"}))
+            .await
+            .unwrap();
+        h.router.stop(None);
+        if let Some(c) = &h.channels {
+            c.stop(None);
+        }
+    }
+    let h = harness_at(tmp.path(), 2, NO_DELAY).await;
+    let mut orch = h.agent("orchestrator").await;
+    let (f, d) = input(&mut orch, DeliveryKind::Message).await;
+    assert_eq!((d.text.as_str(), d.answer_to.as_deref()), ("plan my week", Some("human:alice")));
+    assert_eq!(d.channel.as_deref(), Some("c"));
+    ack_with(&orch, &f, "Monday: talks; Tuesday: release").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let all = posts(&h, "c").await;
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[1], ("orchestrator".into(), "Monday: talks; Tuesday: release".into()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notices_flock_posts_for_people_start_no_chain() {
+    let h = harness(NO_DELAY).await;
+    let mut orch = h.agent("orchestrator").await;
+    let mut dev = h.agent("dev").await;
+    let members = json!(["orchestrator", "dev", "human:alice"]);
+    h.human("alice", "flock_channel_create", json!({"channel": "c", "members": members}))
+        .await
+        .unwrap();
+    // Archiving by a person posts a notice mentioning every agent: a notice, not a request.
+    h.human("alice", "flock_channel_archive", json!({"channel": "c"})).await.unwrap();
+    for conn in [&mut orch, &mut dev] {
+        let (f, text) = delta(conn).await;
+        assert!(text.contains("[archive]"), "{text}");
+        ack(conn, &f).await;
+    }
+    nothing_for(&mut orch, 200).await;
+}

@@ -898,6 +898,16 @@ impl Relay {
                 let Some(id) = self.deliver(&external, author, text, reply_to).await else {
                     return;
                 };
+                // An answer whose question is no longer worked on: its "working" mark goes (a
+                // bridge restarted meanwhile does not know it put one there).
+                if let (Chat::Slack(slack), Some(asked)) = (&self.chat, post["reply_to"].as_str())
+                    && !working.borrow().iter().any(|(_, id)| id.as_deref() == Some(asked))
+                    && let Err(e) = slack.react(&external, asked, WORKING_REACTION, false).await
+                {
+                    tracing::debug!(
+                        "flock-bridge: chat {external}: mark on {asked} not taken off: {e}"
+                    );
+                }
                 let sent = json!({"external": external, "seq": seq, "external_id": id});
                 if self.link.call("bridge__sent", sent).await.is_err() {
                     return;

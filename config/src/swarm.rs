@@ -2115,6 +2115,50 @@ mod tests {
     }
 
     #[test]
+    fn the_chat_door_keys_parse_and_dms_default_to_the_coordinator() {
+        let text = "swarm:\n  name: t\nagents:\n  - { name: helper, role: worker }\n  - { name: \
+                    coord, role: coordinator }\nbridges:\n  - name: tg\n    platform: telegram\n    \
+                    token_env: TG_TOKEN\n    approvals: general\n    approvers: [\"7\", 8]\n    \
+                    channels:\n      - { flock: general, external: 42, responder: helper, replies: \
+                    channel }\n  - name: tg2\n    platform: telegram\n    token_env: T2\n    dm: \
+                    { allow: [\"5\"] }\n    channels:\n      - { flock: ops, external: 43 }\n  - \
+                    name: tg3\n    platform: telegram\n    token_env: T3\n    dm: false\n    \
+                    channels:\n      - { flock: ops, external: 44 }\n";
+        let spec = parse_ok(text);
+        let [a, b, c] = &spec.bridges[..] else { panic!("three bridges: {:?}", spec.bridges) };
+        assert_eq!(a.channels[0].responder.as_deref(), Some("helper"));
+        assert_eq!(a.channels[0].replies, Replies::Channel);
+        assert_eq!(a.approvals.as_deref(), Some("general"));
+        assert_eq!(a.approvers, ["7", "8"]);
+        let coord = DmSpec { agent: "coord".into(), allow: None };
+        assert_eq!(a.dm.as_ref(), Some(&coord), "DMs go to the coordinator by default");
+        assert_eq!(b.channels[0].replies, Replies::Thread, "replies are threaded by default");
+        assert_eq!(b.dm, Some(DmSpec { agent: "coord".into(), allow: Some(vec!["5".into()]) }));
+        assert_eq!(c.dm, None, "`dm: false`");
+    }
+
+    #[test]
+    fn chat_door_mistakes_are_named_with_their_line() {
+        let text = with_bridges(
+            "  - name: tg\n    platform: telegram\n    token_env: TG_TOKEN\n    approvals: \
+             elsewhere\n    approvers: [\"1\"]\n    dm: { agent: helpr }\n    channels:\n      - { flock: general, \
+             external: 42, responder: nobody, replies: threaded }\n  - name: tg2\n    platform: \
+             telegram\n    token_env: T2\n    approvals: ops\n    channels:\n      - { flock: ops, \
+             external: 43 }\n",
+        );
+        assert_errors(
+            &text,
+            &[
+                (9, &["`bridges[0].approvals`: `elsewhere` is not one of this bridge's channels"]),
+                (11, &["`bridges[0].dm.agent`: no agent named `helpr`", "did you mean `helper`?"]),
+                (13, &["`bridges[0].channels[0].responder`: no agent named `nobody`"]),
+                (13, &["`bridges[0].channels[0].replies` must be `thread`", "or `channel`"]),
+                (17, &["`bridges[1].approvals` announces permission requests, but no `approvers`"]),
+            ],
+        );
+    }
+
+    #[test]
     fn a_swarm_without_bridges_has_none() {
         let plain = "swarm:\n  name: t\nagents:\n  - { name: helper, role: worker }\n";
         assert_eq!(parse_ok(plain).bridges, vec![]);

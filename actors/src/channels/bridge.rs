@@ -796,7 +796,15 @@ impl ChannelsState {
             Ok(m) => m,
             Err(_) if direct => {
                 let external = field("external")?;
-                self.map_direct(&spec, &external, &user_id, &author).await?
+                match self.map_direct(&spec, &external, &user_id, &author).await {
+                    Ok(m) => m,
+                    Err((code, why)) => {
+                        let origin = format!("{bridge}/{external}/{message_id}");
+                        let reason = "a direct message the bridge does not take";
+                        self.refuse_once(&spec, &origin, &why, reason, "", args);
+                        return Err((code, why));
+                    }
+                }
             }
             Err(e) => return Err(e),
         };
@@ -1503,6 +1511,22 @@ impl Pulled {
 mod tests {
     use super::*;
     use crate::store::Durability;
+
+    #[test]
+    fn approval_commands_are_read_with_or_without_the_bots_name() {
+        let cmd = |approve: bool, id: i64, reason: &str| {
+            Some(ApprovalCommand { approve, id, reason: reason.into() })
+        };
+        assert_eq!(ApprovalCommand::parse("/approve 12"), cmd(true, 12, ""));
+        assert_eq!(
+            ApprovalCommand::parse("  /deny #3 not now, thanks "),
+            cmd(false, 3, "not now, thanks")
+        );
+        assert_eq!(ApprovalCommand::parse("/Approve@flock_bot 7 ok"), cmd(true, 7, "ok"));
+        for not in ["/approve", "/approve x", "approve 1", "please /approve 1", "/approved 1"] {
+            assert_eq!(ApprovalCommand::parse(not), None, "{not}");
+        }
+    }
 
     fn team_row() -> ChannelRow {
         ChannelRow {

@@ -261,6 +261,16 @@ impl Actor for Channels {
             bridge::apply_mapping_changes(&mut Arc::make_mut(&mut st.spec).bridges, &changes);
         }
         st.ensure_bridge_channels().await.map_err(|(_, e)| format!("bridge channels: {e}"))?;
+        // Requests that wait for a person are announced where people approve from chat (again:
+        // an announcement lost in a crash is made now; one made already is not repeated).
+        if st.spec.bridges.iter().any(|b| b.approvals.is_some()) {
+            let waiting = st.db(|s| s.permissions_waiting()).await.unwrap_or_default();
+            for r in waiting {
+                let what = format!("{} {}", r.capability, r.target);
+                let why = "waits for a person";
+                st.announce_permission(&myself, r.id, &r.agent, &what, &r.reason, why).await;
+            }
+        }
         // Archive deadlines survive restarts.
         let now = now_ms();
         for c in st.channels.values() {

@@ -8,6 +8,7 @@ mod brain_persona;
 mod bridge;
 mod chains;
 mod channels;
+mod chat_door;
 mod cli;
 mod dashboard;
 mod delivery;
