@@ -123,13 +123,36 @@ pub async fn run(
     let mut retried = false;
     let mut sent_back: Option<String> = None;
     let mut delegated = false;
+    let wants_file = needs_a_file(&delivery.text);
+    let (mut wrote_file, mut nudged) = (false, false);
+    // A request for work the agent has no tool for (a file, for a coordinator) is handed to the
+    // agent that has one by the runtime, not left to the model: a small model answers "here is
+    // your file" without any tool writing it.
+    let mut forced = (state == TurnState::Owed && spec.role.is_reflexive() && reply.is_none())
+        .then(|| needs_a_file(&delivery.text))
+        .filter(|needs| *needs && !offered.iter().any(|t| t.name == "fs_write"))
+        .and_then(|_| delegate_target(&offered))
+        .map(|to| {
+            tracing::info!(
+                "  the request asks for a file: handed to {to} without asking the model"
+            );
+            LlmStep::ToolCalls(vec![crate::provider::ToolCall {
+                id: "runtime-handover".into(),
+                name: "agents__delegate".into(),
+                arguments: serde_json::json!({"to": to}).to_string(),
+            }])
+        });
     for step in 0..MAX_STEPS {
         if reply.is_some() {
             break;
         }
         pipeline.step_pre(step, &mut conversation);
         let tools: &[_] = if text_only { &[] } else { &offered };
-        match provider.next(&conversation, tools).await? {
+        let next = match forced.take() {
+            Some(step) => step,
+            None => provider.next(&conversation, tools).await?,
+        };
+        match next {
             LlmStep::Final(text) => {
                 if echoes_an_error(&text, &errors) {
                     if !retried {
@@ -147,6 +170,26 @@ pub async fn run(
                     conversation.push(ChatMessage::Assistant { text: fallback.clone() });
                     reply = Some(fallback);
                     break;
+                }
+                // A request for a file answered without writing one: asked once to write it
+                // (the answer would claim a file nobody wrote).
+                if !nudged
+                    && wants_file
+                    && !wrote_file
+                    && offered.iter().any(|t| t.name == "fs_write")
+                    && !text_only
+                {
+                    tracing::info!("  a file was asked for and none was written: asking once more");
+                    nudged = true;
+                    conversation.push(ChatMessage::Assistant { text });
+                    conversation.push(ChatMessage::System { text: WRITE_IT_NOTE.into() });
+                    continue;
+                }
+                // The draft that claimed a file, and the note, leave the conversation.
+                if let Some(at) =
+                    conversation.iter().rposition(is_write_it_note).filter(|&at| at > 0)
+                {
+                    conversation.drain(at - 1..=at);
                 }
                 // An extension may send the answer back once (a reflection over its budget):
                 // the model sees its draft and the note; neither stays in the session.
@@ -227,6 +270,7 @@ pub async fn run(
                             crate::quote(&out.content)
                         )
                     });
+                    wrote_file |= out.ok && matches!(call.name.as_str(), "fs_write" | "fs_patch");
                     if out.ok && call.name == "agents__delegate" {
                         delegated_to = serde_json::from_str::<serde_json::Value>(&call.arguments)
                             .ok()
@@ -287,6 +331,36 @@ pub async fn run(
     Ok(Finished { reply: text, messages })
 }
 
+/// Whether a request asks for a file to be written (made, saved…): "write a file named
+/// notes.txt", "save the list to list.md".
+pub fn needs_a_file(text: &str) -> bool {
+    const VERBS: [&str; 9] =
+        ["write", "create", "save", "make", "put", "store", "append", "generate", "produce"];
+    const EXTENSIONS: [&str; 14] = [
+        "txt", "md", "csv", "json", "yaml", "yml", "toml", "py", "rs", "js", "ts", "sh", "html",
+        "log",
+    ];
+    let lower = text.to_lowercase();
+    let words: Vec<&str> =
+        lower.split(|c: char| !(c.is_alphanumeric() || c == '.' || c == '_' || c == '-')).collect();
+    let is_file = |w: &str| {
+        let w = w.trim_end_matches('.');
+        w == "file"
+            || w == "files"
+            || w.rsplit_once('.')
+                .is_some_and(|(stem, ext)| !stem.is_empty() && EXTENSIONS.contains(&ext))
+    };
+    let verb = words.iter().position(|w| VERBS.contains(&w.trim_end_matches('.')));
+    verb.is_some_and(|v| words[v..].iter().take(12).any(|w| is_file(w)))
+}
+
+/// Whom a runtime hand-over goes to: the first agent `agents__delegate` may address.
+fn delegate_target(offered: &[flock_ipc::llm::ToolDef]) -> Option<String> {
+    let delegate = offered.iter().find(|t| t.name == "agents__delegate")?;
+    let to = delegate.parameters.pointer("/properties/to/enum")?.as_array()?;
+    to.first()?.as_str().map(str::to_owned)
+}
+
 /// An `agents__delegate` as it goes out: a reflexive role hands over the input itself (its model
 /// only picks the delegate), and a person's request says who asks ("my week" is theirs).
 fn hand_over(
@@ -315,6 +389,13 @@ fn hand_over(
     args["task"] = task.into();
     call.arguments = args.to_string();
     call
+}
+
+const WRITE_IT_NOTE: &str = "[note] The request asks for a file, and no file was written: call \
+                             fs_write with the file's path and content now, then answer.";
+
+fn is_write_it_note(m: &ChatMessage) -> bool {
+    matches!(m, ChatMessage::System { text } if text == WRITE_IT_NOTE)
 }
 
 const RETRY_NOTE: &str = "[note] Your last answer only repeated a tool error. Answer the request \
@@ -381,6 +462,27 @@ pub fn trim_history(session: &mut Vec<ChatMessage>, budget: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_for_a_file_is_recognised_and_talk_about_files_is_not() {
+        for yes in [
+            "Write a file named notes.txt in your workspace that contains the word banana.",
+            "please save the shopping list to list.md",
+            "Create a file with my three goals",
+            "make todo.txt with: milk, eggs",
+        ] {
+            assert!(needs_a_file(yes), "{yes}");
+        }
+        for no in [
+            "What is in notes.txt?",
+            "How do I write a good README?",
+            "What is the capital of France?",
+            "Plan my week: two talks and a release",
+            "Write a haiku about rain.",
+        ] {
+            assert!(!needs_a_file(no), "{no}");
+        }
+    }
 
     #[test]
     fn error_strings_are_recognised_in_any_usual_form() {

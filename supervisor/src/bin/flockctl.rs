@@ -140,7 +140,9 @@ fn bridge_status_text(b: &serde_json::Value) -> String {
 
 /// The Slack app manifest: Socket Mode, the bot scopes the bridge uses (`chat:write.customize`
 /// to post under each agent's name, `channels:manage`/`groups:write` to archive a conversation
-/// whose Flock channel was archived), the message events of public and private channels.
+/// whose Flock channel was archived, `reactions:write` to mark a message being worked on,
+/// `im:history` for direct messages), the message events of channels and of DMs with the bot
+/// (the app's Messages tab on).
 fn slack_manifest(name: &str) -> String {
     format!(
         r#"# Slack app manifest for a Flock bridge. Create the app from it, install it to the
@@ -151,6 +153,10 @@ display_information:
   name: {name}
   description: Your Flock agents in Slack
 features:
+  app_home:
+    home_tab_enabled: false
+    messages_tab_enabled: true
+    messages_tab_read_only_enabled: false
   bot_user:
     display_name: {name}
     always_online: true
@@ -165,12 +171,15 @@ oauth_config:
       - groups:write
       - chat:write
       - chat:write.customize
+      - im:history
+      - reactions:write
       - users:read
 settings:
   event_subscriptions:
     bot_events:
       - message.channels
       - message.groups
+      - message.im
   interactivity:
     is_enabled: false
   org_deploy_enabled: false

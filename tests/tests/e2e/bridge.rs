@@ -681,6 +681,10 @@ fn flockctl_prints_the_slack_app_manifest_with_every_scope_the_bridge_uses() {
         "channels:manage",
         "groups:write",
         "message.channels",
+        "message.im",
+        "im:history",
+        "reactions:write",
+        "messages_tab_enabled: true",
         "connections:write",
         "display_name: Team Flock",
     ] {

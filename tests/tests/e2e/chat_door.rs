@@ -38,16 +38,20 @@ models:
       - match: "slow"
         steps: [ {{ delay_ms: 2500 }} ]
         reply: "slow answer"
+      # A small model's habit: it claims the file instead of handing the work over. The
+      # runtime hands a request for a file to the worker without asking it.
       - match: "file"
-        steps: [ {{ tool: agents__delegate, args: {{ to: worker, task: "{{input}}" }} }} ]
-        reply: "handed over"
+        reply: "Here is a file named notes.txt in your workspace."
       - reply: "noted: {{input}}"
   work:
     provider: scripted
     rules:
-      - match: "file"
+      # Asked once more when it claims a file it did not write; then it writes it.
+      - match: "no file was written"
         steps: [ {{ tool: fs_write, args: {{ path: notes.txt, content: "hello from the chat" }} }} ]
         reply: "I wrote notes.txt"
+      - match: "file"
+        reply: "Sure! notes.txt is ready."
       - match: "permission"
         steps:
           - tool: permission_request
@@ -131,10 +135,13 @@ fn a_question_in_the_chat_is_answered_there_once_as_a_reply_and_the_journal_tell
     let kinds = story(&swarm, &chain);
     assert_eq!(kinds, ["SEND", "TURN", "ANSWER"], "{kinds:?}");
 
-    // Delegation: the worker's fs_write did the work, the coordinator relays its result once.
+    // A file: the runtime hands it to the worker (the coordinator's model only claimed it), the
+    // worker is asked once more when it claims the file without writing it, and its fs_write
+    // does the work; the coordinator relays its result once.
     let asked = fake.post(CHAT, 42, "Alice", Some("alice"), "please write a file of notes");
     let got = wait_answers(&swarm, &fake, CHAT, 2);
-    assert_eq!(got[1].plain, "[coordinator] I wrote notes.txt");
+    // (The scripted worker says this after it wrote the file when asked once more.)
+    assert_eq!(got[1].plain, "[coordinator] Sure! notes.txt is ready.");
     assert_eq!(got[1].reply_to, Some(asked));
     let file = swarm.state_dir().join("workspaces/worker/notes.txt");
     assert_eq!(std::fs::read_to_string(&file).unwrap_or_default(), "hello from the chat");
