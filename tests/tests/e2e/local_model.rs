@@ -150,3 +150,141 @@ fn the_readme_main_job_answers_on_the_embedded_model_once_with_its_story_in_the_
     }
     assert_eq!(story.matches("\"type\":\"ANSWER\"").count(), 1, "{story}");
 }
+
+/// The chat door on the embedded model (issue #21): the brain-persona team of the shipped chat
+/// examples behind the protocol fakes of Telegram, Discord and Slack at once (one swarm, one
+/// model process). A checkable question on each platform is answered in its chat, as a reply to
+/// the person's message, exactly once; `flockctl chains` shows the chain while it runs and the
+/// journal tells its story; a file asked for in Telegram is written by the worker's `fs_write`
+/// and the answer names it.
+#[test]
+fn the_chat_door_answers_on_the_embedded_model_in_telegram_discord_and_slack() {
+    use flock_testkit::fake_discord::FakeDiscord;
+    use flock_testkit::fake_slack::{self, FakeSlack};
+    use flock_testkit::fake_telegram::FakeTelegram;
+    if !model_available("the chat door on the embedded model") {
+        return;
+    }
+    let _turn = one_model_at_a_time();
+    const TG: i64 = -100_777;
+    const DC: u64 = 900_000_000_000_000_777;
+    const SL: &str = "C0LOCAL";
+    let telegram = FakeTelegram::start("123:local-model-door");
+    telegram.add_chat(TG, "Team");
+    let discord = FakeDiscord::start("discord-local-model-door");
+    discord.add_channel(DC, "team");
+    let slack = FakeSlack::start();
+    slack.add_channel(SL, "team");
+
+    // examples/telegram.yaml, pointed at the fake, plus the bridges of the Discord and Slack
+    // examples (each on a channel of its own, so each chat holds only its own exchange).
+    let root = flock_testkit::repo_root().join("examples");
+    let read = |name: &str| std::fs::read_to_string(root.join(name)).expect("an example");
+    let bridges_of = |text: &str| text.split("\nbridges:\n").nth(1).expect("bridges").to_owned();
+    let yaml = read("telegram.yaml").replace("\"-1001234567890\"", &format!("\"{TG}\"")).replace(
+        "token_env: TELEGRAM_BOT_TOKEN\n",
+        &format!("token_env: TELEGRAM_BOT_TOKEN\n    api_url: {}\n", telegram.base_url()),
+    ) + &bridges_of(&read("discord.yaml"))
+        .replace("flock: team", "flock: team-dc")
+        .replace("\"123456789012345678\"", &format!("\"{DC}\""))
+        .replace(
+            "token_env: DISCORD_BOT_TOKEN\n",
+            &format!("token_env: DISCORD_BOT_TOKEN\n    api_url: {}\n", discord.base_url()),
+        )
+        + &bridges_of(&read("slack.yaml"))
+            .replace("flock: team", "flock: team-sl")
+            .replace("\"C0123456789\"", &format!("\"{SL}\""))
+            .replace(
+                "app_token_env: SLACK_APP_TOKEN\n",
+                &format!("app_token_env: SLACK_APP_TOKEN\n    api_url: {}\n", slack.api_url()),
+            );
+    let swarm = Swarm::builder(&yaml)
+        .env("TELEGRAM_BOT_TOKEN", "123:local-model-door")
+        .env("DISCORD_BOT_TOKEN", "discord-local-model-door")
+        .env("SLACK_BOT_TOKEN", fake_slack::BOT_TOKEN)
+        .env("SLACK_APP_TOKEN", fake_slack::APP_TOKEN)
+        .start();
+    let slow = Duration::from_secs(600);
+    swarm.wait_until(
+        || {
+            let ps = swarm.ps();
+            ["bridge-team-telegram", "bridge-team-discord", "bridge-team-slack"]
+                .iter()
+                .all(|b| ps.iter().any(|r| r["name"] == *b && r["state"] == "connected"))
+        },
+        Duration::from_secs(60),
+        "the three bridges are connected",
+    );
+
+    // Telegram: the chain shows in `flockctl chains` while the team works; then one answer.
+    let asked = telegram.post(TG, 42, "Alice", Some("alice"), "What is the capital of France?");
+    let mut seen_in_chains = false;
+    swarm.wait_until(
+        || {
+            seen_in_chains |= swarm.ctl_ok(&["chains", "--json"]).contains("human:telegram:alice");
+            telegram.sent_to(TG).iter().any(|m| m.plain.starts_with("[coordinator]"))
+        },
+        slow,
+        "the coordinator's answer in Telegram",
+    );
+    let answer = telegram.sent_to(TG).into_iter().find(|m| m.plain.starts_with("[coordinator]"));
+    let answer = answer.unwrap();
+    assert!(answer.plain.contains("Paris"), "a right answer: {}", answer.plain);
+    assert_eq!(answer.reply_to, Some(asked), "a reply to alice's message");
+    assert!(seen_in_chains, "flockctl chains showed the chain while it ran");
+    let sends =
+        swarm.ctl_ok(&["journal", "query", "type=SEND agent=human:telegram:alice", "--json"]);
+    let sends: Vec<serde_json::Value> = serde_json::from_str(&sends).expect("JSON");
+    let chain = sends[0]["trace"]["correlation_id"].as_str().expect("a chain").to_owned();
+    let story = swarm.ctl_ok(&["journal", "query", &format!("corr={chain}"), "--json"]);
+    let root =
+        "\"agent\":\"human:telegram:alice\",\"status\":\"SUCCESS\",\"action\":{\"type\":\"SEND\"";
+    assert_eq!(story.matches(root).count(), 1, "the root is told once: {story}");
+    assert_eq!(story.matches("\"type\":\"ANSWER\"").count(), 1, "{story}");
+    assert!(story.contains("\"type\":\"TURN\""), "{story}");
+
+    // Discord and Slack: one checkable question each, answered as a reply / in its thread.
+    let dc_asked = discord.post(DC, 4242, "bob", "What is 17 + 25?");
+    let sl_asked = slack.post(SL, "U42", "carol", "How many days are there in a week?");
+    let dc = discord.wait_sent(DC, 1, slow);
+    assert!(
+        dc[0].content.starts_with("**[coordinator]**") && dc[0].content.contains("42"),
+        "{dc:?}"
+    );
+    assert_eq!(dc[0].reply_to, Some(dc_asked));
+    let sl = slack.wait_sent(SL, 1, slow);
+    let week = &sl[0].text;
+    assert!(week.contains('7') || week.to_lowercase().contains("seven"), "{sl:?}");
+    assert_eq!(sl[0].thread_ts.as_deref(), Some(sl_asked.as_str()));
+
+    // A file, asked in Telegram: the worker's fs_write writes it; the answer names it.
+    let file_asked = telegram.post(
+        TG,
+        42,
+        "Alice",
+        Some("alice"),
+        "Write a file named notes.txt in your workspace that contains the word banana.",
+    );
+    swarm.wait_until(
+        || telegram.sent_to(TG).iter().any(|m| m.reply_to == Some(file_asked)),
+        slow,
+        "the answer to the file request",
+    );
+    let notes = swarm.state_dir().join("workspaces/worker/notes.txt");
+    let written = std::fs::read_to_string(&notes).unwrap_or_default();
+    assert!(written.to_lowercase().contains("banana"), "notes.txt: {written:?}");
+    let reply = telegram.sent_to(TG).into_iter().find(|m| m.reply_to == Some(file_asked)).unwrap();
+    assert!(reply.plain.contains("notes.txt"), "the answer names the file: {}", reply.plain);
+
+    // Exactly one answer per question, once the chains have nothing left to do.
+    swarm.wait_until(
+        || swarm.ps().iter().any(|r| r["name"] == "chains" && r["mailbox_depth"] == 0),
+        Duration::from_secs(240),
+        "the chains' background turns (observer) finished",
+    );
+    let mine =
+        |m: &&flock_testkit::fake_telegram::SentMessage| m.plain.starts_with("[coordinator]");
+    assert_eq!(telegram.sent_to(TG).iter().filter(mine).count(), 2, "{:#?}", telegram.sent_to(TG));
+    assert_eq!(discord.sent(DC).len(), 1, "{:#?}", discord.sent(DC));
+    assert_eq!(slack.sent(SL).len(), 1, "{:#?}", slack.sent(SL));
+}
