@@ -12,6 +12,7 @@ mod chat_door;
 mod cli;
 mod dashboard;
 mod delivery;
+mod eval;
 mod isolation;
 mod live_view;
 mod llm;
