@@ -312,3 +312,42 @@ fn a_fact_from_one_conversation_reaches_the_worker_in_a_later_one_through_the_me
     let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
     assert!(stats["kinds"]["observation"].as_u64() >= Some(1), "{stats}");
 }
+
+/// Memory works for a chat the same as for a DM (issue #21): a fact a person gave in a channel
+/// the coordinator answers (here by `flockctl post`, as a chat bridge posts) is observed, and a
+/// later question in that channel reaches the worker with it as context; the answers go back
+/// to the channel, one per question.
+#[test]
+fn a_fact_given_in_a_channel_is_recalled_for_a_later_question_there() {
+    let swarm = persona(&[], None);
+    swarm.ctl_ok(&["channel", "create", "team", "--members", "coordinator", "--as", "alice"]);
+    swarm.ctl_ok(&[
+        "post",
+        "#team",
+        "remember that the dentist appointment is Friday at 15:00",
+        "--as",
+        "alice",
+    ]);
+    swarm.wait_until(
+        || folder(&swarm, "observations").contains("dentist appointment is Friday"),
+        LONG,
+        "the observer wrote the fact down",
+    );
+    swarm.ctl_ok(&["post", "#team", "when is the dentist?", "--as", "alice"]);
+    swarm.wait_for_log("worker", "[unconscious_context] - 20", LONG);
+    let worker = swarm.log("worker");
+    let context = worker
+        .lines()
+        .find(|l| l.contains("[unconscious_context]") && l.contains("dentist"))
+        .unwrap_or_else(|| panic!("no context with the fact:\n{worker}"));
+    assert!(context.contains("Friday at 15:00"), "{context}");
+    // Two questions, two answers by the coordinator in #team.
+    swarm.wait_until(
+        || {
+            let posts = swarm.ctl_ok(&["read", "#team", "--json"]);
+            posts.lines().filter(|l| l.contains("\"author\":\"coordinator\"")).count() == 2
+        },
+        LONG,
+        "both answers are in #team",
+    );
+}
