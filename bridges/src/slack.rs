@@ -30,12 +30,19 @@ pub type Client = SlackClient<SlackClientHyperHttpsConnector>;
 /// A person's message, and where to say it is durable (the envelope is acked after).
 pub type Incoming = (Inbound, oneshot::Sender<()>);
 
+/// How many threaded messages a Slack bridge remembers the thread of.
+const THREADS_KEPT: usize = 4096;
+
 pub struct Slack {
     pub client: Arc<Client>,
     bot: SlackApiToken,
     bot_user: String,
     /// User id → display name.
     names: Mutex<HashMap<String, String>>,
+    /// A person's message in a thread → the thread's parent (Slack wants the parent's `ts` as
+    /// `thread_ts`): an answer to a follow-up in a thread goes to that thread. The newest
+    /// [`THREADS_KEPT`]; after a restart a follow-up's answer names the follow-up itself.
+    threads: Mutex<(HashMap<String, String>, std::collections::VecDeque<String>)>,
     /// Set once Slack posted under the bot's name although a username was asked for (the app
     /// lacks `chat:write.customize`): from then on the name goes in front of the text.
     prefix: std::sync::atomic::AtomicBool,
@@ -78,6 +85,7 @@ impl Slack {
             bot,
             bot_user: me.user_id.to_string(),
             names: Mutex::default(),
+            threads: Mutex::default(),
             prefix: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -114,7 +122,8 @@ impl Slack {
             req = req.with_username(label.clone());
         }
         if let Some(ts) = thread {
-            req = req.with_thread_ts(SlackTs::new(ts.to_owned()));
+            let parent = self.thread_of(ts);
+            req = req.with_thread_ts(SlackTs::new(parent));
         }
         let sent = self
             .client
@@ -247,6 +256,25 @@ impl Slack {
         name
     }
 
+    /// The thread message `ts` belongs to (its parent's `ts`), or `ts` itself.
+    fn thread_of(&self, ts: &str) -> String {
+        let threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        threads.0.get(ts).cloned().unwrap_or_else(|| ts.to_owned())
+    }
+
+    /// Remembers that message `ts` is a reply in thread `parent`.
+    fn note_thread(&self, ts: &str, parent: &str) {
+        let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        if threads.0.insert(ts.to_owned(), parent.to_owned()).is_none() {
+            threads.1.push_back(ts.to_owned());
+        }
+        while threads.1.len() > THREADS_KEPT {
+            if let Some(old) = threads.1.pop_front() {
+                threads.0.remove(&old);
+            }
+        }
+    }
+
     /// Marks message `ts` with the reaction `name` (`on`), or takes it off; a reaction already
     /// there (or already gone) counts as done.
     pub async fn react(
@@ -307,6 +335,9 @@ impl Slack {
             Change::Deleted => String::new(),
             _ => markdown_of(&content?.text.clone()?),
         };
+        if let Some(parent) = event.origin.thread_ts.as_ref().filter(|t| **t != ts) {
+            self.note_thread(&ts.to_string(), &parent.to_string());
+        }
         Some(Inbound {
             external: event.origin.channel.as_ref()?.to_string(),
             message_id: ts.to_string(),

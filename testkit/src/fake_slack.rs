@@ -464,6 +464,32 @@ impl FakeSlack {
     /// returns the message's `ts`. In an IM ([`FakeSlack::add_im`]) only its person writes.
     #[track_caller]
     pub fn post(&self, channel: &str, user: &str, user_name: &str, text: &str) -> String {
+        self.post_message(channel, None, user, user_name, text)
+    }
+
+    /// A person replies in the thread of message `parent`: as [`FakeSlack::post`], the message
+    /// and its event carrying `thread_ts` (the parent's `ts`) and `parent_user_id`, as Slack's.
+    #[track_caller]
+    pub fn post_in_thread(
+        &self,
+        channel: &str,
+        parent: &str,
+        user: &str,
+        user_name: &str,
+        text: &str,
+    ) -> String {
+        self.post_message(channel, Some(parent), user, user_name, text)
+    }
+
+    #[track_caller]
+    fn post_message(
+        &self,
+        channel: &str,
+        parent: Option<&str>,
+        user: &str,
+        user_name: &str,
+        text: &str,
+    ) -> String {
         let mut state = self.shared.state();
         let Some(found) = state.channels.get(channel) else {
             panic!("fake Slack: post to channel {channel}, which was never added (add_channel)");
@@ -473,7 +499,7 @@ impl FakeSlack {
         }
         state.users.insert(user.to_string(), user_name.to_string());
         let ts = state.next_ts();
-        let json = json!({
+        let mut json = json!({
             "type": "message",
             "user": user,
             "text": text,
@@ -482,6 +508,16 @@ impl FakeSlack {
             "client_msg_id": uuid(),
             "blocks": [],
         });
+        if let Some(parent) = parent {
+            let Some(first) =
+                state.messages.iter().find(|m| m.channel == channel && m.ts == parent)
+            else {
+                panic!("fake Slack: no message {parent} in {channel} to reply in the thread of");
+            };
+            let parent_user = first.json["user"].clone();
+            json["thread_ts"] = json!(parent);
+            json["parent_user_id"] = parent_user;
+        }
         let event = message_event(&json, channel, state.channel_type(channel));
         state.messages.push(StoredMessage {
             channel: channel.to_string(),

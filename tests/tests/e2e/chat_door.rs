@@ -420,14 +420,21 @@ fn slack_a_question_is_answered_in_its_thread_marked_while_worked_on_and_an_im_i
     assert_eq!(sent[0].username.as_deref(), Some("coordinator"));
     assert_eq!(sent[0].thread_ts.as_deref(), Some(asked.as_str()), "in alice's thread");
     swarm.wait_until(|| slack.reactions(SC, &asked).is_empty(), SHORT, "the mark is taken off");
+    // A follow-up in that thread is answered in the same thread (Slack wants the parent's ts).
+    slack.post_in_thread(SC, &asked, "U42", "alice", "and the sum of 17 and 25?");
+    let sent = slack.wait_sent(SC, 2, LONG);
+    assert_eq!(sent[1].text, "17 + 25 = 42");
+    assert_eq!(sent[1].thread_ts.as_deref(), Some(asked.as_str()), "in the same thread");
 
     let im = slack.post(IM, "U55", "dana", "what is the sum of 17 and 25?");
     let sent = slack.wait_sent(IM, 1, LONG);
     assert_eq!(sent[0].text, "17 + 25 = 42");
     assert_eq!(sent[0].thread_ts.as_deref(), Some(im.as_str()));
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(slack.sent(SC).len(), 1);
+    assert_eq!(slack.sent(SC).len(), 2);
+    // Every mark put on is taken off (a question answered within a pull may get none).
     let log = slack.reaction_log();
-    assert_eq!(log.iter().filter(|(m, ..)| m == "reactions.add").count(), 2, "{log:#?}");
-    assert_eq!(log.iter().filter(|(m, ..)| m == "reactions.remove").count(), 2, "{log:#?}");
+    let count = |method: &str| log.iter().filter(|(m, ..)| m == method).count();
+    assert!(count("reactions.add") >= 2, "{log:#?}");
+    assert_eq!(count("reactions.add"), count("reactions.remove"), "{log:#?}");
 }
