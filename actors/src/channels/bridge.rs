@@ -669,23 +669,9 @@ impl ChannelsState {
             .collect();
         for (id, bridge, platform, responder) in wanted {
             if !self.channels.contains_key(&id) {
-                let row = ChannelRow {
-                    id: id.clone(),
-                    name: id.clone(),
-                    topic: format!("bridged to {platform}"),
-                    created_by: format!("bridge:{bridge}"),
-                    created_at: now_ms(),
-                    state: ChannelState::Active,
-                    last_seq: 0,
-                    is_dm: false,
-                    members: Vec::new(),
-                    archiving_started_at: None,
-                    archive_deadline_at: None,
-                    ready: Vec::new(),
-                };
-                let r = row.clone();
-                self.db(move |s| s.create_channel(&r)).await?;
-                self.channels.insert(id.clone(), row);
+                let topic = format!("bridged to {platform}");
+                let by = format!("bridge:{bridge}");
+                self.add_channel(ChannelRow::new(&id, &id, &topic, &by, false, Vec::new())).await?;
             }
             let Some(responder) = responder.filter(|r| self.is_agent(r)) else { continue };
             if self.channels.get(&id).is_some_and(|c| !c.members.contains(&responder)) {
@@ -905,23 +891,11 @@ impl ChannelsState {
         let key = format!("human:{bridge}:{user_id}");
         let channel = super::delta::dm_channel_id(&dm.agent, &key);
         if !self.channels.contains_key(&channel) {
-            let row = ChannelRow {
-                id: channel.clone(),
-                name: format!("DM {} / {author}", dm.agent),
-                topic: format!("direct messages with {author} through {}", spec.platform.as_str()),
-                created_by: format!("bridge:{bridge}"),
-                created_at: now_ms(),
-                state: ChannelState::Active,
-                last_seq: 0,
-                is_dm: true,
-                members: vec![dm.agent.clone(), author.to_owned()],
-                archiving_started_at: None,
-                archive_deadline_at: None,
-                ready: Vec::new(),
-            };
-            let r = row.clone();
-            self.db(move |s| s.create_channel(&r)).await?;
-            self.channels.insert(channel.clone(), row);
+            let name = format!("DM {} / {author}", dm.agent);
+            let topic = format!("direct messages with {author} through {}", spec.platform.as_str());
+            let members = vec![dm.agent.clone(), author.to_owned()];
+            let by = format!("bridge:{bridge}");
+            self.add_channel(ChannelRow::new(&channel, &name, &topic, &by, true, members)).await?;
         }
         let change = MappingChange {
             bridge: bridge.clone(),
@@ -941,17 +915,8 @@ impl ChannelsState {
             &mut Arc::make_mut(&mut self.spec).bridges,
             std::slice::from_ref(&change),
         );
-        self.journal(
-            JournalEvent::new(
-                format!("bridge:{bridge}"),
-                "BRIDGE_MAPPED",
-                Status::Success,
-                format!("bridge `{bridge}`: direct chat {external} with {author} ↔ #{channel}"),
-            )
-            .param("bridge", json!(bridge))
-            .param("chat", json!(external))
-            .param("channel", json!(channel)),
-        );
+        let what = format!("direct chat {external} with {author} ↔ #{channel}");
+        self.journal_mapped(bridge, external, &channel, &what);
         Ok((channel, external.to_owned()))
     }
 
@@ -1206,6 +1171,21 @@ impl ChannelsState {
         }
     }
 
+    /// Journals a mapping the bridge itself made (`BRIDGE_MAPPED`, by `bridge:<name>`).
+    fn journal_mapped(&self, bridge: &str, external: &str, channel: &str, what: &str) {
+        self.journal(
+            JournalEvent::new(
+                format!("bridge:{bridge}"),
+                "BRIDGE_MAPPED",
+                Status::Success,
+                format!("bridge `{bridge}`: {what}"),
+            )
+            .param("bridge", json!(bridge))
+            .param("chat", json!(external))
+            .param("channel", json!(channel)),
+        );
+    }
+
     /// `bridge__made {channel, external}`: the bridge made platform chat `external` for the
     /// pending mapping of `channel`; the mapping is now to it, from the channel's first post.
     async fn bridge_made(&mut self, bridge: &str, args: &Value) -> ToolResult {
@@ -1241,16 +1221,11 @@ impl ChannelsState {
             allow: None,
         };
         apply_mapping_changes(bridges, &[unpend, change]);
-        self.journal(
-            JournalEvent::new(
-                format!("bridge:{bridge}"),
-                "BRIDGE_MAPPED",
-                Status::Success,
-                format!("bridge `{bridge}`: made chat {external} for #{channel}"),
-            )
-            .param("bridge", json!(bridge))
-            .param("chat", json!(external))
-            .param("channel", json!(channel)),
+        self.journal_mapped(
+            bridge,
+            &external,
+            channel,
+            &format!("made chat {external} for #{channel}"),
         );
         Ok(json!({"channel": channel, "external": external}).to_string())
     }

@@ -617,23 +617,10 @@ impl ChannelsState {
                 if !members.contains(&caller.id) {
                     members.insert(0, caller.id.clone());
                 }
-                let row = ChannelRow {
-                    id: id.clone(),
-                    name: str_arg(args, "name").unwrap_or(&id).to_owned(),
-                    topic: str_arg(args, "topic").unwrap_or_default().to_owned(),
-                    created_by: caller.id.clone(),
-                    created_at: now_ms(),
-                    state: ChannelState::Active,
-                    last_seq: 0,
-                    is_dm: false,
-                    members,
-                    archiving_started_at: None,
-                    archive_deadline_at: None,
-                    ready: Vec::new(),
-                };
-                let r = row.clone();
-                self.db(move |s| s.create_channel(&r)).await?;
-                self.channels.insert(id.clone(), row.clone());
+                let name = str_arg(args, "name").unwrap_or(&id).to_owned();
+                let topic = str_arg(args, "topic").unwrap_or_default();
+                let row = ChannelRow::new(&id, &name, topic, &caller.id, false, members);
+                self.add_channel(row.clone()).await?;
                 self.mirror_new_channel(&id).await;
                 Ok(json!({"channel": id, "topic": row.topic, "members": row.members}).to_string())
             }
@@ -1068,25 +1055,19 @@ impl ChannelsState {
     async fn ensure_dm(&mut self, a: &str, b: &str) -> Result<String, (ErrorCode, String)> {
         let id = dm_channel_id(a, b);
         if !self.channels.contains_key(&id) {
-            let row = ChannelRow {
-                id: id.clone(),
-                name: format!("DM {a} / {b}"),
-                topic: String::new(),
-                created_by: a.to_owned(),
-                created_at: now_ms(),
-                state: ChannelState::Active,
-                last_seq: 0,
-                is_dm: true,
-                members: vec![a.to_owned(), b.to_owned()],
-                archiving_started_at: None,
-                archive_deadline_at: None,
-                ready: Vec::new(),
-            };
-            let r = row.clone();
-            self.db(move |s| s.create_channel(&r)).await?;
-            self.channels.insert(id.clone(), row);
+            let members = vec![a.to_owned(), b.to_owned()];
+            self.add_channel(ChannelRow::new(&id, &format!("DM {a} / {b}"), "", a, true, members))
+                .await?;
         }
         Ok(id)
+    }
+
+    /// Stores a new channel and starts keeping it.
+    async fn add_channel(&mut self, row: ChannelRow) -> Result<(), (ErrorCode, String)> {
+        let r = row.clone();
+        self.db(move |s| s.create_channel(&r)).await?;
+        self.channels.insert(row.id.clone(), row);
+        Ok(())
     }
 
     /// Posts a chain's answer to a person, once per chain: where they asked, as a reply to

@@ -63,6 +63,33 @@ pub struct ChannelRow {
     pub ready: Vec<String>,
 }
 
+impl ChannelRow {
+    /// A new, active, empty channel created now by `created_by`.
+    pub fn new(
+        id: &str,
+        name: &str,
+        topic: &str,
+        created_by: &str,
+        is_dm: bool,
+        members: Vec<String>,
+    ) -> ChannelRow {
+        ChannelRow {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            topic: topic.to_owned(),
+            created_by: created_by.to_owned(),
+            created_at: now_ms(),
+            state: ChannelState::Active,
+            last_seq: 0,
+            is_dm,
+            members,
+            archiving_started_at: None,
+            archive_deadline_at: None,
+            ready: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChannelState {
     Active,
