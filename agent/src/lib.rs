@@ -404,7 +404,9 @@ fn provider_failed(error: &str) -> bool {
 
 /// What whoever waits is told when the model provider keeps failing.
 fn provider_failure_answer(agent: &str, error: &str) -> String {
-    let why = clip(error.trim_start_matches("model call failed:").trim(), 200);
+    // A provider's error may quote a key or a token: masked like anything written down.
+    let why = flock_memory::mask::mask(error.trim_start_matches("model call failed:").trim());
+    let why = clip(&why, 200);
     format!(
         "[failed] I could not get an answer from the model ({why}), so nothing was done for this \
          request. Please try again in a few minutes; if it keeps failing, the operator can see \
@@ -457,5 +459,23 @@ pub(crate) fn test_spec(
         model: ModelSpec::Scripted(flock_config::Transcript::default()),
         instance: None,
         extensions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_provider_is_told_in_plain_words_without_a_key_it_quoted() {
+        let e = "model call failed: 401: Incorrect API key provided: sk-proj-abcdefghijklmnopqrstuvwxyz0123";
+        assert!(provider_failed(e));
+        let told = provider_failure_answer("coordinator", e);
+        assert!(told.starts_with("[failed] I could not get an answer from the model"), "{told}");
+        assert!(told.contains("flockctl logs coordinator"), "{told}");
+        assert!(!told.contains("abcdefghijklmnop"), "the key is masked: {told}");
+        // A stopped chain or a cancelled turn is not a provider failure.
+        assert!(!provider_failed("model call failed: BUDGET_EXCEEDED: this chain was stopped"));
+        assert!(!provider_failed("cancelled"));
     }
 }
