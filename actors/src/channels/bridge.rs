@@ -154,6 +154,8 @@ impl ApprovalCommand {
 
 /// Posts per pull answer.
 pub const PULL_MAX: usize = 50;
+/// Direct chats one bridge maps at most (a public bot is reachable by anyone).
+pub const MAX_DM_CHATS: usize = 500;
 /// The longest a pull may wait for a post.
 const PULL_WAIT_MAX_MS: u64 = 60_000;
 
@@ -886,6 +888,22 @@ impl ChannelsState {
             return Err((
                 ErrorCode::TargetUnavailable,
                 format!("`{}`, who answers bridge `{bridge}`'s DMs, is not in service", dm.agent),
+            ));
+        }
+        // A bot anyone can find must not grow without bound: each DM is a channel, a mapping
+        // and a relay loop.
+        let open = spec
+            .channels
+            .iter()
+            .filter(|m| self.channels.get(&m.flock).is_some_and(|c| c.is_dm))
+            .count();
+        if open >= MAX_DM_CHATS {
+            return Err((
+                ErrorCode::RateLimited,
+                format!(
+                    "bridge `{bridge}` already has {MAX_DM_CHATS} direct chats; a new one is not \
+                     taken (set `dm.allow` to the people who may write to the bot)"
+                ),
             ));
         }
         let key = format!("human:{bridge}:{user_id}");
