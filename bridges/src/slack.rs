@@ -336,7 +336,7 @@ impl Slack {
             _ => markdown_of(&content?.text.clone()?),
         };
         if let Some(parent) = event.origin.thread_ts.as_ref().filter(|t| **t != ts) {
-            self.note_thread(&ts.to_string(), &parent.to_string());
+            self.note_thread(ts.as_ref(), parent.as_ref());
         }
         Some(Inbound {
             external: event.origin.channel.as_ref()?.to_string(),
