@@ -35,7 +35,7 @@ models:
       - match: "status please"
         steps:
           - tool: flock_channel_post
-            args: {{ channel: "{{from}}", text: "worker here: all green" }}
+            args: {{ channel: "team", text: "worker here: all green" }}
         reply: "posted"
       - reply: "done: {{input}}"
 agents:

@@ -66,8 +66,9 @@ agents:
         "{writes}"
     );
 
-    // A coordinator may not touch files, whatever its model asks.
-    swarm.ctl_ok(&["send", "boss", "write a file", "--wait"]);
+    // A coordinator may not touch files, whatever its model asks. (A request that names a file
+    // would be handed to the worker by the runtime before its model is asked: this one does not.)
+    swarm.ctl_ok(&["send", "boss", "do it now", "--wait"]);
     assert!(swarm.log("boss").contains("FORBIDDEN: a coordinator may not use fs_write"));
     assert!(!swarm.state_dir().join("workspaces/boss/boss.txt").exists());
 }
