@@ -82,6 +82,10 @@ pub struct Job {
     /// Raised when the client has gone: the job stops at the next token.
     pub cancel: Arc<AtomicBool>,
     pub reply: oneshot::Sender<Result<Generation, GenerateError>>,
+    /// When it was handed to the engine (its time in the queue is reported).
+    pub submitted: Instant,
+    /// Times a background job gave way to a job that came in while it ran.
+    pub preempted: u32,
 }
 
 /// What a job produced.
@@ -99,6 +103,11 @@ pub struct Generation {
     pub part_tokens: Vec<(&'static str, u32)>,
     pub prompt_time: Duration,
     pub total_time: Duration,
+    /// From submission to the start of the run that produced it (waiting for other jobs, and
+    /// for a background job the runs it gave up).
+    pub queued: Duration,
+    /// Times a background job gave way (its prompt stays in its slot; the answer is redone).
+    pub preempted: u32,
 }
 
 /// Why a job produced nothing.
@@ -115,6 +124,9 @@ pub enum GenerateError {
     Decode(String),
     #[error("cancelled: the client went away")]
     Cancelled,
+    /// A background job gave way to a job that came in (it runs again later).
+    #[error("gave way to a foreground job")]
+    Preempted,
 }
 
 /// Why the model could not be loaded.
@@ -256,13 +268,15 @@ fn model_thread(
         n_ctx: n_ctx_slot,
         clock: 0,
     };
-    // Arrival order within a tier; background jobs wait while any other job does.
+    // Arrival order within a tier; background jobs wait while any other job does, and give way
+    // (between tokens) to one that comes in while they run: a person's request never waits
+    // behind an observer's note for longer than one token.
     let (mut now, mut later) = (VecDeque::new(), VecDeque::new());
     loop {
         while let Ok(job) = jobs.try_recv() {
             if job.background { later.push_back(job) } else { now.push_back(job) }
         }
-        let job = match now.pop_front().or_else(|| later.pop_front()) {
+        let mut job = match now.pop_front().or_else(|| later.pop_front()) {
             Some(job) => job,
             None => match jobs.recv() {
                 Ok(job) => job,
@@ -271,10 +285,30 @@ fn model_thread(
         };
         let result = if job.cancel.load(Ordering::Relaxed) {
             Err(GenerateError::Cancelled)
+        } else if job.background {
+            let mut foreground_waits = || {
+                while let Ok(j) = jobs.try_recv() {
+                    if j.background { later.push_back(j) } else { now.push_back(j) }
+                }
+                !now.is_empty()
+            };
+            state.generate(&mut ctx, &job, &mut foreground_waits)
         } else {
-            state.generate(&mut ctx, &job)
+            state.generate(&mut ctx, &job, &mut || false)
         };
-        let _gone = job.reply.send(result);
+        match result {
+            Err(GenerateError::Preempted) => {
+                job.preempted += 1;
+                later.push_front(job);
+            }
+            result => {
+                let result = result.map(|mut g| {
+                    g.preempted = job.preempted;
+                    g
+                });
+                let _gone = job.reply.send(result);
+            }
+        }
     }
 }
 
@@ -341,12 +375,16 @@ impl State<'_> {
 }
 
 impl State<'_> {
+    /// Runs `job`; `give_way` is asked between prompt chunks and tokens whether the job must
+    /// stop for another (`Err(Preempted)`: what it processed stays in its slot).
     fn generate(
         &mut self,
         ctx: &mut LlamaContext<'_>,
         job: &Job,
+        give_way: &mut dyn FnMut() -> bool,
     ) -> Result<Generation, GenerateError> {
         let started = Instant::now();
+        let queued = started.saturating_duration_since(job.submitted);
         let vocab = self.model.vocab();
         let prompt = vocab.tokenize(job.prompt.as_bytes(), false, true);
         let part_tokens = job
@@ -392,6 +430,9 @@ impl State<'_> {
             if job.cancel.load(Ordering::Relaxed) {
                 return Err(GenerateError::Cancelled);
             }
+            if give_way() {
+                return Err(GenerateError::Preempted);
+            }
             self.decode(ctx, &mut batch, slot, chunk, i + 1 == chunks)?;
         }
         let prompt_time = started.elapsed();
@@ -412,6 +453,9 @@ impl State<'_> {
         while generated < max_new {
             if job.cancel.load(Ordering::Relaxed) {
                 return Err(GenerateError::Cancelled);
+            }
+            if give_way() {
+                return Err(GenerateError::Preempted);
             }
             let token = match (&mut matcher, &mut sampler) {
                 (Some(m), _) => {
@@ -488,6 +532,8 @@ impl State<'_> {
             part_tokens,
             prompt_time,
             total_time: started.elapsed(),
+            queued,
+            preempted: 0,
         })
     }
 

@@ -365,10 +365,11 @@ async fn chat_completion(
     let (tx, mut rx) = oneshot::channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let key = parsed.user.clone().unwrap_or_default();
+    let job_background = parsed.service_tier.as_deref() == Some("flex");
     let job = Job {
         prompt: prompt::render(&chat),
         key: key.clone(),
-        background: parsed.service_tier.as_deref() == Some("flex"),
+        background: job_background,
         parts: prompt::parts(&chat),
         schema: constrained.then(|| prompt::answer_schema(&chat)),
         fallback_schema: constrained.then(|| prompt::loose_answer_schema(&chat)),
@@ -377,6 +378,8 @@ async fn chat_completion(
         seed: parsed.seed,
         cancel: cancel.clone(),
         reply: tx,
+        submitted: std::time::Instant::now(),
+        preempted: 0,
     };
     if server.engine.submit(job).is_err() {
         return Some(Response::error(503, "the model thread has stopped", "server_error", None));
@@ -425,14 +428,21 @@ async fn chat_completion(
     // prompt the slot reused, what was processed, and the token budget of each part.
     let parts: Vec<String> =
         generation.part_tokens.iter().map(|(name, n)| format!("{name}={n}")).collect();
+    // Structured fields for scripts (`--log-format json`); the message for people.
+    let parts = parts.join(" ");
     tracing::info!(
         slot = generation.slot,
         agent = if key.is_empty() { "-" } else { key.as_str() },
+        background = job_background,
         tokens_in = generation.prompt_tokens,
         tokens_reused = generation.reused_tokens,
         tokens_out = generation.completion_tokens,
+        prompt_ms = generation.prompt_time.as_millis() as u64,
         ms = generation.total_time.as_millis() as u64,
-        "flock-model: slot {} ({}): prompt {} tokens, reused {}, processed {} in {} ms; {} generated; {} ms total{}; parts {}",
+        queued_ms = generation.queued.as_millis() as u64,
+        preempted = generation.preempted,
+        parts = %parts,
+        "flock-model: slot {} ({}): prompt {} tokens, reused {}, processed {} in {} ms; {} generated; {} ms total{}; queued {} ms{}; parts {}",
         generation.slot,
         if key.is_empty() { "-" } else { key.as_str() },
         generation.prompt_tokens,
@@ -442,7 +452,13 @@ async fn chat_completion(
         generation.completion_tokens,
         generation.total_time.as_millis(),
         if constrained { ", constrained" } else { "" },
-        parts.join(" "),
+        generation.queued.as_millis(),
+        if generation.preempted > 0 {
+            format!(", gave way {} time(s)", generation.preempted)
+        } else {
+            String::new()
+        },
+        parts,
     );
     let model = parsed.model.as_deref().filter(|m| !m.is_empty()).unwrap_or(&server.info.name);
     Some(Response::json(

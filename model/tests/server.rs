@@ -449,3 +449,46 @@ async fn every_agent_keeps_its_prompt_prefix_in_its_own_slot() {
     // Rounds 2 and 3 reuse the whole system prompt of each agent despite the interleaving.
     assert!(shares.iter().all(|s| *s > 0.8), "cached shares of the prompt: {shares:?}");
 }
+
+/// A background (`flex`) job gives way to a person's request that comes in while it runs: the
+/// request waits at most about one token, not the whole background generation, and the
+/// background job still finishes afterwards (its prompt kept in its slot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_job_gives_way_to_a_request_that_comes_in_while_it_runs() {
+    let Some(model) = model_path("a_background_job_gives_way_to_a_request") else {
+        return;
+    };
+    let server = ModelServer::start(&model);
+    let client = LlmClient::new().unwrap();
+    let mut long = server.endpoint(Some(TOKEN));
+    long.max_tokens = 200;
+    let mut short = server.endpoint(Some(TOKEN));
+    short.max_tokens = 4;
+    let background = ChatRequest {
+        messages: vec![ChatMsg::User {
+            text: "Count from 1 to 200, one number per line, and nothing else.".into(),
+        }],
+        user: Some("observer".into()),
+        service_tier: Some("flex".into()),
+        ..Default::default()
+    };
+    let person = ChatRequest {
+        messages: vec![ChatMsg::User { text: "Say OK.".into() }],
+        user: Some("coordinator".into()),
+        ..Default::default()
+    };
+    let (c, ep) = (client.clone(), long.clone());
+    let slow = tokio::spawn(async move {
+        let r = c.complete(&ep, &background).await;
+        (r, Instant::now())
+    });
+    // While the background job generates (200 tokens take many seconds on a CPU), a person asks.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    client.complete(&short, &person).await.expect("the request during the background job");
+    let answered = Instant::now();
+    let (done, finished) = slow.await.unwrap();
+    let done = done.expect("the background job still finishes");
+    assert!(done.tokens_out > 20, "{} tokens", done.tokens_out);
+    // Served first-come, the person would get their answer only after the 200 tokens.
+    assert!(answered < finished, "the person's request waited for the background job");
+}
