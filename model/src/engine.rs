@@ -33,6 +33,8 @@ use crate::wire::Finish;
 /// Prompt tokens per `llama_decode` call: big enough for throughput, small enough that a
 /// cancelled request stops within about a second.
 const PROMPT_CHUNK: usize = 128;
+/// Prompt tokens a background job processes between two chances to give way.
+const BACKGROUND_CHUNK: usize = 32;
 
 /// How the model is loaded.
 #[derive(Debug, Clone)]
@@ -108,6 +110,8 @@ pub struct Generation {
     pub queued: Duration,
     /// Times a background job gave way (its prompt stays in its slot; the answer is redone).
     pub preempted: u32,
+    /// Tokens of a dropped span the cache left out (the rest was shifted down and reused).
+    pub shifted_tokens: u32,
 }
 
 /// Why a job produced nothing.
@@ -312,6 +316,26 @@ fn model_thread(
     }
 }
 
+/// The smallest run of tokens a dropped span must leave behind to be worth shifting.
+const SHIFT_MIN: usize = 16;
+
+/// A span `cached[keep..at]` that the prompt no longer has, followed in the cache by a run of
+/// `len` tokens that the prompt continues with after `keep` (at least [`SHIFT_MIN`], and not
+/// the whole rest of the prompt: its last token must be decoded for the logits): `(at, len)`.
+fn dropped_span(
+    cached: &[LlamaToken],
+    prompt: &[LlamaToken],
+    keep: usize,
+) -> Option<(usize, usize)> {
+    let probe = prompt.get(keep..keep + SHIFT_MIN)?;
+    let at = (keep + 1..cached.len().saturating_sub(SHIFT_MIN - 1))
+        .find(|&j| cached[j..j + SHIFT_MIN] == *probe)?;
+    let room = prompt.len() - 1 - keep;
+    let len = cached[at..].iter().zip(&prompt[keep..]).take_while(|(a, b)| a == b).count();
+    let len = len.min(room);
+    (len >= SHIFT_MIN).then_some((at, len))
+}
+
 /// Whether the output ends in a loop: its last 32 characters (numbers aside, so "12. Move the
 /// boxes" and "13. Move the boxes" are the same) already came four times in the text before.
 fn repeating(out: &[u8]) -> bool {
@@ -412,6 +436,28 @@ impl State<'_> {
         let cached = &mut self.slots[slot].cached;
         let mut keep = cached.iter().zip(&prompt).take_while(|(a, b)| a == b).count();
         keep = keep.min(prompt.len() - 1);
+        // The agent dropped the oldest part of its history (the prompt is the same, less a span
+        // after the system prompt): that span leaves the cache and what follows it moves down,
+        // instead of being processed again (llama.cpp shifts the positions of a RoPE cache).
+        let mut shifted = 0;
+        if let Some((at, len)) = dropped_span(cached, &prompt, keep) {
+            let (k, a, n) = (keep as u32, at as u32, len as u32);
+            let moved = ctx.kv_cache_seq_rm(seq, Some(k), Some(a)).is_ok()
+                && ctx.kv_cache_seq_rm(seq, Some(a + n), None).is_ok()
+                && ctx.kv_cache_seq_add(seq, Some(a), Some(a + n), -((a - k) as i32)).is_ok();
+            if moved {
+                let run = cached[at..at + len].to_vec();
+                cached.truncate(keep);
+                cached.extend(run);
+                shifted = at - keep;
+                keep = (keep + len).min(prompt.len() - 1);
+            } else {
+                // Half-done: start this slot clean.
+                let _ = ctx.clear_kv_cache_seq(Some(slot as u32), None, None);
+                cached.clear();
+                keep = 0;
+            }
+        }
         if keep < cached.len() {
             let removed =
                 u32::try_from(keep).ok().and_then(|k| ctx.kv_cache_seq_rm(seq, Some(k), None).ok());
@@ -425,8 +471,11 @@ impl State<'_> {
 
         let mut batch = LlamaBatch::new(PROMPT_CHUNK, 1);
         let rest = &prompt[keep..];
-        let chunks = rest.len().div_ceil(PROMPT_CHUNK);
-        for (i, chunk) in rest.chunks(PROMPT_CHUNK).enumerate() {
+        // A background job asks whether to give way between smaller chunks (a person's request
+        // waits at most one of them).
+        let size = if job.background { BACKGROUND_CHUNK } else { PROMPT_CHUNK };
+        let chunks = rest.len().div_ceil(size);
+        for (i, chunk) in rest.chunks(size).enumerate() {
             if job.cancel.load(Ordering::Relaxed) {
                 return Err(GenerateError::Cancelled);
             }
@@ -534,6 +583,7 @@ impl State<'_> {
             total_time: started.elapsed(),
             queued,
             preempted: 0,
+            shifted_tokens: shifted as u32,
         })
     }
 
@@ -591,7 +641,29 @@ impl State<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::repeating;
+    use super::{LlamaToken, SHIFT_MIN, dropped_span, repeating};
+
+    fn toks(v: impl IntoIterator<Item = i32>) -> Vec<LlamaToken> {
+        v.into_iter().map(LlamaToken).collect()
+    }
+
+    #[test]
+    fn a_span_dropped_after_the_system_prompt_is_found_and_the_rest_reused() {
+        // system 0..10, history 100..150 (the first 20 dropped now), then the new turn.
+        let cached = toks((0..10).chain(100..150));
+        let prompt = toks((0..10).chain(120..150).chain(900..905));
+        assert_eq!(dropped_span(&cached, &prompt, 10), Some((30, 30)));
+        // Nothing dropped: nothing to shift.
+        let same = toks((0..10).chain(100..150).chain(900..905));
+        assert_eq!(dropped_span(&cached, &same, 60), None);
+        // A run shorter than SHIFT_MIN is not worth it.
+        let short = toks((0..10).chain(145..150).chain(900..920));
+        assert_eq!(dropped_span(&cached, &short, 10), None);
+        // The last prompt token is always decoded again.
+        let all = toks((0..10).chain(120..150));
+        assert_eq!(dropped_span(&cached, &all, 10), Some((30, 29)));
+        assert!(29 >= SHIFT_MIN);
+    }
 
     #[test]
     fn a_loop_is_seen_in_lines_json_escaped_text_and_numbered_runs() {

@@ -441,12 +441,18 @@ async fn chat_completion(
         ms = generation.total_time.as_millis() as u64,
         queued_ms = generation.queued.as_millis() as u64,
         preempted = generation.preempted,
+        tokens_shifted = generation.shifted_tokens,
         parts = %parts,
-        "flock-model: slot {} ({}): prompt {} tokens, reused {}, processed {} in {} ms; {} generated; {} ms total{}; queued {} ms{}; parts {}",
+        "flock-model: slot {} ({}): prompt {} tokens, reused {}{}, processed {} in {} ms; {} generated; {} ms total{}; queued {} ms{}; parts {}",
         generation.slot,
         if key.is_empty() { "-" } else { key.as_str() },
         generation.prompt_tokens,
         generation.reused_tokens,
+        if generation.shifted_tokens > 0 {
+            format!(" ({} dropped tokens shifted out)", generation.shifted_tokens)
+        } else {
+            String::new()
+        },
         generation.prompt_tokens - generation.reused_tokens,
         generation.prompt_time.as_millis(),
         generation.completion_tokens,

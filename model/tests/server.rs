@@ -492,3 +492,44 @@ async fn a_background_job_gives_way_to_a_request_that_comes_in_while_it_runs() {
     // Served first-come, the person would get their answer only after the 200 tokens.
     assert!(answered < finished, "the person's request waited for the background job");
 }
+
+/// An agent that drops the oldest part of its history (as the runtime trims a long conversation)
+/// does not pay for the rest again: the dropped span leaves the slot's cache and what follows it
+/// is shifted down and reused — and the model still answers right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_oldest_history_reuses_the_rest_of_the_cache() {
+    let Some(model) = model_path("dropping_the_oldest_history_reuses_the_rest_of_the_cache") else {
+        return;
+    };
+    let server = ModelServer::start(&model);
+    let client = LlmClient::new().unwrap();
+    let mut ep = server.endpoint(Some(TOKEN));
+    ep.max_tokens = 8;
+    let exchange = |i: usize| {
+        [
+            ChatMsg::User {
+                text: format!("Remember item {i}: a box of {i} red apples and pears."),
+            },
+            ChatMsg::Assistant {
+                text: Some(format!("Noted: item {i} is a box of {i} red apples and pears.")),
+                tool_calls: Vec::new(),
+            },
+        ]
+    };
+    let conversation = |from: usize, question: &str| {
+        let mut m = vec![ChatMsg::System { text: "You answer in a few words.".into() }];
+        for i in from..8 {
+            m.extend(exchange(i));
+        }
+        m.push(ChatMsg::User { text: question.into() });
+        ChatRequest { messages: m, user: Some("coordinator".into()), ..Default::default() }
+    };
+    let first = client.complete(&ep, &conversation(0, "Say OK.")).await.expect("first");
+    assert!(first.tokens_in > 200, "{} prompt tokens", first.tokens_in);
+    // The three oldest exchanges are dropped; the rest and a new question follow.
+    let second = client.complete(&ep, &conversation(3, "What is 2 + 2?")).await.expect("second");
+    let share = second.tokens_cached as f64 / second.tokens_in as f64;
+    assert!(share > 0.8, "only {share:.2} of the prompt came from the cache: {second:?}");
+    let text = second.text.clone().unwrap_or_default();
+    assert!(text.contains('4'), "a right answer after the shift: {text:?}");
+}
