@@ -128,19 +128,19 @@ pub async fn run(
     // A request for work the agent has no tool for (a file, for a coordinator) is handed to the
     // agent that has one by the runtime, not left to the model: a small model answers "here is
     // your file" without any tool writing it.
-    let mut forced = (state == TurnState::Owed && spec.role.is_reflexive() && reply.is_none())
-        .then(|| needs_a_file(&delivery.text))
-        .filter(|needs| *needs && !offered.iter().any(|t| t.name == "fs_write"))
-        .and_then(|_| delegate_target(&offered))
+    let hands_files_over = state == TurnState::Owed
+        && spec.role.is_reflexive()
+        && !offered.iter().any(|t| t.name == "fs_write");
+    let mut handed_over = false;
+    let mut forced = (hands_files_over && reply.is_none() && wants_file)
+        .then(|| delegate_target(&offered))
+        .flatten()
         .map(|to| {
             tracing::info!(
                 "  the request asks for a file: handed to {to} without asking the model"
             );
-            LlmStep::ToolCalls(vec![crate::provider::ToolCall {
-                id: "runtime-handover".into(),
-                name: "agents__delegate".into(),
-                arguments: serde_json::json!({"to": to}).to_string(),
-            }])
+            handed_over = true;
+            runtime_handover(&to)
         });
     for step in 0..MAX_STEPS {
         if reply.is_some() {
@@ -171,10 +171,25 @@ pub async fn run(
                     reply = Some(fallback);
                     break;
                 }
-                // A request for a file answered without writing one: asked once to write it
-                // (the answer would claim a file nobody wrote).
+                // An answer that claims a file nobody wrote in this turn: an agent without
+                // `fs_write` hands the request to the agent that has it (the draft is dropped)…
+                let claims = !wrote_file && claims_a_file(&text);
+                if claims
+                    && hands_files_over
+                    && !handed_over
+                    && let Some(to) = delegate_target(&offered)
+                {
+                    tracing::info!(
+                        "  the answer claims a file no tool wrote: handed to {to} instead"
+                    );
+                    handed_over = true;
+                    forced = Some(runtime_handover(&to));
+                    continue;
+                }
+                // …and one with `fs_write` is asked once to write it (a request for a file
+                // answered without writing one, or an answer that claims one).
                 if !nudged
-                    && wants_file
+                    && (wants_file || claims)
                     && !wrote_file
                     && offered.iter().any(|t| t.name == "fs_write")
                     && !text_only
@@ -336,22 +351,52 @@ pub async fn run(
 pub fn needs_a_file(text: &str) -> bool {
     const VERBS: [&str; 9] =
         ["write", "create", "save", "make", "put", "store", "append", "generate", "produce"];
+    let lower = text.to_lowercase();
+    let words: Vec<&str> =
+        lower.split(|c: char| !(c.is_alphanumeric() || c == '.' || c == '_' || c == '-')).collect();
+    let verb = words.iter().position(|w| VERBS.contains(&w.trim_end_matches('.')));
+    verb.is_some_and(|v| words[v..].iter().take(12).any(|w| is_file(w)))
+}
+
+/// Whether an answer says a file was written (made, saved…) or presents one as made: "I wrote
+/// notes.txt", "Here's a file named notes.txt in your workspace", "saved it to list.md".
+pub fn claims_a_file(text: &str) -> bool {
+    const CLAIMS: [&str; 8] =
+        ["wrote", "written", "created", "saved", "stored", "generated", "put", "added"];
+    let lower = text.to_lowercase().replace('’', "'");
+    if ["here's a file", "here is a file", "here's the file", "here is the file"]
+        .iter()
+        .any(|p| lower.contains(p))
+    {
+        return true;
+    }
+    let words: Vec<&str> =
+        lower.split(|c: char| !(c.is_alphanumeric() || c == '.' || c == '_' || c == '-')).collect();
+    words.iter().enumerate().any(|(i, w)| {
+        CLAIMS.contains(&w.trim_end_matches('.')) && words[i..].iter().take(10).any(|w| is_file(w))
+    })
+}
+
+/// A word that names a file: `file(s)` or a name with a known extension (`notes.txt`).
+fn is_file(word: &str) -> bool {
     const EXTENSIONS: [&str; 14] = [
         "txt", "md", "csv", "json", "yaml", "yml", "toml", "py", "rs", "js", "ts", "sh", "html",
         "log",
     ];
-    let lower = text.to_lowercase();
-    let words: Vec<&str> =
-        lower.split(|c: char| !(c.is_alphanumeric() || c == '.' || c == '_' || c == '-')).collect();
-    let is_file = |w: &str| {
-        let w = w.trim_end_matches('.');
-        w == "file"
-            || w == "files"
-            || w.rsplit_once('.')
-                .is_some_and(|(stem, ext)| !stem.is_empty() && EXTENSIONS.contains(&ext))
-    };
-    let verb = words.iter().position(|w| VERBS.contains(&w.trim_end_matches('.')));
-    verb.is_some_and(|v| words[v..].iter().take(12).any(|w| is_file(w)))
+    let w = word.trim_end_matches('.');
+    w == "file"
+        || w == "files"
+        || w.rsplit_once('.').is_some_and(|(stem, ext)| !stem.is_empty() && EXTENSIONS.contains(&ext))
+}
+
+/// The runtime's own `agents__delegate` of the input to `to` (a reflexive role hands the input
+/// over as it is).
+fn runtime_handover(to: &str) -> LlmStep {
+    LlmStep::ToolCalls(vec![crate::provider::ToolCall {
+        id: "runtime-handover".into(),
+        name: "agents__delegate".into(),
+        arguments: serde_json::json!({"to": to}).to_string(),
+    }])
 }
 
 /// Whom a runtime hand-over goes to: the first agent `agents__delegate` may address.
@@ -462,6 +507,21 @@ pub fn trim_history(session: &mut Vec<ChatMessage>, budget: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_that_claims_a_file_is_recognised() {
+        for yes in [
+            "Here's a file named notes.txt in your workspace that contains the word banana.",
+            "I wrote notes.txt for you.",
+            "Done: saved the list to list.md",
+            "I have created the file.",
+        ] {
+            assert!(claims_a_file(yes), "{yes}");
+        }
+        for no in ["The capital of France is Paris.", "You could write a file for that.", "7"] {
+            assert!(!claims_a_file(no), "{no}");
+        }
+    }
 
     #[test]
     fn a_request_for_a_file_is_recognised_and_talk_about_files_is_not() {

@@ -35,6 +35,9 @@ use crate::wire::Finish;
 const PROMPT_CHUNK: usize = 128;
 /// Prompt tokens a background job processes between two chances to give way.
 const BACKGROUND_CHUNK: usize = 32;
+/// Tokens a background job that gave way before generates in each run before it may give way
+/// again (a person waits for at most this many).
+const RESUMED_QUANTUM: usize = 8;
 
 /// How the model is loaded.
 #[derive(Debug, Clone)]
@@ -88,6 +91,8 @@ pub struct Job {
     pub submitted: Instant,
     /// Times a background job gave way to a job that came in while it ran.
     pub preempted: u32,
+    /// What a background job had generated when it gave way: it goes on from there.
+    pub resume: Vec<LlamaToken>,
 }
 
 /// What a job produced.
@@ -128,9 +133,10 @@ pub enum GenerateError {
     Decode(String),
     #[error("cancelled: the client went away")]
     Cancelled,
-    /// A background job gave way to a job that came in (it runs again later).
+    /// A background job gave way to a job that came in (it goes on later from the tokens it
+    /// had generated).
     #[error("gave way to a foreground job")]
-    Preempted,
+    Preempted(Vec<LlamaToken>),
 }
 
 /// Why the model could not be loaded.
@@ -301,8 +307,9 @@ fn model_thread(
             state.generate(&mut ctx, &job, &mut || false)
         };
         match result {
-            Err(GenerateError::Preempted) => {
+            Err(GenerateError::Preempted(generated)) => {
                 job.preempted += 1;
+                job.resume = generated;
                 later.push_front(job);
             }
             result => {
@@ -411,6 +418,9 @@ impl State<'_> {
         let queued = started.saturating_duration_since(job.submitted);
         let vocab = self.model.vocab();
         let prompt = vocab.tokenize(job.prompt.as_bytes(), false, true);
+        // A job that gave way goes on from what it had generated: those tokens follow the
+        // prompt (in the slot's cache, if it still holds them).
+        let full: Vec<LlamaToken> = prompt.iter().chain(&job.resume).copied().collect();
         let part_tokens = job
             .parts
             .iter()
@@ -422,6 +432,9 @@ impl State<'_> {
         }
         let room = n_ctx as usize - prompt.len();
         let max_new = job.max_tokens.map_or(room, |m| (m as usize).min(room));
+        if full.len() >= n_ctx as usize {
+            return Err(GenerateError::ContextExceeded { prompt_tokens: full.len(), n_ctx });
+        }
 
         // Compile the grammar before touching the cache, so a bad schema costs nothing.
         let mut matcher = match &job.schema {
@@ -434,13 +447,13 @@ impl State<'_> {
         let slot = self.slot_for(ctx, &job.key);
         let seq = slot as i32;
         let cached = &mut self.slots[slot].cached;
-        let mut keep = cached.iter().zip(&prompt).take_while(|(a, b)| a == b).count();
-        keep = keep.min(prompt.len() - 1);
+        let mut keep = cached.iter().zip(&full).take_while(|(a, b)| a == b).count();
+        keep = keep.min(full.len() - 1);
         // The agent dropped the oldest part of its history (the prompt is the same, less a span
         // after the system prompt): that span leaves the cache and what follows it moves down,
         // instead of being processed again (llama.cpp shifts the positions of a RoPE cache).
         let mut shifted = 0;
-        if let Some((at, len)) = dropped_span(cached, &prompt, keep) {
+        if let Some((at, len)) = dropped_span(cached, &full, keep) {
             let (k, a, n) = (keep as u32, at as u32, len as u32);
             let moved = ctx.kv_cache_seq_rm(seq, Some(k), Some(a)).is_ok()
                 && ctx.kv_cache_seq_rm(seq, Some(a + n), None).is_ok()
@@ -450,7 +463,7 @@ impl State<'_> {
                 cached.truncate(keep);
                 cached.extend(run);
                 shifted = at - keep;
-                keep = (keep + len).min(prompt.len() - 1);
+                keep = (keep + len).min(full.len() - 1);
             } else {
                 // Half-done: start this slot clean.
                 let _ = ctx.clear_kv_cache_seq(Some(slot as u32), None, None);
@@ -467,20 +480,23 @@ impl State<'_> {
             }
             cached.truncate(keep);
         }
-        let reused = keep;
+        let reused = keep.min(prompt.len());
 
         let mut batch = LlamaBatch::new(PROMPT_CHUNK, 1);
-        let rest = &prompt[keep..];
+        let rest = &full[keep..];
         // A background job asks whether to give way between smaller chunks (a person's request
         // waits at most one of them).
         let size = if job.background { BACKGROUND_CHUNK } else { PROMPT_CHUNK };
         let chunks = rest.len().div_ceil(size);
+        // Every run moves a job on (a chunk, or a few tokens once it has given way before), so
+        // a busy swarm delays background work but never starves it.
+        let quantum = if job.preempted > 0 { RESUMED_QUANTUM } else { 1 };
         for (i, chunk) in rest.chunks(size).enumerate() {
             if job.cancel.load(Ordering::Relaxed) {
                 return Err(GenerateError::Cancelled);
             }
-            if give_way() {
-                return Err(GenerateError::Preempted);
+            if i > 0 && give_way() {
+                return Err(GenerateError::Preempted(job.resume.clone()));
             }
             self.decode(ctx, &mut batch, slot, chunk, i + 1 == chunks)?;
         }
@@ -497,14 +513,31 @@ impl State<'_> {
         };
         let mut out: Vec<u8> = Vec::new();
         let mut generated = 0usize;
+        let mut tokens: Vec<LlamaToken> = Vec::new();
+        if !job.resume.is_empty() {
+            let resumed = match &mut matcher {
+                Some(m) => m
+                    .consume_tokens(&job.resume.iter().map(|t| t.0 as u32).collect::<Vec<_>>())
+                    .is_ok(),
+                None => true,
+            };
+            if !resumed {
+                return Err(GenerateError::Grammar("a resumed answer left its grammar".into()));
+            }
+            for &t in &job.resume {
+                out.extend(vocab.token_to_piece(t, false, None));
+            }
+            generated = job.resume.len();
+            tokens.extend_from_slice(&job.resume);
+        }
         let mut finish = Finish::Length;
         let mut logits_idx = batch.n_tokens() - 1;
         while generated < max_new {
             if job.cancel.load(Ordering::Relaxed) {
                 return Err(GenerateError::Cancelled);
             }
-            if give_way() {
-                return Err(GenerateError::Preempted);
+            if generated - job.resume.len() >= quantum && give_way() {
+                return Err(GenerateError::Preempted(tokens));
             }
             let token = match (&mut matcher, &mut sampler) {
                 (Some(m), _) => {
@@ -555,6 +588,7 @@ impl State<'_> {
             for &t in &step {
                 out.extend(vocab.token_to_piece(t, false, None));
             }
+            tokens.extend_from_slice(&step);
             generated += step.len();
             if matcher.as_ref().is_some_and(Matcher::is_stopped) {
                 finish = Finish::Stop;

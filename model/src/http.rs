@@ -380,6 +380,7 @@ async fn chat_completion(
         reply: tx,
         submitted: std::time::Instant::now(),
         preempted: 0,
+        resume: Vec::new(),
     };
     if server.engine.submit(job).is_err() {
         return Some(Response::error(503, "the model thread has stopped", "server_error", None));

@@ -491,6 +491,14 @@ async fn a_background_job_gives_way_to_a_request_that_comes_in_while_it_runs() {
     assert!(done.tokens_out > 20, "{} tokens", done.tokens_out);
     // Served first-come, the person would get their answer only after the 200 tokens.
     assert!(answered < finished, "the person's request waited for the background job");
+    // It went on where it gave way: one count, not a count started over.
+    let text = done.text.unwrap_or_default();
+    let numbers: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    assert!(numbers.len() > 10, "{text:?}");
+    assert!(
+        numbers.iter().enumerate().all(|(i, n)| *n == i as u32 + 1),
+        "the count restarted or skipped: {text:?}"
+    );
 }
 
 /// An agent that drops the oldest part of its history (as the runtime trims a long conversation)
