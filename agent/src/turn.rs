@@ -17,9 +17,12 @@ use crate::tools::{self, TurnState};
 use crate::{MAX_STEPS, prompts};
 use tracing::Instrument;
 
-/// History kept for a local model, as a share of its context window (the prompt, the tools and
-/// the turn's own messages need the rest), in characters per token of the estimate.
-const HISTORY_SHARE_OF_CTX: usize = 4;
+/// History kept for a local model, as a share of its context window, in characters per token
+/// of the estimate: an eighth (512 tokens of a 4 096-token slot, the last few exchanges). A
+/// request's prompt then stays within a fixed budget however long the conversation — what is
+/// older comes back through memory (the unconscious's recall), not by replaying it — and every
+/// token of context a CPU attends over costs time on each generated token.
+const HISTORY_SHARE_OF_CTX: usize = 8;
 const CHARS_PER_TOKEN: usize = 3;
 
 impl TurnState {
@@ -386,7 +389,8 @@ fn is_file(word: &str) -> bool {
     let w = word.trim_end_matches('.');
     w == "file"
         || w == "files"
-        || w.rsplit_once('.').is_some_and(|(stem, ext)| !stem.is_empty() && EXTENSIONS.contains(&ext))
+        || w.rsplit_once('.')
+            .is_some_and(|(stem, ext)| !stem.is_empty() && EXTENSIONS.contains(&ext))
 }
 
 /// The runtime's own `agents__delegate` of the input to `to` (a reflexive role hands the input
@@ -507,6 +511,34 @@ pub fn trim_history(session: &mut Vec<ChatMessage>, budget: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_history_a_request_carries_stays_bounded_after_a_hundred_requests() {
+        let budget = 4096 / HISTORY_SHARE_OF_CTX * CHARS_PER_TOKEN;
+        let mut session: Vec<ChatMessage> = Vec::new();
+        let mut largest = 0;
+        for i in 0..100 {
+            trim_history(&mut session, budget);
+            let size: usize = session.iter().map(crate::extensions::chars_of).sum();
+            largest = largest.max(size);
+            session.push(ChatMessage::User {
+                from: "human:operator".into(),
+                text: format!("request {i}: {}", "what about this and that? ".repeat(3)),
+                at: None,
+            });
+            session
+                .push(ChatMessage::Assistant { text: format!("answer {i}: {}", "ok ".repeat(40)) });
+        }
+        trim_history(&mut session, budget);
+        assert!(largest <= budget, "a request carried {largest} characters of history");
+        // The newest exchange is always there; the oldest are gone.
+        assert!(
+            matches!(session.last(), Some(ChatMessage::Assistant { text }) if text.starts_with("answer 99"))
+        );
+        assert!(
+            matches!(&session[0], ChatMessage::User { text, .. } if !text.starts_with("request 0:"))
+        );
+    }
 
     #[test]
     fn an_answer_that_claims_a_file_is_recognised() {

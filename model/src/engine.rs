@@ -34,10 +34,10 @@ use crate::wire::Finish;
 /// cancelled request stops within about a second.
 const PROMPT_CHUNK: usize = 128;
 /// Prompt tokens a background job processes between two chances to give way.
-const BACKGROUND_CHUNK: usize = 32;
+const BACKGROUND_CHUNK: usize = 16;
 /// Tokens a background job that gave way before generates in each run before it may give way
 /// again (a person waits for at most this many).
-const RESUMED_QUANTUM: usize = 8;
+const RESUMED_QUANTUM: usize = 4;
 
 /// How the model is loaded.
 #[derive(Debug, Clone)]

@@ -198,7 +198,9 @@ fn the_chat_door_answers_on_the_embedded_model_in_telegram_discord_and_slack() {
                 "app_token_env: SLACK_APP_TOKEN\n",
                 &format!("app_token_env: SLACK_APP_TOKEN\n    api_url: {}\n", slack.api_url()),
             );
+    // JSON logs: at the end, scripts/eval's reader is checked against flock-model's real log.
     let swarm = Swarm::builder(&yaml)
+        .up_args(&["--log-format", "json"])
         .env("TELEGRAM_BOT_TOKEN", "123:local-model-door")
         .env("DISCORD_BOT_TOKEN", "discord-local-model-door")
         .env("SLACK_BOT_TOKEN", fake_slack::BOT_TOKEN)
@@ -287,4 +289,21 @@ fn the_chat_door_answers_on_the_embedded_model_in_telegram_discord_and_slack() {
     assert_eq!(telegram.sent_to(TG).iter().filter(mine).count(), 2, "{:#?}", telegram.sent_to(TG));
     assert_eq!(discord.sent(DC).len(), 1, "{:#?}", discord.sent(DC));
     assert_eq!(slack.sent(SL).len(), 1, "{:#?}", slack.sent(SL));
+
+    // scripts/eval reads flock-model's log as the model writes it (structured fields, not text):
+    // every call is counted, with its cache reuse and its wait for the model.
+    let log = swarm.state_dir().join("logs/flock-model.log");
+    let out = Command::new("python3")
+        .arg(flock_testkit::repo_root().join("scripts/eval"))
+        .arg("--parse-log")
+        .arg(&log)
+        .output()
+        .expect("run scripts/eval --parse-log");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let kv: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let calls = kv["model_calls"].as_u64().unwrap_or(0);
+    assert!(calls >= 4, "one call per answer at least: {kv:#}");
+    assert!(kv["agents"]["coordinator"]["calls"].as_u64() >= Some(3), "{kv:#}");
+    assert!(kv["processed_share_median"].as_f64().is_some_and(|s| s < 0.9), "{kv:#}");
+    assert!(kv["queued_ms_p50"].as_u64().is_some(), "{kv:#}");
 }
