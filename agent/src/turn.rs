@@ -17,6 +17,34 @@ use crate::tools::{self, TurnState};
 use crate::{MAX_STEPS, prompts};
 use tracing::Instrument;
 
+/// The memory context (`[active_memory]`, `[unconscious_context]`, `[journal]`) a local model
+/// gets per turn, in characters (~120 tokens): about the three best memories.
+const CONTEXT_BUDGET_CHARS: usize = 480;
+
+/// Context blocks cut to `budget` characters in all: each keeps its heading and as many of its
+/// lines (best first) as fit; a block with no line left is left out.
+pub fn fit_context(blocks: Vec<String>, budget: usize) -> Vec<String> {
+    let mut left = budget;
+    let mut out = Vec::new();
+    for block in blocks {
+        let mut lines = block.lines();
+        let Some(head) = lines.next() else { continue };
+        let mut kept = vec![head.to_owned()];
+        for line in lines {
+            let line: String = line.chars().take(left.min(200)).collect();
+            if line.trim().is_empty() || line.len() > left {
+                break;
+            }
+            left -= line.len();
+            kept.push(line);
+        }
+        if kept.len() > 1 {
+            out.push(kept.join("\n"));
+        }
+    }
+    out
+}
+
 /// History kept for a local model, as a share of its context window, in characters per token
 /// of the estimate: an eighth (512 tokens of a 4 096-token slot, the last few exchanges). A
 /// request's prompt then stays within a fixed budget however long the conversation — what is
@@ -91,7 +119,14 @@ pub async fn run(
     let system = prompts::system_message(spec, shown, today.as_deref());
     let mut conversation = vec![ChatMessage::System { text: system }];
     conversation.extend(session.iter().cloned());
-    conversation.extend(pre.context.into_iter().map(|text| ChatMessage::System { text }));
+    // The turn's memory context is new text every turn, processed in full on each request: for a
+    // local model it is held to a fixed budget (its best lines first), so memory that grows does
+    // not make every answer slower.
+    let context = match history_budget(spec) {
+        Some(_) => fit_context(pre.context, CONTEXT_BUDGET_CHARS),
+        None => pre.context,
+    };
+    conversation.extend(context.into_iter().map(|text| ChatMessage::System { text }));
     // A delegate's result is not a message to answer *to its sender*: say whom the answer is for
     // (models, small and not so small, otherwise thank the worker).
     let relay = state == TurnState::Result && spec.role.is_reflexive();
@@ -511,6 +546,24 @@ pub fn trim_history(session: &mut Vec<ChatMessage>, budget: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_memory_context_of_a_turn_is_held_to_its_budget_best_lines_first() {
+        let recall =
+            (1..=10).map(|i| format!("- memory {i}: {}", "x".repeat(90))).collect::<Vec<_>>();
+        let blocks = vec![
+            format!("[active_memory]\n{}", "- the person likes tea"),
+            format!("[unconscious_context]\n{}", recall.join("\n")),
+            "[journal]\n".to_owned(),
+        ];
+        let fitted = fit_context(blocks, 300);
+        let size: usize =
+            fitted.iter().map(|b| b.lines().skip(1).map(str::len).sum::<usize>()).sum();
+        assert!(size <= 300, "{fitted:#?}");
+        assert_eq!(fitted.len(), 2, "an empty block is left out: {fitted:#?}");
+        assert!(fitted[0].ends_with("likes tea"));
+        assert!(fitted[1].contains("memory 1:") && !fitted[1].contains("memory 5:"), "{fitted:#?}");
+    }
 
     #[test]
     fn the_history_a_request_carries_stays_bounded_after_a_hundred_requests() {

@@ -38,6 +38,10 @@ const BACKGROUND_CHUNK: usize = 16;
 /// Tokens a background job that gave way before generates in each run before it may give way
 /// again (a person waits for at most this many).
 const RESUMED_QUANTUM: usize = 4;
+/// How long a background job gives way: past this it runs to its end, once (under a steady
+/// stream of requests a person waits for one background answer now and then, and the memory
+/// roles' notes are never held back for longer).
+const BACKGROUND_PATIENCE: Duration = Duration::from_secs(20);
 
 /// How the model is loaded.
 #[derive(Debug, Clone)]
@@ -279,8 +283,8 @@ fn model_thread(
         clock: 0,
     };
     // Arrival order within a tier; background jobs wait while any other job does, and give way
-    // (between tokens) to one that comes in while they run: a person's request never waits
-    // behind an observer's note for longer than one token.
+    // (between a few tokens) to one that comes in while they run — until they have waited
+    // `BACKGROUND_PATIENCE`, then they run to their end.
     let (mut now, mut later) = (VecDeque::new(), VecDeque::new());
     loop {
         while let Ok(job) = jobs.try_recv() {
@@ -295,7 +299,7 @@ fn model_thread(
         };
         let result = if job.cancel.load(Ordering::Relaxed) {
             Err(GenerateError::Cancelled)
-        } else if job.background {
+        } else if job.background && job.submitted.elapsed() < BACKGROUND_PATIENCE {
             let mut foreground_waits = || {
                 while let Ok(j) = jobs.try_recv() {
                     if j.background { later.push_back(j) } else { now.push_back(j) }

@@ -42,6 +42,9 @@ models:
       # runtime hands a request for a file to the worker without asking it.
       - match: "file"
         reply: "Here is a file named notes.txt in your workspace."
+      # A request that names no file, answered with a claim: the runtime hands it over instead.
+      - match: "trip"
+        reply: "I saved your notes to trip.md."
       - reply: "noted: {{input}}"
   work:
     provider: scripted
@@ -52,6 +55,9 @@ models:
         reply: "I wrote notes.txt"
       - match: "file"
         reply: "Sure! notes.txt is ready."
+      - match: "trip"
+        steps: [ {{ tool: fs_write, args: {{ path: trip.md, content: "Lisbon, 3 days" }} }} ]
+        reply: "Saved trip.md"
       - match: "permission"
         steps:
           - tool: permission_request
@@ -150,12 +156,22 @@ fn a_question_in_the_chat_is_answered_there_once_as_a_reply_and_the_journal_tell
         assert_eq!(kinds.iter().filter(|x| *x == k).count(), 1, "one {k}: {kinds:?}");
     }
 
+    // An answer that claims a file no tool wrote is not sent: the request goes to the worker.
+    let asked = fake.post(CHAT, 42, "Alice", Some("alice"), "keep my trip notes: Lisbon, 3 days");
+    let got = wait_answers(&swarm, &fake, CHAT, 3);
+    assert_eq!(
+        (got[2].plain.as_str(), got[2].reply_to),
+        ("[coordinator] Saved trip.md", Some(asked))
+    );
+    let trip = swarm.state_dir().join("workspaces/worker/trip.md");
+    assert_eq!(std::fs::read_to_string(&trip).unwrap_or_default(), "Lisbon, 3 days");
+
     // Nothing else reached the chat (the person's own messages never come back), and #team
-    // holds both questions and both answers.
+    // holds the three questions and their answers.
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(fake.sent_to(CHAT).len(), 2, "{:#?}", fake.sent_to(CHAT));
+    assert_eq!(fake.sent_to(CHAT).len(), 3, "{:#?}", fake.sent_to(CHAT));
     let posts = swarm.ctl_ok(&["read", "#team", "--json"]);
-    assert_eq!(posts.lines().count(), 4, "{posts}");
+    assert_eq!(posts.lines().count(), 6, "{posts}");
     assert!(fake.rejected().is_empty(), "{:?}", fake.rejected());
 }
 
