@@ -159,6 +159,8 @@ fn run(
                 agent: args["agent"].as_str().filter(|a| !a.is_empty()),
                 today: today(),
                 mode: Mode::Hybrid,
+                // The unconscious's recall asks for clear matches only.
+                precise: args["precise"].as_bool().unwrap_or(false),
             };
             let hits = index.search(&query).map_err(|e| format!("INTERNAL: {e}"))?;
             let hits: Vec<Value> = hits

@@ -855,6 +855,8 @@ async fn recall(client: &RouterClient, input: &str) -> String {
         "query": input,
         "limit": 5,
         "kinds": ["observation", "reflection", "knowledge"],
+        // Unasked context for a model: only what clearly matches the input.
+        "precise": true,
     });
     let out = crate::tools::forward(client, "memory__search", &args).await;
     if !out.ok {

@@ -208,6 +208,7 @@ pub fn run(root: &Path, n: usize, out: &mut Map<String, Value>) -> Result<()> {
                 agent: None,
                 today,
                 mode,
+                precise: false,
             };
             let t = Instant::now();
             std::hint::black_box(index.search(&q).map_err(|e| anyhow!(e))?);

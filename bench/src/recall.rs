@@ -287,6 +287,7 @@ fn ranks(dir: &Path, case: &Case, embedder: Option<&Arc<Embedder>>) -> Result<[O
             agent: None,
             today,
             mode,
+            precise: false,
         };
         let hits = index.search(&q).map_err(|e| anyhow!(e))?;
         *slot = hits.iter().position(|h| h.record.id == case.evidence);

@@ -90,7 +90,15 @@ pub struct Query<'a> {
     pub today: i64,
     /// Words, meaning, or both (both without an embedder is words only).
     pub mode: Mode,
+    /// Only what clearly matches: a record found by its words must have at least half of the
+    /// query's words, one found by its meaning a cosine similarity of [`PRECISE_SIMILARITY`].
+    /// For context put in front of a model unasked (the unconscious's recall), where a weak
+    /// match costs time and misleads.
+    pub precise: bool,
 }
+
+/// The cosine similarity (all-MiniLM-L6-v2) a match by meaning needs in a precise search.
+pub const PRECISE_SIMILARITY: f32 = 0.5;
 
 /// How a search finds candidates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,8 +306,20 @@ impl Index {
                 .collect(),
         };
         let terms = asked.len();
-        let meaning =
-            if q.mode == Mode::Bm25 { Vec::new() } else { self.nearest(q.text, q.agent)? };
+        let words: Vec<(i64, usize)> = if q.precise {
+            words.into_iter().filter(|(_, has)| has * 2 >= terms.max(1)).collect()
+        } else {
+            words
+        };
+        let meaning: Vec<i64> = if q.mode == Mode::Bm25 {
+            Vec::new()
+        } else {
+            self.nearest(q.text, q.agent)?
+                .into_iter()
+                .filter(|(_, sim)| !q.precise || *sim >= PRECISE_SIMILARITY)
+                .map(|(rid, _)| rid)
+                .collect()
+        };
         let fused = fuse(&words, terms, &meaning);
         // Equal fused scores (one list's first is the other's second, and back) go to the
         // better match of the words: exact words beat a near meaning, and the order is stable.
@@ -341,15 +361,15 @@ impl Index {
         Ok(hits.into_iter().map(|(_, hit)| hit).collect())
     }
 
-    /// The rids of the records nearest in meaning to `text`, best first (none without an
-    /// embedder).
+    /// The rids of the records nearest in meaning to `text`, best first, with their cosine
+    /// similarity (none without an embedder).
     #[cfg(not(feature = "vectors"))]
-    fn nearest(&mut self, _text: &str, _agent: Option<&str>) -> Result<Vec<i64>> {
+    fn nearest(&mut self, _text: &str, _agent: Option<&str>) -> Result<Vec<(i64, f32)>> {
         Ok(Vec::new())
     }
 
     #[cfg(feature = "vectors")]
-    fn nearest(&mut self, text: &str, agent: Option<&str>) -> Result<Vec<i64>> {
+    fn nearest(&mut self, text: &str, agent: Option<&str>) -> Result<Vec<(i64, f32)>> {
         if self.vectors.is_none() {
             return Ok(Vec::new());
         }
@@ -377,11 +397,11 @@ impl Index {
             .prepare_cached("SELECT rid FROM records WHERE hash = ?1")
             .map_err(err("vector hits"))?;
         let mut rids = Vec::new();
-        for (_, hash) in scored {
+        for (sim, hash) in scored {
             let rows =
                 stmt.query_map([hash], |r| r.get::<_, i64>(0)).map_err(err("vector hits"))?;
             for rid in rows {
-                rids.push(rid.map_err(err("vector hits"))?);
+                rids.push((rid.map_err(err("vector hits"))?, sim));
             }
         }
         Ok(rids)
@@ -895,7 +915,32 @@ mod tests {
             agent: None,
             today: days_of(today).unwrap(),
             mode: Mode::Hybrid,
+            precise: false,
         }
+    }
+
+    #[test]
+    fn a_precise_search_leaves_out_what_shares_a_word_or_two_with_the_question() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write(
+            d,
+            "observations/2026-11-20.md",
+            &(obs("09:00", "a", "Dana asked how many boxes the van holds; twelve.", "")
+                + &obs("10:00", "b", "The dentist appointment is on Friday at 15:00.", "")),
+        );
+        let mut index = Index::open(d).unwrap();
+        index.sync().unwrap();
+        // One word of three ("many") is a match, not a clear one.
+        let loose = index.search(&query("How many days in a week?", "2026-11-25")).unwrap();
+        assert_eq!(ids(&loose), ["a"]);
+        let mut q = query("How many days in a week?", "2026-11-25");
+        q.precise = true;
+        assert!(index.search(&q).unwrap().is_empty());
+        // Half the words or more: found either way.
+        let mut q = query("When is the dentist appointment?", "2026-11-25");
+        q.precise = true;
+        assert_eq!(ids(&index.search(&q).unwrap()), ["b"]);
     }
 
     #[test]

@@ -69,8 +69,16 @@ pub fn search(dir: &Path, ask: &Search<'_>, as_json: bool) -> Result<String> {
             None => note = "(by words only: no embedding model; scripts/setup fetches it)\n".into(),
         }
     }
-    let query =
-        Query { text, limit: limit.clamp(1, 1000), all, kinds, agent, today: today(), mode };
+    let query = Query {
+        text,
+        limit: limit.clamp(1, 1000),
+        all,
+        kinds,
+        agent,
+        today: today(),
+        mode,
+        precise: false,
+    };
     let started = Instant::now();
     let hits = index.search(&query).map_err(|e| anyhow!(e))?;
     let took = started.elapsed();
