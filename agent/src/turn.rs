@@ -21,6 +21,29 @@ use tracing::Instrument;
 /// gets per turn, in characters (~120 tokens): about the three best memories.
 const CONTEXT_BUDGET_CHARS: usize = 480;
 
+/// Context blocks without the lines the conversation already shows in an earlier context (a
+/// memory recalled before is still in the history the model reads); a block left with no line
+/// is dropped.
+pub fn fresh_context(blocks: Vec<String>, session: &[ChatMessage]) -> Vec<String> {
+    let shown: std::collections::HashSet<&str> = session
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::System { text } => Some(text.lines().skip(1)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    blocks
+        .into_iter()
+        .filter_map(|block| {
+            let mut lines = block.lines();
+            let head = lines.next()?;
+            let new: Vec<&str> = lines.filter(|l| !shown.contains(l)).collect();
+            (!new.is_empty()).then(|| format!("{head}\n{}", new.join("\n")))
+        })
+        .collect()
+}
+
 /// Context blocks cut to `budget` characters in all: each keeps its heading and as many of its
 /// lines (best first) as fit; a block with no line left is left out.
 pub fn fit_context(blocks: Vec<String>, budget: usize) -> Vec<String> {
@@ -119,12 +142,16 @@ pub async fn run(
     let system = prompts::system_message(spec, shown, today.as_deref());
     let mut conversation = vec![ChatMessage::System { text: system }];
     conversation.extend(session.iter().cloned());
-    // The turn's memory context is new text every turn, processed in full on each request: for a
-    // local model it is held to a fixed budget (its best lines first), so memory that grows does
-    // not make every answer slower.
-    let context = match history_budget(spec) {
-        Some(_) => fit_context(pre.context, CONTEXT_BUDGET_CHARS),
-        None => pre.context,
+    // The turn's memory context is new text, processed in full on each request. For a local model
+    // it joins the conversation with the turn (so it is part of the cached history afterwards),
+    // only the memories the history does not already show are added, and those within a fixed
+    // budget (best first): memory that grows does not make every answer slower.
+    let local = history_budget(spec).is_some();
+    let (context, kept_context) = if local {
+        let new = fresh_context(pre.context, session);
+        (Vec::new(), fit_context(new, CONTEXT_BUDGET_CHARS))
+    } else {
+        (pre.context, Vec::new())
     };
     conversation.extend(context.into_iter().map(|text| ChatMessage::System { text }));
     // A delegate's result is not a message to answer *to its sender*: say whom the answer is for
@@ -141,6 +168,8 @@ pub async fn run(
         });
     }
     let start = conversation.len();
+    conversation.extend(kept_context.into_iter().map(|text| ChatMessage::System { text }));
+    let input_at = conversation.len();
     let text = match delivery.kind {
         DeliveryKind::Result => format!("[result] {}", delivery.text),
         _ => delivery.text.clone(),
@@ -351,7 +380,7 @@ pub async fn run(
                 // keeps only the input: the result turn then reads the request and the result
                 // side by side (a small model copies a stored "(delegated …)" line instead).
                 if let Some(to) = delegated_to {
-                    conversation.truncate(start + 1);
+                    conversation.truncate(input_at + 1);
                     reply = Some(format!("(delegated to {to})"));
                     delegated = true;
                     break;
@@ -546,6 +575,21 @@ pub fn trim_history(session: &mut Vec<ChatMessage>, budget: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_memory_the_history_already_shows_is_not_added_again() {
+        let session = vec![
+            ChatMessage::System {
+                text: "[unconscious_context]\n- likes tea\n- lives in Lisbon".into(),
+            },
+            ChatMessage::User { from: "human:dana".into(), text: "hi".into(), at: None },
+        ];
+        let blocks = vec![
+            "[unconscious_context]\n- lives in Lisbon\n- has a cat, Miso".to_owned(),
+            "[active_memory]\n- likes tea".to_owned(),
+        ];
+        assert_eq!(fresh_context(blocks, &session), ["[unconscious_context]\n- has a cat, Miso"]);
+    }
 
     #[test]
     fn the_memory_context_of_a_turn_is_held_to_its_budget_best_lines_first() {
