@@ -41,7 +41,7 @@ const RESUMED_QUANTUM: usize = 4;
 /// How long a background job gives way: past this it runs to its end, once (under a steady
 /// stream of requests a person waits for one background answer now and then, and the memory
 /// roles' notes are never held back for longer).
-const BACKGROUND_PATIENCE: Duration = Duration::from_secs(20);
+const BACKGROUND_PATIENCE: Duration = Duration::from_secs(60);
 
 /// How the model is loaded.
 #[derive(Debug, Clone)]
