@@ -99,6 +99,15 @@ pub fn start_all(
     let mut out = Vec::new();
     for spec in specs {
         let Some(token) = tokens.get(&spec.token_env).cloned() else { continue };
+        if let Some(dm) = spec.dm.as_ref().filter(|d| d.allow.is_none()) {
+            tracing::warn!(
+                bridge = %spec.name,
+                "bridge {}: `{}` answers direct messages from anyone who reaches the bot; set \
+                 `dm: {{allow: [user ids]}}` to limit it, or `dm: false`",
+                spec.name,
+                dm.agent
+            );
+        }
         let app_token = spec.app_token_env.as_ref().and_then(|v| tokens.get(v).cloned());
         let status =
             Arc::new(Mutex::new(ProcessStatus { state: "starting".into(), ..Default::default() }));
