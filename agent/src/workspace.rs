@@ -108,18 +108,36 @@ impl Workspace {
         openat2(self.root.as_fd(), target, how(flags)).map_err(|e| failed(rel, e))
     }
 
+    /// A regular file of the workspace, open for reading. Anything else is refused without
+    /// waiting on it: a FIFO (opened non-blocking, so no writer is awaited), a socket or a
+    /// device would hold the agent's turn (and its heartbeat's patience) as long as it likes.
+    fn open_regular(&self, rel: &Path, path: &str) -> Result<std::fs::File, ToolOutput> {
+        let fd = self.open_at(rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY)?;
+        let stat = nix::sys::stat::fstat(&fd)
+            .map_err(|e| ToolOutput::err(format!("INTERNAL: reading `{path}`: {e}")))?;
+        match nix::sys::stat::SFlag::from_bits_truncate(stat.st_mode & nix::libc::S_IFMT) {
+            nix::sys::stat::SFlag::S_IFREG => Ok(std::fs::File::from(fd)),
+            nix::sys::stat::SFlag::S_IFDIR => {
+                Err(bad(&format!("`{path}` is a folder; fs_list lists it")))
+            }
+            _ => Err(bad(&format!(
+                "`{path}` is not a regular file (a pipe, socket or device); only files can be read"
+            ))),
+        }
+    }
+
     /// `fs_read`: a text file, at most [`MAX_FILE_BYTES`].
     pub fn read(&self, path: &str) -> ToolOutput {
         let rel = match relative(path) {
             Ok(r) => r,
             Err(e) => return e,
         };
-        let fd = match self.open_at(&rel, OFlag::O_RDONLY) {
-            Ok(fd) => fd,
+        let file = match self.open_regular(&rel, path) {
+            Ok(f) => f,
             Err(e) => return e,
         };
         let mut bytes = Vec::new();
-        let read = std::fs::File::from(fd).take(MAX_FILE_BYTES as u64 + 1).read_to_end(&mut bytes);
+        let read = file.take(MAX_FILE_BYTES as u64 + 1).read_to_end(&mut bytes);
         if let Err(e) = read {
             let msg = if e.raw_os_error() == Some(libc_eisdir()) {
                 format!("BAD_REQUEST: `{path}` is a folder; fs_list lists it")
@@ -289,9 +307,10 @@ impl Workspace {
         let needle = query.to_lowercase();
         let mut hits = Vec::new();
         for file in files {
-            let Ok(fd) = self.open_at(&file, OFlag::O_RDONLY | OFlag::O_NOFOLLOW) else { continue };
+            // Pipes and sockets are passed over, never waited on.
+            let Ok(f) = self.open_regular(&file, &file.to_string_lossy()) else { continue };
             let mut bytes = Vec::new();
-            let _ = std::fs::File::from(fd).take(MAX_FILE_BYTES as u64).read_to_end(&mut bytes);
+            let _ = f.take(MAX_FILE_BYTES as u64).read_to_end(&mut bytes);
             if bytes.contains(&0) {
                 continue;
             }
@@ -362,6 +381,28 @@ mod tests {
         std::fs::create_dir(dir.path().join("ws")).unwrap();
         let ws = Workspace::open(&dir.path().join("ws")).unwrap();
         (dir, ws)
+    }
+
+    #[test]
+    fn a_pipe_in_the_workspace_is_refused_at_once_not_waited_on() {
+        let (_d, ws) = ws();
+        assert!(ws.write("notes.txt", "hello").ok);
+        nix::unistd::mkfifo(&ws.path().join("pipe"), Mode::from_bits_truncate(0o600)).unwrap();
+        // Opening a FIFO for reading would wait for a writer forever: it is refused instead.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = ws.path().to_path_buf();
+        std::thread::spawn(move || {
+            let ws = Workspace::open(&path).unwrap();
+            let _ = tx.send((ws.read("pipe"), ws.search("hello", "")));
+        });
+        let (read, search) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("fs_read and fs_search of a workspace with a FIFO returned");
+        assert!(!read.ok && read.content.contains("not a regular file"), "{}", read.content);
+        assert_eq!(search.content, "notes.txt:1: hello", "the pipe is passed over");
+        std::fs::create_dir(ws.path().join("sub")).unwrap();
+        let folder = ws.read("sub");
+        assert!(!folder.ok && folder.content.contains("is a folder"), "{}", folder.content);
     }
 
     #[test]
