@@ -2006,8 +2006,11 @@ impl RouterState {
     fn load_session(&self, conn: ConnId, agent: &str, frame: &Frame, channel: &str) {
         let Some(outbox) = self.conns.get(&conn).map(|i| i.outbox.clone()) else { return };
         let (agent, channel, id) = (agent.to_owned(), channel.to_owned(), frame.id);
+        // Half a frame: the rest of it is room for the frame's own fields.
+        let max_bytes = self.spec.delivery.max_frame_bytes as usize / 2;
         let job: crate::store_actor::StoreJob = Box::new(move |s| {
-            let messages = match s.load_session(&agent, &channel, flock_config::SESSION_WINDOW) {
+            let window = flock_config::SESSION_WINDOW;
+            let messages = match s.load_session(&agent, &channel, window, max_bytes) {
                 Ok(items) => format!("[{}]", items.join(",")),
                 Err(e) => {
                     tracing::error!(agent = %agent, channel = %channel, error = %e, "flock store: loading the session of {agent} failed");

@@ -571,3 +571,39 @@ async fn notices_flock_posts_for_people_start_no_chain() {
     }
     nothing_for(&mut orch, 200).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_grown_by_huge_valid_messages_still_loads_in_one_frame() {
+    // Twelve messages just under the message limit (an eighth of the frame) make a session of
+    // 1.5 frames: loading all of it would be a frame nobody can read, on every start of the
+    // agent. It loads its newest part, within half a frame. (A 1 MiB frame here, as the test
+    // sockets have; the same holds at the default 16 MiB with 2 MiB messages.)
+    let tmp = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "swarm: {{name: t}}\ndelivery: {{max_frame_bytes: 1048576}}\nmodels:\n  s: {{provider: scripted, rules: [{{reply: ok}}]}}\ndefaults: {{model: s}}\n{AGENTS}"
+    );
+    let node = common::start(tmp.path(), 0, &yaml, true).await;
+    let mut dev = node.agent("dev").await;
+    let big = |i: usize| format!("\"{}{}\"", i, "x".repeat(130_000));
+    for i in 0..12 {
+        let save = Frame::new(
+            "dev",
+            ROUTER,
+            Body::SessionSave { channel: "c".into(), messages: format!("[{}]", big(i)) },
+        );
+        dev.outbox.send(save).await.unwrap();
+    }
+    let load = Frame::new("dev", ROUTER, Body::SessionLoad { channel: "c".into() });
+    dev.outbox.send(load.clone()).await.unwrap();
+    let reply = loop {
+        let f = next(&mut dev).await;
+        if f.correlation_id == Some(load.id) {
+            break f;
+        }
+    };
+    let Body::SessionData { messages, .. } = reply.body else { panic!("{:?}", reply.body) };
+    assert!(messages.len() <= 512 * 1024, "{} bytes", messages.len());
+    let items: Vec<String> = serde_json::from_str(&messages).unwrap();
+    assert!((1..12).contains(&items.len()), "{} messages", items.len());
+    assert!(items.last().unwrap().starts_with("11x"), "the newest is kept");
+}

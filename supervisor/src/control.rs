@@ -30,6 +30,8 @@ pub struct ControlCtx {
     pub model: Option<Arc<crate::model::ModelProcess>>,
     /// The chat bridges' processes (set once they are started).
     pub bridges: Arc<std::sync::Mutex<Vec<Arc<crate::bridges::BridgeProcess>>>>,
+    /// The swarm's frame limit (an answer must fit in one frame).
+    pub max_frame_bytes: u32,
 }
 
 impl std::fmt::Debug for ControlCtx {
@@ -122,11 +124,12 @@ async fn run(
             Ok(ControlReply::DeadLetters(letters))
         }
         ControlRequest::Session { agent, channel } => {
+            let max_bytes = ctx.max_frame_bytes as usize / 2;
             let result = flock_actors::store_actor::with_store(&ctx.store, move |s| {
                 Ok(match channel {
                     Some(c) => {
                         let c = c.trim_start_matches('#').to_owned();
-                        let items = s.load_session(&agent, &c, usize::MAX >> 1)?;
+                        let items = s.load_session(&agent, &c, usize::MAX >> 1, max_bytes)?;
                         format!("{{\"agent\":{:?},\"channel\":{:?},\"messages\":[{}]}}", agent, c, items.join(","))
                     }
                     None => {

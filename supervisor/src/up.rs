@@ -365,6 +365,7 @@ pub async fn up(
         shutdown: shutdown_tx.clone(),
         started,
         model: model.clone(),
+        max_frame_bytes: spec.delivery.max_frame_bytes,
     });
     let _ = control_cell.set(ctx.clone());
 

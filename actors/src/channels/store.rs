@@ -561,12 +561,15 @@ impl Store {
         Ok(())
     }
 
-    /// The newest `limit` messages of a session, oldest first (empty for a closed session).
+    /// The newest messages of a session, oldest first: at most `limit` of them and `max_bytes`
+    /// in all (what is sent back must fit in one frame, whatever sequence of valid messages
+    /// made the session); empty for a closed session.
     pub fn load_session(
         &self,
         agent: &str,
         channel: &str,
         limit: usize,
+        max_bytes: usize,
     ) -> Result<Vec<String>, StoreError> {
         let closed: Option<i64> = self
             .conn
@@ -582,9 +585,16 @@ impl Store {
         let mut stmt = self.conn.prepare_cached(
             "SELECT message FROM session_messages WHERE agent = ?1 AND channel = ?2 ORDER BY seq DESC LIMIT ?3",
         )?;
-        let mut out: Vec<String> = stmt
-            .query_map(params![agent, channel, limit as i64], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
+        let mut out: Vec<String> = Vec::new();
+        let mut used = 0usize;
+        for m in stmt.query_map(params![agent, channel, limit as i64], |r| r.get::<_, String>(0))? {
+            let m = m?;
+            used += m.len() + 1;
+            if used > max_bytes {
+                break;
+            }
+            out.push(m);
+        }
         out.reverse();
         Ok(out)
     }
