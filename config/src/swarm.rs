@@ -974,7 +974,48 @@ impl Loader<'_> {
                 agents.push(agent);
             }
         }
+        self.check_workspaces(items, &agents);
         agents
+    }
+
+    /// No agent's workspace may hold another agent's (it could read and change its files): a
+    /// relative workspace (under the state dir's workspaces/, the default being the agent's
+    /// name) may equal another's — a shared one — but not contain it.
+    fn check_workspaces(&mut self, items: &[Node], agents: &[AgentSpec]) {
+        let relative = |a: &AgentSpec| match &a.workspace {
+            Some(p) if p.is_absolute() => None,
+            Some(p) => Some(p.components().collect::<PathBuf>()),
+            None => Some(PathBuf::from(a.key())),
+        };
+        for a in agents {
+            let Some(outer) = relative(a) else { continue };
+            for b in agents.iter().filter(|b| b.name != a.name) {
+                let Some(inner) = relative(b) else { continue };
+                if inner != outer && inner.starts_with(&outer) {
+                    let pos = items
+                        .iter()
+                        .find(|item| {
+                            item.entries()
+                                .and_then(|e| lookup(e, "name"))
+                                .and_then(|(_, v)| v.text())
+                                == Some(a.name.as_str())
+                        })
+                        .and_then(|item| item.entries().and_then(|e| lookup(e, "workspace")))
+                        .map_or(Pos::START, |(_, v)| v.pos);
+                    self.report.error(
+                        pos,
+                        format!(
+                            "agent `{}`'s workspace `{}` holds agent `{}`'s (`{}`): it could read \
+                             and change that agent's files; give each agent a folder of its own",
+                            a.name,
+                            outer.display(),
+                            b.name,
+                            inner.display()
+                        ),
+                    );
+                }
+            }
+        }
     }
 
     /// The agent's `name`, if it is present and valid (otherwise reported).
@@ -1067,6 +1108,21 @@ impl Loader<'_> {
             // A relative workspace lives under the state dir's `workspaces/`; `..` would take
             // it out (into the state dir itself, or anywhere). An absolute path is the user's
             // own choice.
+            // `.` (or nothing) is the workspaces/ folder itself: every agent's workspace.
+            if path.is_relative()
+                && !path.components().any(|c| matches!(c, std::path::Component::Normal(_)))
+            {
+                r.error(
+                    v.pos,
+                    format!(
+                        "`{what}`: `{}` is the state dir's workspaces/ folder itself, which holds \
+                         every other agent's workspace; give a name (e.g. `shared`) or an \
+                         absolute path",
+                        path.display()
+                    ),
+                );
+                return None;
+            }
             if path.is_relative() && path.components().any(|c| c == std::path::Component::ParentDir)
             {
                 r.error(
@@ -2112,6 +2168,22 @@ mod tests {
             },
         ];
         assert_eq!(spec.bridges, expected);
+    }
+
+    #[test]
+    fn a_workspace_may_not_be_the_workspaces_folder_nor_hold_another_agents() {
+        let text = "swarm:\n  name: t\nagents:\n  - { name: a, role: worker, workspace: \".\" }\n  \
+                    - { name: b, role: worker, workspace: shared }\n  - { name: c, role: worker, \
+                    workspace: shared/c }\n  - { name: d, role: worker, workspace: b }\n  - { name: \
+                    e, role: worker, workspace: shared }\n";
+        assert_errors(
+            text,
+            &[
+                (4, &["`agents.a.workspace`: `.` is the state dir's workspaces/ folder itself"]),
+                (5, &["agent `b`'s workspace `shared` holds agent `c`'s (`shared/c`)"]),
+                (8, &["agent `e`'s workspace `shared` holds agent `c`'s"]),
+            ],
+        );
     }
 
     #[test]

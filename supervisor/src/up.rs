@@ -179,6 +179,30 @@ fn private_files() {
 }
 
 /// Runs a swarm until it is told to stop. Returns once every agent has stopped.
+/// An absolute workspace may not be the state dir, lie inside it, or contain it: the agent
+/// would reach the database, the logs, the sockets and every other agent's workspace.
+fn check_workspaces(spec: &SwarmSpec, state: &StateDir) -> Result<()> {
+    let root = std::fs::canonicalize(&state.root).unwrap_or_else(|_| state.root.clone());
+    for a in &spec.agents {
+        let Some(ws) = a.workspace.as_ref().filter(|w| w.is_absolute()) else { continue };
+        // Resolved as far as it exists (a symlink to the state dir is the state dir).
+        let real = std::fs::canonicalize(ws).unwrap_or_else(|_| ws.clone());
+        if real.starts_with(&root) || root.starts_with(&real) {
+            bail!(
+                "agent `{}`'s workspace {} is {} the state dir {}: the agent would reach the \
+                 database, the logs and every other agent's workspace; give it a folder outside \
+                 the state dir, or a relative name (a folder under {}/workspaces/)",
+                a.key(),
+                ws.display(),
+                if real.starts_with(&root) { "inside" } else { "around" },
+                root.display(),
+                root.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 pub async fn up(
     spec: SwarmSpec,
     state: StateDir,
@@ -195,6 +219,7 @@ pub async fn up(
         .with_context(|| format!("open the store {}", state.db().display()))?;
     let spec = Arc::new(with_registry(spec, &store)?);
     check_api_keys(&spec, &keys)?;
+    check_workspaces(&spec, &state)?;
     // Bridge tokens go to their bridges only, never to the gateway.
     let mut keys = keys;
     let bridge_tokens: HashMap<String, Secret> = spec
@@ -535,5 +560,34 @@ pub fn detach(
             );
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn swarm(workspace: &std::path::Path) -> SwarmSpec {
+        let text = format!(
+            "swarm: {{name: t}}\nagents:\n  - {{name: w, role: worker, workspace: \"{}\"}}\n",
+            workspace.display()
+        );
+        flock_config::parse(&text, std::path::Path::new("swarm.yaml")).unwrap()
+    }
+
+    #[test]
+    fn a_workspace_in_around_or_linked_to_the_state_dir_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir { root: tmp.path().join("state") };
+        state.create().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&state.root, &link).unwrap();
+        for bad in [state.root.clone(), state.root.join("logs"), tmp.path().to_path_buf(), link] {
+            let err = check_workspaces(&swarm(&bad), &state).unwrap_err().to_string();
+            assert!(err.contains("the state dir"), "{}: {err}", bad.display());
+        }
+        check_workspaces(&swarm(&outside), &state).unwrap();
     }
 }
