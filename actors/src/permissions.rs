@@ -130,15 +130,60 @@ const SECRETS: &[&str] = &[
 const SECRET_PARTS: &[&str] =
     &[".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".git-credentials"];
 
+/// Names of files that hold keys or credentials (a folder holding one is not GREEN).
+const SECRET_FILES: &[&str] = &[
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    ".env",
+    ".pgpass",
+    ".my.cnf",
+    "credentials",
+    ".htpasswd",
+];
+/// Extensions of key files.
+const SECRET_EXTENSIONS: &[&str] = &["pem", "key", "p12", "pfx", "keystore", "jks"];
+/// Entries a GREEN check looks at in a folder to be granted; more, and a person decides.
+const GREEN_SCAN_MAX: usize = 10_000;
+
 impl Invariants {
     pub fn new(protected: Vec<PathBuf>) -> Self {
         Invariants { protected }
     }
 
-    /// Why code never grants `cap`, whatever a model or a person says; `None` if it may.
+    /// Why code never grants `cap`, whatever a model or a person says; `None` if it may. A path
+    /// is judged as written and as it really is (symlinks resolved): a link to the state dir is
+    /// the state dir.
     pub fn never(&self, cap: &Capability) -> Option<String> {
         let Capability::Read(path) = cap else { return None };
-        let overlaps = |p: &Path| path.starts_with(p) || p.starts_with(path);
+        if let Some(why) = self.never_path(path) {
+            return Some(why);
+        }
+        if let Ok(real) = std::fs::canonicalize(path)
+            && real != *path
+            && let Some(why) = self.never_path(&real)
+        {
+            return Some(format!("{} is a link to {}: {why}", path.display(), real.display()));
+        }
+        if path.starts_with("/tmp") {
+            return Some(format!(
+                "{} is under /tmp, and a sandbox has a private /tmp of its own: the grant would \
+                 show nothing; put the files elsewhere (e.g. /srv/data) and ask for that",
+                path.display()
+            ));
+        }
+        None
+    }
+
+    fn never_path(&self, path: &Path) -> Option<String> {
+        let overlaps = |p: &Path| {
+            let real = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+            path.starts_with(p)
+                || p.starts_with(path)
+                || path.starts_with(&real)
+                || real.starts_with(path)
+        };
         if path == Path::new("/") {
             return Some("the whole filesystem holds the state dir and secrets".into());
         }
@@ -163,15 +208,64 @@ impl Invariants {
     }
 
     /// Whether a GREEN verdict may grant `cap` without a person (`Err`: why a person decides).
+    /// A read grant is judged by what it opens: the whole folder is looked through (links not
+    /// followed), and one that holds keys or credentials anywhere — or is too big to look
+    /// through — waits for a person.
     pub fn green_may_grant(&self, cap: &Capability) -> Result<(), String> {
         match cap {
             Capability::Network(_) => Err("network access reaches beyond the requested host \
                                            (the sandbox gives the whole network), so a person \
                                            approves it"
                 .into()),
-            Capability::Read(_) | Capability::Timeout(_) => Ok(()),
+            Capability::Read(path) => match secret_inside(path) {
+                Ok(None) => Ok(()),
+                Ok(Some(found)) => Err(format!(
+                    "{} holds what looks like a key or credentials ({}), so a person decides",
+                    path.display(),
+                    found.display()
+                )),
+                Err(why) => Err(why),
+            },
+            Capability::Timeout(_) => Ok(()),
         }
     }
+}
+
+/// The first file or folder under `path` (itself included, links not followed) whose name says
+/// it holds keys or credentials; `Err` when there is too much to look through.
+fn secret_inside(path: &Path) -> Result<Option<PathBuf>, String> {
+    let secret = |p: &Path| {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        SECRET_PARTS.contains(&name)
+            || SECRET_FILES.contains(&name)
+            || p.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| SECRET_EXTENSIONS.contains(&e))
+    };
+    let mut todo = vec![path.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(p) = todo.pop() {
+        if secret(&p) {
+            return Ok(Some(p));
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+        if !meta.is_dir() {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&p) else { continue };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > GREEN_SCAN_MAX {
+                return Err(format!(
+                    "{} holds more than {GREEN_SCAN_MAX} files and folders, too many to check for \
+                     keys, so a person decides",
+                    path.display()
+                ));
+            }
+            todo.push(e.path());
+        }
+    }
+    Ok(None)
 }
 
 /// A stored request, as `flockctl approvals` and the tools show it.
@@ -687,6 +781,37 @@ mod tests {
 
     fn inv() -> Invariants {
         Invariants::new(vec![PathBuf::from("/home/u/.flock/state"), PathBuf::from("/srv/ws/a")])
+    }
+
+    #[test]
+    fn a_read_grant_is_judged_by_what_it_opens() {
+        // Not under /tmp (a sandbox's /tmp is its own): a folder of the current one.
+        let dir = tempfile::Builder::new().tempdir_in(std::env::current_dir().unwrap()).unwrap();
+        let base = dir.path().to_path_buf();
+        let state = base.join("state");
+        let clean = base.join("data/clean");
+        let keys = base.join("data/keys");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::create_dir_all(clean.join("reports")).unwrap();
+        std::fs::write(clean.join("reports/q3.csv"), "a,b").unwrap();
+        std::fs::create_dir_all(keys.join("home/.ssh")).unwrap();
+        std::fs::write(keys.join("home/.ssh/id_rsa"), "-----BEGIN").unwrap();
+        let link = base.join("data/link");
+        std::os::unix::fs::symlink(&state, &link).unwrap();
+        let inv = Invariants::new(vec![state.clone()]);
+        let read = |p: &Path| Capability::Read(p.to_path_buf());
+        // A clean folder may be granted GREEN; one holding a key anywhere waits for a person.
+        assert_eq!(inv.never(&read(&clean)), None);
+        assert_eq!(inv.green_may_grant(&read(&clean)), Ok(()));
+        assert_eq!(inv.never(&read(&keys)), None);
+        let why = inv.green_may_grant(&read(&keys)).unwrap_err();
+        assert!(why.contains(".ssh") && why.contains("a person decides"), "{why}");
+        // A link to the state dir is the state dir: never.
+        let why = inv.never(&read(&link)).expect("refused");
+        assert!(why.contains("is a link to") && why.contains("Flock's state"), "{why}");
+        // Under /tmp: the sandbox could not show it; refused with why.
+        let why = inv.never(&read(Path::new("/tmp/data"))).expect("refused");
+        assert!(why.contains("private /tmp"), "{why}");
     }
 
     #[test]
