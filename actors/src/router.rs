@@ -253,6 +253,9 @@ struct Slot {
     spec_json: String,
     conn: Option<ConnId>,
     expected_token: Option<String>,
+    /// The token of the spawn that said Hello: a second Hello with it means two processes had
+    /// it, and one of them is not the agent.
+    used_token: Option<String>,
     stopping: bool,
     queue: VecDeque<Queued>,
     in_flight: Option<Queued>,
@@ -274,6 +277,7 @@ impl Slot {
             spec,
             conn: None,
             expected_token: None,
+            used_token: None,
             stopping: false,
             queue: VecDeque::new(),
             in_flight: None,
@@ -603,6 +607,12 @@ impl RouterState {
         };
         match (kind, &first.body) {
             (ConnKind::Agent, Body::Hello(hello)) => {
+                if self.token_reused(hello, &peer) {
+                    return reject(
+                        ErrorCode::Forbidden,
+                        "this spawn's token was already used: both connections are closed and the agent is restarted with a new one".into(),
+                    );
+                }
                 if let Err((code, reason)) = self.check_hello(hello) {
                     tracing::warn!(
                         agent = %hello.agent_id,
@@ -621,7 +631,7 @@ impl RouterState {
                     self.closed(old);
                 }
                 let Some(slot) = self.slots.get_mut(&name) else { return };
-                slot.expected_token = None;
+                slot.used_token = slot.expected_token.take();
                 slot.conn = Some(conn);
                 slot.last_seen.store(unix_ms(), Ordering::Relaxed);
                 let welcome = Welcome {
@@ -674,6 +684,40 @@ impl RouterState {
                 format!("the first frame must be a handshake, got {}", body.kind()),
             ),
         }
+    }
+
+    /// Whether `hello` presents the token an earlier Hello already used. A spawn's token is
+    /// single-use and the agent never says Hello twice (it exits when its connection closes), so
+    /// two processes had it: one read it where it should not have. The connection that used it
+    /// first is closed too — it may be the impostor — and the event is journaled; the agent,
+    /// refused, exits and is restarted with a fresh token.
+    fn token_reused(&mut self, hello: &Hello, peer: &PeerCred) -> bool {
+        let key = hello_key(hello);
+        let Some(slot) = self.slots.get_mut(&key) else { return false };
+        let reused = slot
+            .used_token
+            .as_ref()
+            .is_some_and(|t| constant_time_eq(t.as_bytes(), hello.token.as_bytes()));
+        if !reused {
+            return false;
+        }
+        slot.used_token = None;
+        let first = slot.conn;
+        let message = format!(
+            "a second Hello as `{key}` (pid {:?}) presented the token its spawn had already used; both connections are closed",
+            peer.pid
+        );
+        tracing::warn!(agent = %key, pid = ?peer.pid, "flock router: {message}");
+        if let Some(j) = &self.journal {
+            j.log(
+                JournalEvent::new(&key, "TOKEN_REUSED", Status::Failed, message)
+                    .param("pid", peer.pid.unwrap_or(0)),
+            );
+        }
+        if let Some(old) = first {
+            self.closed(old);
+        }
+        true
     }
 
     fn check_hello(&self, hello: &Hello) -> Result<(), (ErrorCode, String)> {

@@ -66,18 +66,10 @@ pub fn serve<T: Transport>(
                 );
                 continue;
             }
-            // The operator is a person's shell, never something this supervisor started: an
-            // agent (or anything it spawned, however detached: they stay in our process tree,
-            // see `spawn`) cannot use the control socket to act as the operator.
             if kind == ConnKind::Control
-                && let Some(pid) = peer.pid
-                && descends_from(pid, std::process::id() as i32)
+                && let Err(reason) = operator_peer(&peer, std::process::id() as i32)
             {
-                tracing::warn!(
-                    pid,
-                    "flock server: refused a control connection from pid {pid}, a process this supervisor started"
-                );
-                let reason = "the control socket serves the operator, not processes this supervisor started (agents and their children)".to_string();
+                tracing::warn!(pid = ?peer.pid, "flock server: refused a control connection: {reason}");
                 refuse::<T>(w, ErrorCode::Forbidden, reason);
                 continue;
             }
@@ -103,6 +95,52 @@ fn refuse<T: Transport>(w: T::Write, code: ErrorCode, reason: String) {
     let (tx, rx) = mpsc::channel(1);
     let _ = tx.try_send(Frame::new(ROUTER, "", Body::Reject { code, reason }));
     drop(spawn_writer(w, rx));
+}
+
+/// Whether the process that opened a control connection may be served as the operator.
+///
+/// The operator is a person's shell, never something this supervisor (`me`) started: an agent,
+/// or anything it spawned however detached (they stay in our process tree, see `spawn`), cannot
+/// use the control socket to act as the operator. The check is on the process that called
+/// `connect()`, so it must still be that process when its ancestry is read: one that has exited
+/// (a child that connected, handed the socket to a grandchild and died) cannot be placed, and
+/// is refused — fail closed. The pidfd pins the process: the ancestry read from `/proc/<pid>`
+/// counts only if the process was still alive after it was read.
+pub fn operator_peer(peer: &flock_ipc::PeerCred, me: i32) -> Result<(), String> {
+    let Some(pid) = peer.pid else {
+        return Err("the control socket cannot tell which process connected".into());
+    };
+    let descends = descends_from(pid, me);
+    let alive = match &peer.pidfd {
+        Some(fd) => pidfd_alive(fd),
+        None => parent_pid(pid).is_some(),
+    };
+    if !alive {
+        return Err(format!(
+            "the process that opened this connection (pid {pid}) has exited: the control socket serves a connection only while the process that opened it lives"
+        ));
+    }
+    if descends {
+        return Err(format!(
+            "the control socket serves the operator, not processes this supervisor started (agents and their children; pid {pid} is one)"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the process a pidfd refers to is still running (a pidfd polls readable once the
+/// process has exited).
+fn pidfd_alive(fd: &std::os::fd::OwnedFd) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(0) => true,
+        Ok(_) => {
+            !fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP))
+        }
+        Err(_) => false,
+    }
 }
 
 /// Whether `pid` is a strict descendant of `ancestor`, by the parent links in `/proc`.

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Node, next};
+use flock_actors::router::RouterMsg;
 use flock_actors::{Durability, Store, StoreMsg};
 use flock_ipc::{
     Body, Connection, DeliveryKind, ErrorCode, Frame, Hello, PROTOCOL_VERSION, ROUTER, SendMode,
@@ -204,4 +205,46 @@ async fn a_wrong_token_is_rejected_and_garbage_closes_only_that_connection() {
     // The router still serves.
     send(&a, "a", "b", "still here").await;
     assert!(matches!(next(&mut a).await.body, Body::Accepted));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawn_token_used_twice_closes_both_connections_and_is_journaled() {
+    let h = harness("").await;
+    // An impostor read the spawn's token and said Hello first; the real agent comes second.
+    let token = "tok-b-stolen".to_string();
+    h.router.cast(RouterMsg::Expect { agent: "b".into(), token: token.clone() }).unwrap();
+    let hello = |pid| Hello {
+        protocol_version: PROTOCOL_VERSION,
+        agent_id: "b".into(),
+        instance: "default".into(),
+        pid,
+        token: token.clone(),
+    };
+    let mut impostor = Connection::agent(&h.socket, hello(4242), 16).await.unwrap();
+    let err = Connection::agent(&h.socket, hello(1), 16).await.unwrap_err();
+    assert!(err.to_string().contains("already used"), "{err}");
+    // The impostor's connection is closed too: it cannot keep acting as `b`.
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match impostor.reader.read_frame().await {
+                Ok(Some(f)) if matches!(f.body, Body::HeartbeatAck) => continue,
+                Ok(Some(_)) => continue,
+                _ => break,
+            }
+        }
+    });
+    closed.await.expect("the first holder of the token was disconnected");
+    // The journal says what happened.
+    let journal = h.dir.join("journal");
+    let found =
+        (0..50).any(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            std::fs::read_dir(&journal).into_iter().flatten().flatten().any(|f| {
+                std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains("TOKEN_REUSED"))
+            })
+        });
+    assert!(found, "a TOKEN_REUSED event in the journal");
+    // A fresh spawn of `b` (new token) is served as always.
+    let fresh = h.agent("b").await;
+    send(&fresh, "b", "b", "back").await;
 }

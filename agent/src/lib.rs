@@ -62,6 +62,9 @@ impl AgentEnv {
                 rules.into_iter().map(|r| (r.name, r.pattern)).collect();
             flock_memory::mask::set_extra_rules(&pairs).map_err(anyhow::Error::msg)?;
         }
+        // The token comes over the socket the supervisor left us, never the environment.
+        let mut secrets =
+            flock_ipc::handoff::receive().context("read the secrets the supervisor handed over")?;
         let get = |k: &str| {
             std::env::var(k).with_context(|| {
                 format!("{k} is not set: flock-agent is started by flock-supervisor, not by hand")
@@ -71,7 +74,12 @@ impl AgentEnv {
             socket: PathBuf::from(get(flock_ipc::env::SOCKET)?),
             agent: get(flock_ipc::env::AGENT)?,
             instance: get(flock_ipc::env::INSTANCE)?,
-            token: get(flock_ipc::env::TOKEN)?,
+            token: secrets.remove(flock_ipc::env::TOKEN).with_context(|| {
+                format!(
+                    "no {} was handed over: flock-agent is started by flock-supervisor, not by hand",
+                    flock_ipc::env::TOKEN
+                )
+            })?,
             memory_dir: std::env::var_os(flock_ipc::env::MEMORY_DIR)
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from),
@@ -96,6 +104,9 @@ struct Current {
 
 /// Connects, handshakes and serves until shutdown or disconnection.
 pub async fn run(env: AgentEnv) -> Result<ExitReason> {
+    // The supervisor makes every agent a child subreaper: orphans of what it starts are its own
+    // to reap (a command that daemonises, or a fork loop, would otherwise fill the process table).
+    flock_sandbox::children::spawn_reaper().context("watch for orphaned children (SIGCHLD)")?;
     let hello = Hello {
         protocol_version: PROTOCOL_VERSION,
         agent_id: env.agent.clone(),

@@ -4,6 +4,11 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     flock_log::init("flock-agent");
+    // Before anything else: what this process holds (its token, its session, whatever a tool
+    // read) is not for other processes of the user to read from /proc or attach to.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!("flock-agent: warning: cannot make the process non-dumpable: {e}");
+    }
     let env = match flock_agent::AgentEnv::from_env() {
         Ok(env) => env,
         Err(e) => {

@@ -64,7 +64,12 @@ async fn connect() -> Result<(String, Connection)> {
         agent_id: name.clone(),
         instance: get(flock_ipc::env::INSTANCE).unwrap_or_else(|_| "default".into()),
         pid: std::process::id(),
-        token: get(flock_ipc::env::TOKEN)?,
+        // From the supervisor: handed over on a socket. From the bench's relay baseline, which
+        // is not a supervisor: the environment.
+        token: match flock_ipc::handoff::receive()?.remove(flock_ipc::env::TOKEN) {
+            Some(t) => t,
+            None => get(flock_ipc::env::TOKEN)?,
+        },
     };
     let conn = Connection::agent(&socket, hello, OUTBOX_FRAMES)
         .await

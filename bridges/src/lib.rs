@@ -250,8 +250,18 @@ const WORKING_REACTION: &str = "hourglass_flowing_sand";
 /// Runs the bridge until the router closes the connection or asks it to stop; returns the
 /// process's exit code.
 pub async fn run() -> u8 {
-    let token = match std::env::var(flock_ipc::env::PLATFORM_TOKEN) {
-        Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
+    // Every token comes over the socket the supervisor left us, never the environment.
+    let mut secrets = match flock_ipc::handoff::receive() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("flock-bridge: error: cannot read the handed-over tokens: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let app_token = secrets.remove(flock_ipc::env::PLATFORM_APP_TOKEN);
+    let session = secrets.remove(flock_ipc::env::TOKEN).unwrap_or_default();
+    let token = match secrets.remove(flock_ipc::env::PLATFORM_TOKEN) {
+        Some(t) if !t.trim().is_empty() => t.trim().to_owned(),
         _ => {
             tracing::error!(
                 "flock-bridge: error: no platform token: flock-bridge is started by flock-supervisor, which reads it from the variable `token_env` names"
@@ -259,7 +269,7 @@ pub async fn run() -> u8 {
             return EXIT_CONFIG;
         }
     };
-    let (link, mut spec) = match Link::connect().await {
+    let (link, mut spec) = match Link::connect(session).await {
         Ok(l) => l,
         Err(e) => {
             tracing::error!("flock-bridge: error: {e:#}");
@@ -357,7 +367,7 @@ pub async fn run() -> u8 {
             tasks.spawn(relay.clone().telegram_inbound());
         }
         Chat::Slack(s) => {
-            let Ok(app_token) = std::env::var(flock_ipc::env::PLATFORM_APP_TOKEN) else {
+            let Some(app_token) = app_token else {
                 tracing::error!(
                     "flock-bridge: error: no app-level token: Slack bridges need `app_token_env` (an xapp-… token with connections:write)"
                 );

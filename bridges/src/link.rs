@@ -50,9 +50,10 @@ impl std::fmt::Debug for Link {
 }
 
 impl Link {
-    /// Connects with the identity in the environment (`FLOCK_SOCKET`, `FLOCK_AGENT`,
-    /// `FLOCK_TOKEN`); returns the link and this bridge's spec from the `Welcome`.
-    pub async fn connect() -> Result<(Link, BridgeSpec)> {
+    /// Connects with the identity in the environment (`FLOCK_SOCKET`, `FLOCK_AGENT`) and the
+    /// spawn's `token` (handed over, never in the environment); returns the link and this
+    /// bridge's spec from the `Welcome`.
+    pub async fn connect(token: String) -> Result<(Link, BridgeSpec)> {
         let var = |k: &str| {
             std::env::var(k).with_context(|| {
                 format!("{k} is not set: flock-bridge is started by flock-supervisor")
@@ -60,7 +61,6 @@ impl Link {
         };
         let socket = var(flock_ipc::env::SOCKET)?;
         let name = var(flock_ipc::env::AGENT)?;
-        let token = var(flock_ipc::env::TOKEN)?;
         let hello = Hello {
             protocol_version: PROTOCOL_VERSION,
             agent_id: name.clone(),

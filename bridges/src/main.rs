@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     flock_log::init("flock-bridge");
-    // The platform token is in this process's environment: nobody else may read it.
+    // The platform token will be in this process's memory: nobody else may read it.
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         tracing::warn!("flock-bridge: warning: cannot make the process non-dumpable: {e}");
     }

@@ -59,10 +59,15 @@ where
 }
 
 /// Credentials of the process at the other end of a socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PeerCred {
     pub uid: u32,
+    /// The pid of the process that connected, as it was at `connect()`.
     pub pid: Option<i32>,
+    /// A pidfd for that same process (`SO_PEERPIDFD`, Linux ≥ 6.5): it tells whether the
+    /// process still lives — so a pid read from `/proc` is known not to belong to another
+    /// process that got the number after it exited.
+    pub pidfd: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
 
 /// A way to reach and to serve the router. Everything above it deals in frames, not sockets.
@@ -123,8 +128,11 @@ impl Transport for UnixTransport {
     ) -> io::Result<(OwnedReadHalf, OwnedWriteHalf, PeerCred)> {
         let (stream, _) = listener.accept().await?;
         let cred = stream.peer_cred()?;
+        let pidfd = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerPidfd)
+            .ok()
+            .map(std::sync::Arc::new);
         let (r, w) = stream.into_split();
-        Ok((r, w, PeerCred { uid: cred.uid(), pid: cred.pid() }))
+        Ok((r, w, PeerCred { uid: cred.uid(), pid: cred.pid(), pidfd }))
     }
 
     async fn connect(&self) -> io::Result<(OwnedReadHalf, OwnedWriteHalf)> {

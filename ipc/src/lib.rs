@@ -9,6 +9,7 @@ pub mod codec;
 pub mod conn;
 pub mod error;
 pub mod frame;
+pub mod handoff;
 pub mod id;
 pub mod llm;
 pub mod time;
@@ -53,12 +54,14 @@ pub mod env {
     pub const AGENT: &str = "FLOCK_AGENT";
     /// The instance key (`default` unless spawned per conversation).
     pub const INSTANCE: &str = "FLOCK_INSTANCE";
-    /// The per-spawn secret the agent must present in `Hello`.
+    /// The per-spawn secret the agent must present in `Hello` (a key of the secrets handed
+    /// over by [`crate::handoff`], never an environment variable).
     pub const TOKEN: &str = "FLOCK_TOKEN";
     /// The swarm's shared memory folder (`memory/journals`, `observations`, `reflections`,
     /// `knowledge`).
     pub const MEMORY_DIR: &str = "FLOCK_MEMORY_DIR";
-    /// A chat bridge's platform token (bot token); only that bridge's process gets it.
+    /// A chat bridge's platform token (bot token); only that bridge's process gets it, through
+    /// [`crate::handoff`].
     pub const PLATFORM_TOKEN: &str = "FLOCK_PLATFORM_TOKEN";
     /// Slack bridges: the app-level token Socket Mode connects with.
     pub const PLATFORM_APP_TOKEN: &str = "FLOCK_PLATFORM_APP_TOKEN";

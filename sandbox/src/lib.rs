@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+pub mod children;
 pub mod docker;
 pub mod helper;
 mod seccomp;
@@ -163,19 +164,19 @@ pub async fn run(
 ) -> std::io::Result<Output> {
     let started = Instant::now();
     let spec = serde_json::to_string(policy).map_err(std::io::Error::other)?;
-    let mut child = tokio::process::Command::new(helper)
-        .arg(spec)
+    let mut cmd = tokio::process::Command::new(helper);
+    cmd.arg(spec)
         // The helper and everything under it start from nothing: no secret of the agent's
         // environment can be read back from /proc by what runs inside.
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            std::io::Error::new(e.kind(), format!("cannot start {}: {e}", helper.display()))
-        })?;
+        .kill_on_drop(true);
+    // Recorded until it has been waited for: the orphan reaper leaves it alone.
+    let (mut child, _owned) = children::spawn(&mut cmd).map_err(|e| {
+        std::io::Error::new(e.kind(), format!("cannot start {}: {e}", helper.display()))
+    })?;
     let out = tokio::spawn(capture(child.stdout.take(), cap));
     let err = tokio::spawn(capture(child.stderr.take(), cap));
     let status = match tokio::time::timeout(timeout, child.wait()).await {

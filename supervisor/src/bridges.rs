@@ -161,20 +161,26 @@ impl Keeper {
                 bridge: self.name.clone(),
                 token: session.clone(),
             });
-            let mut env = vec![
+            let env = vec![
                 (flock_ipc::env::SOCKET.into(), self.env.socket.display().to_string()),
                 (flock_ipc::env::AGENT.into(), self.name.clone()),
-                (flock_ipc::env::TOKEN.into(), session),
-                (flock_ipc::env::PLATFORM_TOKEN.into(), self.token.expose().to_owned()),
             ];
+            // The tokens go over the inherited socket, never the environment (which /proc
+            // shows other processes of the user until the bridge makes itself non-dumpable).
+            let mut secrets = std::collections::BTreeMap::from([
+                (flock_ipc::env::TOKEN.to_owned(), session),
+                (flock_ipc::env::PLATFORM_TOKEN.to_owned(), self.token.expose().to_owned()),
+            ]);
             if let Some(app) = &self.app_token {
-                env.push((flock_ipc::env::PLATFORM_APP_TOKEN.into(), app.expose().to_owned()));
+                secrets
+                    .insert(flock_ipc::env::PLATFORM_APP_TOKEN.to_owned(), app.expose().to_owned());
             }
             let spec = SpawnSpec {
                 program: self.env.program.clone(),
                 args: Vec::new(),
                 cwd: self.env.cwd.clone(),
                 env,
+                secrets,
             };
             let mut child = match self.env.spawner.spawn(spec).await {
                 Ok(child) => child,

@@ -852,7 +852,6 @@ fn spawn_spec(args: &ChildArgs, spec: &AgentSpec, token: &str) -> SpawnSpec {
             flock_ipc::env::INSTANCE.into(),
             spec.instance.clone().unwrap_or_else(|| flock_actors::router::DEFAULT_INSTANCE.into()),
         ),
-        (flock_ipc::env::TOKEN.into(), token.into()),
         (flock_ipc::env::MEMORY_DIR.into(), args.state_dir.memory_dir().display().to_string()),
     ];
     // The swarm's own masking rules (memory.mask), for the agent's memory writes.
@@ -862,5 +861,6 @@ fn spawn_spec(args: &ChildArgs, spec: &AgentSpec, token: &str) -> SpawnSpec {
         env.push((flock_memory::mask::RULES_ENV.into(), rules));
     }
     env.extend(spec.env.iter().cloned());
-    SpawnSpec { program, args: rest, cwd, env }
+    let secrets = [(flock_ipc::env::TOKEN.to_owned(), token.to_owned())].into();
+    SpawnSpec { program, args: rest, cwd, env, secrets }
 }

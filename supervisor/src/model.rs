@@ -219,6 +219,7 @@ impl Keeper {
             args,
             cwd: self.cwd.clone(),
             env: vec![("FLOCK_MODEL_TOKEN".into(), self.token.expose().to_owned())],
+            secrets: Default::default(),
         }
     }
 

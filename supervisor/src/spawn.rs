@@ -14,7 +14,7 @@
 
 #![allow(unsafe_code)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -46,6 +46,9 @@ pub struct SpawnSpec {
     pub cwd: PathBuf,
     /// Set after the allowlist (FLOCK_* identity, the agent's own `env:`).
     pub env: Vec<(String, String)>,
+    /// Handed over an inherited socket (`flock_ipc::handoff`), never the environment: the
+    /// spawn's router token, a bridge's platform tokens.
+    pub secrets: BTreeMap<String, String>,
 }
 
 struct Job {
@@ -121,9 +124,26 @@ fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
+    // The secrets go into one end of a socket pair, which is then closed; the child inherits
+    // the other end (close-on-exec cleared in the child only) and reads them once.
+    let handoff = if spec.secrets.is_empty() {
+        None
+    } else {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let (mut ours, theirs) =
+            std::os::unix::net::UnixStream::pair().context("a socket pair for the secrets")?;
+        let bytes = flock_ipc::handoff::encode(&spec.secrets);
+        anyhow::ensure!(bytes.len() <= flock_ipc::handoff::MAX_SECRETS_BYTES, "too many secrets");
+        ours.write_all(&bytes).context("hand over the secrets")?;
+        drop(ours);
+        cmd.env(flock_ipc::handoff::SECRETS_FD, theirs.as_raw_fd().to_string());
+        Some(theirs)
+    };
+    let handoff_fd = handoff.as_ref().map(std::os::fd::AsRawFd::as_raw_fd).unwrap_or(-1);
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs between fork and exec and calls only async-signal-safe libc
-    // functions (setsid, prctl, getppid, _exit); it allocates nothing.
+    // functions (setsid, prctl, fcntl, getppid, _exit); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if libc::setsid() < 0 {
@@ -134,6 +154,10 @@ fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
             }
             // Kept across exec: whatever the child starts and abandons stays its own.
             if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The secrets' socket is the one descriptor the child keeps across exec.
+            if handoff_fd >= 0 && libc::fcntl(handoff_fd, libc::F_SETFD, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             // The supervisor may have died before prctl took effect.

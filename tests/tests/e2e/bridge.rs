@@ -119,6 +119,15 @@ fn a_person_on_telegram_wakes_the_agent_and_its_post_comes_back_under_its_name_w
     assert_eq!(row["role"], "telegram");
     assert!(row["pid"].as_u64().is_some(), "{row}");
     swarm.wait_until(|| bridge_row(&swarm)["turns_total"] == 2, SHORT, "1 in + 1 out counted");
+    // Nor is it in the bridge's environment, where /proc would show it between exec and the
+    // moment the bridge makes itself non-dumpable: it came over the inherited socket.
+    let pid = row["pid"].as_u64().unwrap();
+    if let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) {
+        let environ = String::from_utf8_lossy(&environ);
+        assert!(!environ.contains(TOKEN), "the platform token is in the bridge's environment");
+        assert!(!environ.contains("FLOCK_TOKEN"), "the spawn token is in the environment");
+        assert!(environ.contains("FLOCK_SECRETS_FD="), "{environ}");
+    }
 
     // The token is in no log, no ps output, no journal and not in the supervisor's output.
     let mut seen = swarm.supervisor_output();

@@ -14,6 +14,7 @@ use crate::{SHORT, answer_model};
 /// once the control socket is there.
 const SPY: &str = r#"
 tr '\0' '\n' < /proc/$PPID/environ > environ.txt 2>/dev/null || echo unreadable > environ.txt
+env > own-env.txt
 ( setsid sleep 600 < /dev/null > /dev/null 2>&1 & echo $! > daemon.pid )
 ( while [ ! -S "$PWD/../../run/control.sock" ]; do sleep 0.05; done
   "$1" --state-dir "$PWD/../.." ps > ctl.txt 2>&1; echo "exit $?" >> ctl.txt ) &
@@ -50,6 +51,13 @@ agents:
     let environ = std::fs::read_to_string(workspace.join("environ.txt")).unwrap();
     assert!(environ.contains("PATH=") || environ.contains("unreadable"), "{environ}");
     assert!(!environ.contains("s3cr3t-must-not-leak"), "the key is readable:\n{environ}");
+
+    // The spawn's token is not in the agent's own environment either (a sibling could read it
+    // from /proc before the agent is non-dumpable): it comes over the inherited socket, which
+    // still reached flock-agent through the shell (the spy is ready below).
+    let own = std::fs::read_to_string(workspace.join("own-env.txt")).unwrap();
+    assert!(!own.contains("FLOCK_TOKEN"), "the token is in the environment:\n{own}");
+    assert!(own.contains("FLOCK_SECRETS_FD="), "{own}");
 
     // The control socket refuses a process the supervisor started.
     swarm.wait_until(
