@@ -21,6 +21,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Past it a new peer gets a `Reject` and is closed: a flood of connections costs the supervisor
 /// a bounded amount of memory and file descriptors, never the router.
 pub const MAX_CONNECTIONS: usize = 1024;
+/// Connections the processes of one agent (the process the supervisor started and everything
+/// under it) may hold at once on a socket. An agent needs one; the budget keeps one hostile
+/// agent from taking the slots another's restart needs.
+pub const MAX_CONNECTIONS_PER_AGENT: usize = 16;
 /// Frames one connection may have waiting in the router's mailbox before its reader pauses.
 const MAX_QUEUED_FRAMES: u32 = 8192;
 
@@ -46,6 +50,8 @@ pub fn serve<T: Transport>(
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let slots = Arc::new(Semaphore::new(limits.max_connections));
+        let per_agent = PerAgent::default();
+        let me = std::process::id() as i32;
         loop {
             let (r, w, peer) = match T::accept(&listener).await {
                 Ok(x) => x,
@@ -73,6 +79,25 @@ pub fn serve<T: Transport>(
                 refuse::<T>(w, ErrorCode::Forbidden, reason);
                 continue;
             }
+            // An agent's processes share one small budget, charged to the process the
+            // supervisor started (connections from outside its tree share the socket's).
+            let agent_slot = match peer.pid.and_then(|pid| tree_root(pid, me)) {
+                Some(root) => match per_agent.take(root) {
+                    Ok(slot) => Some(slot),
+                    Err(refused) => {
+                        let reason = format!(
+                            "too many connections from one agent's processes ({MAX_CONNECTIONS_PER_AGENT} at once; pid {root} and its children)"
+                        );
+                        // A hog retries in a loop: the log says so at 1, 4, 16, 64… refusals.
+                        if refused.is_power_of_two() && refused.trailing_zeros() % 2 == 0 {
+                            tracing::warn!(pid = ?peer.pid, root, refused, "flock server: {reason} ({refused} refused)");
+                        }
+                        refuse::<T>(w, ErrorCode::RateLimited, reason);
+                        continue;
+                    }
+                },
+                None => None,
+            };
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 let reason = format!(
                     "too many connections ({} at once); try again when some have closed",
@@ -84,10 +109,72 @@ pub fn serve<T: Transport>(
             let router = router.clone();
             tokio::spawn(async move {
                 connection::<T>(r, w, peer, kind, router, limits).await;
-                drop(slot);
+                drop((slot, agent_slot));
             });
         }
     })
+}
+
+/// Connections held per agent process tree (keyed by the pid the supervisor started).
+#[derive(Clone, Default)]
+struct PerAgent(Arc<std::sync::Mutex<std::collections::HashMap<i32, Held>>>);
+
+#[derive(Default)]
+struct Held {
+    open: usize,
+    /// Refused since the last time one was let in.
+    refused: u64,
+}
+
+/// One connection charged to an agent's budget, given back on drop.
+struct AgentSlot {
+    budget: PerAgent,
+    root: i32,
+}
+
+impl PerAgent {
+    /// A slot for `root`'s tree, or how many it has been refused in a row.
+    fn take(&self, root: i32) -> Result<AgentSlot, u64> {
+        let mut held = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let h = held.entry(root).or_default();
+        if h.open >= MAX_CONNECTIONS_PER_AGENT {
+            h.refused += 1;
+            return Err(h.refused);
+        }
+        h.open += 1;
+        h.refused = 0;
+        Ok(AgentSlot { budget: self.clone(), root })
+    }
+}
+
+impl Drop for AgentSlot {
+    fn drop(&mut self) {
+        let mut held = self.budget.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(h) = held.get_mut(&self.root) {
+            h.open -= 1;
+            if h.open == 0 {
+                held.remove(&self.root);
+            }
+        }
+    }
+}
+
+/// The process `ancestor` started that `pid` descends from (or is), if any: the agent (or
+/// bridge, or model) a connection is charged to.
+pub fn tree_root(pid: i32, ancestor: i32) -> Option<i32> {
+    let mut current = pid;
+    // A process tree is shallow; the bound only guards against a cycle from pid reuse.
+    for _ in 0..128 {
+        if current <= 1 {
+            return None;
+        }
+        let parent = parent_pid(current)?;
+        if parent == ancestor {
+            return Some(current);
+        }
+        current = parent;
+    }
+    None
 }
 
 /// Sends one `Reject` and closes the connection (the writer task ends after that frame).
@@ -145,19 +232,7 @@ fn pidfd_alive(fd: &std::os::fd::OwnedFd) -> bool {
 
 /// Whether `pid` is a strict descendant of `ancestor`, by the parent links in `/proc`.
 pub fn descends_from(pid: i32, ancestor: i32) -> bool {
-    let mut current = pid;
-    // A process tree is shallow; the bound only guards against a cycle from pid reuse.
-    for _ in 0..128 {
-        if current <= 1 {
-            return false;
-        }
-        let Some(parent) = parent_pid(current) else { return false };
-        if parent == ancestor {
-            return true;
-        }
-        current = parent;
-    }
-    false
+    tree_root(pid, ancestor).is_some()
 }
 
 /// The parent pid from `/proc/<pid>/stat` (after the `(comm)`, which may hold spaces).

@@ -21,7 +21,7 @@ use flock_actors::{
 use flock_config::{AgentSpec, ModelSpec, SwarmSpec};
 use flock_ipc::{Transport, UnixTransport};
 use flock_llm::Secret;
-use ractor::Actor;
+use ractor::{Actor, ActorRef};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
@@ -405,17 +405,10 @@ pub async fn up(
         .with_context(|| format!("listen on {}", state.router_socket().display()))?;
     serve::<UnixTransport>(agents_listener, ConnKind::Agent, router.clone(), limits);
 
-    // Agents first: the control socket appearing is the signal that `up` has started them all.
-    let t0 = Instant::now();
-    ractor::call!(children, ChildMsg::StartAll).map_err(|e| anyhow!("start agents: {e}"))?;
-    // Then the chat bridges: people's messages find their agents running.
-    if let Some(env) = &bridge_env {
-        let started = crate::bridges::start_all(&spec.bridges, &bridge_tokens, env);
-        *bridges.lock().unwrap_or_else(|p| p.into_inner()) = started;
-    }
-    // The metrics endpoint and the dashboard (off unless asked for), before the control socket:
-    // once that answers, `up --detach` returns and `flockctl ui` must find the URL. (The
-    // dashboard acts through the control socket; it connects on its first page view.)
+    // The metrics endpoint and the dashboard (off unless asked for), before the agents: a busy
+    // port fails `up` before anything has started. And before the control socket: once that
+    // answers, `up --detach` returns and `flockctl ui` must find the URL. (The dashboard acts
+    // through the control socket; it connects on its first page view.)
     let served = crate::web::start(&web, &state, ctx).await?;
     if let Some(addr) = served.metrics {
         tracing::info!(%addr, "flock: metrics at http://{addr}/metrics");
@@ -425,9 +418,29 @@ pub async fn up(
         // theirs alone, 0600), never a field of its own.
         tracing::info!("flock: dashboard at {url}");
     }
-    let control_listener = UnixTransport::new(state.control_socket())
-        .bind()
-        .with_context(|| format!("listen on {}", state.control_socket().display()))?;
+
+    // Agents first: the control socket appearing is the signal that `up` has started them all.
+    let t0 = Instant::now();
+    let started_all = async {
+        ractor::call!(children, ChildMsg::StartAll).map_err(|e| anyhow!("start agents: {e}"))?;
+        // Then the chat bridges: people's messages find their agents running.
+        if let Some(env) = &bridge_env {
+            let started = crate::bridges::start_all(&spec.bridges, &bridge_tokens, env);
+            *bridges.lock().unwrap_or_else(|p| p.into_inner()) = started;
+        }
+        UnixTransport::new(state.control_socket())
+            .bind()
+            .with_context(|| format!("listen on {}", state.control_socket().display()))
+    };
+    let control_listener = match started_all.await {
+        Ok(listener) => listener,
+        Err(e) => {
+            // Failing late must not leave what was started running with nobody to stop it.
+            tracing::error!("flock: up failed after starting agents ({e:#}); stopping them");
+            wind_down(&router, &bridges, &children, model.as_ref(), &state).await;
+            return Err(e);
+        }
+    };
     serve::<UnixTransport>(control_listener, ConnKind::Control, router.clone(), limits);
     let ms = t0.elapsed().as_millis() as u64;
     tracing::info!(
@@ -451,32 +464,7 @@ pub async fn up(
     };
     let (StopReason::Requested(why) | StopReason::Escalated(why)) = &reason;
     tracing::info!(reason = %why, "flock: {why}: stopping agents in reverse order");
-    let _ = router.cast(flock_actors::RouterMsg::Drain);
-    // Bridges first: they finish what they are sending; nobody new comes in.
-    let running: Vec<_> = bridges.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    for b in &running {
-        b.stop().await;
-    }
-    let stop = ractor::call!(children, ChildMsg::StopAll);
-    if let Err(e) = stop {
-        tracing::error!(error = %e, "flock: stopping agents failed");
-    }
-    // A second Ctrl-C during the stop is not needed: StopAll escalates to SIGKILL by itself.
-    let _ = std::fs::remove_file(state.control_socket());
-    let _ = std::fs::remove_file(state.router_socket());
-    let _ = std::fs::remove_file(crate::web::ui_url_file(&state));
-    // The model last: a stopping agent may still finish a call.
-    if let Some(model) = &model {
-        model.stop().await;
-    }
-    // Whatever the agents left running (detached children) goes with them.
-    let leftovers = tokio::task::spawn_blocking(crate::spawn::sweep_orphans).await.unwrap_or(0);
-    if leftovers > 0 {
-        tracing::warn!(
-            killed = leftovers,
-            "flock: killed {leftovers} process(es) the agents had left running"
-        );
-    }
+    wind_down(&router, &bridges, &children, model.as_ref(), &state).await;
     children.stop(None);
     router.stop(None);
     channels.stop(None);
@@ -487,6 +475,40 @@ pub async fn up(
         StopReason::Requested(_) => Ok(()),
         // A give-up is a failure: exit non-zero so a service manager or script can tell.
         StopReason::Escalated(why) => Err(anyhow!("the swarm was stopped because {why}")),
+    }
+}
+
+/// Stops everything `up` started, in order: bridges (nobody new comes in), agents in reverse
+/// order, the sockets, the model (a stopping agent may still finish a call), and whatever the
+/// agents left running.
+async fn wind_down(
+    router: &ActorRef<flock_actors::RouterMsg>,
+    bridges: &std::sync::Mutex<Vec<Arc<crate::bridges::BridgeProcess>>>,
+    children: &ActorRef<ChildMsg>,
+    model: Option<&Arc<ModelProcess>>,
+    state: &StateDir,
+) {
+    let _ = router.cast(flock_actors::RouterMsg::Drain);
+    let running: Vec<_> = bridges.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for b in &running {
+        b.stop().await;
+    }
+    if let Err(e) = ractor::call!(children, ChildMsg::StopAll) {
+        tracing::error!(error = %e, "flock: stopping agents failed");
+    }
+    // A second Ctrl-C during the stop is not needed: StopAll escalates to SIGKILL by itself.
+    let _ = std::fs::remove_file(state.control_socket());
+    let _ = std::fs::remove_file(state.router_socket());
+    let _ = std::fs::remove_file(crate::web::ui_url_file(state));
+    if let Some(model) = model {
+        model.stop().await;
+    }
+    let leftovers = tokio::task::spawn_blocking(crate::spawn::sweep_orphans).await.unwrap_or(0);
+    if leftovers > 0 {
+        tracing::warn!(
+            killed = leftovers,
+            "flock: killed {leftovers} process(es) the agents had left running"
+        );
     }
 }
 

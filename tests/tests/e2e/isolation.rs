@@ -7,7 +7,7 @@ use std::path::Path;
 use flock_testkit::Swarm;
 use flock_testkit::proc::alive;
 
-use crate::{SHORT, answer_model};
+use crate::{LONG, SHORT, answer_model};
 
 /// The agent's shell, before it becomes the agent: reads the supervisor's environment block,
 /// leaves a detached daemon behind (double fork into its own session), and tries `flockctl ps`
@@ -90,4 +90,131 @@ agents:
     assert!(alive(second));
     assert!(swarm.down().success());
     assert!(!alive(second), "the daemon outlived `flockctl down`");
+}
+
+/// The hog's shell: a background Python that keeps about 1,100 connections open on the router
+/// socket — each one the supervisor closes (refused, or past the handshake deadline) is opened
+/// again at once — then the agent itself.
+const HOG: &str = r#"
+python3 - "$PWD/../../run/router.sock" > hog.txt 2>&1 <<'PY' &
+import resource, select, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+poll, held, opened = select.poll(), {}, 0
+def open_one():
+    global opened
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(0.2)
+    try:
+        s.connect(sys.argv[1])
+    except OSError:
+        s.close()
+        return
+    held[s.fileno()] = s
+    poll.register(s, select.POLLIN | select.POLLHUP)
+    opened += 1
+end, said = time.time() + 120, 0
+while time.time() < end:
+    while len(held) < 1100:
+        open_one()
+    for fd, _ in poll.poll(100):
+        poll.unregister(fd)
+        held.pop(fd).close()
+    if time.time() - said > 0.5:
+        print(opened, flush=True)
+        said = time.time()
+PY
+exec "$0"
+"#;
+
+#[test]
+fn one_agent_holding_connections_cannot_lock_another_out_of_its_restart() {
+    let yaml = format!(
+        r#"swarm: {{ name: lockout }}
+models:
+{}agents:
+  - name: hog
+    role: worker
+    model: m
+    stop_timeout_secs: 2
+    command: ["/bin/sh", "-c", {:?}, "{}"]
+  - name: victim
+    role: worker
+    model: m
+"#,
+        answer_model("m", "ok"),
+        HOG,
+        flock_testkit::bin("flock-agent").display(),
+    );
+    let swarm = Swarm::start(&yaml);
+    let workspace = swarm.state_dir().join("workspaces/hog");
+    // The hog is at it: more than the socket's 1,024 connections tried.
+    swarm.wait_until(
+        || {
+            std::fs::read_to_string(workspace.join("hog.txt"))
+                .is_ok_and(|t| t.lines().filter_map(|l| l.parse::<u64>().ok()).any(|n| n > 2000))
+        },
+        LONG,
+        "the hog opened two rounds of connections",
+    );
+    // The victim restarts (twice, while the hog keeps going) and is served each time.
+    for _ in 0..2 {
+        let before = swarm.pid_of("victim");
+        swarm.ctl_ok(&["restart", "victim"]);
+        swarm.wait_until(
+            || swarm.state_of("victim") == "ready" && swarm.pid_of("victim") != before,
+            SHORT,
+            "the victim is back",
+        );
+    }
+    // The hog was told why it was refused, and the supervisor logged it.
+    assert!(
+        swarm.supervisor_output().contains("too many connections from one agent's processes"),
+        "no refusal logged"
+    );
+    assert_eq!(swarm.state_of("hog"), "ready");
+}
+
+#[test]
+fn an_up_that_fails_on_a_busy_port_leaves_nothing_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let file = dir.path().join("swarm.yaml");
+    let daemon = dir.path().join("daemon.pid");
+    // The agent would leave a detached daemon behind if it ever started.
+    let yaml = format!(
+        r#"swarm: {{ name: late }}
+models:
+{}agents:
+  - name: w
+    role: worker
+    model: m
+    command: ["/bin/sh", "-c", "( setsid sleep 600 < /dev/null > /dev/null 2>&1 & echo $! > {} ); exec \"$0\"", "{}"]
+"#,
+        answer_model("m", "ok"),
+        daemon.display(),
+        flock_testkit::bin("flock-agent").display(),
+    );
+    std::fs::write(&file, yaml).unwrap();
+    let state = dir.path().join("state");
+    let out = std::process::Command::new(flock_testkit::bin("flock-supervisor"))
+        .arg("up")
+        .arg(&file)
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["--metrics", &format!("127.0.0.1:{port}")])
+        .env("FLOCK_AGENT_BIN", flock_testkit::bin("flock-agent"))
+        .env_remove("FLOCK_HOME")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "up succeeded on a busy port:\n{stderr}");
+    assert!(stderr.contains(&port.to_string()), "the error names the port:\n{stderr}");
+    // Nothing it started outlives it: no agent, no daemon of an agent.
+    let socket = format!("FLOCK_SOCKET={}", state.join("run/router.sock").display());
+    assert!(flock_testkit::proc::pids_with_env(&socket).is_empty(), "an agent outlived up");
+    if let Some(pid) = std::fs::read_to_string(&daemon).ok().and_then(|p| p.trim().parse().ok()) {
+        assert!(!alive(pid), "the agent's daemon outlived a failed up");
+    }
 }
