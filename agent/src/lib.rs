@@ -467,6 +467,7 @@ pub(crate) fn test_spec(
         can_call: Vec::new(),
         tools: None,
         sandbox: Default::default(),
+        unconfined: false,
         model: ModelSpec::Scripted(flock_config::Transcript::default()),
         instance: None,
         extensions,

@@ -1085,43 +1085,7 @@ async fn lifecycle(
     }
 
     if restart {
-        let mut times = Vec::new();
-        for i in 0..args.kills {
-            let name = &agents[i % N].0;
-            let rows = ctl.ps().await?;
-            let row = rows.iter().find(|r| &r.name == name).context("agent missing from ps")?;
-            let pid = row
-                .pid
-                .filter(|_| row.state == "ready")
-                .context("agent not ready before the kill")?;
-            let t = Instant::now();
-            nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            )
-            .with_context(|| format!("kill -9 {pid}"))?;
-            loop {
-                let rows = ctl.ps().await?;
-                let back = rows
-                    .iter()
-                    .find(|r| &r.name == name)
-                    .is_some_and(|r| r.state == "ready" && r.pid.is_some_and(|p| p != pid));
-                if back {
-                    break;
-                }
-                if t.elapsed() > Duration::from_secs(15) {
-                    bail!(
-                        "{name} was not ready again 15 s after kill -9; log:\n{}",
-                        tail(&swarm.log)
-                    );
-                }
-                swarm.check_alive()?;
-                tokio::time::sleep(Duration::from_micros(500)).await;
-            }
-            times.push(t.elapsed().as_secs_f64() * 1000.0);
-            // Let the new process settle before the next kill.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let times = kill_restarts(&mut swarm, &mut ctl, &agents, args.kills).await?;
         let mut sorted: Vec<u64> = times.iter().map(|m| (m * 1000.0) as u64).collect();
         sorted.sort_unstable();
         say!("kill -9 → ready: {:?} ms", times.iter().map(|m| round3(*m)).collect::<Vec<_>>());
@@ -1135,8 +1099,68 @@ async fn lifecycle(
             json!(sorted.last().copied().unwrap_or(0) as f64 / 1000.0),
         );
         out.insert("restart_kills".into(), json!(times.len()));
+        swarm.down(Some(ctl)).await?;
+        // The baseline, in the same run: the same swarm with its agents out of their cage.
+        let yaml = swarm_yaml("bench-seven-uncaged", &agents)
+            .replace("    role: worker\n", "    role: worker\n    unconfined: true\n");
+        let mut swarm = Swarm::start(bins, &root.join("uncaged"), &yaml)?;
+        let (mut ctl, _) = swarm.wait_ready(N).await?;
+        let bare = kill_restarts(&mut swarm, &mut ctl, &agents, args.kills).await?;
+        say!(
+            "uncaged kill -9 → ready: {:?} ms",
+            bare.iter().map(|m| round3(*m)).collect::<Vec<_>>()
+        );
+        let (caged, uncaged) = (median_f64(&times), median_f64(&bare));
+        out.insert("restart_to_ready_uncaged_ms".into(), json!(round3(uncaged)));
+        if uncaged > 0.0 {
+            out.insert("restart_caged_over_uncaged".into(), json!(round3(caged / uncaged)));
+        }
+        return swarm.down(Some(ctl)).await;
     }
     swarm.down(Some(ctl)).await
+}
+
+/// `kill -9`s agents round robin; how long each took to be ready again (a new pid), in ms.
+async fn kill_restarts(
+    swarm: &mut Swarm,
+    ctl: &mut Ctl,
+    agents: &[(String, Option<Vec<String>>)],
+    kills: usize,
+) -> Result<Vec<f64>> {
+    let n = agents.len();
+    let mut times = Vec::new();
+    for i in 0..kills {
+        let name = &agents[i % n].0;
+        let rows = ctl.ps().await?;
+        let row = rows.iter().find(|r| &r.name == name).context("agent missing from ps")?;
+        let pid =
+            row.pid.filter(|_| row.state == "ready").context("agent not ready before the kill")?;
+        let t = Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .with_context(|| format!("kill -9 {pid}"))?;
+        loop {
+            let rows = ctl.ps().await?;
+            let back = rows
+                .iter()
+                .find(|r| &r.name == name)
+                .is_some_and(|r| r.state == "ready" && r.pid.is_some_and(|p| p != pid));
+            if back {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(15) {
+                bail!("{name} was not ready again 15 s after kill -9; log:\n{}", tail(&swarm.log));
+            }
+            swarm.check_alive()?;
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        // Let the new process settle before the next kill.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(times)
 }
 
 /// Resident set size from `/proc/<pid>/status` (VmRSS).
@@ -1362,10 +1386,15 @@ fn print_table(out: &Map<String, Value>) {
         );
     }
     if let Some(x) = get("restart_to_ready_ms") {
-        let detail =
+        let mut detail =
             get("restart_to_ready_max_ms").map_or(String::new(), |m| format!("max {m:.1} ms"));
+        if let (Some(u), Some(r)) =
+            (get("restart_to_ready_uncaged_ms"), get("restart_caged_over_uncaged"))
+        {
+            detail.push_str(&format!("; uncaged {u:.1} ms, caged/uncaged {r:.2}×"));
+        }
         row(
-            "kill -9 → ready again (median)",
+            "kill -9 → ready again (median, caged)",
             format!("{x:.1} ms"),
             "≤ 250 ms",
             Some(x <= 250.0),

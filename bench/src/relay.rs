@@ -233,5 +233,6 @@ fn ps_row(name: &str) -> PsRow {
         tokens_in: 0,
         tokens_out: 0,
         sandbox: None,
+        confined: None,
     }
 }

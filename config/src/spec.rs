@@ -386,6 +386,11 @@ pub struct AgentSpec {
     /// `docker` (a container of the locally built `flock-sandbox:2` image).
     #[serde(default)]
     pub sandbox: SandboxKind,
+    /// Run the agent process itself outside its cage (`unconfined: true`): only for a custom
+    /// `command:` on a kernel that cannot cage it (no unprivileged user namespaces, or Landlock
+    /// older than Linux 6.12). `flockctl ps` shows it.
+    #[serde(default)]
+    pub unconfined: bool,
     /// The model this agent's turns use.
     pub model: ModelSpec,
     /// `None` for the agent declared in the swarm file; `Some(key)` for an extra instance

@@ -82,6 +82,7 @@ const AGENT_KEYS: &[&str] = &[
     "can_call",
     "tools",
     "sandbox",
+    "unconfined",
     "model",
     "extensions",
 ];
@@ -1144,6 +1145,8 @@ impl Loader<'_> {
         let sandbox = field("sandbox")
             .and_then(|(v, what)| r.choice(v, &what, "sandbox backend", SANDBOXES))
             .unwrap_or_default();
+        let unconfined =
+            field("unconfined").and_then(|(v, what)| r.boolean(v, &what)).unwrap_or(false);
         let command = field("command").and_then(|(v, what)| self.command(v, &what));
         let extensions = match field("extensions") {
             Some((v, what)) => crate::extensions::parse(&mut self.report, v, &what, peers),
@@ -1186,6 +1189,7 @@ impl Loader<'_> {
             can_call,
             tools,
             sandbox,
+            unconfined,
             model: model?,
             instance: None,
             extensions,

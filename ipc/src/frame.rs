@@ -454,6 +454,9 @@ pub struct PsRow {
     pub tokens_out: u64,
     /// Where a worker's commands run (`native`, `docker`); `None` for everything else.
     pub sandbox: Option<String>,
+    /// Agents: whether the process runs in its cage (`false`: `unconfined: true`, or a kernel
+    /// that cannot cage it); `None` for everything else.
+    pub confined: Option<bool>,
 }
 
 /// A message that could not be delivered.

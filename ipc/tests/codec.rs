@@ -29,6 +29,7 @@ fn ps_row() -> impl Strategy<Value = PsRow> {
             tokens_in: 0,
             tokens_out: 0,
             sandbox: None,
+            confined: None,
         },
     )
 }

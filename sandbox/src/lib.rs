@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+pub mod cage;
 pub mod children;
 pub mod docker;
 pub mod helper;

@@ -80,6 +80,8 @@ pub struct ChildInfo {
     pub rss_bytes: Option<u64>,
     /// Workers: where their commands run.
     pub sandbox: Option<String>,
+    /// Whether the process runs in its cage.
+    pub confined: bool,
 }
 
 type Reply = RpcReplyPort<Result<String, String>>;
@@ -150,6 +152,15 @@ pub struct ChildArgs {
     pub shutdown: mpsc::UnboundedSender<crate::up::StopReason>,
     /// Restarts, give-ups and exits are journaled (DESIGN.md §9).
     pub journal: Option<Arc<flock_actors::journal::Journal>>,
+    /// `flock-sandbox`, when this kernel can cage agents (`None`: agents run uncaged).
+    pub cage: Option<PathBuf>,
+}
+
+impl ChildArgs {
+    /// Whether `spec`'s process runs in its cage.
+    pub fn caged(&self, spec: &AgentSpec) -> bool {
+        self.cage.is_some() && !spec.unconfined
+    }
 }
 
 struct Child {
@@ -443,6 +454,7 @@ impl Actor for ChildSupervisor {
                         role: c.spec.role.as_str().into(),
                         sandbox: (c.spec.role == flock_config::Role::Worker)
                             .then(|| c.spec.sandbox.as_str().to_string()),
+                        confined: st.args.caged(&c.spec),
                         pid: c.pid,
                         state: c.state.label(),
                         uptime_secs: match (c.pid, c.spawned_at) {
@@ -862,5 +874,20 @@ fn spawn_spec(args: &ChildArgs, spec: &AgentSpec, token: &str) -> SpawnSpec {
     }
     env.extend(spec.env.iter().cloned());
     let secrets = [(flock_ipc::env::TOKEN.to_owned(), token.to_owned())].into();
+    let (program, rest) = match &args.cage {
+        Some(cage) if args.caged(spec) => {
+            // The cage shows this agent its workspace, the memory folder and the router
+            // socket of the state dir, and nothing else of it.
+            let sd = &args.state_dir;
+            let show = vec![cwd.clone(), sd.memory_dir(), sd.router_socket()];
+            // (`flock_sandbox::cage::Cage`, written here to keep the sandbox's dependencies
+            // out of the supervisor.)
+            let json = serde_json::json!({ "hidden": sd.root, "show": show }).to_string();
+            let mut wrapped = vec!["cage".to_owned(), json, program.display().to_string()];
+            wrapped.extend(rest);
+            (cage.clone(), wrapped)
+        }
+        _ => (program, rest),
+    };
     SpawnSpec { program, args: rest, cwd, env, secrets }
 }

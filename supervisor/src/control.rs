@@ -292,6 +292,7 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
         tokens_in: 0,
         tokens_out: 0,
         sandbox: None,
+        confined: None,
     }];
     for (name, actor) in [
         ("router", ctx.router.get_cell()),
@@ -315,6 +316,7 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
             tokens_in: 0,
             tokens_out: 0,
             sandbox: None,
+            confined: None,
         });
     }
     // Chains of turns (one per outside input) with their budgets: `flockctl chains` for detail.
@@ -336,6 +338,7 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
         tokens_in: 0,
         tokens_out: 0,
         sandbox: None,
+        confined: None,
     });
     if let Some(model) = &ctx.model {
         let m = model.status();
@@ -354,6 +357,7 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
             tokens_in: 0,
             tokens_out: 0,
             sandbox: None,
+            confined: None,
         });
     }
     rows.extend(bridge_rows(ctx).await);
@@ -377,6 +381,7 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
             tokens_in,
             tokens_out,
             sandbox: c.sandbox,
+            confined: Some(c.confined),
         });
     }
     Ok(ControlReply::Ps(rows))
@@ -419,6 +424,7 @@ async fn bridge_rows(ctx: &ControlCtx) -> Vec<PsRow> {
                 tokens_in: 0,
                 tokens_out: 0,
                 sandbox: None,
+                confined: None,
             }
         })
         .collect()

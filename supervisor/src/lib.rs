@@ -7,6 +7,7 @@
 
 pub mod backoff;
 pub mod bridges;
+pub mod cage;
 pub mod children;
 pub mod cli;
 pub mod control;

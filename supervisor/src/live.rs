@@ -61,12 +61,13 @@ pub fn human_secs(s: u64) -> String {
 /// The `flockctl ps` table; with `colour`, the states in colour, the actors' rows dim and the
 /// column names bold (cells are padded before, so the columns line up either way).
 pub fn table(rows: &[PsRow], colour: bool) -> String {
-    const STATE: usize = 5;
+    const STATE: usize = 6;
     let header = [
         "NAME",
         "KIND",
         "ROLE",
         "SANDBOX",
+        "CAGE",
         "PID",
         "STATE",
         "UPTIME",
@@ -77,7 +78,7 @@ pub fn table(rows: &[PsRow], colour: bool) -> String {
         "RSS",
         "TOKENS IN/OUT",
     ];
-    let cells: Vec<[String; 13]> = rows
+    let cells: Vec<[String; 14]> = rows
         .iter()
         .map(|r| {
             [
@@ -85,6 +86,11 @@ pub fn table(rows: &[PsRow], colour: bool) -> String {
                 r.kind.clone(),
                 r.role.clone(),
                 r.sandbox.clone().unwrap_or_else(|| "-".into()),
+                match r.confined {
+                    Some(true) => "caged".into(),
+                    Some(false) => "UNCAGED".into(),
+                    None => "-".into(),
+                },
                 r.pid.map_or("-".into(), |p| p.to_string()),
                 r.state.clone(),
                 if r.pid.is_some() { human_secs(r.uptime_secs) } else { "-".into() },
@@ -263,6 +269,7 @@ mod tests {
             tokens_in: 0,
             tokens_out: 0,
             sandbox: None,
+            confined: None,
         }
     }
 

@@ -75,7 +75,8 @@ impl StateDir {
     /// Creates the layout; the state dir and the run dir are 0700: only this user reaches the
     /// database, the logs and the sockets.
     pub fn create(&self) -> Result<()> {
-        for d in [self.root.clone(), self.logs_dir(), self.workspaces()] {
+        // (The memory folder too: an agent's cage shows it at start, so it must be there.)
+        for d in [self.root.clone(), self.logs_dir(), self.workspaces(), self.memory_dir()] {
             std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;
         }
         // The state dir itself too, in case it existed with wider permissions: nothing in it is

@@ -124,26 +124,10 @@ fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
-    // The secrets go into one end of a socket pair, which is then closed; the child inherits
-    // the other end (close-on-exec cleared in the child only) and reads them once.
-    let handoff = if spec.secrets.is_empty() {
-        None
-    } else {
-        use std::io::Write;
-        use std::os::fd::AsRawFd;
-        let (mut ours, theirs) =
-            std::os::unix::net::UnixStream::pair().context("a socket pair for the secrets")?;
-        let bytes = flock_ipc::handoff::encode(&spec.secrets);
-        anyhow::ensure!(bytes.len() <= flock_ipc::handoff::MAX_SECRETS_BYTES, "too many secrets");
-        ours.write_all(&bytes).context("hand over the secrets")?;
-        drop(ours);
-        cmd.env(flock_ipc::handoff::SECRETS_FD, theirs.as_raw_fd().to_string());
-        Some(theirs)
-    };
-    let handoff_fd = handoff.as_ref().map(std::os::fd::AsRawFd::as_raw_fd).unwrap_or(-1);
+    let _handoff = hand_over(&mut cmd, &spec.secrets)?;
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs between fork and exec and calls only async-signal-safe libc
-    // functions (setsid, prctl, fcntl, getppid, _exit); it allocates nothing.
+    // functions (setsid, prctl, getppid, _exit); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if libc::setsid() < 0 {
@@ -154,10 +138,6 @@ fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
             }
             // Kept across exec: whatever the child starts and abandons stays its own.
             if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The secrets' socket is the one descriptor the child keeps across exec.
-            if handoff_fd >= 0 && libc::fcntl(handoff_fd, libc::F_SETFD, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             // The supervisor may have died before prctl took effect.
@@ -172,6 +152,39 @@ fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
         .spawn()
         .with_context(|| format!("spawn {}", spec.program.display()))?;
     Ok(child)
+}
+
+/// Hands `secrets` to the child `cmd` will start over an inherited socket (`flock_ipc::handoff`),
+/// never its environment: they go into one end of a socket pair, which is closed; the child
+/// inherits the other end (close-on-exec cleared in the child only) and reads them once. Keep
+/// the returned end until the child is spawned.
+pub fn hand_over(
+    cmd: &mut std::process::Command,
+    secrets: &BTreeMap<String, String>,
+) -> Result<Option<std::os::unix::net::UnixStream>> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    if secrets.is_empty() {
+        return Ok(None);
+    }
+    let (mut ours, theirs) =
+        std::os::unix::net::UnixStream::pair().context("a socket pair for the secrets")?;
+    let bytes = flock_ipc::handoff::encode(secrets);
+    anyhow::ensure!(bytes.len() <= flock_ipc::handoff::MAX_SECRETS_BYTES, "too many secrets");
+    ours.write_all(&bytes).context("hand over the secrets")?;
+    drop(ours);
+    let fd = theirs.as_raw_fd();
+    cmd.env(flock_ipc::handoff::SECRETS_FD, fd.to_string());
+    // SAFETY: fcntl is async-signal-safe; the closure allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(Some(theirs))
 }
 
 /// Pids this process spawned and has not seen go: everything else among its children is an

@@ -214,6 +214,13 @@ pub async fn up(
     state.create()?;
     let _lock = lock_state_dir(&state)?;
     let agent_bin = agent_binary()?;
+    // Every agent in its cage, where the kernel allows it (cage.rs).
+    let cage = {
+        let probed = crate::cage::helper()
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|h| crate::cage::probe(&h, &state).map(|()| h));
+        crate::cage::decide(&spec, probed)?
+    };
 
     let store = Store::open(&state.db(), Durability::Normal)
         .with_context(|| format!("open the store {}", state.db().display()))?;
@@ -373,6 +380,7 @@ pub async fn up(
             agent_bin,
             shutdown: shutdown_tx.clone(),
             journal: Some(journal.clone()),
+            cage,
         },
     )
     .await
@@ -523,12 +531,17 @@ pub enum StopReason {
 
 /// `up --detach`: re-runs `up` in the background, in its own session, with output in
 /// `<state>/logs/supervisor.log`; returns once the control socket answers or the child died.
+///
+/// `keys` (read and erased from this process's environment by the caller, which is
+/// non-dumpable) reach the background supervisor over an inherited socket, never its
+/// environment.
 pub fn detach(
     swarm_file: &Path,
     state: &StateDir,
     model: Option<&str>,
     web: &crate::web::WebOptions,
     log_format: flock_log::Format,
+    keys: &HashMap<String, Secret>,
 ) -> Result<u32> {
     use std::os::unix::process::CommandExt;
     private_files();
@@ -540,7 +553,10 @@ pub fn detach(
         .open(&log_path)
         .with_context(|| format!("open {}", log_path.display()))?;
     let exe = std::env::current_exe()?;
-    let mut child = std::process::Command::new(exe)
+    let mut cmd = std::process::Command::new(exe);
+    let secrets = keys.iter().map(|(k, v)| (k.clone(), v.expose().to_owned())).collect();
+    let _handoff = crate::spawn::hand_over(&mut cmd, &secrets)?;
+    let mut child = cmd
         .arg("up")
         .arg(swarm_file)
         .arg("--state-dir")

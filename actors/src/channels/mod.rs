@@ -905,6 +905,7 @@ impl ChannelsState {
             can_call: Vec::new(),
             tools: None,
             sandbox: Default::default(),
+            unconfined: false,
             model,
             instance: None,
             extensions: flock_config::ExtensionSpec::defaults(role, &self.peers()),

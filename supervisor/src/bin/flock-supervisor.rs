@@ -91,12 +91,23 @@ fn main() -> ExitCode {
                 }
             };
             if detach {
+                // The launcher holds the keys only until the background supervisor has them:
+                // out of its environment and not inspectable before it spawns anything.
+                if let Err(e) = flock_supervisor::secrets::not_dumpable() {
+                    eprintln!(
+                        "flock-supervisor: warning: cannot make the process non-dumpable: {e}"
+                    );
+                }
+                #[allow(unsafe_code)]
+                // SAFETY: single-threaded: no runtime, no thread started yet.
+                let keys = unsafe { flock_supervisor::secrets::take_api_keys(&spec) };
                 return match flock_supervisor::up::detach(
                     &file,
                     &state,
                     model.as_deref(),
                     &web,
                     log_format,
+                    &keys,
                 ) {
                     Ok(pid) => {
                         println!(
@@ -122,7 +133,16 @@ fn main() -> ExitCode {
             // read them in /proc otherwise), and the supervisor cannot be inspected or traced.
             #[allow(unsafe_code)]
             // SAFETY: single-threaded still: the runtime is built below.
-            let keys = unsafe { flock_supervisor::secrets::take_api_keys(&spec) };
+            let mut keys = unsafe { flock_supervisor::secrets::take_api_keys(&spec) };
+            // Started by `up --detach`: the launcher handed the keys over a socket instead.
+            match flock_ipc::handoff::receive() {
+                Ok(handed) => keys
+                    .extend(handed.into_iter().map(|(k, v)| (k, flock_llm::Secret::new(v.trim())))),
+                Err(e) => {
+                    eprintln!("flock-supervisor: cannot read the keys handed over: {e}");
+                    return ExitCode::from(1);
+                }
+            }
             if let Err(e) = flock_supervisor::secrets::not_dumpable() {
                 tracing::warn!(error = %e, "flock-supervisor: cannot make the process non-dumpable");
             }

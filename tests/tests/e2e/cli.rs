@@ -21,11 +21,12 @@ fn readme_flow_office_example_routes_a_job_through_both_workers() {
         .collect();
     let names: Vec<&str> = agents.iter().map(|c| c[0]).collect();
     assert_eq!(names, ["orchestrator", "sysadmin", "worker-1", "worker-2"], "ps:\n{table}");
-    // NAME KIND ROLE SANDBOX PID STATE …
+    // NAME KIND ROLE SANDBOX CAGE PID STATE …: every agent process is in its cage.
     for cols in &agents {
-        assert_eq!(cols[5], "ready", "ps:\n{table}");
+        assert_eq!(cols[4], "caged", "ps:\n{table}");
+        assert_eq!(cols[6], "ready", "ps:\n{table}");
     }
-    let pids: HashSet<&str> = agents.iter().map(|c| c[4]).collect();
+    let pids: HashSet<&str> = agents.iter().map(|c| c[5]).collect();
     assert_eq!(pids.len(), 4, "every agent is its own process; ps:\n{table}");
     // The JSON form agrees, and those pids are live processes.
     for row in swarm.agents() {

@@ -1,6 +1,8 @@
-//! What an agent's processes cannot do, even with a custom `command:` running as the same user
-//! and outside any sandbox: read the API keys the supervisor was given, outlive the agent or the
-//! swarm by detaching, or use the control socket as the operator.
+//! What an agent's processes cannot do, even with a custom `command:` running as the same user:
+//! in its cage, see the state dir beyond its own workspace, the memory folder and the router
+//! socket, nor signal or read any process outside it; caged or not, read the API keys the
+//! supervisor was given, outlive the agent or the swarm by detaching, use the control socket as
+//! the operator, or lock another agent out by holding connections.
 
 use std::path::Path;
 
@@ -26,7 +28,7 @@ fn daemon_pid(workspace: &Path) -> Option<u32> {
 }
 
 #[test]
-fn an_agents_children_cannot_read_the_key_outlive_it_or_act_as_the_operator() {
+fn an_uncaged_agents_children_cannot_read_the_key_outlive_it_or_act_as_the_operator() {
     let yaml = format!(
         r#"swarm: {{ name: isolation }}
 models:
@@ -36,6 +38,7 @@ agents:
     role: worker
     model: m
     stop_timeout_secs: 2
+    unconfined: true
     command: ["/bin/sh", "-c", {:?}, "{}", "{}"]
 "#,
         answer_model("m", "ok"),
@@ -68,8 +71,9 @@ agents:
     let ctl = std::fs::read_to_string(workspace.join("ctl.txt")).unwrap();
     assert!(ctl.contains("serves the operator, not processes this supervisor started"), "{ctl}");
     assert!(!ctl.contains("exit 0"), "{ctl}");
-    // A person's flockctl is served as always.
+    // A person's flockctl is served as always; ps says this agent runs uncaged.
     assert_eq!(swarm.state_of("spy"), "ready");
+    assert_eq!(swarm.agent("spy")["confined"], false);
 
     // The detached daemon goes when its agent is stopped…
     let first = daemon_pid(&workspace).expect("the spy wrote its daemon's pid");
@@ -217,4 +221,124 @@ models:
     if let Some(pid) = std::fs::read_to_string(&daemon).ok().and_then(|p| p.trim().parse().ok()) {
         assert!(!alive(pid), "the agent's daemon outlived a failed up");
     }
+}
+
+/// The caged agent's shell, before it becomes the agent: looks at the state dir, tries the
+/// database, the supervisor (a signal, its environment) and `flockctl`.
+const CAGED: &str = r#"
+ls -A ../.. > state-view.txt; ls -A ../../run > run-view.txt; ls -A ../../workspaces > ws-view.txt
+cat ../../flock.db > /dev/null 2>&1 && echo read > db.txt || echo denied > db.txt
+kill -0 $PPID 2>/dev/null && echo signalled > kill.txt || echo denied > kill.txt
+tr '\0' '\n' < /proc/$PPID/environ > environ.txt 2>/dev/null || echo unreadable > environ.txt
+"$1" --state-dir "$PWD/../.." ps > ctl.txt 2>&1; echo "exit $?" >> ctl.txt
+exec "$0"
+"#;
+
+#[test]
+fn a_caged_agent_sees_only_its_part_of_the_state_dir_and_no_process_outside() {
+    let yaml = format!(
+        r#"swarm: {{ name: caged }}
+models:
+{}agents:
+  - name: other
+    role: worker
+    model: m
+  - name: spy
+    role: worker
+    model: m
+    command: ["/bin/sh", "-c", {:?}, "{}", "{}"]
+"#,
+        answer_model("m", "ok"),
+        CAGED,
+        flock_testkit::bin("flock-agent").display(),
+        flock_testkit::bin("flockctl").display(),
+    );
+    let swarm = Swarm::start(&yaml);
+    let workspace = swarm.state_dir().join("workspaces/spy");
+    let read = |f: &str| std::fs::read_to_string(workspace.join(f)).unwrap_or_default();
+    // The agent is ready: its workspace and the router socket are there, and ps says caged.
+    assert_eq!(swarm.state_of("spy"), "ready");
+    for row in swarm.agents() {
+        assert_eq!(row["confined"], true, "{row}");
+    }
+    // Of the state dir, it sees what it needs and nothing else.
+    let mut state: Vec<&str> = Vec::new();
+    let view = read("state-view.txt");
+    state.extend(view.lines());
+    state.sort();
+    assert_eq!(state, ["memory", "run", "workspaces"], "the state dir as the agent sees it");
+    assert_eq!(read("run-view.txt").trim(), "router.sock", "no control socket, lock or URL");
+    assert_eq!(read("ws-view.txt").trim(), "spy", "no other agent's workspace");
+    assert_eq!(read("db.txt").trim(), "denied");
+    // …while the state dir is all there for everyone else.
+    assert!(swarm.state_dir().join("flock.db").exists());
+    assert!(swarm.state_dir().join("workspaces/other").exists());
+    // No signal reaches the supervisor, and its /proc entries are closed to the agent (even
+    // to root, which the tests may run as).
+    assert_eq!(read("kill.txt").trim(), "denied");
+    assert_eq!(read("environ.txt").trim(), "unreadable");
+    // flockctl finds no swarm to drive.
+    let ctl = read("ctl.txt");
+    assert!(ctl.contains("exit ") && !ctl.contains("exit 0"), "{ctl}");
+}
+
+/// An uncaged agent's shell: reads the environment of its supervisor's parent — the `up
+/// --detach` launcher, still waiting for the swarm to be ready — then becomes the agent.
+const LAUNCHER_SPY: &str = r#"
+launcher=$(awk '{print $4}' /proc/$PPID/stat)
+tr '\0' '\n' < /proc/$launcher/environ > launcher-env.txt 2>/dev/null || echo unreadable > launcher-env.txt
+tr '\0' '\n' < /proc/$PPID/environ > supervisor-env.txt 2>/dev/null || echo unreadable > supervisor-env.txt
+exec "$0"
+"#;
+
+#[test]
+fn up_detach_hands_the_keys_over_without_leaving_them_in_any_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let file = dir.path().join("swarm.yaml");
+    let yaml = format!(
+        r#"swarm: {{ name: detached }}
+models:
+  remote: {{ provider: openai, base_url: "http://127.0.0.1:9/v1", model: x, api_key_env: FLOCK_TEST_SECRET }}
+agents:
+  - name: spy
+    role: worker
+    model: remote
+    unconfined: true
+    command: ["/bin/sh", "-c", {:?}, "{}"]
+"#,
+        LAUNCHER_SPY,
+        flock_testkit::bin("flock-agent").display(),
+    );
+    std::fs::write(&file, yaml).unwrap();
+    let out = std::process::Command::new(flock_testkit::bin("flock-supervisor"))
+        .arg("up")
+        .arg(&file)
+        .arg("--detach")
+        .arg("--state-dir")
+        .arg(&state)
+        .env("FLOCK_AGENT_BIN", flock_testkit::bin("flock-agent"))
+        .env("FLOCK_TEST_SECRET", "s3cr3t-must-not-leak")
+        .env_remove("FLOCK_HOME")
+        .output()
+        .unwrap();
+    let down = || {
+        std::process::Command::new(flock_testkit::bin("flockctl"))
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("down")
+            .output()
+            .unwrap()
+    };
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let workspace = state.join("workspaces/spy");
+    let read = |f: &str| std::fs::read_to_string(workspace.join(f)).unwrap_or_default();
+    let launcher = read("launcher-env.txt");
+    let supervisor = read("supervisor-env.txt");
+    down();
+    // The agent ran while the launcher waited, and looked (root may read even non-dumpable
+    // processes' environments, so what protects the key is that it is not there).
+    assert!(!launcher.is_empty() && !supervisor.is_empty(), "the spy did not look");
+    assert!(!launcher.contains("s3cr3t-must-not-leak"), "the launcher's environment:\n{launcher}");
+    assert!(!supervisor.contains("s3cr3t-must-not-leak"), "the supervisor's environment");
 }

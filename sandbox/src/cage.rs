@@ -1,0 +1,225 @@
+//! The agent cage: `flock-sandbox cage CAGE_JSON PROGRAM [ARGS…]` confines an agent process
+//! (built-in or a custom `command:`), then becomes it (`exec`, same pid, same descriptors).
+//!
+//! An agent runs as the swarm's owner, so the kernel's usual checks (same uid) let it do what the
+//! owner can. The cage takes away what matters to Flock:
+//!
+//! - **the state dir**: a new mount namespace covers it with an empty, read-only tmpfs, and
+//!   binds back only what this agent needs, at the same paths — its workspace, the shared
+//!   memory folder, the router socket. The database, the journal, the logs, `run/` (the control
+//!   socket, the dashboard's URL and token, the supervisor's pid) and the other agents'
+//!   workspaces are not there. Without root, the namespaces belong to a new user namespace, and a
+//!   second one on top makes the mounts *locked*: nothing inside can unmount them to look under;
+//! - **other processes**: a Landlock domain scoped for signals and abstract Unix sockets (ABI 6,
+//!   Linux 6.12): the agent cannot signal, `ptrace`, or read `/proc/<pid>/{environ,mem,fd,root}`
+//!   of any process outside its own domain — not the supervisor, not a sibling agent, not the
+//!   owner's shell — while everything it starts (the `exec` sandbox included) is inside it.
+//!
+//! The network, the system folders and the rest of the filesystem stay as they are: workers'
+//! commands get their own, much tighter sandbox (`helper`). As root, no user namespace is made
+//! (root may make a mount namespace by itself); instead the agent loses every capability but
+//! those over files and ids ([`ROOT_KEEPS`]), so it can neither take the cover off nor trace,
+//! signal or inspect other processes. Swarms are meant to run as an unprivileged user.
+
+use std::ffi::CString;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, unshare};
+use nix::unistd::{Gid, Uid};
+use serde::{Deserialize, Serialize};
+
+use crate::SETUP_FAILED;
+
+/// What an agent's cage hides and what it shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cage {
+    /// Hidden (an empty read-only tmpfs over it), but for `show`.
+    pub hidden: PathBuf,
+    /// Paths under `hidden` shown again, read-write, at their own paths (folders, files or
+    /// sockets; each must exist).
+    pub show: Vec<PathBuf>,
+}
+
+type Result<T> = std::result::Result<T, String>;
+
+/// `flock-sandbox cage CAGE_JSON PROGRAM [ARGS…]`: never returns; on a setup error, exits
+/// [`SETUP_FAILED`] with a `flock-sandbox: cage:` line on stderr.
+pub fn main(args: &[String]) -> ! {
+    let (Some(json), Some(program)) = (args.first(), args.get(1)) else {
+        eprintln!("flock-sandbox: cage: usage: flock-sandbox cage CAGE_JSON PROGRAM [ARGS…]");
+        std::process::exit(SETUP_FAILED)
+    };
+    let e = match serde_json::from_str::<Cage>(json) {
+        Ok(cage) => match enter(&cage) {
+            Ok(()) => exec(program, &args[1..]),
+            Err(e) => e,
+        },
+        Err(e) => format!("the cage is not valid JSON: {e}"),
+    };
+    eprintln!("flock-sandbox: cage: {e}");
+    std::process::exit(SETUP_FAILED)
+}
+
+/// Confines the calling (single-threaded) process as `cage` says.
+pub fn enter(cage: &Cage) -> Result<()> {
+    if !cage.hidden.is_absolute() {
+        return Err(format!("{} is not an absolute path", cage.hidden.display()));
+    }
+    let root = Uid::effective().is_root();
+    if root {
+        unshare(CloneFlags::CLONE_NEWNS).map_err(|e| format!("mount namespace: {}", e.desc()))?;
+    } else {
+        own_user_namespace(CloneFlags::CLONE_NEWNS)?;
+    }
+    // Held open (in the new namespace: a bind's source must be in it) before the tmpfs covers
+    // them; bound from /proc/self/fd afterwards.
+    let mut held = Vec::new();
+    for path in &cage.show {
+        if !path.starts_with(&cage.hidden) {
+            continue; // outside what is hidden: visible as it is
+        }
+        use std::os::unix::fs::OpenOptionsExt;
+        let fd = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(path)
+            .map_err(|e| format!("open {}: {e}", path.display()))?;
+        let dir = fd.metadata().map(|m| m.is_dir()).unwrap_or(false);
+        held.push((path.clone(), fd, dir));
+    }
+    let ms = |what: &str| {
+        let what = what.to_owned();
+        move |e: nix::errno::Errno| format!("{what}: {}", e.desc())
+    };
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .map_err(ms("make / private"))?;
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount(Some("tmpfs"), &cage.hidden, Some("tmpfs"), flags, Some("size=64k,mode=0700"))
+        .map_err(ms(&format!("cover {}", cage.hidden.display())))?;
+    for (path, fd, dir) in &held {
+        mount_point(path, *dir)?;
+        let source = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        mount(Some(&source), path, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+            .map_err(ms(&format!("show {}", path.display())))?;
+    }
+    drop(held);
+    mount(
+        None::<&str>,
+        &cage.hidden,
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | flags,
+        None::<&str>,
+    )
+    .map_err(ms("make the cover read-only"))?;
+    if root {
+        // Root keeps no power over other processes or mounts (the cover stays on).
+        drop_root_powers()?;
+    } else {
+        // A second user namespace over the first: the mounts above come into it locked, so not
+        // even the namespace's own capabilities can take the cover off.
+        own_user_namespace(CloneFlags::CLONE_NEWNS)?;
+    }
+    scope_to_self()
+}
+
+/// What an agent running as root keeps of root's capabilities: file ownership and access (its
+/// workspace, and the `exec` sandbox handing it to `nobody`) and changing ids (the sandbox's
+/// user mapping). Everything else — among it `CAP_SYS_ADMIN` (mounts: the cover could come
+/// off), `CAP_SYS_PTRACE` (other processes' memory, environment, descriptors) and `CAP_KILL` —
+/// leaves the bounding set, so the agent's `exec` does not get it back.
+const ROOT_KEEPS: &[u32] = &[
+    0,  // CAP_CHOWN
+    1,  // CAP_DAC_OVERRIDE
+    2,  // CAP_DAC_READ_SEARCH
+    3,  // CAP_FOWNER
+    4,  // CAP_FSETID
+    6,  // CAP_SETGID
+    7,  // CAP_SETUID
+    10, // CAP_NET_BIND_SERVICE
+];
+
+#[allow(unsafe_code)]
+fn drop_root_powers() -> Result<()> {
+    for cap in 0..64u32 {
+        if ROOT_KEEPS.contains(&cap) {
+            continue;
+        }
+        // SAFETY: prctl(PR_CAPBSET_DROP, cap) only changes this process's bounding set.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                break; // past the last capability this kernel knows
+            }
+            return Err(format!("drop capability {cap}: {e}"));
+        }
+    }
+    Ok(())
+}
+
+/// A new user namespace (with `extra` namespaces) in which this process keeps its own uid and
+/// gid.
+fn own_user_namespace(extra: CloneFlags) -> Result<()> {
+    let (uid, gid) = (Uid::effective().as_raw(), Gid::effective().as_raw());
+    unshare(CloneFlags::CLONE_NEWUSER | extra).map_err(|e| {
+        format!(
+            "cannot create a user namespace ({}); unprivileged user namespaces may be disabled \
+             (sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces)",
+            e.desc()
+        )
+    })?;
+    let w = |file: &str, text: String| {
+        std::fs::write(format!("/proc/self/{file}"), text).map_err(|e| format!("{file}: {e}"))
+    };
+    w("uid_map", format!("{uid} {uid} 1\n"))?;
+    w("setgroups", "deny".into())?;
+    w("gid_map", format!("{gid} {gid} 1\n"))
+}
+
+/// Creates `path` (a folder, or an empty file for a file or socket) as a mount point in the
+/// cover, with its parents.
+fn mount_point(path: &Path, dir: bool) -> Result<()> {
+    let io = |e: std::io::Error| format!("create {}: {e}", path.display());
+    if dir {
+        return std::fs::create_dir_all(path).map_err(io);
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    std::fs::write(path, b"").map_err(io)
+}
+
+/// A Landlock domain that handles no file access (mounts stay possible for the `exec`
+/// sandbox) but scopes signals and abstract Unix sockets — and, as every domain does, `ptrace`
+/// — to itself.
+fn scope_to_self() -> Result<()> {
+    use landlock::{
+        ABI, Access, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetStatus, Scope,
+    };
+    let ll = |e: landlock::RulesetError| format!("landlock: {e}");
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .scope(Scope::from_all(ABI::V6))
+        .map_err(ll)?
+        .create()
+        .map_err(ll)?
+        .restrict_self()
+        .map_err(ll)?;
+    if status.ruleset != RulesetStatus::FullyEnforced {
+        return Err("Landlock cannot scope signals on this kernel (Linux 6.12 or later with the \
+                    landlock LSM enabled)"
+            .into());
+    }
+    Ok(())
+}
+
+fn exec(program: &str, argv: &[String]) -> String {
+    let c = |s: &str| CString::new(s.replace('\0', "")).unwrap_or_default();
+    let args: Vec<CString> = argv.iter().map(|a| c(a)).collect();
+    match nix::unistd::execvp(&c(program), &args) {
+        Ok(never) => match never {},
+        Err(e) => format!("exec {program}: {}", e.desc()),
+    }
+}
