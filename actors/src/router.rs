@@ -647,7 +647,10 @@ impl RouterState {
                     ConnInfo { identity: name.clone(), kind, outbox, _closer: closer },
                 );
                 self.counters.connections += 1;
-                (self.events)(RouterEvent::Ready { agent: name.clone(), pid: hello.pid });
+                // The pid the connection comes from, not the one the Hello claims (a caged agent
+                // is PID 1 of its own namespace).
+                let pid = peer.pid.map_or(hello.pid, |p| p as u32);
+                (self.events)(RouterEvent::Ready { agent: name.clone(), pid });
                 if let Some(ch) = &self.channels {
                     let _ = ch.cast(ChannelsMsg::AgentReady { agent: name.clone() });
                 }

@@ -1072,13 +1072,29 @@ async fn lifecycle(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         let mut rss: Vec<u64> = Vec::new();
+        let mut stand_ins: Vec<u64> = Vec::new();
         for row in ctl.ps().await?.iter().filter(|r| r.kind == "agent") {
             let pid = row.pid.context("an agent has no pid")?;
+            // A caged agent is the child of its cage's stand-in, the pid ps shows.
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            let agent = match children.split_whitespace().next().and_then(|c| c.parse().ok()) {
+                Some(child) => {
+                    stand_ins.push(vm_rss(pid)?);
+                    child
+                }
+                None => pid,
+            };
             rss.push(
-                vm_rss(pid).with_context(|| format!("read the RSS of {} (pid {pid})", row.name))?,
+                vm_rss(agent)
+                    .with_context(|| format!("read the RSS of {} (pid {agent})", row.name))?,
             );
         }
         rss.sort_unstable();
+        stand_ins.sort_unstable();
+        if !stand_ins.is_empty() {
+            out.insert("cage_stand_in_rss_bytes".into(), json!(percentile(&stand_ins, 50.0)));
+        }
         say!("idle flock-agent RSS: {:?} KiB", rss.iter().map(|b| b / 1024).collect::<Vec<_>>());
         out.insert("idle_agent_rss_bytes".into(), json!(percentile(&rss, 50.0)));
         out.insert("idle_agent_rss_max_bytes".into(), json!(rss.last().copied().unwrap_or(0)));

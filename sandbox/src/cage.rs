@@ -10,10 +10,17 @@
 //!   socket, the dashboard's URL and token, the supervisor's pid) and the other agents'
 //!   workspaces are not there. Without root, the namespaces belong to a new user namespace, and a
 //!   second one on top makes the mounts *locked*: nothing inside can unmount them to look under;
-//! - **other processes**: a Landlock domain scoped for signals and abstract Unix sockets (ABI 6,
-//!   Linux 6.12): the agent cannot signal, `ptrace`, or read `/proc/<pid>/{environ,mem,fd,root}`
-//!   of any process outside its own domain — not the supervisor, not a sibling agent, not the
-//!   owner's shell — while everything it starts (the `exec` sandbox included) is inside it.
+//! - **other processes**: the agent is PID 1 of a PID namespace of its own, with its own `/proc`:
+//!   it sees no process but its own, and when it ends — or when the process the supervisor
+//!   started, its stand-in, is killed — the kernel kills everything it started, however
+//!   detached. A Landlock domain scoped for signals and abstract Unix sockets (ABI 6, Linux 6.12)
+//!   keeps it from signalling any process outside even by a pid it was told; `/proc/<pid>/environ`,
+//!   `mem` and descriptors of processes outside are closed to it by its user namespace (as root:
+//!   by the capabilities it lost).
+//!
+//! The process the supervisor starts stays as the agent's stand-in: it waits for the agent and
+//! ends as the agent ended (same exit code, or killed by the same signal), and anything that
+//! kills it kills the agent (its parent-death signal).
 //!
 //! The network, the system folders and the rest of the filesystem stay as they are: workers'
 //! commands get their own, much tighter sandbox (`helper`). As root, no user namespace is made
@@ -121,7 +128,67 @@ pub fn enter(cage: &Cage) -> Result<()> {
         // even the namespace's own capabilities can take the cover off.
         own_user_namespace(CloneFlags::CLONE_NEWNS)?;
     }
-    scope_to_self()
+    // The agent becomes PID 1 of a namespace of its own: it sees no other process, and when it
+    // ends — or when this process (the one the supervisor knows, which dies with it) is killed —
+    // the kernel kills everything it started, however detached.
+    unshare(CloneFlags::CLONE_NEWPID).map_err(|e| format!("PID namespace: {}", e.desc()))?;
+    let (alive_r, alive_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {}", e.desc()))?;
+    // SAFETY: the cage is single-threaded; the child goes on to exec.
+    #[allow(unsafe_code)]
+    let forked = unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {}", e.desc()))?;
+    match forked {
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(alive_r);
+            std::process::exit(stand_in_for(child, alive_w))
+        }
+        nix::unistd::ForkResult::Child => {
+            drop(alive_w);
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(|e| format!("PR_SET_PDEATHSIG: {}", e.desc()))?;
+            // The parent may have died before that took effect: then the pipe is closed.
+            let mut fds = [nix::poll::PollFd::new(
+                std::os::fd::AsFd::as_fd(&alive_r),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            if nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).unwrap_or(1) != 0 {
+                return Err("the cage's parent exited".into());
+            }
+            drop(alive_r);
+            mount(
+                Some("proc"),
+                "/proc",
+                Some("proc"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                None::<&str>,
+            )
+            .map_err(ms("mount this namespace's /proc"))?;
+            scope_to_self()
+        }
+    }
+}
+
+/// The process the supervisor started, standing in for the agent (PID 1 of its namespace):
+/// waits for it and ends as it ended (its exit code, or killed by the same signal). Anything
+/// that kills this process kills the agent (its parent-death signal) and with it the namespace.
+fn stand_in_for(child: nix::unistd::Pid, _alive: std::os::fd::OwnedFd) -> i32 {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    loop {
+        match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, code)) => return code,
+            Ok(WaitStatus::Signaled(_, sig, _)) => {
+                // Mirror the signal, so the supervisor reports it as it would for the agent.
+                // SAFETY: resetting a disposition to the default and raising a signal.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::signal(sig as i32, libc::SIG_DFL);
+                    libc::raise(sig as i32);
+                }
+                return 128 + sig as i32;
+            }
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return SETUP_FAILED,
+        }
+    }
 }
 
 /// What an agent running as root keeps of root's capabilities: file ownership and access (its

@@ -245,11 +245,20 @@ pub fn signal_group(pid: u32, signal: nix::sys::signal::Signal) {
     let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), signal);
 }
 
-/// Resident set size of a process, from `/proc/<pid>/statm`.
+/// Resident set size of a process and its direct children, from `/proc/<pid>/statm`: a caged
+/// agent runs as the child of the process the supervisor started (its stand-in, see
+/// `flock_sandbox::cage`), so both count.
 pub fn rss_bytes(pid: u32) -> Option<u64> {
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * page_size())
+    let rss = |pid: u32| -> Option<u64> {
+        let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        Some(pages * page_size())
+    };
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    let theirs: u64 =
+        children.split_whitespace().filter_map(|c| c.parse().ok()).filter_map(rss).sum();
+    Some(rss(pid)? + theirs)
 }
 
 /// CPU time (user + system) a process has used, in seconds, from `/proc/<pid>/stat`.

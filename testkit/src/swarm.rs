@@ -274,14 +274,16 @@ impl Swarm {
         self.agent(name)["turns_total"].as_u64().unwrap_or_default()
     }
 
-    /// Sends `signal` to the agent's process; returns the pid. Panics if it is not running.
+    /// Sends `signal` to the agent's processes — its process group, as the supervisor signals
+    /// it: a caged agent runs under its stand-in, the pid `ps` shows (SIGSTOP of the stand-in
+    /// alone would not freeze the agent); returns the pid. Panics if it is not running.
     #[track_caller]
     pub fn signal(&self, name: &str, signal: Signal) -> u32 {
         let Some(pid) = self.pid_of(name) else {
             panic!("{}", self.report(&format!("cannot signal `{name}`: it has no pid")));
         };
         assert!(
-            proc::signal(pid, signal),
+            nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), signal).is_ok(),
             "{}",
             self.report(&format!("{signal} to {name} (pid {pid}) failed"))
         );

@@ -223,14 +223,19 @@ models:
     }
 }
 
-/// The caged agent's shell, before it becomes the agent: looks at the state dir, tries the
-/// database, the supervisor (a signal, its environment) and `flockctl`.
+/// The caged agent's shell, before it becomes the agent: looks at the state dir, the database,
+/// the processes it can see and `flockctl`; leaves a detached daemon; then, in the background,
+/// waits for the test to tell it the supervisor's pid and tries to signal it and read its
+/// environment.
 const CAGED: &str = r#"
 ls -A ../.. > state-view.txt; ls -A ../../run > run-view.txt; ls -A ../../workspaces > ws-view.txt
 cat ../../flock.db > /dev/null 2>&1 && echo read > db.txt || echo denied > db.txt
-kill -0 $PPID 2>/dev/null && echo signalled > kill.txt || echo denied > kill.txt
-tr '\0' '\n' < /proc/$PPID/environ > environ.txt 2>/dev/null || echo unreadable > environ.txt
+ls /proc | grep -c '^[0-9]' > procs.txt; echo $$ > own-pid.txt
 "$1" --state-dir "$PWD/../.." ps > ctl.txt 2>&1; echo "exit $?" >> ctl.txt
+( setsid sleep 600 < /dev/null > /dev/null 2>&1 & )
+( while [ ! -s supervisor.pid ]; do sleep 0.05; done; s=$(cat supervisor.pid)
+  kill -0 "$s" 2>/dev/null && echo signalled > kill.txt || echo denied > kill.txt
+  tr '\0' '\n' < /proc/$s/environ > environ.txt 2>/dev/null || echo unreadable > environ.txt ) &
 exec "$0"
 "#;
 
@@ -246,6 +251,7 @@ models:
   - name: spy
     role: worker
     model: m
+    stop_timeout_secs: 2
     command: ["/bin/sh", "-c", {:?}, "{}", "{}"]
 "#,
         answer_model("m", "ok"),
@@ -253,7 +259,7 @@ models:
         flock_testkit::bin("flock-agent").display(),
         flock_testkit::bin("flockctl").display(),
     );
-    let swarm = Swarm::start(&yaml);
+    let mut swarm = Swarm::start(&yaml);
     let workspace = swarm.state_dir().join("workspaces/spy");
     let read = |f: &str| std::fs::read_to_string(workspace.join(f)).unwrap_or_default();
     // The agent is ready: its workspace and the router socket are there, and ps says caged.
@@ -273,13 +279,38 @@ models:
     // …while the state dir is all there for everyone else.
     assert!(swarm.state_dir().join("flock.db").exists());
     assert!(swarm.state_dir().join("workspaces/other").exists());
-    // No signal reaches the supervisor, and its /proc entries are closed to the agent (even
-    // to root, which the tests may run as).
-    assert_eq!(read("kill.txt").trim(), "denied");
-    assert_eq!(read("environ.txt").trim(), "unreadable");
+    // It is PID 1 of a namespace of its own and sees only its own processes.
+    assert_eq!(read("own-pid.txt").trim(), "1");
+    let seen: u32 = read("procs.txt").trim().parse().unwrap_or(u32::MAX);
+    assert!(seen < 10, "the agent sees {seen} processes");
     // flockctl finds no swarm to drive.
     let ctl = read("ctl.txt");
     assert!(ctl.contains("exit ") && !ctl.contains("exit 0"), "{ctl}");
+    // Told the supervisor's pid, it can neither signal it nor read its environment.
+    let supervisor = swarm.supervisor_pid().expect("the supervisor's pid");
+    std::fs::write(workspace.join("supervisor.pid"), supervisor.to_string()).unwrap();
+    swarm.wait_until(|| !read("environ.txt").is_empty(), SHORT, "the spy tried");
+    assert_eq!(read("kill.txt").trim(), "denied");
+    assert_eq!(read("environ.txt").trim(), "unreadable");
+    // Nothing it started outlives it: its detached daemon dies with its namespace.
+    let pid = swarm.pid_of("spy").unwrap();
+    let in_cage = |p: u32| std::fs::read_to_string(format!("/proc/{p}/task/{p}/children"));
+    let agent: u32 = in_cage(pid).unwrap().trim().parse().expect("the agent under its stand-in");
+    let daemons = || {
+        in_cage(agent)
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+            .filter(|c| {
+                std::fs::read_to_string(format!("/proc/{c}/cmdline"))
+                    .is_ok_and(|l| l.starts_with("sleep"))
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = daemons();
+    assert_eq!(before.len(), 1, "the daemon runs under the agent");
+    swarm.kill9_supervisor();
+    swarm.wait_until(|| !alive(before[0]), SHORT, "the daemon died with the killed supervisor");
 }
 
 /// An uncaged agent's shell: reads the environment of its supervisor's parent — the `up
