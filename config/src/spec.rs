@@ -387,8 +387,8 @@ pub struct AgentSpec {
     #[serde(default)]
     pub sandbox: SandboxKind,
     /// Run the agent process itself outside its cage (`unconfined: true`): only for a custom
-    /// `command:` on a kernel that cannot cage it (no unprivileged user namespaces, or Landlock
-    /// older than Linux 6.12). `flockctl ps` shows it.
+    /// `command:` on a kernel that cannot cage it (unprivileged user namespaces turned off).
+    /// `flockctl ps` shows it.
     #[serde(default)]
     pub unconfined: bool,
     /// The model this agent's turns use.

@@ -1,6 +1,6 @@
 //! Whether agents run in their cage (`flock-sandbox cage`, see `flock_sandbox::cage`): every
 //! agent does, unless the swarm file says `unconfined: true` for it, or the kernel cannot cage
-//! (no unprivileged user namespaces, or Landlock without signal scoping, before Linux 6.12).
+//! (unprivileged user namespaces turned off).
 //!
 //! `up` finds out by caging `/bin/true` once, for real. Where it cannot, a custom `command:` —
 //! code Flock did not write — is refused unless the swarm file says `unconfined: true` for it;

@@ -241,6 +241,7 @@ fn control_replies() -> Vec<(&'static str, Body)> {
         tokens_in: 1000,
         tokens_out: 200,
         sandbox: Some("native".into()),
+        confined: Some(true),
     };
     let dead = DeadLetter {
         id: CHAIN + 1,
