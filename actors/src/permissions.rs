@@ -109,6 +109,9 @@ impl Capability {
 pub struct Invariants {
     /// The state dir, every agent's workspace (some may live outside the state dir): never.
     pub protected: Vec<PathBuf>,
+    /// Where a sandbox has a private folder of its own (`/tmp`): a grant there would show
+    /// nothing, so it is refused.
+    pub private_tmp: PathBuf,
 }
 
 /// Secrets and kernel interfaces, never granted (nor any folder that contains one).
@@ -149,7 +152,7 @@ const GREEN_SCAN_MAX: usize = 10_000;
 
 impl Invariants {
     pub fn new(protected: Vec<PathBuf>) -> Self {
-        Invariants { protected }
+        Invariants { protected, private_tmp: PathBuf::from("/tmp") }
     }
 
     /// Why code never grants `cap`, whatever a model or a person says; `None` if it may. A path
@@ -166,11 +169,13 @@ impl Invariants {
         {
             return Some(format!("{} is a link to {}: {why}", path.display(), real.display()));
         }
-        if path.starts_with("/tmp") {
+        if path.starts_with(&self.private_tmp) {
             return Some(format!(
-                "{} is under /tmp, and a sandbox has a private /tmp of its own: the grant would \
+                "{} is under {}, and a sandbox has a private {} of its own: the grant would \
                  show nothing; put the files elsewhere (e.g. /srv/data) and ask for that",
-                path.display()
+                path.display(),
+                self.private_tmp.display(),
+                self.private_tmp.display()
             ));
         }
         None
@@ -785,8 +790,9 @@ mod tests {
 
     #[test]
     fn a_read_grant_is_judged_by_what_it_opens() {
-        // Not under /tmp (a sandbox's /tmp is its own): a folder of the current one.
-        let dir = tempfile::Builder::new().tempdir_in(std::env::current_dir().unwrap()).unwrap();
+        // Wherever the temporary folder is (often /tmp, which a sandbox has of its own: see the
+        // end), the checks of what a folder holds are the same.
+        let dir = tempfile::tempdir().unwrap();
         let base = dir.path().to_path_buf();
         let state = base.join("state");
         let clean = base.join("data/clean");
@@ -798,7 +804,10 @@ mod tests {
         std::fs::write(keys.join("home/.ssh/id_rsa"), "-----BEGIN").unwrap();
         let link = base.join("data/link");
         std::os::unix::fs::symlink(&state, &link).unwrap();
-        let inv = Invariants::new(vec![state.clone()]);
+        let inv = Invariants {
+            private_tmp: PathBuf::from("/nonexistent-private-tmp"),
+            ..Invariants::new(vec![state.clone()])
+        };
         let read = |p: &Path| Capability::Read(p.to_path_buf());
         // A clean folder may be granted GREEN; one holding a key anywhere waits for a person.
         assert_eq!(inv.never(&read(&clean)), None);
@@ -810,6 +819,7 @@ mod tests {
         let why = inv.never(&read(&link)).expect("refused");
         assert!(why.contains("is a link to") && why.contains("Flock's state"), "{why}");
         // Under /tmp: the sandbox could not show it; refused with why.
+        let inv = Invariants::new(vec![state.clone()]);
         let why = inv.never(&read(Path::new("/tmp/data"))).expect("refused");
         assert!(why.contains("private /tmp"), "{why}");
     }
