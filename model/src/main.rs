@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use clap::Parser;
 
 /// Serves a local GGUF model as an OpenAI-compatible chat-completions endpoint on loopback.
-/// Clients authenticate with `Authorization: Bearer $FLOCK_MODEL_TOKEN`. Prints
+/// Clients authenticate with `Authorization: Bearer TOKEN`: the token flock-supervisor hands
+/// over (an inherited socket), or `$FLOCK_MODEL_TOKEN` when started by hand. Prints
 /// `listening on ADDR` on stdout once the model is loaded.
 #[derive(Debug, Parser)]
 #[command(name = "flock-model", version)]
@@ -53,6 +54,18 @@ fn not_dumpable() {
 async fn main() {
     flock_model::log::init();
     not_dumpable();
+    // From flock-supervisor: over the socket it left us, never the environment (which /proc
+    // would show other processes of the user for the instant before `not_dumpable`). Started by
+    // hand: the environment.
+    let token = match flock_ipc::handoff::receive() {
+        Ok(mut handed) => handed.remove(flock_model::TOKEN_ENV),
+        Err(e) => {
+            tracing::error!("flock-model: error: cannot read the token handed over: {e}");
+            std::process::exit(2);
+        }
+    }
+    .or_else(|| std::env::var(flock_model::TOKEN_ENV).ok())
+    .unwrap_or_default();
     let args = Args::parse();
     let Some(model) = args.model.or_else(flock_model::default_model_path) else {
         tracing::error!(
@@ -68,7 +81,7 @@ async fn main() {
         slots: args.slots,
         verify: !args.no_verify,
         sha256: args.sha256,
-        token: std::env::var(flock_model::TOKEN_ENV).unwrap_or_default(),
+        token,
         verbose: args.verbose,
     };
     if let Err(e) = flock_model::run(opts).await {

@@ -4,8 +4,9 @@
 //!
 //! Readiness is its `listening on ADDR` line on stdout (printed once the model is loaded and the
 //! port bound). The gateway reaches it through a [`LocalLink`]: the base URL while it is up and
-//! the token this supervisor made for it (`FLOCK_MODEL_TOKEN`, in no agent's environment). A
-//! restarted process gets the same port back, so calls retried by the gateway find it again.
+//! the token this supervisor made for it (`FLOCK_MODEL_TOKEN`, handed over an inherited socket,
+//! in no process's environment). A restarted process gets the same port back, so calls retried
+//! by the gateway find it again.
 //! Exit code 78 means "a restart cannot fix this" (missing or wrong model file): no restart.
 
 use std::net::SocketAddr;
@@ -218,8 +219,9 @@ impl Keeper {
             program: self.program.clone(),
             args,
             cwd: self.cwd.clone(),
-            env: vec![("FLOCK_MODEL_TOKEN".into(), self.token.expose().to_owned())],
-            secrets: Default::default(),
+            env: Vec::new(),
+            // Over the inherited socket, never the environment (flock_ipc::handoff).
+            secrets: [("FLOCK_MODEL_TOKEN".to_owned(), self.token.expose().to_owned())].into(),
         }
     }
 

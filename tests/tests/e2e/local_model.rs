@@ -75,6 +75,15 @@ fn an_agent_without_a_model_answers_on_the_embedded_model_which_is_supervised() 
     assert_eq!(row["state"], "ready", "{row}");
     assert_eq!(row["kind"], "process", "{row}");
     let first_pid = row["pid"].as_u64().expect("a pid");
+    // Its bearer token came over the inherited socket: it is in no environment /proc shows.
+    if let Ok(environ) = std::fs::read(format!("/proc/{first_pid}/environ")) {
+        let environ = String::from_utf8_lossy(&environ);
+        assert!(
+            !environ.contains("FLOCK_MODEL_TOKEN"),
+            "the token is in flock-model's environment"
+        );
+        assert!(environ.contains("FLOCK_SECRETS_FD="), "{environ}");
+    }
 
     // One real turn: the gateway → flock-model → back to the agent.
     swarm.ctl_ok(&["send", "helper", "Reply with one short sentence: what is 2 + 2?"]);
