@@ -139,6 +139,7 @@ pub fn enter(cage: &Cage) -> Result<()> {
     match forked {
         nix::unistd::ForkResult::Parent { child } => {
             drop(alive_r);
+            close_handed_secrets();
             std::process::exit(stand_in_for(child, alive_w))
         }
         nix::unistd::ForkResult::Child => {
@@ -166,6 +167,22 @@ pub fn enter(cage: &Cage) -> Result<()> {
         }
     }
 }
+
+/// The stand-in has no use for the socket the supervisor handed the agent's secrets over (the
+/// agent reads its own copy): it closes its copy rather than hold it for the agent's life.
+fn close_handed_secrets() {
+    let fd = std::env::var(SECRETS_FD).ok().and_then(|v| v.trim().parse::<i32>().ok());
+    if let Some(fd) = fd.filter(|fd| *fd > 2) {
+        // SAFETY: closing a descriptor this process inherited and never uses.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}
+
+/// `flock_ipc::handoff::SECRETS_FD` (the sandbox does not depend on flock-ipc).
+const SECRETS_FD: &str = "FLOCK_SECRETS_FD";
 
 /// The process the supervisor started, standing in for the agent (PID 1 of its namespace):
 /// waits for it and ends as it ended (its exit code, or killed by the same signal). Anything
