@@ -128,6 +128,9 @@ pub fn enter(cage: &Cage) -> Result<()> {
         // even the namespace's own capabilities can take the cover off.
         own_user_namespace(CloneFlags::CLONE_NEWNS)?;
     }
+    // From here on nobody else may attach to this process or take its descriptors (the secrets'
+    // socket among them). Not sooner: a non-dumpable process cannot write its own id maps.
+    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("PR_SET_DUMPABLE: {}", e.desc()))?;
     // The agent becomes PID 1 of a namespace of its own: it sees no other process, and when it
     // ends — or when this process (the one the supervisor knows, which dies with it) is killed —
     // the kernel kills everything it started, however detached.
