@@ -55,6 +55,7 @@ async fn main() {
         None,
         Router,
         RouterArgs {
+            operator_key: None,
             spec: spec.clone(),
             store,
             events: Arc::new(|_| {}),

@@ -50,11 +50,13 @@ pub struct GatewayArgs {
 }
 
 /// How the gateway reaches the embedded model (`flock-model`, run by the supervisor): its base
-/// URL while it is up (`None` while it starts or restarts) and the token it was started with.
+/// URL while it is up (`None` while it starts or restarts), the token it was started with, and
+/// the client that reaches it (over its Unix socket).
 #[derive(Clone)]
 pub struct LocalLink {
     pub base_url: watch::Receiver<Option<String>>,
     pub token: Secret,
+    pub client: LlmClient,
 }
 
 impl LocalLink {
@@ -205,7 +207,10 @@ impl Actor for Gateway {
                 let call = st.next_call;
                 let model_label = model_label(&model);
                 let t0 = std::time::Instant::now();
-                let client = st.client.clone();
+                let client = match &target {
+                    Target::Local(link, _) => link.client.clone(),
+                    Target::Ready(_) => st.client.clone(),
+                };
                 let me = myself.clone();
                 let who = agent.clone();
                 let task = tokio::spawn(async move {

@@ -124,6 +124,9 @@ pub enum RouterMsg {
     RetryDeliver(String),
     /// The supervisor is about to spawn `agent` with this token; only it may say `Hello`.
     Expect { agent: String, token: String },
+    /// The supervisor spawned `agent` as `pid`: only a process of that tree may be `agent`
+    /// (a connection from elsewhere that said Hello with the token is closed).
+    Spawned { agent: String, pid: u32 },
     /// The supervisor is stopping `agent` on purpose: tell it to shut down; losing its current
     /// delivery does not count as a failed delivery.
     Stop { agent: String },
@@ -186,6 +189,9 @@ pub struct RouterArgs {
     pub journal: Option<JournalWriter>,
     /// The memory tools (`memory_search`…), if the swarm has a memory dir.
     pub memory: Option<crate::memory::MemoryService>,
+    /// The operator key a control connection must present (`flock_ipc::operator`); `None`
+    /// serves control connections without one (in-process tests and benches only).
+    pub operator_key: Option<String>,
 }
 
 /// What the channels actor reports after posting a chain's answer.
@@ -256,6 +262,10 @@ struct Slot {
     /// The token of the spawn that said Hello: a second Hello with it means two processes had
     /// it, and one of them is not the agent.
     used_token: Option<String>,
+    /// The process the supervisor started for the current spawn, once it is known.
+    spawned_pid: Option<u32>,
+    /// The process tree (the supervisor's child it descends from) the connection said Hello from.
+    conn_root: Option<u32>,
     stopping: bool,
     queue: VecDeque<Queued>,
     in_flight: Option<Queued>,
@@ -278,6 +288,8 @@ impl Slot {
             conn: None,
             expected_token: None,
             used_token: None,
+            spawned_pid: None,
+            conn_root: None,
             stopping: false,
             queue: VecDeque::new(),
             in_flight: None,
@@ -335,6 +347,13 @@ pub struct RouterState {
     bridges: HashMap<String, bridge::BridgeSlot>,
     /// Chains working on a person's post, and where it is (told to the channels actor).
     working: HashMap<MsgId, chains::ReplyPlace>,
+    operator_key: Option<String>,
+}
+
+/// The supervisor's child (an agent's spawn) the connecting process descends from or is.
+fn peer_root(peer: &PeerCred) -> Option<u32> {
+    let pid = peer.pid?;
+    crate::server::tree_root(pid, std::process::id() as i32).map(|r| r as u32)
 }
 
 pub(crate) fn unix_ms() -> u64 {
@@ -429,6 +448,7 @@ impl Actor for Router {
             memory: args.memory,
             bridges,
             working: HashMap::new(),
+            operator_key: args.operator_key,
         };
         // Chains resumed on people's posts are working on them again: the chats show it.
         for chain in resumed {
@@ -501,9 +521,11 @@ impl Actor for Router {
             RouterMsg::Expect { agent, token } => {
                 if let Some(slot) = state.slots.get_mut(&agent) {
                     slot.expected_token = Some(token);
+                    slot.spawned_pid = None;
                     slot.stopping = false;
                 }
             }
+            RouterMsg::Spawned { agent, pid } => state.spawned(&agent, pid),
             RouterMsg::Stop { agent } => {
                 if let Some(slot) = state.slots.get_mut(&agent) {
                     slot.stopping = true;
@@ -613,7 +635,8 @@ impl RouterState {
                         "this spawn's token was already used: both connections are closed and the agent is restarted with a new one".into(),
                     );
                 }
-                if let Err((code, reason)) = self.check_hello(hello) {
+                let root = peer_root(&peer);
+                if let Err((code, reason)) = self.check_hello(hello, root) {
                     tracing::warn!(
                         agent = %hello.agent_id,
                         pid = ?peer.pid,
@@ -633,6 +656,7 @@ impl RouterState {
                 let Some(slot) = self.slots.get_mut(&name) else { return };
                 slot.used_token = slot.expected_token.take();
                 slot.conn = Some(conn);
+                slot.conn_root = root;
                 slot.last_seen.store(unix_ms(), Ordering::Relaxed);
                 let welcome = Welcome {
                     protocol_version: PROTOCOL_VERSION,
@@ -659,12 +683,24 @@ impl RouterState {
             (ConnKind::Agent, Body::BridgeHello(hello)) => {
                 self.open_bridge(conn, &first, hello, outbox, closer);
             }
-            (ConnKind::Control, Body::ClientHello { protocol_version, .. }) => {
+            (ConnKind::Control, Body::ClientHello { protocol_version, key, .. }) => {
                 if *protocol_version != PROTOCOL_VERSION {
                     return reject(
                         ErrorCode::BadRequest,
                         format!(
                             "protocol version {protocol_version} is not supported (this supervisor speaks {PROTOCOL_VERSION}); use the flockctl that came with it"
+                        ),
+                    );
+                }
+                if let Some(want) = &self.operator_key
+                    && !constant_time_eq(want.as_bytes(), key.as_bytes())
+                {
+                    let what = if key.is_empty() { "no" } else { "a wrong" };
+                    return reject(
+                        ErrorCode::Forbidden,
+                        format!(
+                            "this connection presented {what} operator key: the control socket serves the operator, who can read `{}` beside it (run as the user who started the swarm, with the same --state-dir)",
+                            flock_ipc::operator::KEY_FILE
                         ),
                     );
                 }
@@ -723,7 +759,30 @@ impl RouterState {
         true
     }
 
-    fn check_hello(&self, hello: &Hello) -> Result<(), (ErrorCode, String)> {
+    /// `agent`'s spawn is process `pid`: a connection that said Hello as `agent` from outside
+    /// that process's tree (it came in between the token's issue and the spawn's return) is
+    /// closed; its in-flight delivery goes back to the mailbox.
+    fn spawned(&mut self, agent: &str, pid: u32) {
+        let Some(slot) = self.slots.get_mut(agent) else { return };
+        slot.spawned_pid = Some(pid);
+        // A Hello took this spawn's token (an earlier spawn's connection that has not closed
+        // yet is left to be superseded as usual).
+        let hello_since_expect = slot.expected_token.is_none();
+        if let Some(conn) = slot.conn
+            && hello_since_expect
+            && slot.conn_root != Some(pid)
+        {
+            tracing::warn!(
+                agent,
+                pid,
+                from = ?slot.conn_root,
+                "flock router: `{agent}` said Hello from outside the process the supervisor started for it (pid {pid}); closing that connection"
+            );
+            self.closed(conn);
+        }
+    }
+
+    fn check_hello(&self, hello: &Hello, root: Option<u32>) -> Result<(), (ErrorCode, String)> {
         if hello.protocol_version != PROTOCOL_VERSION {
             return Err((
                 ErrorCode::BadRequest,
@@ -737,6 +796,16 @@ impl RouterState {
         let Some(slot) = self.slots.get(&key) else {
             return Err((ErrorCode::AgentNotFound, format!("no agent `{key}` in this swarm")));
         };
+        if let Some(pid) = slot.spawned_pid
+            && root != Some(pid)
+        {
+            return Err((
+                ErrorCode::Forbidden,
+                format!(
+                    "this Hello does not come from the process the supervisor started for `{key}` (pid {pid}) or one of its children"
+                ),
+            ));
+        }
         match &slot.expected_token {
             Some(t) if constant_time_eq(t.as_bytes(), hello.token.as_bytes()) => Ok(()),
             _ => Err((

@@ -252,3 +252,40 @@ async fn a_spawn_token_used_twice_closes_both_connections_and_is_journaled() {
     send(&fresh, "b", "a", "back").await;
     assert!(matches!(next(&mut fresh).await.body, Body::Accepted));
 }
+
+/// A Hello is judged by the process that says it, not only by its token: once the supervisor
+/// has said which process it started for `b`, a Hello as `b` from any other process tree is
+/// refused even with the right token, and a connection that said Hello before the spawn was
+/// known (in the instant between the token's issue and the spawn's return) is closed when the
+/// spawn turns out to be another process.
+#[tokio::test]
+async fn a_hello_from_outside_the_spawned_process_tree_is_refused_even_with_the_token() {
+    let h = harness("").await;
+    let hello = |token: &str| Hello {
+        protocol_version: PROTOCOL_VERSION,
+        agent_id: "b".into(),
+        instance: "default".into(),
+        pid: 1,
+        token: token.into(),
+    };
+    // This test process is no child of itself: whatever it connects as, it is not the spawn.
+    let not_us = 999_999;
+    h.router.cast(RouterMsg::Expect { agent: "b".into(), token: "tok-1".into() }).unwrap();
+    h.router.cast(RouterMsg::Spawned { agent: "b".into(), pid: not_us }).unwrap();
+    let err = Connection::agent(&h.socket, hello("tok-1"), 16).await.unwrap_err();
+    assert!(err.to_string().contains("does not come from the process"), "{err}");
+
+    // Hello first (the spawn not known yet), then the spawn is another process: closed.
+    h.router.cast(RouterMsg::Expect { agent: "b".into(), token: "tok-2".into() }).unwrap();
+    let mut early = Connection::agent(&h.socket, hello("tok-2"), 16).await.unwrap();
+    h.router.cast(RouterMsg::Spawned { agent: "b".into(), pid: not_us }).unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Ok(Some(_)) = early.reader.read_frame().await {}
+    });
+    closed.await.expect("the connection from outside the spawn was closed");
+
+    // Without a known spawn (the in-process harness) a Hello with the token is served as always.
+    let mut fresh = h.agent("b").await;
+    send(&fresh, "b", "a", "back").await;
+    assert!(matches!(next(&mut fresh).await.body, Body::Accepted));
+}

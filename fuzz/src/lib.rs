@@ -178,7 +178,7 @@ pub fn open(kind: ConnKind, first: &Frame) -> Frame {
             },
             Err((code, reason)) => reject(code, reason),
         },
-        (ConnKind::Control, Body::ClientHello { protocol_version, .. }) => {
+        (ConnKind::Control, Body::ClientHello { protocol_version, key, .. }) => {
             if *protocol_version != PROTOCOL_VERSION {
                 return reject(
                     ErrorCode::BadRequest,
@@ -186,6 +186,12 @@ pub fn open(kind: ConnKind, first: &Frame) -> Frame {
                         "protocol version {protocol_version} is not supported (this supervisor speaks {PROTOCOL_VERSION}); use the flockctl that came with it"
                     ),
                 );
+            }
+            // Mirror of the router's operator-key check ([`KNOWN_TOKEN`] is the key here).
+            let (a, b) = (KNOWN_TOKEN.as_bytes(), key.as_bytes());
+            if a.len() != b.len() || a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) != 0 {
+                let what = if key.is_empty() { "no" } else { "a wrong" };
+                return reject(ErrorCode::Forbidden, format!("this connection presented {what} operator key"));
             }
             welcome(String::new())
         }

@@ -169,6 +169,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
+            // A large frame's buffer is given back once it is read: what a connection holds
+            // between frames is a read chunk, however large the frames it once sent.
+            if self.buf.len() > READ_CHUNK {
+                self.buf = vec![0; READ_CHUNK];
+            }
         }
         Ok(Some(frame))
     }
@@ -218,6 +223,19 @@ mod growth {
         let err = reader.read_frame().await.unwrap_err();
         assert!(matches!(err, FrameError::Truncated { .. }), "{err:?}");
         assert!(reader.buf.len() <= 512 * 1024, "buffer of {} bytes", reader.buf.len());
+    }
+
+    #[tokio::test]
+    async fn a_large_frames_buffer_is_given_back_once_it_is_read() {
+        let text = "x".repeat(3 << 20);
+        let frame =
+            Frame::new("a", "b", crate::Body::Send { text, mode: crate::SendMode::Durable });
+        let mut bytes = Vec::new();
+        encode_frame(&frame, &mut bytes).unwrap();
+        let mut reader = FrameReader::new(&bytes[..], 16 << 20);
+        assert_eq!(reader.read_frame().await.unwrap(), Some(frame));
+        assert_eq!(reader.buf.len(), READ_CHUNK, "the connection keeps the 3 MiB buffer");
+        assert_eq!(reader.buf.capacity(), READ_CHUNK);
     }
 
     #[tokio::test]

@@ -184,8 +184,12 @@ impl Connection {
     }
 
     /// Connects as a control client (`flockctl`): `ClientHello` → `Welcome` | `Reject`.
+    /// The operator key is read from beside the socket ([`crate::operator::read_key`]).
     pub async fn client(path: &Path, client: &str) -> Result<Self, ConnectError> {
-        let hello = Body::ClientHello { protocol_version: PROTOCOL_VERSION, client: client.into() };
+        let key = crate::operator::read_key(path)
+            .map_err(|source| ConnectError::Io { path: path.display().to_string(), source })?;
+        let hello =
+            Body::ClientHello { protocol_version: PROTOCOL_VERSION, client: client.into(), key };
         Self::handshake(path, Frame::new(crate::frame::OPERATOR, ROUTER, hello), 1024).await
     }
 

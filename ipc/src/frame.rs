@@ -66,6 +66,9 @@ pub enum Body {
     ClientHello {
         protocol_version: u32,
         client: String,
+        /// The operator key of this run of the supervisor: the contents of `operator.key` beside
+        /// the control socket (see [`crate::operator`]). Only the operator can read that file.
+        key: String,
     },
     /// Router → agent or client: the handshake succeeded.
     Welcome(Welcome),

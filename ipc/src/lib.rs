@@ -12,6 +12,7 @@ pub mod frame;
 pub mod handoff;
 pub mod id;
 pub mod llm;
+pub mod operator;
 pub mod time;
 
 pub use codec::{FrameError, FrameReader, decode_frame, encode_frame};
@@ -21,7 +22,7 @@ pub use frame::*;
 pub use id::MsgId;
 
 /// Bumped on any incompatible change of [`Frame`]; the router rejects other versions.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// Default largest frame (length prefix excluded) accepted on any socket: 16 MiB.
 pub const DEFAULT_MAX_FRAME_BYTES: u32 = 16 * 1024 * 1024;

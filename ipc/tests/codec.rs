@@ -126,7 +126,11 @@ fn body() -> impl Strategy<Value = Body> {
         (any::<u32>(), s(), any::<u32>(), s()).prop_map(|(v, a, pid, t)| Body::BridgeHello(
             Hello { protocol_version: v, agent_id: a, instance: String::new(), pid, token: t }
         )),
-        (any::<u32>(), s()).prop_map(|(v, c)| Body::ClientHello { protocol_version: v, client: c }),
+        (any::<u32>(), s(), s()).prop_map(|(v, c, k)| Body::ClientHello {
+            protocol_version: v,
+            client: c,
+            key: k
+        }),
         (any::<u32>(), s(), s(), any::<u64>(), any::<u32>()).prop_map(|(v, sw, j, h, m)| {
             Body::Welcome(Welcome {
                 protocol_version: v,

@@ -57,13 +57,21 @@ impl Failure {
 
 impl LlmClient {
     pub fn new() -> Result<Self, LlmError> {
+        Self::build(reqwest::Client::builder())
+    }
+
+    /// A client whose every connection goes to the Unix socket at `path`, whatever the URL's
+    /// host (the embedded model, served in the supervisor's private `run/` folder).
+    pub fn over_unix_socket(path: &std::path::Path) -> Result<Self, LlmError> {
+        Self::build(reqwest::Client::builder().unix_socket(path))
+    }
+
+    fn build(builder: reqwest::ClientBuilder) -> Result<Self, LlmError> {
         install_crypto_provider();
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("flock/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                LlmError::Transport(format!("cannot build the HTTP client: {}", chain(&e)))
-            })?;
+        let http =
+            builder.user_agent(concat!("flock/", env!("CARGO_PKG_VERSION"))).build().map_err(
+                |e| LlmError::Transport(format!("cannot build the HTTP client: {}", chain(&e))),
+            )?;
         Ok(LlmClient { http })
     }
 

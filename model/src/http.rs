@@ -13,14 +13,13 @@ use std::collections::HashSet;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::time::{Instant, timeout, timeout_at};
 
@@ -135,14 +134,31 @@ impl Server {
 /// (out of descriptors…) are waited out for `limits.accept_backoff`.
 pub async fn serve(listener: TcpListener, server: Arc<Server>) -> Infallible {
     let listener = &listener;
-    serve_with(move || listener.accept(), server).await
+    let accept = move || async move {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    };
+    serve_with(accept, server).await
 }
 
+/// [`serve`] on a Unix socket: how flock-supervisor runs it, in its private `run/` folder, where
+/// no agent can reach it (their cage does not show `run/`).
+pub async fn serve_unix(listener: UnixListener, server: Arc<Server>) -> Infallible {
+    let listener = &listener;
+    serve_with(move || async move { Ok(listener.accept().await?.0) }, server).await
+}
+
+/// A connection's byte stream (TCP or Unix).
+pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Stream for T {}
+
 /// [`serve`] with the accept call passed in, so tests can make it fail.
-async fn serve_with<A, F>(mut accept: A, server: Arc<Server>) -> Infallible
+async fn serve_with<A, F, S>(mut accept: A, server: Arc<Server>) -> Infallible
 where
     A: FnMut() -> F,
-    F: Future<Output = io::Result<(TcpStream, SocketAddr)>>,
+    F: Future<Output = io::Result<S>>,
+    S: Stream,
 {
     let slots = Arc::new(Semaphore::new(server.limits.max_connections));
     let mut logged = HashSet::new();
@@ -151,8 +167,7 @@ where
         // connections wait in the listen backlog.
         let slot = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
         match accept().await {
-            Ok((stream, _)) => {
-                let _ = stream.set_nodelay(true);
+            Ok(stream) => {
                 let server = server.clone();
                 tokio::spawn(async move {
                     let _closed = connection(stream, server).await;
@@ -251,7 +266,7 @@ enum Wait {
     Idle(Instant),
 }
 
-async fn connection(mut stream: TcpStream, server: Arc<Server>) -> io::Result<()> {
+async fn connection<S: Stream>(mut stream: S, server: Arc<Server>) -> io::Result<()> {
     let limits = &server.limits;
     let mut buf: Vec<u8> = Vec::with_capacity(8 * 1024);
     let mut wait = Wait::First(Instant::now() + limits.head);
@@ -346,10 +361,10 @@ fn authorized(req: &Request, token: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn chat_completion(
+async fn chat_completion<S: Stream>(
     req: &Request,
     server: &Server,
-    stream: &mut TcpStream,
+    stream: &mut S,
     buf: &mut Vec<u8>,
 ) -> Option<Response> {
     let bad = |m: String| Some(Response::error(400, &m, "invalid_request_error", None));
@@ -487,8 +502,8 @@ async fn chat_completion(
 /// clean close between requests or an idle keep-alive connection; `Ok(Err(response))` for a
 /// request that must be refused (then the connection closes); `Err` also when the head does not
 /// arrive in time.
-async fn read_head(
-    stream: &mut TcpStream,
+async fn read_head<S: Stream>(
+    stream: &mut S,
     buf: &mut Vec<u8>,
     limits: &Limits,
     wait: Wait,
@@ -614,8 +629,8 @@ async fn read_head(
 /// Reads the body `req`'s head announced into `req.body` (sending `100 Continue` first if asked),
 /// leaving what follows in `buf`. Called only for a request the gate let through. `Err` when the
 /// client goes away or the body is not in within `limits.body` + `limits.body_per_mib` per MiB.
-async fn read_body(
-    stream: &mut TcpStream,
+async fn read_body<S: Stream>(
+    stream: &mut S,
     buf: &mut Vec<u8>,
     req: &mut Request,
     limits: &Limits,
@@ -654,7 +669,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// it was refused before, the rest of a bad head). The write side is shut first and further
 /// input discarded for at most `limits.linger` and `LINGER_MAX_BYTES`, so the close does not
 /// become a reset that destroys the answer before the client reads it.
-async fn answer_and_close(mut stream: TcpStream, r: &Response, limits: &Limits) {
+async fn answer_and_close<S: Stream>(mut stream: S, r: &Response, limits: &Limits) {
     if write_response(&mut stream, r, false, limits.write).await.is_err() {
         return;
     }
@@ -675,8 +690,8 @@ async fn answer_and_close(mut stream: TcpStream, r: &Response, limits: &Limits) 
 }
 
 /// Writes one response within `limit`.
-async fn write_response(
-    stream: &mut TcpStream,
+async fn write_response<S: Stream>(
+    stream: &mut S,
     r: &Response,
     keep_alive: bool,
     limit: Duration,
@@ -721,6 +736,8 @@ async fn write_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+    use tokio::net::TcpStream;
 
     const TOKEN: &str = "s3cret";
 
@@ -763,6 +780,32 @@ mod tests {
         addr
     }
 
+    /// On a Unix socket (how flock-supervisor runs it) the same server answers: the health
+    /// check without a token, a chat completion only with it.
+    #[tokio::test]
+    async fn a_unix_socket_is_served_like_a_port() {
+        let dir = std::env::temp_dir().join(format!("flock-model-uds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("model.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        tokio::spawn(serve_unix(listener, test_server(quick())));
+        let mut s = tokio::net::UnixStream::connect(&path).await.unwrap();
+        s.write_all(b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n").await.unwrap();
+        let out = read_until_close(&mut s, Duration::from_secs(2)).await;
+        assert_eq!(status(&out), 200, "{out:?}");
+        let mut s = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let body = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
+        let req = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let out = read_until_close(&mut s, Duration::from_secs(2)).await;
+        assert_eq!(status(&out), 401, "no token, no completion: {out:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Short deadlines, so the timeout tests take a fraction of a second.
     fn quick() -> Limits {
         Limits {
@@ -777,7 +820,7 @@ mod tests {
     }
 
     /// All the server sends until it closes; panics if it has not closed within `within`.
-    async fn read_until_close(s: &mut TcpStream, within: Duration) -> String {
+    async fn read_until_close<S: Stream>(s: &mut S, within: Duration) -> String {
         let mut out = Vec::new();
         let closed = timeout(within, async {
             let mut chunk = [0u8; 4096];
@@ -1098,7 +1141,7 @@ mod tests {
             async move {
                 match injected {
                     Some(e) => Err(e),
-                    None => listener.accept().await,
+                    None => listener.accept().await.map(|(s, _)| s),
                 }
             }
         };

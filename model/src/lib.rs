@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 
 pub use engine::{Engine, EngineConfig, ModelInfo};
 pub use verify::{MODEL_FILE, MODEL_SHA256, VerifyError, default_model_path};
@@ -37,7 +37,7 @@ pub const TOKEN_ENV: &str = "FLOCK_MODEL_TOKEN";
 #[derive(Debug, Clone)]
 pub struct Options {
     pub model: PathBuf,
-    pub listen: SocketAddr,
+    pub listen: Listen,
     /// `None`: `min(2, idle cores)`.
     pub threads: Option<usize>,
     /// Context of each KV-cache slot, in tokens.
@@ -50,6 +50,36 @@ pub struct Options {
     pub token: String,
     /// llama.cpp's own logs on stderr, and one line per request.
     pub verbose: bool,
+}
+
+/// Where to serve: a loopback TCP address, or a Unix socket (`unix:PATH`, how flock-supervisor
+/// runs it: only processes that can reach the path — never an agent — can connect).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::str::FromStr for Listen {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.strip_prefix("unix:") {
+            Some("") => Err("`unix:` needs a path, e.g. unix:/run/flock/model.sock".into()),
+            Some(path) => Ok(Listen::Unix(PathBuf::from(path))),
+            None => s.parse().map(Listen::Tcp).map_err(|e| {
+                format!("`{s}` is neither an address (127.0.0.1:PORT) nor unix:PATH: {e}")
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Tcp(addr) => write!(f, "{addr}"),
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
 }
 
 /// A failure with the exit code it maps to.
@@ -79,7 +109,9 @@ pub async fn run(opts: Options) -> Result<(), RunError> {
              token comes from that environment variable"
         )));
     }
-    if !opts.listen.ip().is_loopback() {
+    if let Listen::Tcp(addr) = &opts.listen
+        && !addr.ip().is_loopback()
+    {
         return Err(RunError::config(anyhow::anyhow!(
             "--listen {} is not a loopback address; flock-model serves only this machine",
             opts.listen
@@ -124,9 +156,25 @@ pub async fn run(opts: Options) -> Result<(), RunError> {
         .await
         .context("model thread")?
         .with_context(|| format!("load {}", opts.model.display()))?;
-    let listener =
-        TcpListener::bind(opts.listen).await.with_context(|| format!("bind {}", opts.listen))?;
-    let addr = listener.local_addr()?;
+    let listener = match &opts.listen {
+        Listen::Tcp(addr) => {
+            let l = TcpListener::bind(addr).await.with_context(|| format!("bind {addr}"))?;
+            Listener::Tcp(l)
+        }
+        Listen::Unix(path) => {
+            // A socket file left by an earlier run of ours is replaced; anything else is not.
+            use std::os::unix::fs::FileTypeExt;
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                let _ = std::fs::remove_file(path);
+            }
+            let l = UnixListener::bind(path).with_context(|| format!("bind {}", path.display()))?;
+            Listener::Unix(l)
+        }
+    };
+    let addr = match &listener {
+        Listener::Tcp(l) => Listen::Tcp(l.local_addr()?),
+        Listener::Unix(_) => opts.listen.clone(),
+    };
     tracing::info!(
         model = %info.name,
         ms = info.load_time.as_millis() as u64,
@@ -148,5 +196,13 @@ pub async fn run(opts: Options) -> Result<(), RunError> {
     }
     let server = Arc::new(http::Server::new(engine, info, opts.token));
     // Serves until the process is stopped: accept errors are waited out, not returned.
-    match http::serve(listener, server).await {}
+    match listener {
+        Listener::Tcp(l) => match http::serve(l, server).await {},
+        Listener::Unix(l) => match http::serve_unix(l, server).await {},
+    }
+}
+
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
 }

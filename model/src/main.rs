@@ -1,12 +1,12 @@
 //! `flock-model`: parse flags, run the server, map failures to exit codes (78 = configuration:
 //! do not restart). See the library for what it does.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
 
-/// Serves a local GGUF model as an OpenAI-compatible chat-completions endpoint on loopback.
+/// Serves a local GGUF model as an OpenAI-compatible chat-completions endpoint on loopback or a
+/// Unix socket.
 /// Clients authenticate with `Authorization: Bearer TOKEN`: the token flock-supervisor hands
 /// over (an inherited socket), or `$FLOCK_MODEL_TOKEN` when started by hand. Prints
 /// `listening on ADDR` on stdout once the model is loaded.
@@ -16,9 +16,10 @@ struct Args {
     /// The GGUF model file [default: $FLOCK_HOME/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf]
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
-    /// Loopback address to serve on; port 0 picks a free one.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
-    listen: SocketAddr,
+    /// Where to serve: a loopback address (port 0 picks a free one), or unix:PATH for a Unix
+    /// socket (how flock-supervisor runs it).
+    #[arg(long, value_name = "ADDR|unix:PATH", default_value = "127.0.0.1:0")]
+    listen: flock_model::Listen,
     /// llama.cpp threads [default: min(2, idle cores)]
     #[arg(long, value_name = "N")]
     threads: Option<usize>,

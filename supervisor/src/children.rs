@@ -552,6 +552,7 @@ impl ChildSupState {
         match self.args.spawner.spawn(spec).await {
             Ok(mut child) => {
                 let pid = child.id().unwrap_or(0);
+                let _ = self.args.router.cast(RouterMsg::Spawned { agent: name.into(), pid });
                 c.pid = Some(pid);
                 c.spawned_at = Some(Instant::now());
                 c.liveness.store(crate::unix_ms(), Ordering::Relaxed);

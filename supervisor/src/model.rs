@@ -2,14 +2,16 @@
 //! swarm uses `provider: local` (the default when an agent names no model), restarted with the
 //! swarm's backoff when it crashes, stopped after the agents. One process serves every agent.
 //!
-//! Readiness is its `listening on ADDR` line on stdout (printed once the model is loaded and the
-//! port bound). The gateway reaches it through a [`LocalLink`]: the base URL while it is up and
-//! the token this supervisor made for it (`FLOCK_MODEL_TOKEN`, handed over an inherited socket,
-//! in no process's environment). A restarted process gets the same port back, so calls retried
-//! by the gateway find it again.
+//! It serves on a Unix socket in the state dir's private `run/` folder (`run/model.sock`), not on
+//! a TCP port: no agent can reach it (their cage does not show `run/`), so none can hold its
+//! connections to keep the gateway out, and no other user or host can knock. Readiness is its
+//! `listening on unix:PATH` line on stdout (printed once the model is loaded and the socket
+//! bound). The gateway reaches it through a [`LocalLink`]: the base URL while it is up, the
+//! token this supervisor made for it (`FLOCK_MODEL_TOKEN`, handed over an inherited socket, in no
+//! process's environment) and a client bound to the socket. A restarted process binds the same
+//! path, so calls retried by the gateway find it again.
 //! Exit code 78 means "a restart cannot fix this" (missing or wrong model file): no restart.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -75,6 +77,8 @@ struct Keeper {
     sha256: Option<&'static str>,
     settings: LocalModel,
     cwd: PathBuf,
+    /// Where it serves (`run/model.sock`).
+    socket: PathBuf,
     token: Secret,
     supervision: SupervisionSpec,
     spawner: Spawner,
@@ -92,8 +96,11 @@ impl ModelProcess {
         spawner: Spawner,
         logs: LogHub,
         cwd: PathBuf,
+        socket: PathBuf,
     ) -> Result<ModelProcess> {
         let program = model_binary()?;
+        let client = flock_llm::LlmClient::over_unix_socket(&socket)
+            .map_err(|e| anyhow::anyhow!("the embedded model's HTTP client: {e}"))?;
         let known = match (&settings.path, settings.known()) {
             (Some(_), _) => None,
             (None, Some(k)) => Some(k),
@@ -142,6 +149,7 @@ impl ModelProcess {
             sha256: known.map(|k| k.sha256),
             settings,
             cwd,
+            socket,
             token: token.clone(),
             supervision,
             spawner,
@@ -150,7 +158,7 @@ impl ModelProcess {
             url,
         };
         let task = tokio::spawn(keeper.run(stop_rx, ready_tx));
-        let link = LocalLink { base_url: url_rx, token };
+        let link = LocalLink { base_url: url_rx, token, client };
         let process = ModelProcess { status, link, stop, task: Mutex::new(Some(task)) };
         match tokio::time::timeout(READY_TIMEOUT, ready_rx).await {
             Ok(Ok(Ok(()))) => Ok(process),
@@ -197,12 +205,12 @@ impl Keeper {
         f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
-    fn spawn_spec(&self, port: u16) -> SpawnSpec {
+    fn spawn_spec(&self) -> SpawnSpec {
         let mut args = vec![
             "--model".to_owned(),
             self.model.display().to_string(),
             "--listen".into(),
-            format!("127.0.0.1:{port}"),
+            format!("unix:{}", self.socket.display()),
             "--ctx".into(),
             self.settings.ctx.to_string(),
             "--slots".into(),
@@ -231,11 +239,10 @@ impl Keeper {
         ready: oneshot::Sender<Result<(), String>>,
     ) {
         let mut ready = Some(ready);
-        let mut port = 0u16;
         let mut history = RestartHistory::default();
         loop {
             self.set(|s| s.state = "starting".into());
-            let mut child = match self.spawner.spawn(self.spawn_spec(port)).await {
+            let mut child = match self.spawner.spawn(self.spawn_spec()).await {
                 Ok(child) => child,
                 Err(e) => {
                     let why = format!("{e:#}");
@@ -252,7 +259,7 @@ impl Keeper {
             self.set(|s| (s.pid, s.started) = (Some(pid), Some(spawned)));
             self.logs.line(NAME, "flock", &format!("spawned pid {pid}"));
             let last_error = Arc::new(Mutex::new(String::new()));
-            let (addr_tx, mut addr_rx) = watch::channel(None::<SocketAddr>);
+            let (addr_tx, mut addr_rx) = watch::channel(None::<String>);
             if let Some(out) = child.stdout.take() {
                 tokio::spawn(watch_stdout(self.logs.clone(), out, addr_tx));
             }
@@ -264,11 +271,11 @@ impl Keeper {
                 tokio::select! {
                     status = child.wait() => break status,
                     changed = addr_rx.changed() => {
-                        let addr = *addr_rx.borrow_and_update();
+                        let addr = addr_rx.borrow_and_update().clone();
                         if changed.is_ok() && let Some(addr) = addr {
-                            port = addr.port();
                             self.set(|s| s.state = "ready".into());
-                            let _ = self.url.send(Some(format!("http://{addr}/v1")));
+                            // The host is a name only: the link's client connects to the socket.
+                            let _ = self.url.send(Some("http://flock-model/v1".to_owned()));
                             self.logs.line(NAME, "flock", &format!("ready on {addr} after {} ms", spawned.elapsed().as_millis()));
                             if let Some(r) = ready.take() {
                                 let _ = r.send(Ok(()));
@@ -349,13 +356,13 @@ impl Keeper {
 async fn watch_stdout(
     logs: LogHub,
     out: impl AsyncRead + Unpin,
-    addr: watch::Sender<Option<SocketAddr>>,
+    addr: watch::Sender<Option<String>>,
 ) {
     let mut lines = BufReader::new(out).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         logs.line(NAME, "out", &line);
-        if let Some(a) = line.strip_prefix("listening on ").and_then(|a| a.trim().parse().ok()) {
-            let _ = addr.send(Some(a));
+        if let Some(a) = line.strip_prefix("listening on ") {
+            let _ = addr.send(Some(a.trim().to_owned()));
         }
     }
 }

@@ -292,6 +292,7 @@ pub async fn up(
                 spawner.clone(),
                 logs.clone(),
                 state.workspaces().join(crate::model::NAME),
+                state.run_dir().join("model.sock"),
             )
             .await?;
             let ms = t0.elapsed().as_millis() as u64;
@@ -334,6 +335,15 @@ pub async fn up(
             }
         })
     };
+    // This run's operator key: control clients (flockctl, the dashboard) present it; agents
+    // cannot read it (their cage does not show run/).
+    let operator_key = crate::children::new_token();
+    flock_ipc::operator::write_key(&state.control_socket(), &operator_key).with_context(|| {
+        format!(
+            "write the operator key {}",
+            flock_ipc::operator::key_path(&state.control_socket()).display()
+        )
+    })?;
     let (router, _) = Actor::spawn(
         Some("router".into()),
         Router,
@@ -347,6 +357,7 @@ pub async fn up(
             gateway: Some(gateway.clone()),
             journal: Some(flock_actors::journal::JournalWriter::spawn(journal.clone())),
             memory: memory_service,
+            operator_key: Some(operator_key.clone()),
         },
     )
     .await
@@ -506,10 +517,12 @@ async fn wind_down(
     }
     // A second Ctrl-C during the stop is not needed: StopAll escalates to SIGKILL by itself.
     let _ = std::fs::remove_file(state.control_socket());
+    let _ = std::fs::remove_file(flock_ipc::operator::key_path(&state.control_socket()));
     let _ = std::fs::remove_file(state.router_socket());
     let _ = std::fs::remove_file(crate::web::ui_url_file(state));
     if let Some(model) = model {
         model.stop().await;
+        let _ = std::fs::remove_file(state.run_dir().join("model.sock"));
     }
     let leftovers = tokio::task::spawn_blocking(crate::spawn::sweep_orphans).await.unwrap_or(0);
     if leftovers > 0 {

@@ -125,8 +125,11 @@ pub fn hello(agent: &str, token: &str) -> Frame {
     Frame::new(agent, ROUTER, Body::Hello(hello))
 }
 
-/// A control client's `ClientHello` frame, as `flockctl` would send it.
-pub fn client_hello() -> Frame {
-    let body = Body::ClientHello { protocol_version: PROTOCOL_VERSION, client: "testkit".into() };
+/// A control client's `ClientHello` frame, as `flockctl` would send it to the supervisor
+/// listening on `control_socket` (with the operator key beside it).
+pub fn client_hello(control_socket: &std::path::Path) -> Frame {
+    let key = flock_ipc::operator::read_key(control_socket).expect("read the operator key");
+    let body =
+        Body::ClientHello { protocol_version: PROTOCOL_VERSION, client: "testkit".into(), key };
     Frame::new(flock_ipc::OPERATOR, ROUTER, body)
 }

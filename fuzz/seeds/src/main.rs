@@ -135,7 +135,8 @@ fn bridge_frames() -> Vec<Frame> {
 }
 
 fn client_hello(version: u32) -> Frame {
-    let body = Body::ClientHello { protocol_version: version, client: "flockctl".into() };
+    let body =
+        Body::ClientHello { protocol_version: version, client: "flockctl".into(), key: TOKEN.into() };
     frame(1, OPERATOR, ROUTER, None, body)
 }
 

@@ -85,6 +85,14 @@ fn an_agent_without_a_model_answers_on_the_embedded_model_which_is_supervised() 
         assert!(environ.contains("FLOCK_SECRETS_FD="), "{environ}");
     }
 
+    // It serves on a Unix socket in the private run/ folder, on no TCP port: agents (whose cage
+    // hides run/) and other local processes cannot knock, let alone hold its connections.
+    let socket = swarm.state_dir().join("run/model.sock");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata(&socket).is_ok_and(|m| m.file_type().is_socket()), "{socket:?}");
+    assert!(swarm.log("flock-model").contains("listening on unix:"));
+    assert_eq!(tcp_listeners_of(first_pid as u32), 0, "flock-model listens on a TCP port");
+
     // One real turn: the gateway → flock-model → back to the agent.
     swarm.ctl_ok(&["send", "helper", "Reply with one short sentence: what is 2 + 2?"]);
     let slow = Duration::from_secs(240);
@@ -96,7 +104,7 @@ fn an_agent_without_a_model_answers_on_the_embedded_model_which_is_supervised() 
     assert!(helper["tokens_in"].as_u64().unwrap() > 100, "the prompt was counted: {helper}");
     assert!(helper["tokens_out"].as_u64().unwrap() > 0, "{helper}");
 
-    // kill -9 of the model process: restarted on the same port, ready again.
+    // kill -9 of the model process: restarted on the same socket, ready again.
     flock_testkit::proc::signal(first_pid as u32, nix::sys::signal::Signal::SIGKILL);
     swarm.wait_until(
         || {
@@ -315,4 +323,26 @@ fn the_chat_door_answers_on_the_embedded_model_in_telegram_discord_and_slack() {
     assert!(kv["agents"]["coordinator"]["calls"].as_u64() >= Some(3), "{kv:#}");
     assert!(kv["processed_share_median"].as_f64().is_some_and(|s| s < 0.9), "{kv:#}");
     assert!(kv["queued_ms_p50"].as_u64().is_some(), "{kv:#}");
+}
+
+/// How many listening TCP sockets process `pid` holds (its descriptors' socket inodes found
+/// among the LISTEN entries of /proc/net/tcp and tcp6).
+fn tcp_listeners_of(pid: u32) -> usize {
+    let mut listening = std::collections::HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table).unwrap_or_default().lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // st == 0A is LISTEN; the inode is the tenth column.
+            if cols.get(3) == Some(&"0A")
+                && let Some(inode) = cols.get(9)
+            {
+                listening.insert(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("read the model's descriptors");
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|target| listening.contains(&target.to_string_lossy().into_owned()))
+        .count()
 }

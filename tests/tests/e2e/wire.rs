@@ -57,12 +57,13 @@ fn hello_with_a_wrong_token_is_rejected_and_does_not_disturb_the_agent() {
     let swarm = echo_swarm();
     let pid = swarm.pid_of("echo");
 
-    // An impostor claiming to be the running agent.
+    // An impostor claiming to be the running agent, from outside the process the supervisor
+    // started for it: refused before its token is even looked at.
     let reason = expect_reject(
         &handshake(&swarm, &raw::hello("echo", "not-the-token")),
         ErrorCode::Forbidden,
     );
-    assert!(reason.contains("wrong or expired token"), "{reason}");
+    assert!(reason.contains("does not come from the process"), "{reason}");
     // An agent the swarm does not have.
     expect_reject(&handshake(&swarm, &raw::hello("nobody", "x")), ErrorCode::AgentNotFound);
     // Another protocol version.
@@ -89,7 +90,7 @@ fn garbage_and_oversized_frames_close_only_that_connection() {
 
     // A control client that behaves, connected throughout: it must keep working.
     let mut good = RawConn::connect(&swarm.control_socket());
-    good.send_frame(&raw::client_hello()).unwrap();
+    good.send_frame(&raw::client_hello(&swarm.control_socket())).unwrap();
     assert!(matches!(good.read_frame(), Some(Frame { body: Body::Welcome(_), .. })));
 
     // (a) Random bytes, then end of stream: whatever the bytes claim, the answer is an error.
@@ -115,7 +116,7 @@ fn garbage_and_oversized_frames_close_only_that_connection() {
 
     // (d) Garbage after a valid handshake, on the control socket.
     let mut conn = RawConn::connect(&swarm.control_socket());
-    conn.send_frame(&raw::client_hello()).unwrap();
+    conn.send_frame(&raw::client_hello(&swarm.control_socket())).unwrap();
     assert!(matches!(conn.read_frame(), Some(Frame { body: Body::Welcome(_), .. })));
     conn.send_bytes(&[16, 0, 0, 0]).unwrap();
     conn.send_bytes(&[0xff; 16]).unwrap();
@@ -154,7 +155,7 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
 fn a_spoofed_from_is_replaced_by_the_connection_identity() {
     let swarm = echo_swarm();
     let mut conn = RawConn::connect(&swarm.control_socket());
-    conn.send_frame(&raw::client_hello()).unwrap();
+    conn.send_frame(&raw::client_hello(&swarm.control_socket())).unwrap();
     assert!(matches!(conn.read_frame(), Some(Frame { body: Body::Welcome(_), .. })));
     // A control client claims to be the agent itself.
     let send = Frame::new(
@@ -272,4 +273,47 @@ fn past_the_connection_cap_a_peer_is_refused_and_the_rest_are_served_after() {
     drop(held);
     // The slots come back as their connections close.
     swarm.wait_until(|| swarm.try_ps().is_ok(), SHORT, "flockctl is served again");
+}
+
+/// The control socket serves only a client that presents this run's operator key (the 0600
+/// file beside the socket): a process of the same user that cannot read it — an agent, whose
+/// cage hides run/ — is refused with a reason, and an earlier run's key is worthless.
+#[test]
+fn the_control_socket_serves_only_the_holder_of_this_runs_operator_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut swarm = echo_swarm();
+    let key_file = flock_ipc::operator::key_path(&swarm.control_socket());
+    let mode = std::fs::metadata(&key_file).expect("the key file").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", key_file.display());
+
+    let control_handshake = |swarm: &Swarm, key: &str| {
+        let mut conn = RawConn::connect(&swarm.control_socket());
+        let hello = Body::ClientHello {
+            protocol_version: flock_ipc::PROTOCOL_VERSION,
+            client: "stranger".into(),
+            key: key.into(),
+        };
+        conn.send_frame(&Frame::new(OPERATOR, ROUTER, hello)).unwrap();
+        conn.read_until_closed().frames
+    };
+    let reason = expect_reject(&control_handshake(&swarm, ""), ErrorCode::Forbidden);
+    assert!(reason.contains("no operator key") && reason.contains("operator.key"), "{reason}");
+    let old = std::fs::read_to_string(&key_file).unwrap();
+    let wrong = format!("{}0", &old[..old.len() - 1]);
+    let reason = expect_reject(&control_handshake(&swarm, &wrong), ErrorCode::Forbidden);
+    assert!(reason.contains("a wrong operator key"), "{reason}");
+    // With the key (as flockctl reads it), the operator is served.
+    let mut good = RawConn::connect(&swarm.control_socket());
+    good.send_frame(&raw::client_hello(&swarm.control_socket())).unwrap();
+    assert!(matches!(good.read_frame(), Some(Frame { body: Body::Welcome(_), .. })));
+    drop(good);
+
+    // The next run has a key of its own: the old one is refused, flockctl goes on working.
+    assert!(swarm.down().success());
+    assert!(!key_file.exists(), "down leaves the key behind");
+    swarm.restart_supervisor();
+    let new = std::fs::read_to_string(&key_file).unwrap();
+    assert_ne!(new, old);
+    expect_reject(&control_handshake(&swarm, &old), ErrorCode::Forbidden);
+    swarm.ctl_ok(&["ps"]);
 }
