@@ -156,7 +156,7 @@ impl Keeper {
         let mut history = RestartHistory::default();
         loop {
             self.set(|s| s.state = "starting".into());
-            let session = crate::children::new_token();
+            let session = crate::spawn::new_token();
             let _ = self.env.router.cast(RouterMsg::ExpectBridge {
                 bridge: self.name.clone(),
                 token: session.clone(),
@@ -235,7 +235,7 @@ impl Keeper {
                 let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
             }
             let exit = match &status {
-                Ok(s) => crate::children::describe(s),
+                Ok(s) => crate::spawn::describe(s),
                 Err(e) => format!("wait failed: {e}"),
             };
             let error = last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -21,7 +21,7 @@ use flock_actors::journal::{JournalEvent, Status};
 use crate::backoff::{RestartDecision, RestartHistory};
 use crate::logs::LogHub;
 use crate::paths::StateDir;
-use crate::spawn::{SpawnSpec, Spawner, rss_bytes, signal_group};
+use crate::spawn::{SpawnSpec, Spawner, describe, new_token, rss_bytes, signal_group};
 
 /// How long an agent has to exit after a `Shutdown` frame before it gets SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -473,18 +473,6 @@ impl Actor for ChildSupervisor {
     }
 }
 
-pub(crate) fn describe(status: &std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("code {code}"),
-        (None, Some(sig)) => match Signal::try_from(sig) {
-            Ok(s) => format!("signal {}", s.as_str()),
-            Err(_) => format!("signal {sig}"),
-        },
-        _ => "unknown".into(),
-    }
-}
-
 /// Appends a supervision event to the journal (a journal failure never stops supervision).
 fn journal(args: &ChildArgs, agent: &str, kind: &str, status: Status, message: &str, exit: &str) {
     if let Some(j) = &args.journal {
@@ -495,15 +483,6 @@ fn journal(args: &ChildArgs, agent: &str, kind: &str, status: Status, message: &
             tracing::error!(agent, kind, error = %e, "flock: journal append failed");
         }
     }
-}
-
-/// A secret of 128 bits from the operating system's CSPRNG (a per-spawn agent token, the
-/// embedded model's bearer token): unguessable, unlike a fast PRNG whose state can be inferred.
-pub(crate) fn new_token() -> String {
-    let mut bytes = [0u8; 16];
-    // getrandom(2) does not fail on Linux once the pool is initialised; fall back loudly.
-    getrandom::fill(&mut bytes).expect("the operating system's random source");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl ChildSupState {

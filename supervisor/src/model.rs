@@ -137,7 +137,7 @@ impl ModelProcess {
             );
         }
         std::fs::create_dir_all(&cwd).with_context(|| format!("create {}", cwd.display()))?;
-        let token = Secret::new(crate::children::new_token());
+        let token = Secret::new(crate::spawn::new_token());
         let (url, url_rx) = watch::channel(None);
         let status =
             Arc::new(Mutex::new(ModelStatus { state: "starting".into(), ..Default::default() }));
@@ -302,7 +302,7 @@ impl Keeper {
                 let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
             }
             let exit = match &status {
-                Ok(s) => crate::children::describe(s),
+                Ok(s) => crate::spawn::describe(s),
                 Err(e) => format!("wait failed: {e}"),
             };
             let error = last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();

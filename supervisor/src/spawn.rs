@@ -293,3 +293,25 @@ pub fn sibling_binary(name: &str, env_var: &str, hint: &str) -> Result<std::path
     }
     Err(anyhow!("cannot find {name} next to {}: {hint} (or set {env_var})", exe.display()))
 }
+
+/// How a child ended, for logs and `ps` ("code 3", "signal SIGKILL").
+pub(crate) fn describe(status: &std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("code {code}"),
+        (None, Some(sig)) => match nix::sys::signal::Signal::try_from(sig) {
+            Ok(s) => format!("signal {}", s.as_str()),
+            Err(_) => format!("signal {sig}"),
+        },
+        _ => "unknown".into(),
+    }
+}
+
+/// A secret of 128 bits from the operating system's CSPRNG (a per-spawn agent token, the
+/// embedded model's bearer token): unguessable, unlike a fast PRNG whose state can be inferred.
+pub(crate) fn new_token() -> String {
+    let mut bytes = [0u8; 16];
+    // getrandom(2) does not fail on Linux once the pool is initialised; fall back loudly.
+    getrandom::fill(&mut bytes).expect("the operating system's random source");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

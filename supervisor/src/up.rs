@@ -337,7 +337,7 @@ pub async fn up(
     };
     // This run's operator key: control clients (flockctl, the dashboard) present it; agents
     // cannot read it (their cage does not show run/).
-    let operator_key = crate::children::new_token();
+    let operator_key = crate::spawn::new_token();
     flock_ipc::operator::write_key(&state.control_socket(), &operator_key).with_context(|| {
         format!(
             "write the operator key {}",
