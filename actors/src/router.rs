@@ -2413,8 +2413,9 @@ fn quote(text: &str) -> String {
     format!("{:?}", clip(text, 200))
 }
 
+/// Whether two secrets are equal, in time that does not depend on where they differ.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 
 /// Why a text of `len` bytes is refused; says the limit and how to raise it.

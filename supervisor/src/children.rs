@@ -23,6 +23,15 @@ use crate::logs::LogHub;
 use crate::paths::StateDir;
 use crate::spawn::{SpawnSpec, Spawner, describe, new_token, rss_bytes, signal_group};
 
+/// Why the swarm stops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// Ctrl-C, SIGTERM or `flockctl down`: exit 0.
+    Requested(String),
+    /// A child exceeded its restart intensity with `escalate: true`: exit 1.
+    Escalated(String),
+}
+
 /// How long an agent has to exit after a `Shutdown` frame before it gets SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
@@ -149,7 +158,7 @@ pub struct ChildArgs {
     pub liveness: HashMap<String, Arc<AtomicU64>>,
     pub agent_bin: PathBuf,
     /// Where to ask for the whole swarm to stop (escalation).
-    pub shutdown: mpsc::UnboundedSender<crate::up::StopReason>,
+    pub shutdown: mpsc::UnboundedSender<StopReason>,
     /// Restarts, give-ups and exits are journaled (DESIGN.md §9).
     pub journal: Option<Arc<flock_actors::journal::Journal>>,
     /// `flock-sandbox`, when this kernel can cage agents (`None`: agents run uncaged).
@@ -685,7 +694,7 @@ impl ChildSupState {
                                 let _ = w.send(Err(format!("{name} {msg}")));
                             }
                             if supervision.escalate {
-                                let _ = self.args.shutdown.send(crate::up::StopReason::Escalated(format!(
+                                let _ = self.args.shutdown.send(StopReason::Escalated(format!(
                                     "agent {name} exceeded its restart intensity and escalate is set"
                                 )));
                             }

@@ -24,7 +24,7 @@ pub struct ControlCtx {
     pub channels: ActorRef<ChannelsMsg>,
     pub gateway: ActorRef<GatewayMsg>,
     pub logs: LogHub,
-    pub shutdown: mpsc::UnboundedSender<crate::up::StopReason>,
+    pub shutdown: mpsc::UnboundedSender<crate::children::StopReason>,
     pub started: std::time::Instant,
     /// The embedded model's process, if the swarm runs one.
     pub model: Option<Arc<crate::model::ModelProcess>>,
@@ -181,7 +181,8 @@ async fn run(
             result.map(ControlReply::Json)
         }
         ControlRequest::Down => {
-            let _ = ctx.shutdown.send(crate::up::StopReason::Requested("flockctl down".into()));
+            let _ =
+                ctx.shutdown.send(crate::children::StopReason::Requested("flockctl down".into()));
             Ok(ControlReply::Done("stopping every agent, then the supervisor".into()))
         }
     }

@@ -12,6 +12,7 @@ pub mod children;
 pub mod cli;
 pub mod control;
 pub mod journal_cli;
+pub mod keeper;
 pub mod live;
 pub mod logs;
 pub mod memory_cli;

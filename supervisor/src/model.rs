@@ -13,28 +13,22 @@
 //! Exit code 78 means "a restart cannot fix this" (missing or wrong model file): no restart.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use flock_actors::gateway::LocalLink;
 use flock_config::{LocalModel, SupervisionSpec};
 use flock_llm::Secret;
-use nix::sys::signal::Signal;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
-use crate::backoff::{RestartDecision, RestartHistory};
+use crate::keeper::{Kept, KeptProcess};
 use crate::logs::LogHub;
-use crate::spawn::{SpawnSpec, Spawner, signal_group};
+use crate::spawn::{SpawnSpec, Spawner};
 
 /// Its name in `flockctl ps` and `flockctl logs`.
 pub const NAME: &str = "flock-model";
-/// flock-model's exit code for a problem a restart cannot fix.
-const EXIT_CONFIG: i32 = 78;
 /// Loading a 0.5 GB model (and hashing it the first time) takes seconds, not minutes.
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
-const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `$FLOCK_HOME` (default `~/.flock`): models shared by every state dir.
 pub fn flock_home() -> Option<PathBuf> {
@@ -59,18 +53,16 @@ pub fn model_binary() -> Result<PathBuf> {
 }
 
 /// What `flockctl ps` shows of the process.
-pub use crate::bridges::ProcessStatus as ModelStatus;
+pub use crate::keeper::ProcessStatus as ModelStatus;
 
-/// The running `flock-model` and its keeper task.
+/// The running `flock-model` and its keeper.
 pub struct ModelProcess {
-    status: Arc<Mutex<ModelStatus>>,
+    process: KeptProcess,
     link: LocalLink,
-    stop: watch::Sender<bool>,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-/// Everything the keeper task needs to (re)start the process.
-struct Keeper {
+/// What the keeper needs to (re)start the process.
+struct Model {
     program: PathBuf,
     model: PathBuf,
     /// The sha256 to check the file against (known models); `None`: `path:` files, unchecked.
@@ -80,10 +72,6 @@ struct Keeper {
     /// Where it serves (`run/model.sock`).
     socket: PathBuf,
     token: Secret,
-    supervision: SupervisionSpec,
-    spawner: Spawner,
-    logs: LogHub,
-    status: Arc<Mutex<ModelStatus>>,
     url: watch::Sender<Option<String>>,
 }
 
@@ -139,11 +127,7 @@ impl ModelProcess {
         std::fs::create_dir_all(&cwd).with_context(|| format!("create {}", cwd.display()))?;
         let token = Secret::new(crate::spawn::new_token());
         let (url, url_rx) = watch::channel(None);
-        let status =
-            Arc::new(Mutex::new(ModelStatus { state: "starting".into(), ..Default::default() }));
-        let (stop, stop_rx) = watch::channel(false);
-        let (ready_tx, ready_rx) = oneshot::channel();
-        let keeper = Keeper {
+        let kept = Model {
             program,
             model,
             sha256: known.map(|k| k.sha256),
@@ -151,15 +135,11 @@ impl ModelProcess {
             cwd,
             socket,
             token: token.clone(),
-            supervision,
-            spawner,
-            logs,
-            status: status.clone(),
             url,
         };
-        let task = tokio::spawn(keeper.run(stop_rx, ready_tx));
+        let (process, ready_rx) = KeptProcess::start(kept, supervision, spawner, logs);
         let link = LocalLink { base_url: url_rx, token, client };
-        let process = ModelProcess { status, link, stop, task: Mutex::new(Some(task)) };
+        let process = ModelProcess { process, link };
         match tokio::time::timeout(READY_TIMEOUT, ready_rx).await {
             Ok(Ok(Ok(()))) => Ok(process),
             Ok(Ok(Err(why))) => {
@@ -187,22 +167,18 @@ impl ModelProcess {
     }
 
     pub fn status(&self) -> ModelStatus {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.process.status()
     }
 
-    /// SIGTERM, then SIGKILL after a few seconds; returns once the process is gone.
+    /// SIGTERM, then SIGKILL if it lingers; returns once the process is gone.
     pub async fn stop(&self) {
-        let _ = self.stop.send(true);
-        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(task) = task {
-            let _ = task.await;
-        }
+        self.process.stop().await
     }
 }
 
-impl Keeper {
-    fn set(&self, f: impl FnOnce(&mut ModelStatus)) {
-        f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
+impl Kept for Model {
+    fn name(&self) -> String {
+        NAME.to_owned()
     }
 
     fn spawn_spec(&self) -> SpawnSpec {
@@ -233,148 +209,21 @@ impl Keeper {
         }
     }
 
-    async fn run(
-        self,
-        mut stop: watch::Receiver<bool>,
-        ready: oneshot::Sender<Result<(), String>>,
-    ) {
-        let mut ready = Some(ready);
-        let mut history = RestartHistory::default();
-        loop {
-            self.set(|s| s.state = "starting".into());
-            let mut child = match self.spawner.spawn(self.spawn_spec()).await {
-                Ok(child) => child,
-                Err(e) => {
-                    let why = format!("{e:#}");
-                    self.logs.line(NAME, "flock", &format!("could not start: {why}"));
-                    self.set(|s| (s.state, s.last_exit) = ("failed".into(), Some(why.clone())));
-                    if let Some(r) = ready.take() {
-                        let _ = r.send(Err(why));
-                    }
-                    return;
-                }
-            };
-            let pid = child.id().unwrap_or(0);
-            let spawned = Instant::now();
-            self.set(|s| (s.pid, s.started) = (Some(pid), Some(spawned)));
-            self.logs.line(NAME, "flock", &format!("spawned pid {pid}"));
-            let last_error = Arc::new(Mutex::new(String::new()));
-            let (addr_tx, mut addr_rx) = watch::channel(None::<String>);
-            if let Some(out) = child.stdout.take() {
-                tokio::spawn(watch_stdout(self.logs.clone(), out, addr_tx));
-            }
-            let stderr = child
-                .stderr
-                .take()
-                .map(|err| tokio::spawn(keep_stderr(self.logs.clone(), err, last_error.clone())));
-            let status = loop {
-                tokio::select! {
-                    status = child.wait() => break status,
-                    changed = addr_rx.changed() => {
-                        let addr = addr_rx.borrow_and_update().clone();
-                        if changed.is_ok() && let Some(addr) = addr {
-                            self.set(|s| s.state = "ready".into());
-                            // The host is a name only: the link's client connects to the socket.
-                            let _ = self.url.send(Some("http://flock-model/v1".to_owned()));
-                            self.logs.line(NAME, "flock", &format!("ready on {addr} after {} ms", spawned.elapsed().as_millis()));
-                            if let Some(r) = ready.take() {
-                                let _ = r.send(Ok(()));
-                            }
-                        }
-                    }
-                    _ = stop.changed() => {
-                        let _ = self.url.send(None);
-                        self.set(|s| s.state = "stopping".into());
-                        signal_group(pid, Signal::SIGTERM);
-                        if tokio::time::timeout(STOP_TIMEOUT, child.wait()).await.is_err() {
-                            signal_group(pid, Signal::SIGKILL);
-                            let _ = child.wait().await;
-                        }
-                        self.logs.line(NAME, "flock", "stopped");
-                        self.set(|s| (s.state, s.pid) = ("stopped".into(), None));
-                        return;
-                    }
-                }
-            };
-            let _ = self.url.send(None);
-            // Its last words explain the exit: let the reader finish them.
-            if let Some(task) = stderr {
-                let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
-            }
-            let exit = match &status {
-                Ok(s) => crate::spawn::describe(s),
-                Err(e) => format!("wait failed: {e}"),
-            };
-            let error = last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            tracing::warn!(pid, exit = %exit, "flock-model exited: {exit}");
-            self.logs.line(NAME, "flock", &format!("exited: {exit}"));
-            let detail = if error.is_empty() { exit.clone() } else { format!("{exit}: {error}") };
-            self.set(|s| (s.pid, s.last_exit) = (None, Some(detail.clone())));
-            let config_error = status.as_ref().ok().and_then(|s| s.code()) == Some(EXIT_CONFIG);
-            // Never ready: a restart would fail the same way; `up` reports why and stops.
-            if config_error || ready.is_some() {
-                self.set(|s| s.state = "failed".into());
-                if let Some(r) = ready.take() {
-                    let _ = r.send(Err(detail));
-                }
-                return;
-            }
-            let jitter = fastrand::f64() * 2.0 - 1.0;
-            match history.on_death(&self.supervision, Instant::now(), spawned.elapsed(), jitter) {
-                RestartDecision::After(delay) => {
-                    self.set(|s| (s.state, s.restarts) = ("restarting".into(), s.restarts + 1));
-                    tracing::info!(
-                        delay_ms = delay.as_millis() as u64,
-                        "flock-model restarting in {} ms",
-                        delay.as_millis()
-                    );
-                    self.logs.line(
-                        NAME,
-                        "flock",
-                        &format!("restarting in {} ms", delay.as_millis()),
-                    );
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = stop.changed() => {
-                            self.set(|s| s.state = "stopped".into());
-                            return;
-                        }
-                    }
-                }
-                RestartDecision::GiveUp => {
-                    tracing::error!("flock-model: too many restarts: given up");
-                    self.logs.line(NAME, "flock", "too many restarts: given up");
-                    self.set(|s| s.state = "failed".into());
-                    return;
-                }
-            }
-        }
+    /// Its `listening on ADDR` line: printed once the model is loaded and the socket bound.
+    fn says_when_ready(&self) -> bool {
+        true
     }
-}
 
-/// Copies stdout into the log and reports the address of the `listening on ADDR` line.
-async fn watch_stdout(
-    logs: LogHub,
-    out: impl AsyncRead + Unpin,
-    addr: watch::Sender<Option<String>>,
-) {
-    let mut lines = BufReader::new(out).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        logs.line(NAME, "out", &line);
-        if let Some(a) = line.strip_prefix("listening on ") {
-            let _ = addr.send(Some(a.trim().to_owned()));
-        }
+    fn ready_line(&self, line: &str) -> Option<String> {
+        line.strip_prefix("listening on ").map(|addr| format!("on {}", addr.trim()))
     }
-}
 
-/// Copies stderr into the log and keeps its last `error:` line (the reason of an exit).
-async fn keep_stderr(logs: LogHub, err: impl AsyncRead + Unpin, last: Arc<Mutex<String>>) {
-    let mut lines = BufReader::new(err).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        logs.line(NAME, "err", &line);
-        let message = crate::logs::message_of(&line);
-        if let Some(i) = message.find("error: ") {
-            *last.lock().unwrap_or_else(|p| p.into_inner()) = message[i + 7..].to_owned();
-        }
+    fn up(&self) {
+        // The host is a name only: the link's client connects to the socket.
+        let _ = self.url.send(Some("http://flock-model/v1".to_owned()));
+    }
+
+    fn down(&self) {
+        let _ = self.url.send(None);
     }
 }

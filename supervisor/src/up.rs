@@ -25,7 +25,7 @@ use ractor::{Actor, ActorRef};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
-use crate::children::{ChildArgs, ChildMsg, ChildSupervisor};
+use crate::children::{ChildArgs, ChildMsg, ChildSupervisor, StopReason};
 use crate::control::{self, ControlCtx};
 use crate::logs::LogHub;
 use crate::model::ModelProcess;
@@ -531,15 +531,6 @@ async fn wind_down(
             "flock: killed {leftovers} process(es) the agents had left running"
         );
     }
-}
-
-/// Why the swarm stops.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopReason {
-    /// Ctrl-C, SIGTERM or `flockctl down`: exit 0.
-    Requested(String),
-    /// A child exceeded its restart intensity with `escalate: true`: exit 1.
-    Escalated(String),
 }
 
 /// `up --detach`: re-runs `up` in the background, in its own session, with output in
