@@ -108,6 +108,9 @@ pub enum RouterMsg {
         outbox: Outbox,
         closer: oneshot::Sender<()>,
         peer: PeerCred,
+        /// The process the supervisor started that the opener descends from (or is), read by
+        /// the accept loop: an agent's Hello must come from its own spawn's tree.
+        root: Option<u32>,
     },
     /// Frames read from a connection. The permit bounds how many frames a connection can have
     /// waiting in this mailbox; it is released when the batch has been handled.
@@ -350,12 +353,6 @@ pub struct RouterState {
     operator_key: Option<String>,
 }
 
-/// The supervisor's child (an agent's spawn) the connecting process descends from or is.
-fn peer_root(peer: &PeerCred) -> Option<u32> {
-    let pid = peer.pid?;
-    crate::server::tree_root(pid, std::process::id() as i32).map(|r| r as u32)
-}
-
 pub(crate) fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
@@ -464,8 +461,8 @@ impl Actor for Router {
         state: &mut RouterState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            RouterMsg::Open { conn, kind, first, outbox, closer, peer } => {
-                state.open(&myself, conn, kind, first, outbox, closer, peer);
+            RouterMsg::Open { conn, kind, first, outbox, closer, peer, root } => {
+                state.open(&myself, conn, kind, first, outbox, closer, peer, root);
             }
             RouterMsg::Frames { conn, frames, permit } => {
                 let Some(info) = state.conns.get(&conn) else { return Ok(()) };
@@ -621,6 +618,7 @@ impl RouterState {
         outbox: Outbox,
         closer: oneshot::Sender<()>,
         peer: PeerCred,
+        root: Option<u32>,
     ) {
         let reject = |code: ErrorCode, reason: String| {
             // Dropping `closer` and `outbox` here makes the connection task write this frame
@@ -635,7 +633,6 @@ impl RouterState {
                         "this spawn's token was already used: both connections are closed and the agent is restarted with a new one".into(),
                     );
                 }
-                let root = peer_root(&peer);
                 if let Err((code, reason)) = self.check_hello(hello, root) {
                     tracing::warn!(
                         agent = %hello.agent_id,

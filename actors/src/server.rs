@@ -80,8 +80,14 @@ pub fn serve<T: Transport>(
                 continue;
             }
             // An agent's processes share one small budget, charged to the process the
-            // supervisor started (connections from outside its tree share the socket's).
-            let agent_slot = match peer.pid.and_then(|pid| tree_root(pid, me)) {
+            // supervisor started (connections from outside its tree share the socket's). The
+            // ancestry counts only if the opener still lives (its pidfd): a pid read after it
+            // exited may be another process's.
+            let root = peer
+                .pid
+                .and_then(|pid| tree_root(pid, me))
+                .filter(|_| peer.pidfd.as_deref().is_none_or(pidfd_alive));
+            let agent_slot = match root {
                 Some(root) => match per_agent.take(root) {
                     Ok(slot) => Some(slot),
                     Err(refused) => {
@@ -108,7 +114,8 @@ pub fn serve<T: Transport>(
             };
             let router = router.clone();
             tokio::spawn(async move {
-                connection::<T>(r, w, peer, kind, router, limits).await;
+                let root = root.map(|r| r as u32);
+                connection::<T>(r, w, peer, root, kind, router, limits).await;
                 drop((slot, agent_slot));
             });
         }
@@ -246,10 +253,12 @@ fn error_frame(code: ErrorCode, message: String) -> Frame {
     Frame::new(ROUTER, "", Body::Error { code, message })
 }
 
+/// `root`: the supervisor's child the opener descends from, if any (see [`tree_root`]).
 async fn connection<T: Transport>(
     r: T::Read,
     w: T::Write,
     peer: flock_ipc::PeerCred,
+    root: Option<u32>,
     kind: ConnKind,
     router: ActorRef<RouterMsg>,
     limits: ConnLimits,
@@ -278,8 +287,15 @@ async fn connection<T: Transport>(
     if let Some(first) = first {
         reader.set_max_frame(limits.max_frame_bytes);
         let (closer_tx, mut closer_rx) = oneshot::channel();
-        let open =
-            RouterMsg::Open { conn, kind, first, outbox: tx.clone(), closer: closer_tx, peer };
+        let open = RouterMsg::Open {
+            conn,
+            kind,
+            first,
+            outbox: tx.clone(),
+            closer: closer_tx,
+            peer,
+            root,
+        };
         if router.cast(open).is_ok() {
             let permits = Arc::new(Semaphore::new(MAX_QUEUED_FRAMES as usize));
             let mut batch = Vec::new();

@@ -188,10 +188,12 @@ pub fn open(kind: ConnKind, first: &Frame) -> Frame {
                 );
             }
             // Mirror of the router's operator-key check ([`KNOWN_TOKEN`] is the key here).
-            let (a, b) = (KNOWN_TOKEN.as_bytes(), key.as_bytes());
-            if a.len() != b.len() || a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) != 0 {
+            if !is_known_token(key) {
                 let what = if key.is_empty() { "no" } else { "a wrong" };
-                return reject(ErrorCode::Forbidden, format!("this connection presented {what} operator key"));
+                return reject(
+                    ErrorCode::Forbidden,
+                    format!("this connection presented {what} operator key"),
+                );
             }
             welcome(String::new())
         }
@@ -226,12 +228,17 @@ pub fn check_hello(hello: &Hello) -> Result<(), (ErrorCode, String)> {
     if key != KNOWN_AGENT {
         return Err((ErrorCode::AgentNotFound, format!("no agent `{key}` in this swarm")));
     }
-    let (a, b) = (KNOWN_TOKEN.as_bytes(), hello.token.as_bytes());
-    if a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0 {
+    if is_known_token(&hello.token) {
         Ok(())
     } else {
         Err((ErrorCode::Forbidden, "wrong or expired token".into()))
     }
+}
+
+/// Mirror of the router's constant-time comparison of a presented secret with [`KNOWN_TOKEN`].
+fn is_known_token(given: &str) -> bool {
+    let (a, b) = (KNOWN_TOKEN.as_bytes(), given.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Mirror of `RouterState::open_bridge`'s checks (actors/src/router/bridge.rs), with a swarm of
@@ -252,8 +259,7 @@ pub fn check_bridge_hello(hello: &Hello) -> Result<(), (ErrorCode, String)> {
             format!("no bridge `{}` in this swarm", hello.agent_id),
         ));
     }
-    let (a, b) = (KNOWN_TOKEN.as_bytes(), hello.token.as_bytes());
-    if a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0 {
+    if is_known_token(&hello.token) {
         Ok(())
     } else {
         Err((

@@ -125,7 +125,11 @@ fn bridge_frames() -> Vec<Frame> {
             "bridge__post",
             r#"{"external":"-100200300","message_id":"7","user_id":"42","user_name":"Alice Smith","text":"hi @worker"}"#,
         ),
-        call(43, "bridge__post", r#"{"external":"-100400500","message_id":8,"user_id":7,"user_name":"mallory"}"#),
+        call(
+            43,
+            "bridge__post",
+            r#"{"external":"-100400500","message_id":8,"user_id":7,"user_name":"mallory"}"#,
+        ),
         call(44, "bridge__pull", r#"{"external":"-100200300","wait_ms":20000}"#),
         call(45, "bridge__sent", r#"{"external":"-100200300","seq":4,"external_id":"99"}"#),
         call(46, "bridge__last", r#"{"external":"-100200300"}"#),
@@ -135,8 +139,11 @@ fn bridge_frames() -> Vec<Frame> {
 }
 
 fn client_hello(version: u32) -> Frame {
-    let body =
-        Body::ClientHello { protocol_version: version, client: "flockctl".into(), key: TOKEN.into() };
+    let body = Body::ClientHello {
+        protocol_version: version,
+        client: "flockctl".into(),
+        key: TOKEN.into(),
+    };
     frame(1, OPERATOR, ROUTER, None, body)
 }
 
@@ -342,10 +349,14 @@ fn main() {
         ok: true,
         content: r#"{"channel":"team","seq":4,"author":"human:telegram:alice-smith","duplicate":false}"#.into(),
     }));
-    back.push(answer(52, 43, Body::Error {
-        code: ErrorCode::Forbidden,
-        message: "user 7 may not post in #ops through `tg`".into(),
-    }));
+    back.push(answer(
+        52,
+        43,
+        Body::Error {
+            code: ErrorCode::Forbidden,
+            message: "user 7 may not post in #ops through `tg`".into(),
+        },
+    ));
     back.push(answer(53, 44, Body::ToolResult {
         ok: true,
         content: r#"{"channel":"team","posts":[{"seq":5,"author":"worker","text":"**done**"}],"upto":5,"newest":5}"#.into(),
