@@ -16,11 +16,6 @@ use flock_memory::index::{Index, Mode, Query, today};
 use flock_memory::{Kind, Record};
 use serde_json::{Value, json};
 
-/// Whether the memory service answers `name`.
-pub fn is_memory_tool(name: &str) -> bool {
-    matches!(name, "memory__search" | "memory_search" | "memory_get")
-}
-
 type Reply = Box<dyn FnOnce(Result<String, String>) + Send>;
 
 struct Job {

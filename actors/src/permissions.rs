@@ -342,20 +342,6 @@ impl Reply {
     }
 }
 
-/// Tools of this module: `permission_request` (workers), `permission_verdict` and
-/// `permission_list` (the sysadmin), `permission_decide` and `permission_list` (people, through
-/// `flockctl`), `permissions__grants` (an agent's runtime, for its own grants).
-pub fn is_permission_tool(name: &str) -> bool {
-    matches!(
-        name,
-        "permission_request"
-            | "permission_verdict"
-            | "permission_list"
-            | "permission_decide"
-            | "permissions__grants"
-    )
-}
-
 /// Who calls: an agent (with its role) or a person (`human:NAME`, no role).
 #[derive(Debug, Clone)]
 pub struct Caller {

@@ -85,6 +85,8 @@ async fn tool(conn: &mut Connection, name: &str, args: Value) -> Result<Value, S
                     Ok(serde_json::from_str(&content).unwrap())
                 }
                 Body::ToolResult { ok: false, content } => Err(content),
+                // Refused at the router (unknown tool, a role that may not call it).
+                Body::Error { code, message } => Err(format!("{code}: {message}")),
                 other => panic!("unexpected {other:?}"),
             };
         }

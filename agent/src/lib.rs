@@ -7,6 +7,7 @@
 
 pub mod client;
 mod commands;
+mod data;
 pub mod extensions;
 pub mod gateway;
 pub mod memory;

@@ -39,7 +39,7 @@ pub struct Observation {
 
 /// Whether `tool` writes memory in the agent itself (`memory_remember`, `knowledge_append`).
 pub fn is_memory_write(tool: &str) -> bool {
-    matches!(tool, "memory_remember" | "knowledge_append")
+    flock_config::tools::owner(tool) == Some(flock_config::Owner::AgentMemory)
 }
 
 #[derive(Debug, Clone)]

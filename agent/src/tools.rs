@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::client::RouterClient;
 use crate::commands;
 
-pub use flock_config::KNOWN_TOOLS as TOOLS;
+use flock_config::tools::{self as table, Owner};
 
 /// Result of one tool call as the model sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -152,19 +152,17 @@ pub async fn execute(
         // Stored once per call: the id derives from the turn, so a replayed turn finds its
         // request instead of filing a second one.
         "permission_request" => forward_as(client, derive_id(turn, index), name, &args).await,
-        "permission_verdict" | "permission_list" => forward(client, name, &args).await,
-        // Router tools and the channels actor's tools: the caller's identity and role come from
+        // Everything answered on the supervisor's side: the caller's identity and role come from
         // this connection, never from the arguments.
-        "agents__list" | "agents__catalog" | "agents__spawn" => forward(client, name, &args).await,
-        // Answered from the swarm's memory index on the supervisor's side.
-        "memory_search" | "memory_get" => forward(client, name, &args).await,
-        other if other.starts_with("flock_") && TOOLS.contains(&other) => {
-            forward(client, name, &args).await
-        }
-        other => ToolOutput::err(format!(
-            "BAD_REQUEST: no tool named `{other}`; available: {}",
-            TOOLS.join(", ")
-        )),
+        other => match table::owner(other) {
+            Some(owner) if owner != Owner::Mailbox && !owner.is_local() => {
+                forward(client, name, &args).await
+            }
+            Some(_) => ToolOutput::err(format!(
+                "INTERNAL: `{other}` runs in the agent and was not run there"
+            )),
+            None => ToolOutput::err(format!("BAD_REQUEST: {}", table::unknown_tool_hint(other))),
+        },
     }
 }
 
@@ -178,7 +176,7 @@ pub async fn workspace_tool(
     name: &str,
     arguments: &str,
 ) -> Option<ToolOutput> {
-    if !name.starts_with("fs_") && !matches!(name, "exec" | "http_fetch") {
+    if table::owner(name) != Some(Owner::Workspace) {
         return None;
     }
     // The same rule the router applies to its tools, here where these run.
@@ -187,6 +185,9 @@ pub async fn workspace_tool(
             "FORBIDDEN: a {} may not use {name}: only workers touch files and run commands",
             role.as_str()
         )));
+    }
+    if name == "text_transform" {
+        return Some(crate::data::text_transform(arguments));
     }
     let Some(ws) = ws else {
         return Some(ToolOutput::err("INTERNAL: this agent has no workspace"));
@@ -208,6 +209,7 @@ pub async fn workspace_tool(
         "fs_list" => ws.list(text("path")),
         "fs_search" => ws.search(text("query"), text("path")),
         "fs_patch" => ws.patch(text("path"), text("diff")),
+        "json_query" => crate::data::json_query(ws, &args),
         other => ToolOutput::err(format!("BAD_REQUEST: no tool named `{other}`")),
     };
     if out.ok && matches!(name, "fs_write" | "fs_patch") {
@@ -270,7 +272,9 @@ pub fn offered(
     let mut tools = definitions_for(role);
     match allowed {
         Some(allowed) => tools.retain(|t| allowed.contains(&t.name)),
-        None => tools.retain(|t| !flock_config::OPT_IN_TOOLS.contains(&t.name.as_str())),
+        None => {
+            tools.retain(|t| table::tool(&t.name).is_some_and(|t| t.offer == table::Offer::Default))
+        }
     }
     tools.retain(|t| match state {
         TurnState::Result => false,
@@ -301,233 +305,18 @@ pub fn offered(
     tools
 }
 
-/// The tools a model may call, with JSON Schemas of their arguments (sent with every model call).
+/// The tools a model may call, with JSON Schemas of their arguments (sent with every model
+/// call): the model tools of the tool table, in its order.
 pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
-    use serde_json::json;
-    let s = |d: &str| json!({"type": "string", "description": d});
-    let list = |d: &str| json!({"type": "array", "items": {"type": "string"}, "description": d});
-    let def =
-        |name: &str, description: &str, props: Value, required: &[&str]| flock_ipc::llm::ToolDef {
-            name: name.into(),
-            description: description.into(),
-            parameters: json!({"type": "object", "properties": props, "required": required}),
-        };
-    vec![
-        def(
-            "agents__send",
-            "Send a message to another agent's durable mailbox (no answer awaited).",
-            json!({"to": s("agent name"), "text": s("the message")}),
-            &["to", "text"],
-        ),
-        def(
-            "agents__delegate",
-            "Hand the request to another agent when it asks for work (a plan, a list, writing, a \
-             file): it does the work and its answer comes back to you as a [result].",
-            json!({"to": s("agent name"), "task": s("the request, in full")}),
-            &["to", "task"],
-        ),
-        def(
-            "agents__request",
-            "Ask another agent and wait for its answer.",
-            json!({"to": s("agent name"), "text": s("the question"), "timeout_ms": {"type": "integer"}}),
-            &["to", "text"],
-        ),
-        def(
-            "fs_read",
-            "Read a text file of your workspace.",
-            json!({"path": s("file path inside your workspace, e.g. notes/plan.md")}),
-            &["path"],
-        ),
-        def(
-            "fs_write",
-            "Create or replace a file of your workspace with this content (folders are made).",
-            json!({"path": s("file path inside your workspace"), "content": s("the whole new content")}),
-            &["path", "content"],
-        ),
-        def(
-            "fs_list",
-            "List the files of your workspace (or of a folder in it).",
-            json!({"path": s("folder inside your workspace; empty for all of it")}),
-            &[],
-        ),
-        def(
-            "fs_search",
-            "Find the lines of your workspace's files that contain a text.",
-            json!({"query": s("the text to find"), "path": s("folder to search in; empty for all")}),
-            &["query"],
-        ),
-        def(
-            "fs_patch",
-            "Change a file of your workspace with a unified diff (@@ hunks).",
-            json!({"path": s("file path inside your workspace"), "diff": s("the unified diff")}),
-            &["path", "diff"],
-        ),
-        def(
-            "exec",
-            "Run a shell command in your workspace (a sandbox: no network, no files outside \
-             the workspace); returns the exit status and output.",
-            json!({"command": s("the shell command, e.g. `sh test.sh`"), "timeout_secs": {"type": "integer"}}),
-            &["command"],
-        ),
-        def(
-            "memory_search",
-            "Search the team's long-term memory (observations, reflections, knowledge, journals) \
-             for words; returns the best records with their ids and dates.",
-            json!({
-                "query": s("the words to look for"),
-                "limit": {"type": "integer", "description": "at most this many (default 5)"},
-                "all": {"type": "boolean", "description": "include records older than a year"},
-                "agent": s("only what this agent did or was observed doing"),
-            }),
-            &["query"],
-        ),
-        def(
-            "memory_remember",
-            "Write something to the team's long-term memory: a fact, decision or preference worth \
-             finding later, with how much it matters.",
-            json!({
-                "text": s("what to remember, in one or two sentences"),
-                "priority": {"type": "string", "enum": ["high", "medium", "low"]},
-                "category": {"type": "string", "enum": flock_memory::records::CATEGORIES},
-            }),
-            &["text"],
-        ),
-        def(
-            "knowledge_append",
-            "Add to the team's shared knowledge on a topic (merged into what is there, never \
-             overwriting it).",
-            json!({"topic": s("a short title, e.g. Deploys"), "text": s("what to add")}),
-            &["topic", "text"],
-        ),
-        def(
-            "memory_get",
-            "Read one long-term memory record in full, by the id memory_search gave.",
-            json!({"id": s("the record's id")}),
-            &["id"],
-        ),
-        def(
-            "http_fetch",
-            "Fetch a URL (GET, or POST with a body) from a host you were granted network access \
-             to; returns the status line, headers and body. No redirects are followed.",
-            json!({
-                "url": s("http:// or https:// URL"),
-                "method": {"type": "string", "enum": ["GET", "POST"]},
-                "body": s("for POST: the body"),
-            }),
-            &["url"],
-        ),
-        def(
-            "permission_request",
-            "Ask for more than your sandbox allows: network access to a host, reading a path \
-             outside your workspace, or a longer command timeout. The sysadmin (or a person) \
-             decides; you get a message with the answer.",
-            json!({
-                "capability": {"type": "string", "enum": ["network", "read", "timeout"]},
-                "target": s("the host (crates.io), the absolute path (/usr/share/dict) or the seconds (900)"),
-                "reason": s("why your task needs it"),
-            }),
-            &["capability", "target", "reason"],
-        ),
-        def(
-            "permission_verdict",
-            "Decide a permission request: GREEN (safe, grant), YELLOW (unclear: ask the \
-             requester a question) or RED (risky: a person decides).",
-            json!({
-                "id": {"type": "integer"},
-                "verdict": {"type": "string", "enum": ["GREEN", "YELLOW", "RED"]},
-                "reason": s("one line: why"),
-                "question": s("for YELLOW: the question for the requester"),
-            }),
-            &["id", "verdict", "reason"],
-        ),
-        def(
-            "permission_list",
-            "List the open permission requests (or all with all=true).",
-            json!({"all": {"type": "boolean"}}),
-            &[],
-        ),
-        def("agents__list", "List the other agents and whether they are ready.", json!({}), &[]),
-        def(
-            "agents__catalog",
-            "Describe the other agents: role, archetype, whether you may call them.",
-            json!({}),
-            &[],
-        ),
-        def(
-            "agents__spawn",
-            "Start a new instance of a declared agent (coordinator/orchestrator only).",
-            json!({"agent": s("declared agent name"), "instance": s("instance key, optional")}),
-            &["agent"],
-        ),
-        def(
-            "flock_channel_create",
-            "Create a channel (orchestrator only).",
-            json!({"channel": s("id: a-z, 0-9, -"), "topic": s("what the channel is for"), "members": list("agent names or human:NAME")}),
-            &["channel"],
-        ),
-        def(
-            "flock_channel_post",
-            "Post a message to a channel; @name mentions wake that member.",
-            json!({"channel": s("channel id"), "text": s("the message")}),
-            &["channel", "text"],
-        ),
-        def(
-            "flock_channel_read",
-            "Read a channel: the newest messages, or those after a seq.",
-            json!({"channel": s("channel id"), "after": {"type": "integer"}, "limit": {"type": "integer"}}),
-            &["channel"],
-        ),
-        def("flock_channel_list", "List channels with topic, state and members.", json!({}), &[]),
-        def(
-            "flock_assign_members",
-            "Add or remove channel members (orchestrator only).",
-            json!({"channel": s("channel id"), "add": list("members to add"), "remove": list("members to remove")}),
-            &["channel"],
-        ),
-        def(
-            "flock_channel_archive",
-            "Start archiving a channel (orchestrator only); force archives at once.",
-            json!({"channel": s("channel id"), "force": {"type": "boolean"}}),
-            &["channel"],
-        ),
-        def(
-            "flock_archive_ready",
-            "Say you are ready for a channel being archived to close.",
-            json!({"channel": s("channel id")}),
-            &["channel"],
-        ),
-        def(
-            "flock_message",
-            "Send a direct message (a two-member channel).",
-            json!({"to": s("agent name or human:NAME"), "text": s("the message")}),
-            &["to", "text"],
-        ),
-        def(
-            "flock_discover",
-            "Find agents by text, role or skill.",
-            json!({"query": s("free text"), "role": s("role"), "skill": s("skill")}),
-            &[],
-        ),
-        def(
-            "flock_update_card",
-            "Update your A2A card: description, skills, tags.",
-            json!({"description": s("what you do"), "skills": list("skills"), "tags": list("tags")}),
-            &[],
-        ),
-        def("flock_sleep", "Sleep until someone mentions you or sends you a DM.", json!({}), &[]),
-        def(
-            "flock_create_agent",
-            "Create a new agent (orchestrator only).",
-            json!({"name": s("agent name"), "role": s("role"), "archetype": s("archetype"), "description": s("its job")}),
-            &["name"],
-        ),
-        def(
-            "flock_decommission_agent",
-            "Stop an agent for good (orchestrator only).",
-            json!({"name": s("agent name")}),
-            &["name"],
-        ),
-    ]
+    flock_config::tools::TOOLS
+        .iter()
+        .filter(|t| t.is_model_tool())
+        .map(|t| flock_ipc::llm::ToolDef {
+            name: t.name.into(),
+            description: t.description.into(),
+            parameters: (t.params)(),
+        })
+        .collect()
 }
 
 /// The runtime catalog (`agents__catalog`) as JSON text, if the router answers.
@@ -558,5 +347,34 @@ async fn forward_as(client: &RouterClient, id: MsgId, name: &str, args: &Value) 
             other => ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind())),
         }),
         Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_remember_offers_the_categories_memory_accepts() {
+        assert_eq!(flock_config::tools::MEMORY_CATEGORIES, flock_memory::records::CATEGORIES);
+    }
+
+    #[test]
+    fn a_worker_is_offered_the_data_tools_only_when_its_tools_list_them() {
+        use flock_config::Role;
+        let names = |allowed: Option<&[String]>| -> Vec<String> {
+            offered(Role::Worker, allowed, TurnState::Free, &[], None)
+                .into_iter()
+                .map(|t| t.name)
+                .collect()
+        };
+        let default = names(None);
+        assert!(default.contains(&"fs_read".to_owned()));
+        assert!(!default.iter().any(|t| t == "json_query" || t == "text_transform"));
+        let listed = ["json_query".to_owned(), "text_transform".to_owned()];
+        assert_eq!(names(Some(&listed)), listed);
+        // A role that may not use them is not offered them even when listed.
+        let coord = offered(Role::Coordinator, Some(&listed), TurnState::Free, &[], None);
+        assert!(coord.is_empty());
     }
 }

@@ -126,26 +126,30 @@ impl Workspace {
         }
     }
 
-    /// `fs_read`: a text file, at most [`MAX_FILE_BYTES`].
-    pub fn read(&self, path: &str) -> ToolOutput {
-        let rel = match relative(path) {
-            Ok(r) => r,
-            Err(e) => return e,
-        };
-        let file = match self.open_regular(&rel, path) {
-            Ok(f) => f,
-            Err(e) => return e,
-        };
+    /// The first `max + 1` bytes of a regular file of the workspace (more than `max`: the file
+    /// is longer).
+    pub fn read_bytes(&self, path: &str, max: usize) -> Result<Vec<u8>, ToolOutput> {
+        let rel = relative(path)?;
+        let file = self.open_regular(&rel, path)?;
         let mut bytes = Vec::new();
-        let read = file.take(MAX_FILE_BYTES as u64 + 1).read_to_end(&mut bytes);
+        let read = file.take(max as u64 + 1).read_to_end(&mut bytes);
         if let Err(e) = read {
             let msg = if e.raw_os_error() == Some(libc_eisdir()) {
                 format!("BAD_REQUEST: `{path}` is a folder; fs_list lists it")
             } else {
                 format!("INTERNAL: reading `{path}`: {e}")
             };
-            return ToolOutput { ok: false, content: msg };
+            return Err(ToolOutput { ok: false, content: msg });
         }
+        Ok(bytes)
+    }
+
+    /// `fs_read`: a text file, at most [`MAX_FILE_BYTES`].
+    pub fn read(&self, path: &str) -> ToolOutput {
+        let mut bytes = match self.read_bytes(path, MAX_FILE_BYTES) {
+            Ok(b) => b,
+            Err(e) => return e,
+        };
         if bytes.contains(&0) {
             return bad(&format!("`{path}` is a binary file; only text files can be read"));
         }

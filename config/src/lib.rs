@@ -15,6 +15,7 @@ mod extensions;
 mod fields;
 pub mod spec;
 mod swarm;
+pub mod tools;
 mod transcript;
 mod yaml;
 
@@ -23,49 +24,7 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigErrors};
 pub use fields::{MAX_DESCRIPTION_BYTES, MAX_FIELD_BYTES};
 pub use spec::*;
-
-/// Tools an agent can call today (and so a scripted transcript may use): the router's
-/// `agents__*` tools and the channels actor's `flock_*` tools (DESIGN.md §8).
-pub const KNOWN_TOOLS: &[&str] = &[
-    "agents__send",
-    "agents__request",
-    "agents__delegate",
-    "fs_read",
-    "fs_write",
-    "fs_list",
-    "fs_search",
-    "fs_patch",
-    "exec",
-    "http_fetch",
-    "permission_request",
-    "permission_verdict",
-    "permission_list",
-    "agents__list",
-    "agents__catalog",
-    "agents__spawn",
-    "flock_channel_create",
-    "flock_channel_post",
-    "flock_channel_read",
-    "flock_channel_list",
-    "flock_assign_members",
-    "flock_channel_archive",
-    "flock_archive_ready",
-    "flock_message",
-    "flock_discover",
-    "flock_update_card",
-    "flock_sleep",
-    "flock_create_agent",
-    "flock_decommission_agent",
-    "memory_search",
-    "memory_get",
-    "memory_remember",
-    "knowledge_append",
-];
-
-/// Tools an agent's model is offered only when its `tools:` lists them (they would lengthen
-/// every prompt of a small model for little use by default).
-pub const OPT_IN_TOOLS: &[&str] =
-    &["memory_search", "memory_get", "memory_remember", "knowledge_append"];
+pub use tools::{Owner, ToolSpec};
 
 /// Reads and validates the swarm file at `path`.
 ///

@@ -587,49 +587,7 @@ pub enum Role {
     Dream,
 }
 
-/// Tools only the orchestrator (and humans through `flockctl`) may call (DESIGN.md §8).
-pub const ORCHESTRATOR_TOOLS: &[&str] = &[
-    "flock_channel_create",
-    "flock_channel_archive",
-    "flock_assign_members",
-    "flock_create_agent",
-    "flock_decommission_agent",
-];
-
-/// The other tools a sysadmin may use besides the triage verdict: reading and talking.
-pub const SYSADMIN_TOOLS: &[&str] = &[
-    "agents__list",
-    "flock_channel_post",
-    "flock_channel_read",
-    "flock_channel_list",
-    "flock_archive_ready",
-    "flock_message",
-    "flock_sleep",
-];
-
 impl Role {
-    /// Whether an agent of this role may call `tool` (enforced by the router and the channels
-    /// actor; the agent offers its model only these).
-    pub fn may_use(self, tool: &str) -> bool {
-        match tool {
-            // A coordinator spawns a worker per conversation (the brain-persona pattern).
-            "agents__spawn" => matches!(self, Role::Orchestrator | Role::Coordinator),
-            // Workers do the work: only they touch files (in their own workspace) and run
-            // commands (in the sandbox).
-            t if t.starts_with("fs_") || t == "exec" || t == "http_fetch" => self == Role::Worker,
-            // Asking for more than the sandbox gives: workers. Deciding: the sysadmin.
-            "permission_request" => self == Role::Worker,
-            "permission_verdict" | "permission_list" => self == Role::Sysadmin,
-            // People decide through flockctl; every agent's runtime reads its own grants.
-            "permission_decide" => false,
-            "permissions__grants" => true,
-            // The sysadmin triages and talks in channels; it does nothing else.
-            _ if self == Role::Sysadmin => SYSADMIN_TOOLS.contains(&tool),
-            t if ORCHESTRATOR_TOOLS.contains(&t) => self == Role::Orchestrator,
-            _ => true,
-        }
-    }
-
     /// The coordinator is the reflexive part of a persona (the brain-persona sample): it hands
     /// the person's message to a worker as it is and passes the worker's result back as it is —
     /// its model only chooses whether to answer itself and to whom to hand over, it never

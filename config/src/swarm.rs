@@ -1324,20 +1324,16 @@ fn tools(r: &mut Report<'_>, node: &Node, what: &str, role: Option<Role>) -> Vec
     let mut names = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let Some(name) = r.string(item, &format!("{what}[{i}]")) else { continue };
-        if !crate::KNOWN_TOOLS.contains(&name.as_str()) {
-            r.error(
-                item.pos,
-                format!(
-                    "`{what}[{i}]`: no tool named `{name}`; tools: {}",
-                    crate::KNOWN_TOOLS.join(", ")
-                ),
-            );
+        let spec = crate::tools::tool(&name).filter(|t| t.is_model_tool());
+        if spec.is_none() {
+            r.error(item.pos, format!("`{what}[{i}]`: {}", crate::tools::unknown_tool_hint(&name)));
         } else if let Some(role) = role.filter(|r| !r.may_use(&name)) {
             r.error(
                 item.pos,
                 format!(
-                    "`{what}[{i}]`: a {} may not use `{name}` (only the orchestrator may); remove it",
-                    role.as_str()
+                    "`{what}[{i}]`: a {} may not use `{name}` ({}); remove it",
+                    role.as_str(),
+                    spec.map(|t| t.access.who()).unwrap_or_default()
                 ),
             );
         } else {

@@ -4,7 +4,6 @@
 //! Agent names in `args.to` cannot be checked here (a transcript does not know its swarm), so they
 //! are returned as [`Target`]s and checked once every agent is known.
 
-use crate::KNOWN_TOOLS;
 use crate::error::{Report, closest, list};
 use crate::spec::{Matcher, ScriptRule, ScriptStep, Transcript};
 use crate::yaml::{Node, Pos, Scalar, Value, lookup};
@@ -168,13 +167,13 @@ fn tool_step(
     targets: &mut Vec<Target>,
 ) -> Option<ScriptStep> {
     let name = report.string(tool, &format!("{what}.tool"))?;
-    if !KNOWN_TOOLS.contains(&name.as_str()) {
+    if crate::tools::tool(&name).is_none_or(|t| !t.is_model_tool()) {
         report.error(
             tool.pos,
             format!(
                 "`{what}.tool`: unknown tool `{name}`; scripted models can call {}{}",
-                list(KNOWN_TOOLS.iter().copied()),
-                match closest(&name, KNOWN_TOOLS.iter().copied()) {
+                list(crate::tools::model_tools()),
+                match closest(&name, crate::tools::model_tools()) {
                     Some(best) => format!(" (did you mean `{best}`?)"),
                     None => String::new(),
                 }

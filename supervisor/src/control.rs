@@ -155,7 +155,7 @@ async fn run(
                     format!("`{as_name}` is not a usable name for --as: one word, e.g. --as alice"),
                 ));
             }
-            if flock_actors::permissions::is_permission_tool(&tool) {
+            if flock_config::tools::owner(&tool) == Some(flock_config::Owner::Permissions) {
                 let list = tool == "permission_list";
                 let (ok, text) = ractor::call!(ctx.router, |reply| RouterMsg::PermissionHuman {
                     person: format!("human:{name}"),

@@ -34,11 +34,9 @@ use crate::router::{AnswerPosted, RouterMsg};
 use crate::store::{Store, StoreError, now_ms};
 use crate::store_actor::{StoreMsg, with_store};
 
-/// Tools this actor answers: the `flock_*` part of `flock_config::KNOWN_TOOLS`, and
-/// `agents__spawn` (it needs the supervisor, like agent creation).
+/// Tools this actor answers: those the tool table gives it (`flock_*` and `agents__spawn`).
 pub fn is_channel_tool(name: &str) -> bool {
-    (name.starts_with("flock_") && flock_config::KNOWN_TOOLS.contains(&name))
-        || name == "agents__spawn"
+    flock_config::tools::owner(name) == Some(flock_config::Owner::Channels)
 }
 
 /// Swarm changes the channels actor asks the supervisor for (it spawns and stops processes).
@@ -551,11 +549,8 @@ impl ChannelsState {
             _ => return Err(bad("tool arguments must be a JSON object")),
         };
         let result = if !is_channel_tool(name) {
-            let tools: Vec<&str> = flock_config::KNOWN_TOOLS
-                .iter()
-                .copied()
-                .filter(|t| t.starts_with("flock_"))
-                .collect();
+            let tools: Vec<&str> =
+                flock_config::tools::model_tools().filter(|t| is_channel_tool(t)).collect();
             Err(bad(format!("no channel tool `{name}`; available: {}", tools.join(", "))))
         } else if !caller.may(name) {
             Err((

@@ -1,0 +1,105 @@
+//! Sessions and channel deltas: an agent's saved conversation per channel, and the channel
+//! notifications delivered to it as turns.
+
+use super::*;
+
+impl RouterState {
+    /// Appends a finished turn to the agent's session (before its `Ack` is handled: same
+    /// connection, same store queue).
+    pub(super) fn save_session(&self, agent: &str, channel: &str, messages: &str) {
+        let items: Vec<String> = match serde_json::from_str::<serde_json::Value>(messages) {
+            Ok(serde_json::Value::Array(items)) => items.iter().map(|v| v.to_string()).collect(),
+            _ => {
+                tracing::warn!(
+                    agent,
+                    channel,
+                    "flock router: `{agent}` sent a session that is not a JSON array; ignored"
+                );
+                return;
+            }
+        };
+        let (agent, channel) = (agent.to_owned(), channel.to_owned());
+        let job: crate::store_actor::StoreJob = Box::new(move |s| {
+            if let Err(e) = s.append_session(&agent, &channel, &items) {
+                tracing::error!(agent = %agent, channel = %channel, error = %e, "flock store: saving the session of {agent} failed");
+            }
+        });
+        let _ = self.store.cast(StoreMsg::With(job));
+    }
+
+    /// Answers `SessionLoad` from the store, straight to the agent's outbox.
+    pub(super) fn load_session(&self, conn: ConnId, agent: &str, frame: &Frame, channel: &str) {
+        let Some(outbox) = self.conns.get(&conn).map(|i| i.outbox.clone()) else { return };
+        let (agent, channel, id) = (agent.to_owned(), channel.to_owned(), frame.id);
+        // Half a frame: the rest of it is room for the frame's own fields.
+        let max_bytes = self.spec.delivery.max_frame_bytes as usize / 2;
+        let job: crate::store_actor::StoreJob = Box::new(move |s| {
+            let window = flock_config::SESSION_WINDOW;
+            let messages = match s.load_session(&agent, &channel, window, max_bytes) {
+                Ok(items) => format!("[{}]", items.join(",")),
+                Err(e) => {
+                    tracing::error!(agent = %agent, channel = %channel, error = %e, "flock store: loading the session of {agent} failed");
+                    "[]".into()
+                }
+            };
+            let reply = Frame {
+                correlation_id: Some(id),
+                ..Frame::new(ROUTER, agent, Body::SessionData { channel, messages })
+            };
+            let _ = outbox.try_send(reply);
+        });
+        let _ = self.store.cast(StoreMsg::With(job));
+    }
+
+    /// Queues a channel notification as a turn input of `agent`.
+    pub(super) fn delta(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        agent: String,
+        channel: String,
+        upto: u64,
+        text: String,
+        chain: Option<(ChainTag, u32)>,
+    ) {
+        let id = new_id();
+        let from = format!("#{channel}");
+        let mut route = match chain {
+            Some((tag, hops)) => Route {
+                answer_path: Vec::new(),
+                result: false,
+                chain: tag,
+                hop: hops + 1,
+                parent: None,
+            },
+            None => Route::root(id, &from, &agent, &text, unix_ms(), None),
+        };
+        let known = self.slots.contains_key(&agent);
+        let admitted = known && self.admit(&mut route, "DELTA", &from, &agent, &text).is_ok();
+        let Some(slot) = self.slots.get_mut(&agent).filter(|_| admitted) else {
+            // An unknown agent's delta is retried when it is back; one refused by a stopped
+            // chain counts as handled (the messages stay readable with flock_channel_read).
+            if let Some(ch) = &self.channels {
+                let ok = known;
+                let _ = ch.cast(ChannelsMsg::DeltaDone { agent, channel, upto, ok });
+            }
+            return;
+        };
+        let mut q = Queued::new(id, DeliveryKind::Delta, from, text, route);
+        q.channel = Some((channel, upto));
+        slot.queue.push_back(q);
+        self.deliver_next(myself, &agent);
+    }
+
+    /// Reports a delta's outcome to the channels actor.
+    pub(super) fn delta_done(&self, agent: &str, q: &Queued, ok: bool) {
+        if let (Some(ch), Some((channel, upto))) = (&self.channels, &q.channel) {
+            let msg = ChannelsMsg::DeltaDone {
+                agent: agent.to_owned(),
+                channel: channel.clone(),
+                upto: *upto,
+                ok,
+            };
+            let _ = ch.cast(msg);
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Agents' tool calls at the router: one check of the caller's role against the tool table
+//! (`flock_config::tools`), then the call goes where the table says it is answered — the
+//! channels actor, the permissions store job, the memory index, the journal — or is answered
+//! here from the router's own tables.
+
+use flock_config::tools::{self as table, Owner};
+use flock_ipc::id::fmt_id;
+use flock_ipc::{Body, ErrorCode, Frame, ROUTER};
+use ractor::ActorRef;
+
+use super::{ConnId, PermissionReply, RouterMsg, RouterState};
+use crate::chains::{self, clip};
+use crate::channels::{Caller, ChannelsMsg, ToolReply};
+use crate::journal::{JournalEvent, Status};
+
+impl RouterState {
+    /// An agent's `ToolCall`. Its identity and role come from its connection.
+    pub(super) fn tool_call(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        conn: ConnId,
+        identity: &str,
+        frame: Frame,
+    ) {
+        let Body::ToolCall { name, arguments } = &frame.body else { return };
+        // An agent connection always has a role; one without a slot (decommissioned, still
+        // shutting down) has no powers at all — never a human's.
+        let Some(role) = self.slots.get(identity).map(|s| s.spec.role) else {
+            let msg = format!("`{identity}` is no longer an agent of this swarm");
+            return self.answer(conn, Frame::error(&frame, ErrorCode::Forbidden, msg));
+        };
+        let Some(spec) = table::tool(name) else {
+            let msg = table::unknown_tool_hint(name);
+            return self.answer(conn, Frame::error(&frame, ErrorCode::BadRequest, msg));
+        };
+        if !spec.access.allows(role) {
+            let msg = format!(
+                "`{identity}` is a {} and may not call {name}: {}",
+                role.as_str(),
+                spec.access.who()
+            );
+            // A refused call is an event: someone tried what their role does not allow.
+            if let Some(j) = &self.journal {
+                let kind = name.to_ascii_uppercase();
+                let event =
+                    JournalEvent::new(identity, kind, Status::Failed, format!("FORBIDDEN: {msg}"))
+                        .param("tool", serde_json::Value::from(name.as_str()))
+                        .param("forbidden", serde_json::Value::Bool(true));
+                j.log(event);
+            }
+            return self.answer(conn, Frame::error(&frame, ErrorCode::Forbidden, msg));
+        }
+        let Some(outbox) = self.conns.get(&conn).map(|i| i.outbox.clone()) else { return };
+        let (name, arguments) = (name.clone(), arguments.clone());
+        let (id, to) = (frame.id, identity.to_owned());
+        let result = move |ok: bool, content: String| Frame {
+            correlation_id: Some(id),
+            ..Frame::new(ROUTER, to.clone(), Body::ToolResult { ok, content })
+        };
+        match spec.owner {
+            Owner::Channels => {
+                // Posts carry the poster's chain on to the deltas they cause, so a conversation
+                // between agents in a channel is one budgeted chain.
+                let chain = self.current_chain(identity);
+                let answers = self
+                    .slots
+                    .get(identity)
+                    .and_then(|s| s.in_flight.as_ref())
+                    .is_some_and(|q| !q.delegated && q.route.answers_a_person());
+                let msg = ChannelsMsg::Tool {
+                    caller: Caller { id: identity.to_owned(), role: Some(role) },
+                    name,
+                    arguments,
+                    chain,
+                    answers,
+                    reply: ToolReply { outbox, frame_id: frame.id, to: identity.to_owned() },
+                };
+                if self.channels.as_ref().is_none_or(|ch| ch.cast(msg).is_err()) {
+                    let err = Frame::error(&frame, ErrorCode::Internal, "channels are not running");
+                    self.answer(conn, err);
+                }
+            }
+            Owner::Permissions => {
+                let caller =
+                    crate::permissions::Caller { id: identity.to_owned(), role: Some(role) };
+                let reply =
+                    PermissionReply::Agent { outbox, frame_id: frame.id, to: identity.to_owned() };
+                // The call's id is the key: a replayed turn re-sends the same one.
+                self.permission_call(myself, caller, name, arguments, frame.id, reply);
+            }
+            Owner::MemoryIndex => {
+                let Some(memory) = &self.memory else {
+                    let msg = "this swarm keeps no memory index";
+                    return self.answer(conn, Frame::error(&frame, ErrorCode::Internal, msg));
+                };
+                memory.call(
+                    &name,
+                    &arguments,
+                    Box::new(move |r| {
+                        let (ok, content) = match r {
+                            Ok(c) => (true, c),
+                            Err(e) => (false, e),
+                        };
+                        let _ = outbox.blocking_send(result(ok, content));
+                    }),
+                );
+            }
+            // The agent's own slice of the journal (`journal_context`).
+            Owner::Journal => {
+                let n = serde_json::from_str::<serde_json::Value>(&arguments)
+                    .ok()
+                    .and_then(|a| a["last"].as_u64())
+                    .map_or(10, |n| n.clamp(1, 200) as usize);
+                let Some(journal) = &self.journal else {
+                    return self.answer(conn, result(true, String::new()));
+                };
+                journal.recent_for(identity, n, move |content| {
+                    let _ = outbox.blocking_send(result(true, content));
+                });
+            }
+            Owner::Router => {
+                let (ok, content) = match self.router_tool(identity, &name, &arguments) {
+                    Ok(c) => (true, c),
+                    Err(e) => (false, e),
+                };
+                self.answer(conn, result(ok, content));
+            }
+            Owner::Mailbox | Owner::Workspace | Owner::AgentMemory => {
+                let msg = format!(
+                    "`{name}` is not a call to the router: {}",
+                    if spec.owner == Owner::Mailbox {
+                        "it is sent as a message frame"
+                    } else {
+                        "it runs in the agent"
+                    }
+                );
+                self.answer(conn, Frame::error(&frame, ErrorCode::BadRequest, msg));
+            }
+        }
+    }
+
+    fn router_tool(&self, caller: &str, name: &str, arguments: &str) -> Result<String, String> {
+        match name {
+            // An agent's own record of what it did (a file written), journaled in the chain it is
+            // working in, under its own name (from its connection). Not a model's tool.
+            "journal__event" => {
+                let args: serde_json::Value = serde_json::from_str(arguments)
+                    .map_err(|e| format!("BAD_REQUEST: arguments are not JSON: {e}"))?;
+                let kind = args["type"].as_str().unwrap_or_default();
+                if kind.is_empty()
+                    || kind.len() > 40
+                    || !kind.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                {
+                    return Err("BAD_REQUEST: `type` must be UPPER_SNAKE_CASE".into());
+                }
+                let message = clip(args["message"].as_str().unwrap_or_default(), 400);
+                let params = args["params"].as_object().cloned().unwrap_or_default();
+                let q = self.slots.get(caller).and_then(|s| s.in_flight.as_ref());
+                let Some(j) = &self.journal else { return Ok("{}".into()) };
+                let mut e = JournalEvent::new(caller, kind, Status::Success, message);
+                if let Some(q) = q {
+                    e = e.correlation(chains::corr(q.chain())).parent(fmt_id(q.id));
+                }
+                for (k, v) in params.into_iter().take(8) {
+                    e = e.param(k, v);
+                }
+                j.log(e);
+                Ok("{}".into())
+            }
+            "agents__list" => {
+                let list: Vec<_> = self
+                    .order
+                    .iter()
+                    .filter_map(|n| self.slots.get(n).map(|s| &s.spec))
+                    .filter(|a| a.key() != caller)
+                    .map(|a| {
+                        let slot = self.slots.get(&a.key());
+                        let state = match slot {
+                            Some(s) if s.in_flight.is_some() => "busy",
+                            Some(s) if s.conn.is_some() => "ready",
+                            _ => "offline",
+                        };
+                        serde_json::json!({"name": a.key(), "role": a.role.as_str(), "state": state})
+                    })
+                    .collect();
+                Ok(serde_json::Value::Array(list).to_string())
+            }
+            "agents__catalog" => {
+                let allowed = self.slots.get(caller).map(|s| &s.spec.can_call);
+                let list: Vec<_> = self
+                    .order
+                    .iter()
+                    .filter_map(|n| self.slots.get(n).map(|s| &s.spec))
+                    .filter(|a| a.key() != caller)
+                    .map(|a| {
+                        let callable = allowed.is_none_or(|c| c.is_empty() || c.contains(&a.name));
+                        serde_json::json!({
+                            "name": a.key(),
+                            "role": a.role.as_str(),
+                            "archetype": a.archetype,
+                            "description": a.description,
+                            "callable": callable,
+                        })
+                    })
+                    .collect();
+                Ok(serde_json::Value::Array(list).to_string())
+            }
+            other => Err(format!(
+                "INTERNAL: the tool table gives `{other}` to the router, which has no handler for it"
+            )),
+        }
+    }
+}
