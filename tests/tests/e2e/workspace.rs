@@ -73,6 +73,46 @@ agents:
     assert!(!swarm.state_dir().join("workspaces/boss/boss.txt").exists());
 }
 
+/// The data tools (issue #24): added as one entry of the tool table plus a handler, they run
+/// in the worker on its workspace, only when its `tools:` lists them, and a model that calls one
+/// it was not given is refused by the agent, whatever it asks.
+#[test]
+fn a_worker_queries_json_and_transforms_text_when_its_tools_list_them() {
+    let yaml = r#"swarm: { name: data }
+models:
+  analyst:
+    provider: scripted
+    rules:
+      - steps:
+          - tool: fs_write
+            args: { path: orders.json, content: "{\"orders\": [{\"id\": 7, \"total\": 12.5}, {\"id\": 9, \"total\": 30}]}" }
+          - tool: json_query
+            args: { path: orders.json, query: "orders[*].total" }
+          - tool: text_transform
+            args: { text: "Quarterly Report: Q3!", op: slug }
+        reply: "done"
+  plain:
+    provider: scripted
+    rules:
+      - steps: [ { tool: json_query, args: { json: "{}", query: "" } } ]
+        reply: "tried"
+agents:
+  - { name: analyst, role: worker, model: analyst, tools: [fs_write, json_query, text_transform] }
+  - { name: plain, role: coordinator, model: plain }
+"#;
+    let swarm = Swarm::start(yaml);
+    swarm.ctl_ok(&["send", "analyst", "sum the orders", "--wait"]);
+    let log = swarm.log("analyst");
+    assert!(
+        log.contains("tool json_query") && log.contains("→ ok: \"[\\n  12.5,\\n  30\\n]\""),
+        "{log}"
+    );
+    assert!(log.contains("→ ok: \"quarterly-report-q3\""), "{log}");
+    swarm.ctl_ok(&["send", "plain", "look", "--wait"]);
+    let log = swarm.log("plain");
+    assert!(log.contains("FORBIDDEN: a coordinator may not use json_query"), "{log}");
+}
+
 /// `exec` (issue #11 item 2): a worker writes a test script and runs it in the native sandbox;
 /// the exit status and output come back to its model, every command is journaled in the chain
 /// and logged; the sandbox refuses what lies outside the workspace.
