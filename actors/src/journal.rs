@@ -247,25 +247,16 @@ pub fn event_id_for(timestamp: &str) -> String {
     format!("evt_{digits}_{:08x}", fastrand::u32(..))
 }
 
-fn is_leap(year: u32) -> bool {
-    year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400))
-}
-
-fn days_in_month(year: u32, month: u32) -> u32 {
-    match month {
-        2 if is_leap(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
 /// Checks `YYYY MM DD HH MM SS` numbers (already known to be digits) for calendar sense.
 fn check_date_time(y: u32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> Result<(), String> {
     if !(1..=12).contains(&mo) {
         return Err(format!("month {mo:02} is not 01-12"));
     }
-    if d == 0 || d > days_in_month(y, mo) {
+    let real = |y: u32, mo: u32, d: u32| {
+        let n = |v: u32| i8::try_from(v).unwrap_or(i8::MAX);
+        jiff::civil::Date::new(i16::try_from(y).unwrap_or(i16::MAX), n(mo), n(d)).is_ok()
+    };
+    if !real(y, mo, d) {
         return Err(format!("day {d:02} does not exist in {y:04}-{mo:02}"));
     }
     if h > 23 || mi > 59 || s > 59 {

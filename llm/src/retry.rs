@@ -1,7 +1,7 @@
 //! When to retry a failed call and how long to wait first: the backoff schedule and the parsing of
 //! a server's `retry-after`. Pure functions; the loop that sleeps lives in `client.rs`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// How a call is retried after a 429, a 5xx, a timeout or a connection error.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,50 +57,14 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     if let Ok(secs) = value.parse::<f64>() {
         return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(1e9)));
     }
-    let at = UNIX_EPOCH + Duration::from_secs(parse_imf_fixdate(value)?);
+    let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// Seconds since the Unix epoch of an IMF-fixdate (RFC 9110 §5.6.7), the only HTTP-date form
-/// servers are allowed to send.
-fn parse_imf_fixdate(s: &str) -> Option<u64> {
-    // "Sun, 06 Nov 1994 08:49:37 GMT"
-    let (_weekday, rest) = s.split_once(", ")?;
-    let mut parts = rest.split(' ');
-    let day: u64 = parts.next()?.parse().ok()?;
-    let month = parts.next()?;
-    let year: i64 = parts.next()?.parse().ok()?;
-    let time = parts.next()?;
-    if parts.next()? != "GMT" || parts.next().is_some() {
-        return None;
-    }
-    const MONTHS: [&str; 12] =
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let month = MONTHS.iter().position(|m| *m == month)? as i64 + 1;
-    let mut hms = time.split(':').map(|p| p.parse::<u64>().ok());
-    let (h, m, sec) = (hms.next()??, hms.next()??, hms.next()??);
-    if hms.next().is_some() || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
-        return None;
-    }
-    let days = days_from_civil(year, month, day as i64);
-    let secs = days.checked_mul(86_400)? + (h * 3600 + m * 60 + sec) as i64;
-    u64::try_from(secs).ok()
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     fn secs(d: Duration) -> f64 {
         d.as_secs_f64()

@@ -568,22 +568,7 @@ mod openai_variants {
     /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), computed by hand to stay independent
     /// of the client's parser.
     fn http_date(t: std::time::SystemTime) -> String {
-        let secs = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-        let (days, rem) = (secs / 86_400, secs % 86_400);
-        let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
-        // YYYY-MM-DDTHH:MM:SS… from the project's own formatter.
-        let stamp = flock_ipc::time::format_timestamp(secs * 1000);
-        let num = |r: std::ops::Range<usize>| stamp[r].parse::<usize>().unwrap();
-        let (year, month, day) = (num(0..4), num(5..7), num(8..10));
-        let name =
-            ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-                [month - 1];
-        format!(
-            "{weekday}, {day:02} {name} {year} {:02}:{:02}:{:02} GMT",
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60
-        )
+        httpdate::fmt_http_date(t)
     }
 }
 

@@ -284,41 +284,50 @@ fn is_hhmm(s: &str) -> bool {
     b.len() == 5 && b[2] == b':' && [0, 1, 3, 4].iter().all(|&i| b[i].is_ascii_digit())
 }
 
-/// Days since the Unix epoch of a `YYYY-MM-DD` date (`None` if it is not one).
+/// The Unix epoch's date.
+const EPOCH: jiff::civil::Date = jiff::civil::Date::constant(1970, 1, 1);
+
+/// Days since the Unix epoch of a `YYYY-MM-DD` date (`None` if it is not one, e.g. 2024-02-31).
 pub fn days_of(date: &str) -> Option<i64> {
-    let mut it = date.get(..10)?.split('-');
-    let (y, m, d): (i64, i64, i64) =
-        (it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+    let s = date.get(..10)?;
+    if s.get(4..5)? != "-" || s.get(7..8)? != "-" {
         return None;
     }
-    // Howard Hinnant's days_from_civil.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    Some(era * 146_097 + doe - 719_468)
+    let (y, m, d) =
+        (s.get(..4)?.parse().ok()?, s.get(5..7)?.parse().ok()?, s.get(8..)?.parse().ok()?);
+    let day = jiff::civil::Date::new(y, m, d).ok()?;
+    Some(i64::from(day.since(EPOCH).ok()?.get_days()))
 }
 
 /// The `YYYY-MM-DD` date of a day count since the Unix epoch (the inverse of [`days_of`]).
 pub fn date_of(days: i64) -> String {
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    let span = jiff::Span::new().try_days(days).unwrap_or_default();
+    let d = EPOCH.checked_add(span).unwrap_or(EPOCH);
+    format!("{:04}-{:02}-{:02}", d.year(), d.month(), d.day())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dates_are_real_calendar_dates() {
+        assert_eq!(days_of("1970-01-01"), Some(0));
+        assert_eq!(days_of("2024-03-01").map(date_of).as_deref(), Some("2024-03-01"));
+        assert_eq!(days_of("2024-02-29 11:00"), Some(days_of("2024-03-01").unwrap() - 1));
+        for bad in [
+            "2024-02-31",
+            "2023-02-29",
+            "2024-13-01",
+            "2024-00-10",
+            "24-1-1",
+            "2024/01/01",
+            "2024-01-é1",
+        ] {
+            assert_eq!(days_of(bad), None, "{bad}");
+        }
+        assert_eq!(date_of(-1), "1969-12-31");
+    }
 
     #[test]
     fn every_format_becomes_records_with_stable_ids() {

@@ -1227,25 +1227,9 @@ fn now_ms() -> u64 {
 
 /// `2024-05-01T12:00:00.123000+00:00`, the way Discord writes timestamps.
 fn iso8601(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = i64::try_from(days).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}000+00:00",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
+    // The project's own UTC formatter gives `…T12:00:00.123Z`.
+    let stamp = flock_ipc::time::format_timestamp(ms);
+    format!("{}000+00:00", stamp.trim_end_matches('Z'))
 }
 
 /// `n` random characters from `alphabet` (session ids, webhook tokens).

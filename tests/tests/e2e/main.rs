@@ -23,6 +23,7 @@ mod sessions;
 mod spawn;
 mod supervision;
 mod swarm_management;
+mod tidy;
 mod wire;
 mod workspace;
 
