@@ -20,6 +20,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use flock_ipc::ToolError;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
@@ -328,17 +329,17 @@ impl Effects {
     }
 }
 
-/// The answer to a permission operation: for the caller (`ok`, `text`), and for the router.
+/// The answer to a permission operation: for the caller (its text, or why it was refused — a
+/// refusal still has effects: it is journaled), and for the router.
 #[derive(Debug)]
 pub struct Reply {
-    pub ok: bool,
-    pub text: String,
+    pub answer: Result<String, ToolError>,
     pub effects: Effects,
 }
 
 impl Reply {
     fn ok(text: String, effects: Effects) -> Self {
-        Reply { ok: true, text, effects }
+        Reply { answer: Ok(text), effects }
     }
 }
 
@@ -362,7 +363,7 @@ pub fn call(
     args: &serde_json::Value,
     key: &[u8],
     now_ms: i64,
-) -> Result<Reply, String> {
+) -> Result<Reply, ToolError> {
     let text = |k: &str| args.get(k).and_then(serde_json::Value::as_str).unwrap_or_default();
     let id = || {
         args.get("id")
@@ -370,7 +371,9 @@ pub fn call(
                 v.as_i64()
                     .or_else(|| v.as_str().and_then(|s| s.trim_start_matches('#').parse().ok()))
             })
-            .ok_or_else(|| format!("BAD_REQUEST: {tool} needs the request's `id` (a number)"))
+            .ok_or_else(|| {
+                ToolError::bad_request(format!("{tool} needs the request's `id` (a number)"))
+            })
     };
     let human = caller.role.is_none();
     let allowed = match caller.role {
@@ -379,10 +382,10 @@ pub fn call(
     };
     if !allowed {
         let who = caller.role.map_or("person", |r| r.as_str());
-        return Err(format!("FORBIDDEN: a {who} may not use {tool}"));
+        return Err(ToolError::forbidden(format!("a {who} may not use {tool}")));
     }
     let json = |rows: Vec<Request>| {
-        let text = serde_json::to_string(&rows).map_err(|e| format!("INTERNAL: {e}"))?;
+        let text = serde_json::to_string(&rows).map_err(|e| ToolError::internal(e.to_string()))?;
         Ok(Reply::ok(text, Effects::default()))
     };
     match tool {
@@ -421,7 +424,7 @@ pub fn call(
             json(list(conn, all)?)
         }
         "permissions__grants" => json(grants(conn, &caller.id, now_ms)?),
-        other => Err(format!("BAD_REQUEST: no permission tool `{other}`")),
+        other => Err(ToolError::bad_request(format!("no permission tool `{other}`"))),
     }
 }
 
@@ -462,18 +465,18 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Request> {
     })
 }
 
-fn db(e: rusqlite::Error) -> String {
-    format!("INTERNAL: the permission store failed: {e}")
+fn db(e: rusqlite::Error) -> ToolError {
+    ToolError::internal(format!("the permission store failed: {e}"))
 }
 
-pub fn get(conn: &Connection, id: i64) -> Result<Option<Request>, String> {
+pub fn get(conn: &Connection, id: i64) -> Result<Option<Request>, ToolError> {
     conn.query_row(&format!("SELECT {COLUMNS} FROM permissions WHERE id = ?1"), [id], row)
         .optional()
         .map_err(db)
 }
 
 /// Requests, newest first: the open ones (pending, asked, waiting), or all of them.
-pub fn list(conn: &Connection, all: bool) -> Result<Vec<Request>, String> {
+pub fn list(conn: &Connection, all: bool) -> Result<Vec<Request>, ToolError> {
     let filter = if all { "" } else { "WHERE state IN ('pending', 'asked', 'waiting')" };
     let mut st = conn
         .prepare(&format!("SELECT {COLUMNS} FROM permissions {filter} ORDER BY id DESC LIMIT 500"))
@@ -494,7 +497,7 @@ impl crate::store::Store {
 }
 
 /// The grants of `agent` in force at `now_ms`.
-pub fn grants(conn: &Connection, agent: &str, now_ms: i64) -> Result<Vec<Request>, String> {
+pub fn grants(conn: &Connection, agent: &str, now_ms: i64) -> Result<Vec<Request>, ToolError> {
     let mut st = conn
         .prepare(&format!(
             "SELECT {COLUMNS} FROM permissions WHERE agent = ?1 AND state = 'granted' \
@@ -518,20 +521,20 @@ pub fn request(
     key: &[u8],
     sysadmin: Option<&str>,
     now_ms: i64,
-) -> Result<Reply, String> {
-    let cap = Capability::parse(kind, target).map_err(|e| format!("BAD_REQUEST: {e}"))?;
+) -> Result<Reply, ToolError> {
+    let cap = Capability::parse(kind, target).map_err(ToolError::bad_request)?;
     let reason = reason.trim();
     if reason.is_empty() {
-        return Err(
-            "BAD_REQUEST: say why you need it (`reason`): the sysadmin decides on it".into()
-        );
+        return Err(ToolError::bad_request(
+            "say why you need it (`reason`): the sysadmin decides on it",
+        ));
     }
     let existing: Option<i64> = conn
         .query_row("SELECT id FROM permissions WHERE request_key = ?1", [key], |r| r.get(0))
         .optional()
         .map_err(db)?;
     if let Some(id) = existing {
-        let r = get(conn, id)?.ok_or("INTERNAL: a stored request vanished")?;
+        let r = get(conn, id)?.ok_or(ToolError::internal("a stored request vanished"))?;
         return Ok(Reply::ok(
             format!("request #{id} is {} (already asked)", r.state),
             Effects::default(),
@@ -562,7 +565,8 @@ pub fn request(
         ],
     )
     .map_err(db)?;
-    let r = get(conn, conn.last_insert_rowid())?.ok_or("INTERNAL: the request was not stored")?;
+    let r = get(conn, conn.last_insert_rowid())?
+        .ok_or(ToolError::internal("the request was not stored"))?;
     effects.log(
         agent,
         "PERMISSION_REQUEST",
@@ -572,8 +576,8 @@ pub fn request(
     let answer = match (never, sysadmin) {
         (Some(why), _) => {
             effects.log("flock", "PERMISSION_BLOCKED", format!("never granted: {why}"), &r);
-            let text = format!("FORBIDDEN: request #{} is refused: {why}", r.id);
-            return Ok(Reply { ok: false, text, effects });
+            let text = ToolError::forbidden(format!("request #{} is refused: {why}", r.id));
+            return Ok(Reply { answer: Err(text), effects });
         }
         (None, Some(sysadmin)) => {
             effects.notify.push((
@@ -614,17 +618,19 @@ pub fn verdict(
     reason: &str,
     question: &str,
     now_ms: i64,
-) -> Result<Reply, String> {
-    let r = get(conn, id)?.ok_or_else(|| format!("BAD_REQUEST: no permission request #{id}"))?;
+) -> Result<Reply, ToolError> {
+    let r = get(conn, id)?
+        .ok_or_else(|| ToolError::bad_request(format!("no permission request #{id}")))?;
     if r.state != "pending" {
-        return Err(format!("BAD_REQUEST: request #{id} is {} already, not pending", r.state));
+        let msg = format!("request #{id} is {} already, not pending", r.state);
+        return Err(ToolError::bad_request(msg));
     }
     if r.agent == sysadmin {
-        return Err("FORBIDDEN: the sysadmin cannot decide its own requests".into());
+        return Err(ToolError::forbidden("the sysadmin cannot decide its own requests"));
     }
     let verdict = verdict.trim().to_ascii_uppercase();
     let reason = clip(reason.trim(), 500);
-    let cap = Capability::parse(&r.capability, &r.target).map_err(|e| format!("INTERNAL: {e}"))?;
+    let cap = Capability::parse(&r.capability, &r.target).map_err(ToolError::internal)?;
     let mut effects = Effects::default();
     effects.log(sysadmin, "PERMISSION_VERDICT", format!("{verdict}: {reason}"), &r);
     let set = |state: &str, by: Option<&str>| {
@@ -667,7 +673,7 @@ pub fn verdict(
         "YELLOW" => {
             let question = question.trim();
             if question.is_empty() {
-                return Err("BAD_REQUEST: YELLOW needs a `question` for the requester".into());
+                return Err(ToolError::bad_request("YELLOW needs a `question` for the requester"));
             }
             set("asked", Some(sysadmin))?;
             effects.notify.push((
@@ -687,7 +693,8 @@ pub fn verdict(
             format!("request #{id} waits for a person (`flockctl approve {id}` or `deny {id}`)")
         }
         other => {
-            return Err(format!("BAD_REQUEST: verdict `{other}` is not one of GREEN, YELLOW, RED"));
+            let msg = format!("verdict `{other}` is not one of GREEN, YELLOW, RED");
+            return Err(ToolError::bad_request(msg));
         }
     };
     Ok(Reply::ok(answer, effects))
@@ -704,18 +711,20 @@ pub fn decide(
     reason: &str,
     expires_ms: Option<i64>,
     now_ms: i64,
-) -> Result<Reply, String> {
-    let r = get(conn, id)?.ok_or_else(|| format!("BAD_REQUEST: no permission request #{id}"))?;
+) -> Result<Reply, ToolError> {
+    let r = get(conn, id)?
+        .ok_or_else(|| ToolError::bad_request(format!("no permission request #{id}")))?;
     if !matches!(r.state.as_str(), "pending" | "asked" | "waiting") {
-        return Err(format!("BAD_REQUEST: request #{id} is {} already", r.state));
+        return Err(ToolError::bad_request(format!("request #{id} is {} already", r.state)));
     }
-    let cap = Capability::parse(&r.capability, &r.target).map_err(|e| format!("INTERNAL: {e}"))?;
+    let cap = Capability::parse(&r.capability, &r.target).map_err(ToolError::internal)?;
     let reason = clip(reason.trim(), 500);
     let mut effects = Effects::default();
     if approve && let Some(why) = inv.never(&cap) {
         effects.log(person, "PERMISSION_BLOCKED", format!("approval refused: {why}"), &r);
-        let text = format!("FORBIDDEN: request #{id} cannot be granted by anyone: {why}");
-        return Ok(Reply { ok: false, text, effects });
+        let text =
+            ToolError::forbidden(format!("request #{id} cannot be granted by anyone: {why}"));
+        return Ok(Reply { answer: Err(text), effects });
     }
     let state = if approve { "granted" } else { "denied" };
     conn.execute(
@@ -846,7 +855,7 @@ mod tests {
     #[test]
     fn a_request_is_stored_once_and_goes_to_the_sysadmin() {
         let c = db();
-        let Reply { text: msg, effects: fx, .. } = request(
+        let Reply { answer, effects: fx } = request(
             &c,
             &inv(),
             "w",
@@ -858,12 +867,13 @@ mod tests {
             1,
         )
         .unwrap();
+        let msg = answer.unwrap();
         assert!(msg.contains("#1 stored and sent to sys"), "{msg}");
         assert_eq!(fx.notify.len(), 1);
         assert_eq!((fx.notify[0].0.as_str(), fx.notify[0].1.as_str()), ("w", "sys"));
         assert!(fx.notify[0].2.contains("spellcheck"));
         // Replayed: the same record, nobody woken twice.
-        let Reply { text: msg, effects: fx, .. } = request(
+        let Reply { answer, effects: fx } = request(
             &c,
             &inv(),
             "w",
@@ -875,6 +885,7 @@ mod tests {
             2,
         )
         .unwrap();
+        let msg = answer.unwrap();
         assert!(msg.contains("#1 is pending"), "{msg}");
         assert!(fx.notify.is_empty());
         assert_eq!(list(&c, true).unwrap().len(), 1);
@@ -885,8 +896,9 @@ mod tests {
         let c = db();
         let inv = inv();
         request(&c, &inv, "w", "read", "/usr/share/dict", "why", b"a", Some("sys"), 1).unwrap();
-        let Reply { text: msg, effects: fx, .. } =
+        let Reply { answer, effects: fx } =
             verdict(&c, &inv, "sys", 1, "green", "harmless", "", 5).unwrap();
+        let msg = answer.unwrap();
         assert!(msg.contains("granted"), "{msg}");
         assert!(fx.notify[0].2.contains("[permission #1 granted]"));
         assert_eq!(grants(&c, "w", 10).unwrap().len(), 1);
@@ -894,7 +906,7 @@ mod tests {
 
         // Network: GREEN is not enough, a person decides.
         request(&c, &inv, "w", "network", "crates.io", "deps", b"b", Some("sys"), 1).unwrap();
-        let msg = verdict(&c, &inv, "sys", 2, "GREEN", "fine", "", 5).unwrap().text;
+        let msg = verdict(&c, &inv, "sys", 2, "GREEN", "fine", "", 5).unwrap().answer.unwrap();
         assert!(msg.contains("waits for a person"), "{msg}");
         assert_eq!(get(&c, 2).unwrap().unwrap().state, "waiting");
         assert_eq!(grants(&c, "w", 10).unwrap().len(), 1);
@@ -912,7 +924,7 @@ mod tests {
             1,
         )
         .unwrap();
-        assert!(!r.ok && r.text.starts_with("FORBIDDEN"), "{}", r.text);
+        assert_eq!(r.answer.as_ref().map_err(|e| e.code), Err(flock_ipc::ErrorCode::Forbidden));
         assert!(r.effects.notify.is_empty(), "the sysadmin is not even asked");
         assert!(verdict(&c, &inv, "sys", 3, "GREEN", "injected", "", 5).is_err());
         assert!(decide(&c, &inv, "human:operator", 3, true, "", None, 5).is_err());
@@ -927,8 +939,9 @@ mod tests {
         let fx = verdict(&c, &inv, "sys", 1, "RED", "network", "", 2).unwrap().effects;
         assert!(fx.notify.is_empty());
         assert_eq!(list(&c, false).unwrap()[0].state, "waiting");
-        let Reply { text: msg, effects: fx, .. } =
+        let Reply { answer, effects: fx } =
             decide(&c, &inv, "human:operator", 1, true, "ok for today", Some(100), 3).unwrap();
+        let msg = answer.unwrap();
         assert!(msg.contains("granted"), "{msg}");
         assert_eq!(fx.notify[0].1, "w");
         assert_eq!(grants(&c, "w", 50).unwrap().len(), 1);
@@ -943,6 +956,8 @@ mod tests {
             verdict(&c, &inv, "sys", 2, "YELLOW", "unclear", "which build?", 2).unwrap().effects;
         assert!(fx.notify[0].2.contains("which build?"));
         request(&c, &inv, "sys", "timeout", "900", "me", b"c", Some("sys"), 1).unwrap();
-        assert!(verdict(&c, &inv, "sys", 3, "GREEN", "", "", 2).unwrap_err().contains("own"));
+        assert!(
+            verdict(&c, &inv, "sys", 3, "GREEN", "", "", 2).unwrap_err().message.contains("own")
+        );
     }
 }

@@ -170,7 +170,7 @@ pub enum RouterMsg {
         person: String,
         tool: String,
         arguments: String,
-        reply: RpcReplyPort<(bool, String)>,
+        reply: RpcReplyPort<Result<String, flock_ipc::ToolError>>,
     },
     /// What a permission job did (from the store actor): journal it, deliver its messages.
     Permission(PermissionEffects),

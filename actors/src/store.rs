@@ -276,7 +276,6 @@ impl Store {
         Ok(())
     }
 
-    /// Applies `ops` in one transaction (group commit). All or nothing.
     /// The state dir: the folder of the database file (`None` in memory).
     pub fn state_dir(&self) -> Option<std::path::PathBuf> {
         let path = self.conn.path().filter(|p| !p.is_empty())?;
@@ -285,31 +284,39 @@ impl Store {
 
     /// Runs `f` in one transaction and enqueues the messages it returns in the same one: a
     /// record and the messages that announce it are stored together or not at all. Nothing is
-    /// written when `f` fails.
-    pub fn with_messages<T>(
+    /// written when `f` fails (the inner `Err`, as `f` gave it) or the store does (the outer).
+    #[allow(clippy::type_complexity)]
+    pub fn with_messages<T, E>(
         &mut self,
-        f: impl FnOnce(&rusqlite::Connection) -> Result<(T, Vec<NewMessage>), String>,
-    ) -> Result<(T, Vec<NewMessage>), String> {
-        let tx = self.conn.transaction().map_err(|e| e.to_string())?;
-        let (value, messages) = f(&tx)?;
+        f: impl FnOnce(&rusqlite::Connection) -> Result<(T, Vec<NewMessage>), E>,
+    ) -> Result<Result<(T, Vec<NewMessage>), E>, StoreError> {
+        let tx = self.conn.transaction()?;
+        let (value, messages) = match f(&tx) {
+            Ok(done) => done,
+            Err(e) => return Ok(Err(e)),
+        };
         {
-            let mut insert = tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO messages (id, sender, target, text, enqueued_at, route)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .map_err(|e| e.to_string())?;
+            let mut insert = tx.prepare_cached(
+                "INSERT OR IGNORE INTO messages (id, sender, target, text, enqueued_at, route)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
             let now = now_ms();
             for m in &messages {
-                insert
-                    .execute(params![id_bytes(m.id), m.sender, m.target, m.text, now, m.route])
-                    .map_err(|e| e.to_string())?;
+                insert.execute(params![
+                    id_bytes(m.id),
+                    m.sender,
+                    m.target,
+                    m.text,
+                    now,
+                    m.route
+                ])?;
             }
         }
-        tx.commit().map_err(|e| e.to_string())?;
-        Ok((value, messages))
+        tx.commit()?;
+        Ok(Ok((value, messages)))
     }
 
+    /// Applies `ops` in one transaction (group commit). All or nothing.
     pub fn apply(&mut self, ops: &[WriteOp]) -> Result<Vec<WriteOutcome>, StoreError> {
         let now = now_ms();
         let tx = self.conn.transaction()?;

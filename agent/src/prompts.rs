@@ -56,19 +56,17 @@ pub fn callable(catalog: &str) -> Vec<String> {
         .collect()
 }
 
-/// Renders the system message. `catalog` is the JSON array `agents__catalog` answers (who else
-/// exists, with role, archetype, description and whether this agent may call them); `None`
-/// leaves `[runtime_catalog]` out (no `context_injector`).
 /// The date line of `date_helper`: `Today is Wednesday, 2026-11-25 (UTC).` (it changes once a
 /// day, so the prompt stays a cacheable prefix; each input carries its own time of day).
 pub fn today(now_ms: u64) -> String {
-    const DAYS: [&str; 7] =
-        ["Thursday", "Friday", "Saturday", "Sunday", "Monday", "Tuesday", "Wednesday"];
-    let day = DAYS[((now_ms / 86_400_000) % 7) as usize];
+    let day = flock_ipc::time::weekday(now_ms);
     let date = &flock_ipc::time::format_timestamp(now_ms)[..10];
     format!("Today is {day}, {date} (UTC).")
 }
 
+/// Renders the system message. `catalog` is the JSON array `agents__catalog` answers (who else
+/// exists, with role, archetype, description and whether this agent may call them); `None`
+/// leaves `[runtime_catalog]` out (no `context_injector`).
 pub fn system_message(spec: &AgentSpec, catalog: Option<&str>, today: Option<&str>) -> String {
     let mut out = format!("You are `{}`.\n\n{}", spec.key(), role_prompt(spec.role).trim_end());
     if let Some(a) = spec.archetype.as_deref() {

@@ -319,9 +319,10 @@ pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
         .collect()
 }
 
-/// The runtime catalog (`agents__catalog`) as JSON text, if the router answers.
+/// The runtime catalog as JSON text, if the router answers (`agents__roster`: the runtime's own
+/// call, for every role; a model's is `agents__catalog`).
 pub async fn catalog(client: &RouterClient) -> Option<String> {
-    let out = forward(client, "agents__catalog", &Value::Object(Default::default())).await;
+    let out = forward(client, "agents__roster", &Value::Object(Default::default())).await;
     out.ok.then_some(out.content)
 }
 

@@ -194,6 +194,9 @@ pub async fn run(
     let mut delegated = false;
     let wants_file = needs_a_file(&delivery.text);
     let (mut wrote_file, mut nudged) = (false, false);
+    // The files this turn wrote: an answer that does not name them gets them named (the person
+    // must learn where the work is, whatever words a small model chose).
+    let mut written: Vec<String> = Vec::new();
     // A request for work the agent has no tool for (a file, for a coordinator) is handed to the
     // agent that has one by the runtime, not left to the model: a small model answers "here is
     // your file" without any tool writing it.
@@ -354,7 +357,16 @@ pub async fn run(
                             crate::quote(&out.content)
                         )
                     });
-                    wrote_file |= out.ok && matches!(call.name.as_str(), "fs_write" | "fs_patch");
+                    if out.ok && matches!(call.name.as_str(), "fs_write" | "fs_patch") {
+                        wrote_file = true;
+                        let args = serde_json::from_str::<serde_json::Value>(&call.arguments);
+                        if let Some(path) =
+                            args.ok().and_then(|a| a["path"].as_str().map(str::to_owned))
+                            && !written.contains(&path)
+                        {
+                            written.push(path);
+                        }
+                    }
                     if out.ok && call.name == "agents__delegate" {
                         delegated_to = serde_json::from_str::<serde_json::Value>(&call.arguments)
                             .ok()
@@ -395,6 +407,7 @@ pub async fn run(
         conversation.push(ChatMessage::Assistant { text: text.clone() });
         text
     });
+    let text = if delegated { text } else { name_the_files(text, &written) };
     // A draft that was sent back, and the note that did, leave the session however it ended.
     if let Some(note) = sent_back {
         let at = conversation
@@ -413,6 +426,19 @@ pub async fn run(
     let mut messages = pre.persist_first;
     messages.extend(turn_messages);
     Ok(Finished { reply: text, messages })
+}
+
+/// `answer`, with the files the turn wrote named at its end when it names none of them
+/// (`File written successfully.` → `File written successfully. (notes.txt)`).
+fn name_the_files(answer: String, written: &[String]) -> String {
+    let named = |p: &String| {
+        let file = p.rsplit('/').next().unwrap_or(p);
+        answer.contains(p.as_str()) || (!file.is_empty() && answer.contains(file))
+    };
+    if written.is_empty() || written.iter().any(named) {
+        return answer;
+    }
+    format!("{} ({})", answer.trim_end(), written.join(", "))
 }
 
 /// Whether a request asks for a file to be written (made, saved…): "write a file named
@@ -577,6 +603,18 @@ pub fn trim_history(session: &mut Vec<ChatMessage>, budget: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_names_the_files_its_turn_wrote() {
+        let w = vec!["notes.txt".to_owned(), "src/main.rs".to_owned()];
+        assert_eq!(
+            name_the_files("File written successfully.".into(), &w),
+            "File written successfully. (notes.txt, src/main.rs)"
+        );
+        assert_eq!(name_the_files("Wrote notes.txt.".into(), &w), "Wrote notes.txt.");
+        assert_eq!(name_the_files("See main.rs".into(), &w), "See main.rs");
+        assert_eq!(name_the_files("Done.".into(), &[]), "Done.");
+    }
 
     #[test]
     fn a_memory_the_history_already_shows_is_not_added_again() {

@@ -535,6 +535,14 @@ pub static TOOLS: &[ToolSpec] = &[
         none
     ),
     tool!(
+        "agents__roster",
+        Router,
+        Access::Everyone,
+        Internal,
+        "The catalog the runtime puts in every agent's prompt (`agents__catalog`, for any role).",
+        none
+    ),
+    tool!(
         "journal__recent",
         Journal,
         Access::Everyone,
@@ -669,6 +677,9 @@ mod tests {
         // No agent decides a permission; unknown tools are nobody's.
         assert!(Role::ALL.iter().all(|r| !r.may_use("permission_decide") && !r.may_use("fs_reed")));
         assert!(Role::ALL.iter().all(|r| r.may_use("permissions__grants")));
+        // The runtime reads the catalog for any role's prompt; the sysadmin's model cannot.
+        assert!(Role::Sysadmin.may_use("agents__roster"));
+        assert!(!Role::Sysadmin.may_use("agents__catalog"));
     }
 
     #[test]

@@ -65,3 +65,35 @@ impl std::fmt::Display for ErrorCode {
         f.write_str(self.as_str())
     }
 }
+
+/// A refused or failed tool call: a wire code and a message for whoever called (a model sees
+/// `CODE: message`). Carried typed from where it happens to the edge — an `Error` frame to an
+/// agent, a coded error to `flockctl` or a chat bridge — never formatted and parsed back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ToolError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ToolError { code, message: message.into() }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::BadRequest, message)
+    }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Forbidden, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ToolError {}

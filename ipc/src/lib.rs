@@ -17,7 +17,7 @@ pub mod time;
 
 pub use codec::{FrameError, FrameReader, decode_frame, encode_frame};
 pub use conn::{Connection, Outbox, PeerCred, Transport, UnixTransport, spawn_writer};
-pub use error::ErrorCode;
+pub use error::{ErrorCode, ToolError};
 pub use frame::*;
 pub use id::MsgId;
 

@@ -8,13 +8,25 @@ pub fn unix_ms_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// Milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC).
-pub fn format_timestamp(unix_ms: u64) -> String {
+/// The UTC date and time of a Unix time in milliseconds (the latest jiff knows past its range).
+fn utc(unix_ms: u64) -> jiff::civil::DateTime {
     let at = i64::try_from(unix_ms)
         .ok()
         .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
         .unwrap_or(jiff::Timestamp::MAX);
-    let t = jiff::tz::Offset::UTC.to_datetime(at);
+    jiff::tz::Offset::UTC.to_datetime(at)
+}
+
+/// The English name of the UTC weekday of a Unix time in milliseconds (`"Wednesday"`).
+pub fn weekday(unix_ms: u64) -> &'static str {
+    const DAYS: [&str; 7] =
+        ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+    DAYS[usize::try_from(utc(unix_ms).weekday().to_monday_one_offset() - 1).unwrap_or(0)]
+}
+
+/// Milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC).
+pub fn format_timestamp(unix_ms: u64) -> String {
+    let t = utc(unix_ms);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
         t.year(),
@@ -46,5 +58,7 @@ mod tests {
             date_and_minute(1_709_251_199_999),
             ("2024-02-29".to_owned(), "23:59".to_owned())
         );
+        assert_eq!((weekday(0), weekday(1_709_251_199_999)), ("Thursday", "Thursday"));
+        assert_eq!(weekday(1_709_251_200_000), "Friday");
     }
 }

@@ -61,17 +61,6 @@ const MAX_DEAD_LETTERS_PAGE: u32 = 500;
 
 pub(crate) type CtlResult = Result<ControlReply, (ErrorCode, String)>;
 
-/// A tool's refusal ("FORBIDDEN: …") as an error code and its message.
-fn coded(text: String) -> (ErrorCode, String) {
-    let code = match text.split(':').next().unwrap_or_default() {
-        "FORBIDDEN" => ErrorCode::Forbidden,
-        "BAD_REQUEST" => ErrorCode::BadRequest,
-        _ => ErrorCode::Internal,
-    };
-    let message = text.split_once(": ").map_or(text.as_str(), |(_, m)| m).to_string();
-    (code, message)
-}
-
 fn internal(e: impl std::fmt::Display) -> (ErrorCode, String) {
     (ErrorCode::Internal, e.to_string())
 }
@@ -157,17 +146,17 @@ async fn run(
             }
             if flock_config::tools::owner(&tool) == Some(flock_config::Owner::Permissions) {
                 let list = tool == "permission_list";
-                let (ok, text) = ractor::call!(ctx.router, |reply| RouterMsg::PermissionHuman {
+                let answer = ractor::call!(ctx.router, |reply| RouterMsg::PermissionHuman {
                     person: format!("human:{name}"),
                     tool,
                     arguments,
                     reply
                 })
                 .map_err(internal)?;
-                return match (ok, list) {
-                    (true, true) => Ok(ControlReply::Json(text)),
-                    (true, false) => Ok(ControlReply::Done(text)),
-                    (false, _) => Err(coded(text)),
+                return match (answer, list) {
+                    (Ok(text), true) => Ok(ControlReply::Json(text)),
+                    (Ok(text), false) => Ok(ControlReply::Done(text)),
+                    (Err(e), _) => Err((e.code, e.message)),
                 };
             }
             let caller = Caller { id: format!("human:{name}"), role: None };

@@ -1051,10 +1051,8 @@ impl ChannelsState {
             reply,
         });
         match asked {
-            Ok((true, text)) => Ok(text),
-            Ok((false, text)) => {
-                Err(text.split_once(": ").map_or(text.clone(), |(_, m)| m.to_owned()))
-            }
+            Ok(Ok(text)) => Ok(text),
+            Ok(Err(refused)) => Err(refused.message),
             Err(e) => Err(format!("the router did not answer ({e})")),
         }
     }

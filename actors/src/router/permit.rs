@@ -4,7 +4,7 @@
 //! (messages to deliver, journal events) come back to the router.
 
 use flock_ipc::id::{fmt_id, new_id};
-use flock_ipc::{Body, Frame, MsgId, Outbox, ROUTER};
+use flock_ipc::{Body, Frame, MsgId, Outbox, ROUTER, ToolError};
 use ractor::{ActorRef, RpcReplyPort};
 
 use super::{NO_CONN, RouterMsg, RouterState, StoredBatch, unix_ms};
@@ -17,22 +17,24 @@ use crate::store_actor::{Origin, StoreJob, StoreMsg};
 pub enum PermissionReply {
     /// An agent's tool call: a `ToolResult` frame on its connection.
     Agent { outbox: Outbox, frame_id: MsgId, to: String },
-    /// A person through `flockctl`: (ok, text).
-    Human(RpcReplyPort<(bool, String)>),
+    /// A person through `flockctl` or a chat bridge.
+    Human(RpcReplyPort<Result<String, ToolError>>),
 }
 
 impl PermissionReply {
-    fn send(self, ok: bool, content: String) {
+    fn send(self, answer: Result<String, ToolError>) {
         match self {
             PermissionReply::Agent { outbox, frame_id, to } => {
-                let frame = Frame {
-                    correlation_id: Some(frame_id),
-                    ..Frame::new(ROUTER, to, Body::ToolResult { ok, content })
+                let body = match answer {
+                    Ok(content) => Body::ToolResult { ok: true, content },
+                    Err(ToolError { code, message }) => Body::Error { code, message },
                 };
+                let frame =
+                    Frame { correlation_id: Some(frame_id), ..Frame::new(ROUTER, to, body) };
                 let _ = outbox.try_send(frame);
             }
             PermissionReply::Human(port) => {
-                let _ = port.send((ok, content));
+                let _ = port.send(answer);
             }
         }
     }
@@ -77,7 +79,7 @@ impl RouterState {
     ) {
         let args: serde_json::Value = match serde_json::from_str(&arguments) {
             Ok(v @ serde_json::Value::Object(_)) => v,
-            _ => return reply.send(false, "BAD_REQUEST: arguments must be a JSON object".into()),
+            _ => return reply.send(Err(ToolError::bad_request("arguments must be a JSON object"))),
         };
         let mut inv = Invariants::new(self.protected_paths());
         let sysadmin = self.sysadmin();
@@ -114,12 +116,13 @@ impl RouterState {
                 Ok((r, messages))
             });
             match result {
-                Ok((r, stored)) => {
+                Ok(Ok((r, stored))) => {
                     let effects = PermissionEffects { journal: r.effects.journal, stored };
                     let _ = router.cast(RouterMsg::Permission(effects));
-                    reply.send(r.ok, r.text);
+                    reply.send(r.answer);
                 }
-                Err(e) => reply.send(false, e),
+                Ok(Err(refused)) => reply.send(Err(refused)),
+                Err(e) => reply.send(Err(ToolError::internal(format!("the store failed: {e}")))),
             }
         });
         if let Err(e) = self.store.cast(StoreMsg::With(job)) {

@@ -5,7 +5,7 @@
 
 use flock_config::tools::{self as table, Owner};
 use flock_ipc::id::fmt_id;
-use flock_ipc::{Body, ErrorCode, Frame, ROUTER};
+use flock_ipc::{Body, ErrorCode, Frame, ROUTER, ToolError};
 use ractor::ActorRef;
 
 use super::{ConnId, PermissionReply, RouterMsg, RouterState};
@@ -45,6 +45,7 @@ impl RouterState {
                 let event =
                     JournalEvent::new(identity, kind, Status::Failed, format!("FORBIDDEN: {msg}"))
                         .param("tool", serde_json::Value::from(name.as_str()))
+                        .param("arguments", journaled_arguments(arguments))
                         .param("forbidden", serde_json::Value::Bool(true));
                 j.log(event);
             }
@@ -118,13 +119,12 @@ impl RouterState {
                     let _ = outbox.blocking_send(result(true, content));
                 });
             }
-            Owner::Router => {
-                let (ok, content) = match self.router_tool(identity, &name, &arguments) {
-                    Ok(c) => (true, c),
-                    Err(e) => (false, e),
-                };
-                self.answer(conn, result(ok, content));
-            }
+            Owner::Router => match self.router_tool(identity, &name, &arguments) {
+                Ok(content) => self.answer(conn, result(true, content)),
+                Err(ToolError { code, message }) => {
+                    self.answer(conn, Frame::error(&frame, code, message));
+                }
+            },
             Owner::Mailbox | Owner::Workspace | Owner::AgentMemory => {
                 let msg = format!(
                     "`{name}` is not a call to the router: {}",
@@ -139,19 +139,19 @@ impl RouterState {
         }
     }
 
-    fn router_tool(&self, caller: &str, name: &str, arguments: &str) -> Result<String, String> {
+    fn router_tool(&self, caller: &str, name: &str, arguments: &str) -> Result<String, ToolError> {
         match name {
             // An agent's own record of what it did (a file written), journaled in the chain it is
             // working in, under its own name (from its connection). Not a model's tool.
             "journal__event" => {
                 let args: serde_json::Value = serde_json::from_str(arguments)
-                    .map_err(|e| format!("BAD_REQUEST: arguments are not JSON: {e}"))?;
+                    .map_err(|e| ToolError::bad_request(format!("arguments are not JSON: {e}")))?;
                 let kind = args["type"].as_str().unwrap_or_default();
                 if kind.is_empty()
                     || kind.len() > 40
                     || !kind.chars().all(|c| c.is_ascii_uppercase() || c == '_')
                 {
-                    return Err("BAD_REQUEST: `type` must be UPPER_SNAKE_CASE".into());
+                    return Err(ToolError::bad_request("`type` must be UPPER_SNAKE_CASE"));
                 }
                 let message = clip(args["message"].as_str().unwrap_or_default(), 400);
                 let params = args["params"].as_object().cloned().unwrap_or_default();
@@ -185,7 +185,8 @@ impl RouterState {
                     .collect();
                 Ok(serde_json::Value::Array(list).to_string())
             }
-            "agents__catalog" => {
+            // The model's tool, and the runtime's own call for the prompt of any role.
+            "agents__catalog" | "agents__roster" => {
                 let allowed = self.slots.get(caller).map(|s| &s.spec.can_call);
                 let list: Vec<_> = self
                     .order
@@ -205,9 +206,19 @@ impl RouterState {
                     .collect();
                 Ok(serde_json::Value::Array(list).to_string())
             }
-            other => Err(format!(
-                "INTERNAL: the tool table gives `{other}` to the router, which has no handler for it"
-            )),
+            other => Err(ToolError::internal(format!(
+                "the tool table gives `{other}` to the router, which has no handler for it"
+            ))),
         }
+    }
+}
+
+/// A refused call's arguments for the journal: the JSON object as sent, or — too large or not
+/// an object — only its size (the journal is not a place to store what a hostile agent sends).
+fn journaled_arguments(arguments: &str) -> serde_json::Value {
+    const MAX: usize = 4096;
+    match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(v @ serde_json::Value::Object(_)) if arguments.len() <= MAX => v,
+        _ => serde_json::json!({"bytes": arguments.len()}),
     }
 }
