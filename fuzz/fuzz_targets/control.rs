@@ -55,7 +55,7 @@ fn control(frame: &Frame) -> Option<Frame> {
     }
 }
 
-/// What flockctl does with an answer (supervisor/src/bin/flockctl.rs).
+/// What flockctl does with an answer (supervisor/src/bin/flockctl/main.rs).
 fn flockctl(frame: Frame) {
     match frame.body {
         Body::ControlReply(ControlReply::Json(text)) => {

@@ -85,10 +85,8 @@ fn the_documented_dependency_direction_is_the_built_one() {
 /// Files already past the limit, each with the most it may have; lower a figure when a file
 /// shrinks, remove the line when it is under the limit.
 const OVER: &[(&str, usize)] = &[
-    ("agent/src/extensions.rs", 1091),
     ("bridges/src/lib.rs", 1334),
     ("bench/src/harness.rs", 1438),
-    ("supervisor/src/bin/flockctl.rs", 1479),
     ("actors/src/channels/bridge.rs", 1502),
     ("actors/src/channels/mod.rs", 1521),
     ("testkit/src/fake_slack.rs", 1869),

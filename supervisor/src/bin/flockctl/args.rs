@@ -1,0 +1,414 @@
+//! flockctl's command line: every subcommand and option, with the help text users read.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "flockctl", version, about = "Drive a running Flock swarm")]
+pub(crate) struct Cli {
+    /// State dir of the swarm [default: $FLOCK_HOME or ~/.flock].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum BridgeCommand {
+    /// Every bridge of the swarm: state, pid, posts waiting to go out, messages in/out, last
+    /// error, and which channel maps to which chat.
+    #[command(alias = "list")]
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One bridge in detail: state, pid, restarts, last error, and each mapping (channel ↔
+    /// chat, who may post, its outbound cursor and the posts waiting, whether the chat refuses
+    /// posts and why).
+    Status {
+        /// The bridge's name in the swarm file (`flockctl bridge ls` lists them).
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Map a platform chat to a channel while the swarm runs.
+    ///
+    /// Replaces the chat's mapping, if it has one; kept across restarts, over the swarm file's
+    /// mappings. The bridge restarts to take it up; nothing is lost (its cursors are durable). A
+    /// new mapping starts at the channel's newest post: no history is sent to the chat.
+    Map {
+        /// The bridge's name in the swarm file (`flockctl bridge ls` lists them).
+        name: String,
+        /// The platform's chat or channel id (Telegram `-100…`, Discord channel id, Slack `C…`).
+        #[arg(allow_hyphen_values = true)]
+        external: String,
+        /// The Flock channel (`#team` or `team`); created if it does not exist.
+        channel: String,
+        /// Only these platform user ids may post from the chat (comma-separated); everyone if
+        /// left out.
+        #[arg(long, value_delimiter = ',')]
+        allow: Option<Vec<String>>,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a chat's mapping while the swarm runs.
+    ///
+    /// Kept across restarts, over the swarm file's mappings; the bridge restarts without it.
+    Unmap {
+        /// The bridge's name in the swarm file.
+        name: String,
+        /// The platform's chat or channel id whose mapping goes.
+        #[arg(allow_hyphen_values = true)]
+        external: String,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the app manifest to create the bot with (Slack: api.slack.com/apps → Create New
+    /// App → From a manifest), with every scope and event the bridge needs.
+    Manifest {
+        #[arg(value_parser = ["slack"])]
+        platform: String,
+        /// The app's display name.
+        #[arg(long, default_value = "Flock")]
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// List every process and actor: state, pid, uptime, restarts, last exit, mailbox, turns,
+    /// memory, tokens.
+    ///
+    /// On a terminal, states are in colour (green: ready or running, cyan: busy, yellow: starting,
+    /// restarting, stopping; red: failed, stopped, exited) unless NO_COLOR is set.
+    Ps {
+        /// Print a JSON array instead of a table (with --watch: one compact array per line).
+        #[arg(long)]
+        json: bool,
+        /// Keep showing it, refreshed every --interval: on a terminal a live view redrawn in
+        /// place (Ctrl-C quits); piped, a new table each time, after a blank line.
+        #[arg(short, long)]
+        watch: bool,
+        /// With --watch: seconds between refreshes.
+        #[arg(long, value_name = "SECS", default_value_t = 1, requires = "watch",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        interval: u64,
+    },
+    /// Send a message to an agent as human:operator; exits 0 once it is in the agent's durable
+    /// mailbox. The agent's answer is posted in your DM with it (`flockctl read dm-AGENT--human-operator`);
+    /// with --wait, it is printed here.
+    ///
+    /// Exit codes with --wait: 0 answered, 3 stopped by a budget (the reason is printed), 4 the
+    /// work ended without an answer, 5 --timeout passed first, 1 any other error.
+    #[command(verbatim_doc_comment)]
+    Send {
+        /// The agent, e.g. coordinator (`flockctl ps` lists them).
+        agent: String,
+        /// The message (quote it; `-` reads it from standard input).
+        text: String,
+        /// Route in memory only (lost if the agent is down); no acceptance is awaited.
+        #[arg(long, conflicts_with = "wait")]
+        at_most_once: bool,
+        /// Wait for the answer and print it (progress goes to stderr every 10 s).
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this many seconds.
+        #[arg(long, default_value_t = 600, value_name = "SECS")]
+        timeout: u64,
+        /// With --wait: print the outcome as JSON (chain, outcome, text, by, channel, seq, hops,
+        /// tokens, elapsed_ms).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Chains of turns in flight (one per outside input): hops, tokens and time against their
+    /// budgets.
+    Chains {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show an agent's log (spawns, exits, turns, tool calls); without an agent, every log (the
+    /// agents', the model's, the bridges'), each line after the name of its log, in order of
+    /// time.
+    Logs {
+        /// The agent, the model or a bridge (`flockctl ps` lists them) [default: all of them].
+        agent: Option<String>,
+        /// Keep printing new lines (without an agent: of every log, agents created later too).
+        #[arg(short, long)]
+        follow: bool,
+        /// How many past lines to show (without an agent: of each log).
+        #[arg(short = 'n', long, default_value_t = 100)]
+        lines: u32,
+    },
+    /// Stop an agent (it stays stopped until `start`).
+    Stop { agent: String },
+    /// Start a stopped or failed agent; waits until it is ready.
+    Start { agent: String },
+    /// Restart an agent; waits until it is ready again.
+    Restart { agent: String },
+    /// List messages that exhausted their delivery attempts, oldest first, a page at a time
+    /// (texts are shown up to 2 000 characters).
+    DeadLetters {
+        /// How many to list (at most 500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Skip this many first (the next page: --offset 50).
+        #[arg(long, default_value_t = 0)]
+        offset: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop every agent in reverse start order, then the supervisor.
+    Down,
+    /// Permission requests waiting for a person (RED, or network access the sysadmin found
+    /// safe); with --all, every request and how it was decided.
+    Approvals {
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Grant permission request ID; the agent's sandbox enforces it from its next command.
+    Approve {
+        id: i64,
+        /// Why (recorded in the journal and told to the agent).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Grant for this many seconds only.
+        #[arg(long, value_name = "SECS")]
+        expires: Option<u64>,
+        /// Decide as human:NAME [default: $USER, else operator].
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+    /// Refuse permission request ID; the agent is told why.
+    Deny {
+        id: i64,
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+    /// Post to a channel as `human:NAME`.
+    Post {
+        /// The channel, e.g. '#project-login' (quote it: `#` starts a shell comment).
+        channel: String,
+        /// The post (`-` reads it from standard input).
+        text: String,
+        /// Post as human:NAME [default: $USER, else operator].
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+    /// Read a channel: the newest messages, or those after a seq; --follow keeps printing.
+    Read {
+        channel: String,
+        /// Only messages with seq greater than N.
+        #[arg(long, value_name = "N")]
+        after: Option<u64>,
+        /// At most this many messages per page (max 200).
+        #[arg(long, default_value_t = 50)]
+        limit: u64,
+        /// Keep printing new messages as they arrive.
+        #[arg(short, long)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List channels: state, topic, members, last seq.
+    Channels {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create or archive a channel, or change its members (as a human, with orchestrator powers).
+    Channel {
+        #[command(subcommand)]
+        command: ChannelCommand,
+    },
+    /// An agent's conversation sessions (one per channel; "(direct)" for messages and requests).
+    Session {
+        #[command(subcommand)]
+        command: SessionCommand,
+    },
+    /// Create an agent at run time, or decommission one (orchestrator powers, as human:NAME).
+    Agent {
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
+    /// The shared journal: what happened, who did it, how it ended (works without a running swarm).
+    Journal {
+        #[command(subcommand)]
+        command: JournalCommand,
+    },
+    /// The swarm's long-term memory: search, show, stats, rebuild the index (works without a
+    /// running swarm; the markdown files under memory/ are the truth, the index is rebuildable).
+    Memory {
+        #[command(subcommand)]
+        command: MemoryCommand,
+    },
+    /// Chat bridges (Telegram, Discord, Slack): state, outbox, mappings (and changing them), the
+    /// Slack app manifest.
+    Bridge {
+        #[command(subcommand)]
+        command: BridgeCommand,
+    },
+    /// Print a shell completion script: `flockctl completions bash > ~/.local/share/bash-completion/completions/flockctl`
+    /// (also zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the web dashboard's URL (with this run's token), served when the swarm was started
+    /// with `flock-supervisor up --ui 127.0.0.1:PORT`; `--open` also opens it in a browser.
+    Ui {
+        /// Open the URL with xdg-open (or $BROWSER).
+        #[arg(long)]
+        open: bool,
+    },
+    /// Write the manual pages of flockctl and flock-supervisor, a page per subcommand too
+    /// (flockctl.1, flockctl-ps.1, …, flock-supervisor.1, …); `man flockctl` finds them once they
+    /// are in a man1 directory of the MANPATH (e.g. `flockctl man --dir ~/.local/share/man/man1`).
+    Man {
+        /// Where to write them (created if missing).
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum MemoryCommand {
+    /// Records matching words and meaning, best first (BM25 and all-MiniLM-L6-v2 vectors fused by
+    /// reciprocal rank, with priority and recency boosts); cold records (older than 365 days)
+    /// only with --all.
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// Cold records too.
+        #[arg(long)]
+        all: bool,
+        /// Only these kinds: journal, observation, reflection, knowledge (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        kind: Vec<String>,
+        /// hybrid (words and meaning, fused), bm25 (words) or vector (meaning).
+        #[arg(long, default_value = "hybrid")]
+        mode: String,
+        /// Only what this agent did (its journal lines) or was observed doing (observations
+        /// about its turns, what it remembered itself).
+        #[arg(long)]
+        agent: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One record in full, by the id search shows.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Records per kind and tier, files, index size.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild the index from the memory files (safe at any time: the files are the truth).
+    Rebuild,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ChannelCommand {
+    /// Create a channel; you (human:NAME) become a member.
+    Create {
+        /// Id: 1–63 of a-z, 0-9 and -, e.g. project-login.
+        channel: String,
+        #[arg(long, default_value = "")]
+        topic: String,
+        /// Display name [default: the id].
+        #[arg(long)]
+        name: Option<String>,
+        /// Members, comma-separated: agent names or human:NAME.
+        #[arg(long, value_delimiter = ',')]
+        members: Vec<String>,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+    /// Start the archive protocol (members get a notice and a deadline); --force archives now.
+    Archive {
+        channel: String,
+        #[arg(long)]
+        force: bool,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+    /// Show members, or change them with --add/--remove (comma-separated).
+    Members {
+        channel: String,
+        #[arg(long, value_delimiter = ',')]
+        add: Vec<String>,
+        #[arg(long, value_delimiter = ',')]
+        remove: Vec<String>,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum SessionCommand {
+    /// Without --channel: the agent's sessions; with it: that session's messages.
+    Show {
+        agent: String,
+        /// A channel ('#name'), or "" for direct messages and requests.
+        #[arg(long)]
+        channel: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum AgentCommand {
+    /// A new supervised agent process; it survives supervisor restarts.
+    Create {
+        name: String,
+        /// worker, coordinator, unconscious, observer, reflection or dream.
+        #[arg(long, default_value = "worker")]
+        role: String,
+        /// e.g. code-reviewer, qa.
+        #[arg(long)]
+        archetype: Option<String>,
+        #[arg(long, default_value = "")]
+        description: String,
+        /// A model of the swarm file's `models:` [default: `defaults.model`].
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+    /// Stop an agent for good and remove it from every channel (its history stays).
+    Decommission {
+        name: String,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum JournalCommand {
+    /// The newest events, oldest first.
+    Read {
+        /// How many events.
+        #[arg(long, default_value_t = 20)]
+        last: usize,
+        /// Print a JSON array of schema events.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Events matching space-separated terms: agent= type= status= since= until= corr= limit=
+    /// (e.g. `flockctl journal query "agent=worker-1 status=FAILED since=2026-11-21"`).
+    Query {
+        expr: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Append one event given as JSON (validated against the schema; id and timestamp are filled
+    /// in when absent).
+    Log { json: String },
+}
