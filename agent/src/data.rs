@@ -180,7 +180,16 @@ pub fn text_transform(arguments: &str) -> ToolOutput {
         "lower" => text.to_lowercase(),
         "trim" => text.trim().to_owned(),
         "replace" => match get("from") {
-            Some(from) if !from.is_empty() => text.replace(from, get("to").unwrap_or_default()),
+            Some(from) if !from.is_empty() => {
+                let to = get("to").unwrap_or_default();
+                // Sized before it is built: many matches of a short `from` times a long `to`
+                // would not fit in memory.
+                let grown = text.matches(from).count().saturating_mul(to.len());
+                if grown.saturating_add(text.len()) > MAX_TEXT_BYTES {
+                    return bad(format!("the result would be over {MAX_TEXT_BYTES} bytes"));
+                }
+                text.replace(from, to)
+            }
             _ => return bad("replace needs `from` (the text to replace) and `to`"),
         },
         "split" => {
@@ -309,5 +318,10 @@ mod tests {
         let unknown = t(json!({"text": "x", "op": "reverse"}));
         assert!(!unknown.ok && unknown.content.contains("upper, lower"), "{unknown:?}");
         assert!(!t(json!({"text": "x", "op": "replace"})).ok);
+        // A replacement that would blow up is refused before it is built.
+        let huge = t(
+            json!({"text": "a".repeat(1000), "op": "replace", "from": "a", "to": "b".repeat(2000)}),
+        );
+        assert!(!huge.ok && huge.content.contains("would be over"), "{}", huge.content);
     }
 }

@@ -91,7 +91,6 @@ const OVER: &[(&str, usize)] = &[
     ("actors/src/channels/mod.rs", 1521),
     ("testkit/src/fake_slack.rs", 1869),
     ("testkit/src/fake_telegram.rs", 1882),
-    ("config/src/swarm.rs", 2039),
     ("testkit/src/fake_discord.rs", 2588),
 ];
 const LIMIT: usize = 1000;
