@@ -12,11 +12,12 @@
 use std::path::PathBuf;
 use std::sync::mpsc as std_mpsc;
 
+use flock_ipc::ToolError;
 use flock_memory::index::{Index, Mode, Query, today};
 use flock_memory::{Kind, Record};
 use serde_json::{Value, json};
 
-type Reply = Box<dyn FnOnce(Result<String, String>) + Send>;
+type Reply = Box<dyn FnOnce(Result<String, ToolError>) + Send>;
 
 struct Job {
     tool: String,
@@ -68,7 +69,7 @@ impl MemoryService {
     pub fn call(&self, tool: &str, arguments: &str, reply: Reply) {
         let job = Job { tool: tool.to_owned(), arguments: arguments.to_owned(), reply };
         if let Err(std_mpsc::SendError(job)) = self.tx.send(job) {
-            (job.reply)(Err("INTERNAL: the memory thread has stopped".into()));
+            (job.reply)(Err(ToolError::internal("the memory thread has stopped")));
         }
     }
 }
@@ -120,11 +121,11 @@ fn run(
     dir: &std::path::Path,
     tool: &str,
     arguments: &str,
-) -> Result<String, String> {
+) -> Result<String, ToolError> {
     let args: Value =
         serde_json::from_str(if arguments.trim().is_empty() { "{}" } else { arguments })
-            .map_err(|e| format!("BAD_REQUEST: arguments are not JSON: {e}"))?;
-    let synced = index.sync().map_err(|e| format!("INTERNAL: {e}"))?;
+            .map_err(|e| ToolError::bad_request(format!("arguments are not JSON: {e}")))?;
+    let synced = index.sync().map_err(|e| ToolError::internal(e.to_string()))?;
     if synced.files_read + synced.files_dropped > 0 {
         refresh_active_memory(index, dir);
     }
@@ -136,14 +137,14 @@ fn run(
             let text = args["query"]
                 .as_str()
                 .filter(|q| !q.trim().is_empty())
-                .ok_or("BAD_REQUEST: `query` is required (the words to look for)")?;
+                .ok_or(ToolError::bad_request("`query` is required (the words to look for)"))?;
             let mut kinds = Vec::new();
             for k in args["kinds"].as_array().into_iter().flatten() {
                 let name = k.as_str().unwrap_or_default();
                 kinds.push(Kind::parse(name).ok_or_else(|| {
-                    format!(
-                        "BAD_REQUEST: no memory kind `{name}`; kinds: journal, observation, reflection, knowledge"
-                    )
+                    ToolError::bad_request(format!(
+                        "no memory kind `{name}`; kinds: journal, observation, reflection, knowledge"
+                    ))
                 })?);
             }
             let query = Query {
@@ -157,7 +158,7 @@ fn run(
                 // The unconscious's recall asks for clear matches only.
                 precise: args["precise"].as_bool().unwrap_or(false),
             };
-            let hits = index.search(&query).map_err(|e| format!("INTERNAL: {e}"))?;
+            let hits = index.search(&query).map_err(|e| ToolError::internal(e.to_string()))?;
             let hits: Vec<Value> = hits
                 .iter()
                 .map(|h| {
@@ -170,15 +171,15 @@ fn run(
             Ok(json!({"hits": hits}).to_string())
         }
         "memory_get" => {
-            let id = args["id"].as_str().ok_or("BAD_REQUEST: `id` is required")?;
-            match index.get(id).map_err(|e| format!("INTERNAL: {e}"))? {
+            let id = args["id"].as_str().ok_or(ToolError::bad_request("`id` is required"))?;
+            match index.get(id).map_err(|e| ToolError::internal(e.to_string()))? {
                 Some(r) => Ok(record_json(&r).to_string()),
-                None => {
-                    Err(format!("BAD_REQUEST: no memory with id `{id}` (memory_search lists ids)"))
-                }
+                None => Err(ToolError::bad_request(format!(
+                    "no memory with id `{id}` (memory_search lists ids)"
+                ))),
             }
         }
-        other => Err(format!("BAD_REQUEST: `{other}` is not a memory tool")),
+        other => Err(ToolError::bad_request(format!("`{other}` is not a memory tool"))),
     }
 }
 

@@ -215,6 +215,11 @@ pub enum WriteOutcome {
     Applied,
 }
 
+/// Accepts a message unless its id is known (a replayed send is a duplicate, not an error).
+pub(crate) const INSERT_MESSAGE: &str =
+    "INSERT OR IGNORE INTO messages (id, sender, target, text, enqueued_at, route)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
 pub struct Store {
     pub(crate) conn: Connection,
 }
@@ -296,10 +301,7 @@ impl Store {
             Err(e) => return Ok(Err(e)),
         };
         {
-            let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO messages (id, sender, target, text, enqueued_at, route)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
+            let mut insert = tx.prepare_cached(INSERT_MESSAGE)?;
             let now = now_ms();
             for m in &messages {
                 insert.execute(params![
@@ -322,10 +324,7 @@ impl Store {
         let tx = self.conn.transaction()?;
         let mut out = Vec::with_capacity(ops.len());
         {
-            let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO messages (id, sender, target, text, enqueued_at, route)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
+            let mut insert = tx.prepare_cached(INSERT_MESSAGE)?;
             let mut complete = tx.prepare_cached(
                 "UPDATE messages SET state = 1, finished_at = ?2 WHERE id = ?1 AND state = 0",
             )?;

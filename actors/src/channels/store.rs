@@ -238,8 +238,7 @@ impl Store {
         if let Some(a) = &mut ask {
             a.route.chain.reply = Some(ReplyPlace { channel: channel.to_owned(), seq: seq as u64 });
             tx.execute(
-                "INSERT OR IGNORE INTO messages (id, sender, target, text, enqueued_at, route)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                crate::store::INSERT_MESSAGE,
                 params![a.id.to_be_bytes(), author, a.agent, text, now, a.route.store(a.id)],
             )?;
         }

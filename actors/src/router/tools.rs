@@ -54,6 +54,7 @@ impl RouterState {
         let Some(outbox) = self.conns.get(&conn).map(|i| i.outbox.clone()) else { return };
         let (name, arguments) = (name.clone(), arguments.clone());
         let (id, to) = (frame.id, identity.to_owned());
+        let caller = to.clone();
         let result = move |ok: bool, content: String| Frame {
             correlation_id: Some(id),
             ..Frame::new(ROUTER, to.clone(), Body::ToolResult { ok, content })
@@ -98,11 +99,14 @@ impl RouterState {
                     &name,
                     &arguments,
                     Box::new(move |r| {
-                        let (ok, content) = match r {
-                            Ok(c) => (true, c),
-                            Err(e) => (false, e),
+                        let answer = match r {
+                            Ok(content) => result(true, content),
+                            Err(ToolError { code, message }) => Frame {
+                                correlation_id: Some(id),
+                                ..Frame::new(ROUTER, caller, Body::Error { code, message })
+                            },
                         };
-                        let _ = outbox.blocking_send(result(ok, content));
+                        let _ = outbox.blocking_send(answer);
                     }),
                 );
             }

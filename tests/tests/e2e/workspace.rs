@@ -174,3 +174,41 @@ agents:
     assert_eq!(execs.matches("\"type\":\"EXEC\"").count(), 3, "{execs}");
     assert!(execs.contains("\"exit\":0") && execs.contains("\"exit\":1"), "{execs}");
 }
+
+/// The memory tools (issue #24: owned by the memory index in the tool table, errors typed end
+/// to end): what a worker remembers is found by its search through the router, and a wrong id
+/// comes back to its model as a coded error.
+#[test]
+fn a_worker_remembers_finds_it_and_gets_a_coded_error_for_a_wrong_id() {
+    let yaml = r#"swarm: { name: recall }
+models:
+  keeper:
+    provider: scripted
+    rules:
+      - steps:
+          - tool: memory_remember
+            args: { text: "Ana prefers tabs over spaces.", priority: high, category: preference }
+          - tool: memory_search
+            args: { query: "tabs" }
+          - tool: memory_get
+            args: { id: "no-such-id" }
+        reply: "done"
+agents:
+  - { name: keeper, role: worker, model: keeper, tools: [memory_remember, memory_search, memory_get] }
+"#;
+    let swarm = Swarm::start(yaml);
+    swarm.ctl_ok(&["send", "keeper", "remember this", "--wait"]);
+    let log = swarm.log("keeper");
+    // The search finds the record the remember call wrote (by its id: the log clips texts).
+    let line = |tool: &str| log.lines().find(|l| l.contains(tool)).unwrap_or_default().to_owned();
+    let remembered = line("tool memory_remember");
+    let id = remembered.split(", id ").nth(1).and_then(|r| r.get(..32)).expect("an id");
+    let search = line("tool memory_search");
+    assert!(search.contains("→ ok") && search.contains(id), "{log}");
+    assert!(
+        log.contains(
+            "→ error: \"BAD_REQUEST: no memory with id `no-such-id` (memory_search lists ids)\""
+        ),
+        "{log}"
+    );
+}
