@@ -37,6 +37,24 @@ impl StateDir {
         Ok(StateDir { root })
     }
 
+    /// Checks that a swarm's state is here, for the commands that only read (or add to) what a
+    /// swarm left: a mistyped `--state-dir` is an error that names it, never a new empty folder.
+    pub fn existing(&self) -> Result<()> {
+        match std::fs::metadata(&self.root) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => anyhow::bail!(
+                "{} is a file, not a state dir: pass --state-dir DIR (or set FLOCK_HOME) to the \
+                 folder `flock-supervisor up` made",
+                self.root.display()
+            ),
+            Err(_) => anyhow::bail!(
+                "no swarm state at {}: check --state-dir (or FLOCK_HOME); `flock-supervisor up` \
+                 makes it when a swarm first starts",
+                self.root.display()
+            ),
+        }
+    }
+
     pub fn run_dir(&self) -> PathBuf {
         self.root.join("run")
     }

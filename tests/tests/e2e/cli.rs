@@ -286,3 +286,25 @@ fn flockctl_prints_shell_completions_without_a_swarm() {
         "a bad shell names the good ones"
     );
 }
+
+/// Issue #27: a mistyped `--state-dir` for the commands that read what a swarm left (journal,
+/// memory) is an error that names the folder; nothing is created there.
+#[test]
+fn journal_and_memory_refuse_a_state_dir_that_is_not_there() {
+    let empty = tempfile::tempdir().unwrap();
+    let typo = empty.path().join("flokc");
+    let file = empty.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    for args in [["journal", "read"], ["memory", "stats"]] {
+        let out =
+            run(Command::new(bin("flockctl")).arg("--state-dir").arg(&typo).args(args), SHORT);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("no swarm state at") && err.contains("flokc"), "{args:?}: {err}");
+        assert!(!typo.exists(), "{args:?} created {}", typo.display());
+        let out =
+            run(Command::new(bin("flockctl")).arg("--state-dir").arg(&file).args(args), SHORT);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is a file, not a state dir"), "{args:?}: {err}");
+    }
+}

@@ -295,6 +295,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
     // Memory is files and a rebuildable index: no running swarm needed either.
     if let Command::Memory { command } = &cli.command {
+        state.existing()?;
         let dir = state.memory_dir();
         let out = match command {
             MemoryCommand::Search { query, limit, all, kind, mode, agent, json } => {
@@ -317,6 +318,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
     // The journal is a file: it is read and written without a running swarm.
     if let Command::Journal { command } = &cli.command {
+        state.existing()?;
         let journal = flock_actors::journal::Journal::open(
             state.journal_dir(),
             flock_actors::journal::DEFAULT_MAX_BYTES,
