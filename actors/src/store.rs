@@ -234,6 +234,15 @@ pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
+/// Runs [`INSERT_MESSAGE`] for `m`: 1 if it was new, 0 if its id was accepted before.
+fn insert_message(
+    insert: &mut rusqlite::CachedStatement<'_>,
+    m: &NewMessage,
+    now: i64,
+) -> rusqlite::Result<usize> {
+    insert.execute(params![id_bytes(m.id), m.sender, m.target, m.text, now, m.route])
+}
+
 fn id_bytes(id: MsgId) -> [u8; 16] {
     id.to_be_bytes()
 }
@@ -304,14 +313,7 @@ impl Store {
             let mut insert = tx.prepare_cached(INSERT_MESSAGE)?;
             let now = now_ms();
             for m in &messages {
-                insert.execute(params![
-                    id_bytes(m.id),
-                    m.sender,
-                    m.target,
-                    m.text,
-                    now,
-                    m.route
-                ])?;
+                insert_message(&mut insert, m, now)?;
             }
         }
         tx.commit()?;
@@ -353,14 +355,7 @@ impl Store {
             for op in ops {
                 let outcome = match op {
                     WriteOp::Enqueue(m) => {
-                        let n = insert.execute(params![
-                            id_bytes(m.id),
-                            m.sender,
-                            m.target,
-                            m.text,
-                            now,
-                            m.route
-                        ])?;
+                        let n = insert_message(&mut insert, m, now)?;
                         if n == 1 { WriteOutcome::Inserted } else { WriteOutcome::Duplicate }
                     }
                     WriteOp::Complete { id, agent } => {

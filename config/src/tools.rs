@@ -593,7 +593,11 @@ pub const TEXT_OPS: &[&str] = &[
 
 /// The tool named `name`, if there is one.
 pub fn tool(name: &str) -> Option<&'static ToolSpec> {
-    TOOLS.iter().find(|t| t.name == name)
+    // Looked up for every tool call the router takes: by hash, not by walking the table.
+    static BY_NAME: std::sync::LazyLock<
+        std::collections::HashMap<&'static str, &'static ToolSpec>,
+    > = std::sync::LazyLock::new(|| TOOLS.iter().map(|t| (t.name, t)).collect());
+    BY_NAME.get(name).copied()
 }
 
 /// Where a call to `name` is answered (`None`: no such tool).

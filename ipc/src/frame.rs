@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ErrorCode;
+use crate::error::{ErrorCode, ToolError};
 use crate::id::MsgId;
 
 /// Address of the router/supervisor itself.
@@ -185,6 +185,14 @@ pub enum Body {
 }
 
 impl Body {
+    /// A tool call's answer: its result, or the `Error` it was refused with (the code kept).
+    pub fn tool_answer(answer: Result<String, ToolError>) -> Body {
+        match answer {
+            Ok(content) => Body::ToolResult { ok: true, content },
+            Err(ToolError { code, message }) => Body::Error { code, message },
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             Body::Hello(_) => "Hello",

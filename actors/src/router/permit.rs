@@ -25,10 +25,7 @@ impl PermissionReply {
     fn send(self, answer: Result<String, ToolError>) {
         match self {
             PermissionReply::Agent { outbox, frame_id, to } => {
-                let body = match answer {
-                    Ok(content) => Body::ToolResult { ok: true, content },
-                    Err(ToolError { code, message }) => Body::Error { code, message },
-                };
+                let body = Body::tool_answer(answer);
                 let frame =
                     Frame { correlation_id: Some(frame_id), ..Frame::new(ROUTER, to, body) };
                 let _ = outbox.try_send(frame);

@@ -54,10 +54,9 @@ impl RouterState {
         let Some(outbox) = self.conns.get(&conn).map(|i| i.outbox.clone()) else { return };
         let (name, arguments) = (name.clone(), arguments.clone());
         let (id, to) = (frame.id, identity.to_owned());
-        let caller = to.clone();
-        let result = move |ok: bool, content: String| Frame {
+        let reply = move |answer: Result<String, ToolError>| Frame {
             correlation_id: Some(id),
-            ..Frame::new(ROUTER, to.clone(), Body::ToolResult { ok, content })
+            ..Frame::new(ROUTER, to, Body::tool_answer(answer))
         };
         match spec.owner {
             Owner::Channels => {
@@ -98,15 +97,8 @@ impl RouterState {
                 memory.call(
                     &name,
                     &arguments,
-                    Box::new(move |r| {
-                        let answer = match r {
-                            Ok(content) => result(true, content),
-                            Err(ToolError { code, message }) => Frame {
-                                correlation_id: Some(id),
-                                ..Frame::new(ROUTER, caller, Body::Error { code, message })
-                            },
-                        };
-                        let _ = outbox.blocking_send(answer);
+                    Box::new(move |answer| {
+                        let _ = outbox.blocking_send(reply(answer));
                     }),
                 );
             }
@@ -117,18 +109,16 @@ impl RouterState {
                     .and_then(|a| a["last"].as_u64())
                     .map_or(10, |n| n.clamp(1, 200) as usize);
                 let Some(journal) = &self.journal else {
-                    return self.answer(conn, result(true, String::new()));
+                    return self.answer(conn, reply(Ok(String::new())));
                 };
                 journal.recent_for(identity, n, move |content| {
-                    let _ = outbox.blocking_send(result(true, content));
+                    let _ = outbox.blocking_send(reply(Ok(content)));
                 });
             }
-            Owner::Router => match self.router_tool(identity, &name, &arguments) {
-                Ok(content) => self.answer(conn, result(true, content)),
-                Err(ToolError { code, message }) => {
-                    self.answer(conn, Frame::error(&frame, code, message));
-                }
-            },
+            Owner::Router => {
+                let answer = self.router_tool(identity, &name, &arguments);
+                self.answer(conn, reply(answer));
+            }
             Owner::Mailbox | Owner::Workspace | Owner::AgentMemory => {
                 let msg = format!(
                     "`{name}` is not a call to the router: {}",
