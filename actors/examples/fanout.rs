@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flock_actors::channels::{Channels, ChannelsArgs, ChannelsMsg};
-use flock_actors::router::RouterMsg;
+use flock_actors::RouterMsg;
+use flock_actors::channels::{Channels, ChannelsArgs};
+use flock_actors::messages::ChannelsMsg;
 use flock_actors::{
     ConnKind, ConnLimits, Durability, Router, RouterArgs, Store, StoreActor, serve,
 };

@@ -14,6 +14,8 @@ use flock_ipc::id::fmt_id;
 use flock_ipc::{ChainRow, MsgId};
 use serde::{Deserialize, Serialize};
 
+use crate::text::clip;
+
 /// A chain's identity and what the router needs to rebuild it after a restart. Carried by every
 /// message of the chain (so a chain survives its root message's completion).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -298,16 +300,6 @@ impl Chains {
             }
         }
         Some(c)
-    }
-}
-
-/// The start of `text`, at most `n` characters, on one line.
-pub fn clip(text: &str, n: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= n {
-        flat
-    } else {
-        format!("{}…", flat.chars().take(n).collect::<String>())
     }
 }
 

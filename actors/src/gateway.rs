@@ -10,34 +10,12 @@ use flock_config::{LocalModel, ModelSpec, RemoteModel};
 use flock_ipc::llm::ChatRequest;
 use flock_ipc::{Body, Frame, MsgId, Outbox, ROUTER};
 use flock_llm::{Endpoint, LlmClient, ProviderKind, RetryPolicy, Secret};
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
-use crate::router::RouterMsg;
+use crate::messages::{GatewayMsg, RouterMsg, StoreMsg};
 use crate::store::WriteOp;
-use crate::store_actor::StoreMsg;
-
-pub enum GatewayMsg {
-    /// A model call from `agent` (its address) with its model; answer on `outbox`. `chain`: the
-    /// chain of turns the call belongs to and the router to charge its tokens to.
-    Call {
-        agent: String,
-        model: ModelSpec,
-        request: String,
-        frame_id: MsgId,
-        outbox: Outbox,
-        chain: Option<(MsgId, ActorRef<RouterMsg>)>,
-        /// Background work (the memory roles): nobody waits on it.
-        background: bool,
-    },
-    /// The agent's turn was cancelled: abort its call in flight.
-    Cancel { agent: String },
-    /// A call finished (sent by its task).
-    Done { agent: String, call: u64, tokens_in: u64, tokens_out: u64 },
-    /// Tokens used so far per agent (in, out), for `flockctl ps`.
-    Usage(RpcReplyPort<HashMap<String, (u64, u64)>>),
-}
 
 pub struct GatewayArgs {
     /// API keys by the name of the environment variable they were read from.

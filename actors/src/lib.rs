@@ -2,25 +2,26 @@
 //! actor (the only SQLite writer) and the connection server that feeds the router.
 //!
 //! It does not spawn or supervise OS processes (that is `flock-supervisor`); it learns about them
-//! through [`router::RouterMsg::Expect`]/[`router::RouterMsg::Stop`] and reports back through
+//! through [`RouterMsg::Expect`]/[`RouterMsg::Stop`] and reports back through
 //! [`router::RouterEvent`]s.
 
+pub mod caller;
 pub mod chains;
 pub mod channels;
 pub mod gateway;
 pub mod journal;
 pub mod memory;
+pub mod messages;
 pub mod metrics;
 pub mod permissions;
 pub mod router;
 pub mod server;
 pub mod store;
 pub mod store_actor;
+pub mod text;
 
-pub use router::{
-    ConnKind, ControlCall, ControlSink, EventSink, RouteInfo, Router, RouterArgs, RouterCounters,
-    RouterEvent, RouterMsg,
-};
+pub use messages::{ConnKind, RouteInfo, RouterCounters, RouterMsg, StoreMsg};
+pub use router::{ControlCall, ControlSink, EventSink, Router, RouterArgs, RouterEvent};
 pub use server::{ConnLimits, serve};
 pub use store::{Durability, Store, StoreError};
-pub use store_actor::{StoreActor, StoreMsg};
+pub use store_actor::StoreActor;

@@ -24,6 +24,8 @@ use flock_ipc::ToolError;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
+use crate::caller::Caller;
+
 /// Longest `exec` timeout a grant can give, in seconds.
 pub const MAX_TIMEOUT_SECS: u64 = 3600;
 
@@ -343,13 +345,6 @@ impl Reply {
     }
 }
 
-/// Who calls: an agent (with its role) or a person (`human:NAME`, no role).
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub id: String,
-    pub role: Option<flock_config::Role>,
-}
-
 /// Runs permission tool `tool` for `caller`. `key`: the call's id (a replayed turn sends the
 /// same), `sysadmin`: the swarm's sysadmin agent, if any. `Err`: refused before anything was
 /// written.
@@ -427,23 +422,6 @@ pub fn call(
         other => Err(ToolError::bad_request(format!("no permission tool `{other}`"))),
     }
 }
-
-pub const SCHEMA: &str = "CREATE TABLE permissions (
-        id             INTEGER PRIMARY KEY AUTOINCREMENT,
-        agent          TEXT    NOT NULL,
-        capability     TEXT    NOT NULL,
-        target         TEXT    NOT NULL,
-        reason         TEXT    NOT NULL,
-        state          TEXT    NOT NULL,
-        verdict        TEXT,
-        verdict_reason TEXT,
-        decided_by     TEXT,
-        created_ms     INTEGER NOT NULL,
-        decided_ms     INTEGER,
-        expires_ms     INTEGER,
-        request_key    BLOB UNIQUE
-    );
-    CREATE INDEX permissions_agent ON permissions (agent, state);";
 
 const COLUMNS: &str = "id, agent, capability, target, reason, state, verdict, verdict_reason, \
                        decided_by, created_ms, decided_ms, expires_ms";
@@ -775,7 +753,7 @@ mod tests {
 
     fn db() -> Connection {
         let c = Connection::open_in_memory().unwrap();
-        c.execute_batch(SCHEMA).unwrap();
+        c.execute_batch(crate::store::schema::PERMISSIONS).unwrap();
         c
     }
 

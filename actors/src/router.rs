@@ -14,15 +14,17 @@ use flock_ipc::{
     Body, ChainEnd, ChainOutcome, ControlReply, ControlRequest, Delivery, DeliveryKind, ErrorCode,
     Frame, Hello, MsgId, OPERATOR, Outbox, PROTOCOL_VERSION, PeerCred, ROUTER, SendMode, Welcome,
 };
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::oneshot;
 
-use crate::chains::{self, ChainTag, Chains, Route, StopKind, clip};
-use crate::channels::ChannelsMsg;
-use crate::gateway::GatewayMsg;
+use crate::chains::{self, ChainTag, Chains, Route, StopKind};
 use crate::journal::{JournalEvent, JournalWriter, Status};
+use crate::messages::{
+    AnswerPosted, ChannelsMsg, ConnId, ConnKind, GatewayMsg, Origin, RouteInfo, RouterCounters,
+    RouterMsg, StoreMsg, StoredBatch,
+};
 use crate::store::{NewMessage, WriteOp, WriteOutcome};
-use crate::store_actor::{Origin, StoreMsg, StoredOutcome};
+use crate::text::{clip, too_long};
 
 mod answers;
 mod bridge;
@@ -32,8 +34,7 @@ mod permit;
 mod sessions;
 mod tools;
 
-pub use bridge::BridgeInfo;
-pub use permit::{PermissionEffects, PermissionReply};
+pub use permit::PermissionReply;
 
 /// Index under which a turn's routed answer is derived from its input's id (a replayed turn
 /// re-derives the same id, so the durable mailbox drops the duplicate).
@@ -41,19 +42,8 @@ const RESULT_INDEX: u32 = u32::MAX - 16;
 /// The identity of the operator (`flockctl`) as a chain participant: answers go to their DM.
 pub const OPERATOR_HUMAN: &str = "human:operator";
 
-pub type ConnId = u64;
-
 /// The connection of a write nobody waits to hear about (a routed result).
 const NO_CONN: ConnId = u64::MAX;
-
-/// Which socket a connection came in on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnKind {
-    Agent,
-    Control,
-    /// A chat bridge (it came in on the agents' socket with `BridgeHello`).
-    Bridge,
-}
 
 /// Facts the supervisor needs from the router.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,112 +66,6 @@ pub struct ControlCall {
 pub type EventSink = Arc<dyn Fn(RouterEvent) + Send + Sync>;
 pub type ControlSink = Arc<dyn Fn(ControlCall) + Send + Sync>;
 
-/// Routing facts about one agent, for `flockctl ps`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteInfo {
-    pub name: String,
-    pub connected: bool,
-    pub busy: bool,
-    pub mailbox_depth: u64,
-    pub turns_total: u64,
-}
-
-/// Router-wide counters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RouterCounters {
-    pub routed: u64,
-    pub dropped: u64,
-    pub late_replies: u64,
-    pub connections: u64,
-    /// Chains of turns in flight now, and those stopped by a budget since the start.
-    pub chains_live: u64,
-    pub chains_stopped: u64,
-}
-
-/// Writes committed by the store, handed back so the router can answer and deliver.
-#[derive(Debug, Default)]
-pub struct StoredBatch {
-    pub items: Vec<(WriteOp, Option<Origin>, StoredOutcome)>,
-}
-
-pub enum RouterMsg {
-    /// A new connection and its first frame (the handshake).
-    Open {
-        conn: ConnId,
-        kind: ConnKind,
-        first: Frame,
-        outbox: Outbox,
-        closer: oneshot::Sender<()>,
-        peer: PeerCred,
-        /// The process the supervisor started that the opener descends from (or is), read by
-        /// the accept loop: an agent's Hello must come from its own spawn's tree.
-        root: Option<u32>,
-    },
-    /// Frames read from a connection. The permit bounds how many frames a connection can have
-    /// waiting in this mailbox; it is released when the batch has been handled.
-    Frames { conn: ConnId, frames: Vec<Frame>, permit: Option<OwnedSemaphorePermit> },
-    /// The connection is gone (peer closed, or it sent something malformed).
-    Closed { conn: ConnId },
-    /// Writes the store has committed.
-    Stored(StoredBatch),
-    /// The earliest request deadline may have passed: time out what is due, re-arm for the next.
-    CheckDeadlines,
-    /// Persist the turn counts accumulated since the last flush (sent to itself every second).
-    FlushTurns,
-    /// Retry handing work to an agent whose outbox was full.
-    RetryDeliver(String),
-    /// The supervisor is about to spawn `agent` with this token; only it may say `Hello`.
-    Expect { agent: String, token: String },
-    /// The supervisor spawned `agent` as `pid`: only a process of that tree may be `agent`
-    /// (a connection from elsewhere that said Hello with the token is closed).
-    Spawned { agent: String, pid: u32 },
-    /// The supervisor is stopping `agent` on purpose: tell it to shut down; losing its current
-    /// delivery does not count as a failed delivery.
-    Stop { agent: String },
-    /// Refuse new sends: the swarm is shutting down.
-    Drain,
-    /// Hand a channel notification to `agent` as a turn input (from the channels actor); the
-    /// channels actor hears back through `ChannelsMsg::DeltaDone`. `chain`: the chain of the
-    /// newest post it covers and that post's hop (a person's post starts a new chain).
-    Delta {
-        agent: String,
-        channel: String,
-        upto: u64,
-        text: String,
-        chain: Option<(ChainTag, u32)>,
-    },
-    /// Model tokens a chain's turn used (from the gateway).
-    Tokens { chain: MsgId, tokens: u64 },
-    /// The channels actor posted (or found already posted) a chain's answer to a person.
-    Answered(AnswerPosted),
-    /// A person's post was handed to the agent that answers it (stored with the post): queue
-    /// it, as the first hop of its chain.
-    Asked(crate::channels::store::Ask),
-    /// Tell `agent` that `channel` was archived, so it closes that session.
-    SessionClosed { agent: String, channel: String },
-    /// An agent created at run time (`flock_create_agent`): route to it from now on.
-    AddAgent { spec: AgentSpec, liveness: Arc<AtomicU64> },
-    /// A decommissioned agent: nothing is routed to it any more (its stored history stays).
-    RemoveAgent { name: String },
-    /// Routing facts for `flockctl ps`.
-    Snapshot(RpcReplyPort<(Vec<RouteInfo>, RouterCounters)>),
-    /// A person's permission tool through `flockctl` (`permission_list`, `permission_decide`).
-    PermissionHuman {
-        person: String,
-        tool: String,
-        arguments: String,
-        reply: RpcReplyPort<Result<String, flock_ipc::ToolError>>,
-    },
-    /// What a permission job did (from the store actor): journal it, deliver its messages.
-    Permission(PermissionEffects),
-    /// The supervisor is about to spawn chat bridge `bridge` with this token.
-    ExpectBridge { bridge: String, token: String },
-    /// The supervisor is stopping chat bridge `bridge`: tell it to shut down.
-    StopBridge { bridge: String },
-    /// What every chat bridge reports, for `flockctl ps` and `flockctl bridge ls`.
-    Bridges(RpcReplyPort<Vec<BridgeInfo>>),
-}
-
 pub struct RouterArgs {
     pub spec: Arc<SwarmSpec>,
     pub store: ActorRef<StoreMsg>,
@@ -200,21 +84,6 @@ pub struct RouterArgs {
     /// The operator key a control connection must present (`flock_ipc::operator`); `None`
     /// serves control connections without one (in-process tests and benches only).
     pub operator_key: Option<String>,
-}
-
-/// What the channels actor reports after posting a chain's answer.
-#[derive(Debug)]
-pub struct AnswerPosted {
-    pub chain: MsgId,
-    /// The answering agent and the person.
-    pub agent: String,
-    pub human: String,
-    pub text: String,
-    /// The durable message whose turn gave the answer: completed only now that the answer is
-    /// stored (`None` for a stop notice).
-    pub msg: Option<MsgId>,
-    /// (channel, seq, whether an answer to this chain was already there), or why it failed.
-    pub outcome: Result<(String, u64, bool), String>,
 }
 
 pub struct Router;
@@ -507,7 +376,7 @@ impl Actor for Router {
             }
             RouterMsg::Tokens { chain, tokens } => state.charge_tokens(chain, tokens),
             RouterMsg::PermissionHuman { person, tool, arguments, reply } => {
-                let caller = crate::permissions::Caller { id: person, role: None };
+                let caller = crate::caller::Caller { id: person, role: None };
                 let reply = PermissionReply::Human(reply);
                 state.permission_call(&myself, caller, tool, arguments, new_id(), reply);
             }
@@ -794,16 +663,6 @@ fn quote(text: &str) -> String {
 /// Whether two secrets are equal, in time that does not depend on where they differ.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     subtle::ConstantTimeEq::ct_eq(a, b).into()
-}
-
-/// Why a text of `len` bytes is refused; says the limit and how to raise it.
-pub fn too_long(what: &str, len: usize, limit: usize) -> String {
-    format!(
-        "{what} is {} and the limit is {}: send it in parts, or put it in a file and send its path \
-         (the limit is an eighth of `delivery.max_frame_bytes` in the swarm file)",
-        flock_ipc::human_bytes(len),
-        flock_ipc::human_bytes(limit)
-    )
 }
 
 /// Cuts `text` to at most `limit` bytes (on a char boundary) and says how much was cut.

@@ -11,7 +11,7 @@ use ractor::ActorRef;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::router::{ConnKind, RouterMsg};
+use crate::messages::{ConnKind, RouterMsg};
 
 /// The largest frame a peer may send before its handshake.
 pub const HANDSHAKE_MAX_FRAME: u32 = 4096;

@@ -13,134 +13,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use flock_ipc::{DeadLetter, MsgId};
 use rusqlite::{Connection, OptionalExtension, params};
 
-/// Versioned migrations; `PRAGMA user_version` records how many ran. Append only.
+pub mod bridges;
+pub mod channels;
+pub(crate) mod schema;
+use schema::MIGRATIONS;
+
 /// A dead letter's text is listed up to this many characters (a listing must fit in a frame
 /// however large the messages were).
 pub const DEAD_LETTER_PREVIEW_CHARS: u32 = 2000;
-
-const MIGRATIONS: &[&str] = &[
-    // 1: durable mailboxes and per-agent counters.
-    "CREATE TABLE messages (
-        seq         INTEGER PRIMARY KEY AUTOINCREMENT,
-        id          BLOB    NOT NULL UNIQUE,
-        sender      TEXT    NOT NULL,
-        target      TEXT    NOT NULL,
-        text        TEXT    NOT NULL,
-        state       INTEGER NOT NULL DEFAULT 0, -- 0 pending, 1 done, 2 dead
-        attempts    INTEGER NOT NULL DEFAULT 0,
-        enqueued_at INTEGER NOT NULL,
-        finished_at INTEGER,
-        reason      TEXT
-    );
-    CREATE INDEX messages_pending ON messages (target, seq) WHERE state = 0;
-    CREATE INDEX messages_dead ON messages (seq) WHERE state = 2;
-    CREATE TABLE agent_stats (
-        name        TEXT PRIMARY KEY,
-        turns_total INTEGER NOT NULL DEFAULT 0
-    );",
-    // 2: channels (DESIGN.md §8): channels, members as a table, messages keyed (channel, seq),
-    // per-(agent, channel) delta cursors, agent states, A2A cards, archive readiness.
-    "CREATE TABLE channels (
-        id                   TEXT PRIMARY KEY,
-        name                 TEXT    NOT NULL,
-        topic                TEXT    NOT NULL DEFAULT '',
-        created_by           TEXT    NOT NULL,
-        created_at           INTEGER NOT NULL,
-        state                TEXT    NOT NULL DEFAULT 'active',
-        last_seq             INTEGER NOT NULL DEFAULT 0,
-        is_dm                INTEGER NOT NULL DEFAULT 0,
-        archiving_started_at INTEGER,
-        archive_deadline_at  INTEGER,
-        archived_at          INTEGER
-    );
-    CREATE TABLE channel_members (
-        channel  TEXT    NOT NULL REFERENCES channels (id),
-        member   TEXT    NOT NULL,
-        added_at INTEGER NOT NULL,
-        PRIMARY KEY (channel, member)
-    ) WITHOUT ROWID;
-    CREATE INDEX channel_members_by_member ON channel_members (member);
-    CREATE TABLE channel_messages (
-        channel    TEXT    NOT NULL REFERENCES channels (id),
-        seq        INTEGER NOT NULL,
-        author     TEXT    NOT NULL,
-        text       TEXT    NOT NULL,
-        created_at INTEGER NOT NULL,
-        PRIMARY KEY (channel, seq)
-    ) WITHOUT ROWID;
-    CREATE TABLE cursors (
-        agent         TEXT    NOT NULL,
-        channel       TEXT    NOT NULL,
-        sent_seq      INTEGER NOT NULL DEFAULT 0,
-        scheduled_seq INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (agent, channel)
-    ) WITHOUT ROWID;
-    CREATE TABLE agent_states (
-        agent TEXT PRIMARY KEY,
-        state TEXT NOT NULL
-    );
-    CREATE TABLE cards (
-        agent       TEXT PRIMARY KEY,
-        description TEXT    NOT NULL DEFAULT '',
-        skills      TEXT    NOT NULL DEFAULT '[]',
-        tags        TEXT    NOT NULL DEFAULT '[]',
-        updated_at  INTEGER NOT NULL
-    );
-    CREATE TABLE archive_ready (
-        channel TEXT    NOT NULL,
-        agent   TEXT    NOT NULL,
-        at      INTEGER NOT NULL,
-        PRIMARY KEY (channel, agent)
-    ) WITHOUT ROWID;
-    ALTER TABLE agent_stats ADD COLUMN tokens_in INTEGER NOT NULL DEFAULT 0;
-    ALTER TABLE agent_stats ADD COLUMN tokens_out INTEGER NOT NULL DEFAULT 0;
-    -- Per-(agent, channel) conversation sessions; channel '' holds direct messages and requests.
-    CREATE TABLE session_messages (
-        agent      TEXT    NOT NULL,
-        channel    TEXT    NOT NULL,
-        seq        INTEGER NOT NULL,
-        message    TEXT    NOT NULL,
-        created_at INTEGER NOT NULL,
-        PRIMARY KEY (agent, channel, seq)
-    ) WITHOUT ROWID;
-    CREATE TABLE sessions_closed (
-        agent     TEXT    NOT NULL,
-        channel   TEXT    NOT NULL,
-        closed_at INTEGER NOT NULL,
-        PRIMARY KEY (agent, channel)
-    ) WITHOUT ROWID;
-    -- Agents created at run time (spec kept), and decommissioned ones (history kept).
-    CREATE TABLE agents_registry (
-        name              TEXT PRIMARY KEY,
-        spec_json         TEXT,
-        created_by        TEXT,
-        created_at        INTEGER NOT NULL,
-        decommissioned_at INTEGER
-    );",
-    // 3: chains of turns (issue #8). `route` is the router's routing record of a message (JSON:
-    // who waits for the answer, the chain it belongs to, its hop); '' means "starts its own
-    // chain, nobody waits". A channel post that answers a chain names it in `answers`, unique:
-    // a chain's answer is posted once, whatever crashes and replays happen around it.
-    "ALTER TABLE messages ADD COLUMN route TEXT NOT NULL DEFAULT '';
-    ALTER TABLE channel_messages ADD COLUMN answers BLOB;
-    CREATE UNIQUE INDEX channel_messages_answers ON channel_messages (answers)
-        WHERE answers IS NOT NULL;",
-    // 4: permission requests and grants (issue #11).
-    crate::permissions::SCHEMA,
-    // 5: chat bridges (issue #9): the origin of a person's post on a platform (unique: posted
-    // once), each mapping's cursor, the platform id of each post it delivered.
-    crate::channels::bridge::SCHEMA,
-    // 6: bridges (issue #9): when a mapping mirrored its channel's archive to its chat.
-    crate::channels::bridge::SCHEMA_ARCHIVE,
-    // 7: bridges (issue #9): people's edits and deletions, the change log each mapping follows,
-    // and `channel_posts`, the messages as readers see them.
-    crate::channels::bridge::SCHEMA_EDITS,
-    // 8: bridges (issue #9): mappings made or removed at run time (`flockctl bridge map|unmap`).
-    crate::channels::bridge::SCHEMA_MAPPINGS,
-    // 9: the chat door (issue #21): the post an answer replies to, and the agent a person's
-    // post was handed to as a request.
-    crate::channels::store::SCHEMA_CHAT_DOOR,
-];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -3,43 +3,10 @@
 //! everything queued behind it (the `Flush` message goes to the back of the mailbox, after the
 //! writes already waiting there).
 
-use flock_ipc::DeadLetter;
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use crate::router::{RouterMsg, StoredBatch};
-use crate::store::{PendingMessage, Store, WriteOp, WriteOutcome};
-
-/// Who asked for a write and wants to hear the outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Origin {
-    pub conn: u64,
-    pub frame: flock_ipc::MsgId,
-}
-
-pub enum StoreMsg {
-    /// A write; when `notify` is set, the router hears the outcome after the commit.
-    Write {
-        op: WriteOp,
-        origin: Option<Origin>,
-        notify: Option<ActorRef<RouterMsg>>,
-    },
-    /// Commit everything queued (sent by the actor to itself).
-    Flush,
-    Pending(RpcReplyPort<Result<Vec<PendingMessage>, String>>),
-    TurnsTotals(RpcReplyPort<Result<std::collections::HashMap<String, u64>, String>>),
-    /// One page of dead letters, oldest first.
-    DeadLetters {
-        offset: u32,
-        limit: u32,
-        reply: RpcReplyPort<Result<Vec<DeadLetter>, String>>,
-    },
-    /// Run a closure on the store (channel operations): the store actor stays the only writer,
-    /// and queued mailbox writes are committed first so the closure sees them.
-    With(StoreJob),
-}
-
-/// A unit of store work sent by another actor; it reports its own result (e.g. via a oneshot).
-pub type StoreJob = Box<dyn FnOnce(&mut Store) + Send>;
+use crate::messages::{Origin, RouterMsg, StoreJob, StoreMsg, StoredBatch};
+use crate::store::{Store, WriteOp};
 
 pub struct StoreActor;
 
@@ -149,6 +116,3 @@ pub async fn with_store<T: Send + 'static>(
     store.cast(StoreMsg::With(job)).map_err(|e| format!("the store is not running: {e}"))?;
     rx.await.map_err(|_| "the store dropped the request".to_string())?
 }
-
-/// The outcome type carried back to the router.
-pub type StoredOutcome = Result<WriteOutcome, String>;

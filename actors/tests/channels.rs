@@ -7,7 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Node, next};
-use flock_actors::channels::{Caller, ChannelsMsg};
+use flock_actors::caller::Caller;
+use flock_actors::messages::ChannelsMsg;
 use flock_ipc::{Body, Connection, DeliveryKind, Frame, ROUTER};
 use serde_json::{Value, json};
 

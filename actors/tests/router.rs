@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Node, next};
-use flock_actors::router::RouterMsg;
+use flock_actors::RouterMsg;
 use flock_actors::{Durability, Store, StoreMsg};
 use flock_ipc::{
     Body, Connection, DeliveryKind, ErrorCode, Frame, Hello, PROTOCOL_VERSION, ROUTER, SendMode,

@@ -9,7 +9,7 @@ use flock_config::SandboxKind;
 use serde_json::Value;
 
 use crate::client::RouterClient;
-use crate::tools::{ToolOutput, forward};
+use crate::output::{ToolOutput, forward};
 use crate::workspace::Workspace;
 
 /// Default and longest wall-clock time of one `exec` (a `timeout` grant raises the longest).

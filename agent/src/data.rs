@@ -5,7 +5,7 @@
 use base64::Engine;
 use serde_json::Value;
 
-use crate::tools::ToolOutput;
+use crate::output::ToolOutput;
 use crate::workspace::Workspace;
 
 /// The largest JSON file `json_query` reads (a bigger one is refused, never cut: cut JSON does

@@ -19,8 +19,9 @@ use tokio::sync::Notify;
 
 use crate::client::RouterClient;
 use crate::memory::Memory;
+use crate::output::ToolOutput;
 use crate::provider::{ChatMessage, ToolCall};
-use crate::tools::{self, ToolOutput};
+use crate::tools;
 
 mod reflection;
 mod session;
@@ -238,7 +239,7 @@ impl Pipeline {
                 Ext::DateHelper => {}
                 Ext::Journal { last } => {
                     let args = serde_json::json!({"last": *last});
-                    let out = tools::forward(&self.client, "journal__recent", &args).await;
+                    let out = crate::output::forward(&self.client, "journal__recent", &args).await;
                     if out.ok && !out.content.trim().is_empty() {
                         pre.context.push(format!("[journal]\n{}", out.content));
                     }
@@ -669,7 +670,7 @@ async fn recall(client: &RouterClient, input: &str) -> String {
         // Unasked context for a model: only what clearly matches the input.
         "precise": true,
     });
-    let out = crate::tools::forward(client, "memory__search", &args).await;
+    let out = crate::output::forward(client, "memory__search", &args).await;
     if !out.ok {
         tracing::info!("memory_files: recall failed: {}", out.content);
         return String::new();

@@ -11,6 +11,7 @@ mod data;
 pub mod extensions;
 pub mod gateway;
 pub mod memory;
+pub mod output;
 pub mod prompts;
 pub mod provider;
 pub mod tools;

@@ -9,36 +9,14 @@ use serde_json::Value;
 
 use crate::client::RouterClient;
 use crate::commands;
+use crate::output::{ToolOutput, answer, forward, forward_as};
 
 use flock_config::tools::{self as table, Owner};
-
-/// Result of one tool call as the model sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolOutput {
-    pub ok: bool,
-    pub content: String,
-}
-
-impl ToolOutput {
-    pub(crate) fn ok(content: impl Into<String>) -> Self {
-        ToolOutput { ok: true, content: content.into() }
-    }
-    pub(crate) fn err(content: impl Into<String>) -> Self {
-        ToolOutput { ok: false, content: content.into() }
-    }
-}
 
 fn arg<'a>(args: &'a Value, key: &str, tool: &str) -> Result<&'a str, ToolOutput> {
     args.get(key).and_then(Value::as_str).ok_or_else(|| {
         ToolOutput::err(format!("BAD_REQUEST: {tool} needs a string argument `{key}`"))
     })
-}
-
-fn answer(frame: Frame, what: impl FnOnce(Body) -> ToolOutput) -> ToolOutput {
-    match frame.body {
-        Body::Error { code, message } => ToolOutput::err(format!("{code}: {message}")),
-        other => what(other),
-    }
 }
 
 /// The runtime's own durable message that starts a chain of its own ([`SendMode::Upkeep`]): the
@@ -324,31 +302,6 @@ pub fn definitions() -> Vec<flock_ipc::llm::ToolDef> {
 pub async fn catalog(client: &RouterClient) -> Option<String> {
     let out = forward(client, "agents__roster", &Value::Object(Default::default())).await;
     out.ok.then_some(out.content)
-}
-
-/// Runs a tool on the supervisor's side: `ToolCall` → `ToolResult`.
-pub(crate) async fn forward(client: &RouterClient, name: &str, args: &Value) -> ToolOutput {
-    forward_as(client, flock_ipc::id::new_id(), name, args).await
-}
-
-/// [`forward`] with the call's id given: one derived from the turn makes a replayed call the
-/// same call.
-async fn forward_as(client: &RouterClient, id: MsgId, name: &str, args: &Value) -> ToolOutput {
-    let frame = Frame {
-        id,
-        ..Frame::new(
-            &client.name,
-            flock_ipc::ROUTER,
-            Body::ToolCall { name: name.into(), arguments: args.to_string() },
-        )
-    };
-    match client.call(frame).await {
-        Ok(f) => answer(f, |b| match b {
-            Body::ToolResult { ok, content } => ToolOutput { ok, content },
-            other => ToolOutput::err(format!("INTERNAL: unexpected {} answer", other.kind())),
-        }),
-        Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
-    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2, renameat};
 use nix::sys::stat::{Mode, mkdirat};
 
-use crate::tools::ToolOutput;
+use crate::output::ToolOutput;
 
 /// Largest file `fs_read` returns, and largest content `fs_write` takes.
 pub const MAX_FILE_BYTES: usize = 256 * 1024;

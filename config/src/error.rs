@@ -3,8 +3,6 @@
 
 use std::fmt;
 
-use crate::yaml::Pos;
-
 /// One problem in a swarm or transcript file.
 ///
 /// `line` and `column` are 1-based; `0:0` means the problem concerns the file as a whole (it could
@@ -142,6 +140,18 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// `a, b, c` with each item in backticks, for "use one of …" hints.
 pub(crate) fn list<'c>(items: impl IntoIterator<Item = &'c str>) -> String {
     items.into_iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
+}
+
+/// A 1-based line and column in a source file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Pos {
+    pub line: usize,
+    pub column: usize,
+}
+
+impl Pos {
+    /// The start of a file, for problems that concern the document as a whole.
+    pub(crate) const START: Pos = Pos { line: 1, column: 1 };
 }
 
 #[cfg(test)]

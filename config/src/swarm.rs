@@ -8,6 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use crate::error::Pos;
 use crate::error::{Report, closest, list};
 use crate::spec::{
     AgentSpec, BridgeMapping, BridgeSpec, BudgetSpec, ChannelsSpec, DeliverySpec, DmSpec,
@@ -16,7 +17,7 @@ use crate::spec::{
 };
 use crate::transcript::{self, Target};
 use crate::valid_agent_name;
-use crate::yaml::{self, Node, Pos, Scalar, Value, lookup};
+use crate::yaml::{self, Node, Scalar, Value, lookup};
 
 mod agents;
 mod bridges;

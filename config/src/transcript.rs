@@ -4,9 +4,10 @@
 //! Agent names in `args.to` cannot be checked here (a transcript does not know its swarm), so they
 //! are returned as [`Target`]s and checked once every agent is known.
 
+use crate::error::Pos;
 use crate::error::{Report, closest, list};
 use crate::spec::{Matcher, ScriptRule, ScriptStep, Transcript};
-use crate::yaml::{Node, Pos, Scalar, Value, lookup};
+use crate::yaml::{Node, Scalar, Value, lookup};
 
 const FILE_KEYS: &[&str] = &["rules"];
 const RULE_KEYS: &[&str] = &["match", "equals", "steps", "reply"];

@@ -9,23 +9,12 @@ use std::collections::HashMap;
 
 use serde_saphyr::granit_parser::{Event, Marker, Parser, ScalarStyle, Span};
 
-use crate::error::Report;
+use crate::error::{Pos, Report};
 
-/// A 1-based line and column in a source file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Pos {
-    pub line: usize,
-    pub column: usize,
-}
-
-impl Pos {
-    fn from_marker(marker: &Marker) -> Self {
-        // granit-parser lines are 1-based already, columns 0-based.
-        Pos { line: marker.line(), column: marker.col() + 1 }
-    }
-
-    /// The start of a file, for problems that concern the document as a whole.
-    pub(crate) const START: Pos = Pos { line: 1, column: 1 };
+/// Where a parser event starts.
+fn pos_of(marker: &Marker) -> Pos {
+    // granit-parser lines are 1-based already, columns 0-based.
+    Pos { line: marker.line(), column: marker.col() + 1 }
 }
 
 /// A YAML node with its source position.
@@ -206,7 +195,7 @@ pub(crate) fn parse(text: &str, report: &mut Report<'_>) -> Option<Node> {
                 }
             },
             Err(error) => {
-                let pos = Pos::from_marker(error.marker());
+                let pos = pos_of(error.marker());
                 report.error(
                     pos,
                     format!("YAML syntax error: {}; fix the YAML at this position", error.info()),
@@ -261,7 +250,7 @@ impl Builder {
         span: Span,
         report: &mut Report<'_>,
     ) -> Result<Flow, (Pos, String)> {
-        let pos = Pos::from_marker(&span.start);
+        let pos = pos_of(&span.start);
         match event {
             Event::DocumentStart(..) => {
                 self.documents += 1;

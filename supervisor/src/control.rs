@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use flock_actors::channels::{Caller, ChannelsMsg};
-use flock_actors::gateway::GatewayMsg;
+use flock_actors::caller::Caller;
+use flock_actors::messages::{ChannelsMsg, GatewayMsg};
 use flock_actors::{ControlCall, RouterMsg, StoreMsg};
 use flock_ipc::{
     Body, ControlReply, ControlRequest, ErrorCode, Frame, Outbox, PsRow, ROUTER, SourcedLine,

@@ -11,9 +11,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
-use flock_actors::channels::{AgentOp, AgentOps, Channels, ChannelsArgs, ChannelsMsg};
+use flock_actors::channels::{Channels, ChannelsArgs};
 use flock_actors::gateway::{Gateway, GatewayArgs};
 use flock_actors::journal::Journal;
+use flock_actors::messages::{AgentOp, AgentOps, ChannelsMsg};
 use flock_actors::{
     ConnKind, ConnLimits, ControlSink, Durability, EventSink, Router, RouterArgs, Store,
     StoreActor, serve,

@@ -356,8 +356,8 @@ impl RouterState {
 
     /// A person's post that an agent must answer: the message is stored already (with the
     /// post); it starts its chain here and waits in the agent's queue.
-    pub(super) fn asked(&mut self, myself: &ActorRef<RouterMsg>, ask: crate::channels::store::Ask) {
-        let crate::channels::store::Ask { agent, text, id, mut route } = ask;
+    pub(super) fn asked(&mut self, myself: &ActorRef<RouterMsg>, ask: crate::store::channels::Ask) {
+        let crate::store::channels::Ask { agent, text, id, mut route } = ask;
         let sender = route.chain.origin.clone();
         if !self.slots.contains_key(&agent) {
             return; // decommissioned meanwhile: the mail stays in the store

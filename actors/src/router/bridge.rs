@@ -11,39 +11,8 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::{ConnId, ConnInfo, ConnKind, RouterState, constant_time_eq, unix_ms};
-use crate::channels::{ChannelsMsg, ToolReply, is_bridge_tool};
 use crate::journal::{JournalEvent, Status};
-
-/// What `flockctl ps` and `flockctl bridge ls` show of a bridge, as its process reports it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BridgeInfo {
-    pub name: String,
-    pub platform: String,
-    pub connected: bool,
-    /// `connecting`, `connected`, `reconnecting`, `rate-limited until …`, `broken: …` (its own
-    /// words), or `down` while no process is connected.
-    pub state: String,
-    /// Posts waiting to go out to the platform, summed over its mappings.
-    pub outbox: u64,
-    pub last_error: Option<String>,
-    /// Messages brought in from the platform and posts delivered to it, since the start.
-    pub inbound: u64,
-    pub outbound: u64,
-    pub pid: u32,
-    /// Unix ms of the last frame received from it.
-    pub last_seen_ms: u64,
-    /// Per mapped chat (its `external` id), as the bridge reports it.
-    pub mappings: std::collections::BTreeMap<String, MappingReport>,
-}
-
-/// What a bridge reports of one mapping.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MappingReport {
-    /// Posts waiting to go out to that chat (as of the bridge's last pull).
-    pub outbox: u64,
-    /// Why the chat refuses posts, while it does.
-    pub broken: Option<String>,
-}
+use crate::messages::{BridgeInfo, ChannelsMsg, MappingReport, ToolReply};
 
 /// The most mappings of one bridge whose reports are kept.
 const MAX_MAPPING_REPORTS: usize = 256;
@@ -157,7 +126,7 @@ impl RouterState {
                 let body = Body::ToolResult { ok, content: String::new() };
                 self.answer(conn, Frame::answer(&frame, ROUTER, body));
             }
-            Body::ToolCall { name, arguments } if is_bridge_tool(name) => {
+            Body::ToolCall { name, arguments } if crate::channels::bridge::is_bridge_tool(name) => {
                 let (Some(ch), Some(outbox)) =
                     (&self.channels, self.conns.get(&conn).map(|i| i.outbox.clone()))
                 else {

@@ -7,11 +7,12 @@ use flock_ipc::id::{fmt_id, new_id};
 use flock_ipc::{Body, Frame, MsgId, Outbox, ROUTER, ToolError};
 use ractor::{ActorRef, RpcReplyPort};
 
-use super::{NO_CONN, RouterMsg, RouterState, StoredBatch, unix_ms};
+use super::{NO_CONN, RouterState, unix_ms};
+use crate::caller::Caller;
 use crate::journal::{JournalEvent, Status};
-use crate::permissions::{self, Caller, Invariants};
+use crate::messages::{Origin, PermissionEffects, RouterMsg, StoreJob, StoreMsg, StoredBatch};
+use crate::permissions::{self, Invariants};
 use crate::store::{NewMessage, Store, WriteOp, WriteOutcome};
-use crate::store_actor::{Origin, StoreJob, StoreMsg};
 
 /// Where the answer of a permission tool goes.
 pub enum PermissionReply {
@@ -35,12 +36,6 @@ impl PermissionReply {
             }
         }
     }
-}
-
-/// What a permission job hands back to the router.
-pub struct PermissionEffects {
-    pub journal: Vec<crate::permissions::Logged>,
-    pub stored: Vec<NewMessage>,
 }
 
 impl RouterState {
@@ -143,7 +138,7 @@ impl RouterState {
                         .map(|(_, v)| v.clone())
                         .unwrap_or_default()
                 };
-                let _ = ch.cast(crate::channels::ChannelsMsg::PermissionWaiting {
+                let _ = ch.cast(crate::messages::ChannelsMsg::PermissionWaiting {
                     id: l.request,
                     agent: param("agent"),
                     what: format!("{} {}", param("capability"), param("target")),

@@ -19,7 +19,7 @@ impl RouterState {
             }
         };
         let (agent, channel) = (agent.to_owned(), channel.to_owned());
-        let job: crate::store_actor::StoreJob = Box::new(move |s| {
+        let job: crate::messages::StoreJob = Box::new(move |s| {
             if let Err(e) = s.append_session(&agent, &channel, &items) {
                 tracing::error!(agent = %agent, channel = %channel, error = %e, "flock store: saving the session of {agent} failed");
             }
@@ -33,7 +33,7 @@ impl RouterState {
         let (agent, channel, id) = (agent.to_owned(), channel.to_owned(), frame.id);
         // Half a frame: the rest of it is room for the frame's own fields.
         let max_bytes = self.spec.delivery.max_frame_bytes as usize / 2;
-        let job: crate::store_actor::StoreJob = Box::new(move |s| {
+        let job: crate::messages::StoreJob = Box::new(move |s| {
             let window = flock_config::SESSION_WINDOW;
             let messages = match s.load_session(&agent, &channel, window, max_bytes) {
                 Ok(items) => format!("[{}]", items.join(",")),

@@ -8,10 +8,12 @@ use flock_ipc::id::fmt_id;
 use flock_ipc::{Body, ErrorCode, Frame, ROUTER, ToolError};
 use ractor::ActorRef;
 
-use super::{ConnId, PermissionReply, RouterMsg, RouterState};
-use crate::chains::{self, clip};
-use crate::channels::{Caller, ChannelsMsg, ToolReply};
+use super::{PermissionReply, RouterState};
+use crate::caller::Caller;
+use crate::chains;
 use crate::journal::{JournalEvent, Status};
+use crate::messages::{ChannelsMsg, ConnId, RouterMsg, ToolReply};
+use crate::text::clip;
 
 impl RouterState {
     /// An agent's `ToolCall`. Its identity and role come from its connection.
@@ -82,8 +84,7 @@ impl RouterState {
                 }
             }
             Owner::Permissions => {
-                let caller =
-                    crate::permissions::Caller { id: identity.to_owned(), role: Some(role) };
+                let caller = Caller { id: identity.to_owned(), role: Some(role) };
                 let reply =
                     PermissionReply::Agent { outbox, frame_id: frame.id, to: identity.to_owned() };
                 // The call's id is the key: a replayed turn re-sends the same one.

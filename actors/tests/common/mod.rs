@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flock_actors::channels::{Channels, ChannelsArgs, ChannelsMsg};
+use flock_actors::RouterMsg;
+use flock_actors::channels::{Channels, ChannelsArgs};
 use flock_actors::journal::Journal;
-use flock_actors::router::RouterMsg;
+use flock_actors::messages::ChannelsMsg;
 use flock_actors::{
     ConnKind, ConnLimits, Durability, Router, RouterArgs, Store, StoreActor, StoreMsg, serve,
 };

@@ -1,27 +1,13 @@
-//! Channel tables in SQLite (migration 2 in `store.rs`). These run inside the store actor (see
+//! Channel tables in SQLite (their migrations are in `schema.rs`). These run inside the store actor (see
 //! `StoreMsg::With`), which stays the only writer; each mutating call is one transaction, and a
 //! post's seq is assigned in the same transaction as its insert.
 
 use flock_ipc::MsgId;
 use rusqlite::{OptionalExtension, params};
 
-use super::delta::Msg;
 use crate::chains::{ReplyPlace, Route};
+use crate::channels::delta::Msg;
 use crate::store::{Store, StoreError, now_ms};
-
-/// Migration 9: the chat door (issue #21). `reply_to`: the seq of the person's post a chain's
-/// answer replies to (bridges show it as a reply); `addressed_to`: the agent a person's post was
-/// handed to as a durable message (it is not also in that agent's deltas).
-pub const SCHEMA_CHAT_DOOR: &str = "
-    ALTER TABLE channel_messages ADD COLUMN reply_to INTEGER;
-    ALTER TABLE channel_messages ADD COLUMN addressed_to TEXT;
-    DROP VIEW channel_posts;
-    CREATE VIEW channel_posts AS
-        SELECT channel, seq, author, created_at, reply_to, addressed_to,
-               CASE WHEN deleted_at IS NOT NULL THEN '(deleted by its author)'
-                    WHEN edited_at IS NOT NULL THEN text || ' (edited)'
-                    ELSE text END AS text
-        FROM channel_messages;";
 
 /// A person's post handed to the agent that answers it: the durable message stored in the
 /// post's own transaction (so the request and the post exist together or not at all).
@@ -186,7 +172,7 @@ impl Store {
     /// not posted again, and its seq comes back with `true`. Seq and insert share a transaction,
     /// and so does `extra.ask`'s message, which comes back with its route's place filled in
     /// (`None` for a duplicate: the first post's message was stored with it).
-    pub(super) fn post_unique(
+    pub(crate) fn post_unique(
         &mut self,
         channel: &str,
         author: &str,

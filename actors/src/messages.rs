@@ -1,0 +1,345 @@
+//! What the actors say to each other: the message enum of each actor (router, channels, store,
+//! gateway) and the values those messages carry. They live here, apart from the actors that
+//! handle them, so that an actor's implementation imports the others' messages and never their
+//! implementation: the dependency runs one way, from every actor down to this file.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use flock_config::{AgentSpec, ModelSpec};
+use flock_ipc::{Body, DeadLetter, ErrorCode, Frame, MsgId, Outbox, PeerCred, ROUTER, ToolError};
+use ractor::{ActorRef, RpcReplyPort};
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
+
+use crate::caller::Caller;
+use crate::chains::{ChainTag, ReplyPlace};
+use crate::permissions::Logged;
+use crate::store::channels::Ask;
+use crate::store::{NewMessage, PendingMessage, Store, WriteOp, WriteOutcome};
+
+// ---- The router ----
+
+/// A connection's number, given by the server as it accepts it.
+pub type ConnId = u64;
+
+/// Which socket a connection came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnKind {
+    Agent,
+    Control,
+    /// A chat bridge (it came in on the agents' socket with `BridgeHello`).
+    Bridge,
+}
+
+/// The router's mailbox: connections and their frames (from the server), commits (the store),
+/// spawns and stops (the supervisor), posts and answers (channels), tokens (the gateway).
+pub enum RouterMsg {
+    /// A new connection and its first frame (the handshake).
+    Open {
+        conn: ConnId,
+        kind: ConnKind,
+        first: Frame,
+        outbox: Outbox,
+        closer: oneshot::Sender<()>,
+        peer: PeerCred,
+        /// The process the supervisor started that the opener descends from (or is), read by
+        /// the accept loop: an agent's Hello must come from its own spawn's tree.
+        root: Option<u32>,
+    },
+    /// Frames read from a connection. The permit bounds how many frames a connection can have
+    /// waiting in this mailbox; it is released when the batch has been handled.
+    Frames { conn: ConnId, frames: Vec<Frame>, permit: Option<OwnedSemaphorePermit> },
+    /// The connection is gone (peer closed, or it sent something malformed).
+    Closed { conn: ConnId },
+    /// Writes the store has committed.
+    Stored(StoredBatch),
+    /// The earliest request deadline may have passed: time out what is due, re-arm for the next.
+    CheckDeadlines,
+    /// Persist the turn counts accumulated since the last flush (sent to itself every second).
+    FlushTurns,
+    /// Retry handing work to an agent whose outbox was full.
+    RetryDeliver(String),
+    /// The supervisor is about to spawn `agent` with this token; only it may say `Hello`.
+    Expect { agent: String, token: String },
+    /// The supervisor spawned `agent` as `pid`: only a process of that tree may be `agent`
+    /// (a connection from elsewhere that said Hello with the token is closed).
+    Spawned { agent: String, pid: u32 },
+    /// The supervisor is stopping `agent` on purpose: tell it to shut down; losing its current
+    /// delivery does not count as a failed delivery.
+    Stop { agent: String },
+    /// Refuse new sends: the swarm is shutting down.
+    Drain,
+    /// Hand a channel notification to `agent` as a turn input (from the channels actor); the
+    /// channels actor hears back through `ChannelsMsg::DeltaDone`. `chain`: the chain of the
+    /// newest post it covers and that post's hop (a person's post starts a new chain).
+    Delta {
+        agent: String,
+        channel: String,
+        upto: u64,
+        text: String,
+        chain: Option<(ChainTag, u32)>,
+    },
+    /// Model tokens a chain's turn used (from the gateway).
+    Tokens { chain: MsgId, tokens: u64 },
+    /// The channels actor posted (or found already posted) a chain's answer to a person.
+    Answered(AnswerPosted),
+    /// A person's post was handed to the agent that answers it (stored with the post): queue
+    /// it, as the first hop of its chain.
+    Asked(Ask),
+    /// Tell `agent` that `channel` was archived, so it closes that session.
+    SessionClosed { agent: String, channel: String },
+    /// An agent created at run time (`flock_create_agent`): route to it from now on.
+    AddAgent { spec: AgentSpec, liveness: Arc<AtomicU64> },
+    /// A decommissioned agent: nothing is routed to it any more (its stored history stays).
+    RemoveAgent { name: String },
+    /// Routing facts for `flockctl ps`.
+    Snapshot(RpcReplyPort<(Vec<RouteInfo>, RouterCounters)>),
+    /// A person's permission tool through `flockctl` (`permission_list`, `permission_decide`).
+    PermissionHuman {
+        person: String,
+        tool: String,
+        arguments: String,
+        reply: RpcReplyPort<Result<String, ToolError>>,
+    },
+    /// What a permission job did (from the store actor): journal it, deliver its messages.
+    Permission(PermissionEffects),
+    /// The supervisor is about to spawn chat bridge `bridge` with this token.
+    ExpectBridge { bridge: String, token: String },
+    /// The supervisor is stopping chat bridge `bridge`: tell it to shut down.
+    StopBridge { bridge: String },
+    /// What every chat bridge reports, for `flockctl ps` and `flockctl bridge ls`.
+    Bridges(RpcReplyPort<Vec<BridgeInfo>>),
+}
+
+/// Writes committed by the store, handed back so the router can answer and deliver.
+#[derive(Debug, Default)]
+pub struct StoredBatch {
+    pub items: Vec<(WriteOp, Option<Origin>, StoredOutcome)>,
+}
+
+/// What the channels actor reports after posting a chain's answer.
+#[derive(Debug)]
+pub struct AnswerPosted {
+    pub chain: MsgId,
+    /// The answering agent and the person.
+    pub agent: String,
+    pub human: String,
+    pub text: String,
+    /// The durable message whose turn gave the answer: completed only now that the answer is
+    /// stored (`None` for a stop notice).
+    pub msg: Option<MsgId>,
+    /// (channel, seq, whether an answer to this chain was already there), or why it failed.
+    pub outcome: Result<(String, u64, bool), String>,
+}
+
+/// Routing facts about one agent, for `flockctl ps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteInfo {
+    pub name: String,
+    pub connected: bool,
+    pub busy: bool,
+    pub mailbox_depth: u64,
+    pub turns_total: u64,
+}
+
+/// Router-wide counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouterCounters {
+    pub routed: u64,
+    pub dropped: u64,
+    pub late_replies: u64,
+    pub connections: u64,
+    /// Chains of turns in flight now, and those stopped by a budget since the start.
+    pub chains_live: u64,
+    pub chains_stopped: u64,
+}
+
+/// What `flockctl ps` and `flockctl bridge ls` show of a bridge, as its process reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BridgeInfo {
+    pub name: String,
+    pub platform: String,
+    pub connected: bool,
+    /// `connecting`, `connected`, `reconnecting`, `rate-limited until …`, `broken: …` (its own
+    /// words), or `down` while no process is connected.
+    pub state: String,
+    /// Posts waiting to go out to the platform, summed over its mappings.
+    pub outbox: u64,
+    pub last_error: Option<String>,
+    /// Messages brought in from the platform and posts delivered to it, since the start.
+    pub inbound: u64,
+    pub outbound: u64,
+    pub pid: u32,
+    /// Unix ms of the last frame received from it.
+    pub last_seen_ms: u64,
+    /// Per mapped chat (its `external` id), as the bridge reports it.
+    pub mappings: BTreeMap<String, MappingReport>,
+}
+
+/// What a bridge reports of one mapping.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MappingReport {
+    /// Posts waiting to go out to that chat (as of the bridge's last pull).
+    pub outbox: u64,
+    /// Why the chat refuses posts, while it does.
+    pub broken: Option<String>,
+}
+
+/// What a permission job hands back to the router.
+pub struct PermissionEffects {
+    pub journal: Vec<Logged>,
+    pub stored: Vec<NewMessage>,
+}
+
+// ---- The channels actor ----
+
+/// The channels actor's mailbox: tool calls (agents through the router, people through
+/// `flockctl`, chat bridges), chain answers to post, its own timers.
+pub enum ChannelsMsg {
+    /// A `flock_*` call from an agent connection; `chain`: the chain of the turn making it (and
+    /// its hops so far), carried on to the deltas its posts cause; `answers`: that turn owes a
+    /// person their answer (a post of it where they asked is that answer).
+    Tool {
+        caller: Caller,
+        name: String,
+        arguments: String,
+        chain: Option<(ChainTag, u32)>,
+        answers: bool,
+        reply: ToolReply,
+    },
+    /// Post a chain's answer (or stop notice) from `agent` to `human`, at most once per chain:
+    /// as a reply where they asked (`place`), else in their DM (created if needed); the router
+    /// hears back through [`RouterMsg::Answered`].
+    Answer {
+        agent: String,
+        human: String,
+        text: String,
+        chain: MsgId,
+        msg: Option<MsgId>,
+        place: Option<ReplyPlace>,
+    },
+    /// A chain started (`on`) or stopped working on a person's post (`channel`, `seq`): the
+    /// bridges of that channel show it (typing).
+    Working { channel: String, seq: u64, on: bool },
+    /// Permission request `id` waits for a person: announce it in every bridge's `approvals`
+    /// channel (once per request and channel).
+    PermissionWaiting { id: i64, agent: String, what: String, reason: String, why: String },
+    /// The same tools for a human through `flockctl`.
+    Human { caller: Caller, name: String, arguments: String, reply: RpcReplyPort<ToolResult> },
+    /// The coalescing delay of (agent, channel) passed: send its delta.
+    DeltaDue { agent: String, channel: String },
+    /// The router's verdict on a delta: acknowledged by the agent's turn, or failed.
+    DeltaDone { agent: String, channel: String, upto: u64, ok: bool },
+    /// An agent (re)connected: retry deltas that failed while it was away.
+    AgentReady { agent: String },
+    /// The archive deadline of a channel passed.
+    ArchiveDeadline { channel: String },
+    /// Wiring: the router, once it exists.
+    SetRouter(ActorRef<RouterMsg>),
+    /// A `bridge__*` call from the chat bridge `bridge` (identity from its connection).
+    Bridge { bridge: String, name: String, arguments: String, reply: ToolReply },
+    /// The wait of a parked `bridge__pull` ran out.
+    PullExpired { bridge: String, external: String, frame_id: MsgId },
+}
+
+/// Where the answer to an agent's tool call goes.
+#[derive(Debug, Clone)]
+pub struct ToolReply {
+    pub outbox: Outbox,
+    pub frame_id: MsgId,
+    pub to: String,
+}
+
+impl ToolReply {
+    /// Answers the tool call with `result` (a refusal as `CODE: message`).
+    pub fn send(self, result: ToolResult) {
+        let (ok, content) = match result {
+            Ok(c) => (true, c),
+            Err((code, msg)) => (false, format!("{code}: {msg}")),
+        };
+        let frame = Frame {
+            correlation_id: Some(self.frame_id),
+            ..Frame::new(ROUTER, self.to, Body::ToolResult { ok, content })
+        };
+        let _ = self.outbox.try_send(frame);
+    }
+}
+
+pub type ToolResult = Result<String, (ErrorCode, String)>;
+
+// ---- The supervisor, as the channels actor sees it ----
+
+/// Swarm changes the channels actor asks the supervisor for (it spawns and stops processes).
+#[derive(Debug)]
+pub enum AgentOp {
+    /// Route to and spawn a new agent; answers once it is ready (or could not start).
+    Create { spec: Box<AgentSpec>, reply: oneshot::Sender<Result<String, String>> },
+    /// Stop an agent for good and stop routing to it.
+    Decommission { name: String },
+}
+
+/// How the channels actor hands an [`AgentOp`] to the supervisor.
+pub type AgentOps = Arc<dyn Fn(AgentOp) + Send + Sync>;
+
+// ---- The store actor ----
+
+/// The store actor's mailbox: mailbox writes (group-committed), reads, and jobs of other actors.
+pub enum StoreMsg {
+    /// A write; when `notify` is set, the router hears the outcome after the commit.
+    Write {
+        op: WriteOp,
+        origin: Option<Origin>,
+        notify: Option<ActorRef<RouterMsg>>,
+    },
+    /// Commit everything queued (sent by the actor to itself).
+    Flush,
+    Pending(RpcReplyPort<Result<Vec<PendingMessage>, String>>),
+    TurnsTotals(RpcReplyPort<Result<HashMap<String, u64>, String>>),
+    /// One page of dead letters, oldest first.
+    DeadLetters {
+        offset: u32,
+        limit: u32,
+        reply: RpcReplyPort<Result<Vec<DeadLetter>, String>>,
+    },
+    /// Run a closure on the store (channel operations): the store actor stays the only writer,
+    /// and queued mailbox writes are committed first so the closure sees them.
+    With(StoreJob),
+}
+
+/// Who asked for a write and wants to hear the outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    pub conn: u64,
+    pub frame: MsgId,
+}
+
+/// A unit of store work sent by another actor; it reports its own result (e.g. via a oneshot).
+pub type StoreJob = Box<dyn FnOnce(&mut Store) + Send>;
+
+/// The outcome type carried back to the router.
+pub type StoredOutcome = Result<WriteOutcome, String>;
+
+// ---- The LLM gateway ----
+
+/// The gateway's mailbox: model calls (through the router), cancels, and its calls' endings.
+pub enum GatewayMsg {
+    /// A model call from `agent` (its address) with its model; answer on `outbox`. `chain`: the
+    /// chain of turns the call belongs to and the router to charge its tokens to.
+    Call {
+        agent: String,
+        model: ModelSpec,
+        request: String,
+        frame_id: MsgId,
+        outbox: Outbox,
+        chain: Option<(MsgId, ActorRef<RouterMsg>)>,
+        /// Background work (the memory roles): nobody waits on it.
+        background: bool,
+    },
+    /// The agent's turn was cancelled: abort its call in flight.
+    Cancel { agent: String },
+    /// A call finished (sent by its task).
+    Done { agent: String, call: u64, tokens_in: u64, tokens_out: u64 },
+    /// Tokens used so far per agent (in, out), for `flockctl ps`.
+    Usage(RpcReplyPort<HashMap<String, (u64, u64)>>),
+}
