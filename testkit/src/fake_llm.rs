@@ -11,15 +11,14 @@
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
-use crate::http1;
+use crate::http1::{self, Server};
 
 /// Which wire format the fake speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,9 +95,7 @@ struct Shared {
 pub struct FakeLlm {
     pub addr: SocketAddr,
     shared: Arc<Shared>,
-    rt: tokio::runtime::Handle,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    server: Server,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -108,9 +105,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl FakeLlm {
     /// Binds 127.0.0.1:0 and serves on a thread of its own.
     pub fn start(provider: FakeProvider) -> FakeLlm {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the fake LLM");
-        listener.set_nonblocking(true).expect("non-blocking listener");
-        let addr = listener.local_addr().expect("fake LLM address");
         let shared = Arc::new(Shared {
             always: Mutex::new(None),
             provider,
@@ -120,24 +114,13 @@ impl FakeLlm {
             required_key: Mutex::new(None),
             next_id: Mutex::new(0),
         });
-        let (shutdown, stop) = oneshot::channel();
-        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
-        let server = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name(format!("fake-llm-{}", addr.port()))
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("fake LLM runtime");
-                handle_tx.send(rt.handle().clone()).expect("hand over the runtime handle");
-                rt.block_on(http1::accept_until(listener, stop, move |stream| {
-                    connection(stream, Arc::clone(&server))
-                }));
+        let served = Arc::clone(&shared);
+        let server = Server::start("fake-llm", move |listener, stop| {
+            http1::accept_until(listener, stop, move |stream| {
+                connection(stream, Arc::clone(&served))
             })
-            .expect("spawn the fake LLM thread");
-        let rt = handle_rx.recv().expect("fake LLM runtime handle");
-        FakeLlm { addr, shared, rt, shutdown: Some(shutdown), thread: Some(thread) }
+        });
+        FakeLlm { addr: server.addr, shared, server }
     }
 
     /// What a client's `base_url` should be: `http://127.0.0.1:PORT/v1` for OpenAI-compatible,
@@ -236,6 +219,7 @@ impl FakeLlm {
     pub async fn wait_requests(&self, n: usize) -> Vec<Received> {
         let mut count = self.shared.count.subscribe();
         let waited = self
+            .server
             .rt
             .spawn(async move {
                 tokio::time::timeout(WAIT_TIMEOUT, count.wait_for(|c| *c >= n)).await.is_ok()
@@ -248,17 +232,6 @@ impl FakeLlm {
             self.request_count()
         );
         self.requests()
-    }
-}
-
-impl Drop for FakeLlm {
-    fn drop(&mut self) {
-        if let Some(stop) = self.shutdown.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

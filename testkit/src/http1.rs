@@ -8,6 +8,7 @@
 //! [`Conn`] is generic over the stream (its tests drive it over an in-memory pipe).
 
 use std::future::Future;
+use std::net::SocketAddr;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -95,6 +96,84 @@ impl<'a> Response<'a> {
             reason: reason(status),
             headers: content_type.into_iter().chain(headers).collect(),
             body,
+        }
+    }
+}
+
+/// A fake service's server: a listener on 127.0.0.1:0 served on a thread of its own (a
+/// current-thread tokio runtime) until the `Server` is dropped, which stops it and joins the
+/// thread. Every fake stands on one.
+#[derive(Debug)]
+pub(crate) struct Server {
+    pub(crate) addr: SocketAddr,
+    /// The server thread's runtime, for work a fake must do on it.
+    pub(crate) rt: tokio::runtime::Handle,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds 127.0.0.1:0 and runs `serve(listener, stop)` on a thread named `<name>-<port>`;
+    /// `stop` fires when the server is dropped.
+    pub(crate) fn start<F, Fut>(name: &str, serve: F) -> Server
+    where
+        F: FnOnce(std::net::TcpListener, oneshot::Receiver<()>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()>,
+    {
+        Server::bind(name).serve(serve)
+    }
+
+    /// Binds 127.0.0.1:0 only, for a fake whose state must know its address before it serves.
+    pub(crate) fn bind(name: &str) -> Bound {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap_or_else(|e| panic!("{name}: bind 127.0.0.1:0: {e}"));
+        listener.set_nonblocking(true).expect("non-blocking listener");
+        let addr = listener.local_addr().expect("the listener's address");
+        Bound { name: name.to_owned(), listener, addr }
+    }
+}
+
+/// A listener bound for a [`Server`] that does not serve yet.
+#[derive(Debug)]
+pub(crate) struct Bound {
+    name: String,
+    listener: std::net::TcpListener,
+    pub(crate) addr: SocketAddr,
+}
+
+impl Bound {
+    /// Runs `serve(listener, stop)` on a thread of its own; see [`Server::start`].
+    pub(crate) fn serve<F, Fut>(self, serve: F) -> Server
+    where
+        F: FnOnce(std::net::TcpListener, oneshot::Receiver<()>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()>,
+    {
+        let Bound { name, listener, addr } = self;
+        let (shutdown, stop) = oneshot::channel();
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("{name}-{}", addr.port()))
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a fake's runtime");
+                handle_tx.send(rt.handle().clone()).expect("hand over the runtime handle");
+                rt.block_on(serve(listener, stop));
+            })
+            .unwrap_or_else(|e| panic!("{name}: spawn its thread: {e}"));
+        let rt = handle_rx.recv().expect("a fake's runtime handle");
+        Server { addr, rt, shutdown: Some(shutdown), thread: Some(thread) }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.shutdown.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
@@ -331,6 +410,41 @@ pub(crate) fn reason(status: u16) -> &'static str {
 /// Position of the first `needle` in `haystack`.
 pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `application/x-www-form-urlencoded` pairs (also query strings), decoded.
+pub(crate) fn form_pairs(raw: &str) -> Vec<(String, String)> {
+    raw.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (n, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(n), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

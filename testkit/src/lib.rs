@@ -124,3 +124,26 @@ pub(crate) fn wait_on<'a, T>(
         };
     }
 }
+
+/// `n` random characters from `alphabet`.
+pub(crate) fn random_string(n: usize, alphabet: &[u8]) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let state = std::collections::hash_map::RandomState::new();
+    let mut out = String::with_capacity(n);
+    let mut counter = 0u64;
+    while out.len() < n {
+        let mut hasher = state.build_hasher();
+        hasher.write_u64(counter);
+        counter += 1;
+        let mut bits = hasher.finish();
+        for _ in 0..8 {
+            if out.len() == n {
+                break;
+            }
+            let i = usize::try_from(bits % alphabet.len() as u64).unwrap_or(0);
+            out.push(char::from(alphabet[i]));
+            bits /= alphabet.len() as u64;
+        }
+    }
+    out
+}
