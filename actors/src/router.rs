@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flock_config::{AgentSpec, SwarmSpec};
 use flock_ipc::id::{derive_id, fmt_id, new_id};
+use flock_ipc::identity::{DEFAULT_INSTANCE, hello_address, same_secret};
 use flock_ipc::{
     Body, ChainEnd, ChainOutcome, ControlReply, ControlRequest, Delivery, DeliveryKind, ErrorCode,
     Frame, Hello, MsgId, OPERATOR, Outbox, PROTOCOL_VERSION, PeerCred, ROUTER, SendMode, Welcome,
@@ -231,21 +232,9 @@ pub(crate) fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// The instance key of every agent in this version (one instance per declared agent).
-pub const DEFAULT_INSTANCE: &str = "default";
-
 /// `agent@instance` of an address (`name` is the default instance).
 fn chain_entry(address: &str) -> String {
     if address.contains('@') { address.to_owned() } else { format!("{address}@{DEFAULT_INSTANCE}") }
-}
-
-/// The address a `Hello` claims: `agent`, or `agent@instance` for a spawned instance.
-fn hello_key(hello: &Hello) -> String {
-    if hello.instance.is_empty() || hello.instance == DEFAULT_INSTANCE {
-        hello.agent_id.clone()
-    } else {
-        format!("{}@{}", hello.agent_id, hello.instance)
-    }
 }
 
 impl Actor for Router {
@@ -658,11 +647,6 @@ impl RouterState {
 /// A message's text for the journal: one line, at most 200 characters, quoted.
 fn quote(text: &str) -> String {
     format!("{:?}", clip(text, 200))
-}
-
-/// Whether two secrets are equal, in time that does not depend on where they differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 
 /// Cuts `text` to at most `limit` bytes (on a char boundary) and says how much was cut.

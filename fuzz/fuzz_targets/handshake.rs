@@ -3,9 +3,9 @@
 //!
 //! - Router side: the first frame read the way `flock_actors::server` reads it
 //!   (`FrameReader::read_frame` with the 4 KiB pre-handshake limit), answered as `Router::open`
-//!   answers a `Hello` (version check, `agent@instance` key, token check — mirrored, they are
-//!   private), then every further frame read with the swarm's limit (`read_batch`), as the
-//!   connection task does. Each decoded frame must round-trip through `encode_frame`.
+//!   answers a `Hello` (version check, `agent@instance` key, token check — the router's own
+//!   `flock_ipc::identity` code, in a swarm of one agent), then every further frame read with
+//!   the swarm's limit (`read_batch`), as the connection task does. Each decoded frame must round-trip through `encode_frame`.
 //!   A chat bridge's `BridgeHello` comes in on the same socket: answered as `open_bridge`
 //!   answers it (version, bridge name, token; the `Welcome` carries its `BridgeSpec`), then each
 //!   of its frames answered as `bridge_frame` does (heartbeats, `bridge__status` reports, the

@@ -2,15 +2,18 @@
 //!
 //! Everything here decodes with flock-ipc's public API exactly as the servers do
 //! (`FrameReader::read_frame` for the first frame, `read_batch` after it, `decode_frame` for a body).
-//! The router's and the control handler's own checks on a decoded handshake or request are private
-//! (in flock-actors / flock-supervisor, which pull ractor, rusqlite, …), so what they do with the
-//! peer's strings is *mirrored* here in a few lines, marked `mirror of`, to keep those paths (error
-//! messages built from peer data, the answer frame encoded back) under the fuzzer too.
+//! The checks that need only the frame are the real ones, from `flock_ipc::identity` (the
+//! protocol version, the address a Hello claims, the secret compared, a platform user's id). What
+//! the router and the control handler do with their own state is private (in flock-actors /
+//! flock-supervisor, which pull ractor, rusqlite, …), so that part is *mirrored* here in a few
+//! lines, marked `mirror of`, to keep those paths (error messages built from peer data, the answer
+//! frame encoded back) under the fuzzer too.
 
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
+use flock_ipc::identity;
 use flock_ipc::{Body, ErrorCode, Frame, FrameReader, Hello, PROTOCOL_VERSION, ROUTER, Welcome};
 
 /// Mirror of `flock_actors::server::HANDSHAKE_MAX_FRAME`: the largest first frame a peer may send.
@@ -188,7 +191,7 @@ pub fn open(kind: ConnKind, first: &Frame) -> Frame {
                 );
             }
             // Mirror of the router's operator-key check ([`KNOWN_TOKEN`] is the key here).
-            if !is_known_token(key) {
+            if !identity::same_secret(KNOWN_TOKEN, key) {
                 let what = if key.is_empty() { "no" } else { "a wrong" };
                 return reject(
                     ErrorCode::Forbidden,
@@ -204,62 +207,33 @@ pub fn open(kind: ConnKind, first: &Frame) -> Frame {
     }
 }
 
-/// Mirror of `hello_key` (actors/src/router.rs): `agent`, or `agent@instance`.
-pub fn hello_key(hello: &Hello) -> String {
-    if hello.instance.is_empty() || hello.instance == "default" {
-        hello.agent_id.clone()
-    } else {
-        format!("{}@{}", hello.agent_id, hello.instance)
-    }
-}
-
-/// Mirror of `Router::check_hello`, with a swarm of one agent, [`KNOWN_AGENT`].
+/// `Router::check_hello` with a swarm of one agent, [`KNOWN_AGENT`], whose spawn was announced
+/// with [`KNOWN_TOKEN`]: the version, address and secret checks are the router's own
+/// (`flock_ipc::identity`); only the swarm is a stand-in.
 pub fn check_hello(hello: &Hello) -> Result<(), (ErrorCode, String)> {
-    if hello.protocol_version != PROTOCOL_VERSION {
-        return Err((
-            ErrorCode::BadRequest,
-            format!(
-                "protocol version {} is not supported (expected {PROTOCOL_VERSION})",
-                hello.protocol_version
-            ),
-        ));
-    }
-    let key = hello_key(hello);
+    identity::check_version(hello).map_err(|e| (e.code, e.message))?;
+    let key = identity::hello_address(hello);
     if key != KNOWN_AGENT {
         return Err((ErrorCode::AgentNotFound, format!("no agent `{key}` in this swarm")));
     }
-    if is_known_token(&hello.token) {
+    if identity::same_secret(KNOWN_TOKEN, &hello.token) {
         Ok(())
     } else {
         Err((ErrorCode::Forbidden, "wrong or expired token".into()))
     }
 }
 
-/// Mirror of the router's constant-time comparison of a presented secret with [`KNOWN_TOKEN`].
-fn is_known_token(given: &str) -> bool {
-    let (a, b) = (KNOWN_TOKEN.as_bytes(), given.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// Mirror of `RouterState::open_bridge`'s checks (actors/src/router/bridge.rs), with a swarm of
 /// one bridge, [`KNOWN_BRIDGE`], whose spawn was announced with [`KNOWN_TOKEN`].
 pub fn check_bridge_hello(hello: &Hello) -> Result<(), (ErrorCode, String)> {
-    if hello.protocol_version != PROTOCOL_VERSION {
-        return Err((
-            ErrorCode::BadRequest,
-            format!(
-                "protocol version {} is not supported (expected {PROTOCOL_VERSION})",
-                hello.protocol_version
-            ),
-        ));
-    }
+    identity::check_version(hello).map_err(|e| (e.code, e.message))?;
     if hello.agent_id != KNOWN_BRIDGE {
         return Err((
             ErrorCode::AgentNotFound,
             format!("no bridge `{}` in this swarm", hello.agent_id),
         ));
     }
-    if is_known_token(&hello.token) {
+    if identity::same_secret(KNOWN_TOKEN, &hello.token) {
         Ok(())
     } else {
         Err((
@@ -369,7 +343,7 @@ fn bridge_tool(name: &str, arguments: &str) -> Result<String, (ErrorCode, String
                 return Err((ErrorCode::Forbidden, why));
             }
             let text = str_arg("text").ok_or_else(|| bad("`text` is required".into()))?;
-            let author = human_author(spec.platform.as_str(), user_name, &user_id);
+            let author = identity::human_author(spec.platform.as_str(), user_name, &user_id);
             let origin = format!("tg/{external}/{message_id}");
             let _ = (text.len(), origin);
             Ok(json!({"channel": channel, "seq": 1, "author": author, "duplicate": false})
@@ -411,26 +385,6 @@ fn bridge_tool(name: &str, arguments: &str) -> Result<String, (ErrorCode, String
         "bridge__archived" => Err(bad(format!("#{channel} is not archived"))),
         _ => Ok(json!({"message_id": null}).to_string()),
     }
-}
-
-/// Mirror of `flock_actors::channels::bridge::human_author`: `human:<platform>:<name>` from a
-/// platform user's name (lower-cased, cut to 40 of a-z 0-9 . _ -), else their id.
-pub fn human_author(platform: &str, user_name: &str, user_id: &str) -> String {
-    let clean = |s: &str| -> String {
-        s.chars()
-            .flat_map(char::to_lowercase)
-            .map(
-                |c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' },
-            )
-            .collect::<String>()
-            .trim_matches('-')
-            .chars()
-            .take(40)
-            .collect()
-    };
-    let name = clean(user_name);
-    let name = if name.is_empty() { clean(user_id) } else { name };
-    format!("human:{platform}:{}", if name.is_empty() { "unknown" } else { &name })
 }
 
 /// Mirror of the bridge's side after its handshake (`bridges/src/link.rs`): the `Welcome`'s

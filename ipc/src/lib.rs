@@ -11,6 +11,7 @@ pub mod error;
 pub mod frame;
 pub mod handoff;
 pub mod id;
+pub mod identity;
 pub mod llm;
 pub mod operator;
 pub mod time;

@@ -851,7 +851,7 @@ fn spawn_spec(args: &ChildArgs, spec: &AgentSpec, token: &str) -> SpawnSpec {
         (flock_ipc::env::AGENT.into(), spec.name.clone()),
         (
             flock_ipc::env::INSTANCE.into(),
-            spec.instance.clone().unwrap_or_else(|| flock_actors::router::DEFAULT_INSTANCE.into()),
+            spec.instance.clone().unwrap_or_else(|| flock_ipc::identity::DEFAULT_INSTANCE.into()),
         ),
         (flock_ipc::env::MEMORY_DIR.into(), args.state_dir.memory_dir().display().to_string()),
     ];

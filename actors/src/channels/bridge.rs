@@ -107,26 +107,6 @@ pub fn is_bridge_tool(name: &str) -> bool {
     )
 }
 
-/// `human:<platform>:<name>` for a platform user: the name cut to 40 of a-z, 0-9, `.`, `_` and
-/// `-` (lowercase), falling back to the user id — a person can never take an agent's name.
-pub fn human_author(platform: &str, user_name: &str, user_id: &str) -> String {
-    let clean = |s: &str| -> String {
-        s.chars()
-            .flat_map(char::to_lowercase)
-            .map(
-                |c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' },
-            )
-            .collect::<String>()
-            .trim_matches('-')
-            .chars()
-            .take(40)
-            .collect()
-    };
-    let name = clean(user_name);
-    let name = if name.is_empty() { clean(user_id) } else { name };
-    format!("human:{platform}:{}", if name.is_empty() { "unknown" } else { &name })
-}
-
 impl ChannelsState {
     fn bridge_spec(&self, bridge: &str) -> Result<&BridgeSpec, (ErrorCode, String)> {
         self.spec.bridges.iter().find(|b| b.name == bridge).ok_or_else(|| {
@@ -265,7 +245,7 @@ impl ChannelsState {
         };
         let (message_id, user_id) = (field("message_id")?, field("user_id")?);
         let user_name = str_arg(args, "user_name").unwrap_or_default();
-        let author = human_author(spec.platform.as_str(), user_name, &user_id);
+        let author = flock_ipc::identity::human_author(spec.platform.as_str(), user_name, &user_id);
         // A person writing to the bot directly: their chat becomes a DM with the agent that
         // answers DMs, mapped (durably) on their first message.
         let direct = args.get("dm").and_then(Value::as_bool) == Some(true);
@@ -968,14 +948,5 @@ mod tests {
         for not in ["/approve", "/approve x", "approve 1", "please /approve 1", "/approved 1"] {
             assert_eq!(ApprovalCommand::parse(not), None, "{not}");
         }
-    }
-
-    #[test]
-    fn a_person_never_gets_an_agents_name() {
-        assert_eq!(human_author("telegram", "Alice Smith", "42"), "human:telegram:alice-smith");
-        assert_eq!(human_author("telegram", "", "42"), "human:telegram:42");
-        assert_eq!(human_author("discord", "!!!", ""), "human:discord:unknown");
-        assert_eq!(human_author("slack", "worker-1", "U1"), "human:slack:worker-1");
-        assert!(human_author("slack", &"x".repeat(500), "U1").len() < 60);
     }
 }

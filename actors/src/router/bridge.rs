@@ -10,7 +10,7 @@ use flock_ipc::{Body, ErrorCode, Frame, Hello, Outbox, PROTOCOL_VERSION, ROUTER,
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::{ConnId, ConnInfo, ConnKind, RouterState, constant_time_eq, unix_ms};
+use super::{ConnId, ConnInfo, ConnKind, RouterState, same_secret, unix_ms};
 use crate::journal::{JournalEvent, Status};
 use crate::messages::{BridgeInfo, ChannelsMsg, MappingReport, ToolReply};
 
@@ -57,14 +57,8 @@ impl RouterState {
         let reject = |code: ErrorCode, reason: String| {
             let _ = outbox.try_send(Frame::answer(first, ROUTER, Body::Reject { code, reason }));
         };
-        if hello.protocol_version != PROTOCOL_VERSION {
-            return reject(
-                ErrorCode::BadRequest,
-                format!(
-                    "protocol version {} is not supported (expected {PROTOCOL_VERSION})",
-                    hello.protocol_version
-                ),
-            );
+        if let Err(e) = flock_ipc::identity::check_version(hello) {
+            return reject(e.code, e.message);
         }
         let Some(slot) = self.bridges.get_mut(&hello.agent_id) else {
             return reject(
@@ -72,10 +66,7 @@ impl RouterState {
                 format!("no bridge `{}` in this swarm", hello.agent_id),
             );
         };
-        let token_ok = slot
-            .expected_token
-            .as_ref()
-            .is_some_and(|t| constant_time_eq(t.as_bytes(), hello.token.as_bytes()));
+        let token_ok = slot.expected_token.as_ref().is_some_and(|t| same_secret(t, &hello.token));
         if !token_ok {
             return reject(
                 ErrorCode::Forbidden,

@@ -40,7 +40,7 @@ impl RouterState {
                     );
                     return reject(code, reason);
                 }
-                let name = hello_key(hello);
+                let name = hello_address(hello);
                 // A connection of an earlier incarnation that has not closed yet is superseded:
                 // close it first, so its in-flight delivery goes back to the mailbox.
                 if let Some(old) = self.slots.get(&name).and_then(|s| s.conn) {
@@ -86,7 +86,7 @@ impl RouterState {
                     );
                 }
                 if let Some(want) = &self.operator_key
-                    && !constant_time_eq(want.as_bytes(), key.as_bytes())
+                    && !same_secret(want, key)
                 {
                     let what = if key.is_empty() { "no" } else { "a wrong" };
                     return reject(
@@ -124,12 +124,9 @@ impl RouterState {
     /// first is closed too — it may be the impostor — and the event is journaled; the agent,
     /// refused, exits and is restarted with a fresh token.
     pub(super) fn token_reused(&mut self, hello: &Hello, peer: &PeerCred) -> bool {
-        let key = hello_key(hello);
+        let key = hello_address(hello);
         let Some(slot) = self.slots.get_mut(&key) else { return false };
-        let reused = slot
-            .used_token
-            .as_ref()
-            .is_some_and(|t| constant_time_eq(t.as_bytes(), hello.token.as_bytes()));
+        let reused = slot.used_token.as_ref().is_some_and(|t| same_secret(t, &hello.token));
         if !reused {
             return false;
         }
@@ -180,16 +177,8 @@ impl RouterState {
         hello: &Hello,
         root: Option<u32>,
     ) -> Result<(), (ErrorCode, String)> {
-        if hello.protocol_version != PROTOCOL_VERSION {
-            return Err((
-                ErrorCode::BadRequest,
-                format!(
-                    "protocol version {} is not supported (expected {PROTOCOL_VERSION})",
-                    hello.protocol_version
-                ),
-            ));
-        }
-        let key = hello_key(hello);
+        flock_ipc::identity::check_version(hello).map_err(|e| (e.code, e.message))?;
+        let key = hello_address(hello);
         let Some(slot) = self.slots.get(&key) else {
             return Err((ErrorCode::AgentNotFound, format!("no agent `{key}` in this swarm")));
         };
@@ -204,7 +193,7 @@ impl RouterState {
             ));
         }
         match &slot.expected_token {
-            Some(t) if constant_time_eq(t.as_bytes(), hello.token.as_bytes()) => Ok(()),
+            Some(t) if same_secret(t, &hello.token) => Ok(()),
             _ => Err((
                 ErrorCode::Forbidden,
                 "wrong or expired token: agents are started by the supervisor, which hands each spawn its own token".into(),

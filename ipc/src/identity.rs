@@ -1,0 +1,82 @@
+//! Who is who on the wire, and the checks of a handshake that need nothing but the frame: the
+//! protocol version, the address a `Hello` claims, a secret compared in constant time, and the id
+//! a chat platform's user gets. The router runs them on every `Hello` and `BridgeHello`, the
+//! channels actor names people with [`human_author`], and the fuzz targets run this same code.
+
+use crate::{ErrorCode, Hello, PROTOCOL_VERSION, ToolError};
+
+/// The instance key of every agent declared in the swarm file (one instance each); a spawned
+/// instance has its own (`agent@instance`).
+pub const DEFAULT_INSTANCE: &str = "default";
+
+/// Refuses a handshake whose protocol version is not this build's.
+pub fn check_version(hello: &Hello) -> Result<(), ToolError> {
+    if hello.protocol_version == PROTOCOL_VERSION {
+        return Ok(());
+    }
+    Err(ToolError::new(
+        ErrorCode::BadRequest,
+        format!(
+            "protocol version {} is not supported (expected {PROTOCOL_VERSION})",
+            hello.protocol_version
+        ),
+    ))
+}
+
+/// The address a `Hello` claims: `agent`, or `agent@instance` for a spawned instance.
+pub fn hello_address(hello: &Hello) -> String {
+    if hello.instance.is_empty() || hello.instance == DEFAULT_INSTANCE {
+        hello.agent_id.clone()
+    } else {
+        format!("{}@{}", hello.agent_id, hello.instance)
+    }
+}
+
+/// Whether a presented secret is the expected one, in time that does not depend on where they
+/// differ.
+pub fn same_secret(expected: &str, given: &str) -> bool {
+    subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), given.as_bytes()).into()
+}
+
+/// `human:<platform>:<name>` for a chat platform's user: the name cut to 40 of a-z, 0-9, `.`,
+/// `_` and `-` (lowercase), falling back to the user id — a person can never take an agent's
+/// name.
+pub fn human_author(platform: &str, user_name: &str, user_id: &str) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .flat_map(char::to_lowercase)
+            .map(
+                |c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' },
+            )
+            .collect::<String>()
+            .trim_matches('-')
+            .chars()
+            .take(40)
+            .collect()
+    };
+    let name = clean(user_name);
+    let name = if name.is_empty() { clean(user_id) } else { name };
+    format!("human:{platform}:{}", if name.is_empty() { "unknown" } else { &name })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_person_never_gets_an_agents_name() {
+        assert_eq!(human_author("telegram", "Alice Smith", "42"), "human:telegram:alice-smith");
+        assert_eq!(human_author("telegram", "", "42"), "human:telegram:42");
+        assert_eq!(human_author("discord", "!!!", ""), "human:discord:unknown");
+        assert_eq!(human_author("slack", "worker-1", "U1"), "human:slack:worker-1");
+        assert!(human_author("slack", &"x".repeat(500), "U1").len() < 60);
+    }
+
+    #[test]
+    fn secrets_are_equal_only_when_every_byte_is() {
+        assert!(same_secret("abc", "abc"));
+        assert!(!same_secret("abc", "abd"));
+        assert!(!same_secret("abc", "ab"));
+        assert!(!same_secret("", "a"));
+    }
+}
