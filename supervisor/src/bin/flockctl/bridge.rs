@@ -1,4 +1,13 @@
-//! `flockctl bridge …` helpers: a bridge's status as text, and the Slack app manifest.
+//! `flockctl bridge ls|status|map|unmap|manifest`: the chat bridges as the router sees them,
+//! run-time mappings, a bridge's status as text, and the Slack app manifest.
+
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use flock_ipc::{Connection, ControlReply, ControlRequest};
+use serde_json::json;
+
+use crate::*;
 
 /// `flockctl bridge status NAME` as text, from its `bridge ls --json` object.
 pub(crate) fn bridge_status_text(b: &serde_json::Value) -> String {
@@ -103,4 +112,118 @@ settings:
   token_rotation_enabled: false
 "#
     )
+}
+
+pub(crate) async fn ls(conn: &mut Connection, json: bool) -> Result<ExitCode> {
+    let ControlReply::Json(text) = control(conn, ControlRequest::Bridges).await? else {
+        bail!("unexpected answer to bridge ls");
+    };
+    let list: serde_json::Value = serde_json::from_str(&text)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows = list.as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        println!(
+            "no bridges: add a `bridges:` section to the swarm file (README \"Chat bridges\")"
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<16}  {:<9}  {:<22}  {:>7}  {:>6}  {:>6}  {:>6}  MAPPINGS",
+        "NAME", "PLATFORM", "STATE", "PID", "OUTBOX", "IN", "OUT"
+    );
+    for b in &rows {
+        let maps: Vec<String> = b["channels"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                format!(
+                    "#{} ↔ {}",
+                    m["flock"].as_str().unwrap_or("?"),
+                    m["external"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        println!(
+            "{:<16}  {:<9}  {:<22}  {:>7}  {:>6}  {:>6}  {:>6}  {}",
+            b["name"].as_str().unwrap_or("?"),
+            b["platform"].as_str().unwrap_or("?"),
+            b["state"].as_str().unwrap_or("?"),
+            b["pid"].as_u64().map_or("-".into(), |p| p.to_string()),
+            b["outbox"],
+            b["inbound"],
+            b["outbound"],
+            maps.join(", ")
+        );
+        if let Some(e) = b["last_error"].as_str() {
+            println!("{:<16}  last error: {e}", "");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn map(
+    conn: &mut Connection,
+    name: String,
+    external: String,
+    channel: String,
+    allow: Option<Vec<String>>,
+    json: bool,
+) -> Result<ExitCode> {
+    let args = json!({"bridge": name, "external": external, "channel": channel,
+                      "allow": allow});
+    let v = channel_tool(conn, "bridge_map", args, None).await?;
+    if json {
+        println!("{v}");
+    } else if v["changed"] == true {
+        println!(
+            "bridge {name}: chat {external} ↔ #{}; the bridge restarts to take it up",
+            v["channel"].as_str().unwrap_or("?")
+        );
+    } else {
+        println!("bridge {name}: chat {external} is already mapped so; nothing changed");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn unmap(
+    conn: &mut Connection,
+    name: String,
+    external: String,
+    json: bool,
+) -> Result<ExitCode> {
+    let args = json!({"bridge": name, "external": external});
+    let v = channel_tool(conn, "bridge_map", args, None).await?;
+    if json {
+        println!("{v}");
+    } else {
+        println!("bridge {name}: chat {external} unmapped; the bridge restarts without it");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn status(conn: &mut Connection, name: String, json: bool) -> Result<ExitCode> {
+    let ControlReply::Json(text) = control(conn, ControlRequest::Bridges).await? else {
+        bail!("unexpected answer to bridge status");
+    };
+    let list: serde_json::Value = serde_json::from_str(&text)?;
+    let all = list.as_array().cloned().unwrap_or_default();
+    let Some(b) = all.iter().find(|b| b["name"] == name.as_str()) else {
+        let known: Vec<&str> = all.iter().filter_map(|b| b["name"].as_str()).collect();
+        if known.is_empty() {
+            bail!(
+                "no bridge `{name}`: this swarm has no bridges (add a `bridges:` section to the swarm file)"
+            );
+        }
+        bail!("no bridge `{name}` in this swarm; its bridges: {}", known.join(", "));
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(b)?);
+    } else {
+        print!("{}", bridge_status_text(b));
+    }
+    Ok(ExitCode::SUCCESS)
 }
