@@ -102,7 +102,7 @@ impl RouterState {
                         sender: from.clone(),
                         target: to.clone(),
                         text: text.clone(),
-                        route: String::new(),
+                        route: None,
                     })
                     .collect();
                 Ok((r, messages))
