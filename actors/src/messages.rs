@@ -36,17 +36,7 @@ pub enum ConnKind {
 /// spawns and stops (the supervisor), posts and answers (channels), tokens (the gateway).
 pub enum RouterMsg {
     /// A new connection and its first frame (the handshake).
-    Open {
-        conn: ConnId,
-        kind: ConnKind,
-        first: Frame,
-        outbox: Outbox,
-        closer: oneshot::Sender<()>,
-        peer: PeerCred,
-        /// The process the supervisor started that the opener descends from (or is), read by
-        /// the accept loop: an agent's Hello must come from its own spawn's tree.
-        root: Option<u32>,
-    },
+    Open(Opened),
     /// Frames read from a connection. The permit bounds how many frames a connection can have
     /// waiting in this mailbox; it is released when the batch has been handled.
     Frames { conn: ConnId, frames: Vec<Frame>, permit: Option<OwnedSemaphorePermit> },
@@ -110,6 +100,20 @@ pub enum RouterMsg {
     StopBridge { bridge: String },
     /// What every chat bridge reports, for `flockctl ps` and `flockctl bridge ls`.
     Bridges(RpcReplyPort<Vec<BridgeInfo>>),
+}
+
+/// A connection the server accepted, with its first frame (the handshake).
+pub struct Opened {
+    pub conn: ConnId,
+    pub kind: ConnKind,
+    pub first: Frame,
+    pub outbox: Outbox,
+    /// Dropping or firing it closes the connection.
+    pub closer: oneshot::Sender<()>,
+    pub peer: PeerCred,
+    /// The process the supervisor started that the opener descends from (or is), read by the
+    /// accept loop: an agent's Hello must come from its own spawn's tree.
+    pub root: Option<u32>,
 }
 
 /// Writes committed by the store, handed back so the router can answer and deliver.

@@ -21,8 +21,8 @@ use tokio::sync::oneshot;
 use crate::chains::{self, ChainTag, Chains, Route, StopKind};
 use crate::journal::{JournalEvent, JournalWriter, Status};
 use crate::messages::{
-    AnswerPosted, ChannelsMsg, ConnId, ConnKind, GatewayMsg, Origin, RouteInfo, RouterCounters,
-    RouterMsg, StoreMsg, StoredBatch,
+    AnswerPosted, ChannelsMsg, ConnId, ConnKind, GatewayMsg, Opened, Origin, RouteInfo,
+    RouterCounters, RouterMsg, StoreMsg, StoredBatch,
 };
 use crate::store::{NewMessage, WriteOp, WriteOutcome};
 use crate::text::{clip, too_long};
@@ -324,9 +324,7 @@ impl Actor for Router {
         state: &mut RouterState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            RouterMsg::Open { conn, kind, first, outbox, closer, peer, root } => {
-                state.open(&myself, conn, kind, first, outbox, closer, peer, root);
-            }
+            RouterMsg::Open(opened) => state.open(&myself, opened),
             RouterMsg::Frames { conn, frames, permit } => {
                 let Some(info) = state.conns.get(&conn) else { return Ok(()) };
                 let identity = info.identity.clone();

@@ -11,7 +11,7 @@ use ractor::ActorRef;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::messages::{ConnKind, RouterMsg};
+use crate::messages::{ConnKind, Opened, RouterMsg};
 
 /// The largest frame a peer may send before its handshake.
 pub const HANDSHAKE_MAX_FRAME: u32 = 4096;
@@ -287,7 +287,7 @@ async fn connection<T: Transport>(
     if let Some(first) = first {
         reader.set_max_frame(limits.max_frame_bytes);
         let (closer_tx, mut closer_rx) = oneshot::channel();
-        let open = RouterMsg::Open {
+        let open = RouterMsg::Open(Opened {
             conn,
             kind,
             first,
@@ -295,7 +295,7 @@ async fn connection<T: Transport>(
             closer: closer_tx,
             peer,
             root,
-        };
+        });
         if router.cast(open).is_ok() {
             let permits = Arc::new(Semaphore::new(MAX_QUEUED_FRAMES as usize));
             let mut batch = Vec::new();

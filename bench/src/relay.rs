@@ -222,17 +222,7 @@ fn ps_row(name: &str) -> PsRow {
         name: name.to_owned(),
         kind: "agent".into(),
         role: "worker".into(),
-        pid: None,
         state: "ready".into(),
-        uptime_secs: 0,
-        restarts: 0,
-        last_exit: None,
-        mailbox_depth: 0,
-        turns_total: 0,
-        rss_bytes: None,
-        tokens_in: 0,
-        tokens_out: 0,
-        sandbox: None,
-        confined: None,
+        ..Default::default()
     }
 }

@@ -443,7 +443,7 @@ pub struct SourcedLine {
 }
 
 /// One row of `flockctl ps`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PsRow {
     pub name: String,
     /// `agent` for agent processes, `actor` for the orchestrator's actors, `supervisor` for itself.

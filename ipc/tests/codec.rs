@@ -26,10 +26,7 @@ fn ps_row() -> impl Strategy<Value = PsRow> {
             mailbox_depth: n / 3,
             turns_total: n / 2,
             rss_bytes: rss,
-            tokens_in: 0,
-            tokens_out: 0,
-            sandbox: None,
-            confined: None,
+            ..Default::default()
         },
     )
 }

@@ -274,15 +274,8 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
         pid: Some(me),
         state: "running".into(),
         uptime_secs: uptime,
-        restarts: 0,
-        last_exit: None,
-        mailbox_depth: 0,
-        turns_total: 0,
         rss_bytes: crate::spawn::rss_bytes(me),
-        tokens_in: 0,
-        tokens_out: 0,
-        sandbox: None,
-        confined: None,
+        ..Default::default()
     }];
     for (name, actor) in [
         ("router", ctx.router.get_cell()),
@@ -298,15 +291,7 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
             pid: Some(me),
             state: format!("{:?}", actor.get_status()).to_lowercase(),
             uptime_secs: uptime,
-            restarts: 0,
-            last_exit: None,
-            mailbox_depth: 0,
-            turns_total: 0,
-            rss_bytes: None,
-            tokens_in: 0,
-            tokens_out: 0,
-            sandbox: None,
-            confined: None,
+            ..Default::default()
         });
     }
     // Chains of turns (one per outside input) with their budgets: `flockctl chains` for detail.
@@ -314,21 +299,13 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
         name: "chains".into(),
         kind: "chains".into(),
         role: "router".into(),
-        pid: None,
         state: format!(
             "{} in flight, {} stopped by budget",
             counters.chains_live, counters.chains_stopped
         ),
         uptime_secs: uptime,
-        restarts: 0,
-        last_exit: None,
         mailbox_depth: counters.chains_live,
-        turns_total: 0,
-        rss_bytes: None,
-        tokens_in: 0,
-        tokens_out: 0,
-        sandbox: None,
-        confined: None,
+        ..Default::default()
     });
     if let Some(model) = &ctx.model {
         let m = model.status();
@@ -341,13 +318,8 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
             uptime_secs: m.started.filter(|_| m.pid.is_some()).map_or(0, |t| t.elapsed().as_secs()),
             restarts: m.restarts,
             last_exit: m.last_exit,
-            mailbox_depth: 0,
-            turns_total: 0,
             rss_bytes: m.pid.and_then(crate::spawn::rss_bytes),
-            tokens_in: 0,
-            tokens_out: 0,
-            sandbox: None,
-            confined: None,
+            ..Default::default()
         });
     }
     rows.extend(bridge_rows(ctx).await);
@@ -411,10 +383,7 @@ async fn bridge_rows(ctx: &ControlCtx) -> Vec<PsRow> {
                 mailbox_depth: info.map_or(0, |i| i.outbox),
                 turns_total: info.map_or(0, |i| i.inbound + i.outbound),
                 rss_bytes: s.pid.and_then(crate::spawn::rss_bytes),
-                tokens_in: 0,
-                tokens_out: 0,
-                sandbox: None,
-                confined: None,
+                ..Default::default()
             }
         })
         .collect()

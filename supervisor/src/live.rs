@@ -261,15 +261,7 @@ mod tests {
             pid: Some(42),
             state: state.into(),
             uptime_secs: 65,
-            restarts: 0,
-            last_exit: None,
-            mailbox_depth: 0,
-            turns_total: 0,
-            rss_bytes: None,
-            tokens_in: 0,
-            tokens_out: 0,
-            sandbox: None,
-            confined: None,
+            ..Default::default()
         }
     }
 

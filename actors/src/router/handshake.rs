@@ -4,18 +4,8 @@
 use super::*;
 
 impl RouterState {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn open(
-        &mut self,
-        myself: &ActorRef<RouterMsg>,
-        conn: ConnId,
-        kind: ConnKind,
-        first: Frame,
-        outbox: Outbox,
-        closer: oneshot::Sender<()>,
-        peer: PeerCred,
-        root: Option<u32>,
-    ) {
+    pub(super) fn open(&mut self, myself: &ActorRef<RouterMsg>, opened: Opened) {
+        let Opened { conn, kind, first, outbox, closer, peer, root } = opened;
         let reject = |code: ErrorCode, reason: String| {
             // Dropping `closer` and `outbox` here makes the connection task write this frame
             // and close; the router keeps serving everyone else.

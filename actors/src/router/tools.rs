@@ -3,6 +3,7 @@
 //! channels actor, the permissions store job, the memory index, the journal — or is answered
 //! here from the router's own tables.
 
+use flock_config::AgentSpec;
 use flock_config::tools::{self as table, Owner};
 use flock_ipc::id::fmt_id;
 use flock_ipc::{Body, ErrorCode, Frame, ROUTER, ToolError};
@@ -164,10 +165,7 @@ impl RouterState {
             }
             "agents__list" => {
                 let list: Vec<_> = self
-                    .order
-                    .iter()
-                    .filter_map(|n| self.slots.get(n).map(|s| &s.spec))
-                    .filter(|a| a.key() != caller)
+                    .others(caller)
                     .map(|a| {
                         let slot = self.slots.get(&a.key());
                         let state = match slot {
@@ -184,10 +182,7 @@ impl RouterState {
             "agents__catalog" | "agents__roster" => {
                 let allowed = self.slots.get(caller).map(|s| &s.spec.can_call);
                 let list: Vec<_> = self
-                    .order
-                    .iter()
-                    .filter_map(|n| self.slots.get(n).map(|s| &s.spec))
-                    .filter(|a| a.key() != caller)
+                    .others(caller)
                     .map(|a| {
                         let callable = allowed.is_none_or(|c| c.is_empty() || c.contains(&a.name));
                         serde_json::json!({
@@ -205,6 +200,16 @@ impl RouterState {
                 "the tool table gives `{other}` to the router, which has no handler for it"
             ))),
         }
+    }
+}
+
+impl RouterState {
+    /// Every agent of the swarm but `caller`, in the swarm file's order.
+    fn others<'a>(&'a self, caller: &'a str) -> impl Iterator<Item = &'a AgentSpec> + 'a {
+        self.order
+            .iter()
+            .filter_map(|n| self.slots.get(n).map(|s| &s.spec))
+            .filter(move |a| a.key() != caller)
     }
 }
 
