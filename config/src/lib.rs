@@ -13,6 +13,7 @@
 mod error;
 mod extensions;
 mod fields;
+mod section;
 pub mod spec;
 mod swarm;
 pub mod tools;

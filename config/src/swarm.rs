@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::Pos;
 use crate::error::{Report, closest, list};
+use crate::section::{self, Field, boolean, uint};
 use crate::spec::{
     AgentSpec, BridgeMapping, BridgeSpec, BudgetSpec, ChannelsSpec, DeliverySpec, DmSpec,
     ExtensionSpec, MaskRule, ModelSpec, Platform, Replies, RestartPolicy, Role, SandboxKind,
@@ -37,23 +38,52 @@ const TOP_KEYS: &[&str] = &[
     "agents",
     "bridges",
 ];
-const BUDGET_KEYS: &[&str] = &["max_hops", "max_tokens", "max_wall_secs"];
-const CHANNELS_KEYS: &[&str] =
-    &["delta_delay_min_ms", "delta_delay_max_ms", "archive_deadline_secs"];
-const SWARM_KEYS: &[&str] = &["name"];
-const SUPERVISION_KEYS: &[&str] = &[
-    "strategy",
-    "max_restarts",
-    "max_seconds",
-    "backoff_initial_ms",
-    "backoff_max_ms",
-    "backoff_reset_secs",
-    "escalate",
-    "heartbeat_interval_ms",
-    "heartbeat_misses",
+/// `supervision:` — how children are restarted and watched.
+const SUPERVISION: &[Field<SupervisionSpec>] = &[
+    Field {
+        key: "strategy",
+        read: |r, v, what, s| {
+            if let Some(strategy) = r.choice(v, what, "strategy", STRATEGIES) {
+                s.strategy = strategy;
+            }
+        },
+    },
+    uint!("max_restarts", 0, U32_MAX, max_restarts),
+    // A zero-second window would never count two restarts together: intensity would be off.
+    uint!("max_seconds", 1, U64_MAX, max_seconds),
+    uint!("backoff_initial_ms", 0, U64_MAX, backoff_initial_ms),
+    uint!("backoff_max_ms", 0, U64_MAX, backoff_max_ms),
+    uint!("backoff_reset_secs", 0, U64_MAX, backoff_reset_secs),
+    boolean!("escalate", escalate),
+    // Below 10 ms heartbeats would be most of what the supervisor does.
+    uint!("heartbeat_interval_ms", 10, U64_MAX, heartbeat_interval_ms),
+    uint!("heartbeat_misses", 1, U32_MAX, heartbeat_misses),
 ];
-const DELIVERY_KEYS: &[&str] =
-    &["max_delivery_attempts", "request_timeout_ms", "max_frame_bytes", "outbox_frames"];
+
+/// `delivery:` — durable mailboxes, requests and frames.
+const DELIVERY: &[Field<DeliverySpec>] = &[
+    uint!("max_delivery_attempts", 1, U32_MAX, max_delivery_attempts),
+    uint!("request_timeout_ms", 1, U64_MAX, request_timeout_ms),
+    // A frame must hold at least a small message; above 1 GiB one frame could exhaust memory.
+    uint!("max_frame_bytes", 1024, GIB, max_frame_bytes),
+    uint!("outbox_frames", 16, U32_MAX, outbox_frames),
+];
+
+/// `channels:` — delta notifications and the archive deadline.
+const CHANNELS: &[Field<ChannelsSpec>] = &[
+    uint!("delta_delay_min_ms", 0, U64_MAX, delta_delay_min_ms),
+    uint!("delta_delay_max_ms", 0, U64_MAX, delta_delay_max_ms),
+    uint!("archive_deadline_secs", 1, U64_MAX, archive_deadline_secs),
+];
+
+/// `budget:` — what one chain of turns may use.
+const BUDGET: &[Field<BudgetSpec>] = &[
+    uint!("max_hops", 1, U32_MAX, max_hops),
+    uint!("max_tokens", 1, U64_MAX, max_tokens),
+    uint!("max_wall_secs", 1, U64_MAX, max_wall_secs),
+];
+
+const SWARM_KEYS: &[&str] = &["name"];
 const MODEL_KEYS: &[&str] = &[
     "provider",
     "transcript",
@@ -339,35 +369,6 @@ impl Loader<'_> {
         rules
     }
 
-    fn budget(&mut self, node: &Node) -> BudgetSpec {
-        let mut spec = BudgetSpec::default();
-        if node.is_null() {
-            return spec;
-        }
-        let Some(entries) = self.report.mapping(node, "budget") else {
-            return spec;
-        };
-        let r = &mut self.report;
-        r.unknown_keys(entries, BUDGET_KEYS, "`budget`");
-        let field = |key: &str| lookup(entries, key).map(|(_, v)| (v, format!("budget.{key}")));
-        if let Some((v, what)) = field("max_hops")
-            && let Some(n) = r.uint(v, &what, 1, U32_MAX)
-        {
-            spec.max_hops = n;
-        }
-        if let Some((v, what)) = field("max_tokens")
-            && let Some(n) = r.uint(v, &what, 1, U64_MAX)
-        {
-            spec.max_tokens = n;
-        }
-        if let Some((v, what)) = field("max_wall_secs")
-            && let Some(n) = r.uint(v, &what, 1, U64_MAX)
-        {
-            spec.max_wall_secs = n;
-        }
-        spec
-    }
-
     fn swarm_name(&mut self, top: &[(Node, Node)]) -> Option<String> {
         let Some((key, node)) = lookup(top, "swarm") else {
             self.report.error(
@@ -395,140 +396,32 @@ impl Loader<'_> {
     }
 
     fn supervision(&mut self, node: &Node) -> SupervisionSpec {
-        let mut spec = SupervisionSpec::default();
-        if node.is_null() {
-            return spec;
-        }
-        let Some(entries) = self.report.mapping(node, "supervision") else {
-            return spec;
-        };
-        let r = &mut self.report;
-        r.unknown_keys(entries, SUPERVISION_KEYS, "`supervision`");
-        let field =
-            |key: &str| lookup(entries, key).map(|(_, v)| (v, format!("supervision.{key}")));
-
-        if let Some((v, what)) = field("strategy")
-            && let Some(strategy) = r.choice(v, &what, "strategy", STRATEGIES)
+        let (spec, entries) = section::read(&mut self.report, node, "supervision", SUPERVISION);
+        if spec.backoff_max_ms < spec.backoff_initial_ms
+            && let Some(v) = section::read_number(entries, "backoff_max_ms")
         {
-            spec.strategy = strategy;
-        }
-        if let Some((v, what)) = field("max_restarts")
-            && let Some(n) = r.uint(v, &what, 0, U32_MAX)
-        {
-            spec.max_restarts = n;
-        }
-        // A zero-second window would never count two restarts together: intensity would be off.
-        if let Some((v, what)) = field("max_seconds")
-            && let Some(n) = r.uint(v, &what, 1, U64_MAX)
-        {
-            spec.max_seconds = n;
-        }
-        if let Some((v, what)) = field("backoff_initial_ms")
-            && let Some(n) = r.uint(v, &what, 0, U64_MAX)
-        {
-            spec.backoff_initial_ms = n;
-        }
-        let backoff_max = field("backoff_max_ms");
-        if let Some((v, what)) = &backoff_max
-            && let Some(n) = r.uint(v, what, 0, U64_MAX)
-        {
-            spec.backoff_max_ms = n;
-            if n < spec.backoff_initial_ms {
-                r.error(
-                    v.pos,
-                    format!(
-                        "`supervision.backoff_max_ms` ({n}) is below `backoff_initial_ms` ({}); \
-                         the cap must be at least the first step",
-                        spec.backoff_initial_ms
-                    ),
-                );
-            }
-        }
-        if let Some((v, what)) = field("backoff_reset_secs")
-            && let Some(n) = r.uint(v, &what, 0, U64_MAX)
-        {
-            spec.backoff_reset_secs = n;
-        }
-        if let Some((v, what)) = field("escalate")
-            && let Some(b) = r.boolean(v, &what)
-        {
-            spec.escalate = b;
-        }
-        // Below 10 ms heartbeats would be most of what the supervisor does.
-        if let Some((v, what)) = field("heartbeat_interval_ms")
-            && let Some(n) = r.uint(v, &what, 10, U64_MAX)
-        {
-            spec.heartbeat_interval_ms = n;
-        }
-        if let Some((v, what)) = field("heartbeat_misses")
-            && let Some(n) = r.uint(v, &what, 1, U32_MAX)
-        {
-            spec.heartbeat_misses = n;
+            self.report.error(
+                v.pos,
+                format!(
+                    "`supervision.backoff_max_ms` ({}) is below `backoff_initial_ms` ({}); \
+                     the cap must be at least the first step",
+                    spec.backoff_max_ms, spec.backoff_initial_ms
+                ),
+            );
         }
         spec
     }
 
     fn delivery(&mut self, node: &Node) -> DeliverySpec {
-        let mut spec = DeliverySpec::default();
-        if node.is_null() {
-            return spec;
-        }
-        let Some(entries) = self.report.mapping(node, "delivery") else {
-            return spec;
-        };
-        let r = &mut self.report;
-        r.unknown_keys(entries, DELIVERY_KEYS, "`delivery`");
-        let field = |key: &str| lookup(entries, key).map(|(_, v)| (v, format!("delivery.{key}")));
-
-        if let Some((v, what)) = field("max_delivery_attempts")
-            && let Some(n) = r.uint(v, &what, 1, U32_MAX)
-        {
-            spec.max_delivery_attempts = n;
-        }
-        if let Some((v, what)) = field("request_timeout_ms")
-            && let Some(n) = r.uint(v, &what, 1, U64_MAX)
-        {
-            spec.request_timeout_ms = n;
-        }
-        // A frame must hold at least a small message; above 1 GiB one frame could exhaust memory.
-        if let Some((v, what)) = field("max_frame_bytes")
-            && let Some(n) = r.uint(v, &what, 1024, GIB)
-        {
-            spec.max_frame_bytes = n;
-        }
-        if let Some((v, what)) = field("outbox_frames")
-            && let Some(n) = r.uint(v, &what, 16, U32_MAX)
-        {
-            spec.outbox_frames = n;
-        }
-        spec
+        section::read(&mut self.report, node, "delivery", DELIVERY).0
     }
 
     fn channels(&mut self, node: &Node) -> ChannelsSpec {
-        let mut spec = ChannelsSpec::default();
-        if node.is_null() {
-            return spec;
-        }
-        let Some(entries) = self.report.mapping(node, "channels") else {
-            return spec;
-        };
-        let r = &mut self.report;
-        r.unknown_keys(entries, CHANNELS_KEYS, "`channels`");
-        let field = |key: &str| lookup(entries, key).map(|(_, v)| (v, format!("channels.{key}")));
-        if let Some((v, what)) = field("delta_delay_min_ms")
-            && let Some(n) = r.uint(v, &what, 0, U64_MAX)
-        {
-            spec.delta_delay_min_ms = n;
-        }
-        if let Some((v, what)) = field("delta_delay_max_ms")
-            && let Some(n) = r.uint(v, &what, 0, U64_MAX)
-        {
-            spec.delta_delay_max_ms = n;
-        }
+        let (spec, entries) = section::read(&mut self.report, node, "channels", CHANNELS);
         if spec.delta_delay_max_ms < spec.delta_delay_min_ms
-            && let Some((v, _)) = field("delta_delay_max_ms")
+            && let Some(v) = section::read_number(entries, "delta_delay_max_ms")
         {
-            r.error(
+            self.report.error(
                 v.pos,
                 format!(
                     "`channels.delta_delay_max_ms` ({}) is below `delta_delay_min_ms` ({}); raise it or lower the minimum",
@@ -536,12 +429,11 @@ impl Loader<'_> {
                 ),
             );
         }
-        if let Some((v, what)) = field("archive_deadline_secs")
-            && let Some(n) = r.uint(v, &what, 1, U64_MAX)
-        {
-            spec.archive_deadline_secs = n;
-        }
         spec
+    }
+
+    fn budget(&mut self, node: &Node) -> BudgetSpec {
+        section::read(&mut self.report, node, "budget", BUDGET).0
     }
 }
 
