@@ -1,7 +1,9 @@
 //! A small HTTP/1.1 server on tokio's TCP, enough for OpenAI clients on loopback: keep-alive,
 //! `Content-Length` bodies, `Expect: 100-continue`; no chunked requests, no TLS, no pipelining
 //! beyond buffering. While a request waits for the model it keeps reading its socket, so a client
-//! that disconnects cancels its generation.
+//! that disconnects cancels its generation. The head is parsed by `httparse` (hyper's parser);
+//! the connection handling around it is ours, for the limits below, which hyper's server does
+//! not offer (a token check before the body, a deadline on every wait, a lingering close).
 //!
 //! Any local user can connect, so: the route, method and bearer token are checked from the
 //! request head, before a byte of body is read (a refused request is answered and its connection
@@ -29,6 +31,8 @@ use crate::wire::{self, CompletionRequest};
 
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// The most headers a request may carry (an OpenAI client sends about a dozen).
+const MAX_HEADERS: usize = 64;
 
 /// The whole request head (request line and headers) must arrive within this of the connection
 /// being accepted, or, on a kept-alive connection, of the next request's first byte. The gateway
@@ -547,37 +551,29 @@ async fn read_head<S: Stream>(
             deadline = Instant::now() + limits.head;
         }
     };
-    let head = match std::str::from_utf8(&buf[..head_end]) {
-        Ok(h) => h,
-        Err(_) => {
-            return Ok(Err(Response::error(
-                400,
-                "request head is not UTF-8",
-                "invalid_request_error",
-                None,
-            )));
-        }
+    // The head is complete: httparse reads it (the request line, each header's name and value).
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut slots);
+    let refused = |status, message: &str| {
+        Ok(Err(Response::error(status, message, "invalid_request_error", None)))
     };
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next().unwrap_or("").split(' ');
-    let (method, path, version) = match (first.next(), first.next(), first.next()) {
-        (Some(m), Some(p), Some(v)) if v.starts_with("HTTP/1.") => {
-            (m.to_string(), p.to_string(), v)
-        }
-        _ => {
-            return Ok(Err(Response::error(
-                400,
-                "malformed request line",
-                "invalid_request_error",
-                None,
-            )));
-        }
+    match parsed.parse(&buf[..head_end]) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Err(httparse::Error::TooManyHeaders) => return refused(431, "too many request headers"),
+        Ok(httparse::Status::Partial) | Err(_) => return refused(400, "malformed request head"),
+    }
+    let (Some(method), Some(path), Some(minor)) = (parsed.method, parsed.path, parsed.version)
+    else {
+        return refused(400, "malformed request line");
     };
-    let headers: Vec<(String, String)> = lines
-        .filter(|l| !l.is_empty())
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
+    let mut headers = Vec::with_capacity(parsed.headers.len());
+    for h in parsed.headers.iter() {
+        let Ok(value) = std::str::from_utf8(h.value) else {
+            return refused(400, "request head is not UTF-8");
+        };
+        headers.push((h.name.to_string(), value.trim().to_string()));
+    }
+    let (method, path) = (method.to_string(), path.to_string());
     let mut req = Request {
         method,
         path,
@@ -588,8 +584,8 @@ async fn read_head<S: Stream>(
         keep_alive: false,
     };
     let connection = req.header("connection").map(str::to_ascii_lowercase);
-    req.keep_alive = match version {
-        "HTTP/1.0" => connection.as_deref() == Some("keep-alive"),
+    req.keep_alive = match minor {
+        0 => connection.as_deref() == Some("keep-alive"),
         _ => connection.as_deref() != Some("close"),
     };
     req.expect_continue =

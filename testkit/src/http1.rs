@@ -23,6 +23,8 @@ const MAX_HEAD: usize = 64 * 1024;
 const MAX_BODY: usize = 50 * 1024 * 1024;
 /// Longest line of a chunked body (a chunk size, a trailer).
 const MAX_LINE: usize = 64 * 1024;
+/// Most headers in one request head.
+const MAX_HEADERS: usize = 128;
 
 /// A client connection and the bytes read from it that no request consumed yet.
 pub(crate) struct Conn<S> {
@@ -258,27 +260,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 return if self.buf.is_empty() { Incoming::Closed } else { Incoming::Malformed };
             }
         };
-        let Ok(head) = std::str::from_utf8(&self.buf[..head_end]) else {
+        // The head is complete: httparse reads it (request line, header names and values).
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut parsed = httparse::Request::new(&mut slots);
+        let Ok(httparse::Status::Complete(_)) = parsed.parse(&self.buf[..head_end + 4]) else {
             return Incoming::Malformed;
         };
-        let mut lines = head.split("\r\n");
-        let mut request_line = lines.next().unwrap_or_default().split(' ');
-        let (Some(method), Some(target), Some(version)) =
-            (request_line.next(), request_line.next(), request_line.next())
+        let (Some(method), Some(target), Some(minor)) =
+            (parsed.method, parsed.path, parsed.version)
         else {
             return Incoming::Malformed;
         };
         let (method, target) = (method.to_string(), target.to_string());
-        let headers: Vec<(String, String)> = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
+        let mut headers: Vec<(String, String)> = Vec::with_capacity(parsed.headers.len());
+        for h in parsed.headers.iter() {
+            let Ok(value) = std::str::from_utf8(h.value) else { return Incoming::Malformed };
+            headers.push((h.name.to_ascii_lowercase(), value.trim().to_string()));
+        }
         let connection =
             headers.iter().find(|(n, _)| n == "connection").map(|(_, v)| v.to_ascii_lowercase());
-        let keep_alive = match version {
-            "HTTP/1.1" => connection.as_deref() != Some("close"),
-            "HTTP/1.0" => connection.as_deref() == Some("keep-alive"),
-            _ => return Incoming::Malformed,
+        let keep_alive = match minor {
+            1 => connection.as_deref() != Some("close"),
+            _ => connection.as_deref() == Some("keep-alive"),
         };
         let chunked = headers
             .iter()
@@ -290,9 +293,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 let Some(eol) = self.line_end(pos).await else {
                     return Incoming::Malformed;
                 };
-                let size = std::str::from_utf8(&self.buf[pos..eol])
-                    .ok()
-                    .and_then(|l| usize::from_str_radix(l.split(';').next()?.trim(), 16).ok());
+                let size = match httparse::parse_chunk_size(&self.buf[pos..eol + 2]) {
+                    Ok(httparse::Status::Complete((_, size))) => usize::try_from(size).ok(),
+                    _ => None,
+                };
                 let Some(size) = size.filter(|s| body.len() + s <= MAX_BODY) else {
                     return Incoming::Malformed;
                 };
