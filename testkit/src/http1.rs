@@ -451,6 +451,29 @@ fn percent_decode(raw: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Test client: writes `request` (a whole HTTP/1.1 request, `Connection: close`) and reads the
+/// answer to its end: status, headers (names in lower case) and the body as JSON (`Null` if it
+/// is not).
+#[cfg(test)]
+pub(crate) fn exchange(
+    stream: &mut std::net::TcpStream,
+    request: &str,
+) -> (u16, Vec<(String, String)>, serde_json::Value) {
+    use std::io::{Read, Write};
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
+    let mut lines = head.split("\r\n");
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok());
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let body = serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+    (status.expect("a status"), headers, body)
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, duplex};

@@ -848,7 +848,6 @@ impl FakeDiscord {
 
 #[cfg(test)]
 mod tests {
-    use std::io::{Read, Write};
 
     use serenity::all::{
         ChannelId, ChannelType, ClientBuilder, Context, CreateAllowedMentions, CreateChannel,
@@ -896,18 +895,7 @@ mod tests {
             head.push_str("Content-Type: application/json\r\n");
         }
         head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-        stream.write_all(head.as_bytes()).expect("send");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).expect("read");
-        let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
-        let mut lines = head.split("\r\n");
-        let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok());
-        let headers = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        let body = serde_json::from_str(body).unwrap_or(Value::Null);
-        (status.expect("a status"), headers, body)
+        crate::http1::exchange(&mut stream, &head)
     }
 
     /// A request with the bot's `Authorization`.

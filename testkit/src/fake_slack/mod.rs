@@ -733,7 +733,6 @@ impl FakeSlack {
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
-    use std::io::{Read, Write};
 
     use hyper_util::client::legacy::connect::{Connect, HttpConnector};
     use slack_morphism::errors::SlackClientError;
@@ -786,18 +785,7 @@ mod tests {
             None => String::new(),
         };
         head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-        stream.write_all(head.as_bytes()).expect("send");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).expect("read");
-        let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
-        let mut lines = head.split("\r\n");
-        let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok());
-        let headers = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        let body = serde_json::from_str(body).unwrap_or(Value::Null);
-        (status.expect("a status"), headers, body)
+        crate::http1::exchange(&mut stream, &head)
     }
 
     /// A Web API call with a JSON body, answered 200; its body.
