@@ -52,7 +52,7 @@ pub struct NewMessage {
     pub text: String,
     /// Its route (who waits for its answer, its chain and hop); `None`: a root of its own
     /// that nobody waits on. Stored as [`Route::store`] writes it, loaded by [`Route::load`].
-    pub route: Option<Box<Route>>,
+    pub route: Option<Route>,
 }
 
 /// A message waiting in a mailbox, as loaded at startup.

@@ -111,14 +111,14 @@ fn message() -> impl Strategy<Value = NewMessage> {
             let id = id + 1;
             // A route someone waits on is stored whole; `None` is a root rebuilt when loaded.
             let route = waiting.map(|person| {
-                Box::new(Route::root(
+                Route::root(
                     id,
                     AGENTS[from],
                     AGENTS[to],
                     &text,
                     1_000,
                     Some(format!("human:{person}")),
-                ))
+                )
             });
             NewMessage { id, sender: AGENTS[from].into(), target: AGENTS[to].into(), text, route }
         })
@@ -172,8 +172,7 @@ fn check(store: &Store, model: &Model) {
             let at = accepted_at.get(&n.id).copied().unwrap_or(0);
             let route = n
                 .route
-                .as_deref()
-                .cloned()
+                .clone()
                 .unwrap_or_else(|| Route::root(n.id, &n.sender, &n.target, &n.text, at, None));
             (n.id, n.sender.clone(), n.target.clone(), n.text.clone(), m.attempts, route)
         })
