@@ -266,7 +266,7 @@ impl Actor for Router {
                 continue;
             };
             // Chains resume where their messages say they were (hops and start time).
-            let route = m.route;
+            let route = Route::load(&m.route, m.id, &m.sender, &m.target, &m.text, m.enqueued_at);
             chains.entry(&route.chain, route.hop).live += 1;
             let kind = if route.result { DeliveryKind::Result } else { DeliveryKind::Message };
             let mut q = Queued::new(m.id, kind, m.sender, m.text, route);

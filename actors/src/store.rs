@@ -11,8 +11,6 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use flock_ipc::{DeadLetter, MsgId};
-
-use crate::chains::Route;
 use rusqlite::{Connection, OptionalExtension, params};
 
 pub mod bridges;
@@ -50,9 +48,8 @@ pub struct NewMessage {
     pub sender: String,
     pub target: String,
     pub text: String,
-    /// Its route (who waits for its answer, its chain and hop); `None`: a root of its own
-    /// that nobody waits on. Stored as [`Route::store`] writes it, loaded by [`Route::load`].
-    pub route: Option<Route>,
+    /// The router's routing record (opaque here; '' for none).
+    pub route: String,
 }
 
 /// A message waiting in a mailbox, as loaded at startup.
@@ -63,7 +60,7 @@ pub struct PendingMessage {
     pub target: String,
     pub text: String,
     pub attempts: u32,
-    pub route: Route,
+    pub route: String,
     /// Unix ms when it was accepted.
     pub enqueued_at: u64,
 }
@@ -123,8 +120,7 @@ fn insert_message(
     m: &NewMessage,
     now: i64,
 ) -> rusqlite::Result<usize> {
-    let route = m.route.as_ref().map_or(String::new(), |r| r.store(m.id));
-    insert.execute(params![id_bytes(m.id), m.sender, m.target, m.text, now, route])
+    insert.execute(params![id_bytes(m.id), m.sender, m.target, m.text, now, m.route])
 }
 
 fn id_bytes(id: MsgId) -> [u8; 16] {
@@ -284,13 +280,15 @@ impl Store {
              FROM messages WHERE state = 0 ORDER BY seq",
         )?;
         let rows = stmt.query_map([], |r| {
-            let id = id_from(r.get(0)?);
-            let (sender, target, text): (String, String, String) =
-                (r.get(1)?, r.get(2)?, r.get(3)?);
-            let enqueued_at = r.get::<_, i64>(6)?.max(0) as u64;
-            let stored: String = r.get(5)?;
-            let route = Route::load(&stored, id, &sender, &target, &text, enqueued_at);
-            Ok(PendingMessage { id, sender, target, text, attempts: r.get(4)?, route, enqueued_at })
+            Ok(PendingMessage {
+                id: id_from(r.get(0)?),
+                sender: r.get(1)?,
+                target: r.get(2)?,
+                text: r.get(3)?,
+                attempts: r.get(4)?,
+                route: r.get(5)?,
+                enqueued_at: r.get::<_, i64>(6)?.max(0) as u64,
+            })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -363,7 +361,7 @@ mod tests {
             sender: "a".into(),
             target: target.into(),
             text: format!("m{id}"),
-            route: None,
+            route: String::new(),
         }
     }
 

@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use flock_actors::chains::Route;
 use flock_actors::store::{Durability, NewMessage, Store, WriteOp, WriteOutcome};
 use proptest::prelude::*;
 
@@ -107,20 +106,12 @@ impl Model {
 fn message() -> impl Strategy<Value = NewMessage> {
     // A small id pool, so replays (duplicates) and operations on known ids are common.
     (0u128..24, 0..AGENTS.len(), 0..AGENTS.len(), "[a-z ]{0,12}", prop::option::of("[a-z]{1,6}"))
-        .prop_map(|(id, from, to, text, waiting)| {
-            let id = id + 1;
-            // A route someone waits on is stored whole; `None` is a root rebuilt when loaded.
-            let route = waiting.map(|person| {
-                Route::root(
-                    id,
-                    AGENTS[from],
-                    AGENTS[to],
-                    &text,
-                    1_000,
-                    Some(format!("human:{person}")),
-                )
-            });
-            NewMessage { id, sender: AGENTS[from].into(), target: AGENTS[to].into(), text, route }
+        .prop_map(|(id, from, to, text, route)| NewMessage {
+            id: id + 1,
+            sender: AGENTS[from].into(),
+            target: AGENTS[to].into(),
+            text,
+            route: route.unwrap_or_default(),
         })
 }
 
@@ -156,9 +147,9 @@ fn open(path: &Path) -> Store {
 
 /// Everything the store says, compared with the model.
 fn check(store: &Store, model: &Model) {
-    let stored = store.pending().unwrap();
-    let accepted_at: BTreeMap<u128, u64> = stored.iter().map(|p| (p.id, p.enqueued_at)).collect();
-    let pending: Vec<_> = stored
+    let pending: Vec<_> = store
+        .pending()
+        .unwrap()
         .into_iter()
         .map(|p| (p.id, p.sender, p.target, p.text, p.attempts, p.route))
         .collect();
@@ -168,13 +159,7 @@ fn check(store: &Store, model: &Model) {
         .filter(|m| m.state == State::Pending)
         .map(|m| {
             let n = &m.m;
-            // A message sent without a route loads as a root of its own, started when accepted.
-            let at = accepted_at.get(&n.id).copied().unwrap_or(0);
-            let route = n
-                .route
-                .clone()
-                .unwrap_or_else(|| Route::root(n.id, &n.sender, &n.target, &n.text, at, None));
-            (n.id, n.sender.clone(), n.target.clone(), n.text.clone(), m.attempts, route)
+            (n.id, n.sender.clone(), n.target.clone(), n.text.clone(), m.attempts, n.route.clone())
         })
         .collect();
     assert_eq!(pending, expected, "the pending mailboxes, in acceptance order");

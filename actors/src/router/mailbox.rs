@@ -103,7 +103,7 @@ impl RouterState {
     ) {
         // Hot path: no event unless `RUST_LOG` asks for trace (the fields are not even formatted).
         tracing::trace!(msg_id = %fmt_id(id), from = %sender, to = %target, chain = %fmt_id(route.chain.id), "enqueue");
-        let msg = NewMessage { id, sender, target, text, route: Some(route.clone()) };
+        let msg = NewMessage { id, sender, target, text, route: route.store(id) };
         let write = StoreMsg::Write {
             op: WriteOp::Enqueue(msg),
             origin: Some(Origin { conn: conn.unwrap_or(NO_CONN), frame: id }),
@@ -445,9 +445,8 @@ impl RouterState {
         for (op, origin, outcome) in batch.items {
             let WriteOp::Enqueue(msg) = op else { continue };
             let Some(origin) = origin else { continue };
-            let route = msg.route.unwrap_or_else(|| {
-                Route::root(msg.id, &msg.sender, &msg.target, &msg.text, unix_ms(), None)
-            });
+            let route =
+                Route::load(&msg.route, msg.id, &msg.sender, &msg.target, &msg.text, unix_ms());
             let chain = route.chain.id;
             let answer = match outcome {
                 Ok(WriteOutcome::Inserted) => {

@@ -102,7 +102,7 @@ impl RouterState {
                         sender: from.clone(),
                         target: to.clone(),
                         text: text.clone(),
-                        route: None,
+                        route: String::new(),
                     })
                     .collect();
                 Ok((r, messages))
