@@ -2,8 +2,9 @@
 //! of `ps --watch` (redrawn in place, like `top`), and the lines of every log with the name of
 //! their log in front (`logs -f` without an agent, like `docker compose logs -f`).
 //!
-//! Colours and cursor movements are written only to a terminal, and colours only when `NO_COLOR`
-//! is unset or empty (<https://no-color.org>): piped, the output is plain text.
+//! Cursor movements are written only to a terminal, colours as [`colour_wanted`] says
+//! (`NO_COLOR`, <https://no-color.org>, `CLICOLOR`, `CLICOLOR_FORCE`): piped, the output is
+//! plain text.
 
 use std::io::{IsTerminal, Write};
 
@@ -22,9 +23,11 @@ pub fn stdout_is_tty() -> bool {
     std::io::stdout().is_terminal()
 }
 
-/// Whether to write colours: standard output is a terminal and `NO_COLOR` is unset or empty.
+/// Whether to write colours to standard output, by the usual conventions (anstream's reading
+/// of them): never with `NO_COLOR` set or `CLICOLOR=0`, always with `CLICOLOR_FORCE`, else on a
+/// terminal that is not `TERM=dumb`.
 pub fn colour_wanted() -> bool {
-    stdout_is_tty() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never
 }
 
 /// The colour of a state in `flockctl ps`: green when it works, cyan when busy, yellow on its

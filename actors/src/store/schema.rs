@@ -1,6 +1,6 @@
 //! The database's schema: every table, index and view of the swarm's SQLite file, as the
 //! migrations that made it, in order. The code that reads and writes a table lives with its
-//! concern (the store's mailboxes, `channels::store`, `channels::bridge`, `permissions`); what
+//! concern (the store's mailboxes, `store::channels`, `store::bridges`, `permissions`); what
 //! the tables are is all here.
 
 /// Migration 4: permission requests and grants.
