@@ -392,6 +392,19 @@ impl Loader<'_> {
             self.report.error(value.pos, "`swarm.name` is blank; give the swarm a name");
             return None;
         }
+        // The name is shown in logs, `ps` and every agent's Welcome: the agents' rule keeps it
+        // one plain word.
+        if !valid_agent_name(&name) {
+            self.report.error(
+                value.pos,
+                format!(
+                    "`swarm.name` `{name}` is not a valid name: use lowercase letters, digits and `-` \
+                     (at most 63), e.g. `{}`",
+                    suggest_name(&name)
+                ),
+            );
+            return None;
+        }
         Some(name)
     }
 

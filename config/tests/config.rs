@@ -314,6 +314,30 @@ fn invalid_agent_names_are_rejected_with_an_example() {
 }
 
 #[test]
+fn a_swarm_name_follows_the_agents_rule_with_an_example() {
+    let text = "swarm:\n  name: Bad_Name\nagents:\n  - { name: w, role: worker }\n";
+    let error = one_error(text);
+    assert_eq!(error.line, 2);
+    assert_mentions(&error, &["`swarm.name` `Bad_Name` is not a valid name", "e.g. `bad-name`"]);
+}
+
+#[test]
+fn an_openai_compatible_server_named_as_provider_gets_one_error_saying_what_to_write() {
+    let text = "swarm:\n  name: t\nmodels:\n  mine:\n    provider: ollama\n    \
+                base_url: http://localhost:11434/v1\n    model: qwen2.5\nagents:\n  \
+                - { name: w, role: worker, model: mine }\n";
+    let error = one_error(text);
+    assert_eq!(error.line, 5);
+    assert_mentions(
+        &error,
+        &["Ollama serves the OpenAI chat API", "`provider: openai`", "http://localhost:11434/v1"],
+    );
+    // Any other unknown provider: the list of providers, and still only that error.
+    let error = one_error(&text.replace("ollama", "olama"));
+    assert_mentions(&error, &["olama", "openai"]);
+}
+
+#[test]
 fn missing_required_agent_keys_are_reported_at_the_agent() {
     let errors = errors(&swarm(
         "agents:\n  - description: nameless\n    role: worker\n    model: echo\n  - name: b\n",

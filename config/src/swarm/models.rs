@@ -42,9 +42,22 @@ impl Loader<'_> {
         let before = self.report.count();
         self.report.unknown_keys(entries, MODEL_KEYS, &format!("`{what}`"));
         let provider = match lookup(entries, "provider") {
-            Some((_, v)) => {
-                self.report.choice(v, &format!("{what}.provider"), "model provider", PROVIDERS)
-            }
+            Some((_, v)) => match v.text().and_then(openai_compatible) {
+                Some((server, base_url)) => {
+                    self.report.error(
+                        v.pos,
+                        format!(
+                            "`{what}.provider: {}`: {server} serves the OpenAI chat API; write \
+                             `provider: openai` and `base_url: {base_url}` (and `model:` its model name)",
+                            v.text().unwrap_or_default()
+                        ),
+                    );
+                    None
+                }
+                None => {
+                    self.report.choice(v, &format!("{what}.provider"), "model provider", PROVIDERS)
+                }
+            },
             None => {
                 self.report.error(
                     node.pos,
@@ -59,7 +72,9 @@ impl Loader<'_> {
             Some(Provider::OpenAi) => return self.remote(name, node, entries, before, false),
             Some(Provider::Anthropic) => return self.remote(name, node, entries, before, true),
             Some(Provider::Local) => return self.local(name, entries, before),
-            Some(Provider::Scripted) | None => {
+            // Reported above; its other keys are not held against a provider nobody named.
+            None => return None,
+            Some(Provider::Scripted) => {
                 for (k, _) in entries {
                     let Some(key) = k.text() else { continue };
                     let owner = if REMOTE_KEYS.contains(&key) {
@@ -333,4 +348,20 @@ impl Loader<'_> {
             }
         }
     }
+}
+
+/// Servers people run that speak the OpenAI chat API under a name of their own: the name as
+/// written in `provider:`, what it is called, and its usual local base URL.
+fn openai_compatible(provider: &str) -> Option<(&'static str, &'static str)> {
+    Some(match provider.to_ascii_lowercase().as_str() {
+        "ollama" => ("Ollama", "http://localhost:11434/v1"),
+        "vllm" => ("vLLM", "http://localhost:8000/v1"),
+        "llama.cpp" | "llamacpp" | "llama-cpp" | "llama-server" | "llama_cpp" => {
+            ("llama.cpp's llama-server", "http://localhost:8080/v1")
+        }
+        "lmstudio" | "lm-studio" | "lm_studio" => ("LM Studio", "http://localhost:1234/v1"),
+        "openrouter" => ("OpenRouter", "https://openrouter.ai/api/v1"),
+        "groq" => ("Groq", "https://api.groq.com/openai/v1"),
+        _ => return None,
+    })
 }
