@@ -394,6 +394,10 @@ async fn force_archives_at_once() {
         .await
         .unwrap_err();
     assert!(err.starts_with("BAD_REQUEST") && err.contains("read-only"), "{err}");
+    // Told to a person, the way out is a command they have, not an agent's tool.
+    assert!(err.contains("`flockctl channels`") && !err.contains("flock_channel"), "{err}");
+    let err = h.human("alice", "flock_channel_read", json!({"channel": "nope"})).await.unwrap_err();
+    assert!(err.contains("no channel `#nope`; `flockctl channels` shows the channels"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -114,26 +114,43 @@ async fn run(
         }
         ControlRequest::Session { agent, channel } => {
             let max_bytes = ctx.max_frame_bytes as usize / 2;
+            let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;
+            let names: Vec<String> = children.into_iter().map(|c| c.name).collect();
+            let known = names.contains(&agent);
+            let who = agent.clone();
             let result = flock_actors::store_actor::with_store(&ctx.store, move |s| {
-                Ok(match channel {
+                let sessions = s.sessions_of(&agent)?;
+                // A decommissioned agent's sessions stay readable; a name nobody had is an error.
+                if !known && sessions.is_empty() {
+                    return Ok(None);
+                }
+                Ok(Some(match channel {
                     Some(c) => {
                         let c = c.trim_start_matches('#').to_owned();
                         let items = s.load_session(&agent, &c, usize::MAX >> 1, max_bytes)?;
                         format!("{{\"agent\":{:?},\"channel\":{:?},\"messages\":[{}]}}", agent, c, items.join(","))
                     }
                     None => {
-                        let list: Vec<serde_json::Value> = s
-                            .sessions_of(&agent)?
+                        let list: Vec<serde_json::Value> = sessions
                             .into_iter()
                             .map(|(c, n, closed)| serde_json::json!({"channel": c, "messages": n, "closed": closed}))
                             .collect();
                         serde_json::json!({"agent": agent, "sessions": list}).to_string()
                     }
-                })
+                }))
             })
             .await
             .map_err(internal)?;
-            Ok(ControlReply::Json(result))
+            match result {
+                Some(json) => Ok(ControlReply::Json(json)),
+                None => Err((
+                    ErrorCode::AgentNotFound,
+                    format!(
+                        "no agent named `{who}` (and no saved sessions of one); agents: {}",
+                        names.join(", ")
+                    ),
+                )),
+            }
         }
         ControlRequest::Bridges => Ok(ControlReply::Json(bridges_json(ctx).await.to_string())),
         ControlRequest::Channel { tool, arguments, as_name } => {

@@ -158,7 +158,7 @@ impl Actor for Channels {
                 } else {
                     st.tool(&myself, &caller, &name, &arguments).await
                 };
-                let _ = reply.send(result);
+                let _ = reply.send(result.map_err(|(code, msg)| (code, for_people(&msg))));
             }
             ChannelsMsg::Working { channel, seq, on } => {
                 let seqs = st.working.entry(channel.clone()).or_default();
@@ -219,6 +219,21 @@ impl Actor for Channels {
         }
         Ok(())
     }
+}
+
+/// A refusal worded for an agent, reworded for a person: the tools it names become the
+/// `flockctl` commands that do the same.
+fn for_people(message: &str) -> String {
+    const COMMANDS: [(&str, &str); 5] = [
+        ("flock_channel_list", "`flockctl channels`"),
+        ("flock_channel_read", "`flockctl read`"),
+        ("flock_channel_post", "`flockctl post`"),
+        ("flock_channel_create", "`flockctl channel create`"),
+        ("flock_discover", "`flockctl ps`"),
+    ];
+    COMMANDS.iter().fold(message.to_owned(), |m, (tool, command)| {
+        m.replace(&format!("`{tool}`"), command).replace(tool, command)
+    })
 }
 
 /// One line for the journal saying what a successful tool call did.

@@ -49,4 +49,10 @@ models:
     swarm.wait_for_log("dev", "session #work closed", SHORT);
     let listing = swarm.ctl_ok(&["session", "show", "dev"]);
     assert!(listing.contains("#work") && listing.contains("closed"), "{listing}");
+
+    // A name nobody had is an error that says who there is, not an empty listing.
+    let out = swarm.ctl(&["session", "show", "nobody"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no agent named `nobody`") && err.contains("dev"), "{err}");
 }
