@@ -379,6 +379,23 @@ async fn archive_deadline_archives_anyway_and_names_who_was_not_ready() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_an_agent_without_a_model_in_a_swarm_without_a_default_says_to_name_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let yaml = "swarm: {name: t}\nmodels:\n  s: {provider: scripted, rules: [{reply: ok}]}\n\
+                agents:\n  - {name: orchestrator, role: orchestrator, model: s}\n";
+    let h = Harness { _tmp: None, node: common::start(tmp.path(), 0, yaml, true).await };
+    let err = h
+        .human("alice", "flock_create_agent", json!({"name": "helper", "role": "worker"}))
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains("say which model the agent runs") && err.contains("its models: s"),
+        "{err}"
+    );
+    assert!(!err.contains("no model ``"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_archives_at_once() {
     let h = harness(NO_DELAY).await;
     h.human("alice", "flock_channel_create", json!({"channel": "c", "members": ["dev"]}))

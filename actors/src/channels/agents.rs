@@ -55,11 +55,15 @@ impl ChannelsState {
             str_arg(args, "model").map(str::to_owned).or_else(|| self.spec.default_model.clone());
         let Some(model) = model_name.as_ref().and_then(|m| self.spec.models.get(m)).cloned() else {
             let known: Vec<&str> = self.spec.models.keys().map(String::as_str).collect();
-            return Err(bad(format!(
-                "no model `{}`; models of this swarm: {}",
-                model_name.unwrap_or_default(),
-                known.join(", ")
-            )));
+            return Err(bad(match model_name {
+                // The swarm file has no `defaults.model`: the new agent must name one.
+                None => format!(
+                    "say which model the agent runs (`model`; `--model` with flockctl): this swarm has no \
+                     default model; its models: {}",
+                    known.join(", ")
+                ),
+                Some(m) => format!("no model `{m}`; models of this swarm: {}", known.join(", ")),
+            }));
         };
         let spec = AgentSpec {
             name: name.clone(),

@@ -98,8 +98,9 @@ pub(crate) enum Command {
         interval: u64,
     },
     /// Send a message to an agent as human:operator; exits 0 once it is in the agent's durable
-    /// mailbox. The agent's answer is posted in your DM with it (`flockctl read dm-AGENT--human-operator`);
-    /// with --wait, it is printed here.
+    /// mailbox. The agent's answer is posted in your DM with it, whose name this command prints
+    /// (`flockctl read dm-coordinator--human-operator` for the coordinator); with --wait, it is
+    /// printed here.
     ///
     /// Exit codes with --wait: 0 answered, 3 stopped by a budget (the reason is printed), 4 the
     /// work ended without an answer, 5 --timeout passed first, 1 any other error.
