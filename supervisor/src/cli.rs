@@ -55,5 +55,9 @@ pub enum Command {
         /// that fetch and build the embedded model only when it is used.
         #[arg(long)]
         local_model: bool,
+        /// Check the file alone: do not also check that the API keys and platform tokens it names
+        /// are set in this environment.
+        #[arg(long)]
+        file_only: bool,
     },
 }

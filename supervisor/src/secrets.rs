@@ -26,28 +26,59 @@ unsafe extern "C" {
 /// before any thread (the tokio runtime among them) has started.
 pub unsafe fn take_api_keys(spec: &SwarmSpec) -> HashMap<String, Secret> {
     let mut keys = HashMap::new();
-    let models = spec.agents.iter().map(|a| &a.model).chain(spec.models.values());
-    let model_vars = models.filter_map(|model| match model {
-        ModelSpec::OpenAi(m) | ModelSpec::Anthropic(m) => m.api_key_env.as_ref(),
-        _ => None,
-    });
-    // Chat bridges' platform tokens too: only the bridge's own process is handed its token.
-    let bridge_vars =
-        spec.bridges.iter().flat_map(|b| std::iter::once(&b.token_env).chain(&b.app_token_env));
-    let vars = model_vars.chain(bridge_vars);
-    for var in vars {
-        if keys.contains_key(var) {
-            continue;
-        }
-        if let Ok(v) = std::env::var(var)
+    for (var, _) in secret_vars(spec) {
+        if let Ok(v) = std::env::var(&var)
             && !v.trim().is_empty()
         {
             keys.insert(var.clone(), Secret::new(v.trim()));
         }
         // SAFETY: the caller promises a single-threaded process.
-        unsafe { erase_var(var) };
+        unsafe { erase_var(&var) };
     }
     keys
+}
+
+/// Every environment variable the swarm reads a secret from (models' API keys, chat bridges'
+/// platform tokens), once each, with where the swarm file names it first.
+pub fn secret_vars(spec: &SwarmSpec) -> Vec<(String, String)> {
+    let key_of = |model: &ModelSpec| match model {
+        ModelSpec::OpenAi(m) | ModelSpec::Anthropic(m) => m.api_key_env.clone(),
+        _ => None,
+    };
+    let models = spec
+        .models
+        .iter()
+        .filter_map(|(name, m)| Some((key_of(m)?, format!("models.{name}.api_key_env"))));
+    let agents = spec
+        .agents
+        .iter()
+        .filter_map(|a| Some((key_of(&a.model)?, format!("the model of agent `{}`", a.name))));
+    // Chat bridges' platform tokens too: only the bridge's own process is handed its token.
+    let bridges = spec.bridges.iter().flat_map(|b| {
+        std::iter::once((b.token_env.clone(), format!("bridges.{}.token_env", b.name))).chain(
+            b.app_token_env
+                .iter()
+                .map(|v| (v.clone(), format!("bridges.{}.app_token_env", b.name))),
+        )
+    });
+    let mut seen = std::collections::HashSet::new();
+    models.chain(agents).chain(bridges).filter(|(var, _)| seen.insert(var.clone())).collect()
+}
+
+/// The secret variables of the swarm that are unset or blank in this environment, each as a line
+/// saying where the file names it and how to set it (`flock-supervisor validate` reports them:
+/// `up` from here would start, and every call needing them would fail).
+pub fn missing_secrets(spec: &SwarmSpec) -> Vec<String> {
+    secret_vars(spec)
+        .into_iter()
+        .filter(|(var, _)| std::env::var(var).map_or(true, |v| v.trim().is_empty()))
+        .map(|(var, named)| {
+            format!(
+                "`{var}` ({named}) is not set in this environment: `export {var}=…` (or put it in \
+                 the environment `up` runs in) before `up`, or every call that needs it fails"
+            )
+        })
+        .collect()
 }
 
 /// Overwrites the value of `name` in the environment block with zero bytes, then unsets it.

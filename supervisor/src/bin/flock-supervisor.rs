@@ -9,7 +9,7 @@ use flock_supervisor::paths::StateDir;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Validate { file, local_model } => match flock_config::load(&file) {
+        Command::Validate { file, local_model, file_only } => match flock_config::load(&file) {
             Ok(spec) => {
                 let local = match spec.local_model() {
                     Ok(l) => l,
@@ -34,6 +34,23 @@ fn main() -> ExitCode {
                     },
                     None => String::new(),
                 };
+                let missing = if file_only {
+                    Vec::new()
+                } else {
+                    flock_supervisor::secrets::missing_secrets(&spec)
+                };
+                if !missing.is_empty() {
+                    for m in &missing {
+                        eprintln!("{}: {m}", file.display());
+                    }
+                    eprintln!(
+                        "{}: the file is valid, but {} secret(s) it names are not set here \
+                         (`--file-only` checks the file alone)",
+                        file.display(),
+                        missing.len()
+                    );
+                    return ExitCode::from(1);
+                }
                 println!(
                     "{}: ok — swarm `{}` with {} agents{model}",
                     file.display(),

@@ -147,6 +147,30 @@ fn validate_reports_every_problem_with_file_line_and_column() {
     assert!(!state.exists(), "up created {} for a broken file", state.display());
 }
 
+#[test]
+fn validate_says_which_named_secret_is_not_set_here_unless_asked_for_the_file_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys.yaml");
+    let var = "FLOCK_E2E_NEVER_SET_KEY";
+    std::fs::write(
+        &file,
+        format!(
+            "swarm:\n  name: keys\nmodels:\n  gpt: {{provider: openai, model: gpt-4o-mini, \
+             api_key_env: {var}}}\ndefaults: {{model: gpt}}\nagents:\n  - {{name: w, role: worker}}\n"
+        ),
+    )
+    .unwrap();
+    let out = validate(&file);
+    assert_eq!(out.0, Some(1), "{}", out.1);
+    assert!(out.1.contains(&format!("`{var}` (models.gpt.api_key_env) is not set")), "{}", out.1);
+    assert!(out.1.contains("the file is valid, but 1 secret(s)"), "{}", out.1);
+
+    let mut cmd = Command::new(bin("flock-supervisor"));
+    cmd.arg("validate").arg("--file-only").arg(&file);
+    let out = run(&mut cmd, SHORT);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 fn validate(file: &std::path::Path) -> (Option<i32>, String) {
     let mut cmd = Command::new(bin("flock-supervisor"));
     cmd.arg("validate").arg(file);
