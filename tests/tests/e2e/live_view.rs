@@ -51,6 +51,19 @@ impl Live {
         String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
     }
 
+    /// Waits for the command to exit by itself, and returns its exit code.
+    #[track_caller]
+    fn exit_code(&mut self) -> Option<i32> {
+        let deadline = std::time::Instant::now() + SHORT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            assert!(std::time::Instant::now() < deadline, "still running after {SHORT:?}");
+            std::thread::sleep(POLL);
+        }
+    }
+
     /// Waits until the output so far satisfies `cond`, and returns it.
     #[track_caller]
     fn wait_for(&self, what: &str, mut cond: impl FnMut(&str) -> bool) -> String {
@@ -185,6 +198,11 @@ fn logs_follow_without_an_agent_streams_every_log_with_its_name() {
     for name in ["alpha ", "bravo-longer ", "late "] {
         assert!(out.lines().any(|l| l.starts_with(name)), "no {name}lines:\n{out}");
     }
+
+    // `down` ends the stream, and that is not a failure (as `docker logs -f`).
+    let mut live = live;
+    swarm.ctl_ok(&["down"]);
+    assert_eq!(live.exit_code(), Some(0), "logs -f after a clean down");
 }
 
 #[test]

@@ -83,16 +83,18 @@ async fn connect(state: &StateDir) -> Result<Connection> {
 async fn control(conn: &mut Connection, request: ControlRequest) -> Result<ControlReply> {
     let frame = Frame::new(flock_ipc::OPERATOR, ROUTER, Body::Control(request));
     conn.outbox.send(frame).await.map_err(|_| anyhow!("the supervisor closed the connection"))?;
-    next_reply(conn).await
+    next_reply(conn).await?.ok_or_else(|| anyhow!("the supervisor closed the connection"))
 }
 
-async fn next_reply(conn: &mut Connection) -> Result<ControlReply> {
+/// The next reply on the control connection; `None` once the supervisor closed it (the swarm
+/// stopped).
+async fn next_reply(conn: &mut Connection) -> Result<Option<ControlReply>> {
     loop {
         match conn.reader.read_frame().await? {
-            Some(Frame { body: Body::ControlReply(r), .. }) => return Ok(r),
+            Some(Frame { body: Body::ControlReply(r), .. }) => return Ok(Some(r)),
             Some(Frame { body: Body::Error { code, message }, .. }) => bail!("{code}: {message}"),
             Some(_) => continue,
-            None => bail!("the supervisor closed the connection"),
+            None => return Ok(None),
         }
     }
 }

@@ -110,7 +110,14 @@ pub(crate) async fn logs(
         if !follow {
             return Ok(ExitCode::SUCCESS);
         }
-        reply = next_reply(conn).await?;
+        reply = match next_reply(conn).await? {
+            Some(next) => next,
+            // `down` (or a crash) ended the swarm: the lines ended with it, as `docker logs -f`.
+            None => {
+                eprintln!("flockctl: the swarm stopped; no more lines");
+                return Ok(ExitCode::SUCCESS);
+            }
+        };
     }
 }
 
