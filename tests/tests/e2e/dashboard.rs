@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use flock_testkit::Swarm;
+use flock_testkit::{Swarm, bin, run};
 use serde_json::json;
 
 use crate::{LONG, SHORT, answer_model};
@@ -229,6 +229,17 @@ fn the_dashboard_shows_the_swarm_live_in_a_real_browser() {
     let url = url.trim().to_owned();
     assert!(url.starts_with("http://127.0.0.1:") && url.contains("/?token="), "{url}");
     assert_eq!(swarm.ctl_ok(&["ui"]).trim(), url, "flockctl ui prints the same URL");
+    // `--open` says whether the browser command managed it: its failure is flockctl's.
+    for (browser, code) in [("true", 0), ("false", 1)] {
+        let mut open = Command::new(bin("flockctl"));
+        open.arg("--state-dir").arg(swarm.state_dir()).args(["ui", "--open"]);
+        let out = run(open.env("BROWSER", browser).env_remove("FLOCK_HOME"), SHORT);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "BROWSER={browser}: {stderr}");
+        if code != 0 {
+            assert!(stderr.contains("could not open the URL"), "{stderr}");
+        }
+    }
     let addr = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
     swarm.ctl_ok(&["channel", "create", "team", "--members", "worker", "--as", "alice"]);
 

@@ -318,8 +318,11 @@ fn ui(state: &StateDir, open: bool) -> Result<ExitCode> {
     println!("{url}");
     if open {
         let browser = std::env::var("BROWSER").unwrap_or_else(|_| "xdg-open".into());
-        if let Err(e) = std::process::Command::new(&browser).arg(url).status() {
-            bail!("cannot run {browser} to open the URL: {e}; open it by hand");
+        match std::process::Command::new(&browser).arg(url).status() {
+            Ok(status) if status.success() => {}
+            // xdg-open exits non-zero when it found no browser: say so, not "done".
+            Ok(status) => bail!("{browser} could not open the URL ({status}); open it by hand"),
+            Err(e) => bail!("cannot run {browser} to open the URL: {e}; open it by hand"),
         }
     }
     Ok(ExitCode::SUCCESS)
