@@ -332,3 +332,19 @@ fn journal_and_memory_refuse_a_state_dir_that_is_not_there() {
         assert!(err.contains("is a file, not a state dir"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn down_with_nothing_running_is_done_but_a_missing_state_dir_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let down = |state: &std::path::Path| {
+        run(Command::new(bin("flockctl")).arg("--state-dir").arg(state).arg("down"), SHORT)
+    };
+    let out = down(dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to stop"));
+    let typo = dir.path().join("flokc");
+    let out = down(&typo);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no swarm state at"), "{err}");
+}

@@ -161,7 +161,8 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Stop every agent in reverse start order, then the supervisor.
+    /// Stop every agent in reverse start order, then the supervisor. With no swarm running in an
+    /// existing state dir there is nothing to stop: exit 0.
     Down,
     /// Permission requests waiting for a person (RED, or network access the sysadmin found
     /// safe); with --all, every request and how it was decided.

@@ -228,6 +228,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     {
         return logs_without_swarm(&state, agent.as_deref(), *lines as usize);
     }
+    // `down` is idempotent: a state dir whose swarm is not running has nothing to stop (a state
+    // dir that is not there is still an error: a mistyped --state-dir must not look stopped).
+    if matches!(cli.command, Command::Down)
+        && std::os::unix::net::UnixStream::connect(state.control_socket()).is_err()
+    {
+        state.existing()?;
+        println!("no swarm is running with state dir {}; nothing to stop", state.root.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut conn = connect(&state).await?;
     match cli.command {
         Command::Ps { json, watch: false, .. } => views::ps_table(&mut conn, json).await,
