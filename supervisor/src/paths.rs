@@ -93,6 +93,13 @@ impl StateDir {
     /// Creates the layout; the state dir and the run dir are 0700: only this user reaches the
     /// database, the logs and the sockets.
     pub fn create(&self) -> Result<()> {
+        if self.root.exists() && !self.root.is_dir() {
+            anyhow::bail!(
+                "{} is a file, not a state dir: pass --state-dir DIR (or set FLOCK_HOME) to a \
+                 folder (it is made if it does not exist)",
+                self.root.display()
+            );
+        }
         // (The memory folder too: an agent's cage shows it at start, so it must be there.)
         for d in [self.root.clone(), self.logs_dir(), self.workspaces(), self.memory_dir()] {
             std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;

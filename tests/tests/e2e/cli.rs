@@ -348,3 +348,16 @@ fn down_with_nothing_running_is_done_but_a_missing_state_dir_is_an_error() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("no swarm state at"), "{err}");
 }
+
+#[test]
+fn up_refuses_a_state_dir_that_is_a_file_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let mut up = Command::new(bin("flock-supervisor"));
+    up.arg("up").arg(repo_root().join("examples/office.yaml")).arg("--state-dir").arg(&file);
+    let out = run(&mut up, SHORT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("is a file, not a state dir") && !err.contains("os error"), "{err}");
+}
