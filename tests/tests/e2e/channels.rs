@@ -322,9 +322,12 @@ fn post_from_flockctl_wakes_the_agent_members_and_never_the_humans() {
 fn supervisor_sigkill_then_up_replays_no_delivered_message() {
     let mut swarm = Swarm::start(ROOM);
     swarm.ctl_ok(&["channel", "create", "room", "--members", "listener,watcher", "--as", "bob"]);
-    for text in ["first", "second", "third"] {
+    for text in ["first", "second"] {
         swarm.ctl_ok(&["post", "#room", text, "--as", "bob"]);
     }
+    let third = swarm.ctl_ok(&["post", "#room", "third", "--as", "bob", "--json"]);
+    let third: serde_json::Value = serde_json::from_str(&third).unwrap();
+    assert_eq!((third["channel"].as_str(), third["seq"].as_u64()), (Some("room"), Some(3)));
     for agent in ["listener", "watcher"] {
         swarm.wait_for_log(agent, "[seq 3] human:bob: third", SHORT);
     }

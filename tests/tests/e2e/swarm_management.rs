@@ -37,6 +37,7 @@ fn created_agents_are_supervised_survive_restarts_and_decommission_cleanly() {
         "tests things",
         "--as",
         "alice",
+        "--json",
     ]);
     let created: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(created["state"], "ready", "{out}");
@@ -54,13 +55,20 @@ fn created_agents_are_supervised_survive_restarts_and_decommission_cleanly() {
     );
 
     // It survives a supervisor crash.
-    swarm.ctl_ok(&["channel", "create", "qa-room", "--members", "qa-1,dev", "--as", "alice"]);
+    let created =
+        swarm.ctl_ok(&["channel", "create", "qa-room", "--members", "qa-1,dev", "--as", "alice"]);
+    assert!(created.starts_with("created #qa-room; members: "), "text by default: {created}");
+    let members: serde_json::Value =
+        serde_json::from_str(&swarm.ctl_ok(&["channel", "members", "qa-room", "--json"])).unwrap();
+    assert_eq!(members["channel"], "qa-room", "--json is one JSON document: {members}");
     swarm.kill9_supervisor();
     swarm.restart_supervisor();
     assert_eq!(swarm.state_of("qa-1"), "ready", "created agents come back with the swarm");
 
     // Decommission: stopped, out of ps, out of its channels, unreachable; history kept.
-    swarm.ctl_ok(&["agent", "decommission", "qa-1", "--as", "alice"]);
+    let done = swarm.ctl_ok(&["agent", "decommission", "qa-1", "--as", "alice", "--json"]);
+    let done: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(done["name"], "qa-1", "{done}");
     swarm.wait_until(|| swarm.ps().iter().all(|r| r["name"] != "qa-1"), SHORT, "qa-1 gone from ps");
     let members = swarm.ctl_ok(&["channel", "members", "qa-room"]);
     assert!(!members.contains("qa-1"), "{members}");

@@ -202,6 +202,9 @@ pub(crate) enum Command {
         /// Post as human:NAME [default: $USER, else operator].
         #[arg(long = "as", value_name = "NAME")]
         as_name: Option<String>,
+        /// Print the post's channel and seq as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Read a channel: the newest messages, or those after a seq; --follow keeps printing.
     Read {
@@ -331,6 +334,9 @@ pub(crate) enum ChannelCommand {
         members: Vec<String>,
         #[arg(long = "as", value_name = "NAME")]
         as_name: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Start the archive protocol (members get a notice and a deadline); --force archives now.
     Archive {
@@ -339,6 +345,9 @@ pub(crate) enum ChannelCommand {
         force: bool,
         #[arg(long = "as", value_name = "NAME")]
         as_name: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Show members, or change them with --add/--remove (comma-separated).
     Members {
@@ -349,6 +358,9 @@ pub(crate) enum ChannelCommand {
         remove: Vec<String>,
         #[arg(long = "as", value_name = "NAME")]
         as_name: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -383,12 +395,18 @@ pub(crate) enum AgentCommand {
         model: Option<String>,
         #[arg(long = "as", value_name = "NAME")]
         as_name: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Stop an agent for good and remove it from every channel (its history stays).
     Decommission {
         name: String,
         #[arg(long = "as", value_name = "NAME")]
         as_name: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -16,11 +16,16 @@ pub(crate) async fn post(
     channel: String,
     text: String,
     as_name: Option<String>,
+    as_json: bool,
 ) -> Result<ExitCode> {
     let text = text_or_stdin(text)?;
     let args = json!({"channel": channel, "text": text});
     let r = channel_tool(conn, "flock_channel_post", args, as_name).await?;
-    println!("posted to #{} as seq {}", r["channel"].as_str().unwrap_or(""), r["seq"]);
+    if as_json {
+        println!("{r}");
+    } else {
+        println!("posted to #{} as seq {}", r["channel"].as_str().unwrap_or(""), r["seq"]);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -104,8 +109,8 @@ pub(crate) async fn list(conn: &mut Connection, json: bool) -> Result<ExitCode> 
 }
 
 pub(crate) async fn agent(conn: &mut Connection, command: AgentCommand) -> Result<ExitCode> {
-    let (tool, args, as_name) = match command {
-        AgentCommand::Create { name, role, archetype, description, model, as_name } => {
+    let (tool, args, as_name, as_json) = match command {
+        AgentCommand::Create { name, role, archetype, description, model, as_name, json } => {
             let mut args = json!({"name": name, "role": role, "description": description});
             if let Some(a) = archetype {
                 args["archetype"] = json!(a);
@@ -113,30 +118,30 @@ pub(crate) async fn agent(conn: &mut Connection, command: AgentCommand) -> Resul
             if let Some(m) = model {
                 args["model"] = json!(m);
             }
-            ("flock_create_agent", args, as_name)
+            ("flock_create_agent", args, as_name, json)
         }
-        AgentCommand::Decommission { name, as_name } => {
-            ("flock_decommission_agent", json!({"name": name}), as_name)
+        AgentCommand::Decommission { name, as_name, json } => {
+            ("flock_decommission_agent", json!({"name": name}), as_name, json)
         }
     };
     let r = channel_tool(conn, tool, args, as_name).await?;
-    println!("{r}");
+    print_result(tool, &r, as_json);
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) async fn channel(conn: &mut Connection, command: ChannelCommand) -> Result<ExitCode> {
-    let (tool, args, as_name) = match command {
-        ChannelCommand::Create { channel, topic, name, members, as_name } => {
+    let (tool, args, as_name, as_json) = match command {
+        ChannelCommand::Create { channel, topic, name, members, as_name, json } => {
             let mut args = json!({"channel": channel, "topic": topic, "members": members});
             if let Some(n) = name {
                 args["name"] = json!(n);
             }
-            ("flock_channel_create", args, as_name)
+            ("flock_channel_create", args, as_name, json)
         }
-        ChannelCommand::Archive { channel, force, as_name } => {
-            ("flock_channel_archive", json!({"channel": channel, "force": force}), as_name)
+        ChannelCommand::Archive { channel, force, as_name, json } => {
+            ("flock_channel_archive", json!({"channel": channel, "force": force}), as_name, json)
         }
-        ChannelCommand::Members { channel, add, remove, as_name } => {
+        ChannelCommand::Members { channel, add, remove, as_name, json } => {
             if add.is_empty() && remove.is_empty() {
                 let r = channel_tool(conn, "flock_channel_list", json!({}), None).await?;
                 let id = channel.trim_start_matches('#');
@@ -144,16 +149,46 @@ pub(crate) async fn channel(conn: &mut Connection, command: ChannelCommand) -> R
                 else {
                     bail!("no channel `#{id}`; `flockctl channels` lists them");
                 };
+                if json {
+                    println!("{}", json!({"channel": id, "members": c["members"]}));
+                    return Ok(ExitCode::SUCCESS);
+                }
                 for m in c["members"].as_array().cloned().unwrap_or_default() {
                     println!("{}", m.as_str().unwrap_or(""));
                 }
                 return Ok(ExitCode::SUCCESS);
             }
             let args = json!({"channel": channel, "add": add, "remove": remove});
-            ("flock_assign_members", args, as_name)
+            ("flock_assign_members", args, as_name, json)
         }
     };
     let r = channel_tool(conn, tool, args, as_name).await?;
-    println!("{r}");
+    print_result(tool, &r, as_json);
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a channel or agent command did: one line of text, or the tool's result as JSON.
+fn print_result(tool: &str, r: &serde_json::Value, as_json: bool) {
+    if as_json {
+        println!("{r}");
+        return;
+    }
+    let s = |k: &str| r[k].as_str().unwrap_or("?").to_owned();
+    let list = |k: &str| {
+        r[k].as_array()
+            .map(|l| l.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(", "))
+            .unwrap_or_default()
+    };
+    match tool {
+        "flock_channel_create" => {
+            println!("created #{}; members: {}", s("channel"), list("members"))
+        }
+        "flock_channel_archive" => println!("#{}: {}", s("channel"), s("state")),
+        "flock_assign_members" => println!("#{} members: {}", s("channel"), list("members")),
+        "flock_create_agent" => {
+            println!("created agent {} ({}), {}", s("name"), s("role"), s("state"))
+        }
+        "flock_decommission_agent" => println!("decommissioned {}", s("name")),
+        _ => println!("{r}"),
+    }
 }

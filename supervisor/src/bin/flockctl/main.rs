@@ -287,8 +287,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Deny { id, reason, as_name } => {
             approvals::decide(&mut conn, id, false, reason, None, as_name).await
         }
-        Command::Post { channel, text, as_name } => {
-            channels::post(&mut conn, channel, text, as_name).await
+        Command::Post { channel, text, as_name, json } => {
+            channels::post(&mut conn, channel, text, as_name, json).await
         }
         Command::Read { channel, after, limit, follow, json } => {
             channels::read(&mut conn, channel, after, limit, follow, json).await
