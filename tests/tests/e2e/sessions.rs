@@ -41,8 +41,15 @@ models:
     );
     swarm.ctl_ok(&["post", "#work", "second point", "--as", "alice"]);
     swarm.wait_for_log("dev", "session #work resumed with 2 messages", SHORT);
-    let shown = swarm.ctl_ok(&["session", "show", "dev", "--channel", "#work"]);
-    assert!(shown.contains("first point") && shown.contains("second point"), "{shown}");
+    // The log line opens the turn; the session is saved when the turn ends.
+    swarm.wait_until(
+        || {
+            let shown = swarm.ctl_ok(&["session", "show", "dev", "--channel", "#work"]);
+            shown.contains("first point") && shown.contains("second point")
+        },
+        SHORT,
+        "the stored #work session with both points",
+    );
 
     // Archiving closes the channel's sessions.
     swarm.ctl_ok(&["channel", "archive", "work", "--force", "--as", "alice"]);
