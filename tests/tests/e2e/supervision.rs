@@ -83,8 +83,9 @@ models:
 }
 
 fn three_agents(strategy: &str) -> Swarm {
+    let name = strategy.replace('_', "-");
     let yaml = format!(
-        "swarm:\n  name: {strategy}\nsupervision:\n  strategy: {strategy}\nmodels:\n{}agents:\n  - \
+        "swarm:\n  name: {name}\nsupervision:\n  strategy: {strategy}\nmodels:\n{}agents:\n  - \
          {{ name: first, role: worker, model: m }}\n  - {{ name: middle, role: worker, model: m }}\n  - \
          {{ name: last, role: worker, model: m }}\n",
         answer_model("m", "ok")
