@@ -73,6 +73,11 @@ fn readme_flow_office_example_routes_a_job_through_both_workers() {
     let turns: Vec<u64> =
         swarm.agents().iter().map(|a| a["turns_total"].as_u64().unwrap_or(99)).collect();
     assert_eq!(turns, [1, 0, 1, 1], "orchestrator, sysadmin, worker-1, worker-2");
+    // With --json and no --wait: one document saying where the answer will be.
+    let json = swarm.ctl_ok(&["send", "sysadmin", "status", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["accepted"], true, "{json}");
+    assert_eq!(json["dm"], "dm-human-operator--sysadmin", "{json}");
 
     // "Try a crash": worker-1 is back with a new pid, one restart, and the signal as last exit.
     let killed = swarm.kill9("worker-1");

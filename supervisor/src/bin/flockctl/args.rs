@@ -119,8 +119,8 @@ pub(crate) enum Command {
         /// With --wait: give up after this many seconds.
         #[arg(long, default_value_t = 600, value_name = "SECS")]
         timeout: u64,
-        /// With --wait: print the outcome as JSON (chain, outcome, text, by, channel, seq, hops,
-        /// tokens, elapsed_ms).
+        /// Print as JSON: without --wait, that it was accepted (agent, chain, dm); with --wait,
+        /// the outcome (chain, outcome, text, by, channel, seq, hops, tokens, elapsed_ms).
         #[arg(long)]
         json: bool,
     },

@@ -31,7 +31,11 @@ pub(crate) async fn send(
         if let Ok(Ok(Some(Frame { body: Body::Error { code, message }, .. }))) = answer {
             bail!("{code}: {message}");
         }
-        println!("routed to {agent} (at_most_once)");
+        if json {
+            println!("{}", json!({"agent": agent, "mode": "at_most_once", "routed": true}));
+        } else {
+            println!("routed to {agent} (at_most_once)");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     // The message id is its chain's id: watch it before anything can end it.
@@ -49,10 +53,16 @@ pub(crate) async fn send(
                 Body::Accepted => {
                     let chain = flock_ipc::id::fmt_id(id);
                     if !wait {
-                        println!(
-                            "accepted into {agent}'s mailbox (chain {chain}); the answer will be in your DM: flockctl read {}",
-                            dm_of(&agent)
-                        );
+                        let dm = dm_of(&agent);
+                        if json {
+                            let v =
+                                json!({"agent": agent, "chain": chain, "accepted": true, "dm": dm});
+                            println!("{v}");
+                        } else {
+                            println!(
+                                "accepted into {agent}'s mailbox (chain {chain}); the answer will be in your DM: flockctl read {dm}"
+                            );
+                        }
                         return Ok(ExitCode::SUCCESS);
                     }
                     eprintln!(
