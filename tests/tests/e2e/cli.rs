@@ -212,8 +212,10 @@ fn stop_start_and_down_keep_durable_mail_and_end_every_process() {
     );
 
     // start: answered once it is ready; the mail is delivered then.
-    let out = swarm.ctl_ok(&["start", "napper"]);
-    assert!(out.contains("napper is ready"), "{out}");
+    let out = swarm.ctl_ok(&["start", "napper", "--json"]);
+    let out: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((out["agent"].as_str(), out["action"].as_str()), (Some("napper"), Some("start")));
+    assert!(out["message"].as_str().unwrap_or_default().contains("napper is ready"), "{out}");
     let new_pid = swarm.pid_of("napper").expect("napper runs again");
     assert_ne!(new_pid, napper);
     swarm.wait_for_log("napper", "reply \"got: while you were out\"", SHORT);

@@ -144,11 +144,26 @@ pub(crate) enum Command {
         lines: u32,
     },
     /// Stop an agent (it stays stopped until `start`).
-    Stop { agent: String },
+    Stop {
+        agent: String,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Start a stopped or failed agent; waits until it is ready.
-    Start { agent: String },
+    Start {
+        agent: String,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Restart an agent; waits until it is ready again.
-    Restart { agent: String },
+    Restart {
+        agent: String,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// List messages that exhausted their delivery attempts, oldest first, a page at a time
     /// (texts are shown up to 2 000 characters).
     DeadLetters {

@@ -8,6 +8,7 @@ use clap::Parser;
 use flock_ipc::{Body, Connection, ControlReply, ControlRequest, Frame, ROUTER};
 use flock_supervisor::paths::StateDir;
 use flock_supervisor::{journal_cli, live, memory_cli};
+use serde_json::json;
 
 mod approvals;
 mod args;
@@ -262,12 +263,18 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Logs { agent, follow, lines } => {
             views::logs(&mut conn, agent, follow, lines).await
         }
-        Command::Stop { agent } => done(control(&mut conn, ControlRequest::Stop { agent }).await?),
-        Command::Start { agent } => {
-            done(control(&mut conn, ControlRequest::Start { agent }).await?)
+        Command::Stop { agent, json } => {
+            let who = agent.clone();
+            acted(control(&mut conn, ControlRequest::Stop { agent }).await?, &who, "stop", json)
         }
-        Command::Restart { agent } => {
-            done(control(&mut conn, ControlRequest::Restart { agent }).await?)
+        Command::Start { agent, json } => {
+            let who = agent.clone();
+            acted(control(&mut conn, ControlRequest::Start { agent }).await?, &who, "start", json)
+        }
+        Command::Restart { agent, json } => {
+            let who = agent.clone();
+            let reply = control(&mut conn, ControlRequest::Restart { agent }).await?;
+            acted(reply, &who, "restart", json)
         }
         Command::DeadLetters { limit, offset, json } => {
             views::dead_letters(&mut conn, limit, offset, json).await
@@ -363,6 +370,20 @@ async fn channel_tool(
 
 fn done(reply: ControlReply) -> Result<ExitCode> {
     if let ControlReply::Done(msg) = reply {
+        println!("{msg}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a stop, start or restart did: its message, or with `json` one document.
+fn acted(reply: ControlReply, agent: &str, action: &str, json: bool) -> Result<ExitCode> {
+    let msg = match reply {
+        ControlReply::Done(msg) => msg,
+        _ => String::new(),
+    };
+    if json {
+        println!("{}", json!({"agent": agent, "action": action, "done": true, "message": msg}));
+    } else if !msg.is_empty() {
         println!("{msg}");
     }
     Ok(ExitCode::SUCCESS)
