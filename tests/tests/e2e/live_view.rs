@@ -54,14 +54,17 @@ impl Live {
     /// Waits for the command to exit by itself, and returns its exit code.
     #[track_caller]
     fn exit_code(&mut self) -> Option<i32> {
-        let deadline = std::time::Instant::now() + SHORT;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status.code();
-            }
-            assert!(std::time::Instant::now() < deadline, "still running after {SHORT:?}");
-            std::thread::sleep(POLL);
-        }
+        let mut exited = None;
+        let child = &mut self.child;
+        flock_testkit::wait_for(
+            || {
+                exited = child.try_wait().expect("try_wait");
+                exited.is_some()
+            },
+            SHORT,
+            "flockctl exits by itself",
+        );
+        exited.and_then(|status| status.code())
     }
 
     /// Waits until the output so far satisfies `cond`, and returns it.
