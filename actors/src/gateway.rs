@@ -326,6 +326,7 @@ mod tests {
             user: None,
             service_tier: None,
             max_tokens: None,
+            required: false,
         };
         mask_request(&mut req);
         let text = serde_json::to_string(&req).unwrap();

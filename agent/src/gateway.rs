@@ -68,11 +68,13 @@ impl LlmProvider for GatewayProvider {
         &mut self,
         conversation: &[ChatMessage],
         tools: &[ToolDef],
+        required: bool,
     ) -> Result<LlmStep, String> {
         let request = ChatRequest {
             messages: to_neutral(conversation),
             tools: tools.to_vec(),
             max_tokens: self.max_tokens,
+            required: required && !tools.is_empty(),
             ..Default::default()
         };
         let request = serde_json::to_string(&request).map_err(|e| e.to_string())?;

@@ -16,6 +16,7 @@ pub mod prompts;
 pub mod provider;
 pub mod tools;
 pub mod turn;
+pub mod workflow;
 pub mod workspace;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -237,10 +238,11 @@ impl LlmProvider for Model {
         &mut self,
         conversation: &[ChatMessage],
         tools: &[ToolDef],
+        required: bool,
     ) -> Result<LlmStep, String> {
         match self {
-            Model::Scripted(p) => p.next(conversation, tools).await,
-            Model::Gateway(p) => p.next(conversation, tools).await,
+            Model::Scripted(p) => p.next(conversation, tools, required).await,
+            Model::Gateway(p) => p.next(conversation, tools, required).await,
         }
     }
 }

@@ -51,12 +51,13 @@ pub enum LlmStep {
 }
 
 /// A model. `next` sees the whole conversation so far and the tools offered for this step (none:
-/// answer in text), and returns the next step.
+/// answer in text), and returns the next step; `required`: it must call one of the tools.
 pub trait LlmProvider {
     fn next(
         &mut self,
         conversation: &[ChatMessage],
         tools: &[ToolDef],
+        required: bool,
     ) -> impl std::future::Future<Output = Result<LlmStep, String>>;
 }
 
@@ -108,6 +109,7 @@ impl LlmProvider for ScriptedProvider {
         &mut self,
         conversation: &[ChatMessage],
         _tools: &[ToolDef],
+        _required: bool,
     ) -> Result<LlmStep, String> {
         let (from, input) = conversation
             .iter()
@@ -117,12 +119,15 @@ impl LlmProvider for ScriptedProvider {
                 _ => None,
             })
             .ok_or("the conversation has no input")?;
-        // Steps already taken in this turn = tool calls since the input.
+        // Steps already taken in this turn = its own tool calls since the input (the calls the
+        // runtime makes itself at a protocol step are not the transcript's).
         let done = conversation
             .iter()
             .rev()
             .take_while(|m| !matches!(m, ChatMessage::User { .. }))
-            .filter(|m| matches!(m, ChatMessage::ToolCall { .. }))
+            .filter(|m| {
+                matches!(m, ChatMessage::ToolCall { id, .. } if !id.starts_with(crate::turn::RUNTIME_CALL))
+            })
             .count();
         // A note that sent the last answer back (a rewrite request) is answered by the first
         // rule that names it (`match`/`equals`); otherwise the input's rule plays again.
@@ -192,7 +197,7 @@ mod tests {
         let mut p = ScriptedProvider::new(transcript());
         let mut conv =
             vec![ChatMessage::User { from: "op".into(), text: "build \"x\"".into(), at: None }];
-        let LlmStep::ToolCalls(calls) = p.next(&conv, &[]).await.unwrap() else { panic!() };
+        let LlmStep::ToolCalls(calls) = p.next(&conv, &[], false).await.unwrap() else { panic!() };
         assert_eq!(calls[0].name, "agents__send");
         let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
         assert_eq!(args["text"], "do build \"x\"");
@@ -207,7 +212,7 @@ mod tests {
             ok: true,
             content: "ok".into(),
         });
-        let LlmStep::ToolCalls(calls) = p.next(&conv, &[]).await.unwrap() else { panic!() };
+        let LlmStep::ToolCalls(calls) = p.next(&conv, &[], false).await.unwrap() else { panic!() };
         assert_eq!(calls[0].name, "agents__list");
         conv.push(ChatMessage::ToolCall {
             id: calls[0].id.clone(),
@@ -215,7 +220,7 @@ mod tests {
             arguments: calls[0].arguments.clone(),
         });
         assert_eq!(
-            p.next(&conv, &[]).await.unwrap(),
+            p.next(&conv, &[], false).await.unwrap(),
             LlmStep::Final("done build \"x\" for op".into())
         );
     }
@@ -224,7 +229,7 @@ mod tests {
     async fn unmatched_input_falls_through_to_the_catch_all() {
         let mut p = ScriptedProvider::new(transcript());
         let conv = vec![ChatMessage::User { from: "op".into(), text: "hello".into(), at: None }];
-        assert_eq!(p.next(&conv, &[]).await.unwrap(), LlmStep::Final("ack".into()));
+        assert_eq!(p.next(&conv, &[], false).await.unwrap(), LlmStep::Final("ack".into()));
     }
 
     #[tokio::test]
@@ -241,10 +246,10 @@ mod tests {
             vec![ChatMessage::User { from: "op".into(), text: "hello".into(), at: None }];
         conv.push(ChatMessage::Assistant { text: "ack".into() });
         conv.push(ChatMessage::System { text: "[note] too long. Write it again".into() });
-        assert_eq!(p.next(&conv, &[]).await.unwrap(), LlmStep::Final("shorter".into()));
+        assert_eq!(p.next(&conv, &[], false).await.unwrap(), LlmStep::Final("shorter".into()));
         // A note no rule names: the input's rule plays again (the catch-all does not take it).
         conv.pop();
         conv.push(ChatMessage::System { text: "[note] something else".into() });
-        assert_eq!(p.next(&conv, &[]).await.unwrap(), LlmStep::Final("ack".into()));
+        assert_eq!(p.next(&conv, &[], false).await.unwrap(), LlmStep::Final("ack".into()));
     }
 }

@@ -14,6 +14,7 @@ use crate::client::RouterClient;
 use crate::extensions::{Pipeline, TurnInput};
 use crate::provider::{ChatMessage, LlmProvider, LlmStep};
 use crate::tools::{self, TurnState};
+use crate::workflow::{self, Step};
 use crate::{MAX_STEPS, prompts};
 use tracing::Instrument;
 
@@ -214,17 +215,57 @@ pub async fn run(
             handed_over = true;
             runtime_handover(&to)
         });
+    // The team protocol (project channels, the archive) for this turn's role and input.
+    let all_tools = tools::definitions_for(spec.role);
+    let this_turn = workflow::Turn {
+        me: &client.name,
+        role: spec.role,
+        state,
+        channel: delivery.channel.as_deref(),
+        sender: &delivery.sender,
+        answer_to: waiting,
+        text: &delivery.text,
+        done: &[],
+    };
     for step in 0..MAX_STEPS {
         if reply.is_some() {
             break;
         }
         pipeline.step_pre(step, &mut conversation);
-        let tools: &[_] = if text_only { &[] } else { &offered };
-        let next = match forced.take() {
-            Some(step) => step,
-            None => provider.next(&conversation, tools).await?,
+        let done = calls_since(&conversation, input_at);
+        let planned = match (&forced, text_only) {
+            (None, false) => workflow::plan(&workflow::Turn { done: &done, ..this_turn }, &offered, &all_tools),
+            _ => Step::Free,
+        };
+        // A protocol step that posts: words instead of the call are posted by the runtime.
+        let mut posts_to = None;
+        let next = match (forced.take(), planned) {
+            (Some(step), _) => step,
+            (None, Step::Reply(text)) => {
+                tracing::info!("  {}", crate::quote(&text));
+                conversation.push(ChatMessage::Assistant { text: text.clone() });
+                reply = Some(text);
+                break;
+            }
+            (None, Step::Call { name, arguments }) => runtime_call(step, name, &arguments),
+            (None, Step::Model { tools }) => {
+                posts_to = tools.iter().find(|t| t.name == "flock_channel_post").and_then(|t| {
+                    t.parameters.pointer("/properties/channel/enum/0")?.as_str().map(str::to_owned)
+                });
+                provider.next(&conversation, &tools, true).await?
+            }
+            (None, Step::Free) => {
+                let tools: &[_] = if text_only { &[] } else { &offered };
+                provider.next(&conversation, tools, false).await?
+            }
         };
         match next {
+            LlmStep::Final(text) if posts_to.is_some() && !text.trim().is_empty() => {
+                let channel = posts_to.take().unwrap_or_default();
+                tracing::info!("  the model answered in words where a post was due: posted for it");
+                let arguments = serde_json::json!({"channel": channel, "text": text.trim()});
+                forced = Some(runtime_call(step, "flock_channel_post", &arguments));
+            }
             LlmStep::Final(text) => {
                 if echoes_an_error(&text, &errors) {
                     if !retried {
@@ -309,7 +350,14 @@ pub async fn run(
                         continue;
                     }
                     // A hand-over says whose request it is: "my week" is the person's week.
-                    let call = hand_over(call, delivery, spec.role.is_reflexive());
+                    let mut call = hand_over(call, delivery, spec.role.is_reflexive());
+                    // A protocol step's call as the protocol needs it (a topic that says who
+                    // asked, a post that hands over).
+                    if let Ok(args) = serde_json::from_str(&call.arguments)
+                        && let Some(amended) = workflow::amend(&workflow::Turn { done: &done, ..this_turn }, &call.name, &args)
+                    {
+                        call.arguments = amended.to_string();
+                    }
                     let tool_span = tracing::info_span!("tool", tool = %call.name, call = calls);
                     let out = async {
                         let local = match pipeline.tool_call_pre(&call) {
@@ -487,9 +535,45 @@ fn is_file(word: &str) -> bool {
 
 /// The runtime's own `agents__delegate` of the input to `to` (a reflexive role hands the input
 /// over as it is).
+/// A call the runtime makes itself at protocol step `step` (its id says so: a scripted model
+/// does not count it among its own steps).
+fn runtime_call(step: usize, name: &str, arguments: &serde_json::Value) -> LlmStep {
+    LlmStep::ToolCalls(vec![crate::provider::ToolCall {
+        id: format!("{RUNTIME_CALL}{step}"),
+        name: name.into(),
+        arguments: arguments.to_string(),
+    }])
+}
+
+/// The id prefix of the calls the runtime makes itself.
+pub const RUNTIME_CALL: &str = "runtime-";
+
+/// The calls made since the input at `input_at`, with their results.
+fn calls_since(conversation: &[ChatMessage], input_at: usize) -> Vec<workflow::Done> {
+    let mut done: Vec<workflow::Done> = Vec::new();
+    for m in conversation.iter().skip(input_at + 1) {
+        match m {
+            ChatMessage::ToolCall { name, arguments, .. } => done.push(workflow::Done {
+                name: name.clone(),
+                arguments: serde_json::from_str(arguments).unwrap_or_default(),
+                ok: false,
+                content: String::new(),
+            }),
+            ChatMessage::ToolResult { ok, content, .. } => {
+                if let Some(last) = done.last_mut() {
+                    last.ok = *ok;
+                    last.content = content.clone();
+                }
+            }
+            _ => {}
+        }
+    }
+    done
+}
+
 fn runtime_handover(to: &str) -> LlmStep {
     LlmStep::ToolCalls(vec![crate::provider::ToolCall {
-        id: "runtime-handover".into(),
+        id: format!("{RUNTIME_CALL}handover"),
         name: "agents__delegate".into(),
         arguments: serde_json::json!({"to": to}).to_string(),
     }])

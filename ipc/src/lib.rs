@@ -5,6 +5,7 @@
 //! files. Wire types obey bincode's rules (DESIGN.md §4): no `serde_json::Value`, no flatten, no
 //! untagged enums, no `skip_serializing_if`; JSON travels as `String`.
 
+pub mod channel;
 pub mod codec;
 pub mod conn;
 pub mod error;

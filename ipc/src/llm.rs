@@ -20,6 +20,11 @@ pub struct ChatRequest {
     /// A shorter answer limit than the model's `max_tokens` (an observer writes one sentence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// The model must call one of `tools` — no answer in words (OpenAI `tool_choice:
+    /// "required"`, Anthropic `{"type": "any"}`): a step of a protocol the runtime walks the
+    /// agent through, where the step *is* a tool call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
 }
 
 /// A message of the conversation, in the neutral form.

@@ -40,6 +40,9 @@ pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest) -> Value {
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
+        if req.required {
+            body.insert("tool_choice".into(), json!({"type": "any"}));
+        }
     }
     Value::Object(body)
 }
@@ -162,6 +165,7 @@ mod tests {
             user: None,
             service_tier: None,
             max_tokens: None,
+            required: false,
             messages: vec![
                 ChatMsg::System { text: "one".into() },
                 ChatMsg::User { text: "hi".into() },

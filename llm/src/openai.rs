@@ -28,6 +28,9 @@ pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest) -> Value {
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
+        if req.required {
+            body.insert("tool_choice".into(), json!("required"));
+        }
     }
     let limit = req.max_tokens.map_or(ep.max_tokens, |m| m.min(ep.max_tokens));
     body.insert("max_tokens".into(), json!(limit));
@@ -148,6 +151,7 @@ mod tests {
             user: None,
             service_tier: None,
             max_tokens: None,
+            required: false,
             messages: vec![
                 ChatMsg::System { text: "a".into() },
                 ChatMsg::User { text: "hi".into() },
@@ -191,6 +195,7 @@ mod tests {
             user: None,
             service_tier: None,
             max_tokens: None,
+            required: false,
             messages: vec![],
             tools: vec![ToolDef {
                 name: "t".into(),
@@ -198,10 +203,26 @@ mod tests {
                 parameters: Value::Null,
             }],
         };
+        let body = request_body(&ep, &req);
         assert_eq!(
-            request_body(&ep, &req)["tools"][0]["function"]["parameters"],
+            body["tools"][0]["function"]["parameters"],
             json!({"type": "object", "properties": {}})
         );
+        assert!(body.get("tool_choice").is_none(), "{body}");
+    }
+
+    #[test]
+    fn a_required_step_asks_for_a_tool_call_in_both_wire_formats() {
+        let tool = ToolDef { name: "t".into(), description: "d".into(), parameters: Value::Null };
+        let req = ChatRequest { tools: vec![tool], required: true, ..Default::default() };
+        let openai = Endpoint::new(ProviderKind::OpenAi, "http://x/v1", "m");
+        assert_eq!(request_body(&openai, &req)["tool_choice"], "required");
+        let anthropic = Endpoint::new(ProviderKind::Anthropic, "http://x", "claude");
+        let body = crate::anthropic::request_body(&anthropic, &req);
+        assert_eq!(body["tool_choice"], json!({"type": "any"}));
+        // Without tools there is nothing to require: no tool_choice at all.
+        let bare = ChatRequest { required: true, ..Default::default() };
+        assert!(request_body(&openai, &bare).get("tool_choice").is_none());
     }
 
     #[test]

@@ -132,6 +132,7 @@ async fn tool_call_round_trip(kind: ProviderKind) {
         user: None,
         service_tier: None,
         max_tokens: None,
+        required: false,
         messages: vec![
             ChatMsg::System { text: "You are a worker.".into() },
             ChatMsg::User { text: "Copy a.txt to b.txt".into() },
@@ -235,6 +236,7 @@ async fn every_system_message_reaches_the_wire(kind: ProviderKind) {
         user: None,
         service_tier: None,
         max_tokens: None,
+        required: false,
         messages: vec![
             ChatMsg::System { text: "S1: you are the coordinator.".into() },
             ChatMsg::User { text: "first".into() },

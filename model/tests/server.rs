@@ -201,6 +201,7 @@ fn tool_request(system: &str, user: &str) -> ChatRequest {
         user: None,
         service_tier: None,
         max_tokens: None,
+        required: false,
     }
 }
 
@@ -228,6 +229,7 @@ async fn embedded_model_serves_the_gateway_client() {
         user: None,
         service_tier: None,
         max_tokens: None,
+        required: false,
     };
     for key in [None, Some("wrong-token")] {
         match client.complete(&server.endpoint(key), &hello).await {
@@ -356,6 +358,7 @@ async fn embedded_model_serves_the_gateway_client() {
         user: None,
         service_tier: None,
         max_tokens: None,
+        required: false,
     };
     let mut short_ep = ep.clone();
     short_ep.max_tokens = 8;

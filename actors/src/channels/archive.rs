@@ -57,9 +57,10 @@ impl ChannelsState {
         let roll: Vec<String> =
             agents.iter().filter(|a| **a != caller.id).map(|a| format!("@{a}")).collect();
         let notice = format!(
-            "[archive] #{channel} is being archived. {} please review the history, write what you learned to memory, update your card (flock_update_card), then call flock_archive_ready(channel=\"{channel}\"). Deadline: {}.",
+            "{ARCHIVE_NOTICE}#{channel} is being archived. {} please review the history, write what you learned to memory, update your card (flock_update_card), then call flock_archive_ready(channel=\"{channel}\"). Deadline: {}.",
             roll.join(" "),
-            iso(deadline)
+            iso(deadline),
+            ARCHIVE_NOTICE = flock_ipc::channel::ARCHIVE_NOTICE
         );
         // A notice, not the person's words: nobody is asked to answer it.
         self.post_keyed(myself, channel, &caller.id, &notice, PostKey::None, None, false).await?;

@@ -1,6 +1,9 @@
 //! Pure channel logic: delta notification text, `@mention` matching, channel ids. No I/O, so every
 //! rule is pinned by a unit test.
 
+pub use flock_ipc::channel::mentions;
+use flock_ipc::channel::{END_NEW_MESSAGES, NEW_MESSAGES, SEQ};
+
 /// At most this many messages in one notification.
 pub const DELTA_MAX_MESSAGES: usize = 20;
 /// Each message is cut to this many characters in a notification.
@@ -50,7 +53,8 @@ pub fn render_page(
             first_seq.saturating_sub(1)
         ));
     }
-    out.push_str("--- New Messages ---\n");
+    out.push_str(NEW_MESSAGES);
+    out.push('\n');
     let mut cut = false;
     for m in newest {
         let chars = m.text.chars().count();
@@ -61,46 +65,14 @@ pub fn render_page(
         } else {
             ""
         };
-        out.push_str(&format!("[seq {}] {}: {text}{ellipsis}\n", m.seq, m.author));
+        out.push_str(&format!("{SEQ}{}] {}: {text}{ellipsis}\n", m.seq, m.author));
     }
-    out.push_str("--- End New Messages ---\n");
+    out.push_str(END_NEW_MESSAGES);
+    out.push('\n');
     if cut {
         out.push_str("(long messages were cut to 400 characters)\n");
     }
     out.push_str(&format!("Full history: flock_channel_read(channel=\"{channel}\")"));
-    out
-}
-
-/// Agent ids mentioned as `@id` in `text`: an exact token, case-insensitive (`@dev` does not
-/// mention `dev-code`, and `me@dev` is an address, not a mention). Lowercased, deduplicated.
-pub fn mentions(text: &str) -> Vec<String> {
-    let bytes = text.as_bytes();
-    let is_id = |b: u8| b.is_ascii_alphanumeric() || b == b'-';
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'@' && (i == 0 || !(is_id(bytes[i - 1]) || bytes[i - 1] == b'@')) {
-            let start = i + 1;
-            let mut end = start;
-            while end < bytes.len() && is_id(bytes[end]) {
-                end += 1;
-            }
-            // A trailing '-' is punctuation ("@dev-"), not part of the id.
-            let mut id_end = end;
-            while id_end > start && bytes[id_end - 1] == b'-' {
-                id_end -= 1;
-            }
-            if id_end > start {
-                let id = text[start..id_end].to_ascii_lowercase();
-                if !out.contains(&id) {
-                    out.push(id);
-                }
-            }
-            i = end.max(i + 1);
-        } else {
-            i += 1;
-        }
-    }
     out
 }
 
@@ -169,16 +141,6 @@ mod tests {
         assert_eq!(line.chars().filter(|c| *c == 'x').count(), 400);
         assert!(line.ends_with('…'));
         assert!(d.contains("cut to 400 characters"));
-    }
-
-    #[test]
-    fn mentions_are_exact_tokens_case_insensitive() {
-        assert_eq!(mentions("@dev please look"), ["dev"]);
-        assert_eq!(mentions("@Dev-Code, and @dev."), ["dev-code", "dev"]);
-        assert!(mentions("mail me@dev.example").is_empty());
-        assert_eq!(mentions("(@qa) @qa @QA"), ["qa"]);
-        assert_eq!(mentions("@dev- done"), ["dev"]);
-        assert!(mentions("@ alone @@").is_empty());
     }
 
     #[test]

@@ -423,7 +423,7 @@ impl ChannelsState {
                 let next_after = messages.last().map(|m| m.seq);
                 Ok(json!({
                     "channel": ch.id, "name": ch.name, "topic": ch.topic, "state": ch.state.as_str(),
-                    "last_seq": ch.last_seq,
+                    "members": ch.members, "created_by": ch.created_by, "last_seq": ch.last_seq,
                     "messages": messages.iter().map(|m| json!({"seq": m.seq, "author": m.author, "text": m.text})).collect::<Vec<_>>(),
                     "more_after": next_after.filter(|s| *s < ch.last_seq),
                 })

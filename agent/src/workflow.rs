@@ -1,0 +1,637 @@
+//! The team protocol the runtime walks an agent through, step by step, whatever its model:
+//!
+//! - **A person's request to the orchestrator** becomes a project channel: the runtime looks up
+//!   the workers (`flock_discover`), the model creates `#project-…` with the members it picks from
+//!   them, then writes the kick-off post; the person is answered with where the work happens.
+//! - **In a `project-…` channel**, a worker speaks when a post @mentions it: the runtime reads the
+//!   channel for it, the model does its part with its tools and posts it, and the post hands over
+//!   to the next member who has not posted yet. The other deltas cost no model call.
+//! - **The orchestrator follows its project channels**: once every member has posted, the runtime
+//!   starts the archive and the model tells the person the outcome where they asked.
+//! - **An archive notice** is answered by reading the channel, writing what was learned to
+//!   memory, updating the card, and saying ready.
+//!
+//! At each step the model is offered only that step's tool, with its arguments narrowed (the
+//! channel it must post in, the members it may pick), and must call it: a small model cannot
+//! wander off the protocol, and under a grammar it cannot write a malformed call. What needs no
+//! judgement (reading, discovering, saying ready, archiving) the runtime calls itself.
+//!
+//! Pure: every step is decided from the turn's input and the calls the turn has made so far, so
+//! a replayed turn walks the same way and every rule has a unit test.
+
+use flock_config::Role;
+use flock_ipc::channel::{ARCHIVE_NOTICE, mentions, posts};
+use flock_ipc::llm::ToolDef;
+use serde_json::{Value, json};
+
+use crate::tools::TurnState;
+
+/// Channels the orchestrator opens for a person's request are named `project-…`; in them the
+/// runtime walks the hand-over protocol.
+pub const PROJECT_PREFIX: &str = "project-";
+
+/// A protocol step the model failed this many times (a refused call) is given up, in words.
+const TRIES: usize = 2;
+
+/// A call this turn made, with its outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Done {
+    pub name: String,
+    pub arguments: Value,
+    pub ok: bool,
+    pub content: String,
+}
+
+/// What the turn is about.
+#[derive(Debug, Clone, Copy)]
+pub struct Turn<'a> {
+    /// The agent's own name (as others @mention it).
+    pub me: &'a str,
+    pub role: Role,
+    pub state: TurnState,
+    /// The channel the input belongs to.
+    pub channel: Option<&'a str>,
+    /// Who sent it, and who waits for the answer.
+    pub sender: &'a str,
+    pub answer_to: Option<&'a str>,
+    /// The input's text (a delta's notification text).
+    pub text: &'a str,
+    /// The calls this turn made so far, in order.
+    pub done: &'a [Done],
+}
+
+/// What happens next in a turn.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Not a protocol turn: the usual offer, the model free to answer.
+    Free,
+    /// Ask the model, offering exactly `tools`; it must call one of them.
+    Model { tools: Vec<ToolDef> },
+    /// The runtime makes this call itself, without asking the model.
+    Call { name: &'static str, arguments: Value },
+    /// The turn ends with this answer, without a model call.
+    Reply(String),
+}
+
+/// The next step of turn `t`. `offered`: the tools the turn would offer without a protocol;
+/// `all`: every tool the agent's role may call (a protocol step may need an opt-in one).
+pub fn plan(t: &Turn, offered: &[ToolDef], all: &[ToolDef]) -> Step {
+    if t.role.answers_in_text() {
+        return Step::Free;
+    }
+    match t.state {
+        TurnState::Owed
+            if t.role == Role::Orchestrator
+                && t.answer_to.is_some_and(|a| a.starts_with("human:")) =>
+        {
+            open_project(t, all)
+        }
+        TurnState::Channel => match t.channel {
+            Some(c) if c.starts_with(PROJECT_PREFIX) => in_project(t, c, offered, all),
+            _ => Step::Free,
+        },
+        _ => Step::Free,
+    }
+}
+
+/// A person asked the orchestrator: discover → create → kick-off → answer.
+fn open_project(t: &Turn, all: &[ToolDef]) -> Step {
+    let Some(found) = last_ok(t.done, "flock_discover") else {
+        if tries(t.done, "flock_discover") > 0 {
+            return Step::Free;
+        }
+        return Step::Call { name: "flock_discover", arguments: json!({"role": "worker"}) };
+    };
+    let workers: Vec<String> = serde_json::from_str::<Value>(&found.content)
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|card| card["name"].as_str().map(str::to_owned))
+        .collect();
+    if workers.is_empty() {
+        return Step::Free;
+    }
+    let Some(created) = last_ok(t.done, "flock_channel_create") else {
+        if tries(t.done, "flock_channel_create") >= TRIES {
+            return gave_up(t.done, "open a project channel", "flock_channel_create");
+        }
+        return model(narrow(all, "flock_channel_create", |p| {
+            p["properties"]["channel"] = json!({
+                "type": "string",
+                "description": "project-NAME: a short name for the project, a-z, 0-9 and -",
+                "pattern": "^project-[a-z0-9]+(-[a-z0-9]+)*$",
+                "maxLength": 40,
+            });
+            p["properties"]["members"] = json!({
+                "type": "array",
+                "description": "the workers the project needs, the first starts",
+                "items": {"type": "string", "enum": workers},
+                "minItems": 1,
+                "maxItems": workers.len(),
+            });
+            p["required"] = json!(["channel", "topic", "members"]);
+        }));
+    };
+    let channel = created.arguments["channel"].as_str().unwrap_or_default().to_owned();
+    let members = strings(&created.arguments["members"]);
+    if !posted_in(t.done, &channel) {
+        if tries_in(t.done, &channel) >= TRIES {
+            return gave_up(t.done, "post the kick-off", "flock_channel_post");
+        }
+        return model(post_in(all, &channel));
+    }
+    Step::Reply(format!(
+        "On it: #{channel} is open with {}. I will post the outcome here when the team is done.",
+        members.join(", ")
+    ))
+}
+
+/// A delta of a project channel: the archive protocol, the orchestrator following, or a
+/// worker's part.
+fn in_project(t: &Turn, channel: &str, offered: &[ToolDef], all: &[ToolDef]) -> Step {
+    let new = posts(t.text);
+    let me = t.me.to_lowercase();
+    let by_others = || new.iter().filter(|p| p.author != t.me);
+    if by_others()
+        .any(|p| p.text.starts_with(ARCHIVE_NOTICE) && mentions(&p.text).contains(&me))
+    {
+        return archive(t, channel, all);
+    }
+    match t.role {
+        Role::Orchestrator => follow(t, channel, by_others().count() > 0, all),
+        Role::Worker => {
+            let called = by_others().any(|p| {
+                !p.text.starts_with(ARCHIVE_NOTICE) && mentions(&p.text).contains(&me)
+            });
+            if called { take_part(t, channel, offered, all) } else { Step::Reply("noted".into()) }
+        }
+        _ => Step::Free,
+    }
+}
+
+/// The archive notice: read the history, remember, update the card, say ready.
+fn archive(t: &Turn, channel: &str, all: &[ToolDef]) -> Step {
+    if tries(t.done, "flock_channel_read") == 0 {
+        return read(channel);
+    }
+    for step in ["memory_remember", "flock_update_card"] {
+        if all.iter().any(|d| d.name == step)
+            && last_ok(t.done, step).is_none()
+            && tries(t.done, step) < TRIES
+        {
+            return model(narrow(all, step, |_| {}));
+        }
+    }
+    match last(t.done, "flock_archive_ready") {
+        None => Step::Call { name: "flock_archive_ready", arguments: json!({"channel": channel}) },
+        Some(d) if d.ok => Step::Reply(format!("ready for the archive of #{channel}")),
+        Some(d) => Step::Reply(format!("could not say ready for #{channel}: {}", d.content)),
+    }
+}
+
+/// The orchestrator in one of its project channels: once every member has posted, archive and
+/// tell the person.
+fn follow(t: &Turn, channel: &str, news: bool, all: &[ToolDef]) -> Step {
+    if !news {
+        return Step::Reply("noted".into());
+    }
+    let Some(state) = read_result(t.done) else {
+        if tries(t.done, "flock_channel_read") > 0 {
+            return gave_up(t.done, "read the channel", "flock_channel_read");
+        }
+        return read(channel);
+    };
+    if state["state"] != "active" {
+        return Step::Reply("noted".into());
+    }
+    let team = team(&state);
+    let posted = authors(&state);
+    let waiting: Vec<&String> = team.iter().filter(|m| !posted.contains(m)).collect();
+    if team.is_empty() || !waiting.is_empty() {
+        let names: Vec<&str> = waiting.iter().map(|s| s.as_str()).collect();
+        return Step::Reply(format!("noted; waiting for {}", names.join(", ")));
+    }
+    match last(t.done, "flock_channel_archive") {
+        None => {
+            return Step::Call {
+                name: "flock_channel_archive",
+                arguments: json!({"channel": channel}),
+            };
+        }
+        Some(d) if !d.ok => {
+            return Step::Reply(format!("could not archive #{channel}: {}", d.content));
+        }
+        Some(_) => {}
+    }
+    if let Some(origin) = origin(state["topic"].as_str().unwrap_or_default())
+        && !posted_in(t.done, &origin)
+        && tries_in(t.done, &origin) < TRIES
+    {
+        return model(post_in(all, &origin));
+    }
+    Step::Reply(format!("archiving #{channel}"))
+}
+
+/// A worker @mentioned in a project channel: read, do its part with its tools, post it.
+fn take_part(t: &Turn, channel: &str, offered: &[ToolDef], all: &[ToolDef]) -> Step {
+    let Some(state) = read_result(t.done) else {
+        if tries(t.done, "flock_channel_read") > 0 {
+            return gave_up(t.done, "read the channel", "flock_channel_read");
+        }
+        return read(channel);
+    };
+    if posted_in(t.done, channel) {
+        return Step::Reply(format!("posted my part in #{channel}"));
+    }
+    let mine = state["messages"]
+        .as_array()
+        .map_or(0, |m| m.iter().filter(|m| m["author"] == t.me).count());
+    if mine >= 3 || state["state"] != "active" {
+        return Step::Reply("noted".into());
+    }
+    if tries_in(t.done, channel) >= TRIES {
+        return gave_up(t.done, "post my part", "flock_channel_post");
+    }
+    // Its work tools (files, data, the sandbox) and the post; not the channel admin or
+    // addressing tools: the hand-over is the post's @mention.
+    let mut tools: Vec<ToolDef> = offered
+        .iter()
+        .filter(|d| {
+            !(d.name.starts_with("flock_")
+                || d.name.starts_with("agents__")
+                || d.name.starts_with("memory_"))
+        })
+        .cloned()
+        .collect();
+    tools.extend(post_in(all, channel));
+    model(tools)
+}
+
+/// The arguments the runtime makes of a model's call at a protocol step, when they differ: a
+/// project's topic says who asked where (the outcome goes there); the kick-off mentions a
+/// member; a worker's post hands over to the next member who has not posted.
+pub fn amend(t: &Turn, name: &str, arguments: &Value) -> Option<Value> {
+    let Value::Object(args) = arguments else { return None };
+    let mut args = args.clone();
+    match (t.role, t.state, name) {
+        (Role::Orchestrator, TurnState::Owed, "flock_channel_create") => {
+            let topic = args.get("topic").and_then(Value::as_str).unwrap_or_default().trim();
+            let asker = t.sender.trim_start_matches("human:");
+            let place = t.channel.map(|c| format!(" in #{c}")).unwrap_or_default();
+            let topic = format!("{topic} (asked by {asker}{place})").trim().to_owned();
+            args.insert("topic".into(), json!(topic));
+            let mut members = strings(args.get("members").unwrap_or(&Value::Null));
+            let mut seen = std::collections::HashSet::new();
+            members.retain(|m| seen.insert(m.clone()));
+            args.insert("members".into(), json!(members));
+        }
+        (Role::Orchestrator, TurnState::Owed, "flock_channel_post") => {
+            let created = last_ok(t.done, "flock_channel_create")?;
+            if args.get("channel") != created.arguments.get("channel") {
+                return None;
+            }
+            let members = strings(&created.arguments["members"]);
+            let text = args.get("text").and_then(Value::as_str).unwrap_or_default();
+            let named = mentions(text);
+            let first = members.first()?;
+            if members.iter().any(|m| named.contains(&m.to_lowercase())) {
+                return None;
+            }
+            args.insert("text".into(), json!(format!("{} @{first} please start.", text.trim())));
+        }
+        (Role::Worker, TurnState::Channel, "flock_channel_post") => {
+            let state = read_result(t.done)?;
+            if args.get("channel").and_then(Value::as_str) != t.channel {
+                return None;
+            }
+            let posted = authors(&state);
+            let next = team(&state).into_iter().find(|m| m != t.me && !posted.contains(m))?;
+            let text = args.get("text").and_then(Value::as_str).unwrap_or_default();
+            if mentions(text).contains(&next.to_lowercase()) {
+                return None;
+            }
+            args.insert("text".into(), json!(format!("{} @{next} over to you.", text.trim())));
+        }
+        _ => return None,
+    }
+    let amended = Value::Object(args);
+    (amended != *arguments).then_some(amended)
+}
+
+/// Who asked for a project and where: the channel named in its topic's "(asked by … in #c)".
+pub fn origin(topic: &str) -> Option<String> {
+    let at = topic.rfind("(asked by ")?;
+    let rest = &topic[at..];
+    let c = rest.split_once(" in #")?.1.trim_end_matches(')');
+    (!c.is_empty() && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'))
+        .then(|| c.to_owned())
+}
+
+fn model(tools: Vec<ToolDef>) -> Step {
+    if tools.is_empty() { Step::Free } else { Step::Model { tools } }
+}
+
+fn read(channel: &str) -> Step {
+    Step::Call { name: "flock_channel_read", arguments: json!({"channel": channel, "limit": 50}) }
+}
+
+/// The tool `name` of `all` with its parameters edited by `edit`; none if the role lacks it.
+fn narrow(all: &[ToolDef], name: &str, edit: impl FnOnce(&mut Value)) -> Vec<ToolDef> {
+    let Some(mut def) = all.iter().find(|d| d.name == name).cloned() else { return Vec::new() };
+    edit(&mut def.parameters);
+    vec![def]
+}
+
+/// `flock_channel_post`, for `channel` only.
+fn post_in(all: &[ToolDef], channel: &str) -> Vec<ToolDef> {
+    narrow(all, "flock_channel_post", |p| {
+        p["properties"]["channel"] = json!({"type": "string", "enum": [channel]});
+    })
+}
+
+fn last<'a>(done: &'a [Done], name: &str) -> Option<&'a Done> {
+    done.iter().rev().find(|d| d.name == name)
+}
+
+fn last_ok<'a>(done: &'a [Done], name: &str) -> Option<&'a Done> {
+    done.iter().rev().find(|d| d.name == name && d.ok)
+}
+
+fn tries(done: &[Done], name: &str) -> usize {
+    done.iter().filter(|d| d.name == name).count()
+}
+
+fn is_post_in(d: &Done, channel: &str) -> bool {
+    d.name == "flock_channel_post" && d.arguments["channel"].as_str() == Some(channel)
+}
+
+fn posted_in(done: &[Done], channel: &str) -> bool {
+    done.iter().any(|d| d.ok && is_post_in(d, channel))
+}
+
+fn tries_in(done: &[Done], channel: &str) -> usize {
+    done.iter().filter(|d| is_post_in(d, channel)).count()
+}
+
+/// The turn's last successful channel read, parsed.
+fn read_result(done: &[Done]) -> Option<Value> {
+    serde_json::from_str(&last_ok(done, "flock_channel_read")?.content).ok()
+}
+
+/// A channel's team: its agent members but the one who opened it.
+fn team(state: &Value) -> Vec<String> {
+    let creator = state["created_by"].as_str().unwrap_or_default();
+    strings(&state["members"])
+        .into_iter()
+        .filter(|m| m != creator && !m.starts_with("human:"))
+        .collect()
+}
+
+/// Who has posted in a read channel.
+fn authors(state: &Value) -> Vec<String> {
+    state["messages"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|m| m["author"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
+
+/// A step given up after [`TRIES`] refused calls: the answer says what failed, in words.
+fn gave_up(done: &[Done], what: &str, tool: &str) -> Step {
+    let why = last(done, tool).map(|d| d.content.as_str()).unwrap_or("no reason given");
+    Step::Reply(format!("I could not {what}: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::{definitions_for, offered};
+
+    fn turn<'a>(me: &'a str, role: Role, state: TurnState, channel: &'a str, text: &'a str) -> Turn<'a> {
+        Turn {
+            me,
+            role,
+            state,
+            channel: Some(channel),
+            sender: "human:alice",
+            answer_to: (state == TurnState::Owed).then_some("human:alice"),
+            text,
+            done: &[],
+        }
+    }
+
+    fn ok(name: &str, arguments: Value, content: Value) -> Done {
+        Done { name: name.into(), arguments, ok: true, content: content.to_string() }
+    }
+
+    fn refused(name: &str, arguments: Value, why: &str) -> Done {
+        Done { name: name.into(), arguments, ok: false, content: why.into() }
+    }
+
+    fn names(step: &Step) -> Vec<&str> {
+        match step {
+            Step::Model { tools } => tools.iter().map(|t| t.name.as_str()).collect(),
+            other => panic!("not a model step: {other:?}"),
+        }
+    }
+
+    fn delta(channel: &str, lines: &[(&str, &str)]) -> String {
+        let body: String =
+            lines.iter().enumerate().map(|(i, (a, t))| format!("[seq {}] {a}: {t}\n", i + 1)).collect();
+        format!(
+            "[Channel: #{channel}]\nNew messages: seq 1..{n} ({n})\n--- New Messages ---\n{body}--- End New Messages ---\nFull history: flock_channel_read(channel=\"{channel}\")",
+            n = lines.len()
+        )
+    }
+
+    fn read_result(members: &[&str], posts: &[(&str, &str)], topic: &str) -> Value {
+        json!({
+            "channel": "project-login", "topic": topic, "state": "active",
+            "members": members, "created_by": "orchestrator",
+            "messages": posts.iter().map(|(a, t)| json!({"author": a, "text": t})).collect::<Vec<_>>(),
+        })
+    }
+
+    #[test]
+    fn a_persons_request_to_the_orchestrator_walks_discover_create_kickoff_answer() {
+        let all = definitions_for(Role::Orchestrator);
+        let base = turn("orchestrator", Role::Orchestrator, TurnState::Owed, "lobby", "a login page");
+        assert_eq!(
+            plan(&base, &all, &all),
+            Step::Call { name: "flock_discover", arguments: json!({"role": "worker"}) }
+        );
+
+        let cards = json!([{"name": "pm"}, {"name": "dev"}, {"name": "qa"}]);
+        let mut done = vec![ok("flock_discover", json!({"role": "worker"}), cards)];
+        let step = plan(&Turn { done: &done, ..base }, &all, &all);
+        assert_eq!(names(&step), ["flock_channel_create"]);
+        let Step::Model { tools } = &step else { unreachable!() };
+        let p = &tools[0].parameters;
+        assert_eq!(p["properties"]["members"]["items"]["enum"], json!(["pm", "dev", "qa"]));
+        assert_eq!(p["properties"]["channel"]["pattern"], "^project-[a-z0-9]+(-[a-z0-9]+)*$");
+        assert_eq!(p["required"], json!(["channel", "topic", "members"]));
+
+        // The runtime says in the topic who asked where, and drops a member picked twice.
+        let asked = json!({"channel": "project-login", "topic": "Login page", "members": ["pm", "dev", "pm"]});
+        let amended = amend(&Turn { done: &done, ..base }, "flock_channel_create", &asked).unwrap();
+        assert_eq!(amended["topic"], "Login page (asked by alice in #lobby)");
+        assert_eq!(amended["members"], json!(["pm", "dev"]));
+
+        done.push(ok("flock_channel_create", amended, json!({"channel": "project-login"})));
+        let step = plan(&Turn { done: &done, ..base }, &all, &all);
+        assert_eq!(names(&step), ["flock_channel_post"]);
+        let Step::Model { tools } = &step else { unreachable!() };
+        assert_eq!(tools[0].parameters["properties"]["channel"]["enum"], json!(["project-login"]));
+
+        // A kick-off that mentions nobody is handed to the first member.
+        let t = Turn { done: &done, ..base };
+        let kick = json!({"channel": "project-login", "text": "Build a login page."});
+        let amended = amend(&t, "flock_channel_post", &kick).unwrap();
+        assert_eq!(amended["text"], "Build a login page. @pm please start.");
+        let named = json!({"channel": "project-login", "text": "@dev build it"});
+        assert_eq!(amend(&t, "flock_channel_post", &named), None);
+
+        done.push(ok("flock_channel_post", amended, json!({"seq": 1})));
+        let Step::Reply(answer) = plan(&Turn { done: &done, ..base }, &all, &all) else {
+            panic!("no answer")
+        };
+        assert!(answer.contains("#project-login") && answer.contains("pm, dev"), "{answer}");
+    }
+
+    #[test]
+    fn a_step_refused_twice_ends_the_turn_with_the_reason_in_words() {
+        let all = definitions_for(Role::Orchestrator);
+        let base = turn("orchestrator", Role::Orchestrator, TurnState::Owed, "lobby", "a page");
+        let create = json!({"channel": "project-x", "topic": "t", "members": ["pm"]});
+        let done = vec![
+            ok("flock_discover", json!({}), json!([{"name": "pm"}])),
+            refused("flock_channel_create", create.clone(), "BAD_REQUEST: channel `#project-x` already exists"),
+            refused("flock_channel_create", create, "BAD_REQUEST: channel `#project-x` already exists"),
+        ];
+        let Step::Reply(why) = plan(&Turn { done: &done, ..base }, &all, &all) else { panic!() };
+        assert_eq!(why, "I could not open a project channel: BAD_REQUEST: channel `#project-x` already exists");
+        // With no worker to staff a project, or an agent asking, the model is free.
+        let lonely = vec![ok("flock_discover", json!({}), json!([]))];
+        assert_eq!(plan(&Turn { done: &lonely, ..base }, &all, &all), Step::Free);
+        let asked_by_an_agent = Turn { answer_to: Some("coordinator"), ..base };
+        assert_eq!(plan(&asked_by_an_agent, &all, &all), Step::Free);
+    }
+
+    #[test]
+    fn a_worker_speaks_in_a_project_channel_only_when_handed_the_work_and_hands_over() {
+        let all = definitions_for(Role::Worker);
+        let offered = offered(Role::Worker, None, TurnState::Channel, &[], None);
+        let quiet = delta("project-login", &[("orchestrator", "Kick-off: @pm please start.")]);
+        let t = turn("dev", Role::Worker, TurnState::Channel, "project-login", &quiet);
+        assert_eq!(plan(&t, &offered, &all), Step::Reply("noted".into()));
+
+        let called = delta("project-login", &[("pm", "Plan: a form. @dev over to you")]);
+        let base = Turn { text: &called, ..t };
+        assert_eq!(
+            plan(&base, &offered, &all),
+            Step::Call {
+                name: "flock_channel_read",
+                arguments: json!({"channel": "project-login", "limit": 50})
+            }
+        );
+        let history = read_result(
+            &["orchestrator", "pm", "dev", "qa"],
+            &[("orchestrator", "Kick-off"), ("pm", "Plan: a form. @dev over to you")],
+            "Login (asked by alice in #lobby)",
+        );
+        let mut done = vec![ok("flock_channel_read", json!({}), history)];
+        let step = plan(&Turn { done: &done, ..base }, &offered, &all);
+        let tools = names(&step);
+        assert!(tools.contains(&"flock_channel_post") && tools.contains(&"fs_write"), "{tools:?}");
+        assert!(!tools.iter().any(|t| *t != "flock_channel_post" && t.starts_with("flock_")), "{tools:?}");
+
+        // Its post hands over to the next member who has not posted.
+        let post = json!({"channel": "project-login", "text": "Built LoginForm."});
+        let amended = amend(&Turn { done: &done, ..base }, "flock_channel_post", &post).unwrap();
+        assert_eq!(amended["text"], "Built LoginForm. @qa over to you.");
+        done.push(ok("flock_channel_post", amended, json!({"seq": 3})));
+        assert_eq!(
+            plan(&Turn { done: &done, ..base }, &offered, &all),
+            Step::Reply("posted my part in #project-login".into())
+        );
+        // Outside project channels the model is free.
+        let general = Turn { channel: Some("general"), ..base };
+        assert_eq!(plan(&general, &offered, &all), Step::Free);
+    }
+
+    #[test]
+    fn the_orchestrator_archives_once_every_member_posted_and_tells_the_person_where_they_asked() {
+        let all = definitions_for(Role::Orchestrator);
+        let own = delta("project-login", &[("orchestrator", "Kick-off @pm")]);
+        let t = turn("orchestrator", Role::Orchestrator, TurnState::Channel, "project-login", &own);
+        assert_eq!(plan(&t, &all, &all), Step::Reply("noted".into()));
+
+        let news = delta("project-login", &[("pm", "Plan. @dev over to you")]);
+        let base = Turn { text: &news, ..t };
+        assert!(matches!(plan(&base, &all, &all), Step::Call { name: "flock_channel_read", .. }));
+        let members = ["orchestrator", "pm", "dev", "qa"];
+        let topic = "Login (asked by alice in #lobby)";
+        let part = read_result(&members, &[("orchestrator", "k"), ("pm", "p")], topic);
+        let done = vec![ok("flock_channel_read", json!({}), part)];
+        assert_eq!(
+            plan(&Turn { done: &done, ..base }, &all, &all),
+            Step::Reply("noted; waiting for dev, qa".into())
+        );
+
+        let all_in = read_result(&members, &[("orchestrator", "k"), ("pm", "p"), ("dev", "d"), ("qa", "q")], topic);
+        let mut done = vec![ok("flock_channel_read", json!({}), all_in)];
+        assert_eq!(
+            plan(&Turn { done: &done, ..base }, &all, &all),
+            Step::Call { name: "flock_channel_archive", arguments: json!({"channel": "project-login"}) }
+        );
+        done.push(ok("flock_channel_archive", json!({"channel": "project-login"}), json!({})));
+        let step = plan(&Turn { done: &done, ..base }, &all, &all);
+        let Step::Model { tools } = &step else { panic!("{step:?}") };
+        assert_eq!(tools[0].parameters["properties"]["channel"]["enum"], json!(["lobby"]));
+        done.push(ok("flock_channel_post", json!({"channel": "lobby", "text": "Done"}), json!({})));
+        assert_eq!(
+            plan(&Turn { done: &done, ..base }, &all, &all),
+            Step::Reply("archiving #project-login".into())
+        );
+    }
+
+    #[test]
+    fn an_archive_notice_is_answered_with_a_read_memory_a_card_and_ready() {
+        let all = definitions_for(Role::Worker);
+        let notice = delta(
+            "project-login",
+            &[("orchestrator", "[archive] #project-login is being archived. @pm @dev @qa please review")],
+        );
+        let base = turn("qa", Role::Worker, TurnState::Channel, "project-login", &notice);
+        assert!(matches!(plan(&base, &all, &all), Step::Call { name: "flock_channel_read", .. }));
+        let mut done = vec![ok("flock_channel_read", json!({}), json!({}))];
+        assert_eq!(names(&plan(&Turn { done: &done, ..base }, &all, &all)), ["memory_remember"]);
+        done.push(ok("memory_remember", json!({"text": "x"}), json!("remembered")));
+        assert_eq!(names(&plan(&Turn { done: &done, ..base }, &all, &all)), ["flock_update_card"]);
+        done.push(refused("flock_update_card", json!({}), "BAD_REQUEST"));
+        done.push(refused("flock_update_card", json!({}), "BAD_REQUEST"));
+        assert_eq!(
+            plan(&Turn { done: &done, ..base }, &all, &all),
+            Step::Call { name: "flock_archive_ready", arguments: json!({"channel": "project-login"}) }
+        );
+        done.push(ok("flock_archive_ready", json!({}), json!({})));
+        assert_eq!(
+            plan(&Turn { done: &done, ..base }, &all, &all),
+            Step::Reply("ready for the archive of #project-login".into())
+        );
+    }
+
+    #[test]
+    fn the_origin_of_a_project_is_read_from_its_topic() {
+        assert_eq!(origin("Login (asked by alice in #lobby)").as_deref(), Some("lobby"));
+        assert_eq!(origin("x (asked by bob)"), None);
+        assert_eq!(origin("x (asked by bob in #Bad Name)"), None);
+        assert_eq!(origin("no origin"), None);
+    }
+}
