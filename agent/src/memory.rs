@@ -42,6 +42,21 @@ pub fn is_memory_write(tool: &str) -> bool {
     flock_config::tools::owner(tool) == Some(flock_config::Owner::AgentMemory)
 }
 
+/// Journals a memory write (`MEMORY_WRITE`, in the chain the agent works in): the story of a
+/// team's work shows what each member remembered. The text is masked and cut like any journal
+/// line; the journal is best effort, the memory is already written.
+pub async fn journal_write(client: &crate::client::RouterClient, tool: &str, arguments: &str) {
+    let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or_default();
+    let text = flock_memory::mask::mask(args["text"].as_str().unwrap_or_default());
+    let text: String = text.chars().take(160).collect();
+    let event = serde_json::json!({
+        "type": "MEMORY_WRITE",
+        "message": format!("remembered: {text}"),
+        "params": {"tool": tool, "priority": args["priority"], "category": args["category"]},
+    });
+    let _ = crate::output::forward(client, "journal__event", &event).await;
+}
+
 #[derive(Debug, Clone)]
 pub struct Memory {
     dir: PathBuf,

@@ -365,11 +365,16 @@ pub async fn run(
                             // Memory writes are the agent's own, under an id derived from the turn:
                             // a replayed turn remembers nothing twice.
                             None if crate::memory::is_memory_write(&call.name) => {
-                                Some(pipeline.memory_write(
+                                let out = pipeline.memory_write(
                                     flock_ipc::id::derive_id(id, calls),
                                     &call.name,
                                     &call.arguments,
-                                ))
+                                );
+                                if out.ok {
+                                    crate::memory::journal_write(client, &call.name, &call.arguments)
+                                        .await;
+                                }
+                                Some(out)
                             }
                             None => {
                                 let (name, args) = (&call.name, &call.arguments);

@@ -133,7 +133,7 @@ fn open_project(t: &Turn, all: &[ToolDef]) -> Step {
             p["required"] = json!(["channel", "topic", "members"]);
         }));
     };
-    let channel = created.arguments["channel"].as_str().unwrap_or_default().to_owned();
+    let channel = channel_arg(&created.arguments).unwrap_or_default().to_owned();
     let members = strings(&created.arguments["members"]);
     if !posted_in(t.done, &channel) {
         if tries_in(t.done, &channel) >= TRIES {
@@ -288,7 +288,7 @@ pub fn amend(t: &Turn, name: &str, arguments: &Value) -> Option<Value> {
         }
         (Role::Orchestrator, TurnState::Owed, "flock_channel_post") => {
             let created = last_ok(t.done, "flock_channel_create")?;
-            if args.get("channel") != created.arguments.get("channel") {
+            if channel_arg(arguments) != channel_arg(&created.arguments) {
                 return None;
             }
             let members = strings(&created.arguments["members"]);
@@ -302,7 +302,7 @@ pub fn amend(t: &Turn, name: &str, arguments: &Value) -> Option<Value> {
         }
         (Role::Worker, TurnState::Channel, "flock_channel_post") => {
             let state = read_result(t.done)?;
-            if args.get("channel").and_then(Value::as_str) != t.channel {
+            if channel_arg(arguments) != t.channel {
                 return None;
             }
             let posted = authors(&state);
@@ -362,8 +362,13 @@ fn tries(done: &[Done], name: &str) -> usize {
     done.iter().filter(|d| d.name == name).count()
 }
 
+/// The channel a call names (`#` or not, as the channels actor accepts both).
+fn channel_arg(arguments: &Value) -> Option<&str> {
+    arguments.get("channel")?.as_str().map(|c| c.trim_start_matches('#'))
+}
+
 fn is_post_in(d: &Done, channel: &str) -> bool {
-    d.name == "flock_channel_post" && d.arguments["channel"].as_str() == Some(channel)
+    d.name == "flock_channel_post" && channel_arg(&d.arguments) == Some(channel)
 }
 
 fn posted_in(done: &[Done], channel: &str) -> bool {
@@ -555,6 +560,8 @@ mod tests {
         let post = json!({"channel": "project-login", "text": "Built LoginForm."});
         let amended = amend(&Turn { done: &done, ..base }, "flock_channel_post", &post).unwrap();
         assert_eq!(amended["text"], "Built LoginForm. @qa over to you.");
+        // A post that names the channel with its '#' is the same post.
+        let amended = json!({"channel": "#project-login", "text": amended["text"]});
         done.push(ok("flock_channel_post", amended, json!({"seq": 3})));
         assert_eq!(
             plan(&Turn { done: &done, ..base }, &offered, &all),

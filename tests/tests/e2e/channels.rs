@@ -123,7 +123,9 @@ fn kickoff_story_runs_from_one_human_post_to_an_archived_channel_and_the_journal
     // The channel: its topic, its members, archived.
     let ch = channel(&swarm, "project-login").expect("#project-login exists");
     assert_eq!(ch["state"], "archived", "{ch}");
-    assert_eq!(ch["topic"], "Login page for the web app: plan, build, test", "{ch}");
+    // The runtime wrote into the topic who asked where: the outcome goes back there.
+    let topic = "Login page for the web app: plan, build, test (asked by alice in #lobby)";
+    assert_eq!(ch["topic"], topic, "{ch}");
     assert_eq!(ch["members"], serde_json::json!(["orchestrator", "pm", "dev", "qa"]), "{ch}");
 
     // Its history: a kick-off mentioning a worker, one post by each worker in story order, the
@@ -158,7 +160,7 @@ fn kickoff_story_runs_from_one_human_post_to_an_archived_channel_and_the_journal
     let create = find(&events, discover, "the channel's creation", |e| {
         by("orchestrator", "FLOCK_CHANNEL_CREATE")(e) && arg(e, "channel") == "project-login"
     });
-    assert_eq!(arg(&events[create], "topic"), "Login page for the web app: plan, build, test");
+    assert_eq!(arg(&events[create], "topic"), topic);
     assert_eq!(arg(&events[create], "members"), &serde_json::json!(["pm", "dev", "qa"]));
     let post_in = |agent: &'static str| {
         move |e: &Value| by(agent, "FLOCK_CHANNEL_POST")(e) && arg(e, "channel") != "lobby"
@@ -168,9 +170,6 @@ fn kickoff_story_runs_from_one_human_post_to_an_archived_channel_and_the_journal
     let plan = find(&events, kick, "pm's plan", post_in("pm"));
     let build = find(&events, plan, "dev's implementation note", post_in("dev"));
     let test = find(&events, build, "qa's test note", post_in("qa"));
-    for worker in ["pm", "dev", "qa"] {
-        find(&events, kick, &format!("{worker}'s card update"), by(worker, "FLOCK_UPDATE_CARD"));
-    }
     let start = find(&events, test, "the archive start", |e| {
         e["agent"] == "orchestrator"
             && kind(e) == "CHANNEL_ARCHIVE_START"
@@ -180,6 +179,24 @@ fn kickoff_story_runs_from_one_human_post_to_an_archived_channel_and_the_journal
     let archived = find(&events, start, "CHANNEL_ARCHIVED", |e| {
         kind(e) == "CHANNEL_ARCHIVED" && e["action"]["params"]["channel"] == "project-login"
     });
+    // Every worker answered the notice: what it learned to memory, its card, then ready.
+    for worker in ["pm", "dev", "qa"] {
+        let memory = find(&events, start, &format!("{worker}'s memory"), by(worker, "MEMORY_WRITE"));
+        let card = find(&events, memory, &format!("{worker}'s card"), by(worker, "FLOCK_UPDATE_CARD"));
+        find(&events, card, &format!("{worker}'s ready"), by(worker, "FLOCK_ARCHIVE_READY"));
+    }
+    // The person hears the outcome where they asked, after their answer.
+    let lobby = messages(&swarm, "lobby");
+    let said: Vec<(&str, &str)> = lobby
+        .iter()
+        .map(|m| (m["author"].as_str().unwrap_or("?"), m["text"].as_str().unwrap_or("?")))
+        .collect();
+    assert_eq!(said.len(), 3, "{said:?}");
+    assert_eq!(said[0], ("human:alice", "New project: a login page"));
+    assert_eq!(said[1].0, "orchestrator");
+    assert!(said[1].1.starts_with("On it: #project-login is open with pm, dev, qa."), "{said:?}");
+    assert_eq!(said[2].0, "orchestrator");
+    assert!(said[2].1.starts_with("Update: the login page is built and tested"), "{said:?}");
     let params = &events[archived]["action"]["params"];
     assert_eq!(params["not_ready"], serde_json::json!([]), "{}", events[archived]);
     for member in ["orchestrator", "pm", "dev", "qa"] {
@@ -217,14 +234,13 @@ fn kickoff_story_runs_from_one_human_post_to_an_archived_channel_and_the_journal
 
     // The agents' side: every rule fired once, nobody looped, every session closed.
     let orch = swarm.log("orchestrator");
-    assert_eq!(count_lines(&orch, &["reply \"kicked off #project-login\""]), 1, "{orch}");
+    assert_eq!(count_lines(&orch, &["reply \"On it: #project-login is open"]), 1, "{orch}");
     assert_eq!(count_lines(&orch, &["reply \"archiving #project-login\""]), 1, "{orch}");
-    for (worker, reply) in
-        [("pm", "plan posted"), ("dev", "implementation posted"), ("qa", "test note posted")]
-    {
+    for worker in ["pm", "dev", "qa"] {
         let log = swarm.log(worker);
-        assert_eq!(count_lines(&log, &[&format!("reply \"{reply}\"")]), 1, "{log}");
-        assert_eq!(count_lines(&log, &["reply \"reviewed #project-login; ready"]), 1, "{log}");
+        assert_eq!(count_lines(&log, &["reply \"posted my part in #project-login\""]), 1, "{log}");
+        let ready = "reply \"ready for the archive of #project-login\"";
+        assert_eq!(count_lines(&log, &[ready]), 1, "{log}");
         assert_eq!(count_lines(&log, &["from #lobby"]), 0, "{worker} is not in #lobby: {log}");
         let received = deltas(&swarm, worker, "project-login");
         assert!((2..=5).contains(&received.len()), "{worker}: {received:#?}");
