@@ -107,6 +107,47 @@ pub fn system_message(spec: &AgentSpec, catalog: Option<&str>, today: Option<&st
 mod tests {
     use super::*;
 
+    /// The `snake_case` names a prompt puts in backticks that look like tools.
+    fn tools_named(prompt: &str) -> Vec<&str> {
+        prompt
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|w| {
+                w.contains('_') && w.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_tool_a_prompt_names_exists_and_its_role_may_call_it() {
+        let mut checked = 0;
+        let workers = ["project-manager", "code-first-developer", "production-first-developer"];
+        let archetypes = workers.into_iter().chain(["code-reviewer", "qa"]);
+        let prompts = Role::ALL.into_iter().map(|r| (r, role_prompt(r))).chain(
+            archetypes.map(|a| (Role::Worker, archetype_prompt(a).expect("a shipped archetype"))),
+        );
+        for (role, prompt) in prompts {
+            for name in tools_named(prompt) {
+                assert!(
+                    flock_config::tools::tool(name).is_some(),
+                    "the {role:?} prompt names `{name}`, which is not a tool"
+                );
+                assert!(role.may_use(name), "the {role:?} prompt names `{name}`, which it may not call");
+                checked += 1;
+            }
+        }
+        // The orchestrator's and the worker's prompts walk the channel protocol by its tools.
+        for (role, tools) in [
+            (Role::Orchestrator, &["flock_channel_create", "flock_channel_post"][..]),
+            (Role::Worker, &["flock_channel_post", "memory_remember", "flock_update_card"][..]),
+        ] {
+            let named = tools_named(role_prompt(role));
+            assert!(tools.iter().all(|t| named.contains(t)), "{role:?} names {named:?}");
+        }
+        assert!(checked >= 8, "only {checked} tool names checked");
+    }
+
     fn spec(role: Role, archetype: Option<&str>) -> AgentSpec {
         AgentSpec {
             archetype: archetype.map(Into::into),
