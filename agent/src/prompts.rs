@@ -113,9 +113,7 @@ mod tests {
             .split('`')
             .skip(1)
             .step_by(2)
-            .filter(|w| {
-                w.contains('_') && w.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
-            })
+            .filter(|w| w.contains('_') && w.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
             .collect()
     }
 
@@ -133,7 +131,10 @@ mod tests {
                     flock_config::tools::tool(name).is_some(),
                     "the {role:?} prompt names `{name}`, which is not a tool"
                 );
-                assert!(role.may_use(name), "the {role:?} prompt names `{name}`, which it may not call");
+                assert!(
+                    role.may_use(name),
+                    "the {role:?} prompt names `{name}`, which it may not call"
+                );
                 checked += 1;
             }
         }

@@ -234,7 +234,9 @@ pub async fn run(
         pipeline.step_pre(step, &mut conversation);
         let done = calls_since(&conversation, input_at);
         let planned = match (&forced, text_only) {
-            (None, false) => workflow::plan(&workflow::Turn { done: &done, ..this_turn }, &offered, &all_tools),
+            (None, false) => {
+                workflow::plan(&workflow::Turn { done: &done, ..this_turn }, &offered, &all_tools)
+            }
             _ => Step::Free,
         };
         // A protocol step that posts: words instead of the call are posted by the runtime.
@@ -354,7 +356,11 @@ pub async fn run(
                     // A protocol step's call as the protocol needs it (a topic that says who
                     // asked, a post that hands over).
                     if let Ok(args) = serde_json::from_str(&call.arguments)
-                        && let Some(amended) = workflow::amend(&workflow::Turn { done: &done, ..this_turn }, &call.name, &args)
+                        && let Some(amended) = workflow::amend(
+                            &workflow::Turn { done: &done, ..this_turn },
+                            &call.name,
+                            &args,
+                        )
                     {
                         call.arguments = amended.to_string();
                     }
@@ -371,8 +377,12 @@ pub async fn run(
                                     &call.arguments,
                                 );
                                 if out.ok {
-                                    crate::memory::journal_write(client, &call.name, &call.arguments)
-                                        .await;
+                                    crate::memory::journal_write(
+                                        client,
+                                        &call.name,
+                                        &call.arguments,
+                                    )
+                                    .await;
                                 }
                                 Some(out)
                             }

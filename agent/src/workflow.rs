@@ -33,6 +33,9 @@ pub const PROJECT_PREFIX: &str = "project-";
 /// A protocol step the model failed this many times (a refused call) is given up, in words.
 const TRIES: usize = 2;
 
+/// A worker's tool calls (files, data) before its post in a project channel; then only the post.
+const WORK_STEPS: usize = 3;
+
 /// A call this turn made, with its outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Done {
@@ -153,17 +156,14 @@ fn in_project(t: &Turn, channel: &str, offered: &[ToolDef], all: &[ToolDef]) -> 
     let new = posts(t.text);
     let me = t.me.to_lowercase();
     let by_others = || new.iter().filter(|p| p.author != t.me);
-    if by_others()
-        .any(|p| p.text.starts_with(ARCHIVE_NOTICE) && mentions(&p.text).contains(&me))
-    {
+    if by_others().any(|p| p.text.starts_with(ARCHIVE_NOTICE) && mentions(&p.text).contains(&me)) {
         return archive(t, channel, all);
     }
     match t.role {
         Role::Orchestrator => follow(t, channel, by_others().count() > 0, all),
         Role::Worker => {
-            let called = by_others().any(|p| {
-                !p.text.starts_with(ARCHIVE_NOTICE) && mentions(&p.text).contains(&me)
-            });
+            let called = by_others()
+                .any(|p| !p.text.starts_with(ARCHIVE_NOTICE) && mentions(&p.text).contains(&me));
             if called { take_part(t, channel, offered, all) } else { Step::Reply("noted".into()) }
         }
         _ => Step::Free,
@@ -254,13 +254,16 @@ fn take_part(t: &Turn, channel: &str, offered: &[ToolDef], all: &[ToolDef]) -> S
         return gave_up(t.done, "post my part", "flock_channel_post");
     }
     // Its work tools (files, data, the sandbox) and the post; not the channel admin or
-    // addressing tools: the hand-over is the post's @mention.
+    // addressing tools: the hand-over is the post's @mention. After WORK_STEPS calls of its
+    // tools, only the post: the part is due.
+    let worked = t.done.iter().filter(|d| d.name != "flock_channel_read").count();
     let mut tools: Vec<ToolDef> = offered
         .iter()
         .filter(|d| {
-            !(d.name.starts_with("flock_")
-                || d.name.starts_with("agents__")
-                || d.name.starts_with("memory_"))
+            worked < WORK_STEPS
+                && !(d.name.starts_with("flock_")
+                    || d.name.starts_with("agents__")
+                    || d.name.starts_with("memory_"))
         })
         .cloned()
         .collect();
@@ -418,7 +421,13 @@ mod tests {
     use super::*;
     use crate::tools::{definitions_for, offered};
 
-    fn turn<'a>(me: &'a str, role: Role, state: TurnState, channel: &'a str, text: &'a str) -> Turn<'a> {
+    fn turn<'a>(
+        me: &'a str,
+        role: Role,
+        state: TurnState,
+        channel: &'a str,
+        text: &'a str,
+    ) -> Turn<'a> {
         Turn {
             me,
             role,
@@ -447,8 +456,11 @@ mod tests {
     }
 
     fn delta(channel: &str, lines: &[(&str, &str)]) -> String {
-        let body: String =
-            lines.iter().enumerate().map(|(i, (a, t))| format!("[seq {}] {a}: {t}\n", i + 1)).collect();
+        let body: String = lines
+            .iter()
+            .enumerate()
+            .map(|(i, (a, t))| format!("[seq {}] {a}: {t}\n", i + 1))
+            .collect();
         format!(
             "[Channel: #{channel}]\nNew messages: seq 1..{n} ({n})\n--- New Messages ---\n{body}--- End New Messages ---\nFull history: flock_channel_read(channel=\"{channel}\")",
             n = lines.len()
@@ -466,7 +478,8 @@ mod tests {
     #[test]
     fn a_persons_request_to_the_orchestrator_walks_discover_create_kickoff_answer() {
         let all = definitions_for(Role::Orchestrator);
-        let base = turn("orchestrator", Role::Orchestrator, TurnState::Owed, "lobby", "a login page");
+        let base =
+            turn("orchestrator", Role::Orchestrator, TurnState::Owed, "lobby", "a login page");
         assert_eq!(
             plan(&base, &all, &all),
             Step::Call { name: "flock_discover", arguments: json!({"role": "worker"}) }
@@ -516,11 +529,22 @@ mod tests {
         let create = json!({"channel": "project-x", "topic": "t", "members": ["pm"]});
         let done = vec![
             ok("flock_discover", json!({}), json!([{"name": "pm"}])),
-            refused("flock_channel_create", create.clone(), "BAD_REQUEST: channel `#project-x` already exists"),
-            refused("flock_channel_create", create, "BAD_REQUEST: channel `#project-x` already exists"),
+            refused(
+                "flock_channel_create",
+                create.clone(),
+                "BAD_REQUEST: channel `#project-x` already exists",
+            ),
+            refused(
+                "flock_channel_create",
+                create,
+                "BAD_REQUEST: channel `#project-x` already exists",
+            ),
         ];
         let Step::Reply(why) = plan(&Turn { done: &done, ..base }, &all, &all) else { panic!() };
-        assert_eq!(why, "I could not open a project channel: BAD_REQUEST: channel `#project-x` already exists");
+        assert_eq!(
+            why,
+            "I could not open a project channel: BAD_REQUEST: channel `#project-x` already exists"
+        );
         // With no worker to staff a project, or an agent asking, the model is free.
         let lonely = vec![ok("flock_discover", json!({}), json!([]))];
         assert_eq!(plan(&Turn { done: &lonely, ..base }, &all, &all), Step::Free);
@@ -554,7 +578,21 @@ mod tests {
         let step = plan(&Turn { done: &done, ..base }, &offered, &all);
         let tools = names(&step);
         assert!(tools.contains(&"flock_channel_post") && tools.contains(&"fs_write"), "{tools:?}");
-        assert!(!tools.iter().any(|t| *t != "flock_channel_post" && t.starts_with("flock_")), "{tools:?}");
+        assert!(
+            !tools.iter().any(|t| *t != "flock_channel_post" && t.starts_with("flock_")),
+            "{tools:?}"
+        );
+
+        // After three calls of its tools the part is due: only the post is offered.
+        let busy: Vec<Done> = done
+            .iter()
+            .cloned()
+            .chain((0..3).map(|i| ok("fs_write", json!({"path": format!("f{i}")}), json!("ok"))))
+            .collect();
+        assert_eq!(
+            names(&plan(&Turn { done: &busy, ..base }, &offered, &all)),
+            ["flock_channel_post"]
+        );
 
         // Its post hands over to the next member who has not posted.
         let post = json!({"channel": "project-login", "text": "Built LoginForm."});
@@ -591,11 +629,18 @@ mod tests {
             Step::Reply("noted; waiting for dev, qa".into())
         );
 
-        let all_in = read_result(&members, &[("orchestrator", "k"), ("pm", "p"), ("dev", "d"), ("qa", "q")], topic);
+        let all_in = read_result(
+            &members,
+            &[("orchestrator", "k"), ("pm", "p"), ("dev", "d"), ("qa", "q")],
+            topic,
+        );
         let mut done = vec![ok("flock_channel_read", json!({}), all_in)];
         assert_eq!(
             plan(&Turn { done: &done, ..base }, &all, &all),
-            Step::Call { name: "flock_channel_archive", arguments: json!({"channel": "project-login"}) }
+            Step::Call {
+                name: "flock_channel_archive",
+                arguments: json!({"channel": "project-login"})
+            }
         );
         done.push(ok("flock_channel_archive", json!({"channel": "project-login"}), json!({})));
         let step = plan(&Turn { done: &done, ..base }, &all, &all);
@@ -613,7 +658,10 @@ mod tests {
         let all = definitions_for(Role::Worker);
         let notice = delta(
             "project-login",
-            &[("orchestrator", "[archive] #project-login is being archived. @pm @dev @qa please review")],
+            &[(
+                "orchestrator",
+                "[archive] #project-login is being archived. @pm @dev @qa please review",
+            )],
         );
         let base = turn("qa", Role::Worker, TurnState::Channel, "project-login", &notice);
         assert!(matches!(plan(&base, &all, &all), Step::Call { name: "flock_channel_read", .. }));
@@ -625,7 +673,10 @@ mod tests {
         done.push(refused("flock_update_card", json!({}), "BAD_REQUEST"));
         assert_eq!(
             plan(&Turn { done: &done, ..base }, &all, &all),
-            Step::Call { name: "flock_archive_ready", arguments: json!({"channel": "project-login"}) }
+            Step::Call {
+                name: "flock_archive_ready",
+                arguments: json!({"channel": "project-login"})
+            }
         );
         done.push(ok("flock_archive_ready", json!({}), json!({})));
         assert_eq!(

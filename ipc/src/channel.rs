@@ -107,7 +107,10 @@ mod tests {
                  --- End New Messages ---\nFull history: flock_channel_read(channel=\"p\")";
         let p = posts(n);
         assert_eq!(p.len(), 2, "{p:?}");
-        assert_eq!((p[0].seq, p[0].author, p[0].text.as_str()), (3, "pm", "Plan: one\ntwo: with a colon"));
+        assert_eq!(
+            (p[0].seq, p[0].author, p[0].text.as_str()),
+            (3, "pm", "Plan: one\ntwo: with a colon")
+        );
         assert_eq!((p[1].author, p[1].text.as_str()), ("human:alice", "ok @dev"));
         assert!(posts("no markers [seq 1] a: b").is_empty());
     }

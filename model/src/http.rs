@@ -124,12 +124,15 @@ pub struct Server {
     /// The bearer token every `/v1/*` request must carry.
     pub token: String,
     pub limits: Limits,
+    /// Tool calls under the grammar of the offered tools; off only to measure what it saves
+    /// (`--no-grammar`: each malformed call is logged).
+    pub grammar: bool,
 }
 
 impl Server {
-    /// A server with the default [`Limits`].
+    /// A server with the default [`Limits`], tool calls under the grammar.
     pub fn new(engine: Engine, info: ModelInfo, token: String) -> Server {
-        Server { engine, info, token, limits: Limits::default() }
+        Server { engine, info, token, limits: Limits::default(), grammar: true }
     }
 }
 
@@ -381,6 +384,7 @@ async fn chat_completion<S: Stream>(
         Err(e) => return bad(e),
     };
     let constrained = chat.constrained();
+    let grammar = constrained && server.grammar;
     let (tx, mut rx) = oneshot::channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let key = parsed.user.clone().unwrap_or_default();
@@ -390,8 +394,8 @@ async fn chat_completion<S: Stream>(
         key: key.clone(),
         background: job_background,
         parts: prompt::parts(&chat),
-        schema: constrained.then(|| prompt::answer_schema(&chat)),
-        fallback_schema: constrained.then(|| prompt::loose_answer_schema(&chat)),
+        schema: grammar.then(|| prompt::answer_schema(&chat)),
+        fallback_schema: grammar.then(|| prompt::loose_answer_schema(&chat)),
         max_tokens: parsed.token_limit(),
         temperature: parsed.temperature,
         seed: parsed.seed,
@@ -450,6 +454,9 @@ async fn chat_completion<S: Stream>(
         generation.part_tokens.iter().map(|(name, n)| format!("{name}={n}")).collect();
     // Structured fields for scripts (`--log-format json`); the message for people.
     let parts = parts.join(" ");
+    // A call the caller would have to refuse: none under the grammar unless the token limit cut
+    // it off; without it (a measurement) as many as the model writes.
+    let malformed = constrained.then(|| prompt::malformed(&chat, &generation.text)).flatten();
     tracing::info!(
         slot = generation.slot,
         agent = if key.is_empty() { "-" } else { key.as_str() },
@@ -463,7 +470,10 @@ async fn chat_completion<S: Stream>(
         preempted = generation.preempted,
         tokens_shifted = generation.shifted_tokens,
         parts = %parts,
-        "flock-model: slot {} ({}): prompt {} tokens, reused {}{}, processed {} in {} ms; {} generated; {} ms total{}; queued {} ms{}; parts {}",
+        constrained,
+        grammar,
+        malformed = malformed.as_deref().unwrap_or(""),
+        "flock-model: slot {} ({}): prompt {} tokens, reused {}{}, processed {} in {} ms; {} generated; {} ms total{}; queued {} ms{}; parts {}{}",
         generation.slot,
         if key.is_empty() { "-" } else { key.as_str() },
         generation.prompt_tokens,
@@ -477,7 +487,13 @@ async fn chat_completion<S: Stream>(
         generation.prompt_time.as_millis(),
         generation.completion_tokens,
         generation.total_time.as_millis(),
-        if constrained { ", constrained" } else { "" },
+        if grammar {
+            ", constrained"
+        } else if constrained {
+            ", unconstrained (--no-grammar)"
+        } else {
+            ""
+        },
         generation.queued.as_millis(),
         if generation.preempted > 0 {
             format!(", gave way {} time(s)", generation.preempted)
@@ -485,6 +501,7 @@ async fn chat_completion<S: Stream>(
             String::new()
         },
         parts,
+        malformed.map(|why| format!("; malformed call: {why}")).unwrap_or_default(),
     );
     let model = parsed.model.as_deref().filter(|m| !m.is_empty()).unwrap_or(&server.info.name);
     Some(Response::json(
@@ -766,7 +783,13 @@ mod tests {
             threads: 1,
             load_time: Duration::ZERO,
         };
-        Arc::new(Server { engine: Engine::stopped(), info, token: TOKEN.into(), limits })
+        Arc::new(Server {
+            engine: Engine::stopped(),
+            info,
+            token: TOKEN.into(),
+            limits,
+            grammar: true,
+        })
     }
 
     async fn start(limits: Limits) -> SocketAddr {

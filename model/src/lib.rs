@@ -50,6 +50,8 @@ pub struct Options {
     pub token: String,
     /// llama.cpp's own logs on stderr, and one line per request.
     pub verbose: bool,
+    /// Tool calls under the grammar of the offered tools (off only to measure what it saves).
+    pub grammar: bool,
 }
 
 /// Where to serve: a loopback TCP address, or a Unix socket (`unix:PATH`, how flock-supervisor
@@ -194,7 +196,9 @@ pub async fn run(opts: Options) -> Result<(), RunError> {
         writeln!(out, "listening on {addr}")?;
         out.flush()?;
     }
-    let server = Arc::new(http::Server::new(engine, info, opts.token));
+    let mut server = http::Server::new(engine, info, opts.token);
+    server.grammar = opts.grammar;
+    let server = Arc::new(server);
     // Serves until the process is stopped: accept errors are waited out, not returned.
     match listener {
         Listener::Tcp(l) => match http::serve(l, server).await {},

@@ -39,6 +39,11 @@ struct Args {
     /// llama.cpp's own logs on stderr (one line per request is always logged).
     #[arg(long, short)]
     verbose: bool,
+    /// Let the model write tool calls freely instead of under the grammar of the offered tools:
+    /// a measurement switch (each malformed call is logged as `malformed call: WHY`), never for
+    /// real use.
+    #[arg(long)]
+    no_grammar: bool,
 }
 
 /// Not dumpable: `/proc/<pid>/environ` (which holds the bearer token), `/proc/<pid>/mem` and
@@ -84,6 +89,7 @@ async fn main() {
         sha256: args.sha256,
         token,
         verbose: args.verbose,
+        grammar: !args.no_grammar,
     };
     if let Err(e) = flock_model::run(opts).await {
         tracing::error!("flock-model: error: {:#}", e.error);

@@ -433,6 +433,72 @@ pub fn read_answer(chat: &Chat, output: &str) -> Option<Answer> {
     Some(Answer::Call(Call { name, arguments: arguments.to_string() }))
 }
 
+/// Why an answer written without the grammar is not a call the caller can run, if it is not:
+/// not the `{"tool", "arguments"}` object, a tool not offered, words where a call was required,
+/// or arguments that break the tool's schema (a required one missing, one not in the schema,
+/// a value outside its enum or of the wrong type). An answer in plain words is not a call and
+/// is fine where words are allowed.
+pub fn malformed(chat: &Chat, output: &str) -> Option<String> {
+    let words_allowed = chat.offers_final_answer();
+    let text = output.trim();
+    if !text.starts_with('{') {
+        return (!words_allowed).then(|| "words where a tool call was required".to_owned());
+    }
+    let Ok(value) = serde_json::from_str::<Value>(text) else {
+        return Some("not valid JSON".into());
+    };
+    let Some(name) = value.get("tool").and_then(Value::as_str) else {
+        return Some("no \"tool\" name".into());
+    };
+    if name == FINAL_ANSWER && words_allowed {
+        return None;
+    }
+    let offered = offered_tools(chat);
+    let Some(tool) = offered.iter().find(|t| t.name == name) else {
+        return Some(format!("calls `{name}`, which is not offered"));
+    };
+    let arguments = value.get("arguments").cloned().unwrap_or(json!({}));
+    argument_error(&tool.parameters, &arguments).map(|e| format!("`{name}`: {e}"))
+}
+
+/// The first way `arguments` break a tool's (top-level) argument schema.
+fn argument_error(schema: &Value, arguments: &Value) -> Option<String> {
+    let Value::Object(args) = arguments else {
+        return Some("arguments are not an object".into());
+    };
+    let props = schema.get("properties").and_then(Value::as_object);
+    for key in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+        if let Some(key) = key.as_str()
+            && !args.contains_key(key)
+        {
+            return Some(format!("`{key}` is missing"));
+        }
+    }
+    for (key, v) in args {
+        let Some(prop) = props.and_then(|p| p.get(key)) else {
+            return Some(format!("`{key}` is not an argument"));
+        };
+        if let Some(allowed) = prop.get("enum").and_then(Value::as_array)
+            && !allowed.contains(v)
+        {
+            return Some(format!("`{key}` is {v}, not one of {}", Value::Array(allowed.clone())));
+        }
+        let fits = match prop.get("type").and_then(Value::as_str) {
+            Some("string") => v.is_string(),
+            Some("integer") => v.is_i64() || v.is_u64(),
+            Some("number") => v.is_number(),
+            Some("boolean") => v.is_boolean(),
+            Some("array") => v.is_array(),
+            Some("object") => v.is_object(),
+            _ => true,
+        };
+        if !fits {
+            return Some(format!("`{key}` is {v}, not of type {}", prop["type"]));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -578,6 +644,46 @@ mod tests {
         assert_eq!(
             spaced_json(&json!({"a": [1, {"b": "c"}], "d": {}})),
             r#"{"a": [1, {"b": "c"}], "d": {}}"#
+        );
+    }
+
+    #[test]
+    fn an_answer_without_the_grammar_is_malformed_when_the_caller_could_not_run_it() {
+        let auto = chat(vec![], ToolChoice::Auto);
+        let call = |s: &str| malformed(&auto, s);
+        assert_eq!(call("Sure, here you are."), None);
+        assert_eq!(call(r#"{"tool": "final_answer", "arguments": {"text": "hi"}}"#), None);
+        assert_eq!(
+            call(r#"{"tool": "agents__send", "arguments": {"to": "worker-1", "text": "x"}}"#),
+            None
+        );
+        assert_eq!(
+            call(r#"{"tool": "agents__send", "arguments": {"to": "worker-1""#).unwrap(),
+            "not valid JSON"
+        );
+        assert_eq!(
+            call(r#"{"tool": "rm_rf", "arguments": {}}"#).unwrap(),
+            "calls `rm_rf`, which is not offered"
+        );
+        assert_eq!(
+            call(r#"{"tool": "agents__send", "arguments": {"to": "worker-9", "text": "x"}}"#)
+                .unwrap(),
+            r#"`agents__send`: `to` is "worker-9", not one of ["worker-1","worker-2"]"#
+        );
+        assert_eq!(
+            call(r#"{"tool": "agents__send", "arguments": {"to": "worker-1"}}"#).unwrap(),
+            "`agents__send`: `text` is missing"
+        );
+        assert_eq!(
+            call(r#"{"tool": "agents__send", "arguments": {"to": "worker-1", "text": 3}}"#)
+                .unwrap(),
+            "`agents__send`: `text` is 3, not of type \"string\""
+        );
+        let required = chat(vec![], ToolChoice::Required);
+        assert_eq!(malformed(&required, "done").unwrap(), "words where a tool call was required");
+        assert!(
+            malformed(&required, r#"{"tool": "final_answer", "arguments": {"text": "x"}}"#)
+                .is_some()
         );
     }
 }

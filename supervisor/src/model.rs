@@ -176,6 +176,10 @@ impl ModelProcess {
     }
 }
 
+/// `FLOCK_MODEL_NO_GRAMMAR=1` where `up` runs: the embedded model writes tool calls without the
+/// grammar of the offered tools, and logs each malformed one (`scripts/eval --no-grammar`).
+pub const NO_GRAMMAR_ENV: &str = "FLOCK_MODEL_NO_GRAMMAR";
+
 impl Kept for Model {
     fn name(&self) -> String {
         NAME.to_owned()
@@ -198,6 +202,10 @@ impl Kept for Model {
         match self.sha256 {
             Some(sha) => args.extend(["--sha256".into(), sha.to_owned()]),
             None => args.push("--no-verify".into()),
+        }
+        // A measurement switch (what the grammar saves; docs/benchmarks.md), never for real use.
+        if std::env::var_os(NO_GRAMMAR_ENV).is_some_and(|v| v == "1") {
+            args.push("--no-grammar".into());
         }
         SpawnSpec {
             program: self.program.clone(),

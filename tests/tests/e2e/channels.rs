@@ -181,8 +181,10 @@ fn kickoff_story_runs_from_one_human_post_to_an_archived_channel_and_the_journal
     });
     // Every worker answered the notice: what it learned to memory, its card, then ready.
     for worker in ["pm", "dev", "qa"] {
-        let memory = find(&events, start, &format!("{worker}'s memory"), by(worker, "MEMORY_WRITE"));
-        let card = find(&events, memory, &format!("{worker}'s card"), by(worker, "FLOCK_UPDATE_CARD"));
+        let memory =
+            find(&events, start, &format!("{worker}'s memory"), by(worker, "MEMORY_WRITE"));
+        let card =
+            find(&events, memory, &format!("{worker}'s card"), by(worker, "FLOCK_UPDATE_CARD"));
         find(&events, card, &format!("{worker}'s ready"), by(worker, "FLOCK_ARCHIVE_READY"));
     }
     // The person hears the outcome where they asked, after their answer.
