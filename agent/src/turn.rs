@@ -250,11 +250,15 @@ pub async fn run(
                 break;
             }
             (None, Step::Call { name, arguments }) => runtime_call(step, name, &arguments),
-            (None, Step::Model { tools }) => {
+            (None, Step::Model { tools, note }) => {
                 posts_to = tools.iter().find(|t| t.name == "flock_channel_post").and_then(|t| {
                     t.parameters.pointer("/properties/channel/enum/0")?.as_str().map(str::to_owned)
                 });
-                provider.next(&conversation, &tools, true).await?
+                // The step's note is read right before the model writes, and leaves with it.
+                conversation.push(ChatMessage::System { text: note });
+                let next = provider.next(&conversation, &tools, true).await;
+                conversation.pop();
+                next?
             }
             (None, Step::Free) => {
                 let tools: &[_] = if text_only { &[] } else { &offered };

@@ -68,8 +68,9 @@ pub struct Turn<'a> {
 pub enum Step {
     /// Not a protocol turn: the usual offer, the model free to answer.
     Free,
-    /// Ask the model, offering exactly `tools`; it must call one of them.
-    Model { tools: Vec<ToolDef> },
+    /// Ask the model, offering exactly `tools`; it must call one of them. `note` says what this
+    /// step wants, in words, right before the model writes (it does not stay in the session).
+    Model { tools: Vec<ToolDef>, note: String },
     /// The runtime makes this call itself, without asking the model.
     Call { name: &'static str, arguments: Value },
     /// The turn ends with this answer, without a model call.
@@ -119,22 +120,33 @@ fn open_project(t: &Turn, all: &[ToolDef]) -> Step {
         if tries(t.done, "flock_channel_create") >= TRIES {
             return gave_up(t.done, "open a project channel", "flock_channel_create");
         }
-        return model(narrow(all, "flock_channel_create", |p| {
-            p["properties"]["channel"] = json!({
-                "type": "string",
-                "description": "project-NAME: a short name for the project, a-z, 0-9 and -",
-                "pattern": "^project-[a-z0-9]+(-[a-z0-9]+)*$",
-                "maxLength": 40,
-            });
-            p["properties"]["members"] = json!({
-                "type": "array",
-                "description": "the workers the project needs, the first starts",
-                "items": {"type": "string", "enum": workers},
-                "minItems": 1,
-                "maxItems": workers.len(),
-            });
-            p["required"] = json!(["channel", "topic", "members"]);
-        }));
+        let note = format!(
+            "Open a project channel for {asker}'s request: \"{request}\". Call \
+             flock_channel_create: channel = project- and a short name for the project, topic = \
+             what must be delivered, in at most 12 words of your own, members = the workers it \
+             needs from the cards above, the one who starts first.",
+            asker = asker(t),
+            request = clip(t.text, 300),
+        );
+        return model(
+            narrow(all, "flock_channel_create", |p| {
+                p["properties"]["channel"] = json!({
+                    "type": "string",
+                    "description": "project-NAME: a short name for the project, a-z, 0-9 and -",
+                    "pattern": "^project-[a-z0-9]+(-[a-z0-9]+)*$",
+                    "maxLength": 40,
+                });
+                p["properties"]["members"] = json!({
+                    "type": "array",
+                    "description": "the workers the project needs, the first starts",
+                    "items": {"type": "string", "enum": workers},
+                    "minItems": 1,
+                    "maxItems": workers.len(),
+                });
+                p["required"] = json!(["channel", "topic", "members"]);
+            }),
+            note,
+        );
     };
     let channel = channel_arg(&created.arguments).unwrap_or_default().to_owned();
     let members = strings(&created.arguments["members"]);
@@ -142,7 +154,14 @@ fn open_project(t: &Turn, all: &[ToolDef]) -> Step {
         if tries_in(t.done, &channel) >= TRIES {
             return gave_up(t.done, "post the kick-off", "flock_channel_post");
         }
-        return model(post_in(all, &channel));
+        let note = format!(
+            "Now post the kick-off in #{channel}: in two or three sentences, what {asker} asked \
+             (\"{request}\") and what done means for the team; address @{first} to start.",
+            asker = asker(t),
+            request = clip(t.text, 300),
+            first = members.first().map(String::as_str).unwrap_or("the first member"),
+        );
+        return model(post_in(all, &channel), note);
     }
     Step::Reply(format!(
         "On it: #{channel} is open with {}. I will post the outcome here when the team is done.",
@@ -160,7 +179,7 @@ fn in_project(t: &Turn, channel: &str, offered: &[ToolDef], all: &[ToolDef]) -> 
         return archive(t, channel, all);
     }
     match t.role {
-        Role::Orchestrator => follow(t, channel, by_others().count() > 0, all),
+        Role::Orchestrator => follow(t, channel, by_others().count() > 0),
         Role::Worker => {
             let called = by_others()
                 .any(|p| !p.text.starts_with(ARCHIVE_NOTICE) && mentions(&p.text).contains(&me));
@@ -180,7 +199,18 @@ fn archive(t: &Turn, channel: &str, all: &[ToolDef]) -> Step {
             && last_ok(t.done, step).is_none()
             && tries(t.done, step) < TRIES
         {
-            return model(narrow(all, step, |_| {}));
+            let note = match step {
+                "memory_remember" => format!(
+                    "#{channel} is finished. Call memory_remember with one thing from this \
+                     project the team will need again — what was built, decided or found, with \
+                     names — in your own words, not the archive notice."
+                ),
+                _ => format!(
+                    "Call flock_update_card: description = what you do, in one sentence that \
+                     names your part in #{channel}; skills = two to four single words."
+                ),
+            };
+            return model(narrow(all, step, |_| {}), note);
         }
     }
     match last(t.done, "flock_archive_ready") {
@@ -192,7 +222,7 @@ fn archive(t: &Turn, channel: &str, all: &[ToolDef]) -> Step {
 
 /// The orchestrator in one of its project channels: once every member has posted, archive and
 /// tell the person.
-fn follow(t: &Turn, channel: &str, news: bool, all: &[ToolDef]) -> Step {
+fn follow(t: &Turn, channel: &str, news: bool) -> Step {
     if !news {
         return Step::Reply("noted".into());
     }
@@ -225,10 +255,12 @@ fn follow(t: &Turn, channel: &str, news: bool, all: &[ToolDef]) -> Step {
         Some(_) => {}
     }
     if let Some(origin) = origin(state["topic"].as_str().unwrap_or_default())
-        && !posted_in(t.done, &origin)
-        && tries_in(t.done, &origin) < TRIES
+        && tries_in(t.done, &origin) == 0
     {
-        return model(post_in(all, &origin));
+        return Step::Call {
+            name: "flock_channel_post",
+            arguments: json!({"channel": origin, "text": outcome(channel, &state)}),
+        };
     }
     Step::Reply(format!("archiving #{channel}"))
 }
@@ -268,7 +300,21 @@ fn take_part(t: &Turn, channel: &str, offered: &[ToolDef], all: &[ToolDef]) -> S
         .cloned()
         .collect();
     tools.extend(post_in(all, channel));
-    model(tools)
+    let topic = state["topic"].as_str().unwrap_or_default();
+    let topic = topic.rfind(" (asked by ").map_or(topic, |at| &topic[..at]);
+    let note = format!(
+        "You are {me}. Do your part of the project \"{topic}\" now, as your role says{tools}. \
+         Then call flock_channel_post in #{channel} with your result itself — the plan, what \
+         you built and where, or your test findings — new content in your own words, never a \
+         copy of earlier posts.",
+        me = t.me,
+        tools = if worked < WORK_STEPS && tools.len() > 1 {
+            ", with your tools if it needs them"
+        } else {
+            ""
+        },
+    );
+    model(tools, note)
 }
 
 /// The arguments the runtime makes of a model's call at a protocol step, when they differ: a
@@ -331,8 +377,39 @@ pub fn origin(topic: &str) -> Option<String> {
         .then(|| c.to_owned())
 }
 
-fn model(tools: Vec<ToolDef>) -> Step {
-    if tools.is_empty() { Step::Free } else { Step::Model { tools } }
+fn model(tools: Vec<ToolDef>, note: String) -> Step {
+    if tools.is_empty() { Step::Free } else { Step::Model { tools, note } }
+}
+
+/// The person (or agent) who asked, as a name.
+fn asker<'a>(t: &Turn<'a>) -> &'a str {
+    t.sender.trim_start_matches("human:")
+}
+
+fn clip(text: &str, max: usize) -> String {
+    let text = text.trim();
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let cut: String = text.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+/// What the person is told when a project ends: each member's last post, as they wrote it (cut
+/// and without @mentions): the runtime relays, it does not summarise.
+fn outcome(channel: &str, state: &Value) -> String {
+    let messages = state["messages"].as_array().cloned().unwrap_or_default();
+    let parts: Vec<String> = team(state)
+        .iter()
+        .filter_map(|m| {
+            let last = messages.iter().rev().find(|x| x["author"] == m.as_str())?;
+            let text = last["text"].as_str().unwrap_or_default();
+            let words: Vec<&str> =
+                text.split_whitespace().filter(|w| !w.starts_with('@')).collect();
+            Some(format!("{m}: {}", clip(&words.join(" "), 200)))
+        })
+        .collect();
+    format!("Update: #{channel} is done and being archived.\n{}", parts.join("\n"))
 }
 
 fn read(channel: &str) -> Step {
@@ -450,7 +527,7 @@ mod tests {
 
     fn names(step: &Step) -> Vec<&str> {
         match step {
-            Step::Model { tools } => tools.iter().map(|t| t.name.as_str()).collect(),
+            Step::Model { tools, .. } => tools.iter().map(|t| t.name.as_str()).collect(),
             other => panic!("not a model step: {other:?}"),
         }
     }
@@ -489,7 +566,7 @@ mod tests {
         let mut done = vec![ok("flock_discover", json!({"role": "worker"}), cards)];
         let step = plan(&Turn { done: &done, ..base }, &all, &all);
         assert_eq!(names(&step), ["flock_channel_create"]);
-        let Step::Model { tools } = &step else { unreachable!() };
+        let Step::Model { tools, .. } = &step else { unreachable!() };
         let p = &tools[0].parameters;
         assert_eq!(p["properties"]["members"]["items"]["enum"], json!(["pm", "dev", "qa"]));
         assert_eq!(p["properties"]["channel"]["pattern"], "^project-[a-z0-9]+(-[a-z0-9]+)*$");
@@ -504,7 +581,7 @@ mod tests {
         done.push(ok("flock_channel_create", amended, json!({"channel": "project-login"})));
         let step = plan(&Turn { done: &done, ..base }, &all, &all);
         assert_eq!(names(&step), ["flock_channel_post"]);
-        let Step::Model { tools } = &step else { unreachable!() };
+        let Step::Model { tools, .. } = &step else { unreachable!() };
         assert_eq!(tools[0].parameters["properties"]["channel"]["enum"], json!(["project-login"]));
 
         // A kick-off that mentions nobody is handed to the first member.
@@ -643,10 +720,17 @@ mod tests {
             }
         );
         done.push(ok("flock_channel_archive", json!({"channel": "project-login"}), json!({})));
+        // The person hears each member's last word where they asked, relayed by the runtime.
         let step = plan(&Turn { done: &done, ..base }, &all, &all);
-        let Step::Model { tools } = &step else { panic!("{step:?}") };
-        assert_eq!(tools[0].parameters["properties"]["channel"]["enum"], json!(["lobby"]));
-        done.push(ok("flock_channel_post", json!({"channel": "lobby", "text": "Done"}), json!({})));
+        let Step::Call { name: "flock_channel_post", arguments } = &step else {
+            panic!("{step:?}")
+        };
+        assert_eq!(arguments["channel"], "lobby");
+        assert_eq!(
+            arguments["text"],
+            "Update: #project-login is done and being archived.\npm: p\ndev: d\nqa: q"
+        );
+        done.push(ok("flock_channel_post", arguments.clone(), json!({})));
         assert_eq!(
             plan(&Turn { done: &done, ..base }, &all, &all),
             Step::Reply("archiving #project-login".into())

@@ -501,7 +501,7 @@ async fn chat_completion<S: Stream>(
             String::new()
         },
         parts,
-        malformed.map(|why| format!("; malformed call: {why}")).unwrap_or_default(),
+        malformed.as_deref().map(|why| format!("; malformed call: {why}")).unwrap_or_default(),
     );
     let model = parsed.model.as_deref().filter(|m| !m.is_empty()).unwrap_or(&server.info.name);
     Some(Response::json(

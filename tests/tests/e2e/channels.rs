@@ -198,7 +198,8 @@ fn kickoff_story_runs_from_one_human_post_to_an_archived_channel_and_the_journal
     assert_eq!(said[1].0, "orchestrator");
     assert!(said[1].1.starts_with("On it: #project-login is open with pm, dev, qa."), "{said:?}");
     assert_eq!(said[2].0, "orchestrator");
-    assert!(said[2].1.starts_with("Update: the login page is built and tested"), "{said:?}");
+    assert!(said[2].1.starts_with("Update: #project-login is done"), "{said:?}");
+    assert!(said[2].1.contains("\nqa: Test note: 14 checks pass"), "{said:?}");
     let params = &events[archived]["action"]["params"];
     assert_eq!(params["not_ready"], serde_json::json!([]), "{}", events[archived]);
     for member in ["orchestrator", "pm", "dev", "qa"] {
