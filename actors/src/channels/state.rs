@@ -174,7 +174,14 @@ impl ChannelsState {
         with_store(&self.store, f).await.map_err(internal)
     }
 
-    pub(super) fn journal(&self, event: JournalEvent) {
+    /// Journals `event`; during an agent's tool call it joins the chain that call works in, so
+    /// the journal tells a project's story under one chain id.
+    pub(super) fn journal(&self, mut event: JournalEvent) {
+        if let Some((chain, _)) = &self.current_chain
+            && event.trace.correlation_id.is_none()
+        {
+            event = event.correlation(crate::chains::corr(chain.id));
+        }
         if let Some(j) = &self.journal
             && let Err(e) = j.append(&event)
         {

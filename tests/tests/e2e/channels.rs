@@ -179,6 +179,23 @@ fn kickoff_story_runs_from_one_human_post_to_an_archived_channel_and_the_journal
     let archived = find(&events, start, "CHANNEL_ARCHIVED", |e| {
         kind(e) == "CHANNEL_ARCHIVED" && e["action"]["params"]["channel"] == "project-login"
     });
+    // One chain id tells the story: alice's post started it, and every step of the project
+    // (tool calls, posts, the archive) is journaled under it.
+    let send = find(&events, request, "alice's chain", |e| by("human:alice", "SEND")(e));
+    let story = &events[send]["trace"]["correlation_id"];
+    assert!(story.is_string(), "{}", events[send]);
+    for (what, i) in
+        [("discover", discover), ("create", create), ("kick-off", kick), ("plan", plan)]
+            .into_iter()
+            .chain([
+                ("build", build),
+                ("test", test),
+                ("archive start", start),
+                ("archived", archived),
+            ])
+    {
+        assert_eq!(&events[i]["trace"]["correlation_id"], story, "{what}: {}", events[i]);
+    }
     // Every worker answered the notice: what it learned to memory, its card, then ready.
     for worker in ["pm", "dev", "qa"] {
         let memory =
