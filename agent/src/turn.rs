@@ -239,8 +239,9 @@ pub async fn run(
             }
             _ => Step::Free,
         };
-        // A protocol step that posts: words instead of the call are posted by the runtime.
-        let mut posts_to = None;
+        // A protocol step: the tool it must call, and the channel when it is a post (words
+        // instead of the post are posted by the runtime).
+        let mut protocol: Option<(String, Option<String>)> = None;
         let next = match (forced.take(), planned) {
             (Some(step), _) => step,
             (None, Step::Reply(text)) => {
@@ -251,9 +252,12 @@ pub async fn run(
             }
             (None, Step::Call { name, arguments }) => runtime_call(step, name, &arguments),
             (None, Step::Model { tools, note }) => {
-                posts_to = tools.iter().find(|t| t.name == "flock_channel_post").and_then(|t| {
+                let post = tools.iter().find(|t| t.name == "flock_channel_post");
+                let posts_to = post.and_then(|t| {
                     t.parameters.pointer("/properties/channel/enum/0")?.as_str().map(str::to_owned)
                 });
+                let tool = post.or(tools.first()).map(|t| t.name.clone()).unwrap_or_default();
+                protocol = Some((tool, posts_to));
                 // The step's note is read right before the model writes, and leaves with it.
                 conversation.push(ChatMessage::System { text: note });
                 let next = provider.next(&conversation, &tools, true).await;
@@ -266,11 +270,31 @@ pub async fn run(
             }
         };
         match next {
-            LlmStep::Final(text) if posts_to.is_some() && !text.trim().is_empty() => {
-                let channel = posts_to.take().unwrap_or_default();
-                tracing::info!("  the model answered in words where a post was due: posted for it");
-                let arguments = serde_json::json!({"channel": channel, "text": text.trim()});
-                forced = Some(runtime_call(step, "flock_channel_post", &arguments));
+            // A protocol step answered in words: a post's words are posted for the model; a
+            // cut-off or missing call is a refused call of the step's tool (the protocol counts
+            // it, and gives the step up after its tries).
+            LlmStep::Final(text) if protocol.is_some() => {
+                let (tool, posts_to) = protocol.take().unwrap_or_default();
+                let cut = text.trim().is_empty() || text.trim_start().starts_with("{\"tool\"");
+                match posts_to {
+                    Some(channel) if !cut => {
+                        tracing::info!(
+                            "  the model answered in words where a post was due: posted for it"
+                        );
+                        let arguments =
+                            serde_json::json!({"channel": channel, "text": text.trim()});
+                        forced = Some(runtime_call(step, "flock_channel_post", &arguments));
+                    }
+                    _ => {
+                        let why = if cut {
+                            "BAD_REQUEST: the call was cut off or incomplete; write it again, shorter"
+                        } else {
+                            "BAD_REQUEST: this step needs a call, not words"
+                        };
+                        tracing::info!("  a protocol step got no call ({why}); counted as refused");
+                        missed(&mut conversation, step, &tool, why);
+                    }
+                }
             }
             LlmStep::Final(text) => {
                 if echoes_an_error(&text, &errors) {
@@ -352,7 +376,16 @@ pub async fn run(
                             "  repeated call {} not run again; asking for the answer",
                             call.name
                         );
-                        text_only = true;
+                        // At a protocol step it is a refused call: the next step is due.
+                        match protocol {
+                            Some(_) => missed(
+                                &mut conversation,
+                                step,
+                                &call.name,
+                                "BAD_REQUEST: this exact call was made already; do the next step",
+                            ),
+                            None => text_only = true,
+                        }
                         continue;
                     }
                     // A hand-over says whose request it is: "my week" is the person's week.
@@ -562,6 +595,23 @@ fn runtime_call(step: usize, name: &str, arguments: &serde_json::Value) -> LlmSt
         name: name.into(),
         arguments: arguments.to_string(),
     }])
+}
+
+/// A protocol step the model missed (words, a cut-off call, a repeat), recorded as a refused
+/// call of `tool`: the model reads why, and the protocol counts the try.
+fn missed(conversation: &mut Vec<ChatMessage>, step: usize, tool: &str, why: &str) {
+    let id = format!("{RUNTIME_CALL}missed-{step}");
+    conversation.push(ChatMessage::ToolCall {
+        id: id.clone(),
+        name: tool.to_owned(),
+        arguments: "{}".into(),
+    });
+    conversation.push(ChatMessage::ToolResult {
+        call_id: id,
+        name: tool.to_owned(),
+        ok: false,
+        content: why.to_owned(),
+    });
 }
 
 /// The id prefix of the calls the runtime makes itself.

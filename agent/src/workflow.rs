@@ -282,8 +282,18 @@ fn take_part(t: &Turn, channel: &str, offered: &[ToolDef], all: &[ToolDef]) -> S
     if mine >= 3 || state["state"] != "active" {
         return Step::Reply("noted".into());
     }
-    if tries_in(t.done, channel) >= TRIES {
-        return gave_up(t.done, "post my part", "flock_channel_post");
+    // Refused twice: the channel hears so (and the hand-over goes on), then the turn ends.
+    match tries_in(t.done, channel) {
+        TRIES => {
+            let why = last(t.done, "flock_channel_post").map_or("", |d| d.content.as_str());
+            let text = format!("({} could not post its part this time: {why})", t.me);
+            return Step::Call {
+                name: "flock_channel_post",
+                arguments: json!({"channel": channel, "text": text}),
+            };
+        }
+        n if n > TRIES => return gave_up(t.done, "post my part", "flock_channel_post"),
+        _ => {}
     }
     // Its work tools (files, data, the sandbox) and the post; not the channel admin or
     // addressing tools: the hand-over is the post's @mention. After WORK_STEPS calls of its
@@ -682,6 +692,23 @@ mod tests {
             plan(&Turn { done: &done, ..base }, &offered, &all),
             Step::Reply("posted my part in #project-login".into())
         );
+        // A part refused twice: the channel hears so, and the hand-over goes on.
+        let cut = "BAD_REQUEST: the call was cut off or incomplete; write it again, shorter";
+        let failing: Vec<Done> =
+            done[..1]
+                .iter()
+                .cloned()
+                .chain((0..2).map(|_| {
+                    refused("flock_channel_post", json!({"channel": "project-login"}), cut)
+                }))
+                .collect();
+        let Step::Call { name: "flock_channel_post", arguments } =
+            plan(&Turn { done: &failing, ..base }, &offered, &all)
+        else {
+            panic!("no failure post")
+        };
+        assert_eq!(arguments["text"], format!("(dev could not post its part this time: {cut})"));
+
         // Outside project channels the model is free.
         let general = Turn { channel: Some("general"), ..base };
         assert_eq!(plan(&general, &offered, &all), Step::Free);

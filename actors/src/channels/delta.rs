@@ -59,11 +59,21 @@ pub fn render_page(
     for m in newest {
         let chars = m.text.chars().count();
         let text: String = m.text.chars().take(DELTA_MAX_CHARS).collect();
+        // A cut message keeps its @mentions: whoever it hands over to learns it (a hand-over
+        // often ends a long post).
         let ellipsis = if chars > DELTA_MAX_CHARS {
             cut = true;
-            "…"
+            let shown = mentions(&text);
+            let hidden: Vec<String> =
+                mentions(&m.text).into_iter().filter(|n| !shown.contains(n)).collect();
+            if hidden.is_empty() {
+                "…".to_owned()
+            } else {
+                let named: Vec<String> = hidden.iter().map(|n| format!("@{n}")).collect();
+                format!("… (mentions {})", named.join(" "))
+            }
         } else {
-            ""
+            String::new()
         };
         out.push_str(&format!("{SEQ}{}] {}: {text}{ellipsis}\n", m.seq, m.author));
     }
@@ -141,6 +151,15 @@ mod tests {
         assert_eq!(line.chars().filter(|c| *c == 'x').count(), 400);
         assert!(line.ends_with('…'));
         assert!(d.contains("cut to 400 characters"));
+    }
+
+    #[test]
+    fn a_cut_message_keeps_the_mentions_it_lost() {
+        let long = format!("{} over to you @dev, cc @qa", "plan ".repeat(100));
+        let d = render("p", "p", "", &[Msg { seq: 1, author: "pm".into(), text: long }]);
+        let line = d.lines().find(|l| l.starts_with("[seq 1]")).expect("the message");
+        assert!(line.ends_with("… (mentions @dev @qa)"), "{line}");
+        assert_eq!(mentions(line), ["dev", "qa"]);
     }
 
     #[test]
