@@ -20,7 +20,7 @@
 //! a replayed turn walks the same way and every rule has a unit test.
 
 use flock_config::Role;
-use flock_ipc::channel::{ARCHIVE_NOTICE, mentions, posts};
+use flock_ipc::channel::{ARCHIVE_NOTICE, DM_PREFIX, mentions, posts};
 use flock_ipc::llm::ToolDef;
 use serde_json::{Value, json};
 
@@ -84,9 +84,12 @@ pub fn plan(t: &Turn, offered: &[ToolDef], all: &[ToolDef]) -> Step {
         return Step::Free;
     }
     match t.state {
+        // A person's post in a shared channel (#lobby, a bridged group) starts a project; a
+        // direct message or `flockctl send` is answered one to one.
         TurnState::Owed
             if t.role == Role::Orchestrator
-                && t.answer_to.is_some_and(|a| a.starts_with("human:")) =>
+                && t.answer_to.is_some_and(|a| a.starts_with("human:"))
+                && t.channel.is_some_and(|c| !c.starts_with(DM_PREFIX)) =>
         {
             open_project(t, all)
         }
@@ -637,6 +640,10 @@ mod tests {
         assert_eq!(plan(&Turn { done: &lonely, ..base }, &all, &all), Step::Free);
         let asked_by_an_agent = Turn { answer_to: Some("coordinator"), ..base };
         assert_eq!(plan(&asked_by_an_agent, &all, &all), Step::Free);
+        // A direct message (or `flockctl send`) is answered one to one.
+        let direct = Turn { channel: Some("dm-human-alice--orchestrator"), ..base };
+        assert_eq!(plan(&direct, &all, &all), Step::Free);
+        assert_eq!(plan(&Turn { channel: None, ..base }, &all, &all), Step::Free);
     }
 
     #[test]

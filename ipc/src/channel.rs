@@ -8,6 +8,8 @@ pub const NEW_MESSAGES: &str = "--- New Messages ---";
 pub const END_NEW_MESSAGES: &str = "--- End New Messages ---";
 /// How each new message starts: `[seq N] author: text`.
 pub const SEQ: &str = "[seq ";
+/// How the id of a direct-message channel (two members) starts.
+pub const DM_PREFIX: &str = "dm-";
 /// How the notice that starts a channel's archive starts.
 pub const ARCHIVE_NOTICE: &str = "[archive] ";
 

@@ -108,7 +108,7 @@ pub fn dm_channel_id(a: &str, b: &str) -> String {
             .collect()
     };
     let (x, y) = if a <= b { (a, b) } else { (b, a) };
-    let mut id = format!("dm-{}--{}", clean(x), clean(y));
+    let mut id = format!("{}{}--{}", flock_ipc::channel::DM_PREFIX, clean(x), clean(y));
     id.truncate(63);
     id
 }

@@ -196,13 +196,17 @@ fn kickoff_story_runs_from_one_human_post_to_an_archived_channel_and_the_journal
     {
         assert_eq!(&events[i]["trace"]["correlation_id"], story, "{what}: {}", events[i]);
     }
-    // Every worker answered the notice: what it learned to memory, its card, then ready.
+    // Every worker answered the notice: what it learned to memory, its card, then ready. (The
+    // router and the channels actor journal side by side: the order is the timestamps'.)
     for worker in ["pm", "dev", "qa"] {
+        let at = |i: usize| events[i]["timestamp"].as_str().unwrap_or_default().to_owned();
         let memory =
             find(&events, start, &format!("{worker}'s memory"), by(worker, "MEMORY_WRITE"));
         let card =
-            find(&events, memory, &format!("{worker}'s card"), by(worker, "FLOCK_UPDATE_CARD"));
-        find(&events, card, &format!("{worker}'s ready"), by(worker, "FLOCK_ARCHIVE_READY"));
+            find(&events, start, &format!("{worker}'s card"), by(worker, "FLOCK_UPDATE_CARD"));
+        let ready =
+            find(&events, start, &format!("{worker}'s ready"), by(worker, "FLOCK_ARCHIVE_READY"));
+        assert!(at(memory) <= at(card) && at(card) <= at(ready), "{worker}: memory, card, ready");
     }
     // The person hears the outcome where they asked, after their answer.
     let lobby = messages(&swarm, "lobby");
