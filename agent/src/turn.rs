@@ -220,6 +220,7 @@ pub async fn run(
     let this_turn = workflow::Turn {
         me: &client.name,
         role: spec.role,
+        archetype: spec.archetype.as_deref(),
         state,
         channel: delivery.channel.as_deref(),
         sender: &delivery.sender,
@@ -401,6 +402,31 @@ pub async fn run(
                     {
                         call.arguments = amended.to_string();
                     }
+                    // …and refused before it runs when it breaks the protocol's rules (a copy
+                    // of the channel, a file nobody wrote): the model reads why.
+                    let refusal = (!call.id.starts_with(RUNTIME_CALL))
+                        .then(|| serde_json::from_str(&call.arguments).ok())
+                        .flatten()
+                        .and_then(|args| {
+                            let t = workflow::Turn { done: &done, ..this_turn };
+                            workflow::check(&t, &call.name, &args)
+                        });
+                    if let Some(why) = refusal {
+                        tracing::info!(tool = %call.name, "  {} refused: {why}", call.name);
+                        errors.push(why.clone());
+                        conversation.push(ChatMessage::ToolCall {
+                            id: call.id.clone(),
+                            name: call.name.clone(),
+                            arguments: call.arguments,
+                        });
+                        conversation.push(ChatMessage::ToolResult {
+                            call_id: call.id,
+                            name: call.name,
+                            ok: false,
+                            content: why,
+                        });
+                        continue;
+                    }
                     let tool_span = tracing::info_span!("tool", tool = %call.name, call = calls);
                     let out = async {
                         let local = match pipeline.tool_call_pre(&call) {
@@ -573,7 +599,7 @@ pub fn claims_a_file(text: &str) -> bool {
 }
 
 /// A word that names a file: `file(s)` or a name with a known extension (`notes.txt`).
-fn is_file(word: &str) -> bool {
+pub(crate) fn is_file(word: &str) -> bool {
     const EXTENSIONS: [&str; 14] = [
         "txt", "md", "csv", "json", "yaml", "yml", "toml", "py", "rs", "js", "ts", "sh", "html",
         "log",

@@ -51,6 +51,8 @@ pub struct Turn<'a> {
     /// The agent's own name (as others @mention it).
     pub me: &'a str,
     pub role: Role,
+    /// Its archetype (`project-manager`, `qa`, …), which says what its part of a project is.
+    pub archetype: Option<&'a str>,
     pub state: TurnState,
     /// The channel the input belongs to.
     pub channel: Option<&'a str>,
@@ -316,13 +318,13 @@ fn take_part(t: &Turn, channel: &str, offered: &[ToolDef], all: &[ToolDef]) -> S
     let topic = state["topic"].as_str().unwrap_or_default();
     let topic = topic.rfind(" (asked by ").map_or(topic, |at| &topic[..at]);
     let note = format!(
-        "You are {me}. Do your part of the project \"{topic}\" now, as your role says{tools}. \
-         Then call flock_channel_post in #{channel} with your result itself — the plan, what \
-         you built and where, or your test findings — new content in your own words, never a \
-         copy of earlier posts.",
+        "You are {me}. Do your part of the project \"{topic}\" now: {part}{tools}. Then call \
+         flock_channel_post in #{channel} with your part itself, in your own words — never a \
+         copy of earlier posts, and never a claim of work no tool of yours did.",
         me = t.me,
+        part = part_of(t.archetype),
         tools = if worked < WORK_STEPS && tools.len() > 1 {
-            ", with your tools if it needs them"
+            " (use your tools if it needs them)"
         } else {
             ""
         },
@@ -379,6 +381,103 @@ pub fn amend(t: &Turn, name: &str, arguments: &Value) -> Option<Value> {
     }
     let amended = Value::Object(args);
     (amended != *arguments).then_some(amended)
+}
+
+/// What a worker's part of a project is, by its archetype.
+fn part_of(archetype: Option<&str>) -> &'static str {
+    match archetype {
+        Some("project-manager") => {
+            "the plan — numbered tasks, each with its owner among the members and what done means"
+        }
+        Some("code-first-developer") => {
+            "the code — write it into a file with fs_write, then say what it does and the file's name"
+        }
+        Some("production-first-developer") => {
+            "the production check — what can fail, how we would see it, and the smallest fix"
+        }
+        Some("code-reviewer") => {
+            "the review — the problems in order of importance, each with its fix, and a verdict"
+        }
+        Some("qa") => {
+            "the test note — what you checked against the plan, what passed and what failed; \
+             end with \"QA sign-off:\" only if everything passed"
+        }
+        _ => "what your role does for this project",
+    }
+}
+
+/// Why a model's call at a protocol step is refused before it runs, if it is: a worker's post
+/// or memory that mostly copies what the channel already says (small models parrot the last
+/// post), or a post that claims a file no tool of this turn wrote. The refusal is a tool error
+/// the model reads; the protocol counts the try.
+pub fn check(t: &Turn, name: &str, arguments: &Value) -> Option<String> {
+    if t.state != TurnState::Channel || !t.channel.is_some_and(|c| c.starts_with(PROJECT_PREFIX)) {
+        return None;
+    }
+    let text = match name {
+        "flock_channel_post" => arguments.get("text"),
+        "memory_remember" => arguments.get("text"),
+        _ => None,
+    }?
+    .as_str()?;
+    let state = read_result(t.done);
+    let mut earlier: Vec<String> = posts(t.text).into_iter().map(|p| p.text).collect();
+    if let Some(messages) = state.as_ref().and_then(|s| s["messages"].as_array()) {
+        earlier.extend(messages.iter().filter_map(|m| m["text"].as_str().map(str::to_owned)));
+    }
+    if copied_share(text, &earlier) > 0.5 {
+        return Some(
+            "BAD_REQUEST: this mostly repeats what the channel already says; write your own \
+             part, in your own words"
+                .into(),
+        );
+    }
+    let wrote = t.done.iter().any(|d| d.ok && matches!(d.name.as_str(), "fs_write" | "fs_patch"));
+    if name == "flock_channel_post" && !wrote && claims_own_file(text) {
+        return Some(
+            "BAD_REQUEST: this says you wrote a file, but no tool of yours wrote one in this \
+             turn; post what you actually did (or write the file with fs_write first)"
+                .into(),
+        );
+    }
+    None
+}
+
+/// The share of `text`'s word 4-grams that appear in `earlier` (0 for a text under 8 words).
+fn copied_share(text: &str, earlier: &[String]) -> f64 {
+    fn words(s: &str) -> Vec<String> {
+        s.to_lowercase()
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+    let w = words(text);
+    if w.len() < 8 {
+        return 0.0;
+    }
+    let seen: std::collections::HashSet<String> = earlier
+        .iter()
+        .flat_map(|e| words(e).windows(4).map(|g| g.join(" ")).collect::<Vec<_>>())
+        .collect();
+    let grams: Vec<String> = w.windows(4).map(|g| g.join(" ")).collect();
+    grams.iter().filter(|g| seen.contains(*g)).count() as f64 / grams.len() as f64
+}
+
+/// "I wrote notes.md", "I have created the file …": a first-person claim of a written file.
+fn claims_own_file(text: &str) -> bool {
+    let lower = text.to_lowercase().replace('’', "'");
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | '\'' | '/')))
+        .filter(|w| !w.is_empty())
+        .collect();
+    words.iter().enumerate().any(|(i, w)| {
+        matches!(*w, "i" | "i've" | "we" | "we've")
+            && words[i + 1..].iter().take(3).any(|v| {
+                matches!(*v, "wrote" | "written" | "created" | "saved" | "generated" | "added")
+            })
+            && words[i + 1..].iter().take(12).any(|f| crate::turn::is_file(f))
+    })
 }
 
 /// Who asked for a project and where: the channel named in its topic's "(asked by … in #c)".
@@ -521,6 +620,7 @@ mod tests {
         Turn {
             me,
             role,
+            archetype: None,
             state,
             channel: Some(channel),
             sender: "human:alice",
@@ -800,6 +900,48 @@ mod tests {
         assert_eq!(
             plan(&Turn { done: &done, ..base }, &all, &all),
             Step::Reply("ready for the archive of #project-login".into())
+        );
+    }
+
+    #[test]
+    fn a_post_that_parrots_the_channel_or_claims_an_unwritten_file_is_refused() {
+        let kick =
+            "Alice asked to create a login page. We need to deliver it to the team. @pm start.";
+        let d = delta("project-login", &[("orchestrator", kick)]);
+        let base = turn("pm", Role::Worker, TurnState::Channel, "project-login", &d);
+        let post = |text: &str| json!({"channel": "project-login", "text": text});
+        let copy = "Alice asked to create a login page. We need to deliver it to the team.";
+        assert!(check(&base, "flock_channel_post", &post(copy)).unwrap().contains("repeats"));
+        let own =
+            "Plan: 1) form with email and password, owner dev; 2) tests for lockout, owner qa.";
+        assert_eq!(check(&base, "flock_channel_post", &post(own)), None);
+        let claim = "I have written the login form in login.html and the checks in login.js.";
+        assert!(check(&base, "flock_channel_post", &post(claim)).unwrap().contains("no tool"));
+        // Naming someone else's file is no claim; a file written in this turn backs it.
+        assert_eq!(
+            check(
+                &base,
+                "flock_channel_post",
+                &post("dev wrote login.html; it looks right to me.")
+            ),
+            None
+        );
+        let wrote = vec![ok("fs_write", json!({"path": "login.html"}), json!("ok"))];
+        assert_eq!(check(&Turn { done: &wrote, ..base }, "flock_channel_post", &post(claim)), None);
+        // Memory that copies the archive notice is refused too; outside project channels nothing is.
+        let notice = delta(
+            "project-login",
+            &[(
+                "orchestrator",
+                "[archive] #project-login is being archived. @pm please review the history, write what you learned to memory",
+            )],
+        );
+        let at_archive = Turn { text: &notice, ..base };
+        let copied = json!({"text": "project-login is being archived. please review the history, write what you learned"});
+        assert!(check(&at_archive, "memory_remember", &copied).is_some());
+        assert_eq!(
+            check(&Turn { channel: Some("general"), ..base }, "flock_channel_post", &post(copy)),
+            None
         );
     }
 
