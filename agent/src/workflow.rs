@@ -206,9 +206,9 @@ fn archive(t: &Turn, channel: &str, all: &[ToolDef]) -> Step {
         {
             let note = match step {
                 "memory_remember" => format!(
-                    "#{channel} is finished. Call memory_remember with one thing from this \
-                     project the team will need again — what was built, decided or found, with \
-                     names — in your own words, not the archive notice."
+                    "#{channel} is finished. Call memory_remember with one sentence about this \
+                     project that the team should recall later, in your own words: a fact, a \
+                     decision or a lesson, with names."
                 ),
                 _ => format!(
                     "Call flock_update_card: description = what you do, in one sentence that \
