@@ -426,11 +426,15 @@ pub fn check(t: &Turn, name: &str, arguments: &Value) -> Option<String> {
         earlier.extend(messages.iter().filter_map(|m| m["text"].as_str().map(str::to_owned)));
     }
     if copied_share(text, &earlier) > 0.5 {
-        return Some(
-            "BAD_REQUEST: this mostly repeats what the channel already says; write your own \
-             part, in your own words"
-                .into(),
-        );
+        let what = if name == "memory_remember" {
+            "one sentence the team should recall about this project".to_owned()
+        } else {
+            format!("your own part: {}", part_of(t.archetype))
+        };
+        return Some(format!(
+            "BAD_REQUEST: this mostly repeats what the channel already says; write {what}, in \
+             your own words"
+        ));
     }
     let wrote = t.done.iter().any(|d| d.ok && matches!(d.name.as_str(), "fs_write" | "fs_patch"));
     if name == "flock_channel_post" && !wrote && claims_own_file(text) {
