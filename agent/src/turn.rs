@@ -293,7 +293,12 @@ pub async fn run(
                             "BAD_REQUEST: this step needs a call, not words"
                         };
                         tracing::info!("  a protocol step got no call ({why}); counted as refused");
-                        missed(&mut conversation, step, &tool, why);
+                        // Its arguments say which step it missed (a post: its channel).
+                        let arguments = match posts_to {
+                            Some(channel) => serde_json::json!({"channel": channel}).to_string(),
+                            None => "{}".to_owned(),
+                        };
+                        missed(&mut conversation, step, &tool, arguments, why);
                     }
                 }
             }
@@ -383,6 +388,7 @@ pub async fn run(
                                 &mut conversation,
                                 step,
                                 &call.name,
+                                call.arguments.clone(),
                                 "BAD_REQUEST: this exact call was made already; do the next step",
                             ),
                             None => text_only = true,
@@ -625,13 +631,15 @@ fn runtime_call(step: usize, name: &str, arguments: &serde_json::Value) -> LlmSt
 
 /// A protocol step the model missed (words, a cut-off call, a repeat), recorded as a refused
 /// call of `tool`: the model reads why, and the protocol counts the try.
-fn missed(conversation: &mut Vec<ChatMessage>, step: usize, tool: &str, why: &str) {
+fn missed(
+    conversation: &mut Vec<ChatMessage>,
+    step: usize,
+    tool: &str,
+    arguments: String,
+    why: &str,
+) {
     let id = format!("{RUNTIME_CALL}missed-{step}");
-    conversation.push(ChatMessage::ToolCall {
-        id: id.clone(),
-        name: tool.to_owned(),
-        arguments: "{}".into(),
-    });
+    conversation.push(ChatMessage::ToolCall { id: id.clone(), name: tool.to_owned(), arguments });
     conversation.push(ChatMessage::ToolResult {
         call_id: id,
         name: tool.to_owned(),
