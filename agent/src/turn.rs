@@ -292,13 +292,13 @@ pub async fn run(
                         } else {
                             "BAD_REQUEST: this step needs a call, not words"
                         };
-                        tracing::info!("  a protocol step got no call ({why}); counted as refused");
                         // Its arguments say which step it missed (a post: its channel).
                         let arguments = match posts_to {
                             Some(channel) => serde_json::json!({"channel": channel}).to_string(),
                             None => "{}".to_owned(),
                         };
-                        missed(&mut conversation, step, &tool, arguments, why);
+                        let id = format!("{RUNTIME_CALL}missed-{step}");
+                        refused(client, &mut conversation, id, &tool, arguments, why).await;
                     }
                 }
             }
@@ -384,13 +384,13 @@ pub async fn run(
                         );
                         // At a protocol step it is a refused call: the next step is due.
                         match protocol {
-                            Some(_) => missed(
-                                &mut conversation,
-                                step,
-                                &call.name,
-                                call.arguments.clone(),
-                                "BAD_REQUEST: this exact call was made already; do the next step",
-                            ),
+                            Some(_) => {
+                                let why = "BAD_REQUEST: this exact call was made already; do the \
+                                           next step";
+                                let id = format!("{RUNTIME_CALL}missed-{step}");
+                                let (name, args) = (&call.name, call.arguments.clone());
+                                refused(client, &mut conversation, id, name, args, why).await;
+                            }
                             None => text_only = true,
                         }
                         continue;
@@ -418,19 +418,9 @@ pub async fn run(
                             workflow::check(&t, &call.name, &args)
                         });
                     if let Some(why) = refusal {
-                        tracing::info!(tool = %call.name, "  {} refused: {why}", call.name);
                         errors.push(why.clone());
-                        conversation.push(ChatMessage::ToolCall {
-                            id: call.id.clone(),
-                            name: call.name.clone(),
-                            arguments: call.arguments,
-                        });
-                        conversation.push(ChatMessage::ToolResult {
-                            call_id: call.id,
-                            name: call.name,
-                            ok: false,
-                            content: why,
-                        });
+                        let (id, name, args) = (call.id, call.name, call.arguments);
+                        refused(client, &mut conversation, id, &name, args, &why).await;
                         continue;
                     }
                     let tool_span = tracing::info_span!("tool", tool = %call.name, call = calls);
@@ -629,16 +619,25 @@ fn runtime_call(step: usize, name: &str, arguments: &serde_json::Value) -> LlmSt
     }])
 }
 
-/// A protocol step the model missed (words, a cut-off call, a repeat), recorded as a refused
-/// call of `tool`: the model reads why, and the protocol counts the try.
-fn missed(
+/// A call refused at a protocol step (words or a cut-off call where a call was due, a repeat,
+/// a copy of the channel, a claim of a file nobody wrote), recorded as a failed call of `tool`
+/// with its arguments: the model reads why, the protocol counts the try, and the journal shows
+/// it (`TOOL_REFUSED`).
+async fn refused(
+    client: &RouterClient,
     conversation: &mut Vec<ChatMessage>,
-    step: usize,
+    id: String,
     tool: &str,
     arguments: String,
     why: &str,
 ) {
-    let id = format!("{RUNTIME_CALL}missed-{step}");
+    tracing::info!(tool = %tool, "  {tool} refused: {why}");
+    let event = serde_json::json!({
+        "type": "TOOL_REFUSED",
+        "message": format!("{tool} refused: {why}"),
+        "params": {"tool": tool},
+    });
+    let _ = crate::output::forward(client, "journal__event", &event).await;
     conversation.push(ChatMessage::ToolCall { id: id.clone(), name: tool.to_owned(), arguments });
     conversation.push(ChatMessage::ToolResult {
         call_id: id,
