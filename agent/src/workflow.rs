@@ -121,6 +121,10 @@ fn open_project(t: &Turn, all: &[ToolDef]) -> Step {
     if workers.is_empty() {
         return Step::Free;
     }
+    // The channels that exist, so the project's id is new (a small model reuses the last one).
+    if tries(t.done, "flock_channel_list") == 0 {
+        return Step::Call { name: "flock_channel_list", arguments: json!({}) };
+    }
     let Some(created) = last_ok(t.done, "flock_channel_create") else {
         if tries(t.done, "flock_channel_create") >= TRIES {
             return gave_up(t.done, "open a project channel", "flock_channel_create");
@@ -345,6 +349,18 @@ pub fn amend(t: &Turn, name: &str, arguments: &Value) -> Option<Value> {
             let place = t.channel.map(|c| format!(" in #{c}")).unwrap_or_default();
             let topic = format!("{topic} (asked by {asker}{place})").trim().to_owned();
             args.insert("topic".into(), json!(topic));
+            // An id that exists already gets the first free `-2`, `-3`… suffix.
+            let taken: Vec<String> = last_ok(t.done, "flock_channel_list")
+                .and_then(|d| serde_json::from_str::<Value>(&d.content).ok())
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|c| c["channel"].as_str().map(str::to_owned))
+                .collect();
+            if let Some(id) = channel_arg(arguments).filter(|id| taken.iter().any(|t| t == id)) {
+                let free = (2..).map(|n| format!("{id}-{n}")).find(|c| !taken.contains(c));
+                args.insert("channel".into(), json!(free));
+            }
             let mut members = strings(args.get("members").unwrap_or(&Value::Null));
             let mut seen = std::collections::HashSet::new();
             members.retain(|m| seen.insert(m.clone()));
@@ -681,6 +697,12 @@ mod tests {
 
         let cards = json!([{"name": "pm"}, {"name": "dev"}, {"name": "qa"}]);
         let mut done = vec![ok("flock_discover", json!({"role": "worker"}), cards)];
+        assert_eq!(
+            plan(&Turn { done: &done, ..base }, &all, &all),
+            Step::Call { name: "flock_channel_list", arguments: json!({}) }
+        );
+        let channels = json!([{"channel": "lobby"}, {"channel": "project-login"}]);
+        done.push(ok("flock_channel_list", json!({}), channels));
         let step = plan(&Turn { done: &done, ..base }, &all, &all);
         assert_eq!(names(&step), ["flock_channel_create"]);
         let Step::Model { tools, .. } = &step else { unreachable!() };
@@ -694,6 +716,9 @@ mod tests {
         let amended = amend(&Turn { done: &done, ..base }, "flock_channel_create", &asked).unwrap();
         assert_eq!(amended["topic"], "Login page (asked by alice in #lobby)");
         assert_eq!(amended["members"], json!(["pm", "dev"]));
+        // The id is taken already (the model reused the last project's): the next free one.
+        assert_eq!(amended["channel"], "project-login-2");
+        let amended = json!({"channel": "project-login", "topic": amended["topic"], "members": amended["members"]});
 
         done.push(ok("flock_channel_create", amended, json!({"channel": "project-login"})));
         let step = plan(&Turn { done: &done, ..base }, &all, &all);
@@ -723,6 +748,7 @@ mod tests {
         let create = json!({"channel": "project-x", "topic": "t", "members": ["pm"]});
         let done = vec![
             ok("flock_discover", json!({}), json!([{"name": "pm"}])),
+            ok("flock_channel_list", json!({}), json!([])),
             refused(
                 "flock_channel_create",
                 create.clone(),
