@@ -294,8 +294,10 @@ fn take_part(t: &Turn, channel: &str, offered: &[ToolDef], all: &[ToolDef]) -> S
     // Refused twice: the channel hears so (and the hand-over goes on), then the turn ends.
     match tries_in(t.done, channel) {
         TRIES => {
+            // The reason in plain words: no error code, no instructions meant for the model.
             let why = last(t.done, "flock_channel_post").map_or("", |d| d.content.as_str());
-            let text = format!("({} could not post its part this time: {why})", t.me);
+            let why = why.trim_start_matches("BAD_REQUEST: ").split(';').next().unwrap_or("");
+            let text = format!("({} could not post its part this time: {})", t.me, why.trim());
             return Step::Call {
                 name: "flock_channel_post",
                 arguments: json!({"channel": channel, "text": text}),
@@ -844,7 +846,10 @@ mod tests {
         else {
             panic!("no failure post")
         };
-        assert_eq!(arguments["text"], format!("(dev could not post its part this time: {cut})"));
+        assert_eq!(
+            arguments["text"],
+            "(dev could not post its part this time: the call was cut off or incomplete)"
+        );
 
         // Outside project channels the model is free.
         let general = Turn { channel: Some("general"), ..base };
