@@ -346,12 +346,14 @@ pub fn amend(t: &Turn, name: &str, arguments: &Value) -> Option<Value> {
     let mut args = args.clone();
     match (t.role, t.state, name) {
         (Role::Orchestrator, TurnState::Owed, "flock_channel_create") => {
-            let topic = args.get("topic").and_then(Value::as_str).unwrap_or_default().trim();
+            let topic = args.get("topic").and_then(Value::as_str).unwrap_or_default();
+            // A model that copies an earlier topic copies its origin too: said once.
+            let plain =
+                topic.find(" (asked by ").map_or(topic, |at| &topic[..at]).trim().to_owned();
             let asker = t.sender.trim_start_matches("human:");
             let place = t.channel.map(|c| format!(" in #{c}")).unwrap_or_default();
-            let topic = format!("{topic} (asked by {asker}{place})").trim().to_owned();
+            let topic = format!("{plain} (asked by {asker}{place})").trim().to_owned();
             args.insert("topic".into(), json!(topic));
-            // An id that exists already gets the first free `-2`, `-3`… suffix.
             let taken: Vec<String> = last_ok(t.done, "flock_channel_list")
                 .and_then(|d| serde_json::from_str::<Value>(&d.content).ok())
                 .and_then(|v| v.as_array().cloned())
@@ -359,8 +361,14 @@ pub fn amend(t: &Turn, name: &str, arguments: &Value) -> Option<Value> {
                 .iter()
                 .filter_map(|c| c["channel"].as_str().map(str::to_owned))
                 .collect();
+            // A taken id (the model reused the last project's) is named after this topic
+            // instead, with the first free `-2`, `-3`… suffix if need be.
             if let Some(id) = channel_arg(arguments).filter(|id| taken.iter().any(|t| t == id)) {
-                let free = (2..).map(|n| format!("{id}-{n}")).find(|c| !taken.contains(c));
+                let named = slug(&plain).map(|s| format!("{PROJECT_PREFIX}{s}"));
+                let id = named.unwrap_or_else(|| id.to_owned());
+                let free = std::iter::once(id.clone())
+                    .chain((2..).map(|n| format!("{id}-{n}")))
+                    .find(|c| !taken.contains(c));
                 args.insert("channel".into(), json!(free));
             }
             let mut members = strings(args.get("members").unwrap_or(&Value::Null));
@@ -500,6 +508,24 @@ fn claims_own_file(text: &str) -> bool {
             })
             && words[i + 1..].iter().take(12).any(|f| crate::turn::is_file(f))
     })
+}
+
+/// A channel-id name from a topic's first four meaningful words (`a command-line tool that
+/// converts CSV` → `command-line-tool-converts`), if it has any.
+fn slug(topic: &str) -> Option<String> {
+    const SKIP: [&str; 14] = [
+        "a", "an", "the", "to", "of", "for", "and", "with", "that", "create", "build", "make",
+        "new", "project",
+    ];
+    let words: Vec<String> = topic
+        .to_lowercase()
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .map(|w| w.trim_matches('-').to_owned())
+        .filter(|w| !w.is_empty() && !SKIP.contains(&w.as_str()))
+        .take(4)
+        .collect();
+    let s = words.join("-");
+    (!s.is_empty()).then(|| s.chars().take(40).collect::<String>().trim_end_matches('-').to_owned())
 }
 
 /// Who asked for a project and where: the channel named in its topic's "(asked by … in #c)".
@@ -718,8 +744,15 @@ mod tests {
         let amended = amend(&Turn { done: &done, ..base }, "flock_channel_create", &asked).unwrap();
         assert_eq!(amended["topic"], "Login page (asked by alice in #lobby)");
         assert_eq!(amended["members"], json!(["pm", "dev"]));
-        // The id is taken already (the model reused the last project's): the next free one.
-        assert_eq!(amended["channel"], "project-login-2");
+        // The id is taken already (the model reused the last project's): named after the topic.
+        assert_eq!(amended["channel"], "project-login-page");
+        // A topic copied with its origin says it once.
+        let copied = json!({"channel": "x", "topic": "Login page (asked by alice in #lobby)", "members": ["pm"]});
+        assert_eq!(amend(&Turn { done: &done, ..base }, "flock_channel_create", &copied), None);
+        assert_eq!(
+            slug("Create a command-line tool that converts CSV files").as_deref(),
+            Some("command-line-tool-converts-csv")
+        );
         let amended = json!({"channel": "project-login", "topic": amended["topic"], "members": amended["members"]});
 
         done.push(ok("flock_channel_create", amended, json!({"channel": "project-login"})));
