@@ -565,7 +565,7 @@ fn outcome(channel: &str, state: &Value) -> String {
             let last = messages.iter().rev().find(|x| x["author"] == m.as_str())?;
             let text = last["text"].as_str().unwrap_or_default();
             let words: Vec<&str> =
-                text.split_whitespace().filter(|w| !w.starts_with('@')).collect();
+                text.split_whitespace().filter(|w| mentions(w).is_empty()).collect();
             Some(format!("{m}: {}", clip(&words.join(" "), 200)))
         })
         .collect();
@@ -932,6 +932,14 @@ mod tests {
             arguments["text"],
             "Update: #project-login is done and being archived.\npm: p\ndev: d\nqa: q"
         );
+        // A member's words wake nobody where the person asked: every @mention is left out.
+        let sly = read_result(
+            &members,
+            &[("pm", "done (@sysadmin) @qa x"), ("dev", "d"), ("qa", "q")],
+            topic,
+        );
+        let told = outcome("project-login", &sly);
+        assert!(mentions(&told).is_empty() && told.contains("pm: done x"), "{told}");
         done.push(ok("flock_channel_post", arguments.clone(), json!({})));
         assert_eq!(
             plan(&Turn { done: &done, ..base }, &all, &all),
