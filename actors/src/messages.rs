@@ -239,6 +239,8 @@ pub enum ChannelsMsg {
     AgentReady { agent: String },
     /// The archive deadline of a channel passed.
     ArchiveDeadline { channel: String },
+    /// A channel's quiet timer fired (`channels.quiet_secs`).
+    Quiet { channel: String },
     /// Wiring: the router, once it exists.
     SetRouter(ActorRef<RouterMsg>),
     /// A `bridge__*` call from the chat bridge `bridge` (identity from its connection).

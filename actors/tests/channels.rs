@@ -379,6 +379,38 @@ async fn archive_deadline_archives_anyway_and_names_who_was_not_ready() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_an_agent_opened_that_goes_quiet_tells_its_opener_once() {
+    let h = harness("{delta_delay_min_ms: 0, delta_delay_max_ms: 0, quiet_secs: 1}").await;
+    let mut orch = h.agent("orchestrator").await;
+    let members = json!({"channel": "project-x", "members": ["orchestrator", "dev"]});
+    tool(&mut orch, "flock_channel_create", members).await.unwrap();
+    // A channel a person opened is theirs to watch: no notice there.
+    h.human("alice", "flock_channel_create", json!({"channel": "y", "members": ["orchestrator"]}))
+        .await
+        .unwrap();
+    tool(&mut orch, "flock_channel_post", json!({"channel": "project-x", "text": "kick-off @dev"}))
+        .await
+        .unwrap();
+    // A second of silence: the opener is @mentioned by Flock in the channel, as a delta.
+    let (f, text) = delta(&mut orch).await;
+    assert!(
+        text.contains("flock: [quiet] #project-x has had no post for 1 s. @orchestrator"),
+        "{text}"
+    );
+    ack(&orch, &f).await;
+    // Once per quiet spell: the notice starts no new one.
+    nothing_for(&mut orch, 2_500).await;
+    let read =
+        tool(&mut orch, "flock_channel_read", json!({"channel": "project-x"})).await.unwrap();
+    let quiet =
+        read["messages"].as_array().unwrap().iter().filter(|m| m["author"] == "flock").count();
+    assert_eq!(quiet, 1, "{read}");
+    let journal = h.journal();
+    assert_eq!(journal.matches("CHANNEL_QUIET").count(), 1, "{journal}");
+    assert!(!journal.contains("#y: no post"), "{journal}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creating_an_agent_without_a_model_in_a_swarm_without_a_default_says_to_name_one() {
     let tmp = tempfile::tempdir().unwrap();
     let yaml = "swarm: {name: t}\nmodels:\n  s: {provider: scripted, rules: [{reply: ok}]}\n\

@@ -6,8 +6,9 @@
 //! - **In a `project-…` channel**, a worker speaks when a post @mentions it: the runtime reads the
 //!   channel for it, the model does its part with its tools and posts it, and the post hands over
 //!   to the next member who has not posted yet. The other deltas cost no model call.
-//! - **The orchestrator follows its project channels**: once every member has posted, the runtime
-//!   starts the archive and the model tells the person the outcome where they asked.
+//! - **The orchestrator follows its project channels**: once every member has posted — or the
+//!   channel went quiet (a `[quiet]` notice: a member never posted) — the runtime starts the
+//!   archive and relays the outcome to where the person asked.
 //! - **An archive notice** is answered by reading the channel, writing what was learned to
 //!   memory, updating the card, and saying ready.
 //!
@@ -20,7 +21,7 @@
 //! a replayed turn walks the same way and every rule has a unit test.
 
 use flock_config::Role;
-use flock_ipc::channel::{ARCHIVE_NOTICE, DM_PREFIX, mentions, posts};
+use flock_ipc::channel::{ARCHIVE_NOTICE, DM_PREFIX, QUIET_NOTICE, SYSTEM_AUTHOR, mentions, posts};
 use flock_ipc::llm::ToolDef;
 use serde_json::{Value, json};
 
@@ -187,8 +188,14 @@ fn in_project(t: &Turn, channel: &str, offered: &[ToolDef], all: &[ToolDef]) -> 
     if by_others().any(|p| p.text.starts_with(ARCHIVE_NOTICE) && mentions(&p.text).contains(&me)) {
         return archive(t, channel, all);
     }
+    // Flock's notice that the channel went quiet, to the one who opened it: wrap up now.
+    let quiet = new.iter().any(|p| {
+        p.author == SYSTEM_AUTHOR
+            && p.text.starts_with(QUIET_NOTICE)
+            && mentions(&p.text).contains(&me)
+    });
     match t.role {
-        Role::Orchestrator => follow(t, channel, by_others().count() > 0),
+        Role::Orchestrator => follow(t, channel, by_others().count() > 0, quiet),
         Role::Worker => {
             let called = by_others()
                 .any(|p| !p.text.starts_with(ARCHIVE_NOTICE) && mentions(&p.text).contains(&me));
@@ -229,9 +236,9 @@ fn archive(t: &Turn, channel: &str, all: &[ToolDef]) -> Step {
     }
 }
 
-/// The orchestrator in one of its project channels: once every member has posted, archive and
-/// tell the person.
-fn follow(t: &Turn, channel: &str, news: bool) -> Step {
+/// The orchestrator in one of its project channels: once every member has posted (or the
+/// channel went `quiet`: a member never will), archive and tell the person.
+fn follow(t: &Turn, channel: &str, news: bool, quiet: bool) -> Step {
     if !news {
         return Step::Reply("noted".into());
     }
@@ -247,7 +254,7 @@ fn follow(t: &Turn, channel: &str, news: bool) -> Step {
     let team = team(&state);
     let posted = authors(&state);
     let waiting: Vec<&String> = team.iter().filter(|m| !posted.contains(m)).collect();
-    if team.is_empty() || !waiting.is_empty() {
+    if team.is_empty() || (!waiting.is_empty() && !quiet) {
         let names: Vec<&str> = waiting.iter().map(|s| s.as_str()).collect();
         return Step::Reply(format!("noted; waiting for {}", names.join(", ")));
     }
@@ -556,17 +563,19 @@ fn clip(text: &str, max: usize) -> String {
 }
 
 /// What the person is told when a project ends: each member's last post, as they wrote it (cut
-/// and without @mentions): the runtime relays, it does not summarise.
+/// and without @mentions), or that it posted nothing: the runtime relays, it does not summarise.
 fn outcome(channel: &str, state: &Value) -> String {
     let messages = state["messages"].as_array().cloned().unwrap_or_default();
     let parts: Vec<String> = team(state)
         .iter()
-        .filter_map(|m| {
-            let last = messages.iter().rev().find(|x| x["author"] == m.as_str())?;
+        .map(|m| {
+            let Some(last) = messages.iter().rev().find(|x| x["author"] == m.as_str()) else {
+                return format!("{m}: (posted nothing before the channel went quiet)");
+            };
             let text = last["text"].as_str().unwrap_or_default();
             let words: Vec<&str> =
                 text.split_whitespace().filter(|w| mentions(w).is_empty()).collect();
-            Some(format!("{m}: {}", clip(&words.join(" "), 200)))
+            format!("{m}: {}", clip(&words.join(" "), 200))
         })
         .collect();
     format!("Update: #{channel} is done and being archived.\n{}", parts.join("\n"))
@@ -945,6 +954,35 @@ mod tests {
             plan(&Turn { done: &done, ..base }, &all, &all),
             Step::Reply("archiving #project-login".into())
         );
+    }
+
+    #[test]
+    fn a_quiet_project_is_wrapped_up_with_what_is_there() {
+        let all = definitions_for(Role::Orchestrator);
+        let members = ["orchestrator", "pm", "dev", "qa"];
+        let topic = "Login (asked by alice in #lobby)";
+        let part = read_result(&members, &[("orchestrator", "k"), ("pm", "p")], topic);
+        let done = vec![ok("flock_channel_read", json!({}), part.clone())];
+        // Flock's notice to whoever opened the channel: archive now, not when dev and qa post.
+        let text = format!(
+            "{QUIET_NOTICE}#project-login has had no post for 15 min. @orchestrator: wrap it up"
+        );
+        let quiet = delta("project-login", &[("flock", &text)]);
+        let t =
+            turn("orchestrator", Role::Orchestrator, TurnState::Channel, "project-login", &quiet);
+        assert!(matches!(
+            plan(&Turn { done: &done, ..t }, &all, &all),
+            Step::Call { name: "flock_channel_archive", .. }
+        ));
+        let told = outcome("project-login", &part);
+        assert!(told.contains("pm: p\ndev: (posted nothing"), "{told}");
+        // A quiet notice for someone else, or a member quoting one, changes nothing.
+        let other = text.replace("@orchestrator", "@pm");
+        let quoted = delta("project-login", &[("flock", &other), ("dev", "[quiet] @orchestrator")]);
+        let t =
+            turn("orchestrator", Role::Orchestrator, TurnState::Channel, "project-login", &quoted);
+        let step = plan(&Turn { done: &done, ..t }, &all, &all);
+        assert!(matches!(&step, Step::Reply(r) if r.starts_with("noted; waiting")), "{step:?}");
     }
 
     #[test]

@@ -313,11 +313,26 @@ pub struct ChannelsSpec {
     pub delta_delay_max_ms: u64,
     /// A channel being archived is archived anyway after this long (600 s).
     pub archive_deadline_secs: u64,
+    /// A channel an agent opened that has had no post for this long: its opener is told, once
+    /// per quiet spell, with a `[quiet]` notice that @mentions it (900 s; 0: never). An
+    /// orchestrator wraps its project up with what is there, so a member that never posts
+    /// cannot hold a project open for ever.
+    #[serde(default = "default_quiet_secs")]
+    pub quiet_secs: u64,
+}
+
+fn default_quiet_secs() -> u64 {
+    900
 }
 
 impl Default for ChannelsSpec {
     fn default() -> Self {
-        Self { delta_delay_min_ms: 1_000, delta_delay_max_ms: 5_000, archive_deadline_secs: 600 }
+        Self {
+            delta_delay_min_ms: 1_000,
+            delta_delay_max_ms: 5_000,
+            archive_deadline_secs: 600,
+            quiet_secs: default_quiet_secs(),
+        }
     }
 }
 

@@ -69,11 +69,12 @@ const DELIVERY: &[Field<DeliverySpec>] = &[
     uint!("outbox_frames", 16, U32_MAX, outbox_frames),
 ];
 
-/// `channels:` — delta notifications and the archive deadline.
+/// `channels:` — delta notifications, the archive deadline and the quiet notice.
 const CHANNELS: &[Field<ChannelsSpec>] = &[
     uint!("delta_delay_min_ms", 0, U64_MAX, delta_delay_min_ms),
     uint!("delta_delay_max_ms", 0, U64_MAX, delta_delay_max_ms),
     uint!("archive_deadline_secs", 1, U64_MAX, archive_deadline_secs),
+    uint!("quiet_secs", 0, U64_MAX, quiet_secs),
 ];
 
 /// `budget:` — what one chain of turns may use.

@@ -12,6 +12,11 @@ pub const SEQ: &str = "[seq ";
 pub const DM_PREFIX: &str = "dm-";
 /// How the notice that starts a channel's archive starts.
 pub const ARCHIVE_NOTICE: &str = "[archive] ";
+/// How the notice that a channel went quiet starts (`channels.quiet_secs`); it @mentions the
+/// channel's opener and is posted by [`SYSTEM_AUTHOR`].
+pub const QUIET_NOTICE: &str = "[quiet] ";
+/// The author of the notices Flock itself posts.
+pub const SYSTEM_AUTHOR: &str = "flock";
 
 /// One message of a notification.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use flock_ipc::ErrorCode;
+use flock_ipc::channel::{QUIET_NOTICE, SYSTEM_AUTHOR};
 use ractor::ActorRef;
 use serde_json::json;
 
@@ -102,6 +103,82 @@ impl ChannelsState {
             if missing.is_empty() { "nobody".into() } else { missing.join(", ") }
         );
         let _ = self.archive_now(channel, &reason).await;
+    }
+
+    /// Notes a post in `channel` (`None`: the supervisor started) and arms the channel's quiet
+    /// timer (`channels.quiet_secs`) if it is an active channel an agent opened and none is armed:
+    /// one timer per channel, however busy. Flock's own quiet notice starts no new spell.
+    pub(super) fn quiet_arm(
+        &mut self,
+        myself: &ActorRef<ChannelsMsg>,
+        channel: &str,
+        post: Option<(&str, &str)>,
+    ) {
+        let secs = self.spec.channels.quiet_secs;
+        if secs == 0 {
+            return;
+        }
+        if post.is_some_and(|(a, t)| a == SYSTEM_AUTHOR && t.starts_with(QUIET_NOTICE)) {
+            self.last_post_at.remove(channel);
+            return;
+        }
+        let Some(ch) = self.channels.get(channel) else { return };
+        if ch.is_dm || ch.state != ChannelState::Active || !self.is_agent(&ch.created_by) {
+            return;
+        }
+        self.last_post_at.insert(channel.to_owned(), now_ms());
+        if self.quiet_armed.insert(channel.to_owned()) {
+            let c = channel.to_owned();
+            myself.send_after(Duration::from_secs(secs), move || ChannelsMsg::Quiet { channel: c });
+        }
+    }
+
+    /// A quiet timer fired: if the channel has had no post for `channels.quiet_secs`, its opener
+    /// is told with a `[quiet]` notice that @mentions it (once per quiet spell); otherwise the
+    /// timer waits for the rest of the spell.
+    pub(super) async fn quiet(&mut self, myself: &ActorRef<ChannelsMsg>, channel: &str) {
+        self.quiet_armed.remove(channel);
+        let secs = self.spec.channels.quiet_secs;
+        let (Some(&last), Some(ch)) = (self.last_post_at.get(channel), self.channels.get(channel))
+        else {
+            return;
+        };
+        if ch.state != ChannelState::Active {
+            self.last_post_at.remove(channel);
+            return;
+        }
+        let (due, now) = (last + secs as i64 * 1000, now_ms());
+        if now + 50 < due {
+            self.quiet_armed.insert(channel.to_owned());
+            let (c, wait) = (channel.to_owned(), Duration::from_millis((due - now) as u64));
+            myself.send_after(wait, move || ChannelsMsg::Quiet { channel: c });
+            return;
+        }
+        let opener = ch.created_by.clone();
+        let spell = if secs.is_multiple_of(60) {
+            format!("{} min", secs / 60)
+        } else {
+            format!("{secs} s")
+        };
+        let notice = format!(
+            "{QUIET_NOTICE}#{channel} has had no post for {spell}. @{opener}: wrap it up with what is here."
+        );
+        match self
+            .post_keyed(myself, channel, SYSTEM_AUTHOR, &notice, PostKey::None, None, false)
+            .await
+        {
+            Ok(_) => self.journal(
+                JournalEvent::new(
+                    SYSTEM_AUTHOR,
+                    "CHANNEL_QUIET",
+                    Status::Success,
+                    format!("#{channel}: no post for {spell}; @{opener} told"),
+                )
+                .param("channel", json!(channel))
+                .param("opener", json!(opener)),
+            ),
+            Err((_, e)) => tracing::warn!(channel, error = %e, "flock: quiet notice not posted"),
+        }
     }
 
     pub(super) async fn archive_now(

@@ -88,6 +88,8 @@ impl Actor for Channels {
             delta_chain: HashMap::new(),
             pulls: HashMap::new(),
             refused: Refused::default(),
+            last_post_at: HashMap::new(),
+            quiet_armed: HashSet::new(),
         };
         // Mappings changed at run time (`flockctl bridge map|unmap`) stand over the file's.
         let changes = st
@@ -116,6 +118,11 @@ impl Actor for Channels {
                 let channel = c.id.clone();
                 myself.send_after(wait, move || ChannelsMsg::ArchiveDeadline { channel });
             }
+        }
+        // Quiet spells count again from the start (the last post's time is not kept).
+        let opened: Vec<String> = st.channels.keys().cloned().collect();
+        for channel in opened {
+            st.quiet_arm(&myself, &channel, None);
         }
         // A delta that was in flight when the supervisor stopped was never acknowledged: its
         // messages are still new to the agent (not a replay), so it is scheduled again.
@@ -210,6 +217,7 @@ impl Actor for Channels {
                 }
             }
             ChannelsMsg::ArchiveDeadline { channel } => st.archive_deadline(&channel).await,
+            ChannelsMsg::Quiet { channel } => st.quiet(&myself, &channel).await,
             ChannelsMsg::Bridge { bridge, name, arguments, reply } => {
                 st.bridge_tool(&myself, &bridge, &name, &arguments, reply).await;
             }

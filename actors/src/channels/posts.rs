@@ -156,6 +156,7 @@ impl ChannelsState {
         }
         self.schedule_all(myself, channel, &notify_now, seq).await;
         self.wake_pulls(channel).await;
+        self.quiet_arm(myself, channel, Some((author, text)));
         Ok((seq, false))
     }
 

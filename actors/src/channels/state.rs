@@ -73,6 +73,10 @@ pub struct ChannelsState {
     pub(super) pulls: HashMap<(String, String), ParkedPull>,
     /// Refused platform messages already journaled.
     pub(super) refused: Refused,
+    /// Channels an agent opened: when each last had a post (ms), for the quiet notice.
+    pub(super) last_post_at: HashMap<String, i64>,
+    /// Channels with a quiet timer armed.
+    pub(super) quiet_armed: HashSet<String>,
 }
 
 /// A description, refused past [`flock_config::MAX_DESCRIPTION_BYTES`] (every catalog shows it).
