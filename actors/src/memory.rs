@@ -1,27 +1,45 @@
-//! The memory tools, answered on the supervisor's side from the swarm's memory index
-//! (`flock_memory::index`): one thread owns the index (the one writer of `memory/index.db`),
-//! brings it in step with the files before each search, and answers; the router never waits for
-//! it.
+//! The swarm's memory on the supervisor's side: one thread owns the memory index
+//! (`flock_memory::index`, the one writer of `memory/index.db`) and is the one writer of the memory
+//! files (`flock_memory::files`). Agents see `memory/` read-only in their cage; what they want
+//! written comes here as a tool call, written under the caller's name from its connection, so no
+//! agent can change or delete what another observed, remembered or reflected. The router never
+//! waits for this thread.
 //!
 //! - `memory__search` — the runtime's (the unconscious's recall)
 //! - after a sync that changed something, `active_memory.md` is rewritten (this thread is its
 //!   one writer): what matters most, within [`ACTIVE_MEMORY_CHARS`]
 //! - `memory_search {query, limit?, all?, kinds?, agent?}`, `memory_get {id}` — a model's, where its
 //!   agent lists them in `tools:`
+//! - writes, each under the call's id (derived from the turn: a replayed turn writes nothing
+//!   twice): `memory_remember`, `knowledge_append` (a model's); `memory__journal` (a worker's
+//!   turn), `memory__observe` (the observer), `memory__reflect` (reflection), `memory__dream`
+//!   (dream) — the runtime's, each role-gated by the tool table
 
 use std::path::PathBuf;
 use std::sync::mpsc as std_mpsc;
 
 use flock_ipc::ToolError;
+use flock_ipc::time::unix_ms_now;
+use flock_memory::files::{Memory as Files, degenerate};
 use flock_memory::index::{Index, Mode, Query, today};
 use flock_memory::{Kind, Record};
 use serde_json::{Value, json};
 
 type Reply = Box<dyn FnOnce(Result<String, ToolError>) + Send>;
 
+/// One call to the memory thread.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub tool: String,
+    pub arguments: String,
+    /// The calling agent, from its connection: the name its writes are filed under.
+    pub caller: String,
+    /// The call's id: a write already made under it is not made again.
+    pub key: String,
+}
+
 struct Job {
-    tool: String,
-    arguments: String,
+    call: Call,
     reply: Reply,
 }
 
@@ -38,26 +56,49 @@ impl std::fmt::Debug for MemoryService {
 }
 
 impl MemoryService {
-    /// Opens (or creates) the index of the memory dir `dir` and starts its thread.
+    /// Starts the memory thread for the memory dir `dir`, with its index opened (or created).
+    /// The index is rebuildable from the files: if it cannot be opened, searches fail with the
+    /// reason and writes go on.
     pub fn start(dir: PathBuf) -> Result<MemoryService, String> {
-        let mut index = Index::open(&dir)?;
-        match index.sync() {
-            Ok(_) => refresh_active_memory(&index, &dir),
-            Err(e) => tracing::warn!(error = %e, "flock: memory index failed to sync"),
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let mut index = match Index::open(&dir) {
+            Ok(index) => Ok(index),
+            Err(e) => {
+                tracing::warn!(error = %e, "flock: memory search is off");
+                Err(e)
+            }
+        };
+        if let Ok(index) = &mut index {
+            match index.sync() {
+                Ok(_) => refresh_active_memory(index, &dir),
+                Err(e) => tracing::warn!(error = %e, "flock: memory index failed to sync"),
+            }
         }
+        let files = Files::new(&dir);
         let (tx, rx) = std_mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("flock-memory".into())
             .spawn(move || {
-                // The embedding model (90 MB) is loaded on the first call, not at start: most
+                // The embedding model (90 MB) is loaded on the first search, not at start: most
                 // swarms search rarely, and a test swarm never.
                 let mut embedder_tried = false;
                 for job in rx {
-                    if !embedder_tried {
-                        embedder_tried = true;
-                        load_embedder(&mut index);
-                    }
-                    let result = run(&mut index, &dir, &job.tool, &job.arguments);
+                    let result = match write(&files, &job.call) {
+                        Some(result) => result,
+                        None => match &mut index {
+                            Ok(index) => {
+                                if !embedder_tried {
+                                    embedder_tried = true;
+                                    load_embedder(index);
+                                }
+                                run(index, &dir, &job.call.tool, &job.call.arguments)
+                            }
+                            Err(e) => Err(ToolError::internal(format!(
+                                "memory search is off: the index did not open ({e}); \
+                                 `flockctl memory rebuild` makes it again"
+                            ))),
+                        },
+                    };
                     (job.reply)(result);
                 }
             })
@@ -65,13 +106,158 @@ impl MemoryService {
         Ok(MemoryService { tx })
     }
 
-    /// Runs `tool`; `reply` gets the JSON result or a coded error (`BAD_REQUEST: …`).
-    pub fn call(&self, tool: &str, arguments: &str, reply: Reply) {
-        let job = Job { tool: tool.to_owned(), arguments: arguments.to_owned(), reply };
+    /// Runs `call`; `reply` gets the JSON or text result, or a coded error.
+    pub fn call(&self, call: Call, reply: Reply) {
+        let job = Job { call, reply };
         if let Err(std_mpsc::SendError(job)) = self.tx.send(job) {
             (job.reply)(Err(ToolError::internal("the memory thread has stopped")));
         }
     }
+}
+
+/// The longest `memory_remember` text (characters): remember the gist.
+pub const REMEMBER_CHARS: usize = 2_000;
+/// The longest observation, reflection or knowledge document an agent may have written
+/// (characters): far over what the memory roles are asked for, a bound on a hostile caller.
+pub const DOCUMENT_CHARS: usize = 32_000;
+/// The most observations one reflection may mark reflected.
+pub const REFLECT_IDS: usize = 2_000;
+
+/// A write, if `call` is one: `None` for the searches.
+fn write(files: &Files, call: &Call) -> Option<Result<String, ToolError>> {
+    let writes = [
+        "memory_remember",
+        "knowledge_append",
+        "memory__journal",
+        "memory__observe",
+        "memory__reflect",
+        "memory__dream",
+    ];
+    if !writes.contains(&call.tool.as_str()) {
+        return None;
+    }
+    let args: Value = match serde_json::from_str(&call.arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => return Some(Err(ToolError::bad_request("arguments are not a JSON object"))),
+    };
+    let (now, key, caller) = (unix_ms_now(), call.key.as_str(), call.caller.as_str());
+    let io = |e: std::io::Error| ToolError::internal(format!("memory not written: {e}"));
+    let text = |field: &str, max: usize| -> Result<String, ToolError> {
+        let t = args[field].as_str().unwrap_or_default().trim();
+        if t.chars().count() > max {
+            return Err(ToolError::bad_request(format!(
+                "`{field}` is over {max} characters: keep the gist"
+            )));
+        }
+        Ok(t.to_owned())
+    };
+    let result = (|| match call.tool.as_str() {
+        "memory_remember" => {
+            let text = text("text", REMEMBER_CHARS)?;
+            if let Some(why) = degenerate(&text) {
+                return Err(ToolError::bad_request(format!(
+                    "`text` is {why}: write what to remember"
+                )));
+            }
+            let priority = match args["priority"].as_str().unwrap_or("medium") {
+                p @ ("high" | "medium" | "low") => p,
+                other => {
+                    return Err(ToolError::bad_request(format!(
+                        "`priority` is high, medium or low, not `{other}`"
+                    )));
+                }
+            };
+            let category = args["category"].as_str().unwrap_or_default();
+            if !category.is_empty() && !flock_memory::records::CATEGORIES.contains(&category) {
+                return Err(ToolError::bad_request(format!(
+                    "`category` is one of {}",
+                    flock_memory::records::CATEGORIES.join(", ")
+                )));
+            }
+            let tag = Some((priority, category));
+            Ok(match files.append_observation_tagged(now, key, Some(caller), &text, tag) {
+                Ok(true) => format!(
+                    "remembered ({priority}{}), id {key}",
+                    if category.is_empty() { String::new() } else { format!(", {category}") }
+                ),
+                Ok(false) => format!("already remembered, id {key}"),
+                Err(e) => return Err(io(e)),
+            })
+        }
+        "knowledge_append" => {
+            let text = text("text", REMEMBER_CHARS)?;
+            if let Some(why) = degenerate(&text) {
+                return Err(ToolError::bad_request(format!("`text` is {why}: write what to add")));
+            }
+            let topic = args["topic"].as_str().unwrap_or_default().trim();
+            if topic.is_empty() || topic.chars().count() > 80 {
+                return Err(ToolError::bad_request("`topic` is a short title (1–80 characters)"));
+            }
+            let path = files.merge_knowledge(now, &format!("# {topic}\n\n{text}")).map_err(io)?;
+            Ok(format!("merged into knowledge/{}", file_name(&path)))
+        }
+        "memory__journal" => {
+            let field = |f: &str| args[f].as_str().unwrap_or_default();
+            let (request, done, result) = (field("request"), field("done"), field("result"));
+            Ok(match files.append_journal(now, key, caller, request, done, result) {
+                Ok(true) => "journaled".to_owned(),
+                Ok(false) => "already journaled".to_owned(),
+                Err(e) => return Err(io(e)),
+            })
+        }
+        "memory__observe" => {
+            let text = text("text", DOCUMENT_CHARS)?;
+            if text.is_empty() {
+                return Err(ToolError::bad_request("`text` is empty: nothing to observe"));
+            }
+            let about = args["about"].as_str().filter(|a| !a.is_empty());
+            let priority =
+                args["priority"].as_str().filter(|p| ["high", "medium", "low"].contains(p));
+            let category = args["category"].as_str().unwrap_or_default();
+            let category =
+                if flock_memory::records::CATEGORIES.contains(&category) { category } else { "" };
+            let tag = priority.map(|p| (p, category));
+            Ok(match files.append_observation_tagged(now, key, about, &text, tag) {
+                Ok(true) => "observation appended".to_owned(),
+                Ok(false) => "observation already there".to_owned(),
+                Err(e) => return Err(io(e)),
+            })
+        }
+        "memory__reflect" => {
+            let text = text("text", DOCUMENT_CHARS)?;
+            if text.is_empty() {
+                return Err(ToolError::bad_request("`text` is empty: nothing reflected"));
+            }
+            let ids: Vec<String> = args["ids"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.as_str().map(str::to_owned))
+                .collect();
+            if ids.is_empty() || ids.len() > REFLECT_IDS {
+                return Err(ToolError::bad_request(format!(
+                    "`ids` names the observations the reflection read (1–{REFLECT_IDS})"
+                )));
+            }
+            files.append_reflection(now, key, &text).map_err(io)?;
+            let marked = files.mark_reflected(now, &ids).map_err(io)?;
+            Ok(json!({"marked": marked}).to_string())
+        }
+        "memory__dream" => {
+            let document = text("document", DOCUMENT_CHARS)?;
+            if document.is_empty() {
+                return Err(ToolError::bad_request("`document` is empty"));
+            }
+            let path = files.merge_knowledge(now, &document).map_err(io)?;
+            Ok(format!("knowledge merged into knowledge/{}", file_name(&path)))
+        }
+        other => Err(ToolError::bad_request(format!("`{other}` is not a memory write"))),
+    })();
+    Some(result)
+}
+
+fn file_name(path: &std::path::Path) -> String {
+    path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned()
 }
 
 /// Passages (sentences) embedded per call at most (~84 a second on 2 cores: about 1.2 s): a
@@ -190,4 +376,105 @@ pub fn record_json(r: &Record) -> Value {
         "priority": r.priority.as_str(), "category": r.category, "agent": r.agent,
         "path": r.path, "text": r.text,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(tool: &str, caller: &str, key: &str, arguments: &str) -> Call {
+        Call {
+            tool: tool.into(),
+            arguments: arguments.into(),
+            caller: caller.into(),
+            key: key.into(),
+        }
+    }
+
+    #[test]
+    fn a_write_is_filed_under_the_caller_once_per_call_and_refuses_what_it_cannot_keep() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Files::new(dir.path());
+        let w = |c: Call| write(&files, &c).expect("a write");
+        // The caller's name comes from its connection: an `agent` in the arguments is ignored.
+        let args = r#"{"text": "Ana chose Postgres for billing.", "priority": "high", "category": "decision", "agent": "sysadmin"}"#;
+        let first = w(call("memory_remember", "w", "k7", args)).unwrap();
+        assert!(first.starts_with("remembered (high, decision)"), "{first}");
+        // The same call of a replayed turn (same derived id): nothing new.
+        let again = w(call("memory_remember", "w", "k7", args)).unwrap();
+        assert!(again.starts_with("already remembered"), "{again}");
+        let obs = std::fs::read_dir(dir.path().join("observations")).unwrap().next().unwrap();
+        let text = std::fs::read_to_string(obs.unwrap().path()).unwrap();
+        assert_eq!(text.matches("Ana chose Postgres").count(), 1, "{text}");
+        assert!(text.contains("<!-- priority: high; category: decision; agent: w -->"), "{text}");
+        assert!(!text.contains("sysadmin"), "{text}");
+        for (bad, why) in [
+            (r#"{"text": "x", "priority": "urgent"}"#, "`priority`"),
+            (r#"{"text": "x", "category": "gossip"}"#, "`category`"),
+            (r#"{"text": "  "}"#, "empty"),
+            ("[1, 2]", "JSON object"),
+        ] {
+            let err = w(call("memory_remember", "w", "k8", bad)).unwrap_err();
+            assert!(err.to_string().contains(why), "{bad}: {err}");
+        }
+        let long = format!(r#"{{"text": "{}"}}"#, "word ".repeat(REMEMBER_CHARS));
+        let err = w(call("memory_remember", "w", "k8", &long)).unwrap_err();
+        assert!(err.to_string().contains("over 2000 characters"), "{err}");
+        let k = w(call(
+            "knowledge_append",
+            "w",
+            "k9",
+            r#"{"topic": "Deploys", "text": "Blue-green."}"#,
+        ));
+        assert_eq!(k.unwrap(), "merged into knowledge/deploys.md");
+        let k = w(call(
+            "knowledge_append",
+            "w",
+            "k10",
+            r#"{"topic": "Deploys", "text": "Keep two images."}"#,
+        ));
+        assert!(k.is_ok());
+        let doc = std::fs::read_to_string(dir.path().join("knowledge/deploys.md")).unwrap();
+        assert!(doc.contains("Blue-green.") && doc.contains("Keep two images."), "{doc}");
+        // Searches are not writes.
+        assert!(write(&files, &call("memory_search", "w", "k11", "{}")).is_none());
+    }
+
+    #[test]
+    fn the_runtime_writes_journal_observe_reflect_and_dream() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Files::new(dir.path());
+        let w = |c: Call| write(&files, &c).expect("a write");
+        let j = r#"{"request": "add two numbers", "done": "tools: (none)", "result": "4"}"#;
+        assert_eq!(w(call("memory__journal", "dev", "t1", j)).unwrap(), "journaled");
+        assert_eq!(w(call("memory__journal", "dev", "t1", j)).unwrap(), "already journaled");
+        let journal = std::fs::read_dir(dir.path().join("journals")).unwrap().next().unwrap();
+        let line = std::fs::read_to_string(journal.unwrap().path()).unwrap();
+        assert!(
+            line.contains("| add two numbers | tools: (none) | 4 <!-- id: t1; agent: dev -->"),
+            "{line}"
+        );
+        let o = r#"{"text": "Dev added two numbers.", "about": "dev", "priority": "low"}"#;
+        assert_eq!(
+            w(call("memory__observe", "observer", "o1", o)).unwrap(),
+            "observation appended"
+        );
+        let o2 = r#"{"text": "Dev likes tea."}"#;
+        assert_eq!(
+            w(call("memory__observe", "observer", "o2", o2)).unwrap(),
+            "observation appended"
+        );
+        assert_eq!(files.unreflected().unwrap().len(), 2);
+        let r = &json!({"text": "### Patterns\n- dev does arithmetic", "ids": ["o1"]}).to_string();
+        assert_eq!(w(call("memory__reflect", "reflection", "r1", r)).unwrap(), r#"{"marked":1}"#);
+        let left: Vec<String> = files.unreflected().unwrap().into_iter().map(|o| o.id).collect();
+        assert_eq!(left, ["o2"]);
+        let err = w(call("memory__reflect", "reflection", "r2", r#"{"text": "x", "ids": []}"#));
+        assert!(err.unwrap_err().to_string().contains("`ids`"));
+        let d = &json!({"document": "# Arithmetic\n\nDev adds numbers."}).to_string();
+        let done = w(call("memory__dream", "dream", "d1", d)).unwrap();
+        assert_eq!(done, "knowledge merged into knowledge/arithmetic.md");
+        let huge = format!(r#"{{"document": "{}"}}"#, "a".repeat(DOCUMENT_CHARS + 1));
+        assert!(w(call("memory__dream", "dream", "d2", &huge)).is_err());
+    }
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use flock_ipc::{Body, ErrorCode, Frame, FrameReader, ROUTER, Transport, spawn_writer};
+use flock_ipc::{
+    Body, ErrorCode, Frame, FrameError, FrameReader, ROUTER, ReadBudget, Transport, spawn_writer,
+};
 use ractor::ActorRef;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -25,6 +27,11 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// under it) may hold at once on a socket. An agent needs one; the budget keeps one hostile
 /// agent from taking the slots another's restart needs.
 pub const MAX_CONNECTIONS_PER_AGENT: usize = 16;
+/// Frames (at the frame limit) that the unfinished frames of one agent's connections may hold at
+/// once, beyond a read chunk each ([`flock_ipc::ReadBudget`]): an agent sends one at a time.
+pub const READ_BUDGET_FRAMES_PER_AGENT: usize = 2;
+/// The same for every peer outside an agent's tree together (the operator's `flockctl`, tests).
+pub const READ_BUDGET_FRAMES_SHARED: usize = 4;
 /// Frames one connection may have waiting in the router's mailbox before its reader pauses.
 const MAX_QUEUED_FRAMES: u32 = 8192;
 
@@ -51,6 +58,8 @@ pub fn serve<T: Transport>(
     tokio::spawn(async move {
         let slots = Arc::new(Semaphore::new(limits.max_connections));
         let per_agent = PerAgent::default();
+        let frame = limits.max_frame_bytes as usize;
+        let shared_budget = ReadBudget::new(READ_BUDGET_FRAMES_SHARED * frame);
         let me = std::process::id() as i32;
         loop {
             let (r, w, peer) = match T::accept(&listener).await {
@@ -88,7 +97,7 @@ pub fn serve<T: Transport>(
                 .and_then(|pid| tree_root(pid, me))
                 .filter(|_| peer.pidfd.as_deref().is_none_or(pidfd_alive));
             let agent_slot = match root {
-                Some(root) => match per_agent.take(root) {
+                Some(root) => match per_agent.take(root, frame) {
                     Ok(slot) => Some(slot),
                     Err(refused) => {
                         let reason = format!(
@@ -113,9 +122,11 @@ pub fn serve<T: Transport>(
                 continue;
             };
             let router = router.clone();
+            let budget =
+                agent_slot.as_ref().map_or_else(|| shared_budget.clone(), |s| s.read.clone());
             tokio::spawn(async move {
-                let root = root.map(|r| r as u32);
-                connection::<T>(r, w, peer, root, kind, router, limits).await;
+                let opener = Opener { cred: peer, root: root.map(|r| r as u32), budget };
+                connection::<T>(r, w, opener, kind, router, limits).await;
                 drop((slot, agent_slot));
             });
         }
@@ -126,31 +137,37 @@ pub fn serve<T: Transport>(
 #[derive(Clone, Default)]
 struct PerAgent(Arc<std::sync::Mutex<std::collections::HashMap<i32, Held>>>);
 
-#[derive(Default)]
 struct Held {
     open: usize,
     /// Refused since the last time one was let in.
     refused: u64,
+    /// The bytes its connections' unfinished frames may hold.
+    read: Arc<ReadBudget>,
 }
 
 /// One connection charged to an agent's budget, given back on drop.
 struct AgentSlot {
     budget: PerAgent,
     root: i32,
+    read: Arc<ReadBudget>,
 }
 
 impl PerAgent {
     /// A slot for `root`'s tree, or how many it has been refused in a row.
-    fn take(&self, root: i32) -> Result<AgentSlot, u64> {
+    fn take(&self, root: i32, max_frame: usize) -> Result<AgentSlot, u64> {
         let mut held = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let h = held.entry(root).or_default();
+        let h = held.entry(root).or_insert_with(|| Held {
+            open: 0,
+            refused: 0,
+            read: ReadBudget::new(READ_BUDGET_FRAMES_PER_AGENT * max_frame),
+        });
         if h.open >= MAX_CONNECTIONS_PER_AGENT {
             h.refused += 1;
             return Err(h.refused);
         }
         h.open += 1;
         h.refused = 0;
-        Ok(AgentSlot { budget: self.clone(), root })
+        Ok(AgentSlot { budget: self.clone(), root, read: h.read.clone() })
     }
 }
 
@@ -253,16 +270,24 @@ fn error_frame(code: ErrorCode, message: String) -> Frame {
     Frame::new(ROUTER, "", Body::Error { code, message })
 }
 
-/// `root`: the supervisor's child the opener descends from, if any (see [`tree_root`]).
+/// Who opened a connection, as the accept loop placed it.
+struct Opener {
+    cred: flock_ipc::PeerCred,
+    /// The supervisor's child the opener descends from, if any (see [`tree_root`]).
+    root: Option<u32>,
+    /// What its unfinished frames may hold: its agent's, or the socket's shared budget.
+    budget: Arc<ReadBudget>,
+}
+
 async fn connection<T: Transport>(
     r: T::Read,
     w: T::Write,
-    peer: flock_ipc::PeerCred,
-    root: Option<u32>,
+    opener: Opener,
     kind: ConnKind,
     router: ActorRef<RouterMsg>,
     limits: ConnLimits,
 ) {
+    let Opener { cred: peer, root, budget } = opener;
     let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = mpsc::channel(limits.outbox_frames.max(16));
     let writer = spawn_writer(w, rx);
@@ -286,6 +311,7 @@ async fn connection<T: Transport>(
     };
     if let Some(first) = first {
         reader.set_max_frame(limits.max_frame_bytes);
+        reader.set_budget(budget);
         let (closer_tx, mut closer_rx) = oneshot::channel();
         let open = RouterMsg::Open(Opened {
             conn,
@@ -317,8 +343,12 @@ async fn connection<T: Transport>(
                             }
                         }
                         Err(e) => {
-                            let msg = format!("malformed frame: {e}; closing this connection");
-                            let _ = tx.try_send(error_frame(ErrorCode::BadRequest, msg));
+                            let (code, what) = match e {
+                                FrameError::OverBudget { .. } => (ErrorCode::RateLimited, ""),
+                                _ => (ErrorCode::BadRequest, "malformed frame: "),
+                            };
+                            let msg = format!("{what}{e}; closing this connection");
+                            let _ = tx.try_send(error_frame(code, msg));
                             break;
                         }
                     }

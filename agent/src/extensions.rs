@@ -38,6 +38,10 @@ pub const SUMMARY_TAG: &str = "[conversation_summary]";
 /// replayed turn re-sends the same ids and the router drops the duplicates).
 const OBSERVER_SEND: u32 = u32::MAX - 1;
 const REFLECT_SEND: u32 = u32::MAX - 2;
+/// The call index of a worker turn's journal line (`memory__journal`).
+const JOURNAL_WRITE: u32 = u32::MAX - 3;
+/// The call index of a memory role's write (`memory__observe`, `memory__reflect`, `memory__dream`).
+const MEMORY_WRITE: u32 = u32::MAX - 4;
 /// `[output]` of a turn summary is cut to this many characters (seeds/004).
 const SUMMARY_OUTPUT_CHARS: usize = 500;
 
@@ -297,79 +301,6 @@ impl Pipeline {
         None
     }
 
-    /// `memory_remember {text, priority?, category?}` (an observation) or
-    /// `knowledge_append {topic, text}` (merged into `knowledge/<topic>.md`, never overwriting).
-    pub fn memory_write(&self, id: flock_ipc::MsgId, tool: &str, arguments: &str) -> ToolOutput {
-        let Some(m) = &self.memory else {
-            return ToolOutput::err("INTERNAL: this agent has no memory folder (FLOCK_MEMORY_DIR)");
-        };
-        let args: serde_json::Value = match serde_json::from_str(arguments) {
-            Ok(v) => v,
-            Err(e) => return ToolOutput::err(format!("BAD_REQUEST: arguments are not JSON: {e}")),
-        };
-        let text = args["text"].as_str().unwrap_or_default().trim();
-        if let Some(why) = degenerate(text) {
-            return ToolOutput::err(format!(
-                "BAD_REQUEST: `text` is {why}: write what to remember"
-            ));
-        }
-        if text.chars().count() > 2_000 {
-            return ToolOutput::err(
-                "BAD_REQUEST: `text` is over 2 000 characters: remember the gist",
-            );
-        }
-        let now = unix_ms_now();
-        match tool {
-            "memory_remember" => {
-                let priority = match args["priority"].as_str().unwrap_or("medium") {
-                    p @ ("high" | "medium" | "low") => p,
-                    other => {
-                        return ToolOutput::err(format!(
-                            "BAD_REQUEST: `priority` is high, medium or low, not `{other}`"
-                        ));
-                    }
-                };
-                let category = args["category"].as_str().unwrap_or_default();
-                if !category.is_empty() && !flock_memory::records::CATEGORIES.contains(&category) {
-                    return ToolOutput::err(format!(
-                        "BAD_REQUEST: `category` is one of {}",
-                        flock_memory::records::CATEGORIES.join(", ")
-                    ));
-                }
-                let key = flock_ipc::id::fmt_id(id);
-                match m.append_observation_tagged(
-                    now,
-                    &key,
-                    Some(&self.client.name),
-                    text,
-                    Some((priority, category)),
-                ) {
-                    Ok(true) => ToolOutput::ok(format!(
-                        "remembered ({priority}{}), id {key}",
-                        if category.is_empty() { String::new() } else { format!(", {category}") }
-                    )),
-                    Ok(false) => ToolOutput::ok(format!("already remembered, id {key}")),
-                    Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
-                }
-            }
-            _ => {
-                let topic = args["topic"].as_str().unwrap_or_default().trim();
-                if topic.is_empty() || topic.chars().count() > 80 {
-                    return ToolOutput::err(
-                        "BAD_REQUEST: `topic` is a short title (1–80 characters)",
-                    );
-                }
-                match m.merge_knowledge(now, &format!("# {topic}\n\n{text}")) {
-                    Ok(path) => ToolOutput::ok(format!(
-                        "merged into knowledge/{}",
-                        path.file_name().and_then(|n| n.to_str()).unwrap_or_default()
-                    )),
-                    Err(e) => ToolOutput::err(format!("INTERNAL: {e}")),
-                }
-            }
-        }
-    }
-
     /// `tool_call.post`, in reverse order.
     pub fn tool_call_post(&mut self, _call: &ToolCall, _out: &ToolOutput) {
         for e in self.exts.iter().rev() {
@@ -494,15 +425,21 @@ impl Pipeline {
                 );
             }
         }
-        if let Some(m) = &self.memory {
-            let id = flock_ipc::id::fmt_id(turn.id);
-            let done = format!("tools: {tools_line}");
-            match m.append_journal(unix_ms_now(), &id, &self.client.name, turn.text, &done, reply) {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::info!("worker_lifecycle: journal line of this turn already written")
-                }
-                Err(e) => tracing::info!("worker_lifecycle: journal not written: {e}"),
+        if self.memory.is_some() {
+            // Written by the supervisor under this agent's name (memory/ is read-only here).
+            let args = serde_json::json!({
+                "request": turn.text, "done": format!("tools: {tools_line}"), "result": reply,
+            });
+            let out = tools::execute(
+                &self.client,
+                turn.id,
+                JOURNAL_WRITE,
+                "memory__journal",
+                &args.to_string(),
+            )
+            .await;
+            if !out.ok || out.content != "journaled" {
+                tracing::info!("worker_lifecycle: journal line: {}", out.content);
             }
         }
     }
@@ -521,14 +458,22 @@ impl Pipeline {
             tracing::info!("memory_files: no memory folder (FLOCK_MEMORY_DIR); nothing written");
             return;
         };
-        let now = unix_ms_now();
+        // The supervisor writes (memory/ is read-only here), under an id derived from the turn.
+        let write = |tool: &'static str, args: serde_json::Value| async move {
+            let out =
+                tools::execute(&self.client, turn.id, MEMORY_WRITE, tool, &args.to_string()).await;
+            if out.ok { Ok(out.content) } else { Err(out.content) }
+        };
         let result = match self.role {
             // Selective: "nothing" (or an empty answer) is not an observation.
             Role::Observer if is_nothing(reply) => Ok("nothing worth observing".to_owned()),
             Role::Observer => {
-                let id = flock_ipc::id::fmt_id(turn.id);
                 let (tag, text) = observation_tag(reply);
-                let written = m.append_observation_tagged(now, &id, Some(turn.from), text, tag);
+                let (priority, category) = tag.unzip();
+                let args = serde_json::json!({
+                    "text": text, "about": turn.from, "priority": priority, "category": category,
+                });
+                let written = write("memory__observe", args).await;
                 // A replayed turn (the observation already there) checks again: its `[reflect]`
                 // has the id the first attempt's had, so it is delivered once.
                 if let (Ok(_), Some(to)) = (&written, reflection) {
@@ -558,9 +503,7 @@ impl Pipeline {
                         Err(e) => tracing::info!("memory_files: cannot count observations: {e}"),
                     }
                 }
-                written.map(|w| {
-                    if w { "observation appended" } else { "observation already there" }.to_owned()
-                })
+                written
             }
             // A degenerate reflection is refused: nothing is written and the observations stay
             // unreflected, so the next reflection reads them again.
@@ -582,11 +525,13 @@ impl Pipeline {
                             },
                             None => String::new(),
                         };
-                        let id = flock_ipc::id::fmt_id(turn.id);
-                        m.append_reflection(now, &id, &fitted)
-                            .and_then(|_| m.mark_reflected(now, &read.ids))
-                            .map(|n| {
-                                format!(
+                        let args = serde_json::json!({"text": fitted, "ids": read.ids});
+                        write("memory__reflect", args).await.map(|answer| {
+                            let n = serde_json::from_str::<serde_json::Value>(&answer)
+                                .ok()
+                                .and_then(|v| v["marked"].as_u64())
+                                .unwrap_or(0);
+                            format!(
                                     "reflection written ({:.1}× compression; the model's answer {:.1}× before the cut{rewritten}), {n} observations marked reflected",
                                     ratio(&fitted),
                                     ratio(chosen)
@@ -595,9 +540,7 @@ impl Pipeline {
                     }
                 }
             }
-            Role::Dream => m
-                .merge_knowledge(now, reply)
-                .map(|p| format!("knowledge merged into {}", p.display())),
+            Role::Dream => write("memory__dream", serde_json::json!({"document": reply})).await,
             _ => return,
         };
         match result {
@@ -832,41 +775,6 @@ mod tests {
         }
         assert_eq!(p.trace, expected);
         assert!(p.wants_time());
-    }
-
-    #[tokio::test]
-    async fn remembering_writes_once_per_call_and_refuses_what_it_cannot_keep() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = Pipeline::new(&spec(vec![]), offline_client(), Some(Memory::new(dir.path())));
-        let args = r#"{"text": "Ana chose Postgres for billing.", "priority": "high", "category": "decision"}"#;
-        let first = p.memory_write(7, "memory_remember", args);
-        assert!(first.ok && first.content.starts_with("remembered (high, decision)"), "{first:?}");
-        // The same call of a replayed turn (same derived id): nothing new.
-        let again = p.memory_write(7, "memory_remember", args);
-        assert!(again.ok && again.content.starts_with("already remembered"), "{again:?}");
-        let obs = std::fs::read_dir(dir.path().join("observations")).unwrap().next().unwrap();
-        let text = std::fs::read_to_string(obs.unwrap().path()).unwrap();
-        assert_eq!(text.matches("Ana chose Postgres").count(), 1, "{text}");
-        assert!(text.contains("<!-- priority: high; category: decision; agent: w -->"), "{text}");
-        for (bad, why) in [
-            (r#"{"text": "x", "priority": "urgent"}"#, "`priority`"),
-            (r#"{"text": "x", "category": "gossip"}"#, "`category`"),
-            (r#"{"text": "  "}"#, "empty"),
-        ] {
-            let out = p.memory_write(8, "memory_remember", bad);
-            assert!(!out.ok && out.content.contains(why), "{bad}: {out:?}");
-        }
-        let k =
-            p.memory_write(9, "knowledge_append", r#"{"topic": "Deploys", "text": "Blue-green."}"#);
-        assert_eq!(k.content, "merged into knowledge/deploys.md");
-        let k = p.memory_write(
-            10,
-            "knowledge_append",
-            r#"{"topic": "Deploys", "text": "Keep two images."}"#,
-        );
-        assert!(k.ok);
-        let doc = std::fs::read_to_string(dir.path().join("knowledge/deploys.md")).unwrap();
-        assert!(doc.contains("Blue-green.") && doc.contains("Keep two images."), "{doc}");
     }
 
     #[test]

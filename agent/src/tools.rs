@@ -133,6 +133,9 @@ pub async fn execute(
         // Everything answered on the supervisor's side: the caller's identity and role come from
         // this connection, never from the arguments.
         other => match table::owner(other) {
+            // The memory's writes are filed under the call's id: derived from the turn, so a
+            // replayed turn writes nothing twice.
+            Some(Owner::Memory) => forward_as(client, derive_id(turn, index), name, &args).await,
             Some(owner) if owner != Owner::Mailbox && !owner.is_local() => {
                 forward(client, name, &args).await
             }

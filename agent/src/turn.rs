@@ -427,24 +427,6 @@ pub async fn run(
                     let out = async {
                         let local = match pipeline.tool_call_pre(&call) {
                             Some(out) => Some(out),
-                            // Memory writes are the agent's own, under an id derived from the turn:
-                            // a replayed turn remembers nothing twice.
-                            None if crate::memory::is_memory_write(&call.name) => {
-                                let out = pipeline.memory_write(
-                                    flock_ipc::id::derive_id(id, calls),
-                                    &call.name,
-                                    &call.arguments,
-                                );
-                                if out.ok {
-                                    crate::memory::journal_write(
-                                        client,
-                                        &call.name,
-                                        &call.arguments,
-                                    )
-                                    .await;
-                                }
-                                Some(out)
-                            }
                             None => {
                                 let (name, args) = (&call.name, &call.arguments);
                                 tools::workspace_tool(
@@ -461,7 +443,14 @@ pub async fn run(
                         match local {
                             Some(out) => out,
                             None => {
-                                tools::execute(client, id, calls, &call.name, &call.arguments).await
+                                let (name, args) = (&call.name, &call.arguments);
+                                // Memory writes are the supervisor's, under an id derived from the
+                                // turn: a replayed turn remembers nothing twice.
+                                let out = tools::execute(client, id, calls, name, args).await;
+                                if out.ok && crate::memory::is_memory_write(name) {
+                                    crate::memory::journal_write(client, name, args).await;
+                                }
+                                out
                             }
                         }
                     }

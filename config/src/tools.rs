@@ -23,20 +23,19 @@ pub enum Owner {
     Channels,
     /// The permissions actor (requests, verdicts, grants).
     Permissions,
-    /// The swarm's memory index, on the supervisor's side.
-    MemoryIndex,
+    /// The swarm's memory, on the supervisor's side: its index, and the one writer of its files
+    /// (agents see them read-only).
+    Memory,
     /// The journal (an agent's own recent events).
     Journal,
     /// The agent itself, in its workspace and sandbox (files, commands, data).
     Workspace,
-    /// The agent itself, in the memory files it keeps (under an id derived from the turn).
-    AgentMemory,
 }
 
 impl Owner {
     /// Whether the call runs inside the agent's process, not on the supervisor's side.
     pub fn is_local(self) -> bool {
-        matches!(self, Owner::Workspace | Owner::AgentMemory)
+        self == Owner::Workspace
     }
 }
 
@@ -267,7 +266,7 @@ pub static TOOLS: &[ToolSpec] = &[
     ),
     tool!(
         "memory_search",
-        MemoryIndex,
+        Memory,
         Access::NotSysadmin,
         OptIn,
         "Search the team's long-term memory (observations, reflections, knowledge, journals) \
@@ -284,7 +283,7 @@ pub static TOOLS: &[ToolSpec] = &[
     ),
     tool!(
         "memory_remember",
-        AgentMemory,
+        Memory,
         Access::NotSysadmin,
         OptIn,
         "Write something to the team's long-term memory: a fact, decision or preference worth \
@@ -300,7 +299,7 @@ pub static TOOLS: &[ToolSpec] = &[
     ),
     tool!(
         "knowledge_append",
-        AgentMemory,
+        Memory,
         Access::NotSysadmin,
         OptIn,
         "Add to the team's shared knowledge on a topic (merged into what is there, never \
@@ -312,7 +311,7 @@ pub static TOOLS: &[ToolSpec] = &[
     ),
     tool!(
         "memory_get",
-        MemoryIndex,
+        Memory,
         Access::NotSysadmin,
         OptIn,
         "Read one long-term memory record in full, by the id memory_search gave.",
@@ -552,11 +551,46 @@ pub static TOOLS: &[ToolSpec] = &[
     ),
     tool!(
         "memory__search",
-        MemoryIndex,
+        Memory,
         Access::Everyone,
         Internal,
         "The memory search the runtime makes for a turn's recall.",
         none
+    ),
+    tool!(
+        "memory__journal",
+        Memory,
+        Access::Everyone,
+        Internal,
+        "The journal line of a worker's turn (`worker_lifecycle`), under the caller's name.",
+        || obj(json!({"request": s(""), "done": s(""), "result": s("")}), &["request"])
+    ),
+    tool!(
+        "memory__observe",
+        Memory,
+        Access::Only(&[Role::Observer]),
+        Internal,
+        "The observer's observation of a turn (`memory_files`).",
+        || obj(
+            json!({"text": s(""), "about": s(""), "priority": s(""), "category": s("")}),
+            &["text"]
+        )
+    ),
+    tool!(
+        "memory__reflect",
+        Memory,
+        Access::Only(&[Role::Reflection]),
+        Internal,
+        "A reflection, and the observations it read marked reflected (`memory_files`).",
+        || obj(json!({"text": s(""), "ids": list("")}), &["text", "ids"])
+    ),
+    tool!(
+        "memory__dream",
+        Memory,
+        Access::Only(&[Role::Dream]),
+        Internal,
+        "Dream's knowledge document, merged into `knowledge/<topic>.md` (`memory_files`).",
+        || obj(json!({"document": s("")}), &["document"])
     ),
     tool!(
         "permissions__grants",
@@ -678,6 +712,14 @@ mod tests {
         assert!(!Role::Worker.may_use("agents__spawn"));
         assert!(!Role::Worker.may_use("flock_channel_create"));
         assert!(Role::Orchestrator.may_use("flock_channel_create"));
+        // Each memory role writes only its own kind of memory file.
+        for (tool, role) in [
+            ("memory__observe", Role::Observer),
+            ("memory__reflect", Role::Reflection),
+            ("memory__dream", Role::Dream),
+        ] {
+            assert!(Role::ALL.iter().all(|r| r.may_use(tool) == (*r == role)), "{tool}");
+        }
         // No agent decides a permission; unknown tools are nobody's.
         assert!(Role::ALL.iter().all(|r| !r.may_use("permission_decide") && !r.may_use("fs_reed")));
         assert!(Role::ALL.iter().all(|r| r.may_use("permissions__grants")));

@@ -18,8 +18,70 @@ pub enum FrameError {
     Truncated { have: usize, want: usize },
     #[error("frame could not be encoded: {0}")]
     Encode(String),
+    #[error(
+        "a frame of {len} bytes would pass this peer's read budget ({cap} bytes in unfinished \
+         frames across its connections): send one large frame at a time"
+    )]
+    OverBudget { len: u32, cap: usize },
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// The bytes a group of connections (one agent's processes; or every other peer of a socket) may
+/// hold in read buffers beyond a read chunk each, shared by their [`FrameReader`]s: a peer that
+/// opens many connections and leaves a large frame unfinished on each costs the server this
+/// much, not the frame limit times its connections. A reader that would pass it fails with
+/// [`FrameError::OverBudget`], which closes that one connection.
+#[derive(Debug)]
+pub struct ReadBudget {
+    cap: usize,
+    used: std::sync::atomic::AtomicUsize,
+}
+
+impl ReadBudget {
+    pub fn new(cap: usize) -> std::sync::Arc<ReadBudget> {
+        std::sync::Arc::new(ReadBudget { cap, used: Default::default() })
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> usize {
+        self.used.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn take(&self, n: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                u.checked_add(n).filter(|&t| t <= self.cap)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: usize) {
+        self.used.fetch_sub(n, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// What one reader holds of its budget, given back when its buffer shrinks or it is dropped.
+#[derive(Debug, Default)]
+struct Held {
+    budget: Option<std::sync::Arc<ReadBudget>>,
+    bytes: usize,
+}
+
+impl Held {
+    fn release(&mut self) {
+        if let Some(b) = &self.budget {
+            b.give(self.bytes);
+        }
+        self.bytes = 0;
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 fn cfg() -> impl Config {
@@ -85,13 +147,27 @@ pub struct FrameReader<R> {
     start: usize,
     end: usize,
     max_frame: u32,
+    held: Held,
 }
 
 const READ_CHUNK: usize = 64 * 1024;
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(inner: R, max_frame: u32) -> Self {
-        FrameReader { inner, buf: vec![0; READ_CHUNK], start: 0, end: 0, max_frame }
+        FrameReader {
+            inner,
+            buf: vec![0; READ_CHUNK],
+            start: 0,
+            end: 0,
+            max_frame,
+            held: Held::default(),
+        }
+    }
+
+    /// Charges this reader's buffer beyond its first chunk to `budget` from now on.
+    pub fn set_budget(&mut self, budget: std::sync::Arc<ReadBudget>) {
+        self.held.release();
+        self.held.budget = Some(budget);
     }
 
     /// Changes the largest frame accepted from now on (e.g. a small limit until the handshake,
@@ -173,6 +249,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             // between frames is a read chunk, however large the frames it once sent.
             if self.buf.len() > READ_CHUNK {
                 self.buf = vec![0; READ_CHUNK];
+                self.held.release();
             }
         }
         Ok(Some(frame))
@@ -197,6 +274,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             if new_len <= self.buf.len() {
                 // Cannot happen: the length was checked against max_frame before we got here.
                 return Err(FrameError::TooLarge { len: need as u32, max: self.max_frame });
+            }
+            if let Some(budget) = &self.held.budget {
+                let more = new_len - self.buf.len();
+                if !budget.take(more) {
+                    let len = need.saturating_sub(4) as u32;
+                    return Err(FrameError::OverBudget { len, cap: budget.cap });
+                }
+                self.held.bytes += more;
             }
             self.buf.resize(new_len, 0);
         }
@@ -223,6 +308,48 @@ mod growth {
         let err = reader.read_frame().await.unwrap_err();
         assert!(matches!(err, FrameError::Truncated { .. }), "{err:?}");
         assert!(reader.buf.len() <= 512 * 1024, "buffer of {} bytes", reader.buf.len());
+    }
+
+    #[tokio::test]
+    async fn readers_sharing_a_budget_hold_at_most_the_budget_and_give_it_back() {
+        let text = "x".repeat(3 << 20);
+        let frame =
+            Frame::new("a", "b", crate::Body::Send { text, mode: crate::SendMode::Durable });
+        let mut whole = Vec::new();
+        encode_frame(&frame, &mut whole).unwrap();
+        let budget = ReadBudget::new(4 << 20);
+        // One peer leaves 3 MiB of a frame unfinished on one connection…
+        let (mut tx, rx) = tokio::io::duplex(1 << 16);
+        let first = tokio::spawn({
+            let budget = budget.clone();
+            async move {
+                let mut reader = FrameReader::new(rx, 16 << 20);
+                reader.set_budget(budget);
+                reader.read_frame().await
+            }
+        });
+        use tokio::io::AsyncWriteExt;
+        tx.write_all(&whole[..whole.len() - 10]).await.unwrap();
+        // (Its buffer doubles up to 2 MiB, then takes the frame's 3 MiB: about 2.94 MiB held.)
+        while budget.used() < 5 << 19 {
+            tokio::task::yield_now().await;
+        }
+        // …so a second frame as large, on another connection, would pass the budget: refused.
+        let mut second = FrameReader::new(&whole[..], 16 << 20);
+        second.set_budget(budget.clone());
+        let err = second.read_frame().await.unwrap_err();
+        assert!(matches!(err, FrameError::OverBudget { .. }), "{err:?}");
+        drop(second);
+        assert!(budget.used() < 3 << 20, "the refused reader gave back what it held");
+        // The first frame completes, and its bytes are given back.
+        tx.write_all(&whole[whole.len() - 10..]).await.unwrap();
+        assert_eq!(first.await.unwrap().unwrap(), Some(frame.clone()));
+        assert_eq!(budget.used(), 0);
+        // Now there is room for it.
+        let mut third = FrameReader::new(&whole[..], 16 << 20);
+        third.set_budget(budget.clone());
+        assert_eq!(third.read_frame().await.unwrap(), Some(frame));
+        assert_eq!(budget.used(), 0);
     }
 
     #[tokio::test]

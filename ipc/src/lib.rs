@@ -17,7 +17,7 @@ pub mod llm;
 pub mod operator;
 pub mod time;
 
-pub use codec::{FrameError, FrameReader, decode_frame, encode_frame};
+pub use codec::{FrameError, FrameReader, ReadBudget, decode_frame, encode_frame};
 pub use conn::{Connection, Outbox, PeerCred, Transport, UnixTransport, spawn_writer};
 pub use error::{ErrorCode, ToolError};
 pub use frame::*;

@@ -1,28 +1,29 @@
-//! The swarm's memory files (the brain-persona formats, shared/seeds/004), under the folder the
-//! supervisor names in `FLOCK_MEMORY_DIR`:
+//! The swarm's memory files (the brain-persona formats), under the state dir's `memory/`:
 //!
-//! - `journals/YYYY-MM-DD.md` (a worker): `HH:MM | request | what was done | result
+//! - `journals/YYYY-MM-DD.md` (a worker's turns): `HH:MM | request | what was done | result
 //!   <!-- id: ID; agent: NAME -->`
-//! - `observations/YYYY-MM-DD.md` (the observer): `## HH:MM`, a third-person line, an id
-//!   comment, an optional `<!-- priority: …; category: …; agent: … -->`, `---`; reflection adds `<!-- reflected: YYYY-MM-DD HH:MM -->` to what it read
+//! - `observations/YYYY-MM-DD.md` (the observer, and `memory_remember`): `## HH:MM`, a
+//!   third-person line, an id comment, an optional `<!-- priority: …; category: …; agent: … -->`,
+//!   `---`; reflection adds `<!-- reflected: YYYY-MM-DD HH:MM -->` to what it read
 //! - `reflections/YYYY-MM-DD.md` (reflection): `## Reflection - HH:MM`, the text, `---`
-//! - `knowledge/<topic>.md` (dream): `# Topic`, sections, `Last updated: YYYY-MM-DD HH:MM`;
-//!   merged into, never overwritten
+//! - `knowledge/<topic>.md` (dream, and `knowledge_append`): `# Topic`, sections,
+//!   `Last updated: YYYY-MM-DD HH:MM`; merged into, never overwritten
 //!
-//! Every write holds `memory/.lock` (an exclusive `flock`), so writers in different processes
-//! never interleave; an append is one `write` of a whole entry, and a rewrite (marking
-//! observations reflected, merging knowledge) goes to a temporary file renamed over the old one,
-//! so a crash leaves either the old file or the new one. Times are UTC. Every entry is masked
-//! (`flock_memory::mask`: API keys, tokens, passwords, private keys, e-mail and card numbers)
-//! before it is written.
+//! One writer: the supervisor's memory thread (`flock_actors::memory`) writes on an agent's
+//! behalf, with the agent's name from its connection; agents see the folder read-only in their
+//! cage and read it with the same type. Every write still holds `memory/.lock` (an exclusive
+//! `flock`), so a second writer (`flockctl memory …` on the files) never interleaves; an append is
+//! one `write` of a whole entry, and a rewrite (marking observations reflected, merging knowledge)
+//! goes to a temporary file renamed over the old one, so a crash leaves either the old file or the
+//! new one. Times are UTC. Every entry is masked ([`crate::mask`]: API keys, tokens, passwords,
+//! private keys, e-mail and card numbers) before it is written.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use flock_ipc::time::date_and_minute;
 // Secrets never reach the memory files: every entry is masked before it is written.
-use flock_memory::mask;
+use crate::mask::mask;
 
 /// One observation entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,26 +36,6 @@ pub struct Observation {
     pub reflected: bool,
     /// `high`, `medium` or `low`, when the observer tagged it.
     pub priority: Option<String>,
-}
-
-/// Whether `tool` writes memory in the agent itself (`memory_remember`, `knowledge_append`).
-pub fn is_memory_write(tool: &str) -> bool {
-    flock_config::tools::owner(tool) == Some(flock_config::Owner::AgentMemory)
-}
-
-/// Journals a memory write (`MEMORY_WRITE`, in the chain the agent works in): the story of a
-/// team's work shows what each member remembered. The text is masked and cut like any journal
-/// line; the journal is best effort, the memory is already written.
-pub async fn journal_write(client: &crate::client::RouterClient, tool: &str, arguments: &str) {
-    let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or_default();
-    let text = flock_memory::mask::mask(args["text"].as_str().unwrap_or_default());
-    let text: String = text.chars().take(160).collect();
-    let event = serde_json::json!({
-        "type": "MEMORY_WRITE",
-        "message": format!("remembered: {text}"),
-        "params": {"tool": tool, "priority": args["priority"], "category": args["category"]},
-    });
-    let _ = crate::output::forward(client, "journal__event", &event).await;
 }
 
 #[derive(Debug, Clone)]
@@ -383,6 +364,50 @@ fn replace(path: &Path, text: &str) -> io::Result<()> {
     f.write_all(text.as_bytes())?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)
+}
+
+/// The UTC date (`YYYY-MM-DD`) and minute (`HH:MM`) of a Unix time in milliseconds.
+fn date_and_minute(unix_ms: u64) -> (String, String) {
+    let at = i64::try_from(unix_ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .unwrap_or(jiff::Timestamp::MAX);
+    let t = jiff::tz::Offset::UTC.to_datetime(at);
+    (
+        format!("{:04}-{:02}-{:02}", t.year(), t.month(), t.day()),
+        format!("{:02}:{:02}", t.hour(), t.minute()),
+    )
+}
+
+/// The memory roles' way of saying there is nothing to keep (`nothing`, `none.`, blank).
+pub fn is_nothing(reply: &str) -> bool {
+    let r = reply.trim().trim_end_matches('.').to_lowercase();
+    r.is_empty() || r == "nothing" || r == "none"
+}
+
+/// How many different items `items` holds.
+pub fn distinct<T: Ord + Clone>(items: &[T]) -> usize {
+    let mut unique = items.to_vec();
+    unique.sort_unstable();
+    unique.dedup();
+    unique.len()
+}
+
+/// Why a memory text is unusable: empty, or repeating itself (a small model's loop). `None`
+/// when it may be written.
+pub fn degenerate(text: &str) -> Option<&'static str> {
+    if is_nothing(text) {
+        return Some("empty");
+    }
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if lines.len() >= 4 && distinct(&lines) * 2 < lines.len() {
+        return Some("the same lines over and over");
+    }
+    let words: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
+    if words.len() >= 40 && distinct(&words) * 5 < words.len() {
+        return Some("the same words over and over");
+    }
+    None
 }
 
 /// `|` and newlines would break a journal line.

@@ -3,6 +3,7 @@
 //! - [`mask`]: secrets (API keys, tokens, passwords, private keys, e-mail addresses, card
 //!   numbers) replaced by `[masked:KIND]` before any memory write and before any text reaches a
 //!   model.
+//! - [`files`]: the memory files written (by the supervisor's one writer) and read (by agents).
 //! - [`records`]: the memory files (`journals/`, `observations/`, `reflections/`, `knowledge/`,
 //!   the brain-persona formats) read as records with ids, dates, priority and category. The files
 //!   are the truth.
@@ -12,6 +13,7 @@
 //! - [`embed`] (feature `vectors`): all-MiniLM-L6-v2 in-process with candle; the index embeds
 //!   each sentence of a record and scans the passage vectors (int8, in memory) by meaning.
 
+pub mod files;
 pub mod mask;
 pub mod records;
 

@@ -5,8 +5,8 @@
 //! owner can. The cage takes away what matters to Flock:
 //!
 //! - **the state dir**: a new mount namespace covers it with an empty, read-only tmpfs, and
-//!   binds back only what this agent needs, at the same paths — its workspace, the shared
-//!   memory folder, the router socket. The database, the journal, the logs, `run/` (the control
+//!   binds back only what this agent needs, at the same paths — its workspace, the router
+//!   socket, and the shared memory folder read-only (the supervisor writes it for the agents). The database, the journal, the logs, `run/` (the control
 //!   socket, the dashboard's URL and token, the supervisor's pid) and the other agents'
 //!   workspaces are not there. Without root, the namespaces belong to a new user namespace, and a
 //!   second one on top makes the mounts *locked*: nothing inside can unmount them to look under;
@@ -47,9 +47,30 @@ pub struct Cage {
     /// Paths under `hidden` shown again, read-write, at their own paths (folders, files or
     /// sockets; each must exist).
     pub show: Vec<PathBuf>,
+    /// Paths under `hidden` shown again read-only (the swarm's memory folder: another process
+    /// writes it). The second user namespace locks the flag: it cannot be remounted writable.
+    #[serde(default)]
+    pub read_only: Vec<PathBuf>,
 }
 
 type Result<T> = std::result::Result<T, String>;
+
+/// The flags of the mount `path` is on that a bind remount must keep (nosuid, nodev, noexec and
+/// the atime rule).
+fn kept_flags(path: &Path) -> MsFlags {
+    use nix::sys::statvfs::{FsFlags, statvfs};
+    let Ok(st) = statvfs(path) else { return MsFlags::MS_NOSUID | MsFlags::MS_NODEV };
+    let f = st.flags();
+    let pairs = [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ];
+    pairs.iter().filter(|(st, _)| f.contains(*st)).fold(MsFlags::empty(), |acc, (_, ms)| acc | *ms)
+}
 
 /// `flock-sandbox cage CAGE_JSON PROGRAM [ARGS…]`: never returns; on a setup error, exits
 /// [`SETUP_FAILED`] with a `flock-sandbox: cage:` line on stderr.
@@ -83,7 +104,8 @@ pub fn enter(cage: &Cage) -> Result<()> {
     // Held open (in the new namespace: a bind's source must be in it) before the tmpfs covers
     // them; bound from /proc/self/fd afterwards.
     let mut held = Vec::new();
-    for path in &cage.show {
+    let shown = cage.show.iter().map(|p| (p, false));
+    for (path, read_only) in shown.chain(cage.read_only.iter().map(|p| (p, true))) {
         if !path.starts_with(&cage.hidden) {
             continue; // outside what is hidden: visible as it is
         }
@@ -94,7 +116,7 @@ pub fn enter(cage: &Cage) -> Result<()> {
             .open(path)
             .map_err(|e| format!("open {}: {e}", path.display()))?;
         let dir = fd.metadata().map(|m| m.is_dir()).unwrap_or(false);
-        held.push((path.clone(), fd, dir));
+        held.push((path.clone(), fd, dir, read_only));
     }
     let ms = |what: &str| {
         let what = what.to_owned();
@@ -105,11 +127,18 @@ pub fn enter(cage: &Cage) -> Result<()> {
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     mount(Some("tmpfs"), &cage.hidden, Some("tmpfs"), flags, Some("size=64k,mode=0700"))
         .map_err(ms(&format!("cover {}", cage.hidden.display())))?;
-    for (path, fd, dir) in &held {
+    for (path, fd, dir, read_only) in &held {
         mount_point(path, *dir)?;
         let source = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
         mount(Some(&source), path, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
             .map_err(ms(&format!("show {}", path.display())))?;
+        if *read_only {
+            // In a user namespace the kernel refuses a remount that changes a locked flag of the
+            // mount it came from (its atime rule above all): keep them, add read-only.
+            let ro = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | kept_flags(path);
+            mount(None::<&str>, path, None::<&str>, ro, None::<&str>)
+                .map_err(ms(&format!("show {} read-only", path.display())))?;
+        }
     }
     drop(held);
     mount(

@@ -865,13 +865,17 @@ fn spawn_spec(args: &ChildArgs, spec: &AgentSpec, token: &str) -> SpawnSpec {
     let secrets = [(flock_ipc::env::TOKEN.to_owned(), token.to_owned())].into();
     let (program, rest) = match &args.cage {
         Some(cage) if args.caged(spec) => {
-            // The cage shows this agent its workspace, the memory folder and the router
-            // socket of the state dir, and nothing else of it.
+            // The cage shows this agent its workspace and the router socket of the state dir,
+            // the memory folder read-only (the supervisor writes it on the agents' behalf), and
+            // nothing else of it.
             let sd = &args.state_dir;
-            let show = vec![cwd.clone(), sd.memory_dir(), sd.router_socket()];
+            let show = vec![cwd.clone(), sd.router_socket()];
+            let read_only = vec![sd.memory_dir()];
             // (`flock_sandbox::cage::Cage`, written here to keep the sandbox's dependencies
             // out of the supervisor.)
-            let json = serde_json::json!({ "hidden": sd.root, "show": show }).to_string();
+            let json =
+                serde_json::json!({ "hidden": sd.root, "show": show, "read_only": read_only })
+                    .to_string();
             let mut wrapped = vec!["cage".to_owned(), json, program.display().to_string()];
             wrapped.extend(rest);
             (cage.clone(), wrapped)

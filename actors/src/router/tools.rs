@@ -91,14 +91,21 @@ impl RouterState {
                 // The call's id is the key: a replayed turn re-sends the same one.
                 self.permission_call(myself, caller, name, arguments, frame.id, reply);
             }
-            Owner::MemoryIndex => {
+            Owner::Memory => {
                 let Some(memory) = &self.memory else {
-                    let msg = "this swarm keeps no memory index";
+                    let msg = "this swarm keeps no memory";
                     return self.answer(conn, Frame::error(&frame, ErrorCode::Internal, msg));
                 };
+                // A write is the caller's, under the call's id: a replayed turn re-sends the
+                // same one and writes nothing twice.
+                let call = crate::memory::Call {
+                    tool: name,
+                    arguments,
+                    caller: identity.to_owned(),
+                    key: fmt_id(frame.id),
+                };
                 memory.call(
-                    &name,
-                    &arguments,
+                    call,
                     Box::new(move |answer| {
                         let _ = outbox.blocking_send(reply(answer));
                     }),
@@ -121,7 +128,7 @@ impl RouterState {
                 let answer = self.router_tool(identity, &name, &arguments);
                 self.answer(conn, reply(answer));
             }
-            Owner::Mailbox | Owner::Workspace | Owner::AgentMemory => {
+            Owner::Mailbox | Owner::Workspace => {
                 let msg = format!(
                     "`{name}` is not a call to the router: {}",
                     if spec.owner == Owner::Mailbox {

@@ -34,22 +34,8 @@ pub(super) fn observation_tag(reply: &str) -> (Option<(&'static str, &str)>, &st
     (Some((priority, category)), rest.trim_start())
 }
 
-/// Why a memory text is unusable: empty, or repeating itself (a small model's loop). `None`
-/// when it may be written.
-pub fn degenerate(text: &str) -> Option<&'static str> {
-    if is_nothing(text) {
-        return Some("empty");
-    }
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    if lines.len() >= 4 && distinct(&lines) * 2 < lines.len() {
-        return Some("the same lines over and over");
-    }
-    let words: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
-    if words.len() >= 40 && distinct(&words) * 5 < words.len() {
-        return Some("the same words over and over");
-    }
-    None
-}
+pub use flock_memory::files::degenerate;
+pub(super) use flock_memory::files::is_nothing;
 
 /// A reflection cut to the shape its prompt asks for (prompts/roles/reflection.md), whatever the
 /// model wrote: at most three items under Patterns and Learned rules, two under Suggestions and
@@ -185,19 +171,6 @@ pub(super) fn cut_at_word(text: &str, max: usize) -> String {
         _ => head.as_str(),
     };
     format!("{}…", head.trim_end_matches(|c: char| c.is_whitespace() || c == ',' || c == ';'))
-}
-
-/// How many different items `items` holds.
-pub(super) fn distinct<T: Ord + Clone>(items: &[T]) -> usize {
-    let mut unique = items.to_vec();
-    unique.sort_unstable();
-    unique.dedup();
-    unique.len()
-}
-
-pub(super) fn is_nothing(reply: &str) -> bool {
-    let r = reply.trim().trim_end_matches('.').to_lowercase();
-    r.is_empty() || r == "nothing" || r == "none"
 }
 
 /// How many times shorter than its observations a reflection should be (the length it is asked

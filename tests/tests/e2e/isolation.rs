@@ -230,6 +230,8 @@ const CAGED: &str = r#"
 ls -A ../.. > state-view.txt; ls -A ../../run > run-view.txt; ls -A ../../workspaces > ws-view.txt
 cat ../../flock.db > /dev/null 2>&1 && echo read > db.txt || echo denied > db.txt
 ls /proc | grep -c '^[0-9]' > procs.txt; echo $$ > own-pid.txt
+{ mkdir -p ../../memory/observations && echo poison >> ../../memory/observations/2020-01-01.md; } 2>/dev/null && echo wrote > mem.txt || echo denied > mem.txt
+{ rm ../../memory/index.db || touch ../../memory/x; } 2>/dev/null && echo wrote >> mem.txt || echo denied >> mem.txt
 "$1" --state-dir "$PWD/../.." ps > ctl.txt 2>&1; echo "exit $?" >> ctl.txt
 ( setsid sleep 600 < /dev/null > /dev/null 2>&1 & )
 ( while [ ! -s supervisor.pid ]; do sleep 0.05; done; s=$(cat supervisor.pid)
@@ -275,6 +277,10 @@ models:
     assert_eq!(read("run-view.txt").trim(), "router.sock", "no control socket, lock or URL");
     assert_eq!(read("ws-view.txt").trim(), "spy", "no other agent's workspace");
     assert_eq!(read("db.txt").trim(), "denied");
+    // The team's memory is there to read, not to change: the supervisor writes it.
+    assert_eq!(read("mem.txt"), "denied\ndenied\n", "memory/ is read-only in the cage");
+    assert!(!swarm.state_dir().join("memory/observations/2020-01-01.md").exists());
+    assert!(swarm.state_dir().join("memory/index.db").exists());
     // …while the state dir is all there for everyone else.
     assert!(swarm.state_dir().join("flock.db").exists());
     assert!(swarm.state_dir().join("workspaces/other").exists());

@@ -207,6 +207,53 @@ fn hostile_connections_claiming_huge_frames_cost_the_supervisor_little() {
     drop(held);
 }
 
+/// Large frames left unfinished cost the supervisor their peer's read budget (four frames for the
+/// peers outside agents' trees together, two for each agent's processes), not the frame limit
+/// times their connections: past it the connection that would need more is closed with the
+/// reason, and everyone else is served.
+#[test]
+fn unfinished_large_frames_cost_at_most_the_peers_read_budget() {
+    const MAX: usize = 1 << 20;
+    let yaml = format!(
+        "swarm:\n  name: budget\ndelivery:\n  max_frame_bytes: {MAX}\nmodels:\n{}agents:\n  - {{ name: echo, role: worker, model: m }}\n",
+        answer_model("m", "echo: {input}")
+    );
+    let swarm = Swarm::start(&yaml);
+    // An operator's connection (it holds the key), then most of a frame at the limit, unfinished.
+    let unfinished = |swarm: &Swarm| {
+        let mut conn = RawConn::connect(&swarm.control_socket());
+        conn.send_frame(&raw::client_hello(&swarm.control_socket())).unwrap();
+        assert!(matches!(conn.read_frame(), Some(Frame { body: Body::Welcome(_), .. })));
+        let mut bytes = ((MAX - 8) as u32).to_le_bytes().to_vec();
+        bytes.extend(std::iter::repeat_n(0xabu8, MAX - 4096));
+        let sent = conn.send_bytes(&bytes);
+        (conn, sent)
+    };
+    let mut held = Vec::new();
+    // (`flock_actors::server::READ_BUDGET_FRAMES_SHARED`: four frames at the limit.)
+    for _ in 0..4 {
+        let (conn, sent) = unfinished(&swarm);
+        sent.expect("within the budget, the bytes are taken");
+        held.push(conn);
+    }
+    let (mut over, _) = unfinished(&swarm);
+    let closed = over.read_until_closed();
+    let reason = expect_error(&closed.frames, ErrorCode::RateLimited);
+    assert!(reason.contains("read budget"), "{reason}");
+    // Small frames need no budget: the operator and the agents go on.
+    let ps = swarm.ctl_ok(&["ps"]);
+    assert!(ps.contains("echo"), "{ps}");
+    assert_echo_undisturbed(&swarm, swarm.agent("echo")["pid"].as_u64().map(|p| p as u32), "hi");
+    // Closed connections give their bytes back: a frame at the limit is read again (here: to
+    // its end, where its garbage is refused as malformed, not as over budget).
+    drop(held);
+    let (mut again, sent) = unfinished(&swarm);
+    sent.expect("the budget is free again");
+    again.send_bytes(&[0xab; 4096 - 8]).unwrap();
+    let reason = expect_error(&again.read_until_closed().frames, ErrorCode::BadRequest);
+    assert!(!reason.contains("read budget"), "{reason}");
+}
+
 /// `flockctl` with `args`, its standard input fed from `input`.
 fn ctl_with_stdin(swarm: &Swarm, args: &[&str], input: &[u8]) -> std::process::Output {
     use std::io::Write;
