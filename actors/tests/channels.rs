@@ -410,6 +410,57 @@ async fn a_channel_an_agent_opened_that_goes_quiet_tells_its_opener_once() {
     assert!(!journal.contains("#y: no post"), "{journal}");
 }
 
+/// `tool` with the call's frame id chosen by the caller (as a hostile agent may).
+async fn tool_as(
+    conn: &mut Connection,
+    id: u128,
+    name: &str,
+    args: Value,
+) -> Result<Value, String> {
+    let body = Body::ToolCall { name: name.into(), arguments: args.to_string() };
+    let f = Frame { id, ..Frame::new("ignored", ROUTER, body) };
+    conn.outbox.send(f).await.unwrap();
+    loop {
+        let r = next(conn).await;
+        if r.correlation_id == Some(id) {
+            return match r.body {
+                Body::ToolResult { ok: true, content } => Ok(Value::String(content)),
+                Body::ToolResult { ok: false, content } => Err(content),
+                Body::Error { code, message } => Err(format!("{code}: {message}")),
+                other => panic!("unexpected {other:?}"),
+            };
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_is_written_by_the_supervisor_under_the_callers_name_and_role() {
+    let h = harness(NO_DELAY).await;
+    let (mut dev, mut qa) = (h.agent("dev").await, h.agent("qa").await);
+    let fact = |who: &str| json!({"text": format!("{who} owns the billing service."), "agent": "orchestrator"});
+    let first = tool_as(&mut dev, 42, "memory_remember", fact("Ana")).await.unwrap();
+    assert!(first.as_str().unwrap().starts_with("remembered (medium), id dev-"), "{first}");
+    // The same call id from another agent is another entry: ids are the caller's own.
+    let other = tool_as(&mut qa, 42, "memory_remember", fact("Bo")).await.unwrap();
+    assert!(other.as_str().unwrap().starts_with("remembered"), "{other}");
+    let again = tool_as(&mut dev, 42, "memory_remember", fact("Ana")).await.unwrap();
+    assert!(again.as_str().unwrap().starts_with("already remembered"), "{again}");
+    let day = std::fs::read_dir(h.dir.join("memory/observations")).unwrap().next().unwrap();
+    let text = std::fs::read_to_string(day.unwrap().path()).unwrap();
+    assert!(text.contains("agent: dev -->") && text.contains("agent: qa -->"), "{text}");
+    assert!(!text.contains("orchestrator"), "the caller comes from the connection: {text}");
+    // The memory roles' writes are theirs alone; the sysadmin remembers nothing.
+    for t in ["memory__observe", "memory__reflect", "memory__dream"] {
+        let err = tool_as(&mut dev, 7, t, json!({"text": "x", "ids": ["a"], "document": "x"}))
+            .await
+            .unwrap_err();
+        assert!(err.starts_with("FORBIDDEN"), "{t}: {err}");
+    }
+    let mut sysadmin = h.agent("sysadmin").await;
+    let err = tool_as(&mut sysadmin, 8, "memory_remember", fact("Cy")).await.unwrap_err();
+    assert!(err.starts_with("FORBIDDEN"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creating_an_agent_without_a_model_in_a_swarm_without_a_default_says_to_name_one() {
     let tmp = tempfile::tempdir().unwrap();

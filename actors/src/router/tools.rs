@@ -97,12 +97,13 @@ impl RouterState {
                     return self.answer(conn, Frame::error(&frame, ErrorCode::Internal, msg));
                 };
                 // A write is the caller's, under the call's id: a replayed turn re-sends the
-                // same one and writes nothing twice.
+                // same one and writes nothing twice. The key starts with the caller's name, so
+                // no agent can pick an id that passes for another's entry and suppress it.
                 let call = crate::memory::Call {
                     tool: name,
                     arguments,
                     caller: identity.to_owned(),
-                    key: fmt_id(frame.id),
+                    key: format!("{identity}-{}", fmt_id(frame.id)),
                 };
                 memory.call(
                     call,

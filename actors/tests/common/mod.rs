@@ -58,7 +58,7 @@ pub async fn start(dir: &Path, life: u32, yaml: &str, with_channels: bool) -> No
         channels: channels.clone(),
         gateway: None,
         journal: Some(flock_actors::journal::JournalWriter::spawn(journal)),
-        memory: None,
+        memory: Some(flock_actors::memory::MemoryService::start(dir.join("memory")).unwrap()),
     };
     let (router, _) = Actor::spawn(None, Router, args).await.unwrap();
     if let Some(c) = &channels {
