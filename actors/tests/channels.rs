@@ -72,19 +72,26 @@ impl Harness {
 
 /// A tool call from an agent connection; answers `Ok(json)` or `Err("CODE: msg")`.
 async fn tool(conn: &mut Connection, name: &str, args: Value) -> Result<Value, String> {
-    let f = Frame::new(
-        "ignored",
-        ROUTER,
-        Body::ToolCall { name: name.into(), arguments: args.to_string() },
-    );
-    conn.outbox.send(f.clone()).await.unwrap();
+    let content = tool_as(conn, flock_ipc::id::new_id(), name, args).await?;
+    Ok(serde_json::from_str(&content).unwrap())
+}
+
+/// A tool call with its frame id chosen by the caller (as a hostile agent may); answers the
+/// result's text or `Err("CODE: msg")`.
+async fn tool_as(
+    conn: &mut Connection,
+    id: u128,
+    name: &str,
+    args: Value,
+) -> Result<String, String> {
+    let body = Body::ToolCall { name: name.into(), arguments: args.to_string() };
+    let f = Frame { id, ..Frame::new("ignored", ROUTER, body) };
+    conn.outbox.send(f).await.unwrap();
     loop {
         let r = next(conn).await;
-        if r.correlation_id == Some(f.id) {
+        if r.correlation_id == Some(id) {
             return match r.body {
-                Body::ToolResult { ok: true, content } => {
-                    Ok(serde_json::from_str(&content).unwrap())
-                }
+                Body::ToolResult { ok: true, content } => Ok(content),
                 Body::ToolResult { ok: false, content } => Err(content),
                 // Refused at the router (unknown tool, a role that may not call it).
                 Body::Error { code, message } => Err(format!("{code}: {message}")),
@@ -410,41 +417,18 @@ async fn a_channel_an_agent_opened_that_goes_quiet_tells_its_opener_once() {
     assert!(!journal.contains("#y: no post"), "{journal}");
 }
 
-/// `tool` with the call's frame id chosen by the caller (as a hostile agent may).
-async fn tool_as(
-    conn: &mut Connection,
-    id: u128,
-    name: &str,
-    args: Value,
-) -> Result<Value, String> {
-    let body = Body::ToolCall { name: name.into(), arguments: args.to_string() };
-    let f = Frame { id, ..Frame::new("ignored", ROUTER, body) };
-    conn.outbox.send(f).await.unwrap();
-    loop {
-        let r = next(conn).await;
-        if r.correlation_id == Some(id) {
-            return match r.body {
-                Body::ToolResult { ok: true, content } => Ok(Value::String(content)),
-                Body::ToolResult { ok: false, content } => Err(content),
-                Body::Error { code, message } => Err(format!("{code}: {message}")),
-                other => panic!("unexpected {other:?}"),
-            };
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_is_written_by_the_supervisor_under_the_callers_name_and_role() {
     let h = harness(NO_DELAY).await;
     let (mut dev, mut qa) = (h.agent("dev").await, h.agent("qa").await);
     let fact = |who: &str| json!({"text": format!("{who} owns the billing service."), "agent": "orchestrator"});
     let first = tool_as(&mut dev, 42, "memory_remember", fact("Ana")).await.unwrap();
-    assert!(first.as_str().unwrap().starts_with("remembered (medium), id dev-"), "{first}");
+    assert!(first.starts_with("remembered (medium), id dev-"), "{first}");
     // The same call id from another agent is another entry: ids are the caller's own.
     let other = tool_as(&mut qa, 42, "memory_remember", fact("Bo")).await.unwrap();
-    assert!(other.as_str().unwrap().starts_with("remembered"), "{other}");
+    assert!(other.starts_with("remembered"), "{other}");
     let again = tool_as(&mut dev, 42, "memory_remember", fact("Ana")).await.unwrap();
-    assert!(again.as_str().unwrap().starts_with("already remembered"), "{again}");
+    assert!(again.starts_with("already remembered"), "{again}");
     let day = std::fs::read_dir(h.dir.join("memory/observations")).unwrap().next().unwrap();
     let text = std::fs::read_to_string(day.unwrap().path()).unwrap();
     assert!(text.contains("agent: dev -->") && text.contains("agent: qa -->"), "{text}");

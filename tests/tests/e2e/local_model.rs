@@ -346,3 +346,111 @@ fn tcp_listeners_of(pid: u32) -> usize {
         .filter(|target| listening.contains(&target.to_string_lossy().into_owned()))
         .count()
 }
+
+/// The team on the embedded model (issue #25): a person's project request in #lobby, and the
+/// 1.5B model — walked step by step by the runtime — opens a project channel with workers it
+/// picked, every member posts its part, the channel is archived with every member's memory
+/// entry, and the person gets the outcome in #lobby; the journal tells it under one chain.
+/// `scripts/kickoff --local` runs the same story by hand; `scripts/team-eval` measures it.
+#[test]
+fn a_project_request_in_lobby_runs_to_the_archive_on_the_embedded_model() {
+    if !model_available("the team on the embedded model") {
+        return;
+    }
+    let _turn = one_model_at_a_time();
+    let started = std::time::Instant::now();
+    let file = flock_testkit::repo_root().join("examples/kickoff-local.yaml");
+    let swarm = Swarm::builder_from_file(&file).start();
+    let lobby = ["channel", "create", "lobby", "--topic", "Project requests"];
+    swarm.ctl_ok(&[&lobby[..], &["--members", "orchestrator", "--as", "alice"]].concat());
+    let request = "New project: a login page with email and password";
+    swarm.ctl_ok(&["post", "#lobby", request, "--as", "alice"]);
+
+    let json = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&swarm.ctl_ok(args)).expect("JSON")
+    };
+    let lines = |channel: &str| -> Vec<serde_json::Value> {
+        let out = swarm.ctl_ok(&["read", channel, "--json"]);
+        out.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+    };
+    // The story ends within 15 minutes on 2 cores: the project channel archived.
+    let project = || -> Option<serde_json::Value> {
+        let list = json(&["channels", "--json"]);
+        list.as_array()?
+            .iter()
+            .find(|c| c["channel"].as_str().is_some_and(|c| c.starts_with("project-")))
+            .cloned()
+    };
+    swarm.wait_until(
+        || project().is_some_and(|c| c["state"] == "archived"),
+        Duration::from_secs(900).saturating_sub(started.elapsed()),
+        "the project channel archived",
+    );
+    let ch = project().unwrap();
+    let id = ch["channel"].as_str().unwrap().to_owned();
+    assert!(
+        ch["topic"].as_str().unwrap_or_default().ends_with("(asked by alice in #lobby)"),
+        "{ch}"
+    );
+    // Its team: workers the orchestrator picked; each of them posted.
+    let team: Vec<String> = ch["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.as_str().map(str::to_owned))
+        .filter(|m| m != "orchestrator")
+        .collect();
+    assert!(!team.is_empty(), "{ch}");
+    let posts = lines(&format!("#{id}"));
+    for member in &team {
+        assert!(
+            posts.iter().any(|p| p["author"] == member.as_str()),
+            "{member} never posted: {posts:#?}"
+        );
+    }
+    // The person hears the outcome where they asked.
+    swarm.wait_until(
+        || {
+            lines("#lobby").iter().any(|p| {
+                p["author"] == "orchestrator"
+                    && p["text"].as_str().is_some_and(|t| t.starts_with(&format!("Update: #{id}")))
+            })
+        },
+        Duration::from_secs(120),
+        "the outcome relayed to #lobby",
+    );
+    // The archive: every member wrote what it learned to memory (the journal's MEMORY_WRITE).
+    let events = json(&["journal", "read", "--last", "100000", "--json"]);
+    let events = events.as_array().unwrap();
+    let archived =
+        events.iter().find(|e| e["action"]["type"] == "CHANNEL_ARCHIVED").expect("archived");
+    for member in &team {
+        assert!(
+            events
+                .iter()
+                .any(|e| e["agent"] == member.as_str() && e["action"]["type"] == "MEMORY_WRITE"),
+            "{member} wrote no memory; archived: {archived}"
+        );
+    }
+    // One chain tells the story: alice's post, the channel's creation and every member's post.
+    let chain_of = |pred: &dyn Fn(&serde_json::Value) -> bool| {
+        events.iter().find(|e| pred(e)).map(|e| e["trace"]["correlation_id"].clone())
+    };
+    let story = chain_of(&|e| e["agent"] == "human:alice" && e["action"]["type"] == "SEND")
+        .expect("alice's chain");
+    let created = chain_of(&|e| {
+        e["agent"] == "orchestrator"
+            && e["action"]["type"] == "FLOCK_CHANNEL_CREATE"
+            && e["status"] == "SUCCESS"
+    });
+    assert_eq!(created.as_ref(), Some(&story), "the creation is in alice's chain");
+    for member in &team {
+        let posted = chain_of(&|e| {
+            e["agent"] == member.as_str()
+                && e["action"]["type"] == "FLOCK_CHANNEL_POST"
+                && e["status"] == "SUCCESS"
+        });
+        assert_eq!(posted.as_ref(), Some(&story), "{member}'s post is in alice's chain");
+    }
+    eprintln!("the team on the embedded model: #{id} archived in {:?}", started.elapsed());
+}
