@@ -61,10 +61,37 @@ pub fn human_secs(s: u64) -> String {
     }
 }
 
+/// Columns of the `ps` table a narrow terminal drops, least needed first (SANDBOX, KIND, TOKENS,
+/// LAST EXIT, TURNS, ROLE, CAGE — kept to the end when an agent is UNCAGED —, UPTIME, RSS, PID).
+/// NAME, STATE, RESTARTS and MAILBOX always stay.
+const DROP_ORDER: [usize; 10] = [3, 1, 13, 9, 11, 2, 4, 7, 12, 5];
+const STATE: usize = 6;
+const CAGE: usize = 4;
+
+/// The width `ps` fits its table to: `COLUMNS` if set, else the terminal's when standard output
+/// is one; `None` (no limit) for a pipe or a file, so scripts get every column.
+pub fn terminal_width() -> Option<usize> {
+    if let Some(c) = std::env::var("COLUMNS").ok().and_then(|c| c.trim().parse().ok())
+        && c > 0
+    {
+        return Some(c);
+    }
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCGWINSZ writes one `winsize` into the struct passed, which lives on this stack
+    // frame for the call; fd 1 is this process's standard output.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) };
+    (r == 0 && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
+}
+
 /// The `flockctl ps` table; with `colour`, the states in colour, the actors' rows dim and the
-/// column names bold (cells are padded before, so the columns line up either way).
-pub fn table(rows: &[PsRow], colour: bool) -> String {
-    const STATE: usize = 6;
+/// column names bold (cells are padded before, so the columns line up either way). Within
+/// `width` characters: columns are dropped ([`DROP_ORDER`]), then names cut with `…`.
+pub fn table(rows: &[PsRow], colour: bool, width: Option<usize>) -> String {
     let header = [
         "NAME",
         "KIND",
@@ -116,9 +143,47 @@ pub fn table(rows: &[PsRow], colour: bool) -> String {
             *w = (*w).max(c.chars().count());
         }
     }
+    // Which columns fit: cut long names, drop the least needed columns until the line fits,
+    // then cut the names further.
+    let mut keep: Vec<usize> = (0..header.len()).collect();
+    let total = |keep: &[usize], widths: &[usize]| -> usize {
+        keep.iter().map(|&i| widths[i]).sum::<usize>() + 2 * keep.len().saturating_sub(1)
+    };
+    if let Some(max) = width {
+        let uncaged = rows.iter().any(|r| r.confined == Some(false));
+        let mut order: Vec<usize> = DROP_ORDER.to_vec();
+        if uncaged {
+            order.retain(|&c| c != CAGE);
+            order.push(CAGE);
+        }
+        // Long names are cut to 20 first: a column of facts is worth more than a name's tail.
+        if total(&keep, &widths) > max {
+            widths[0] = widths[0].min(20);
+        }
+        for col in order {
+            if total(&keep, &widths) <= max {
+                break;
+            }
+            keep.retain(|&c| c != col);
+        }
+        let over = total(&keep, &widths).saturating_sub(max);
+        widths[0] = widths[0].saturating_sub(over).max(8);
+    }
+    let fit = |cell: &str, w: usize| -> String {
+        if cell.chars().count() <= w {
+            return cell.to_owned();
+        }
+        let cut: String = cell.chars().take(w.saturating_sub(1)).collect();
+        format!("{cut}…")
+    };
     let line = |cols: Vec<&str>| -> String {
-        let parts: Vec<String> =
-            cols.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let parts: Vec<String> = keep
+            .iter()
+            .map(|&i| {
+                let w = widths[i];
+                format!("{:<w$}", fit(cols[i], w))
+            })
+            .collect();
         parts.join("  ").trim_end().to_owned()
     };
     let mut out = String::new();
@@ -137,7 +202,7 @@ pub fn table(rows: &[PsRow], colour: bool) -> String {
             out.push_str(&format!("{DIM}{text}{RESET}"));
         } else if let Some(c) = state_colour(&r.state) {
             // The state cell starts after the padded cells before it.
-            let at: usize = widths[..STATE].iter().map(|w| w + 2).sum();
+            let at: usize = keep.iter().take_while(|&&i| i < STATE).map(|&i| widths[i] + 2).sum();
             let (before, rest) = split_at_char(&text, at);
             let (state, after) = split_at_char(rest, r.state.chars().count());
             out.push_str(&format!("{before}{c}{state}{RESET}{after}"));
@@ -277,9 +342,9 @@ mod tests {
             row("b", "agent", "exited(signal SIGKILL)"),
             row("c", "agent", "busy"),
         ];
-        let plain = table(&rows, false);
+        let plain = table(&rows, false, None);
         assert!(!plain.contains('\x1b'), "{plain}");
-        let coloured = table(&rows, true);
+        let coloured = table(&rows, true, None);
         assert!(coloured.contains(&format!("{RED}exited(signal SIGKILL){RESET}")), "{coloured}");
         assert!(coloured.contains(&format!("{GREEN}ready{RESET}")), "{coloured}");
         assert!(coloured.contains(&format!("{CYAN}busy{RESET}")), "{coloured}");
@@ -294,6 +359,49 @@ mod tests {
         assert_eq!(stripped, plain);
         let head = header(&rows, "2026-11-25T13:04:24.000Z", false);
         assert_eq!(head, "flock: swarm up 1m5s, agents 2/3 ready, 1 busy  13:04:24 UTC");
+    }
+
+    #[test]
+    fn a_narrow_terminal_gets_the_columns_that_matter_and_no_wrapped_row() {
+        let mut rows = vec![
+            row("supervisor", "supervisor", "running"),
+            row("router", "actor", "running"),
+            row("a-very-long-agent-name-for-a-worker", "agent", "ready"),
+            row("b", "agent", "exited(signal SIGKILL)"),
+        ];
+        for r in &mut rows {
+            r.sandbox = Some("namespaces".into());
+            r.confined = Some(true);
+            r.last_exit = Some("exit 0 at 2026-11-27T12:00:00Z".into());
+            r.tokens_in = 123_456;
+            r.tokens_out = 7_890;
+            r.rss_bytes = Some(6 << 20);
+        }
+        let wide = table(&rows, false, None);
+        assert!(wide.lines().next().unwrap().contains("TOKENS IN/OUT"), "{wide}");
+        assert!(wide.lines().any(|l| l.chars().count() > 80), "{wide}");
+        for width in [80, 60] {
+            let narrow = table(&rows, false, Some(width));
+            for line in narrow.lines() {
+                assert!(line.chars().count() <= width, "{width}: {line:?}\n{narrow}");
+            }
+            let head = narrow.lines().next().unwrap();
+            for kept in ["NAME", "STATE", "RESTARTS", "MAILBOX"] {
+                assert!(head.contains(kept), "{width}: {head}");
+            }
+            assert!(narrow.contains("exited(signal SIGKILL)"), "{narrow}");
+            let coloured = table(&rows, true, Some(width));
+            assert!(
+                coloured.contains(&format!("{RED}exited(signal SIGKILL){RESET}")),
+                "{coloured}"
+            );
+        }
+        let at_80 = table(&rows, false, Some(80));
+        assert!(!at_80.contains("SANDBOX") && at_80.contains("PID"), "{at_80}");
+        // An agent out of its cage keeps the column that says so longest.
+        rows[3].confined = Some(false);
+        let tight = table(&rows, false, Some(72));
+        assert!(tight.contains("UNCAGED"), "{tight}");
     }
 
     #[test]

@@ -183,7 +183,9 @@ impl Swarm {
     #[track_caller]
     pub fn ctl_within(&self, args: &[&str], timeout: Duration) -> Output {
         let mut cmd = Command::new(bin("flockctl"));
+        // The full tables whatever terminal the tests run in (`ps` fits `COLUMNS`).
         cmd.arg("--state-dir").arg(&self.state).args(args).env_remove("FLOCK_HOME");
+        cmd.env_remove("COLUMNS");
         match try_run(&mut cmd, timeout) {
             Ok(out) => out,
             Err(e) => panic!("{}", self.report(&e)),

@@ -28,6 +28,17 @@ fn readme_flow_office_example_routes_a_job_through_both_workers() {
     }
     let pids: HashSet<&str> = agents.iter().map(|c| c[5]).collect();
     assert_eq!(pids.len(), 4, "every agent is its own process; ps:\n{table}");
+    // In an 80-column terminal no row wraps, and what matters stays.
+    let narrow = Command::new(bin("flockctl"))
+        .arg("--state-dir")
+        .arg(swarm.state_dir())
+        .arg("ps")
+        .env("COLUMNS", "80")
+        .output()
+        .unwrap();
+    let narrow = String::from_utf8_lossy(&narrow.stdout);
+    assert!(narrow.lines().all(|l| l.chars().count() <= 80), "ps at 80 columns:\n{narrow}");
+    assert!(narrow.starts_with("NAME") && narrow.contains("STATE") && narrow.contains("worker-2"));
     // The JSON form agrees, and those pids are live processes.
     for row in swarm.agents() {
         let pid = row["pid"].as_u64().expect("a ready agent has a pid") as u32;

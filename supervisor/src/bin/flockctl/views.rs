@@ -15,7 +15,7 @@ pub(crate) async fn ps_table(conn: &mut Connection, json: bool) -> Result<ExitCo
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        print!("{}", live::table(&rows, live::colour_wanted()));
+        print!("{}", live::table(&rows, live::colour_wanted(), live::terminal_width()));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -238,11 +238,15 @@ pub(crate) async fn watch_ps(
         } else if let Some(screen) = &mut screen {
             let hint = format!("every {} s, Ctrl-C to quit", interval.as_secs());
             let hint = if colour { format!("\x1b[2m{hint}\x1b[0m") } else { hint };
-            screen.draw(&format!("{header}  ({hint})\n\n{}", live::table(&rows, colour)))
+            screen.draw(&format!(
+                "{header}  ({hint})\n\n{}",
+                live::table(&rows, colour, live::terminal_width())
+            ))
         } else {
             let mut out = std::io::stdout().lock();
             let gap = if first { "" } else { "\n" };
-            write!(out, "{gap}{header}\n{}", live::table(&rows, false)).and_then(|()| out.flush())
+            write!(out, "{gap}{header}\n{}", live::table(&rows, false, live::terminal_width()))
+                .and_then(|()| out.flush())
         };
         first = false;
         if let Err(e) = written {
