@@ -458,7 +458,16 @@ pub fn check(t: &Turn, name: &str, arguments: &Value) -> Option<String> {
     if let Some(messages) = state.as_ref().and_then(|s| s["messages"].as_array()) {
         earlier.extend(messages.iter().filter_map(|m| m["text"].as_str().map(str::to_owned)));
     }
-    if copied_share(text, &earlier) > 0.5 {
+    // A memory may say in its own words what the member did (its post said it first); it may
+    // not copy a notice (what the archive asks for is no memory) or a post whole.
+    let copied = if name == "memory_remember" {
+        let notice = |p: &String| p.starts_with(ARCHIVE_NOTICE) || p.starts_with(QUIET_NOTICE);
+        let (notices, posts): (Vec<String>, Vec<String>) = earlier.into_iter().partition(notice);
+        copied_share(text, &notices) > 0.5 || copied_share(text, &posts) > 0.9
+    } else {
+        copied_share(text, &earlier) > 0.5
+    };
+    if copied {
         let what = if name == "memory_remember" {
             "one sentence the team should recall about this project".to_owned()
         } else {
@@ -1053,6 +1062,22 @@ mod tests {
         let at_archive = Turn { text: &notice, ..base };
         let copied = json!({"text": "project-login is being archived. please review the history, write what you learned"});
         assert!(check(&at_archive, "memory_remember", &copied).is_some());
+        // Remembering one's own part in other words than the post is a memory; a post copied
+        // whole is not.
+        let mine =
+            "Plan: 1) form with email and password, owner dev; 2) tests for lockout, owner qa.";
+        let read = read_result(
+            &["orchestrator", "pm"],
+            &[("pm", mine)],
+            "Login (asked by alice in #lobby)",
+        );
+        let done = vec![ok("flock_channel_read", json!({}), read)];
+        let archived = Turn { done: &done, ..at_archive };
+        let recalled = "In the login project my plan was: 1) form with email and password, owner dev; 2) tests for lockout, owner qa.";
+        assert!(copied_share(recalled, &[mine.to_owned()]) > 0.5, "a post would be refused");
+        assert_eq!(check(&archived, "memory_remember", &json!({"text": recalled})), None);
+        let whole = json!({"text": mine});
+        assert!(check(&archived, "memory_remember", &whole).is_some());
         assert_eq!(
             check(&Turn { channel: Some("general"), ..base }, "flock_channel_post", &post(copy)),
             None
