@@ -355,8 +355,15 @@ pub fn amend(t: &Turn, name: &str, arguments: &Value) -> Option<Value> {
         (Role::Orchestrator, TurnState::Owed, "flock_channel_create") => {
             let topic = args.get("topic").and_then(Value::as_str).unwrap_or_default();
             // A model that copies an earlier topic copies its origin too: said once.
-            let plain =
+            let mut plain =
                 topic.find(" (asked by ").map_or(topic, |at| &topic[..at]).trim().to_owned();
+            // A topic with no word of this request is the last project's, copied from the
+            // model's own history: the project is named after the request instead.
+            let request = request_of(t.text);
+            let stale = !related(&plain, &request);
+            if stale {
+                plain = clip(&request, 80);
+            }
             let asker = t.sender.trim_start_matches("human:");
             let place = t.channel.map(|c| format!(" in #{c}")).unwrap_or_default();
             let topic = format!("{plain} (asked by {asker}{place})").trim().to_owned();
@@ -370,7 +377,9 @@ pub fn amend(t: &Turn, name: &str, arguments: &Value) -> Option<Value> {
                 .collect();
             // A taken id (the model reused the last project's) is named after this topic
             // instead, with the first free `-2`, `-3`… suffix if need be.
-            if let Some(id) = channel_arg(arguments).filter(|id| taken.iter().any(|t| t == id)) {
+            let renamed =
+                |id: &&str| taken.iter().any(|t| t == id) || (stale && !related(id, &request));
+            if let Some(id) = channel_arg(arguments).filter(renamed) {
                 let named = slug(&plain).map(|s| format!("{PROJECT_PREFIX}{s}"));
                 let id = named.unwrap_or_else(|| id.to_owned());
                 let free = std::iter::once(id.clone())
@@ -542,6 +551,30 @@ fn slug(topic: &str) -> Option<String> {
         .collect();
     let s = words.join("-");
     (!s.is_empty()).then(|| s.chars().take(40).collect::<String>().trim_end_matches('-').to_owned())
+}
+
+/// A person's request without its "New project:" lead-in.
+fn request_of(text: &str) -> String {
+    let t = text.trim();
+    let lower = t.to_lowercase();
+    let rest = ["new project:", "project:"]
+        .iter()
+        .find_map(|p| lower.starts_with(p).then(|| &t[p.len()..]))
+        .unwrap_or(t);
+    rest.trim().to_owned()
+}
+
+/// Whether two texts share a word of four letters or more (by its first five: "converts" and
+/// "converter" are one word here).
+fn related(a: &str, b: &str) -> bool {
+    fn stems(s: &str) -> std::collections::HashSet<String> {
+        s.to_lowercase()
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.chars().count() >= 4)
+            .map(|w| w.chars().take(5).collect())
+            .collect()
+    }
+    !stems(a).is_disjoint(&stems(b))
 }
 
 /// Who asked for a project and where: the channel named in its topic's "(asked by … in #c)".
@@ -767,6 +800,22 @@ mod tests {
         // A topic copied with its origin says it once.
         let copied = json!({"channel": "x", "topic": "Login page (asked by alice in #lobby)", "members": ["pm"]});
         assert_eq!(amend(&Turn { done: &done, ..base }, "flock_channel_create", &copied), None);
+        // The last project's topic and name, copied for a new request: named after the request.
+        let csv = "New project: a command-line tool that converts CSV files to JSON";
+        let next = Turn { text: csv, done: &done, ..base };
+        let stale = json!({"channel": "project-login-page", "topic": "Create a login page with email and password (asked by alice in #lobby)", "members": ["pm"]});
+        let fixed = amend(&next, "flock_channel_create", &stale).unwrap();
+        assert_eq!(
+            fixed["topic"],
+            "a command-line tool that converts CSV files to JSON (asked by alice in #lobby)"
+        );
+        assert_eq!(fixed["channel"], "project-command-line-tool-converts-csv");
+        let apt = json!({"channel": "project-csv-json", "topic": "CSV to JSON converter", "members": ["pm"]});
+        let kept = amend(&next, "flock_channel_create", &apt).unwrap();
+        assert_eq!(
+            (kept["channel"].as_str(), kept["topic"].as_str()),
+            (Some("project-csv-json"), Some("CSV to JSON converter (asked by alice in #lobby)"))
+        );
         assert_eq!(
             slug("Create a command-line tool that converts CSV files").as_deref(),
             Some("command-line-tool-converts-csv")
