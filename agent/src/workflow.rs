@@ -210,6 +210,16 @@ fn archive(t: &Turn, channel: &str, all: &[ToolDef]) -> Step {
     if tries(t.done, "flock_channel_read") == 0 {
         return read(channel);
     }
+    // A member whose model could not write its memory in two tries (a small model restates the
+    // notice or repeats itself) still leaves a record: the runtime remembers its own last post.
+    if all.iter().any(|d| d.name == "memory_remember")
+        && last_ok(t.done, "memory_remember").is_none()
+        && tries(t.done, "memory_remember") == TRIES
+        && let Some(text) = read_result(t.done).and_then(|state| own_part(t.me, channel, &state))
+    {
+        let arguments = json!({"text": text, "priority": "medium", "category": "event"});
+        return Step::Call { name: "memory_remember", arguments };
+    }
     for step in ["memory_remember", "flock_update_card"] {
         if all.iter().any(|d| d.name == step)
             && last_ok(t.done, step).is_none()
@@ -602,6 +612,20 @@ fn clip(text: &str, max: usize) -> String {
     }
     let cut: String = text.chars().take(max).collect();
     format!("{cut}…")
+}
+
+/// What a member did in a project, for its memory: its last post in the channel (without
+/// @mentions and the runtime's hand-over), with the channel and its topic.
+fn own_part(me: &str, channel: &str, state: &Value) -> Option<String> {
+    let messages = state["messages"].as_array()?;
+    let last = messages.iter().rev().find(|m| m["author"] == me)?;
+    let text = last["text"].as_str()?;
+    let words: Vec<&str> = text.split_whitespace().filter(|w| mentions(w).is_empty()).collect();
+    let text = words.join(" ");
+    let text = text.trim_end_matches(" over to you.").trim_end_matches(" please start.");
+    let topic = state["topic"].as_str().unwrap_or_default();
+    let topic = topic.find(" (asked by ").map_or(topic, |at| &topic[..at]).trim();
+    Some(format!("{me}'s part in #{channel} ({topic}): {}", clip(text, 300)))
 }
 
 /// What the person is told when a project ends: each member's last post, as they wrote it (cut
@@ -1057,6 +1081,27 @@ mod tests {
         assert!(matches!(plan(&base, &all, &all), Step::Call { name: "flock_channel_read", .. }));
         let mut done = vec![ok("flock_channel_read", json!({}), json!({}))];
         assert_eq!(names(&plan(&Turn { done: &done, ..base }, &all, &all)), ["memory_remember"]);
+        // A model that fails its memory twice: the runtime remembers the member's own part.
+        let members = ["orchestrator", "pm", "dev", "qa"];
+        let posts = [
+            ("dev", "Wrote login.html. @qa over to you."),
+            ("qa", "QA sign-off: the form checks both fields. @orchestrator"),
+        ];
+        let read = read_result(&members, &posts, "Login page (asked by alice in #lobby)");
+        let mut failed = vec![ok("flock_channel_read", json!({}), read)];
+        failed.push(refused("memory_remember", json!({"text": "a"}), "BAD_REQUEST: repeats"));
+        failed.push(refused("memory_remember", json!({"text": "a"}), "BAD_REQUEST: repeats"));
+        let step = plan(&Turn { done: &failed, ..base }, &all, &all);
+        let Step::Call { name: "memory_remember", arguments } = &step else { panic!("{step:?}") };
+        assert_eq!(
+            arguments["text"],
+            "qa's part in #project-login (Login page): QA sign-off: the form checks both fields."
+        );
+        failed.push(ok("memory_remember", arguments.clone(), json!("remembered")));
+        assert_eq!(
+            names(&plan(&Turn { done: &failed, ..base }, &all, &all)),
+            ["flock_update_card"]
+        );
         done.push(ok("memory_remember", json!({"text": "x"}), json!("remembered")));
         assert_eq!(names(&plan(&Turn { done: &done, ..base }, &all, &all)), ["flock_update_card"]);
         done.push(refused("flock_update_card", json!({}), "BAD_REQUEST"));
