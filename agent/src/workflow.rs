@@ -236,7 +236,15 @@ fn archive(t: &Turn, channel: &str, all: &[ToolDef]) -> Step {
                      names your part in #{channel}; skills = two to four single words."
                 ),
             };
-            return model(narrow(all, step, |_| {}), note);
+            return model(
+                narrow(all, step, |p| {
+                    bound(p, "/properties/text", MEMORY_CHARS);
+                    bound(p, "/properties/description", 200);
+                    bound_list(p, "/properties/skills", 4, 30);
+                    bound_list(p, "/properties/tags", 4, 30);
+                }),
+                note,
+            );
         }
     }
     match last(t.done, "flock_archive_ready") {
@@ -337,6 +345,9 @@ fn take_part(t: &Turn, channel: &str, offered: &[ToolDef], all: &[ToolDef]) -> S
         })
         .cloned()
         .collect();
+    for tool in &mut tools {
+        bound(&mut tool.parameters, "/properties/content", FILE_CHARS);
+    }
     tools.extend(post_in(all, channel));
     let topic = state["topic"].as_str().unwrap_or_default();
     let topic = topic.rfind(" (asked by ").map_or(topic, |at| &topic[..at]);
@@ -662,7 +673,32 @@ fn narrow(all: &[ToolDef], name: &str, edit: impl FnOnce(&mut Value)) -> Vec<Too
 fn post_in(all: &[ToolDef], channel: &str) -> Vec<ToolDef> {
     narrow(all, "flock_channel_post", |p| {
         p["properties"]["channel"] = json!({"type": "string", "enum": [channel]});
+        bound(p, "/properties/text", POST_CHARS);
     })
+}
+
+/// The longest post, file and memory the protocol's steps let a model write (characters). Under
+/// the grammar the model must close the string by then, so a call ends well inside the answer's
+/// token limit instead of being cut off there (malformed) — the team-eval's only malformed calls
+/// with the grammar on were a card's skills and a post that ran on to the limit.
+const POST_CHARS: usize = 1_200;
+const FILE_CHARS: usize = 2_400;
+const MEMORY_CHARS: usize = 300;
+
+/// Bounds the string property at `pointer` of a tool's parameters (if it has one) to `max`
+/// characters.
+fn bound(params: &mut Value, pointer: &str, max: usize) {
+    if let Some(property @ Value::Object(_)) = params.pointer_mut(pointer) {
+        property["maxLength"] = json!(max);
+    }
+}
+
+/// Bounds the list property at `pointer` (if there is one) to `items` items of `chars` each.
+fn bound_list(params: &mut Value, pointer: &str, items: usize, chars: usize) {
+    if let Some(property @ Value::Object(_)) = params.pointer_mut(pointer) {
+        property["maxItems"] = json!(items);
+        bound(property, "/items", chars);
+    }
 }
 
 fn last<'a>(done: &'a [Done], name: &str) -> Option<&'a Done> {
@@ -932,6 +968,14 @@ mod tests {
             !tools.iter().any(|t| *t != "flock_channel_post" && t.starts_with("flock_")),
             "{tools:?}"
         );
+        // The file and the post are bounded: the model closes them inside its token limit.
+        let Step::Model { tools: defs, .. } = &step else { unreachable!() };
+        let max = |tool: &str, prop: &str| {
+            let d = defs.iter().find(|d| d.name == tool).unwrap();
+            d.parameters["properties"][prop]["maxLength"].as_u64()
+        };
+        assert_eq!(max("fs_write", "content"), Some(FILE_CHARS as u64));
+        assert_eq!(max("flock_channel_post", "text"), Some(POST_CHARS as u64));
 
         // After three calls of its tools the part is due: only the post is offered.
         let busy: Vec<Done> = done
@@ -1080,7 +1124,13 @@ mod tests {
         let base = turn("qa", Role::Worker, TurnState::Channel, "project-login", &notice);
         assert!(matches!(plan(&base, &all, &all), Step::Call { name: "flock_channel_read", .. }));
         let mut done = vec![ok("flock_channel_read", json!({}), json!({}))];
-        assert_eq!(names(&plan(&Turn { done: &done, ..base }, &all, &all)), ["memory_remember"]);
+        let step = plan(&Turn { done: &done, ..base }, &all, &all);
+        assert_eq!(names(&step), ["memory_remember"]);
+        // Every string the step asks for is bounded, so under the grammar the call ends inside the
+        // answer's token limit, and no property is added that the tool does not have.
+        let Step::Model { tools, .. } = &step else { unreachable!() };
+        assert_eq!(tools[0].parameters["properties"]["text"]["maxLength"], MEMORY_CHARS);
+        assert!(tools[0].parameters["properties"].get("description").is_none());
         // A model that fails its memory twice: the runtime remembers the member's own part.
         let members = ["orchestrator", "pm", "dev", "qa"];
         let posts = [
@@ -1103,7 +1153,15 @@ mod tests {
             ["flock_update_card"]
         );
         done.push(ok("memory_remember", json!({"text": "x"}), json!("remembered")));
-        assert_eq!(names(&plan(&Turn { done: &done, ..base }, &all, &all)), ["flock_update_card"]);
+        let step = plan(&Turn { done: &done, ..base }, &all, &all);
+        assert_eq!(names(&step), ["flock_update_card"]);
+        let Step::Model { tools, .. } = &step else { unreachable!() };
+        let card = &tools[0].parameters["properties"];
+        assert_eq!(
+            (card["skills"]["maxItems"].as_u64(), card["skills"]["items"]["maxLength"].as_u64()),
+            (Some(4), Some(30))
+        );
+        assert_eq!(card["description"]["maxLength"], 200);
         done.push(refused("flock_update_card", json!({}), "BAD_REQUEST"));
         done.push(refused("flock_update_card", json!({}), "BAD_REQUEST"));
         assert_eq!(
