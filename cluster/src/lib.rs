@@ -8,10 +8,10 @@
 //!   waits for the stream's acknowledgement: once it returns, the broker has the message on disk.
 //!   The same id sent again inside the stream's duplicate window (two minutes) is stored once
 //!   ([`Sent::duplicate`]), so the sending host may publish from its outbox again after any crash.
-//! - [`Link::inbox`] is a host's durable pull consumer on its subject, acknowledged one message at
-//!   a time ([`Delivery::ack`], a double ack: the broker confirms it). A message not acknowledged
-//!   within `ack_wait` — the receiving supervisor died before it stored the message — is
-//!   delivered again, in order. JetStream is at least once: the receiver de-duplicates by
+//! - [`Link::inbox`] is a host's durable pull consumer on its subject, with one message in flight
+//!   and acknowledged one at a time ([`Delivery::ack`], a double ack: the broker confirms it). A
+//!   message not acknowledged within `ack_wait` — the receiving supervisor died before it stored
+//!   the message — is delivered again before any later one, so order per host holds. JetStream is at least once: the receiver de-duplicates by
 //!   [`Delivery::msg_id`] in its own store before it acknowledges.
 //!
 //! The sending host's SQLite mailbox stays the source of truth (a transactional outbox); this crate
@@ -170,6 +170,11 @@ impl Link {
             filter_subject: subject.clone(),
             ack_policy: consumer::AckPolicy::Explicit,
             ack_wait: self.ack_wait,
+            // One message in flight per host: JetStream delivers a new message before it
+            // redelivers an unacknowledged one, so with more in flight a receiver that died
+            // would get m2 before m1 again. Order per host comes first; a window with per-sender
+            // sequence numbers is the next step when throughput asks for it.
+            max_ack_pending: 1,
             deliver_policy: consumer::DeliverPolicy::All,
             ..Default::default()
         };
