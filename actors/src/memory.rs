@@ -199,11 +199,8 @@ fn write(files: &Files, call: &Call) -> Option<Result<String, ToolError>> {
         "memory__journal" => {
             let field = |f: &str| args[f].as_str().unwrap_or_default();
             let (request, done, result) = (field("request"), field("done"), field("result"));
-            Ok(match files.append_journal(now, key, caller, request, done, result) {
-                Ok(true) => "journaled".to_owned(),
-                Ok(false) => "already journaled".to_owned(),
-                Err(e) => return Err(io(e)),
-            })
+            let written = files.append_journal(now, key, caller, request, done, result);
+            once(written.map_err(io)?, "journaled", "already journaled")
         }
         "memory__observe" => {
             let text = text("text", DOCUMENT_CHARS)?;
@@ -217,11 +214,8 @@ fn write(files: &Files, call: &Call) -> Option<Result<String, ToolError>> {
             let category =
                 if flock_memory::records::CATEGORIES.contains(&category) { category } else { "" };
             let tag = priority.map(|p| (p, category));
-            Ok(match files.append_observation_tagged(now, key, about, &text, tag) {
-                Ok(true) => "observation appended".to_owned(),
-                Ok(false) => "observation already there".to_owned(),
-                Err(e) => return Err(io(e)),
-            })
+            let written = files.append_observation_tagged(now, key, about, &text, tag);
+            once(written.map_err(io)?, "observation appended", "observation already there")
         }
         "memory__reflect" => {
             let text = text("text", DOCUMENT_CHARS)?;
@@ -254,6 +248,12 @@ fn write(files: &Files, call: &Call) -> Option<Result<String, ToolError>> {
         other => Err(ToolError::bad_request(format!("`{other}` is not a memory write"))),
     })();
     Some(result)
+}
+
+/// The answer to a write made once per key: `new` when it was written now, `old` when an entry
+/// with its key was there already (a replayed turn).
+fn once(written: bool, new: &str, old: &str) -> Result<String, ToolError> {
+    Ok(if written { new } else { old }.to_owned())
 }
 
 fn file_name(path: &std::path::Path) -> String {

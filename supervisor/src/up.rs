@@ -270,12 +270,13 @@ pub async fn up(
     .await
     .map_err(|e| anyhow!("start the channels actor: {e}"))?;
 
-    // The memory index: rebuildable from the memory files, so a failure to open it costs the
-    // memory tools, never the swarm.
+    // The memory thread: the one writer of the memory files, and their index (which it opens
+    // itself: an index that will not open costs the searches, not the writes). Only a thread
+    // that cannot start costs the memory tools — never the swarm.
     let memory_service = match flock_actors::memory::MemoryService::start(state.memory_dir()) {
         Ok(m) => Some(m),
         Err(e) => {
-            tracing::warn!(error = %e, "flock: memory search is off");
+            tracing::warn!(error = %e, "flock: memory is off (no writes, no search)");
             None
         }
     };
