@@ -61,6 +61,8 @@ impl LocalLink {
             timeout,
             max_tokens: model.max_tokens,
             retry: RetryPolicy::default(),
+            // Its grammar already holds every call to the tool's schema.
+            strict_tools: false,
         })
     }
 }
@@ -106,6 +108,7 @@ fn endpoint(
             base: Duration::from_millis(model.retry_base_ms),
             ..RetryPolicy::default()
         },
+        strict_tools: model.strict_tools,
     }))
 }
 

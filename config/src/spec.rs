@@ -768,6 +768,14 @@ pub struct RemoteModel {
     pub max_tokens: u32,
     /// First retry wait (doubled each retry: 2, 4, 8 s by default).
     pub retry_base_ms: u64,
+    /// Ask for the provider's strict tool mode (default on; a server that refuses it is asked
+    /// without): `strict_tools: false` never asks.
+    #[serde(default = "yes")]
+    pub strict_tools: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A scripted model: the first rule whose matcher accepts the input runs.

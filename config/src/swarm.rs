@@ -95,6 +95,7 @@ const MODEL_KEYS: &[&str] = &[
     "timeout_secs",
     "max_tokens",
     "retry_base_ms",
+    "strict_tools",
     "path",
     "threads",
     "ctx",
@@ -103,8 +104,15 @@ const MODEL_KEYS: &[&str] = &[
 /// Keys only the embedded model takes.
 const LOCAL_KEYS: &[&str] = &["path", "threads", "ctx", "slots"];
 /// Keys only a remote (HTTP) model takes.
-const REMOTE_KEYS: &[&str] =
-    &["base_url", "model", "api_key_env", "timeout_secs", "max_tokens", "retry_base_ms"];
+const REMOTE_KEYS: &[&str] = &[
+    "base_url",
+    "model",
+    "api_key_env",
+    "timeout_secs",
+    "max_tokens",
+    "retry_base_ms",
+    "strict_tools",
+];
 const DEFAULTS_KEYS: &[&str] = &["model", "restart", "stop_timeout_secs", "ready_timeout_secs"];
 const AGENT_KEYS: &[&str] = &[
     "name",

@@ -8,8 +8,12 @@ use crate::{ChatMsg, ChatRequest, ChatResponse, Endpoint, ToolCall};
 /// The `anthropic-version` header this format follows.
 pub(crate) const API_VERSION: &str = "2023-06-01";
 
-/// The body of `POST {base_url}/v1/messages`.
-pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest) -> Value {
+/// The beta that strict tool use needs (sent only with strict tools).
+pub(crate) const STRICT_BETA: &str = "structured-outputs-2025-11-13";
+
+/// The body of `POST {base_url}/v1/messages`; `strict`: each tool whose schema has a strict
+/// form is sent with `strict: true` and that form.
+pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest, strict: bool) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(ep.model));
     let limit = req.max_tokens.map_or(ep.max_tokens, |m| m.min(ep.max_tokens));
@@ -32,11 +36,16 @@ pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest) -> Value {
             .tools
             .iter()
             .map(|t| {
-                json!({
-                    "name": t.name,
-                    "description": t.description,
-                    "input_schema": object_schema(&t.parameters),
-                })
+                let schema = object_schema(&t.parameters);
+                let mut tool = json!({"name": t.name, "description": t.description});
+                match strict.then(|| crate::strict::strict_schema(&schema)).flatten() {
+                    Some(strict) => {
+                        tool["input_schema"] = strict;
+                        tool["strict"] = json!(true);
+                    }
+                    None => tool["input_schema"] = schema,
+                }
+                tool
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
@@ -183,7 +192,7 @@ mod tests {
             tools: vec![],
         };
         assert_eq!(
-            request_body(&ep, &req),
+            request_body(&ep, &req, false),
             json!({
                 "model": "claude",
                 "max_tokens": 4096,

@@ -2,7 +2,8 @@
 //! what is worth retrying, and turns every failure into an [`LlmError`] without the key in it.
 //! The wire formats live in `openai.rs` and `anthropic.rs`; the backoff schedule in `retry.rs`.
 
-use std::sync::Once;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
@@ -11,6 +12,7 @@ use serde_json::Value;
 use crate::error::excerpt;
 use crate::{
     ChatRequest, ChatResponse, Endpoint, LlmError, ProviderKind, anthropic, openai, retry_delay,
+    strict,
 };
 
 /// Makes ring the process-wide rustls crypto provider, once (reqwest is built with
@@ -40,6 +42,8 @@ pub struct Retrying<'a> {
 #[derive(Debug, Clone)]
 pub struct LlmClient {
     http: reqwest::Client,
+    /// Endpoints (URL and model) that refused strict tools: asked without from then on.
+    strict_refused: Arc<Mutex<HashSet<(String, String)>>>,
 }
 
 /// One failed attempt and whether another may follow.
@@ -72,7 +76,7 @@ impl LlmClient {
             builder.user_agent(concat!("flock/", env!("CARGO_PKG_VERSION"))).build().map_err(
                 |e| LlmError::Transport(format!("cannot build the HTTP client: {}", chain(&e))),
             )?;
-        Ok(LlmClient { http })
+        Ok(LlmClient { http, strict_refused: Arc::default() })
     }
 
     /// One chat completion with retries: 429 and 5xx (honouring a `retry-after` of seconds or an
@@ -87,20 +91,57 @@ impl LlmClient {
         self.complete_observed(ep, req, |_| {}).await
     }
 
-    /// [`complete`](Self::complete), calling `on_retry` before each backoff wait.
+    /// [`complete`](Self::complete), calling `on_retry` before each backoff wait. With tools and
+    /// `ep.strict_tools`, the call asks for the provider's strict tool mode; a server that
+    /// answers that with 400 or 422 is asked once more without it, and if that works, this
+    /// client does not ask it for strict tools again.
     pub async fn complete_observed(
         &self,
         ep: &Endpoint,
         req: &ChatRequest,
         mut on_retry: impl FnMut(&Retrying<'_>) + Send,
     ) -> Result<ChatResponse, LlmError> {
+        let key = (ep.url(), ep.model.clone());
+        let refused = || self.strict_refused.lock().map_or(true, |r| r.contains(&key));
+        let strict = ep.strict_tools && !req.tools.is_empty() && !refused();
+        match self.send(ep, req, strict, &mut on_retry).await {
+            Err(LlmError::Http { status: 400 | 422, .. }) if strict => {
+                let plain = self.send(ep, req, false, &mut on_retry).await;
+                if plain.is_ok()
+                    && let Ok(mut r) = self.strict_refused.lock()
+                {
+                    r.insert(key);
+                }
+                plain
+            }
+            Ok(mut response) if strict => {
+                for call in &mut response.tool_calls {
+                    call.arguments = strict::drop_nulls(&call.arguments);
+                }
+                Ok(response)
+            }
+            other => other,
+        }
+    }
+
+    /// One call with its retries.
+    async fn send(
+        &self,
+        ep: &Endpoint,
+        req: &ChatRequest,
+        strict: bool,
+        on_retry: &mut (impl FnMut(&Retrying<'_>) + Send),
+    ) -> Result<ChatResponse, LlmError> {
         let url = ep.url();
         let body = match ep.kind {
-            ProviderKind::OpenAi => openai::request_body(ep, req),
-            ProviderKind::Anthropic => anthropic::request_body(ep, req),
+            ProviderKind::OpenAi => openai::request_body(ep, req, strict),
+            ProviderKind::Anthropic => anthropic::request_body(ep, req, strict),
         };
         let body = body.to_string().into_bytes();
-        let headers = headers(ep).map_err(|e| scrub(e, ep))?;
+        let mut headers = headers(ep).map_err(|e| scrub(e, ep))?;
+        if strict && ep.kind == ProviderKind::Anthropic {
+            headers.insert("anthropic-beta", HeaderValue::from_static(anthropic::STRICT_BETA));
+        }
         let mut attempt = 0u32;
         loop {
             attempt += 1;

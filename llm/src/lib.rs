@@ -12,6 +12,7 @@ mod client;
 mod error;
 mod openai;
 mod retry;
+mod strict;
 
 use std::fmt;
 use std::time::Duration;
@@ -84,6 +85,10 @@ pub struct Endpoint {
     pub timeout: Duration,
     pub max_tokens: u32,
     pub retry: RetryPolicy,
+    /// Ask for the provider's strict tool mode (OpenAI `strict: true`, Anthropic strict tool
+    /// use): the provider holds a call's arguments to the tool's schema. A server that refuses
+    /// it (HTTP 400/422) is asked again without, and not asked again by this client.
+    pub strict_tools: bool,
 }
 
 impl Endpoint {
@@ -101,6 +106,7 @@ impl Endpoint {
             timeout: Self::DEFAULT_TIMEOUT,
             max_tokens: Self::DEFAULT_MAX_TOKENS,
             retry: RetryPolicy::default(),
+            strict_tools: true,
         }
     }
 

@@ -7,7 +7,8 @@ use serde_json::{Map, Value, json};
 use crate::{ChatMsg, ChatRequest, ChatResponse, Endpoint, ToolCall};
 
 /// The body of `POST {base_url}/chat/completions`.
-pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest) -> Value {
+/// `strict`: each tool whose schema has a strict form is sent with `strict: true` and that form.
+pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest, strict: bool) -> Value {
     let messages: Vec<Value> = req.messages.iter().map(message).collect();
     let mut body = Map::new();
     body.insert("model".into(), json!(ep.model));
@@ -17,14 +18,16 @@ pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest) -> Value {
             .tools
             .iter()
             .map(|t| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": crate::anthropic::object_schema(&t.parameters),
+                let parameters = crate::anthropic::object_schema(&t.parameters);
+                let mut function = json!({"name": t.name, "description": t.description});
+                match strict.then(|| crate::strict::strict_schema(&parameters)).flatten() {
+                    Some(schema) => {
+                        function["parameters"] = schema;
+                        function["strict"] = json!(true);
                     }
-                })
+                    None => function["parameters"] = parameters,
+                }
+                json!({"type": "function", "function": function})
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
@@ -161,7 +164,7 @@ mod tests {
             tools: vec![],
         };
         assert_eq!(
-            request_body(&ep, &req),
+            request_body(&ep, &req, false),
             json!({
                 "model": "m",
                 "messages": [
@@ -180,7 +183,7 @@ mod tests {
             max_tokens: Some(96),
             ..req
         };
-        let body = request_body(&ep, &req);
+        let body = request_body(&ep, &req, false);
         assert_eq!(
             (body["max_tokens"].clone(), body["user"].clone()),
             (json!(96), json!("observer"))
@@ -203,7 +206,7 @@ mod tests {
                 parameters: Value::Null,
             }],
         };
-        let body = request_body(&ep, &req);
+        let body = request_body(&ep, &req, false);
         assert_eq!(
             body["tools"][0]["function"]["parameters"],
             json!({"type": "object", "properties": {}})
@@ -216,13 +219,13 @@ mod tests {
         let tool = ToolDef { name: "t".into(), description: "d".into(), parameters: Value::Null };
         let req = ChatRequest { tools: vec![tool], required: true, ..Default::default() };
         let openai = Endpoint::new(ProviderKind::OpenAi, "http://x/v1", "m");
-        assert_eq!(request_body(&openai, &req)["tool_choice"], "required");
+        assert_eq!(request_body(&openai, &req, false)["tool_choice"], "required");
         let anthropic = Endpoint::new(ProviderKind::Anthropic, "http://x", "claude");
-        let body = crate::anthropic::request_body(&anthropic, &req);
+        let body = crate::anthropic::request_body(&anthropic, &req, false);
         assert_eq!(body["tool_choice"], json!({"type": "any"}));
         // Without tools there is nothing to require: no tool_choice at all.
         let bare = ChatRequest { required: true, ..Default::default() };
-        assert!(request_body(&openai, &bare).get("tool_choice").is_none());
+        assert!(request_body(&openai, &bare, false).get("tool_choice").is_none());
     }
 
     #[test]

@@ -153,7 +153,8 @@ async fn tool_call_round_trip(kind: ProviderKind) {
         tools,
     };
     let client = client();
-    let ep = endpoint(kind, &fake);
+    // Without strict tools the schemas go out as given (strict_tools_… below: with them).
+    let ep = Endpoint { strict_tools: false, ..endpoint(kind, &fake) };
 
     let first = client.complete(&ep, &req).await.expect("tool call answer");
     assert_eq!(first.tool_calls.len(), 1, "{first:?}");
@@ -227,6 +228,81 @@ async fn tool_call_round_trip(kind: ProviderKind) {
     let second = client.complete(&ep, &req).await.expect("final answer");
     assert_eq!(second.text.as_deref(), Some("Done: b.txt written."));
     assert!(second.tool_calls.is_empty());
+}
+
+fn strict_tools() -> Vec<ToolDef> {
+    vec![
+        ToolDef {
+            name: "fs_write".into(),
+            description: "Write a file.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string", "maxLength": 200},
+                "text": {"type": "string"},
+                "mode": {"type": "string", "enum": ["replace", "append"]},
+            }, "required": ["path", "text"]}),
+        },
+        // Open to any key: it has no strict form and goes as it is.
+        ToolDef {
+            name: "set_env".into(),
+            description: "Set variables.".into(),
+            parameters: json!({"type": "object", "additionalProperties": {"type": "string"}}),
+        },
+    ]
+}
+
+async fn strict_tools_hold_calls_to_the_schema_and_optional_nulls_are_dropped(kind: ProviderKind) {
+    let fake = fake(kind);
+    // Under strict mode a model writes null for an optional property it leaves out.
+    fake.push_tool_call("fs_write", r#"{"path": "a.txt", "text": "hi", "mode": null}"#);
+    let req = ChatRequest { tools: strict_tools(), ..ask("write a.txt") };
+    let r = client().complete(&endpoint(kind, &fake), &req).await.expect("a strict call");
+    assert_eq!(json_args(&r.tool_calls[0]), json!({"path": "a.txt", "text": "hi"}));
+    let sent = &fake.requests()[0];
+    let (write, env) = match kind {
+        ProviderKind::OpenAi => {
+            (&sent.body["tools"][0]["function"], &sent.body["tools"][1]["function"])
+        }
+        ProviderKind::Anthropic => (&sent.body["tools"][0], &sent.body["tools"][1]),
+    };
+    let schema = match kind {
+        ProviderKind::OpenAi => &write["parameters"],
+        ProviderKind::Anthropic => &write["input_schema"],
+    };
+    assert_eq!(write["strict"], true, "{write}");
+    assert_eq!(schema["additionalProperties"], false);
+    assert_eq!(schema["properties"]["path"], json!({"type": "string"}));
+    assert_eq!(
+        schema["properties"]["mode"],
+        json!({"type": ["string", "null"], "enum": ["replace", "append", null]})
+    );
+    assert!(env.get("strict").is_none(), "an open object goes without strict: {env}");
+    if kind == ProviderKind::Anthropic {
+        assert!(sent.header("anthropic-beta").is_some_and(|b| b.contains("structured-outputs")));
+    }
+}
+
+async fn a_server_that_refuses_strict_tools_is_asked_without_from_then_on(kind: ProviderKind) {
+    let fake = fake(kind);
+    fake.refuse_strict();
+    fake.push_tool_call("fs_write", r#"{"path": "a.txt", "text": "hi"}"#);
+    fake.push_text("done");
+    let client = client();
+    let ep = endpoint(kind, &fake);
+    let req = ChatRequest { tools: strict_tools(), ..ask("write a.txt") };
+    let r = client.complete(&ep, &req).await.expect("answered without strict tools");
+    assert_eq!(json_args(&r.tool_calls[0]), json!({"path": "a.txt", "text": "hi"}));
+    assert_eq!(fake.request_count(), 2, "refused once, then asked without");
+    let r = client.complete(&ep, &req).await.expect("the next call");
+    assert_eq!(r.text.as_deref(), Some("done"));
+    let sent = fake.requests();
+    assert_eq!(sent.len(), 3, "the next call goes without strict tools at once");
+    assert!(!sent[2].body.to_string().contains("\"strict\""), "{}", sent[2].body);
+    // A request the server refuses for another reason is still refused, not hidden.
+    let other = self::fake(kind);
+    other.push_error(400, "model `x` does not exist");
+    other.push_error(400, "model `x` does not exist");
+    let e = client.complete(&endpoint(kind, &other), &req).await.unwrap_err();
+    assert!(matches!(e, LlmError::Http { status: 400, .. }), "{e}");
 }
 
 async fn every_system_message_reaches_the_wire(kind: ProviderKind) {
@@ -509,6 +585,8 @@ for_both_providers!(
     plain_answer_returns_text_and_usage,
     endpoint_without_key_sends_no_key_header,
     tool_call_round_trip,
+    strict_tools_hold_calls_to_the_schema_and_optional_nulls_are_dropped,
+    a_server_that_refuses_strict_tools_is_asked_without_from_then_on,
     every_system_message_reaches_the_wire,
     rate_limit_honours_retry_after_then_succeeds,
     server_errors_are_retried_until_success,

@@ -88,6 +88,8 @@ struct Shared {
     next_id: Mutex<u64>,
     /// Answered when the script is empty (`None`: an error saying so).
     always: Mutex<Option<Reply>>,
+    /// A server that does not know strict tools: a request with one is refused (400).
+    no_strict: Mutex<bool>,
 }
 
 /// A running fake provider; stops when dropped.
@@ -107,6 +109,7 @@ impl FakeLlm {
     pub fn start(provider: FakeProvider) -> FakeLlm {
         let shared = Arc::new(Shared {
             always: Mutex::new(None),
+            no_strict: Mutex::new(false),
             provider,
             script: Mutex::new(VecDeque::new()),
             received: Mutex::new(Vec::new()),
@@ -141,6 +144,12 @@ impl FakeLlm {
     /// providers do, so tests can check that clients scrub it.
     pub fn require_key(&self, key: &str) {
         *lock(&self.shared.required_key) = Some(key.to_string());
+    }
+
+    /// From now on, refuse (400, without consuming the script) a request with a strict tool,
+    /// as a server that does not know the field does.
+    pub fn refuse_strict(&self) {
+        *lock(&self.shared.no_strict) = true;
     }
 
     pub fn push(&self, reply: Reply) {
@@ -367,6 +376,7 @@ async fn answer(shared: &Shared, request: &Received) -> Answer {
         FakeProvider::OpenAi => check_openai(request),
         FakeProvider::Anthropic => check_anthropic(request),
     };
+    let check = check.and_then(|()| check_strict(request, provider, *lock(&shared.no_strict)));
     if let Err((status, message)) = check {
         return error(provider, status, &format!("fake {provider:?}: {message}"), None);
     }
@@ -646,6 +656,77 @@ fn check_openai(request: &Received) -> Check {
         return bad("max_tokens: an integer");
     }
     Ok(())
+}
+
+/// The rules of both providers' strict tool modes: a strict tool's schema closes every object
+/// (`additionalProperties: false`), requires every property, and uses no keyword the modes
+/// reject; Anthropic's needs its beta header. `refuse`: the server does not know strict tools.
+fn check_strict(request: &Received, provider: FakeProvider, refuse: bool) -> Check {
+    let tools = request.body.get("tools").and_then(Value::as_array).cloned().unwrap_or_default();
+    for (i, t) in tools.iter().enumerate() {
+        let (strict, schema) = match provider {
+            FakeProvider::OpenAi => (
+                t.pointer("/function/strict"),
+                t.pointer("/function/parameters").cloned().unwrap_or(Value::Null),
+            ),
+            FakeProvider::Anthropic => {
+                (t.get("strict"), t.get("input_schema").cloned().unwrap_or(Value::Null))
+            }
+        };
+        match strict {
+            None | Some(Value::Bool(false)) => continue,
+            Some(Value::Bool(true)) => {}
+            Some(other) => return bad(format!("tools[{i}].strict: a boolean, got {other}")),
+        }
+        if refuse {
+            return bad(format!("tools[{i}].strict: Extra inputs are not permitted"));
+        }
+        if provider == FakeProvider::Anthropic
+            && !request.header("anthropic-beta").is_some_and(|b| b.contains("structured-outputs"))
+        {
+            return bad(format!("tools.{i}.strict: requires the structured-outputs beta header"));
+        }
+        if let Some(problem) = strict_problem(&schema, "") {
+            return bad(format!("tools[{i}]: invalid schema for strict mode: {problem}"));
+        }
+    }
+    Ok(())
+}
+
+/// What a strict schema breaks, if anything (at `at`, a JSON pointer).
+fn strict_problem(schema: &Value, at: &str) -> Option<String> {
+    const REJECTED: &[&str] =
+        &["minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum", "default"];
+    let obj = schema.as_object()?;
+    if let Some(k) = REJECTED.iter().find(|k| obj.contains_key(**k)) {
+        return Some(format!("`{k}` is not supported at '{at}'"));
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        if obj.get("additionalProperties") != Some(&Value::Bool(false)) {
+            return Some(format!("'additionalProperties' is required to be false at '{at}'"));
+        }
+        let required: Vec<&str> = obj
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if let Some(missing) = props.keys().find(|k| !required.contains(&k.as_str())) {
+            return Some(format!(
+                "'required' must list every property; missing '{missing}' at '{at}'"
+            ));
+        }
+        for (k, p) in props {
+            if let Some(problem) = strict_problem(p, &format!("{at}/properties/{k}")) {
+                return Some(problem);
+            }
+        }
+    }
+    if let Some(items) = obj.get("items") {
+        return strict_problem(items, &format!("{at}/items"));
+    }
+    obj.get("anyOf").and_then(Value::as_array).and_then(|branches| {
+        branches.iter().enumerate().find_map(|(i, b)| strict_problem(b, &format!("{at}/anyOf/{i}")))
+    })
 }
 
 /// The rules of the Anthropic Messages API that a client can get wrong.

@@ -132,7 +132,9 @@ impl Loader<'_> {
         let what = format!("models.{name}");
         for (k, _) in entries {
             let Some(key) = k.text() else { continue };
-            if ["transcript", "rules", "base_url", "api_key_env", "retry_base_ms"].contains(&key) {
+            if ["transcript", "rules", "base_url", "api_key_env", "retry_base_ms", "strict_tools"]
+                .contains(&key)
+            {
                 self.report.error(
                     k.pos,
                     format!(
@@ -275,6 +277,9 @@ impl Loader<'_> {
         let retry_base_ms = field("retry_base_ms")
             .and_then(|v| r.uint(v, &format!("{what}.retry_base_ms"), 1, 600_000))
             .unwrap_or(2000);
+        let strict_tools = field("strict_tools")
+            .and_then(|v| r.boolean(v, &format!("{what}.strict_tools")))
+            .unwrap_or(true);
         if self.report.count() != before {
             return None;
         }
@@ -285,6 +290,7 @@ impl Loader<'_> {
             timeout_secs,
             max_tokens,
             retry_base_ms,
+            strict_tools,
         };
         Some(if anthropic { ModelSpec::Anthropic(remote) } else { ModelSpec::OpenAi(remote) })
     }
