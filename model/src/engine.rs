@@ -275,9 +275,11 @@ fn model_thread(
     if ready.send(Ok(info)).is_err() {
         return;
     }
+    let closers = closing_tokens(&model);
     let mut state = State {
         model: &model,
         factory: &factory,
+        closers: &closers,
         slots: (0..slots).map(|_| Slot::default()).collect(),
         n_ctx: n_ctx_slot,
         clock: 0,
@@ -365,6 +367,39 @@ fn repeating(out: &[u8]) -> bool {
     before.windows(WINDOW).filter(|w| *w == needle).count() >= 4
 }
 
+/// Whether a token's text only closes what is open in a JSON answer: it starts with `"`, `}` or
+/// `]`, goes on with closers and spaces only, and may end with the comma before a key the
+/// grammar still requires (`"`, `"}`, `"}}`, `",`, `]}` …).
+fn closes(piece: &[u8]) -> bool {
+    let body = piece.strip_suffix(b",").unwrap_or(piece);
+    matches!(body.first(), Some(b'"' | b'}' | b']'))
+        && body[1..].iter().all(|b| matches!(b, b'}' | b']' | b' ' | b'\n'))
+}
+
+/// The tokens [`closes`] accepts, found once per process: those that end what is open, and
+/// those that end with a comma (taken only when the grammar wants another key).
+struct Closers {
+    end: Vec<u32>,
+    comma: Vec<u32>,
+}
+
+fn closing_tokens(model: &LlamaModel) -> Closers {
+    let (mut end, mut comma) = (Vec::new(), Vec::new());
+    for (t, piece) in model.tokens(false) {
+        if let Ok(id) = u32::try_from(t.0)
+            && closes(&piece)
+        {
+            if piece.ends_with(b",") { comma.push(id) } else { end.push(id) }
+        }
+    }
+    Closers { end, comma }
+}
+
+/// Tokens kept back from a constrained answer's limit to close it, at most.
+const CLOSE_RESERVE: usize = 24;
+/// Tokens a constrained answer may take to close once it must end.
+const CLOSE_STEPS: usize = 48;
+
 /// One KV-cache slot: a llama.cpp sequence and who uses it.
 #[derive(Default)]
 struct Slot {
@@ -378,6 +413,8 @@ struct Slot {
 struct State<'m> {
     model: &'m LlamaModel,
     factory: &'m ParserFactory,
+    /// See [`closing_tokens`].
+    closers: &'m Closers,
     slots: Vec<Slot>,
     /// Context of each slot.
     n_ctx: u32,
@@ -536,6 +573,11 @@ impl State<'_> {
         }
         let mut finish = Finish::Length;
         let mut logits_idx = batch.n_tokens() - 1;
+        // A constrained answer that must end early (its token limit is near, or it loops) is
+        // steered to close what it has open, so it still parses as the call or answer it was:
+        // the steps it has left to do so, once it must.
+        let mut closing: Option<usize> = None;
+        let reserve = CLOSE_RESERVE.min(max_new / 4);
         while generated < max_new {
             if job.cancel.load(Ordering::Relaxed) {
                 return Err(GenerateError::Cancelled);
@@ -545,16 +587,24 @@ impl State<'_> {
             }
             let token = match (&mut matcher, &mut sampler) {
                 (Some(m), _) => {
+                    if closing.is_none() && generated + reserve >= max_new {
+                        closing = Some(CLOSE_STEPS);
+                    }
                     let mask =
                         m.compute_mask().map_err(|e| GenerateError::Grammar(e.to_string()))?;
                     let logits = ctx.get_logits_ith(logits_idx);
-                    let best = logits
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| mask.is_allowed(*i as u32))
-                        .max_by(|a, b| a.1.total_cmp(b.1))
-                        .map(|(i, _)| i);
-                    match best {
+                    let best_of = |ids: &mut dyn Iterator<Item = usize>| {
+                        ids.filter(|&i| mask.is_allowed(i as u32))
+                            .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+                    };
+                    let closer = match closing {
+                        Some(_) => best_of(&mut self.closers.end.iter().map(|&t| t as usize))
+                            .or_else(|| {
+                                best_of(&mut self.closers.comma.iter().map(|&t| t as usize))
+                            }),
+                        None => None,
+                    };
+                    match closer.or_else(|| best_of(&mut (0..logits.len()))) {
                         Some(i) => LlamaToken(i as i32),
                         None => {
                             finish = Finish::Stop;
@@ -595,16 +645,26 @@ impl State<'_> {
             tokens.extend_from_slice(&step);
             generated += step.len();
             if matcher.as_ref().is_some_and(Matcher::is_stopped) {
-                finish = Finish::Stop;
+                // An answer closed early reports why it ended.
+                finish = if closing.is_some() { Finish::Length } else { Finish::Stop };
                 break;
             }
             if generated >= max_new {
                 break;
             }
             // Greedy decoding of a small model can fall into a loop of the same lines: stop it
-            // (as if the token limit were reached) rather than spend the rest of the budget.
-            if generated.is_multiple_of(8) && repeating(&out) {
-                break;
+            // (as if the token limit were reached) rather than spend the rest of the budget — a
+            // constrained answer by closing what it has open.
+            match &mut closing {
+                Some(0) => break,
+                Some(left) => *left -= 1,
+                None if generated.is_multiple_of(8) && repeating(&out) => {
+                    if matcher.is_none() {
+                        break;
+                    }
+                    closing = Some(CLOSE_STEPS);
+                }
+                None => {}
             }
             self.decode(ctx, &mut batch, slot, &step, true)?;
             logits_idx = batch.n_tokens() - 1;
@@ -679,7 +739,17 @@ impl State<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{LlamaToken, SHIFT_MIN, dropped_span, repeating};
+    use super::{LlamaToken, SHIFT_MIN, closes, dropped_span, repeating};
+
+    #[test]
+    fn closing_tokens_only_close_what_is_open() {
+        for piece in ["\"", "\"}", "\"}}", "\",", "]}", "}\n", "\"]}", "}"] {
+            assert!(closes(piece.as_bytes()), "{piece:?}");
+        }
+        for piece in ["", ",", " \"", "\"a", "\",\"", "x}", "\"}, {", "\\\""] {
+            assert!(!closes(piece.as_bytes()), "{piece:?}");
+        }
+    }
 
     fn toks(v: impl IntoIterator<Item = i32>) -> Vec<LlamaToken> {
         v.into_iter().map(LlamaToken).collect()

@@ -198,6 +198,10 @@ pub fn completion_response(
             }),
             "tool_calls",
         ),
+        // A text answer the engine closed early (its token limit, or a loop): marked as cut.
+        Some(Answer::Text(text)) if finish == Finish::Length => {
+            (json!({"role": "assistant", "content": format!("{} …", text.trim_end())}), "length")
+        }
         Some(Answer::Text(text)) => (json!({"role": "assistant", "content": text}), "stop"),
         // A text-only request after tool calls: a small model may still write its answer in the
         // constrained form it saw in the history; the text is what it meant.
@@ -366,5 +370,10 @@ mod tests {
             r#"{"tool": "final_answer", "arguments": {"text": "1. Pack boxes\n2. Book the van\"#;
         let r = completion_response(&chat, "m", cut, Finish::Length, 1, 1, 0);
         assert_eq!(r["choices"][0]["message"]["content"], "1. Pack boxes\n2. Book the van …");
+        // One the engine closed early is whole, and still marked as cut.
+        let closed = r#"{"tool": "final_answer", "arguments": {"text": "1. Pack boxes"}}"#;
+        let r = completion_response(&chat, "m", closed, Finish::Length, 1, 1, 0);
+        assert_eq!(r["choices"][0]["message"]["content"], "1. Pack boxes …");
+        assert_eq!(r["choices"][0]["finish_reason"], "length");
     }
 }

@@ -88,6 +88,8 @@ impl ModelServer {
             "qwen2.5-coder-1.5b-instruct",
         );
         ep.retry = RetryPolicy { retries: 0, ..RetryPolicy::default() };
+        // As the gateway calls it: the grammar holds calls to their schemas.
+        ep.strict_tools = false;
         match key {
             Some(k) => ep.with_key(Secret::new(k)),
             None => ep,
@@ -316,6 +318,20 @@ async fn embedded_model_serves_the_gateway_client() {
     let r = client.complete(&ep, &tool_request(SYSTEM, "What is 2 + 2?")).await.unwrap();
     println!("final answer: {:?} {:?}", r.text, r.tool_calls);
     assert!(r.tool_calls.len() + usize::from(r.text.is_some()) == 1, "{r:?}");
+
+    // A call the token limit would cut mid-argument is closed in time: still a valid call.
+    let mut cut_ep = ep.clone();
+    cut_ep.max_tokens = 32;
+    let mut long = tool_request(
+        SYSTEM,
+        "Tell worker-1 to build the login page, and in the message spell out every one of the \
+         twenty steps in full detail, one paragraph per step.",
+    );
+    long.required = true;
+    let r = client.complete(&cut_ep, &long).await.expect("a call at the token limit");
+    println!("a call closed at the limit: {:?} ({} tokens)", r.tool_calls, r.tokens_out);
+    assert!(r.tokens_out <= 32, "{r:?}");
+    assert!(valid_call(&r).is_ok(), "{:?}: {r:?}", valid_call(&r));
 
     // The wire shape itself.
     let body = json!({
