@@ -475,6 +475,7 @@ pub(crate) fn test_spec(
         model: ModelSpec::Scripted(flock_config::Transcript::default()),
         instance: None,
         extensions,
+        delegate: Default::default(),
     }
 }
 

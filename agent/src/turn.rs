@@ -205,13 +205,18 @@ pub async fn run(
         && spec.role.is_reflexive()
         && !offered.iter().any(|t| t.name == "fs_write");
     let mut handed_over = false;
-    let mut forced = (hands_files_over && reply.is_none() && wants_file)
+    // A coordinator whose swarm says `delegate: always` is a router: every request it owes an
+    // answer for goes to its delegate, its model is not asked.
+    let routes_all = state == TurnState::Owed
+        && spec.role.is_reflexive()
+        && spec.delegate == flock_config::Delegate::Always;
+    let mut forced = (reply.is_none() && (routes_all || (hands_files_over && wants_file)))
         .then(|| delegate_target(&offered))
         .flatten()
         .map(|to| {
-            tracing::info!(
-                "  the request asks for a file: handed to {to} without asking the model"
-            );
+            let why =
+                if routes_all { "the swarm routes every request" } else { "it asks for a file" };
+            tracing::info!("  the request is handed to {to} without asking the model ({why})");
             handed_over = true;
             runtime_handover(&to)
         });

@@ -416,6 +416,22 @@ pub struct AgentSpec {
     /// hooks in reverse, like middleware. Defaults per role when the YAML has no `extensions:`.
     #[serde(default)]
     pub extensions: Vec<ExtensionSpec>,
+    /// A coordinator's rule for handing a person's request over (`delegate:`).
+    #[serde(default)]
+    pub delegate: Delegate,
+}
+
+/// When a coordinator hands a person's request to the agent it delegates to (the first of its
+/// `can_call` that it may delegate to). Either way a request for a file goes to an agent that
+/// can write one, and the delegate's result comes back to the person as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Delegate {
+    /// Its model decides whether to answer itself or hand over (`delegate: when-needed`).
+    #[default]
+    WhenNeeded,
+    /// Every request, without asking its model: a pure router (`delegate: always`).
+    Always,
 }
 
 /// The size of the unreflected observations that triggers a reflection by default, in estimated

@@ -12,7 +12,7 @@ use crate::error::Pos;
 use crate::error::{Report, closest, list};
 use crate::section::{self, Field, boolean, uint};
 use crate::spec::{
-    AgentSpec, BridgeMapping, BridgeSpec, BudgetSpec, ChannelsSpec, DeliverySpec, DmSpec,
+    AgentSpec, BridgeMapping, BridgeSpec, BudgetSpec, ChannelsSpec, Delegate, DeliverySpec, DmSpec,
     ExtensionSpec, MaskRule, ModelSpec, Platform, Replies, RestartPolicy, Role, SandboxKind,
     Strategy, SupervisionSpec, SwarmSpec,
 };
@@ -131,6 +131,7 @@ const AGENT_KEYS: &[&str] = &[
     "unconfined",
     "model",
     "extensions",
+    "delegate",
 ];
 
 const BRIDGE_KEYS: &[&str] = &[
@@ -168,6 +169,8 @@ const STRATEGIES: &[(&str, Strategy)] = &[
     ("one_for_all", Strategy::OneForAll),
     ("rest_for_one", Strategy::RestForOne),
 ];
+const DELEGATES: &[(&str, Delegate)] =
+    &[("when-needed", Delegate::WhenNeeded), ("always", Delegate::Always)];
 const SANDBOXES: &[(&str, SandboxKind)] =
     &[("native", SandboxKind::Native), ("docker", SandboxKind::Docker)];
 const RESTART_POLICIES: &[(&str, RestartPolicy)] = &[

@@ -936,3 +936,20 @@ fn the_swarms_own_masking_rules_are_checked_where_they_are_written() {
     assert_mentions(&errors[2], &["memory.mask[2].name", "Bad-Name"]);
     assert_mentions(&errors[3], &["memory.mask[3]", "needs `name` and `pattern`"]);
 }
+
+#[test]
+fn a_coordinator_may_route_every_request_and_only_a_coordinator() {
+    let spec = ok(&swarm(
+        "agents:\n  - { name: c, role: coordinator, model: echo, can_call: [w], delegate: always }\n  - { name: w, role: worker, model: echo }\n",
+    ));
+    assert_eq!(spec.agents[0].delegate, flock_config::Delegate::Always);
+    assert_eq!(spec.agents[1].delegate, flock_config::Delegate::WhenNeeded, "the default");
+    let e = one_error(&swarm(
+        "agents:\n  - { name: w, role: worker, model: echo, delegate: always }\n",
+    ));
+    assert_mentions(&e, &["agents.w.delegate: always", "role: coordinator"]);
+    let e = one_error(&swarm(
+        "agents:\n  - { name: c, role: coordinator, model: echo, delegate: sometimes }\n",
+    ));
+    assert_mentions(&e, &["sometimes", "when-needed", "always"]);
+}

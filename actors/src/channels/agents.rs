@@ -83,6 +83,7 @@ impl ChannelsState {
             model,
             instance: None,
             extensions: flock_config::ExtensionSpec::defaults(role, &self.peers()),
+            delegate: Default::default(),
         };
         let started = self.start_agent(caller, spec, "AGENT_CREATED").await?;
         match started {

@@ -280,6 +280,19 @@ impl Loader<'_> {
             .unwrap_or_default();
         let unconfined =
             field("unconfined").and_then(|(v, what)| r.boolean(v, &what)).unwrap_or(false);
+        let delegate = field("delegate").and_then(|(v, what)| {
+            let rule = r.choice(v, &what, "delegation rule", DELEGATES)?;
+            if rule == Delegate::Always && role.is_some_and(|role| role != Role::Coordinator) {
+                r.error(
+                    v.pos,
+                    format!(
+                        "`{what}: always` is for a coordinator (it hands every request to the \
+                         agent it delegates to); remove it, or give the agent `role: coordinator`"
+                    ),
+                );
+            }
+            Some(rule)
+        });
         let command = field("command").and_then(|(v, what)| self.command(v, &what));
         let extensions = match field("extensions") {
             Some((v, what)) => crate::extensions::parse(&mut self.report, v, &what, peers),
@@ -326,6 +339,7 @@ impl Loader<'_> {
             model: model?,
             instance: None,
             extensions,
+            delegate: delegate.unwrap_or_default(),
         })
     }
 

@@ -155,3 +155,44 @@ fn a_plain_answer_reaches_the_person_once_and_send_wait_prints_it() {
         "both chains ended",
     );
 }
+
+#[test]
+fn a_coordinator_that_routes_every_request_hands_it_over_without_asking_its_model() {
+    // The coordinator's model would answer everything itself (a small model's habit); with
+    // `delegate: always` the runtime hands each request to the worker instead, and the worker's
+    // answer comes back as it is. Without it (the control, same models) the model answers.
+    let swarm_yaml = |delegate: &str| {
+        format!(
+            r#"swarm: {{ name: router }}
+models:
+  coord:
+    provider: scripted
+    rules:
+      - reply: "the coordinator's own answer"
+  work:
+    provider: scripted
+    rules:
+      - reply: "the worker did: {{input}}"
+agents:
+  - {{ name: coordinator, role: coordinator, model: coord, can_call: [worker]{delegate} }}
+  - {{ name: worker, role: worker, model: work }}
+"#
+        )
+    };
+    let swarm = Swarm::start(&swarm_yaml(", delegate: always"));
+    for ask in ["what is 2 + 2?", "Hello! Just say hi back."] {
+        let (code, end) = send_wait(&swarm, "coordinator", ask);
+        assert_eq!(code, Some(0), "{end}");
+        let text = end["text"].as_str().unwrap_or_default();
+        assert!(text.contains("the worker did:") && text.contains(ask), "{end}");
+        assert!(end["hops"].as_u64().unwrap_or(0) >= 2, "coordinator → worker: {end}");
+    }
+    assert_eq!(swarm.turns_total("worker"), 2, "one worker turn per request");
+    let story = swarm.ctl_ok(&["journal", "query", "agent=coordinator type=DELEGATE", "--json"]);
+    assert_eq!(story.matches("\"type\":\"DELEGATE\"").count(), 2, "{story}");
+    drop(swarm);
+
+    let control = Swarm::start(&swarm_yaml(""));
+    let (_, end) = send_wait(&control, "coordinator", "what is 2 + 2?");
+    assert_eq!(end["text"], "the coordinator's own answer", "{end}");
+}
