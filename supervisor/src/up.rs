@@ -522,6 +522,7 @@ async fn wind_down(
     let _ = std::fs::remove_file(flock_ipc::operator::key_path(&state.control_socket()));
     let _ = std::fs::remove_file(state.router_socket());
     let _ = std::fs::remove_file(crate::web::ui_url_file(state));
+    let _ = std::fs::remove_file(crate::web::metrics_url_file(state));
     if let Some(model) = model {
         model.stop().await;
         let _ = std::fs::remove_file(state.run_dir().join("model.sock"));

@@ -131,11 +131,19 @@ fn main() -> ExitCode {
                             "swarm `{}` is up in the background (supervisor pid {pid}); `flockctl ps` to look, `flockctl down` to stop",
                             spec.name
                         );
-                        let url_file = flock_supervisor::web::ui_url_file(&state);
-                        if ui.is_some()
-                            && let Ok(url) = std::fs::read_to_string(url_file)
-                        {
-                            println!("dashboard: {}", url.trim());
+                        // Every address it serves (a port 0 is the one it got).
+                        let served = [
+                            ("dashboard", ui.is_some(), flock_supervisor::web::ui_url_file(&state)),
+                            (
+                                "metrics",
+                                web.metrics.is_some(),
+                                flock_supervisor::web::metrics_url_file(&state),
+                            ),
+                        ];
+                        for (what, asked, file) in served {
+                            if asked && let Ok(url) = std::fs::read_to_string(file) {
+                                println!("{what}: {}", url.trim());
+                            }
                         }
                         ExitCode::SUCCESS
                     }

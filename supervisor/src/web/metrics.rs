@@ -36,6 +36,44 @@ struct AgentTokens {
 
 /// The OpenMetrics content type Prometheus negotiates for this format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The classic Prometheus text format, for every client that does not ask for OpenMetrics.
+pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether a scrape's `Accept` header asks for OpenMetrics (Prometheus does; curl and most other
+/// clients do not, and get the classic format).
+pub fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| a.to_ascii_lowercase().contains("application/openmetrics-text"))
+}
+
+/// The classic text format of an OpenMetrics exposition: a counter family is named after its
+/// samples (`# TYPE flock_restarts_total counter`, so classic parsers do not read it as untyped),
+/// `unknown` is `untyped`, and the `# UNIT` and `# EOF` lines that format lacks are left out.
+pub fn classic(openmetrics: &str) -> String {
+    let mut counters = std::collections::HashSet::new();
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some((name, "counter")) = rest.split_once(' ')
+        {
+            counters.insert(name);
+        }
+    }
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# TYPE ", "# HELP "].iter().find_map(|tag| {
+            let rest = line.strip_prefix(tag)?;
+            let (name, tail) = rest.split_once(' ')?;
+            let tail = if *tag == "# TYPE " && tail == "unknown" { "untyped" } else { tail };
+            let name = if counters.contains(name) { format!("{name}_total") } else { name.into() };
+            Some(format!("{tag}{name} {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
 
 /// The whole exposition, as the body of a scrape.
 pub async fn scrape(ctx: &ControlCtx) -> String {
@@ -147,4 +185,34 @@ pub async fn scrape(ctx: &ControlCtx) -> String {
     // Writing to a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_classic_format_names_counters_after_their_samples_and_drops_what_it_lacks() {
+        let om = "# HELP flock_restarts Restarts.\n# TYPE flock_restarts counter\n\
+                  flock_restarts_total{name=\"w\"} 1\n\
+                  # HELP flock_process_cpu_seconds CPU.\n# TYPE flock_process_cpu_seconds counter\n\
+                  # UNIT flock_process_cpu_seconds seconds\nflock_process_cpu_seconds_total 0.5\n\
+                  # HELP flock_mailbox_depth Depth.\n# TYPE flock_mailbox_depth gauge\n\
+                  flock_mailbox_depth 0\n# TYPE odd unknown\nodd 1\n# EOF\n";
+        let text = classic(om);
+        assert_eq!(
+            text,
+            "# HELP flock_restarts_total Restarts.\n# TYPE flock_restarts_total counter\n\
+             flock_restarts_total{name=\"w\"} 1\n\
+             # HELP flock_process_cpu_seconds_total CPU.\n\
+             # TYPE flock_process_cpu_seconds_total counter\nflock_process_cpu_seconds_total 0.5\n\
+             # HELP flock_mailbox_depth Depth.\n# TYPE flock_mailbox_depth gauge\n\
+             flock_mailbox_depth 0\n# TYPE odd untyped\nodd 1\n"
+        );
+        assert!(wants_openmetrics(Some(
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+        )));
+        assert!(!wants_openmetrics(Some("*/*")));
+        assert!(!wants_openmetrics(None));
+    }
 }

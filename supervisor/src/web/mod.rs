@@ -63,6 +63,11 @@ pub fn ui_url_file(state: &StateDir) -> std::path::PathBuf {
     state.run_dir().join("ui-url")
 }
 
+/// The file `up --detach` reads the metrics URL from (removed at `down`).
+pub fn metrics_url_file(state: &StateDir) -> std::path::PathBuf {
+    state.run_dir().join("metrics-url")
+}
+
 /// Binds what `opts` asks for and serves it until the process ends.
 pub async fn start(opts: &WebOptions, state: &StateDir, ctx: Arc<ControlCtx>) -> Result<Served> {
     let mut served = Served::default();
@@ -71,9 +76,15 @@ pub async fn start(opts: &WebOptions, state: &StateDir, ctx: Arc<ControlCtx>) ->
             .await
             .with_context(|| format!("--metrics {addr}: cannot listen there"))?;
         let bound = listener.local_addr()?;
-        let app = Router::new().route("/metrics", get(scrape)).with_state(ctx.clone());
+        let app = Router::new()
+            .route("/metrics", get(scrape))
+            .route("/healthz", get(healthz))
+            .with_state(ctx.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
         served.metrics = Some(bound);
+        let file = metrics_url_file(state);
+        std::fs::write(&file, format!("http://{bound}/metrics\n"))
+            .with_context(|| format!("write {}", file.display()))?;
     }
     if let Some(addr) = opts.ui {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -101,6 +112,7 @@ pub async fn start(opts: &WebOptions, state: &StateDir, ctx: Arc<ControlCtx>) ->
             .route("/api/journal", get(journal))
             .route("/api/post", post(post_message))
             .route("/api/send", post(send_message))
+            .route("/healthz", get(healthz))
             .layer(middleware::from_fn_with_state(ui.clone(), guard))
             .with_state(ui);
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -123,9 +135,22 @@ fn new_token() -> Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-async fn scrape(State(ctx): State<Arc<ControlCtx>>) -> Response {
+/// `GET /metrics`: OpenMetrics to a client that asks for it (Prometheus), the classic text format
+/// to everyone else.
+async fn scrape(State(ctx): State<Arc<ControlCtx>>, headers: HeaderMap) -> Response {
     let body = metrics::scrape(&ctx).await;
-    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body).into_response()
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    if metrics::wants_openmetrics(accept) {
+        ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body).into_response()
+    } else {
+        ([(header::CONTENT_TYPE, metrics::CLASSIC_CONTENT_TYPE)], metrics::classic(&body))
+            .into_response()
+    }
+}
+
+/// `GET /healthz`: 200 while the supervisor serves (no token: it tells nothing but that).
+async fn healthz() -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "ok\n").into_response()
 }
 
 struct Ui {
@@ -170,6 +195,9 @@ async fn guard(State(ui): Shared, request: Request, next: Next) -> Response {
             StatusCode::FORBIDDEN,
             format!("this dashboard answers to {} only, not to Host `{host}`", ui.bound),
         );
+    }
+    if request.uri().path() == "/healthz" {
+        return next.run(request).await;
     }
     let offered = bearer(headers).or_else(|| cookie(headers));
     let first_visit = request.uri().path() == "/" && request.uri().query().is_some();

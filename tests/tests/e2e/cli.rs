@@ -301,6 +301,57 @@ fn up_detach_on_a_held_state_dir_says_who_holds_it() {
     assert_eq!(swarm.state_of("a"), "ready");
 }
 
+/// `up --detach` prints every address it serves, with the port it got for a `:0`, and each
+/// answers its health check.
+#[test]
+fn up_detach_prints_the_dashboard_and_metrics_urls_it_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("swarm.yaml");
+    std::fs::write(
+        &file,
+        "swarm: { name: urls }\nmodels: { m: { provider: scripted, rules: [ { reply: ok } ] } }\nagents:\n  - { name: a, role: worker, model: m }\n",
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    let up = run(
+        Command::new(bin("flock-supervisor"))
+            .arg("up")
+            .arg(&file)
+            .args(["--detach", "--ui", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--state-dir"])
+            .arg(&state),
+        SHORT * 4,
+    );
+    let stdout = String::from_utf8_lossy(&up.stdout).into_owned();
+    let down =
+        || run(Command::new(bin("flockctl")).arg("--state-dir").arg(&state).arg("down"), SHORT * 4);
+    let url = |prefix: &str| {
+        stdout.lines().find_map(|l| l.strip_prefix(prefix)).map(str::to_owned).unwrap_or_default()
+    };
+    let (dashboard, metrics) = (url("dashboard: "), url("metrics: "));
+    let health = |url: &str| {
+        let addr = url.trim_start_matches("http://").split('/').next().unwrap_or_default();
+        let mut s = std::net::TcpStream::connect(addr).ok()?;
+        use std::io::{Read, Write};
+        s.write_all(
+            format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out.starts_with("HTTP/1.1 200"))
+    };
+    let checks = (
+        up.status.success(),
+        dashboard.starts_with("http://127.0.0.1:") && dashboard.contains("/?token="),
+        metrics.starts_with("http://127.0.0.1:") && metrics.ends_with("/metrics"),
+        health(&dashboard),
+        health(&metrics),
+    );
+    down();
+    assert_eq!(checks, (true, true, true, Some(true), Some(true)), "{stdout}");
+}
+
 #[test]
 fn flockctl_prints_shell_completions_without_a_swarm() {
     let empty = tempfile::tempdir().unwrap();

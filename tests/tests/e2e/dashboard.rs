@@ -76,11 +76,12 @@ fn metrics_are_served_in_the_prometheus_format_and_count_what_happened() {
     swarm.ctl_ok(&["channel", "create", "team", "--members", "worker", "--as", "alice"]);
     swarm.ctl_ok(&["post", "#team", "hello @worker", "--as", "alice"]);
 
+    // A client that does not ask for OpenMetrics (curl, most tools) gets the classic format.
     let scrape = || {
         let (status, text) = get(&addr, "/metrics", "");
         assert_eq!(status, 200, "{text}");
         let head = text.split("\r\n\r\n").next().unwrap_or_default().to_lowercase();
-        assert!(head.contains("content-type: application/openmetrics-text"), "{text}");
+        assert!(head.contains("content-type: text/plain; version=0.0.4"), "{text}");
         let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
         let lines = body.lines().map(|l| Ok(l.to_owned()));
         let scrape = prometheus_parse::Scrape::parse(lines).expect("a parsable exposition");
@@ -106,6 +107,23 @@ fn metrics_are_served_in_the_prometheus_format_and_count_what_happened() {
     );
     let (s, body) = scrape();
     assert!(value(&s, "flock_turns_total", ("agent", "worker")) >= Some(2.0), "{body}");
+    // Read as what they are: a counter is a counter for a classic parser, not untyped.
+    let turns = s.samples.iter().find(|x| x.metric == "flock_turns_total").map(|x| &x.value);
+    assert!(matches!(turns, Some(prometheus_parse::Value::Counter(_))), "{turns:?}\n{body}");
+    assert!(!body.contains("# EOF") && !body.contains("# UNIT"), "{body}");
+    // Prometheus asks for OpenMetrics and gets it.
+    let accept =
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n";
+    let (status, om) = get(&addr, "/metrics", accept);
+    assert_eq!(status, 200, "{om}");
+    assert!(om.to_lowercase().contains("content-type: application/openmetrics-text"), "{om}");
+    assert!(
+        om.trim_end().ends_with("# EOF") && om.contains("# TYPE flock_restarts counter"),
+        "{om}"
+    );
+    // A health check needs no token.
+    let (status, health) = get(&addr, "/healthz", "");
+    assert_eq!((status, health.trim_end().ends_with("ok")), (200, true), "{health}");
     assert_eq!(value(&s, "flock_process_up", ("name", "worker")), Some(1.0), "{body}");
     assert_eq!(value(&s, "flock_mailbox_depth", ("name", "coordinator")), Some(0.0), "{body}");
     assert_eq!(value(&s, "flock_restarts_total", ("name", "worker")), Some(0.0), "{body}");
@@ -248,6 +266,8 @@ fn the_dashboard_shows_the_swarm_live_in_a_real_browser() {
     assert_eq!(get(&addr, "/api/state", "Cookie: flock_ui=nope\r\n").0, 401);
     assert_eq!(get(&addr, "/api/state", "Authorization: Bearer nope\r\n").0, 401);
     assert_eq!(get(&addr, "/?token=0123", "").0, 401);
+    // A health check needs no token (it tells nothing but that the supervisor serves).
+    assert_eq!(get(&addr, "/healthz", "").0, 200);
     let token = url.split("token=").nth(1).unwrap();
     let bearer = format!("Authorization: Bearer {token}\r\n");
     let (status, state) = get(&addr, "/api/state", &bearer);
