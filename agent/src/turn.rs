@@ -193,6 +193,7 @@ pub async fn run(
     let mut retried = false;
     let mut sent_back: Option<String> = None;
     let mut delegated = false;
+    let mut echo_noted = false;
     let wants_file = needs_a_file(&delivery.text);
     let (mut wrote_file, mut nudged) = (false, false);
     // The files this turn wrote: an answer that does not name them gets them named (the person
@@ -325,6 +326,15 @@ pub async fn run(
                     reply = Some(fallback);
                     break;
                 }
+                // An answer that only says the request again (a small model's habit under a
+                // long request) is not an answer: the model sees its draft and a note, once.
+                if !echo_noted && restates(&text, &delivery.text) {
+                    tracing::info!("  the answer only restated the request; asking once more");
+                    echo_noted = true;
+                    conversation.push(ChatMessage::Assistant { text });
+                    conversation.push(ChatMessage::System { text: ANSWER_IT_NOTE.into() });
+                    continue;
+                }
                 // An answer that claims a file nobody wrote in this turn: an agent without
                 // `fs_write` hands the request to the agent that has it (the draft is dropped)…
                 let claims = !wrote_file && claims_a_file(&text);
@@ -354,11 +364,12 @@ pub async fn run(
                     conversation.push(ChatMessage::System { text: WRITE_IT_NOTE.into() });
                     continue;
                 }
-                // The draft that claimed a file, and the note, leave the conversation.
-                if let Some(at) =
-                    conversation.iter().rposition(is_write_it_note).filter(|&at| at > 0)
-                {
-                    conversation.drain(at - 1..=at);
+                // A draft that claimed a file or restated the request, and its note, leave the
+                // conversation.
+                for note in [is_write_it_note, is_answer_it_note] {
+                    if let Some(at) = conversation.iter().rposition(note).filter(|&at| at > 0) {
+                        conversation.drain(at - 1..=at);
+                    }
                 }
                 // An extension may send the answer back once (a reflection over its budget):
                 // the model sees its draft and the note; neither stays in the session.
@@ -719,6 +730,19 @@ fn is_write_it_note(m: &ChatMessage) -> bool {
     matches!(m, ChatMessage::System { text } if text == WRITE_IT_NOTE)
 }
 
+const ANSWER_IT_NOTE: &str = "[note] Your answer only said the request again. Do what it asks \
+                              now: write the plan, list, text or answer itself.";
+
+fn is_answer_it_note(m: &ChatMessage) -> bool {
+    matches!(m, ChatMessage::System { text } if text == ANSWER_IT_NOTE)
+}
+
+/// Whether an answer of eight words or more is mostly the request said again: four in five of
+/// its word 4-grams are the request's.
+pub fn restates(answer: &str, request: &str) -> bool {
+    crate::workflow::copied_share(answer, &[request.to_owned()]) >= 0.8
+}
+
 const RETRY_NOTE: &str = "[note] Your last answer only repeated a tool error. Answer the request \
                           itself now, in plain words, with what you know or did.";
 
@@ -855,6 +879,27 @@ mod tests {
         assert!(
             matches!(&session[0], ChatMessage::User { text, .. } if !text.starts_with("request 0:"))
         );
+    }
+
+    #[test]
+    fn an_answer_that_only_restates_the_request_is_recognised() {
+        let request = "human:operator asks: Plan my week: two talks (the Rust meetup and PyCon) \
+                       and the v3 release. Give each item a day.";
+        assert!(restates(
+            "Plan my week: two talks (the Rust meetup and PyCon) and the v3 release. Give each item a day.",
+            request
+        ));
+        let plan = "Monday: the Rust meetup talk. Wednesday: the PyCon talk. Friday: ship the v3 \
+                    release.";
+        assert!(!restates(plan, request));
+        // Short answers are never taken for a restatement ("Paris.", "42").
+        assert!(!restates("Plan my week", request));
+        let summary = "Summarise in one sentence: the server crashed at 2am because the disk was \
+                       full, and we freed 20 GB.";
+        assert!(!restates(
+            "The disk filled up at 2am and crashed the server; 20 GB were freed.",
+            summary
+        ));
     }
 
     #[test]

@@ -520,7 +520,7 @@ pub fn check(t: &Turn, name: &str, arguments: &Value) -> Option<String> {
 }
 
 /// The share of `text`'s word 4-grams that appear in `earlier` (0 for a text under 8 words).
-fn copied_share(text: &str, earlier: &[String]) -> f64 {
+pub(crate) fn copied_share(text: &str, earlier: &[String]) -> f64 {
     fn words(s: &str) -> Vec<String> {
         s.to_lowercase()
             .split(|c: char| !c.is_alphanumeric())
