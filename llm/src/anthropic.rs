@@ -35,18 +35,7 @@ pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest, strict: bool) -> Va
         let tools = req
             .tools
             .iter()
-            .map(|t| {
-                let schema = object_schema(&t.parameters);
-                let mut tool = json!({"name": t.name, "description": t.description});
-                match strict.then(|| crate::strict::strict_schema(&schema)).flatten() {
-                    Some(strict) => {
-                        tool["input_schema"] = strict;
-                        tool["strict"] = json!(true);
-                    }
-                    None => tool["input_schema"] = schema,
-                }
-                tool
-            })
+            .map(|t| crate::strict::tool_object(t, "input_schema", strict))
             .collect();
         body.insert("tools".into(), Value::Array(tools));
         if req.required {

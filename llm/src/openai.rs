@@ -18,15 +18,7 @@ pub(crate) fn request_body(ep: &Endpoint, req: &ChatRequest, strict: bool) -> Va
             .tools
             .iter()
             .map(|t| {
-                let parameters = crate::anthropic::object_schema(&t.parameters);
-                let mut function = json!({"name": t.name, "description": t.description});
-                match strict.then(|| crate::strict::strict_schema(&parameters)).flatten() {
-                    Some(schema) => {
-                        function["parameters"] = schema;
-                        function["strict"] = json!(true);
-                    }
-                    None => function["parameters"] = parameters,
-                }
+                let function = crate::strict::tool_object(t, "parameters", strict);
                 json!({"type": "function", "function": function})
             })
             .collect();

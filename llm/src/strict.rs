@@ -29,6 +29,22 @@ const UNSUPPORTED: &[&str] = &[
     "examples",
 ];
 
+/// A tool as both providers describe it: name, description and its schema under `schema_key`
+/// (`parameters`, `input_schema`); with `strict`, the schema's strict form and `strict: true`
+/// where it has one.
+pub(crate) fn tool_object(tool: &crate::ToolDef, schema_key: &str, strict: bool) -> Value {
+    let schema = crate::anthropic::object_schema(&tool.parameters);
+    let mut out = json!({"name": tool.name, "description": tool.description});
+    match strict.then(|| strict_schema(&schema)).flatten() {
+        Some(s) => {
+            out[schema_key] = s;
+            out["strict"] = json!(true);
+        }
+        None => out[schema_key] = schema,
+    }
+    out
+}
+
 /// The strict form of a tool's parameter schema, or `None` when it cannot have one (an object
 /// open to any key, a `$ref`, a type the strict modes do not know): that tool goes without.
 pub(crate) fn strict_schema(schema: &Value) -> Option<Value> {
