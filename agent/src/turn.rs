@@ -177,6 +177,7 @@ pub async fn run(
         DeliveryKind::Result => format!("[result] {}", delivery.text),
         _ => delivery.text.clone(),
     };
+    let others = answers_to_others(session, &text);
     let at = pipeline.wants_time().then_some(now);
     conversation.push(ChatMessage::User { from: delivery.sender.clone(), text, at });
 
@@ -193,12 +194,19 @@ pub async fn run(
     let mut retried = false;
     let mut sent_back: Option<String> = None;
     let mut delegated = false;
+    // An answer that is not one (the request said again, or an earlier answer to another request
+    // copied) is asked for once more without the session's history — the text it copied from —
+    // nor the tools; if the model still does it, the exchange stays out of the session.
     let mut echo_noted = false;
+    let mut no_answer = false;
+    let history_end = 1 + session.len();
     let wants_file = needs_a_file(&delivery.text);
     let (mut wrote_file, mut nudged) = (false, false);
     // The files this turn wrote: an answer that does not name them gets them named (the person
     // must learn where the work is, whatever words a small model chose).
     let mut written: Vec<String> = Vec::new();
+    // …and what `fs_write` put in them: a person who asked for a list, not a file, gets the list.
+    let mut contents: Vec<(String, String)> = Vec::new();
     // A request for work the agent has no tool for (a file, for a coordinator) is handed to the
     // agent that has one by the runtime, not left to the model: a small model answers "here is
     // your file" without any tool writing it.
@@ -273,7 +281,25 @@ pub async fn run(
             }
             (None, Step::Free) => {
                 let tools: &[_] = if text_only { &[] } else { &offered };
-                provider.next(&conversation, tools, false).await?
+                if echo_noted {
+                    // Without the history, and without the input's time of day (a model with
+                    // nothing else to go by copies its `[from, 17:59 UTC]` form into the answer).
+                    let view: Vec<ChatMessage> = conversation[..1]
+                        .iter()
+                        .chain(&conversation[history_end..])
+                        .map(|m| match m {
+                            ChatMessage::User { from, text, .. } => ChatMessage::User {
+                                from: from.clone(),
+                                text: text.clone(),
+                                at: None,
+                            },
+                            other => other.clone(),
+                        })
+                        .collect();
+                    provider.next(&view, tools, false).await?
+                } else {
+                    provider.next(&conversation, tools, false).await?
+                }
             }
         };
         match next {
@@ -326,14 +352,24 @@ pub async fn run(
                     reply = Some(fallback);
                     break;
                 }
-                // An answer that only says the request again (a small model's habit under a
-                // long request) is not an answer: the model sees its draft and a note, once.
-                if !echo_noted && restates(&text, &delivery.text) {
-                    tracing::info!("  the answer only restated the request; asking once more");
-                    echo_noted = true;
-                    conversation.push(ChatMessage::Assistant { text });
-                    conversation.push(ChatMessage::System { text: ANSWER_IT_NOTE.into() });
-                    continue;
+                // An answer that only says the request again, or copies an earlier answer to
+                // another request, is not an answer. Measured on the 1.5B model: offered tools,
+                // it says "Plan my week: …" back; the same request without the tools and the
+                // history (the text it copies from) gets the plan. So it is asked once more that
+                // way — no note and no draft either: a small model copies those too.
+                if matches!(state, TurnState::Owed | TurnState::Request)
+                    && not_an_answer(&text, &delivery.text, &others)
+                {
+                    if !echo_noted {
+                        tracing::info!(
+                            "  the answer only restated the request or an earlier answer; asking \
+                             once more without the history and the tools"
+                        );
+                        echo_noted = true;
+                        text_only |= !wants_file;
+                        continue;
+                    }
+                    no_answer = true;
                 }
                 // An answer that claims a file nobody wrote in this turn: an agent without
                 // `fs_write` hands the request to the agent that has it (the draft is dropped)…
@@ -364,12 +400,11 @@ pub async fn run(
                     conversation.push(ChatMessage::System { text: WRITE_IT_NOTE.into() });
                     continue;
                 }
-                // A draft that claimed a file or restated the request, and its note, leave the
-                // conversation.
-                for note in [is_write_it_note, is_answer_it_note] {
-                    if let Some(at) = conversation.iter().rposition(note).filter(|&at| at > 0) {
-                        conversation.drain(at - 1..=at);
-                    }
+                // A draft that claimed a file, and its note, leave the conversation.
+                if let Some(at) =
+                    conversation.iter().rposition(is_write_it_note).filter(|&at| at > 0)
+                {
+                    conversation.drain(at - 1..=at);
                 }
                 // An extension may send the answer back once (a reflection over its budget):
                 // the model sees its draft and the note; neither stays in the session.
@@ -486,12 +521,16 @@ pub async fn run(
                     });
                     if out.ok && matches!(call.name.as_str(), "fs_write" | "fs_patch") {
                         wrote_file = true;
-                        let args = serde_json::from_str::<serde_json::Value>(&call.arguments);
-                        if let Some(path) =
-                            args.ok().and_then(|a| a["path"].as_str().map(str::to_owned))
-                            && !written.contains(&path)
-                        {
-                            written.push(path);
+                        let args = serde_json::from_str::<serde_json::Value>(&call.arguments)
+                            .unwrap_or_default();
+                        if let Some(path) = args["path"].as_str().map(str::to_owned) {
+                            if let Some(content) = args["content"].as_str() {
+                                contents.retain(|(p, _)| *p != path);
+                                contents.push((path.clone(), content.to_owned()));
+                            }
+                            if !written.contains(&path) {
+                                written.push(path);
+                            }
                         }
                     }
                     if out.ok && call.name == "agents__delegate" {
@@ -534,7 +573,12 @@ pub async fn run(
         conversation.push(ChatMessage::Assistant { text: text.clone() });
         text
     });
-    let text = if delegated { text } else { name_the_files(text, &written) };
+    let answers_a_person = matches!(state, TurnState::Owed | TurnState::Request);
+    let text = match (delegated, answers_a_person && !wants_file) {
+        (true, _) => text,
+        (false, false) => name_the_files(text, &written),
+        (false, true) => show_the_work(name_the_files(text, &written), &contents),
+    };
     // A draft that was sent back, and the note that did, leave the session however it ended.
     if let Some(note) = sent_back {
         let at = conversation
@@ -548,7 +592,11 @@ pub async fn run(
     // Only a finished turn joins the session (a failed one is retried from scratch). After a
     // compaction the store gets the compacted session again ahead of the turn, so a restart
     // resumes from the summary.
-    let turn_messages: Vec<ChatMessage> = conversation.drain(start..).collect();
+    let mut turn_messages: Vec<ChatMessage> = conversation.drain(start..).collect();
+    if no_answer {
+        tracing::info!("  the answer still only restated: the exchange is left out of the session");
+        turn_messages.clear();
+    }
     session.extend(turn_messages.iter().cloned());
     let mut messages = pre.persist_first;
     messages.extend(turn_messages);
@@ -566,6 +614,21 @@ fn name_the_files(answer: String, written: &[String]) -> String {
         return answer;
     }
     format!("{} ({})", answer.trim_end(), written.join(", "))
+}
+
+/// `answer`, with the text of each file the turn wrote that it does not already show: the turn's
+/// request asked for an answer, not a file (a small model with `fs_write` puts a to-do list in
+/// `notes/moving.txt` and answers "I wrote 191 bytes to notes/moving.txt"). Each file at most
+/// 2,000 characters.
+fn show_the_work(answer: String, contents: &[(String, String)]) -> String {
+    let mut out = answer.trim_end().to_owned();
+    for (path, content) in contents {
+        let content = content.trim();
+        if !content.is_empty() && !answer.contains(content) {
+            out.push_str(&format!("\n\n{path}:\n{}", crate::clip(content, 2000)));
+        }
+    }
+    out
 }
 
 /// Whether a request asks for a file to be written (made, saved…): "write a file named
@@ -730,17 +793,64 @@ fn is_write_it_note(m: &ChatMessage) -> bool {
     matches!(m, ChatMessage::System { text } if text == WRITE_IT_NOTE)
 }
 
-const ANSWER_IT_NOTE: &str = "[note] Your answer only said the request again. Do what it asks \
-                              now: write the plan, list, text or answer itself.";
-
-fn is_answer_it_note(m: &ChatMessage) -> bool {
-    matches!(m, ChatMessage::System { text } if text == ANSWER_IT_NOTE)
-}
-
 /// Whether an answer of eight words or more is mostly the request said again: four in five of
 /// its word 4-grams are the request's.
 pub fn restates(answer: &str, request: &str) -> bool {
     crate::workflow::copied_share(answer, &[request.to_owned()]) >= 0.8
+}
+
+/// Whether `answer` answers something else: it restates `request`, or it is one of the `earlier`
+/// answers (to other requests) copied — nine in ten of its word 4-grams are theirs — without one
+/// word of the request that those answers lack. A follow-up ("move PyCon to Friday") changes
+/// the earlier answer or uses the request's new words; a copy does neither. A request that asks
+/// for an earlier answer ("again", "repeat", "same" …) may get one.
+pub fn not_an_answer(answer: &str, request: &str, earlier: &[String]) -> bool {
+    if restates(answer, request) {
+        return true;
+    }
+    if earlier.is_empty() || crate::workflow::copied_share(answer, earlier) < 0.9 {
+        return false;
+    }
+    let words = |s: &str| -> std::collections::HashSet<String> {
+        s.to_lowercase()
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.len() >= 4)
+            .map(str::to_owned)
+            .collect()
+    };
+    let asked = words(request);
+    // "Say it again", "the same as before": a request for an earlier answer.
+    const BACK: [&str; 7] = ["again", "repeat", "same", "previous", "earlier", "above", "remind"];
+    if BACK.iter().any(|w| asked.contains(*w)) {
+        return false;
+    }
+    let known: std::collections::HashSet<String> = earlier.iter().flat_map(|e| words(e)).collect();
+    let new: Vec<&String> = asked.iter().filter(|w| !known.contains(*w)).collect();
+    let said = words(answer);
+    !new.is_empty() && !new.iter().any(|w| said.contains(*w))
+}
+
+/// The answers in `session` to requests other than `request` (a request said again may get its
+/// answer again).
+fn answers_to_others(session: &[ChatMessage], request: &str) -> Vec<String> {
+    let mut asked: Option<&str> = None;
+    let mut out = Vec::new();
+    for m in session {
+        match m {
+            ChatMessage::User { text, .. } => asked = Some(text),
+            ChatMessage::Assistant { text } => {
+                if let Some(q) = asked.take()
+                    && q.trim() != request.trim()
+                    && !restates(q, request)
+                    && !restates(request, q)
+                {
+                    out.push(text.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 const RETRY_NOTE: &str = "[note] Your last answer only repeated a tool error. Answer the request \
@@ -900,6 +1010,59 @@ mod tests {
             "The disk filled up at 2am and crashed the server; 20 GB were freed.",
             summary
         ));
+    }
+
+    #[test]
+    fn an_answer_shows_the_files_the_turn_wrote_when_none_was_asked_for() {
+        let list = "- pack the boxes\n- book the van\n- collect the new keys";
+        let wrote = vec![("notes/moving.txt".to_owned(), format!("{list}\n"))];
+        let answer = show_the_work("I wrote 52 bytes to notes/moving.txt.".into(), &wrote);
+        assert_eq!(
+            answer,
+            format!("I wrote 52 bytes to notes/moving.txt.\n\nnotes/moving.txt:\n{list}")
+        );
+        // An answer that already shows it is left alone.
+        let shown = format!("Your list:\n{list}");
+        assert_eq!(show_the_work(shown.clone(), &wrote), shown);
+        assert_eq!(show_the_work("Done.".into(), &[]), "Done.");
+    }
+
+    #[test]
+    fn an_earlier_answer_copied_to_another_request_is_not_an_answer() {
+        let week = "Monday: give the Rust meetup talk. Wednesday: give the PyCon talk. Friday: \
+                    ship the v3 release.";
+        let earlier = vec![week.to_owned()];
+        let picnic = "Make a short checklist for a picnic with sandwiches, lemonade and a blanket.";
+        assert!(not_an_answer(week, picnic, &earlier));
+        assert!(!not_an_answer("Sandwiches, lemonade, a blanket, napkins.", picnic, &earlier));
+        // A follow-up that changes the earlier answer, or uses the request's new words, is one.
+        let moved = "Monday: give the Rust meetup talk. Friday: give the PyCon talk. Friday: ship \
+                     the v3 release.";
+        assert!(!not_an_answer(moved, "Move the PyCon talk to Friday.", &earlier));
+        let again = format!("{week} Saturday: rest after the release.");
+        assert!(!not_an_answer(&again, "Add a rest day after the release on Saturday.", &earlier));
+        // A request with no word the earlier answers lack may get one of them again.
+        assert!(!not_an_answer(week, "Say the week plan again.", &earlier));
+        assert!(!not_an_answer(week, "Repeat that for my calendar, please.", &earlier));
+        // With nothing earlier only a restatement counts.
+        assert!(!not_an_answer(week, picnic, &[]));
+    }
+
+    #[test]
+    fn earlier_answers_to_the_same_request_are_not_counted_as_others() {
+        let user = |text: &str| ChatMessage::User { from: "p".into(), text: text.into(), at: None };
+        let answer = |text: &str| ChatMessage::Assistant { text: text.into() };
+        let session = vec![
+            user("What is the capital of France, and what river runs through it?"),
+            answer("Paris; the Seine runs through it."),
+            user("Plan my week: two talks and the release."),
+            answer("Monday: talk one. Tuesday: talk two. Friday: the release."),
+        ];
+        let others = answers_to_others(
+            &session,
+            "What is the capital of France, and what river runs through it?",
+        );
+        assert_eq!(others, vec!["Monday: talk one. Tuesday: talk two. Friday: the release."]);
     }
 
     #[test]

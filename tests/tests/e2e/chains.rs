@@ -157,6 +157,70 @@ fn a_plain_answer_reaches_the_person_once_and_send_wait_prints_it() {
 }
 
 #[test]
+fn an_answer_that_answers_another_request_is_asked_again_without_the_history() {
+    // A small model copies an earlier answer from its history into the next request's answer
+    // (measured: the week plan given for the picnic, the Go plan and the move). The runtime asks
+    // once more without the history; an answer that is still not one stays out of the session.
+    let fake = FakeLlm::start(FakeProvider::OpenAi);
+    let yaml = format!(
+        r#"swarm: {{ name: copies }}
+models:
+  m: {{ provider: openai, base_url: "{}", model: m, retry_base_ms: 10 }}
+agents:
+  - {{ name: helper, role: worker, model: m }}
+"#,
+        fake.base_url()
+    );
+    let swarm = Swarm::start(&yaml);
+    let week = "Monday: give the Rust meetup talk. Wednesday: give the PyCon talk. Friday: ship \
+                the v3 release.";
+    fake.push_text(week);
+    let (_, end) = send_wait(
+        &swarm,
+        "helper",
+        "Plan my week: two talks (the Rust meetup and PyCon) and the v3 release. Give each item a day.",
+    );
+    assert_eq!(end["text"], week, "{end}");
+
+    let picnic = "Picnic checklist: sandwiches, lemonade, a blanket.";
+    fake.push_text(week);
+    fake.push_text(picnic);
+    let (_, end) = send_wait(
+        &swarm,
+        "helper",
+        "Make a short checklist for a picnic with sandwiches, lemonade and a blanket.",
+    );
+    assert_eq!(end["text"], picnic, "{end}");
+    let asked = fake.requests();
+    let (copied, again) = (&asked[asked.len() - 2], &asked[asked.len() - 1]);
+    assert!(
+        copied.raw_body.contains("Wednesday: give the PyCon talk"),
+        "the first try had the history"
+    );
+    assert!(copied.body["tools"].as_array().is_some_and(|t| !t.is_empty()), "and the tools");
+    assert!(
+        !again.raw_body.contains("Wednesday: give the PyCon") && again.raw_body.contains("picnic"),
+        "the second try has the request and not the history: {}",
+        again.raw_body
+    );
+    assert!(again.body["tools"].as_array().is_none_or(|t| t.is_empty()), "nor the tools");
+
+    // Asked again, the model still only says the request: the person gets what it said, and the
+    // exchange is not kept for the next turn to copy.
+    let haiku = "Write a haiku about the sea at night, with the moon and a lighthouse in it.";
+    fake.push_text(haiku);
+    fake.push_text(haiku);
+    send_wait(&swarm, "helper", haiku);
+    fake.push_text("You are welcome.");
+    let (_, end) = send_wait(&swarm, "helper", "thanks");
+    assert_eq!(end["text"], "You are welcome.", "{end}");
+    let last = fake.requests().last().unwrap().raw_body.clone();
+    assert!(last.contains(picnic), "the picnic exchange is in the session: {last}");
+    assert!(!last.contains("lighthouse"), "the echoed exchange is not: {last}");
+    assert!(swarm.log("helper").contains("left out of the session"), "{}", swarm.log("helper"));
+}
+
+#[test]
 fn a_coordinator_that_routes_every_request_hands_it_over_without_asking_its_model() {
     // The coordinator's model would answer everything itself (a small model's habit); with
     // `delegate: always` the runtime hands each request to the worker instead, and the worker's

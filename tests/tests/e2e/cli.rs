@@ -383,6 +383,67 @@ fn flockctl_prints_shell_completions_without_a_swarm() {
 /// Issue #27: a mistyped `--state-dir` for the commands that read what a swarm left (journal,
 /// memory) is an error that names the folder; nothing is created there.
 #[test]
+fn scripts_install_puts_a_flock_on_the_path_that_runs_the_office_example_on_its_own() {
+    // `scripts/install` with the binaries this test run built (`--bin-dir`: no release build in
+    // a test), then only the installed files: the supervisor finds what it starts next to itself.
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("prefix");
+    let out = run(
+        Command::new(repo_root().join("scripts/install"))
+            .arg("--prefix")
+            .arg(&prefix)
+            .arg("--no-model")
+            .arg("--bin-dir")
+            .arg(flock_testkit::bin_dir())
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        SHORT * 4,
+    );
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("is not on your PATH: add"), "a prefix off PATH is named: {said}");
+    let installed = prefix.join("bin");
+    for b in ["flock-supervisor", "flockctl", "flock-agent", "flock-sandbox", "flock-bridge"] {
+        assert!(installed.join(b).is_file(), "{b} installed: {said}");
+    }
+    assert!(!installed.join("flock-model").exists(), "--no-model leaves the model out");
+    let example = prefix.join("share/flock/examples/office.yaml");
+    assert!(example.is_file() && prefix.join("share/flock/examples/transcripts").is_dir());
+
+    let state = dir.path().join("state");
+    let bare = |cmd: &mut Command| {
+        for var in
+            ["FLOCK_AGENT_BIN", "FLOCK_MODEL_BIN", "FLOCK_SANDBOX_HELPER", "FLOCK_BRIDGE_BIN"]
+        {
+            cmd.env_remove(var);
+        }
+        cmd.env_remove("FLOCK_HOME");
+        cmd.env("PATH", format!("{}:/usr/bin:/bin", installed.display()));
+    };
+    let mut up = Command::new(installed.join("flock-supervisor"));
+    up.arg("up").arg(&example).arg("--detach").arg("--state-dir").arg(&state);
+    bare(&mut up);
+    let up = run(&mut up, SHORT * 4);
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let ctl = |args: &[&str]| {
+        let mut c = Command::new(installed.join("flockctl"));
+        c.arg("--state-dir").arg(&state).args(args);
+        bare(&mut c);
+        run(&mut c, SHORT * 4)
+    };
+    let ps = ctl(&["ps", "--json"]);
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&ps.stdout).unwrap_or_default();
+    let agents: Vec<&serde_json::Value> = rows.iter().filter(|r| r["kind"] == "agent").collect();
+    assert_eq!(agents.len(), 4, "{}", String::from_utf8_lossy(&ps.stdout));
+    for a in &agents {
+        assert_eq!(a["state"], "ready", "{a}");
+        let exe = std::fs::read_link(format!("/proc/{}/exe", a["pid"])).unwrap_or_default();
+        assert!(exe.starts_with(&installed), "{} runs {}", a["name"], exe.display());
+    }
+    let down = ctl(&["down"]);
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+}
+
+#[test]
 fn journal_and_memory_refuse_a_state_dir_that_is_not_there() {
     let empty = tempfile::tempdir().unwrap();
     let typo = empty.path().join("flokc");
