@@ -90,6 +90,8 @@ struct Shared {
     always: Mutex<Option<Reply>>,
     /// A server that does not know strict tools: a request with one is refused (400).
     no_strict: Mutex<bool>,
+    /// What `GET /v1/models` lists (OpenAI-compatible servers; `flockctl init` probes it).
+    models: Mutex<Vec<String>>,
 }
 
 /// A running fake provider; stops when dropped.
@@ -110,6 +112,7 @@ impl FakeLlm {
         let shared = Arc::new(Shared {
             always: Mutex::new(None),
             no_strict: Mutex::new(false),
+            models: Mutex::new(vec!["m".to_owned()]),
             provider,
             script: Mutex::new(VecDeque::new()),
             received: Mutex::new(Vec::new()),
@@ -150,6 +153,11 @@ impl FakeLlm {
     /// as a server that does not know the field does.
     pub fn refuse_strict(&self) {
         *lock(&self.shared.no_strict) = true;
+    }
+
+    /// The model ids `GET /v1/models` lists (default: `m`).
+    pub fn serve_models(&self, ids: &[&str]) {
+        *lock(&self.shared.models) = ids.iter().map(|i| i.to_string()).collect();
     }
 
     pub fn push(&self, reply: Reply) {
@@ -350,6 +358,17 @@ type Answer = (u16, Vec<(String, String)>, String);
 
 /// Records the request, checks it, and renders the next scripted reply.
 async fn answer(shared: &Shared, request: &Received) -> Answer {
+    // The model list of an OpenAI-compatible server: not a model call, not recorded.
+    if shared.provider == FakeProvider::OpenAi
+        && request.method == "GET"
+        && request.path == "/v1/models"
+    {
+        let data: Vec<Value> = lock(&shared.models)
+            .iter()
+            .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "flock-fake"}))
+            .collect();
+        return (200, Vec::new(), serde_json::json!({"object": "list", "data": data}).to_string());
+    }
     {
         let mut received = lock(&shared.received);
         received.push(request.clone());

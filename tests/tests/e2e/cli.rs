@@ -439,8 +439,84 @@ fn scripts_install_puts_a_flock_on_the_path_that_runs_the_office_example_on_its_
         let exe = std::fs::read_link(format!("/proc/{}/exe", a["pid"])).unwrap_or_default();
         assert!(exe.starts_with(&installed), "{} runs {}", a["name"], exe.display());
     }
-    let down = ctl(&["down"]);
+    let down = ctl(&["down", "--json"]);
     assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    let said: serde_json::Value = serde_json::from_slice(&down.stdout).unwrap_or_default();
+    assert_eq!(said["stopped"], true, "{}", String::from_utf8_lossy(&down.stdout));
+}
+
+#[test]
+fn flockctl_init_writes_a_swarm_that_validate_accepts_and_up_starts_and_never_overwrites_one() {
+    use flock_testkit::fake_llm::{FakeLlm, FakeProvider, Reply};
+    // An OpenAI-compatible server (the fake speaks its wire format), chosen by URL as a person
+    // with an Ollama server would.
+    let fake = FakeLlm::start(FakeProvider::OpenAi);
+    fake.serve_models(&["qwen2.5:7b", "llama3.2:3b"]);
+    fake.always(Reply::Text("Monday: the meetup. Friday: the release.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("team").join("flock.yaml");
+    let init = |extra: &[&str]| {
+        let mut cmd = Command::new(bin("flockctl"));
+        cmd.arg("init").arg(&file).args(extra).env_remove("FLOCK_HOME");
+        run(&mut cmd, SHORT * 2)
+    };
+    let url = fake.base_url();
+    let out =
+        init(&["--model", &url, "--model-id", "qwen2.5:7b", "--name", "home", "--yes", "--json"]);
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("init --json: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(
+        (said["swarm"].as_str(), said["agents"].as_u64()),
+        (Some("home"), Some(7)),
+        "{said}"
+    );
+    assert_eq!(said["warnings"], serde_json::json!([]), "the server lists the model: {said}");
+
+    let validate = run(Command::new(bin("flock-supervisor")).arg("validate").arg(&file), SHORT);
+    let ok = String::from_utf8_lossy(&validate.stdout);
+    assert!(validate.status.success() && ok.contains("swarm `home` with 7 agents"), "{ok}");
+    let swarm = Swarm::builder_from_file(&file).start();
+    let answer = swarm.ctl_ok(&["send", "coordinator", "Plan my week", "--wait"]);
+    assert!(answer.contains("Friday: the release."), "{answer}");
+    drop(swarm);
+
+    // Never over a file without --force; with it, the old one is kept.
+    let again = init(&["--team", "project", "--model", "local", "--yes"]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("exists: init does not write over it") && err.contains("--force"),
+        "{err}"
+    );
+    let forced = init(&["--team", "project", "--model", "local", "--yes", "--force"]);
+    assert!(forced.status.success(), "{}", String::from_utf8_lossy(&forced.stderr));
+    let bak = std::fs::read_to_string(format!("{}.bak", file.display())).unwrap();
+    assert!(bak.contains("name: home") && bak.contains(&url), "{bak}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("role: orchestrator") && text.contains("provider: local"), "{text}");
+
+    // Choices that are not ones say what is; nothing is written.
+    let other = dir.path().join("other.yaml");
+    for (args, says) in [
+        (vec!["--model", "ollama"], "--model http://127.0.0.1:11434/v1"),
+        (vec!["--model", &url], "--model-id"),
+        (vec!["--name", "Bad_Name"], "lower-case letters"),
+    ] {
+        let mut cmd = Command::new(bin("flockctl"));
+        cmd.arg("init").arg(&other).args(&args).arg("--yes");
+        let out = run(&mut cmd, SHORT);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!other.exists(), "{args:?} wrote a file");
+    }
+    // A model the server does not list, or a server that is not there, is written with a note.
+    let mut cmd = Command::new(bin("flockctl"));
+    cmd.arg("init").arg(&other).args(["--model", &url, "--model-id", "qwen3:8b", "--yes"]);
+    let out = run(&mut cmd, SHORT);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("does not list `qwen3:8b`; it lists: qwen2.5:7b, llama3.2:3b"), "{said}");
 }
 
 #[test]
@@ -472,6 +548,12 @@ fn down_with_nothing_running_is_done_but_a_missing_state_dir_is_an_error() {
     let out = down(dir.path());
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to stop"));
+    let out = run(
+        Command::new(bin("flockctl")).arg("--state-dir").arg(dir.path()).args(["down", "--json"]),
+        SHORT,
+    );
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(said["stopped"], false, "one JSON document: {said}");
     let typo = dir.path().join("flokc");
     let out = down(&typo);
     let err = String::from_utf8_lossy(&out.stderr);

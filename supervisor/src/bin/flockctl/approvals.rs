@@ -58,6 +58,7 @@ pub(crate) async fn decide(
     reason: Option<String>,
     expires_secs: Option<u64>,
     as_name: Option<String>,
+    json: bool,
 ) -> Result<ExitCode> {
     let args = json!({
         "id": id,
@@ -70,5 +71,15 @@ pub(crate) async fn decide(
         arguments: args.to_string(),
         as_name: person(as_name),
     };
-    done(control(conn, req).await?)
+    let reply = control(conn, req).await?;
+    if !json {
+        return done(reply);
+    }
+    let message = match reply {
+        ControlReply::Done(msg) | ControlReply::Json(msg) => msg,
+        _ => String::new(),
+    };
+    let decision = if approve { "approved" } else { "denied" };
+    println!("{}", json!({"id": id, "decision": decision, "message": message}));
+    Ok(ExitCode::SUCCESS)
 }

@@ -178,7 +178,11 @@ pub(crate) enum Command {
     },
     /// Stop every agent in reverse start order, then the supervisor. With no swarm running in an
     /// existing state dir there is nothing to stop: exit 0.
-    Down,
+    Down {
+        /// Print the outcome as JSON: `{"stopped": true|false, "message": …}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Permission requests waiting for a person (RED, or network access the sysadmin found
     /// safe); with --all, every request and how it was decided.
     Approvals {
@@ -199,6 +203,9 @@ pub(crate) enum Command {
         /// Decide as human:NAME [default: $USER, else operator].
         #[arg(long = "as", value_name = "NAME")]
         as_name: Option<String>,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Refuse permission request ID; the agent is told why.
     Deny {
@@ -207,6 +214,9 @@ pub(crate) enum Command {
         reason: Option<String>,
         #[arg(long = "as", value_name = "NAME")]
         as_name: Option<String>,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Post to a channel as `human:NAME`.
     Post {
@@ -282,6 +292,9 @@ pub(crate) enum Command {
         /// Open the URL with xdg-open (or $BROWSER).
         #[arg(long)]
         open: bool,
+        /// Print `{"url": …}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Write the manual pages of flockctl and flock-supervisor, a page per subcommand too
     /// (flockctl.1, flockctl-ps.1, …, flock-supervisor.1, …); `man flockctl` finds them once they
@@ -291,6 +304,53 @@ pub(crate) enum Command {
         #[arg(long, value_name = "DIR", default_value = ".")]
         dir: PathBuf,
     },
+    /// Write a swarm file from a few choices — the team and its model — and check it as
+    /// `flock-supervisor validate` does. On a terminal it asks for what the flags leave out;
+    /// `--yes` takes the defaults instead. An existing file is never overwritten without
+    /// `--force` (which keeps it as FILE.bak).
+    ///
+    /// Examples: `flockctl init` (asks); `flockctl init --yes` (an assistant on the embedded
+    /// model in ./flock.yaml); `flockctl init team.yaml --team project --model
+    /// openai:gpt-4o-mini --yes`; `flockctl init --model http://127.0.0.1:11434/v1 --model-id
+    /// qwen2.5:7b --yes` (an Ollama, llama.cpp or vLLM server, probed).
+    Init(InitArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct InitArgs {
+    /// The swarm file to write.
+    #[arg(default_value = "flock.yaml")]
+    pub file: PathBuf,
+    /// `assistant`: a coordinator and a worker with long-term memory (unconscious, observer,
+    /// reflection, dream) and a sysadmin — answers a person's requests. `project`: an
+    /// orchestrator that opens a project channel for a request and a team (pm, dev, qa) that
+    /// plans, builds and checks it there.
+    #[arg(long, value_parser = ["assistant", "project"])]
+    pub team: Option<String>,
+    /// The model every agent runs: `local` (the embedded Qwen2.5-Coder-1.5B; no API key),
+    /// `local-small` (the 0.5B), `openai:MODEL`, `anthropic:MODEL`, or the URL of an
+    /// OpenAI-compatible server (Ollama, llama.cpp, vLLM) with `--model-id`.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The model's name on an OpenAI-compatible server given by URL (e.g. `qwen2.5:7b`).
+    #[arg(long, value_name = "NAME")]
+    pub model_id: Option<String>,
+    /// The NAME of the environment variable that holds the API key (default OPENAI_API_KEY or
+    /// ANTHROPIC_API_KEY); the key itself is never written to the file.
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// The swarm's name ([a-z0-9-]; default: the team's).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Take the defaults for every choice the flags leave out, without asking.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Replace an existing file (the old one is kept as FILE.bak).
+    #[arg(long)]
+    pub force: bool,
+    /// Print what was written as JSON (file, team, model, swarm, warnings).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand)]

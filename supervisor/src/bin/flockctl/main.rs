@@ -14,6 +14,7 @@ mod approvals;
 mod args;
 mod bridge;
 mod channels;
+mod init;
 mod send;
 mod views;
 
@@ -178,9 +179,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     if let Command::Man { dir } = &cli.command {
         return man_pages(dir);
     }
+    if let Command::Init(args) = &cli.command {
+        return init::run(args.clone()).await;
+    }
     let state = StateDir::resolve(cli.state_dir.as_deref())?;
-    if let Command::Ui { open } = &cli.command {
-        return ui(&state, *open);
+    if let Command::Ui { open, json } = &cli.command {
+        return ui(&state, *open, *json);
     }
     // Memory is files and a rebuildable index: no running swarm needed either.
     if let Command::Memory { command } = &cli.command {
@@ -231,11 +235,17 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
     // `down` is idempotent: a state dir whose swarm is not running has nothing to stop (a state
     // dir that is not there is still an error: a mistyped --state-dir must not look stopped).
-    if matches!(cli.command, Command::Down)
+    if let Command::Down { json } = cli.command
         && std::os::unix::net::UnixStream::connect(state.control_socket()).is_err()
     {
         state.existing()?;
-        println!("no swarm is running with state dir {}; nothing to stop", state.root.display());
+        let msg =
+            format!("no swarm is running with state dir {}; nothing to stop", state.root.display());
+        if json {
+            println!("{}", json!({"stopped": false, "message": msg}));
+        } else {
+            println!("{msg}");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let mut conn = connect(&state).await?;
@@ -284,15 +294,16 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         | Command::Completions { .. }
         | Command::Ui { .. }
         | Command::Man { .. }
+        | Command::Init(_)
         | Command::Bridge { command: BridgeCommand::Manifest { .. } } => {
             unreachable!("handled before connecting")
         }
         Command::Approvals { all, json } => approvals::list(&mut conn, all, json).await,
-        Command::Approve { id, reason, expires, as_name } => {
-            approvals::decide(&mut conn, id, true, reason, expires, as_name).await
+        Command::Approve { id, reason, expires, as_name, json } => {
+            approvals::decide(&mut conn, id, true, reason, expires, as_name, json).await
         }
-        Command::Deny { id, reason, as_name } => {
-            approvals::decide(&mut conn, id, false, reason, None, as_name).await
+        Command::Deny { id, reason, as_name, json } => {
+            approvals::decide(&mut conn, id, false, reason, None, as_name, json).await
         }
         Command::Post { channel, text, as_name, json } => {
             channels::post(&mut conn, channel, text, as_name, json).await
@@ -306,14 +317,22 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Agent { command } => channels::agent(&mut conn, command).await,
         Command::Channel { command } => channels::channel(&mut conn, command).await,
-        Command::Down => {
+        Command::Down { json } => {
             let reply = control(&mut conn, ControlRequest::Down).await?;
-            if let ControlReply::Done(msg) = reply {
+            let msg = match reply {
+                ControlReply::Done(msg) => msg,
+                _ => String::new(),
+            };
+            if !json && !msg.is_empty() {
                 println!("{msg}");
             }
             // Wait until the supervisor has gone (its socket closes).
             while conn.reader.read_frame().await.ok().flatten().is_some() {}
-            println!("swarm stopped");
+            if json {
+                println!("{}", json!({"stopped": true, "message": msg}));
+            } else {
+                println!("swarm stopped");
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -321,7 +340,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 
 /// The person `flockctl` acts as: --as, else $USER, else operator.
 /// `flockctl ui`: the URL the running supervisor wrote (its token changes with every run).
-fn ui(state: &StateDir, open: bool) -> Result<ExitCode> {
+fn ui(state: &StateDir, open: bool, json: bool) -> Result<ExitCode> {
     let file = flock_supervisor::web::ui_url_file(state);
     let url = match std::fs::read_to_string(&file) {
         Ok(u) if std::os::unix::net::UnixStream::connect(state.control_socket()).is_ok() => u,
@@ -331,7 +350,11 @@ fn ui(state: &StateDir, open: bool) -> Result<ExitCode> {
         ),
     };
     let url = url.trim();
-    println!("{url}");
+    if json {
+        println!("{}", json!({"url": url}));
+    } else {
+        println!("{url}");
+    }
     if open {
         let browser = std::env::var("BROWSER").unwrap_or_else(|_| "xdg-open".into());
         match std::process::Command::new(&browser).arg(url).status() {
