@@ -357,19 +357,17 @@ pub async fn run(
                 // it says "Plan my week: …" back; the same request without the tools and the
                 // history (the text it copies from) gets the plan. So it is asked once more that
                 // way — no note and no draft either: a small model copies those too.
-                if matches!(state, TurnState::Owed | TurnState::Request)
-                    && not_an_answer(&text, &delivery.text, &others)
-                {
-                    if !echo_noted {
-                        tracing::info!(
-                            "  the answer only restated the request or an earlier answer; asking \
-                             once more without the history and the tools"
-                        );
-                        echo_noted = true;
-                        text_only |= !wants_file;
-                        continue;
-                    }
-                    no_answer = true;
+                // (Judged for each draft: the one that ends the turn decides the session.)
+                no_answer = matches!(state, TurnState::Owed | TurnState::Request)
+                    && not_an_answer(&text, &delivery.text, &others);
+                if no_answer && !echo_noted {
+                    tracing::info!(
+                        "  the answer only restated the request or an earlier answer; asking \
+                         once more without the history and the tools"
+                    );
+                    echo_noted = true;
+                    text_only |= !wants_file;
+                    continue;
                 }
                 // An answer that claims a file nobody wrote in this turn: an agent without
                 // `fs_write` hands the request to the agent that has it (the draft is dropped)…

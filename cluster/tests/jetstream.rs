@@ -45,23 +45,46 @@ struct Broker {
 }
 
 impl Broker {
+    /// A new broker on a port it picks itself (`-p -1`, read back from its ports file: a port
+    /// picked here and handed over could be taken by a test running beside it), or again on
+    /// `port` after a kill.
     fn start(bin: &Path, dir: &Path, port: Option<u16>) -> Broker {
-        let port = port.unwrap_or_else(|| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        });
-        let child = Command::new(bin)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        let ports_dir = dir.join("ports");
+        std::fs::create_dir_all(&ports_dir).unwrap();
+        let mut child = Command::new(bin)
+            .args(["-js", "-a", "127.0.0.1", "-p"])
+            .arg(port.map_or("-1".to_owned(), |p| p.to_string()))
+            .arg("--ports_file_dir")
+            .arg(&ports_dir)
+            .arg("-sd")
             .arg(dir.join("jetstream"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start nats-server");
+        let ports_file = ports_dir.join(format!(
+            "{}_{}.ports",
+            bin.file_name().unwrap_or_default().to_string_lossy(),
+            child.id()
+        ));
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
+        let port = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("nats-server exited at start ({status}): port {port:?} taken?");
+            }
+            // `{"nats":["nats://127.0.0.1:46449"]}`
+            let listed = std::fs::read_to_string(&ports_file).unwrap_or_default();
+            let port = listed.split("nats://127.0.0.1:").nth(1).and_then(|rest| {
+                rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u16>().ok()
+            });
+            if let Some(port) = port
+                && TcpStream::connect(("127.0.0.1", port)).is_ok()
+            {
+                break port;
+            }
+            assert!(Instant::now() < deadline, "nats-server did not listen within 10 s");
             std::thread::sleep(Duration::from_millis(20));
-        }
+        };
         Broker { bin: bin.to_owned(), dir: dir.to_owned(), port, child }
     }
 
