@@ -571,8 +571,12 @@ pub async fn run(
         conversation.push(ChatMessage::Assistant { text: text.clone() });
         text
     });
-    let answers_a_person = matches!(state, TurnState::Owed | TurnState::Request);
-    let text = match (delegated, answers_a_person && !wants_file) {
+    // A person who asked for a list gets the list; one who asked for something to be kept (a
+    // note, a file) gets the confirmation.
+    let wants_the_text = matches!(state, TurnState::Owed | TurnState::Request)
+        && !wants_file
+        && !asks_to_keep(&delivery.text);
+    let text = match (delegated, wants_the_text) {
         (true, _) => text,
         (false, false) => name_the_files(text, &written),
         (false, true) => show_the_work(name_the_files(text, &written), &contents),
@@ -627,6 +631,14 @@ fn show_the_work(answer: String, contents: &[(String, String)]) -> String {
         }
     }
     out
+}
+
+/// Whether a request asks for something to be kept rather than answered: "keep my trip notes",
+/// "save this", "remember that …", "log it".
+fn asks_to_keep(text: &str) -> bool {
+    const KEEP: [&str; 8] =
+        ["keep", "save", "store", "record", "remember", "log", "archive", "jot"];
+    text.to_lowercase().split(|c: char| !c.is_alphanumeric()).any(|w| KEEP.contains(&w))
 }
 
 /// Whether a request asks for a file to be written (made, saved…): "write a file named
@@ -1023,6 +1035,11 @@ mod tests {
         let shown = format!("Your list:\n{list}");
         assert_eq!(show_the_work(shown.clone(), &wrote), shown);
         assert_eq!(show_the_work("Done.".into(), &[]), "Done.");
+        // Only where the request wanted the text, not something kept.
+        assert!(!asks_to_keep("I am moving flats on Saturday. Make a to-do list."));
+        assert!(asks_to_keep("keep my trip notes: Lisbon, 3 days"));
+        assert!(asks_to_keep("Please save this for later"));
+        assert!(!asks_to_keep("Write a short note to the team about Friday"));
     }
 
     #[test]
