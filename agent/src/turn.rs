@@ -200,6 +200,7 @@ pub async fn run(
     let mut echo_noted = false;
     let mut no_answer = false;
     let history_end = 1 + session.len();
+    let answers_a_person = matches!(state, TurnState::Owed | TurnState::Request);
     let wants_file = needs_a_file(&delivery.text);
     let (mut wrote_file, mut nudged) = (false, false);
     // The files this turn wrote: an answer that does not name them gets them named (the person
@@ -282,20 +283,7 @@ pub async fn run(
             (None, Step::Free) => {
                 let tools: &[_] = if text_only { &[] } else { &offered };
                 if echo_noted {
-                    // Without the history, and without the input's time of day (a model with
-                    // nothing else to go by copies its `[from, 17:59 UTC]` form into the answer).
-                    let view: Vec<ChatMessage> = conversation[..1]
-                        .iter()
-                        .chain(&conversation[history_end..])
-                        .map(|m| match m {
-                            ChatMessage::User { from, text, .. } => ChatMessage::User {
-                                from: from.clone(),
-                                text: text.clone(),
-                                at: None,
-                            },
-                            other => other.clone(),
-                        })
-                        .collect();
+                    let view = without_history(&conversation, history_end);
                     provider.next(&view, tools, false).await?
                 } else {
                     provider.next(&conversation, tools, false).await?
@@ -358,8 +346,7 @@ pub async fn run(
                 // history (the text it copies from) gets the plan. So it is asked once more that
                 // way — no note and no draft either: a small model copies those too.
                 // (Judged for each draft: the one that ends the turn decides the session.)
-                no_answer = matches!(state, TurnState::Owed | TurnState::Request)
-                    && not_an_answer(&text, &delivery.text, &others);
+                no_answer = answers_a_person && not_an_answer(&text, &delivery.text, &others);
                 if no_answer && !echo_noted {
                     tracing::info!(
                         "  the answer only restated the request or an earlier answer; asking \
@@ -573,9 +560,7 @@ pub async fn run(
     });
     // A person who asked for a list gets the list; one who asked for something to be kept (a
     // note, a file) gets the confirmation.
-    let wants_the_text = matches!(state, TurnState::Owed | TurnState::Request)
-        && !wants_file
-        && !asks_to_keep(&delivery.text);
+    let wants_the_text = answers_a_person && !wants_file && !asks_to_keep(&delivery.text);
     let text = match (delegated, wants_the_text) {
         (true, _) => text,
         (false, false) => name_the_files(text, &written),
@@ -616,6 +601,22 @@ fn name_the_files(answer: String, written: &[String]) -> String {
         return answer;
     }
     format!("{} ({})", answer.trim_end(), written.join(", "))
+}
+
+/// The conversation without the session's history (`conversation[1..history_end]`) and
+/// without the input's time of day: a model with nothing else to go by copies its
+/// `[from, 17:59 UTC]` form into the answer.
+fn without_history(conversation: &[ChatMessage], history_end: usize) -> Vec<ChatMessage> {
+    conversation[..1]
+        .iter()
+        .chain(&conversation[history_end..])
+        .map(|m| match m {
+            ChatMessage::User { from, text, .. } => {
+                ChatMessage::User { from: from.clone(), text: text.clone(), at: None }
+            }
+            other => other.clone(),
+        })
+        .collect()
 }
 
 /// `answer`, with the text of each file the turn wrote that it does not already show: the turn's
@@ -1050,12 +1051,20 @@ mod tests {
         let picnic = "Make a short checklist for a picnic with sandwiches, lemonade and a blanket.";
         assert!(not_an_answer(week, picnic, &earlier));
         assert!(!not_an_answer("Sandwiches, lemonade, a blanket, napkins.", picnic, &earlier));
-        // A follow-up that changes the earlier answer, or uses the request's new words, is one.
+        // A follow-up that changes the earlier answer is one…
         let moved = "Monday: give the Rust meetup talk. Friday: give the PyCon talk. Friday: ship \
                      the v3 release.";
         assert!(!not_an_answer(moved, "Move the PyCon talk to Friday.", &earlier));
-        let again = format!("{week} Saturday: rest after the release.");
-        assert!(!not_an_answer(&again, "Add a rest day after the release on Saturday.", &earlier));
+        // …and so is one that keeps nine tenths of it but uses the request's new word.
+        let long = "Monday: give the Rust meetup talk in the morning, then review the slides after \
+                    lunch with the team. Wednesday: give the PyCon talk and meet the organisers \
+                    for dinner. Friday: ship the v3 release and write the announcement.";
+        let earlier_long = vec![long.to_owned()];
+        let umbrella = "Add an umbrella to Friday.";
+        let with_it = format!("{long} Umbrella.");
+        assert!(crate::workflow::copied_share(&with_it, &earlier_long) >= 0.9);
+        assert!(!not_an_answer(&with_it, umbrella, &earlier_long));
+        assert!(not_an_answer(long, umbrella, &earlier_long), "the same text without it");
         // A request with no word the earlier answers lack may get one of them again.
         assert!(!not_an_answer(week, "Say the week plan again.", &earlier));
         assert!(!not_an_answer(week, "Repeat that for my calendar, please.", &earlier));

@@ -91,6 +91,35 @@ impl LlmClient {
         self.complete_observed(ep, req, |_| {}).await
     }
 
+    /// The model ids an OpenAI-compatible server lists (`GET {base_url}/models`, one attempt
+    /// within `timeout`): what a person checks a server by before pointing a swarm at it.
+    pub async fn list_models(
+        &self,
+        base_url: &str,
+        timeout: Duration,
+    ) -> Result<Vec<String>, LlmError> {
+        let url = format!("{}/models", base_url.trim_end_matches('/'));
+        let answer = self.http.get(&url).timeout(timeout).send().await.map_err(|e| {
+            if e.is_timeout() {
+                LlmError::Timeout { provider: "openai", url: url.clone(), timeout, attempts: 1 }
+            } else {
+                LlmError::Transport(format!("GET {url}: {}", chain(&e)))
+            }
+        })?;
+        let status = answer.status().as_u16();
+        let body = answer.text().await.map_err(|e| LlmError::Transport(chain(&e)))?;
+        if status != 200 {
+            let message = crate::error::excerpt(&body);
+            return Err(LlmError::Http { status, provider: "openai", message });
+        }
+        let listed: serde_json::Value = serde_json::from_str(&body)
+            .map_err(|e| LlmError::Malformed(format!("GET {url}: {e}")))?;
+        let data = listed["data"]
+            .as_array()
+            .ok_or_else(|| LlmError::Malformed(format!("GET {url}: no `data` list of models")))?;
+        Ok(data.iter().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect())
+    }
+
     /// [`complete`](Self::complete), calling `on_retry` before each backoff wait. With tools and
     /// `ep.strict_tools`, the call asks for the provider's strict tool mode; a server that
     /// answers that with 400 or 422 is asked once more without it, and if that works, this

@@ -501,7 +501,7 @@ fn flockctl_init_writes_a_swarm_that_validate_accepts_and_up_starts_and_never_ov
     for (args, says) in [
         (vec!["--model", "ollama"], "--model http://127.0.0.1:11434/v1"),
         (vec!["--model", &url], "--model-id"),
-        (vec!["--name", "Bad_Name"], "lower-case letters"),
+        (vec!["--name", "Bad_Name"], "use lowercase letters, digits and `-`"),
     ] {
         let mut cmd = Command::new(bin("flockctl"));
         cmd.arg("init").arg(&other).args(&args).arg("--yes");
@@ -517,6 +517,17 @@ fn flockctl_init_writes_a_swarm_that_validate_accepts_and_up_starts_and_never_ov
     let out = run(&mut cmd, SHORT);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("does not list `qwen3:8b`; it lists: qwen2.5:7b, llama3.2:3b"), "{said}");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let gone = dir.path().join("gone.yaml");
+    let mut cmd = Command::new(bin("flockctl"));
+    cmd.arg("init").arg(&gone).arg("--model").arg(format!("http://{closed}/v1"));
+    let out = run(cmd.args(["--model-id", "m", "--yes"]), SHORT);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && gone.is_file(), "{said}");
+    assert!(
+        said.contains("could not be asked for its models") && said.contains("refused"),
+        "{said}"
+    );
 }
 
 #[test]

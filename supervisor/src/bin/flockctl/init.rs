@@ -219,57 +219,12 @@ fn ask(question: &str, default: &str) -> Result<String> {
     Ok(if line.is_empty() { default.to_owned() } else { line.to_owned() })
 }
 
-/// Whether `name` is a valid swarm name (the loader's rule: `[a-z0-9-]`, not empty).
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-')
-}
-
-/// Whether something answers at `url` (an `http://` model server), and what `GET /models` says:
-/// `Ok(names)` or `Err(why)` for the warning. `https://` is not probed (flockctl has no TLS).
+/// What `GET /models` of the server at `url` lists, or why it could not be asked (for a note).
 async fn probe(url: &str) -> Result<Vec<String>, String> {
-    let Some(rest) = url.strip_prefix("http://") else {
-        return Err(format!("{url} was not probed (https); `up` will say if it cannot reach it"));
-    };
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let addr =
-        if authority.contains(':') { authority.to_owned() } else { format!("{authority}:80") };
-    let connect = tokio::net::TcpStream::connect(&addr);
-    let mut stream = match tokio::time::timeout(std::time::Duration::from_secs(3), connect).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            return Err(format!("nothing answers at {url} ({e}); start the server first"));
-        }
-        Err(_) => return Err(format!("nothing answers at {url} within 3 s")),
-    };
-    let request = format!(
-        "GET /{}/models HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n",
-        path.trim_matches('/')
-    )
-    .replace("//models", "/models");
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut answer = Vec::new();
-    let exchange = async {
-        stream.write_all(request.as_bytes()).await?;
-        stream.read_to_end(&mut answer).await
-    };
-    match tokio::time::timeout(std::time::Duration::from_secs(5), exchange).await {
-        Ok(Ok(_)) => {}
-        _ => return Err(format!("{url} did not answer GET /models within 5 s")),
-    }
-    let text = String::from_utf8_lossy(&answer);
-    let status = text.lines().next().unwrap_or_default().to_owned();
-    if !status.contains(" 200") {
-        return Err(format!("{url}/models answered `{status}`"));
-    }
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
-    let listed: serde_json::Value = serde_json::from_str(body.trim()).unwrap_or_default();
-    Ok(listed["data"]
-        .as_array()
-        .map(|d| d.iter().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect())
-        .unwrap_or_default())
+    let client = flock_llm::LlmClient::new().map_err(|e| e.to_string())?;
+    client.list_models(url, std::time::Duration::from_secs(5)).await.map_err(|e| {
+        format!("{url} could not be asked for its models ({e}); start the server first")
+    })
 }
 
 pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
@@ -315,9 +270,6 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
         None if asking => ask("swarm name", &team)?,
         None => team.clone(),
     };
-    if !valid_name(&name) {
-        bail!("swarm name `{name}`: use lower-case letters, digits and `-` (e.g. `my-team`)");
-    }
 
     let file = &args.file;
     if file.is_dir() {
@@ -328,10 +280,10 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
         );
     }
     let text = swarm_yaml(&name, &team, &model, file);
-    // Checked as `validate` checks it, before anything is written.
-    let spec = flock_config::parse(&text, file).map_err(|e| {
-        anyhow::anyhow!("the file init would write does not validate (a bug in init):\n{e}")
-    })?;
+    // Checked as `validate` checks it, before anything is written (a name or URL given on the
+    // command line that the swarm file does not accept is refused with the loader's words).
+    let spec = flock_config::parse(&text, file)
+        .map_err(|e| anyhow::anyhow!("not written: the swarm file would not be valid:\n{e}"))?;
     let mut warnings = flock_supervisor::secrets::missing_secrets(&spec);
     if let Model::Local(known) = &model {
         let present = flock_supervisor::model::flock_home()
@@ -436,6 +388,5 @@ mod tests {
             Model::parse("openai:gpt-4o", None, Some("MY_KEY")).unwrap(),
             Model::Hosted { provider: "openai", model: "gpt-4o".into(), key_env: "MY_KEY".into() }
         );
-        assert!(!valid_name("Bad_Name") && valid_name("my-team"));
     }
 }
