@@ -57,6 +57,7 @@ async fn main() {
         Router,
         RouterArgs {
             operator_key: None,
+            hosts: None,
             spec: spec.clone(),
             store,
             events: Arc::new(|_| {}),

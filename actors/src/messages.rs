@@ -44,6 +44,9 @@ pub enum RouterMsg {
     Closed { conn: ConnId },
     /// Writes the store has committed.
     Stored(StoredBatch),
+    /// A durable message from an agent on another host, brought by the cluster link: `reply` once
+    /// it is stored here (then the link acknowledges it to the broker), or why it is refused.
+    FromHost { host: String, msg: PendingMessage, reply: oneshot::Sender<Result<(), String>> },
     /// The earliest request deadline may have passed: time out what is due, re-arm for the next.
     CheckDeadlines,
     /// Persist the turn counts accumulated since the last flush (sent to itself every second).

@@ -30,11 +30,13 @@ use crate::text::{clip, too_long};
 mod answers;
 mod bridge;
 mod handshake;
+mod hosts;
 mod mailbox;
 mod permit;
 mod sessions;
 mod tools;
 
+pub use hosts::HostLink;
 pub use permit::PermissionReply;
 
 /// Index under which a turn's routed answer is derived from its input's id (a replayed turn
@@ -85,6 +87,9 @@ pub struct RouterArgs {
     /// The operator key a control connection must present (`flock_ipc::operator`); `None`
     /// serves control connections without one (in-process tests and benches only).
     pub operator_key: Option<String>,
+    /// The swarm runs on several hosts: this one's name and where the others' agents run
+    /// (`None`: one host).
+    pub hosts: Option<HostLink>,
 }
 
 pub struct Router;
@@ -226,6 +231,11 @@ pub struct RouterState {
     /// Chains working on a person's post, and where it is (told to the channels actor).
     working: HashMap<MsgId, chains::ReplyPlace>,
     operator_key: Option<String>,
+    hosts: Option<HostLink>,
+    /// Messages forwarded to another host whose result an agent here waits for, and their chain.
+    awaiting: HashMap<MsgId, MsgId>,
+    /// Messages from other hosts being stored, and who acknowledges them once they are.
+    host_acks: HashMap<MsgId, oneshot::Sender<Result<(), String>>>,
 }
 
 pub(crate) fn unix_ms() -> u64 {
@@ -260,6 +270,10 @@ impl Actor for Router {
         let mut orphans = 0;
         let mut chains = Chains::default();
         for m in pending {
+            // Mail for another host's agents waits for the cluster link, not for a turn here.
+            if args.hosts.as_ref().is_some_and(|h| h.remote.contains_key(&m.target)) {
+                continue;
+            }
             let Some(slot) = slots.get_mut(&m.target) else {
                 // The agent was removed from the swarm file; its mail waits for it to return.
                 orphans += 1;
@@ -309,6 +323,9 @@ impl Actor for Router {
             bridges,
             working: HashMap::new(),
             operator_key: args.operator_key,
+            hosts: args.hosts,
+            awaiting: HashMap::new(),
+            host_acks: HashMap::new(),
         };
         // Chains resumed on people's posts are working on them again: the chats show it.
         for chain in resumed {
@@ -406,6 +423,7 @@ impl Actor for Router {
                     state.answer(conn, frame);
                 }
             }
+            RouterMsg::FromHost { host, msg, reply } => state.arrived_from_host(&myself, host, msg, reply),
             RouterMsg::AddAgent { spec, liveness } => {
                 if !state.slots.contains_key(&spec.key()) {
                     let name = spec.key();
@@ -619,7 +637,12 @@ impl RouterState {
         if self.draining {
             return Err((ErrorCode::Draining, "the swarm is shutting down".into()));
         }
-        if !self.slots.contains_key(target) {
+        if let Some(host) = self.remote_host(target) {
+            if caller == OPERATOR {
+                let msg = self.cross_host_refusal(caller, target, host);
+                return Err((ErrorCode::TargetUnavailable, msg));
+            }
+        } else if !self.slots.contains_key(target) {
             let known: Vec<&str> = self.order.iter().map(String::as_str).collect();
             return Err((
                 ErrorCode::AgentNotFound,

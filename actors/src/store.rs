@@ -123,6 +123,19 @@ fn insert_message(
     insert.execute(params![id_bytes(m.id), m.sender, m.target, m.text, now, m.route])
 }
 
+/// A `messages` row read as `id, sender, target, text, attempts, route, enqueued_at`.
+fn pending_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingMessage> {
+    Ok(PendingMessage {
+        id: id_from(r.get(0)?),
+        sender: r.get(1)?,
+        target: r.get(2)?,
+        text: r.get(3)?,
+        attempts: r.get(4)?,
+        route: r.get(5)?,
+        enqueued_at: r.get::<_, i64>(6)?.max(0) as u64,
+    })
+}
+
 fn id_bytes(id: MsgId) -> [u8; 16] {
     id.to_be_bytes()
 }
@@ -279,18 +292,45 @@ impl Store {
             "SELECT id, sender, target, text, attempts, route, enqueued_at
              FROM messages WHERE state = 0 ORDER BY seq",
         )?;
-        let rows = stmt.query_map([], |r| {
-            Ok(PendingMessage {
-                id: id_from(r.get(0)?),
-                sender: r.get(1)?,
-                target: r.get(2)?,
-                text: r.get(3)?,
-                attempts: r.get(4)?,
-                route: r.get(5)?,
-                enqueued_at: r.get::<_, i64>(6)?.max(0) as u64,
-            })
-        })?;
+        let rows = stmt.query_map([], pending_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The oldest pending messages to any of `targets` (agents on other hosts), at most
+    /// `limit`, in the order they were accepted: what the cluster link sends next.
+    pub fn pending_for(
+        &self,
+        targets: &[String],
+        limit: usize,
+    ) -> Result<Vec<PendingMessage>, StoreError> {
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks = vec!["?"; targets.len()].join(", ");
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT id, sender, target, text, attempts, route, enqueued_at
+             FROM messages WHERE state = 0 AND target IN ({marks}) ORDER BY seq LIMIT {limit}"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(targets), pending_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// These messages are on another host's queue now (the broker stored them): done here, no
+    /// turn counted, their reason names the host they went to.
+    pub fn mark_forwarded(&mut self, sent: &[(MsgId, String)]) -> Result<(), StoreError> {
+        let now = now_ms();
+        let tx = self.conn.transaction()?;
+        {
+            let mut done = tx.prepare_cached(
+                "UPDATE messages SET state = 1, reason = ?2, finished_at = ?3
+                 WHERE id = ?1 AND state = 0",
+            )?;
+            for (id, host) in sent {
+                done.execute(params![id_bytes(*id), format!("forwarded to host {host}"), now])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     /// Completed turns per agent.

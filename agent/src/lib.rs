@@ -476,6 +476,7 @@ pub(crate) fn test_spec(
         instance: None,
         extensions,
         delegate: Default::default(),
+        host: None,
     }
 }
 

@@ -1,8 +1,11 @@
 //! Flock across hosts (issue #26), the transport: messages between the supervisors of one swarm on
 //! several machines go through **NATS JetStream**, never a home-made network layer.
 //!
-//! One stream per swarm, `FLOCK-<swarm>`, holds one subject per host, `flock.<swarm>.inbox.<host>`:
-//! a work queue, so a message leaves the stream once the receiving host has acknowledged it.
+//! One stream per swarm, `FLOCK-<swarm>`, holds one subject per pair of hosts,
+//! `flock.<swarm>.inbox.<to>.<from>`: a work queue, so a message leaves the stream once the
+//! receiving host has acknowledged it. The sending host is part of the subject, where the broker's
+//! permissions can pin it (a host's NATS user may publish only on `flock.<swarm>.inbox.*.<host>`),
+//! so a receiver learns who sent a message from the broker, not from the message.
 //!
 //! - [`Link::send`] publishes a message to a host's inbox with `Nats-Msg-Id` = the message's id and
 //!   waits for the stream's acknowledgement: once it returns, the broker has the message on disk.
@@ -34,16 +37,23 @@ pub struct Options {
     pub credentials_file: Option<PathBuf>,
     /// The swarm's name (`[a-z0-9-]`): its stream and subjects.
     pub swarm: String,
+    /// This host's name (`[a-z0-9-]`): the inbox it reads, and the sender of what it sends.
+    pub host: String,
     /// A delivery not acknowledged this long is delivered again.
     pub ack_wait: Duration,
 }
 
 impl Options {
-    pub fn new(url: impl Into<String>, swarm: impl Into<String>) -> Options {
+    pub fn new(
+        url: impl Into<String>,
+        swarm: impl Into<String>,
+        host: impl Into<String>,
+    ) -> Options {
         Options {
             url: url.into(),
             credentials_file: None,
             swarm: swarm.into(),
+            host: host.into(),
             ack_wait: Duration::from_secs(30),
         }
     }
@@ -71,6 +81,7 @@ pub enum Error {
 pub struct Link {
     js: jetstream::Context,
     swarm: String,
+    host: String,
     stream: String,
     ack_wait: Duration,
 }
@@ -102,9 +113,10 @@ impl Link {
     /// a two-minute duplicate window).
     pub async fn connect(options: &Options) -> Result<Link, Error> {
         valid_name(&options.swarm)?;
+        valid_name(&options.host)?;
         let connect_error = |why: String| Error::Connect { url: options.url.clone(), why };
         let mut connect = async_nats::ConnectOptions::new()
-            .name(format!("flock-{}", options.swarm))
+            .name(format!("flock-{}-{}", options.swarm, options.host))
             .connection_timeout(Duration::from_secs(5));
         if let Some(creds) = &options.credentials_file {
             connect = connect
@@ -118,7 +130,7 @@ impl Link {
         let name = format!("FLOCK-{}", options.swarm);
         let config = stream::Config {
             name: name.clone(),
-            subjects: vec![format!("flock.{}.inbox.*", options.swarm)],
+            subjects: vec![format!("flock.{}.inbox.*.*", options.swarm)],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
             duplicate_window: Duration::from_secs(120),
@@ -127,22 +139,38 @@ impl Link {
         js.get_or_create_stream(config)
             .await
             .map_err(|e| Error::Stream { stream: name.clone(), why: e.to_string() })?;
-        Ok(Link { js, swarm: options.swarm.clone(), stream: name, ack_wait: options.ack_wait })
+        Ok(Link {
+            js,
+            swarm: options.swarm.clone(),
+            host: options.host.clone(),
+            stream: name,
+            ack_wait: options.ack_wait,
+        })
     }
 
-    /// The subject of `host`'s inbox.
-    pub fn subject(&self, host: &str) -> String {
-        format!("flock.{}.inbox.{host}", self.swarm)
+    /// This host's name.
+    pub fn host(&self) -> &str {
+        &self.host
     }
 
-    /// Publishes `payload` to `host`'s inbox under `msg_id` and waits until the stream has stored
-    /// it (or found it stored already).
-    pub async fn send(&self, host: &str, msg_id: &str, payload: Bytes) -> Result<Sent, Error> {
-        valid_name(host)?;
-        let subject = self.subject(host);
+    /// The subject of what this host sends to `to`.
+    pub fn subject(&self, to: &str) -> String {
+        format!("flock.{}.inbox.{to}.{}", self.swarm, self.host)
+    }
+
+    /// Publishes `payload` to host `to`'s inbox under `msg_id` and waits until the stream has
+    /// stored it (or found it stored already).
+    pub async fn send(
+        &self,
+        to: &str,
+        msg_id: &str,
+        payload: impl Into<Bytes>,
+    ) -> Result<Sent, Error> {
+        valid_name(to)?;
+        let subject = self.subject(to);
         let publish_error = |why: String| Error::Publish { subject: subject.clone(), why };
         let message =
-            jetstream::message::PublishMessage::build().payload(payload).message_id(msg_id);
+            jetstream::message::PublishMessage::build().payload(payload.into()).message_id(msg_id);
         let ack = self
             .js
             .send_publish(subject.clone(), message)
@@ -153,11 +181,11 @@ impl Link {
         Ok(Sent { sequence: ack.sequence, duplicate: ack.duplicate })
     }
 
-    /// `host`'s inbox: its durable consumer (created on first use, kept by the broker across
+    /// This host's inbox: its durable consumer (created on first use, kept by the broker across
     /// restarts of either side), delivering in order from the oldest unacknowledged message.
-    pub async fn inbox(&self, host: &str) -> Result<Inbox, Error> {
-        valid_name(host)?;
-        let subject = self.subject(host);
+    pub async fn inbox(&self) -> Result<Inbox, Error> {
+        let host = &self.host;
+        let subject = format!("flock.{}.inbox.{host}.*", self.swarm);
         let inbox_error = |why: String| Error::Inbox { subject: subject.clone(), why };
         let stream = self
             .js
@@ -218,8 +246,11 @@ impl Inbox {
             return Some(Err(Error::NoId { subject }));
         };
         let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
+        // `flock.<swarm>.inbox.<to>.<from>`: the filter guarantees the shape.
+        let from_host = message.subject.rsplit('.').next().unwrap_or_default().to_owned();
         Some(Ok(Delivery {
             msg_id,
+            from_host,
             payload: message.payload.clone(),
             redelivered: delivered > 1,
             message,
@@ -232,6 +263,8 @@ impl Inbox {
 pub struct Delivery {
     /// The message's id (`Nats-Msg-Id`): what the receiving store de-duplicates on.
     pub msg_id: String,
+    /// The host that sent it, from its subject (which the broker's permissions can pin).
+    pub from_host: String,
     pub payload: Bytes,
     /// The broker delivered it before (to this host, which did not acknowledge it).
     pub redelivered: bool,
@@ -242,6 +275,7 @@ impl std::fmt::Debug for Delivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Delivery")
             .field("msg_id", &self.msg_id)
+            .field("from_host", &self.from_host)
             .field("bytes", &self.payload.len())
             .field("redelivered", &self.redelivered)
             .finish()
@@ -254,6 +288,15 @@ impl Delivery {
         self.message.double_ack().await.map_err(|e| Error::Inbox {
             subject: self.message.subject.to_string(),
             why: format!("acknowledge {}: {e}", self.msg_id),
+        })
+    }
+
+    /// Takes it off the queue for good without storing it (a message this host refuses: it
+    /// would otherwise come back after every `ack_wait`).
+    pub async fn refuse(&self) -> Result<(), Error> {
+        self.message.ack_with(jetstream::AckKind::Term).await.map_err(|e| Error::Inbox {
+            subject: self.message.subject.to_string(),
+            why: format!("refuse {}: {e}", self.msg_id),
         })
     }
 }

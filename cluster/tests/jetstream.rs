@@ -4,111 +4,15 @@
 //! killed with `kill -9`. `scripts/test` sets `FLOCK_REQUIRE_NATS=1`: there a missing server
 //! fails instead of skipping.
 
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use flock_cluster::{Delivery, Inbox, Link, Options};
+use flock_testkit::nats::{Broker, available};
 
-/// The `nats-server` binary: `FLOCK_NATS_SERVER`, else on PATH, else Debian's `/usr/sbin`.
-fn server_bin() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("FLOCK_NATS_SERVER") {
-        return Some(PathBuf::from(p));
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
-        .map(|d| d.join("nats-server"))
-        .find(|p| p.is_file())
-}
-
-fn available(test: &str) -> Option<PathBuf> {
-    let bin = server_bin();
-    if bin.is_none() {
-        assert!(
-            std::env::var_os("FLOCK_REQUIRE_NATS").is_none(),
-            "FLOCK_REQUIRE_NATS is set but there is no nats-server: run scripts/setup"
-        );
-        eprintln!("{test}: skipped (no nats-server: run scripts/setup)");
-    }
-    bin
-}
-
-/// A real broker with JetStream, its store in `dir`, on a loopback port.
-struct Broker {
-    bin: PathBuf,
-    dir: PathBuf,
-    port: u16,
-    child: Child,
-}
-
-impl Broker {
-    /// A new broker on a port it picks itself (`-p -1`, read back from its ports file: a port
-    /// picked here and handed over could be taken by a test running beside it), or again on
-    /// `port` after a kill.
-    fn start(bin: &Path, dir: &Path, port: Option<u16>) -> Broker {
-        let ports_dir = dir.join("ports");
-        std::fs::create_dir_all(&ports_dir).unwrap();
-        let mut child = Command::new(bin)
-            .args(["-js", "-a", "127.0.0.1", "-p"])
-            .arg(port.map_or("-1".to_owned(), |p| p.to_string()))
-            .arg("--ports_file_dir")
-            .arg(&ports_dir)
-            .arg("-sd")
-            .arg(dir.join("jetstream"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nats-server");
-        let ports_file = ports_dir.join(format!(
-            "{}_{}.ports",
-            bin.file_name().unwrap_or_default().to_string_lossy(),
-            child.id()
-        ));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let port = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("nats-server exited at start ({status}): port {port:?} taken?");
-            }
-            // `{"nats":["nats://127.0.0.1:46449"]}`
-            let listed = std::fs::read_to_string(&ports_file).unwrap_or_default();
-            let port = listed.split("nats://127.0.0.1:").nth(1).and_then(|rest| {
-                rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u16>().ok()
-            });
-            if let Some(port) = port
-                && TcpStream::connect(("127.0.0.1", port)).is_ok()
-            {
-                break port;
-            }
-            assert!(Instant::now() < deadline, "nats-server did not listen within 10 s");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Broker { bin: bin.to_owned(), dir: dir.to_owned(), port, child }
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// `kill -9`, then the same server again on the same store and port.
-    fn kill9_and_restart(&mut self) {
-        self.child.kill().unwrap(); // SIGKILL
-        self.child.wait().unwrap();
-        *self = Broker::start(&self.bin.clone(), &self.dir.clone(), Some(self.port));
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn options(broker: &Broker, ack_wait: Duration) -> Options {
-    Options { ack_wait, ..Options::new(broker.url(), "team") }
+/// Host `host` of swarm `team`.
+fn options(broker: &Broker, host: &str, ack_wait: Duration) -> Options {
+    Options { ack_wait, ..Options::new(broker.url(), "team", host) }
 }
 
 async fn next(inbox: &mut Inbox) -> Delivery {
@@ -129,7 +33,8 @@ async fn a_host_gets_what_was_sent_to_it_once_in_order_and_the_queue_empties_as_
     let Some(bin) = available("in order, once") else { return };
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(&bin, dir.path(), None);
-    let link = Link::connect(&options(&broker, Duration::from_secs(30))).await.unwrap();
+    let link = Link::connect(&options(&broker, "a", Duration::from_secs(30))).await.unwrap();
+    let b = Link::connect(&options(&broker, "b", Duration::from_secs(30))).await.unwrap();
     for i in 0..200 {
         let sent =
             link.send("b", &format!("m{i}"), Bytes::from(format!("body {i}"))).await.unwrap();
@@ -138,23 +43,23 @@ async fn a_host_gets_what_was_sent_to_it_once_in_order_and_the_queue_empties_as_
     // The outbox sends again after a crash: the stream stores an id once.
     let again = link.send("b", "m5", Bytes::from("body 5")).await.unwrap();
     assert!(again.duplicate, "{again:?}");
-    let mut inbox = link.inbox("b").await.unwrap();
+    let mut inbox = b.inbox().await.unwrap();
     for i in 0..200 {
         let d = next(&mut inbox).await;
         assert_eq!(
-            (d.msg_id.as_str(), d.payload.as_ref()),
-            (format!("m{i}").as_str(), format!("body {i}").as_bytes())
+            (d.msg_id.as_str(), d.payload.as_ref(), d.from_host.as_str()),
+            (format!("m{i}").as_str(), format!("body {i}").as_bytes(), "a")
         );
         assert!(!d.redelivered);
         d.ack().await.unwrap();
     }
     nothing_for(&mut inbox, 500).await;
     // Another host's inbox holds none of it.
-    let mut other = link.inbox("a").await.unwrap();
+    let mut other = link.inbox().await.unwrap();
     nothing_for(&mut other, 300).await;
     // Acknowledged messages are gone: a new inbox (the host restarted) starts empty.
     drop(inbox);
-    let mut again = link.inbox("b").await.unwrap();
+    let mut again = b.inbox().await.unwrap();
     nothing_for(&mut again, 500).await;
     // Names that would break a subject are refused before anything is sent.
     let err = link.send("b.*", "x", Bytes::new()).await.unwrap_err();
@@ -166,19 +71,19 @@ async fn a_message_the_receiving_host_never_acknowledged_comes_back_in_order() {
     let Some(bin) = available("redelivery") else { return };
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(&bin, dir.path(), None);
-    let opts = options(&broker, Duration::from_secs(1));
-    let link = Link::connect(&opts).await.unwrap();
+    let opts = options(&broker, "b", Duration::from_secs(1));
+    let link = Link::connect(&options(&broker, "a", Duration::from_secs(1))).await.unwrap();
     for i in 1..=3 {
         link.send("b", &format!("m{i}"), Bytes::from(format!("body {i}"))).await.unwrap();
     }
     {
         // The receiving supervisor takes m1 and dies before it stored (and acknowledged) it.
         let receiver = Link::connect(&opts).await.unwrap();
-        let mut inbox = receiver.inbox("b").await.unwrap();
+        let mut inbox = receiver.inbox().await.unwrap();
         assert_eq!(next(&mut inbox).await.msg_id, "m1");
     }
     let receiver = Link::connect(&opts).await.unwrap();
-    let mut inbox = receiver.inbox("b").await.unwrap();
+    let mut inbox = receiver.inbox().await.unwrap();
     let first = next(&mut inbox).await;
     assert_eq!((first.msg_id.as_str(), first.redelivered), ("m1", true));
     first.ack().await.unwrap();
@@ -195,14 +100,13 @@ async fn what_the_broker_acknowledged_survives_its_kill_9() {
     let Some(bin) = available("broker kill -9") else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut broker = Broker::start(&bin, dir.path(), None);
-    let opts = options(&broker, Duration::from_secs(30));
-    let link = Link::connect(&opts).await.unwrap();
+    let link = Link::connect(&options(&broker, "a", Duration::from_secs(30))).await.unwrap();
     for i in 0..50 {
         link.send("b", &format!("m{i}"), Bytes::from(vec![b'x'; 1024])).await.unwrap();
     }
     broker.kill9_and_restart();
-    let link = Link::connect(&opts).await.unwrap();
-    let mut inbox = link.inbox("b").await.unwrap();
+    let link = Link::connect(&options(&broker, "b", Duration::from_secs(30))).await.unwrap();
+    let mut inbox = link.inbox().await.unwrap();
     for i in 0..50 {
         let d = next(&mut inbox).await;
         assert_eq!(d.msg_id, format!("m{i}"));

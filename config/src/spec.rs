@@ -38,6 +38,25 @@ pub struct SwarmSpec {
     /// `bridges:`: chat bridges, in YAML order (empty: none).
     #[serde(default)]
     pub bridges: Vec<BridgeSpec>,
+    /// `cluster:`: the swarm runs on several hosts, linked by NATS JetStream (`None`: one host).
+    #[serde(default)]
+    pub cluster: Option<ClusterSpec>,
+}
+
+/// The host a swarm runs on when nothing names one, and the leader of a cluster unless
+/// `cluster.leader` names another.
+pub const DEFAULT_HOST: &str = "main";
+
+/// `cluster:` in YAML: where the hosts of one swarm meet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSpec {
+    /// The NATS server(s) with JetStream: `nats://host:port` (comma-separated for a cluster).
+    pub nats: String,
+    /// A NATS credentials file (`.creds`), absolute; `None`: the server asks for none.
+    #[serde(default)]
+    pub credentials_file: Option<PathBuf>,
+    /// The host agents without `host:` run on (default [`DEFAULT_HOST`]).
+    pub leader: String,
 }
 
 /// A chat bridge (`bridges:` in YAML): one `flock-bridge` process that connects Flock channels to
@@ -165,6 +184,49 @@ impl SwarmSpec {
     /// The agent (or spawned instance) at this address.
     pub fn agent(&self, key: &str) -> Option<&AgentSpec> {
         self.agents.iter().find(|a| a.key() == key)
+    }
+
+    /// The host agents without `host:` run on: the cluster's leader, or [`DEFAULT_HOST`].
+    pub fn leader(&self) -> &str {
+        self.cluster.as_ref().map_or(DEFAULT_HOST, |c| c.leader.as_str())
+    }
+
+    /// The host `agent` is placed on.
+    pub fn host_of<'a>(&'a self, agent: &'a AgentSpec) -> &'a str {
+        agent.host.as_deref().unwrap_or_else(|| self.leader())
+    }
+
+    /// Every host the file places an agent on, the leader first.
+    pub fn hosts(&self) -> Vec<String> {
+        let mut hosts = vec![self.leader().to_owned()];
+        for a in &self.agents {
+            let h = self.host_of(a);
+            if !hosts.iter().any(|x| x == h) {
+                hosts.push(h.to_owned());
+            }
+        }
+        hosts
+    }
+
+    /// The part of the swarm `host` runs: its own agents only (the others are reached through
+    /// the cluster). `Err` when the file places nothing there and names the hosts it knows.
+    pub fn for_host(&self, host: &str) -> Result<SwarmSpec, String> {
+        let hosts = self.hosts();
+        if !hosts.iter().any(|h| h == host) {
+            return Err(format!(
+                "the swarm file places no agent on host `{host}`; its hosts: {} (`host:` of an \
+                 agent; agents without one run on `{}`)",
+                hosts.join(", "),
+                self.leader()
+            ));
+        }
+        let mut part = self.clone();
+        part.agents.retain(|a| self.host_of(a) == host);
+        // Chat bridges post into the channels, which the leader holds.
+        if host != self.leader() {
+            part.bridges.clear();
+        }
+        Ok(part)
     }
 
     /// Runs every embedded-model agent on the known local model `name` instead (`up --model`);
@@ -419,6 +481,10 @@ pub struct AgentSpec {
     /// A coordinator's rule for handing a person's request over (`delegate:`).
     #[serde(default)]
     pub delegate: Delegate,
+    /// `host:`: the host this agent runs on (`None`: the swarm's leader, see
+    /// [`SwarmSpec::host_of`]).
+    #[serde(default)]
+    pub host: Option<String>,
 }
 
 /// When a coordinator hands a person's request to the agent it delegates to (the first of its

@@ -22,6 +22,7 @@ use crate::yaml::{self, Node, Scalar, Value, lookup};
 
 mod agents;
 mod bridges;
+mod cluster;
 mod models;
 
 use agents::*;
@@ -37,6 +38,7 @@ const TOP_KEYS: &[&str] = &[
     "defaults",
     "agents",
     "bridges",
+    "cluster",
 ];
 /// `supervision:` — how children are restarted and watched.
 const SUPERVISION: &[Field<SupervisionSpec>] = &[
@@ -132,6 +134,7 @@ const AGENT_KEYS: &[&str] = &[
     "model",
     "extensions",
     "delegate",
+    "host",
 ];
 
 const BRIDGE_KEYS: &[&str] = &[
@@ -210,6 +213,7 @@ pub(crate) fn build(root: &Node, origin: &Path, report: Report<'_>) -> Option<Sw
         transcripts: HashMap::new(),
         targets: Vec::new(),
         agent_names: Vec::new(),
+        clustered: false,
     };
     loader.swarm(root, origin)
 }
@@ -241,6 +245,8 @@ struct Loader<'e> {
     targets: Vec<Target>,
     /// Every validly named agent, in file order (set by `agents`).
     agent_names: Vec<String>,
+    /// The file has a `cluster:` section (agents may name a `host:`).
+    clustered: bool,
 }
 
 impl Loader<'_> {
@@ -289,6 +295,8 @@ impl Loader<'_> {
         if let Some((_, node)) = lookup(top, "models") {
             self.models(node);
         }
+        self.clustered = lookup(top, "cluster").is_some();
+        let cluster = lookup(top, "cluster").and_then(|(_, node)| self.cluster(node));
         let defaults = self.defaults(lookup(top, "defaults").map(|(_, v)| v));
         let agents = self.agents(lookup(top, "agents"), &defaults);
         let mut bridges = match lookup(top, "bridges") {
@@ -332,6 +340,7 @@ impl Loader<'_> {
             agents,
             mask,
             bridges,
+            cluster,
         })
     }
 

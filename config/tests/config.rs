@@ -953,3 +953,52 @@ fn a_coordinator_may_route_every_request_and_only_a_coordinator() {
     ));
     assert_mentions(&e, &["sometimes", "when-needed", "always"]);
 }
+
+#[test]
+fn agents_are_placed_on_hosts_of_a_cluster_and_each_host_runs_its_own() {
+    let spec = ok(&swarm(
+        "cluster:\n  nats: nats://10.0.0.1:4222\n  credentials_file: host.creds\nagents:\n  \
+         - { name: coordinator, role: coordinator, model: echo }\n  \
+         - { name: worker, role: worker, model: echo, host: gpu-1 }\n",
+    ));
+    let cluster = spec.cluster.as_ref().expect("a cluster");
+    assert_eq!(cluster.nats, "nats://10.0.0.1:4222");
+    assert_eq!(cluster.leader, "main", "the default leader");
+    let creds = cluster.credentials_file.as_ref().expect("a credentials file");
+    assert!(creds.is_absolute() && creds.ends_with("host.creds"), "{}", creds.display());
+    assert_eq!(spec.hosts(), ["main", "gpu-1"]);
+    let gpu = spec.for_host("gpu-1").unwrap();
+    assert_eq!(gpu.agents.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["worker"]);
+    let main = spec.for_host("main").unwrap();
+    assert_eq!(main.agents.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["coordinator"]);
+    let err = spec.for_host("gpu-2").unwrap_err();
+    assert!(err.contains("no agent on host `gpu-2`") && err.contains("main, gpu-1"), "{err}");
+    // Without a cluster every agent runs on the one host.
+    let single = ok(&swarm("agents:\n  - { name: solo, role: worker, model: echo }\n"));
+    assert_eq!((single.cluster.is_none(), single.hosts()), (true, vec!["main".to_owned()]));
+}
+
+#[test]
+fn a_host_without_a_cluster_or_a_bad_cluster_is_refused_where_it_is_written() {
+    let e = one_error(&swarm(
+        "agents:\n  - { name: solo, role: worker, model: echo }\n  - { name: far, role: worker, model: echo, host: gpu }\n",
+    ));
+    assert_eq!((e.line, e.column), (11, 51), "{e}");
+    assert_mentions(&e, &["host: gpu", "no `cluster:`", "nats://"]);
+    let e = one_error(&swarm(
+        "cluster: { nats: \"http://10.0.0.1:4222\" }\nagents:\n  - { name: solo, role: worker, model: echo }\n",
+    ));
+    assert_mentions(&e, &["cluster.nats", "http://10.0.0.1:4222", "nats://HOST:4222"]);
+    let e = one_error(&swarm(
+        "cluster: { nats: \"nats://a:4222\", leadr: x }\nagents:\n  - { name: solo, role: worker, model: echo }\n",
+    ));
+    assert_mentions(&e, &["leadr", "leader"]);
+    let e = one_error(&swarm(
+        "cluster: { nats: \"nats://a:4222\" }\nagents:\n  - { name: solo, role: worker, model: echo, host: GPU_1 }\n",
+    ));
+    assert_mentions(&e, &["GPU_1", "valid host name", "gpu-1"]);
+    let e = one_error(&swarm(
+        "cluster: { leader: main }\nagents:\n  - { name: solo, role: worker, model: echo }\n",
+    ));
+    assert_mentions(&e, &["no `nats`"]);
+}

@@ -32,6 +32,11 @@ pub enum Command {
         /// (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b; fetch with `scripts/setup --model NAME`).
         #[arg(long, value_name = "NAME")]
         model: Option<String>,
+        /// In a swarm across hosts (`cluster:` in the file): which host this is. It starts the
+        /// agents the file places here (`host:`) and reaches the others through NATS JetStream
+        /// [default: the file's `cluster.leader`, else `main`]. See docs/cluster.md.
+        #[arg(long, value_name = "NAME", env = "FLOCK_HOST")]
+        host: Option<String>,
         /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0 picks
         /// one). Off by default; no token: keep it on loopback or behind your firewall.
         #[arg(long, value_name = "ADDR")]

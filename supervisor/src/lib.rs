@@ -10,6 +10,7 @@ pub mod bridges;
 pub mod cage;
 pub mod children;
 pub mod cli;
+pub mod cluster;
 pub mod control;
 pub mod journal_cli;
 pub mod keeper;

@@ -206,6 +206,7 @@ fn check_workspaces(spec: &SwarmSpec, state: &StateDir) -> Result<()> {
 
 pub async fn up(
     spec: SwarmSpec,
+    host: &str,
     state: StateDir,
     keys: HashMap<String, Secret>,
     web: crate::web::WebOptions,
@@ -223,6 +224,11 @@ pub async fn up(
         crate::cage::decide(&spec, probed)?
     };
 
+    // A swarm across hosts: this host runs its own agents and reaches the others through the
+    // broker, which must answer before anything starts.
+    let whole = spec;
+    let spec = whole.for_host(host).map_err(|e| anyhow!(e))?;
+    let link = crate::cluster::connect(&whole, host).await?;
     let store = Store::open(&state.db(), Durability::Normal)
         .with_context(|| format!("open the store {}", state.db().display()))?;
     let spec = Arc::new(with_registry(spec, &store)?);
@@ -346,6 +352,7 @@ pub async fn up(
             flock_ipc::operator::key_path(&state.control_socket()).display()
         )
     })?;
+    let hosts = link.as_ref().map(|_| flock_actors::router::HostLink::new(&whole, host));
     let (router, _) = Actor::spawn(
         Some("router".into()),
         Router,
@@ -360,10 +367,14 @@ pub async fn up(
             journal: Some(flock_actors::journal::JournalWriter::spawn(journal.clone())),
             memory: memory_service,
             operator_key: Some(operator_key.clone()),
+            hosts: hosts.clone(),
         },
     )
     .await
     .map_err(|e| anyhow!("start the router: {e}"))?;
+    if let (Some(link), Some(h)) = (link, hosts) {
+        crate::cluster::spawn(link, store_ref.clone(), router.clone(), h.remote, h.outbox);
+    }
     let _ = router_cell.set(router.clone());
     channels
         .cast(ChannelsMsg::SetRouter(router.clone()))
@@ -546,6 +557,7 @@ pub fn detach(
     swarm_file: &Path,
     state: &StateDir,
     model: Option<&str>,
+    host: Option<&str>,
     web: &crate::web::WebOptions,
     log_format: flock_log::Format,
     keys: &HashMap<String, Secret>,
@@ -569,6 +581,7 @@ pub fn detach(
         .arg("--state-dir")
         .arg(&state.root)
         .args(model.map(|m| ["--model", m]).into_iter().flatten())
+        .args(host.map(|h| ["--host", h]).into_iter().flatten())
         .args(web.metrics.map(|a| ["--metrics".to_owned(), a.to_string()]).into_iter().flatten())
         .args(web.ui.map(|a| ["--ui".to_owned(), a.to_string()]).into_iter().flatten())
         .arg("--log-format")

@@ -12,6 +12,7 @@ pub mod fake_llm;
 pub mod fake_slack;
 pub mod fake_telegram;
 mod http1;
+pub mod nats;
 pub mod proc;
 pub mod raw;
 mod swarm;

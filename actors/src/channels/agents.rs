@@ -84,6 +84,7 @@ impl ChannelsState {
             instance: None,
             extensions: flock_config::ExtensionSpec::defaults(role, &self.peers()),
             delegate: Default::default(),
+            host: None,
         };
         let started = self.start_agent(caller, spec, "AGENT_CREATED").await?;
         match started {

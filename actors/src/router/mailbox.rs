@@ -11,6 +11,9 @@ impl RouterState {
             return self.answer(conn, Frame::error(&frame, code, msg));
         }
         if *mode == SendMode::AtMostOnce {
+            if let Some((code, msg)) = self.not_across_hosts(&frame.from, &frame.to) {
+                return self.answer(conn, Frame::error(&frame, code, msg));
+            }
             return self.route_at_most_once(conn, frame);
         }
         // A person's message waits for an answer; an agent's send during a turn joins that
@@ -182,6 +185,9 @@ impl RouterState {
     pub(super) fn request(&mut self, myself: &ActorRef<RouterMsg>, conn: ConnId, frame: Frame) {
         let Body::Request { text, timeout_ms } = &frame.body else { return };
         if let Err((code, msg)) = self.check_target(&frame.from, &frame.to) {
+            return self.answer(conn, Frame::error(&frame, code, msg));
+        }
+        if let Some((code, msg)) = self.not_across_hosts(&frame.from, &frame.to) {
             return self.answer(conn, Frame::error(&frame, code, msg));
         }
         // The call chain is the router's own record of who is serving whom, never the caller's.
@@ -445,6 +451,10 @@ impl RouterState {
         for (op, origin, outcome) in batch.items {
             let WriteOp::Enqueue(msg) = op else { continue };
             let Some(origin) = origin else { continue };
+            if origin.conn == hosts::FROM_HOST {
+                self.stored_from_host(myself, msg, outcome);
+                continue;
+            }
             let route =
                 Route::load(&msg.route, msg.id, &msg.sender, &msg.target, &msg.text, unix_ms());
             let chain = route.chain.id;
@@ -452,6 +462,7 @@ impl RouterState {
                 Ok(WriteOutcome::Inserted) => {
                     crate::metrics::get().durable_messages.inc();
                     let target = msg.target.clone();
+                    let remote = self.remote_host(&target).is_some();
                     match self.slots.get_mut(&target) {
                         Some(slot) => {
                             let kind = if route.result {
@@ -468,6 +479,7 @@ impl RouterState {
                             ));
                             self.deliver_next(myself, &target);
                         }
+                        None if remote => self.forwarded(msg.id, &route),
                         // Decommissioned meanwhile: the mail stays in the store.
                         None => self.leave(chain),
                     }

@@ -179,9 +179,14 @@ impl RouterState {
                         let state = match slot {
                             Some(s) if s.in_flight.is_some() => "busy",
                             Some(s) if s.conn.is_some() => "ready",
-                            _ => "offline",
+                            Some(_) => "offline",
+                            None => "on another host",
                         };
-                        serde_json::json!({"name": a.key(), "role": a.role.as_str(), "state": state})
+                        let mut row = serde_json::json!({"name": a.key(), "role": a.role.as_str(), "state": state});
+                        if let Some(host) = self.remote_host(&a.key()) {
+                            row["host"] = host.into();
+                        }
+                        row
                     })
                     .collect();
                 Ok(serde_json::Value::Array(list).to_string())
@@ -212,11 +217,14 @@ impl RouterState {
 }
 
 impl RouterState {
-    /// Every agent of the swarm but `caller`, in the swarm file's order.
+    /// Every agent of the swarm but `caller`: this host's in the swarm file's order, then the
+    /// other hosts'.
     fn others<'a>(&'a self, caller: &'a str) -> impl Iterator<Item = &'a AgentSpec> + 'a {
+        let elsewhere = self.hosts.iter().flat_map(|h| h.agents.iter());
         self.order
             .iter()
             .filter_map(|n| self.slots.get(n).map(|s| &s.spec))
+            .chain(elsewhere)
             .filter(move |a| a.key() != caller)
     }
 }

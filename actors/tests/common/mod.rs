@@ -50,6 +50,7 @@ pub async fn start(dir: &Path, life: u32, yaml: &str, with_channels: bool) -> No
     let liveness: HashMap<_, _> = spec.agents.iter().map(|a| (a.key(), Arc::default())).collect();
     let args = RouterArgs {
         operator_key: None,
+        hosts: None,
         spec,
         store: store.clone(),
         events: Arc::new(|_| {}),

@@ -294,6 +294,20 @@ impl Loader<'_> {
             Some(rule)
         });
         let command = field("command").and_then(|(v, what)| self.command(v, &what));
+        let host = field("host").filter(|(v, _)| !v.is_null()).and_then(|(v, what)| {
+            let host = self.host_name(v, &what)?;
+            if !self.clustered {
+                self.report.error(
+                    v.pos,
+                    format!(
+                        "`{what}: {host}` places the agent on another host, but the swarm \
+                             has no `cluster:`; add `cluster: {{ nats: nats://HOST:4222 }}` (the \
+                             JetStream server the hosts meet on), or remove `host:`"
+                    ),
+                );
+            }
+            Some(host)
+        });
         let extensions = match field("extensions") {
             Some((v, what)) => crate::extensions::parse(&mut self.report, v, &what, peers),
             None => role.map(|role| ExtensionSpec::defaults(role, peers)).unwrap_or_default(),
@@ -340,6 +354,7 @@ impl Loader<'_> {
             instance: None,
             extensions,
             delegate: delegate.unwrap_or_default(),
+            host,
         })
     }
 

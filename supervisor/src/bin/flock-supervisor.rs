@@ -65,7 +65,7 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Up { file, detach, state_dir, model, metrics, ui, log_format } => {
+        Command::Up { file, detach, state_dir, model, host, metrics, ui, log_format } => {
             let web = flock_supervisor::web::WebOptions { metrics, ui };
             for (flag, addr) in [("--metrics", metrics), ("--ui", ui)] {
                 if let Some(a) = addr
@@ -100,6 +100,20 @@ fn main() -> ExitCode {
                 eprintln!("flock-supervisor: --model: {e}");
                 return ExitCode::from(2);
             }
+            let host = host.unwrap_or_else(|| spec.leader().to_owned());
+            if spec.cluster.is_none() && host != spec.leader() {
+                eprintln!(
+                    "flock-supervisor: --host {host}: {} has no `cluster:` section, so it runs on \
+                     one host; add `cluster: {{ nats: nats://HOST:4222 }}` and place agents with \
+                     `host:` (docs/cluster.md), or leave out --host",
+                    file.display()
+                );
+                return ExitCode::from(2);
+            }
+            if let Err(e) = spec.for_host(&host) {
+                eprintln!("flock-supervisor: --host {host}: {e}");
+                return ExitCode::from(2);
+            }
             let state = match StateDir::resolve(state_dir.as_deref()) {
                 Ok(s) => s,
                 Err(e) => {
@@ -122,6 +136,7 @@ fn main() -> ExitCode {
                     &file,
                     &state,
                     model.as_deref(),
+                    Some(host.as_str()),
                     &web,
                     log_format,
                     &keys,
@@ -182,7 +197,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            match runtime.block_on(flock_supervisor::up::up(spec, state, keys, web)) {
+            match runtime.block_on(flock_supervisor::up::up(spec, &host, state, keys, web)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("flock-supervisor: {e:#}");

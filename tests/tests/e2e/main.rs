@@ -10,6 +10,7 @@ mod chains;
 mod channels;
 mod chat_door;
 mod cli;
+mod cluster;
 mod dashboard;
 mod delivery;
 mod eval;

@@ -1,0 +1,232 @@
+//! This host's link to the swarm's other hosts (issue #26, docs/cluster.md): two tasks over
+//! `flock-cluster`'s JetStream transport.
+//!
+//! - **Outbox**: messages the router stored for agents on other hosts wait in this host's SQLite
+//!   mailbox (the source of truth). The publisher sends them in the order they were accepted,
+//!   each under its message id (`Nats-Msg-Id`), and marks them forwarded once the stream has
+//!   stored them. A crash between the two sends them again: the stream and the receiving
+//!   store each keep an id once.
+//! - **Inbox**: what other hosts sent here is handed to the router ([`RouterMsg::FromHost`]),
+//!   which checks that the sending host runs the sender, stores the message (by id: once) and
+//!   queues it; only then is it acknowledged to the broker. A message the router refuses is taken
+//!   off the queue and logged; one it could not store (or a router that is stopping) is left
+//!   unacknowledged, and the broker delivers it again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Result, anyhow};
+use flock_actors::store::PendingMessage;
+use flock_actors::{RouterMsg, StoreMsg};
+use flock_cluster::{Delivery, Link, Options};
+use flock_config::SwarmSpec;
+use flock_ipc::id::{fmt_id, parse_id};
+use ractor::ActorRef;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, oneshot};
+
+/// How many stored messages the publisher reads at a time.
+const BATCH: usize = 256;
+/// Longest wait between two attempts after the broker failed.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// A message on the wire between hosts (JSON: the route is already JSON text).
+#[derive(Debug, Serialize, Deserialize)]
+struct Wire {
+    id: String,
+    sender: String,
+    target: String,
+    text: String,
+    #[serde(default)]
+    route: String,
+    enqueued_at: u64,
+}
+
+fn encode(m: &PendingMessage) -> Vec<u8> {
+    let wire = Wire {
+        id: fmt_id(m.id),
+        sender: m.sender.clone(),
+        target: m.target.clone(),
+        text: m.text.clone(),
+        route: m.route.clone(),
+        enqueued_at: m.enqueued_at,
+    };
+    serde_json::to_vec(&wire).unwrap_or_default()
+}
+
+/// The message a delivery carries, if it is one and its id is the one the broker de-duplicated.
+fn decode(d: &Delivery) -> Result<PendingMessage, String> {
+    let wire: Wire =
+        serde_json::from_slice(&d.payload).map_err(|e| format!("not a Flock message: {e}"))?;
+    let id = parse_id(&wire.id).ok_or_else(|| format!("bad message id `{}`", wire.id))?;
+    if wire.id != d.msg_id {
+        return Err(format!("its id {} is not its Nats-Msg-Id {}", wire.id, d.msg_id));
+    }
+    Ok(PendingMessage {
+        id,
+        sender: wire.sender,
+        target: wire.target,
+        text: wire.text,
+        attempts: 0,
+        route: wire.route,
+        enqueued_at: wire.enqueued_at,
+    })
+}
+
+/// Connects this host to the swarm's broker (before anything starts: a swarm across hosts does
+/// not start without it).
+pub async fn connect(spec: &SwarmSpec, host: &str) -> Result<Option<Link>> {
+    let Some(cluster) = &spec.cluster else { return Ok(None) };
+    let options = Options {
+        credentials_file: cluster.credentials_file.clone(),
+        ..Options::new(&cluster.nats, &spec.name, host)
+    };
+    let link = Link::connect(&options).await.map_err(|e| anyhow!("cluster: {e}"))?;
+    tracing::info!(host, nats = %cluster.nats, "flock: host `{host}` joined swarm `{}` on NATS", spec.name);
+    Ok(Some(link))
+}
+
+/// Starts the outbox publisher and the inbox reader; they run as long as the process.
+pub fn spawn(
+    link: Link,
+    store: ActorRef<StoreMsg>,
+    router: ActorRef<RouterMsg>,
+    remote: HashMap<String, String>,
+    wake: Arc<Notify>,
+) {
+    tokio::spawn(publish(link.clone(), store, remote, wake));
+    tokio::spawn(receive(link, router));
+}
+
+async fn publish(
+    link: Link,
+    store: ActorRef<StoreMsg>,
+    remote: HashMap<String, String>,
+    wake: Arc<Notify>,
+) {
+    let targets: Vec<String> = remote.keys().cloned().collect();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let wanted = targets.clone();
+        let batch =
+            flock_actors::store_actor::with_store(&store, move |s| s.pending_for(&wanted, BATCH))
+                .await;
+        let batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(error = %e, "flock cluster: cannot read the outbox");
+                tokio::time::sleep(MAX_BACKOFF).await;
+                continue;
+            }
+        };
+        if batch.is_empty() {
+            // Woken by the router when it stores one; the timer is a safety net.
+            let _ = tokio::time::timeout(Duration::from_secs(1), wake.notified()).await;
+            continue;
+        }
+        let mut sent = Vec::with_capacity(batch.len());
+        let mut failed = false;
+        for m in &batch {
+            let Some(host) = remote.get(&m.target) else { continue };
+            match link.send(host, &fmt_id(m.id), encode(m)).await {
+                Ok(_) => sent.push((m.id, host.clone())),
+                Err(e) => {
+                    // Stop here: what follows waits, so order per host holds.
+                    tracing::warn!(error = %e, to = %host, "flock cluster: send to host `{host}` failed; retrying");
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        if !sent.is_empty() {
+            let mark =
+                flock_actors::store_actor::with_store(&store, move |s| s.mark_forwarded(&sent))
+                    .await;
+            if let Err(e) = mark {
+                // Sent again later; the ids keep it once.
+                tracing::error!(error = %e, "flock cluster: cannot mark messages forwarded");
+            }
+        }
+        if failed {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        } else {
+            backoff = Duration::from_millis(50);
+        }
+    }
+}
+
+async fn receive(link: Link, router: ActorRef<RouterMsg>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let mut inbox = match link.inbox().await {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(error = %e, "flock cluster: cannot open this host's inbox; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        while let Some(next) = inbox.next().await {
+            let d = match next {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(error = %e, "flock cluster: inbox");
+                    continue;
+                }
+            };
+            let msg = match decode(&d) {
+                Ok(m) => m,
+                Err(why) => {
+                    tracing::warn!(from = %d.from_host, msg_id = %d.msg_id, "flock cluster: refused a message from host `{}`: {why}", d.from_host);
+                    let _ = d.refuse().await;
+                    continue;
+                }
+            };
+            let (tx, rx) = oneshot::channel();
+            let ask = RouterMsg::FromHost { host: d.from_host.clone(), msg, reply: tx };
+            if router.cast(ask).is_err() {
+                return; // stopping: unacknowledged, delivered again to the next run
+            }
+            match rx.await {
+                Ok(Ok(())) => {
+                    if let Err(e) = d.ack().await {
+                        // Delivered again; the store keeps its id once.
+                        tracing::warn!(error = %e, "flock cluster: acknowledge failed");
+                    }
+                }
+                Ok(Err(why)) => {
+                    tracing::warn!(from = %d.from_host, msg_id = %d.msg_id, "flock cluster: refused a message from host `{}`: {why}", d.from_host);
+                    let _ = d.refuse().await;
+                }
+                // The router is stopping: left for the broker to deliver again.
+                Err(_) => return,
+            }
+        }
+        tokio::time::sleep(backoff).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_crosses_as_json_and_must_carry_its_broker_id() {
+        let m = PendingMessage {
+            id: 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef,
+            sender: "c".into(),
+            target: "w".into(),
+            text: "hello".into(),
+            attempts: 3,
+            route: "{\"hop\":2}".into(),
+            enqueued_at: 7,
+        };
+        let wire: Wire = serde_json::from_slice(&encode(&m)).unwrap();
+        assert_eq!(wire.id, fmt_id(m.id));
+        assert_eq!((wire.sender.as_str(), wire.route.as_str()), ("c", "{\"hop\":2}"));
+    }
+}
