@@ -46,7 +46,7 @@ pub enum RouterMsg {
     Stored(StoredBatch),
     /// A durable message from an agent on another host, brought by the cluster link: `reply` once
     /// it is stored here (then the link acknowledges it to the broker), or why it is refused.
-    FromHost { host: String, msg: PendingMessage, reply: oneshot::Sender<Result<(), String>> },
+    FromHost { host: String, msg: PendingMessage, reply: oneshot::Sender<FromHost> },
     /// The earliest request deadline may have passed: time out what is due, re-arm for the next.
     CheckDeadlines,
     /// Persist the turn counts accumulated since the last flush (sent to itself every second).
@@ -314,6 +314,17 @@ pub enum StoreMsg {
     /// Run a closure on the store (channel operations): the store actor stays the only writer,
     /// and queued mailbox writes are committed first so the closure sees them.
     With(StoreJob),
+}
+
+/// What became of a message from another host ([`RouterMsg::FromHost`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FromHost {
+    /// In this host's mailbox (now, or already before: a message is stored once).
+    Stored,
+    /// Not for this host to take (who may not send it, or to whom): never stored.
+    Refused(String),
+    /// It could not be stored now; the broker delivers it again.
+    Failed(String),
 }
 
 /// Who asked for a write and wants to hear the outcome.

@@ -235,7 +235,7 @@ pub struct RouterState {
     /// Messages forwarded to another host whose result an agent here waits for, and their chain.
     awaiting: HashMap<MsgId, MsgId>,
     /// Messages from other hosts being stored, and who acknowledges them once they are.
-    host_acks: HashMap<MsgId, oneshot::Sender<Result<(), String>>>,
+    host_acks: HashMap<MsgId, oneshot::Sender<crate::messages::FromHost>>,
 }
 
 pub(crate) fn unix_ms() -> u64 {
@@ -423,7 +423,9 @@ impl Actor for Router {
                     state.answer(conn, frame);
                 }
             }
-            RouterMsg::FromHost { host, msg, reply } => state.arrived_from_host(&myself, host, msg, reply),
+            RouterMsg::FromHost { host, msg, reply } => {
+                state.arrived_from_host(&myself, host, msg, reply)
+            }
             RouterMsg::AddAgent { spec, liveness } => {
                 if !state.slots.contains_key(&spec.key()) {
                     let name = spec.key();

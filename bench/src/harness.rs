@@ -11,6 +11,7 @@ macro_rules! say {
     ($($t:tt)*) => { eprintln!("flock-bench: {}", format!($($t)*)) };
 }
 
+mod cluster;
 mod fixture;
 mod io;
 mod lifecycle;
@@ -27,9 +28,9 @@ pub fn main(args: RunArgs) -> Result<()> {
 
 async fn run(args: RunArgs) -> Result<()> {
     let started = Instant::now();
-    const FIGURES: [&str; 13] = [
+    const FIGURES: [&str; 14] = [
         "routed", "raw", "durable", "request", "up", "restart", "rss", "sandbox", "memory",
-        "recall", "bridge", "observe", "ui",
+        "recall", "bridge", "observe", "ui", "cluster",
     ];
     if let Some(bad) = args.only.iter().find(|o| !FIGURES.contains(&o.as_str())) {
         bail!("--only {bad}: choose among {}", FIGURES.join(","));
@@ -75,6 +76,10 @@ async fn run(args: RunArgs) -> Result<()> {
         }
         if want("ui") {
             ui_latency(&bins, &root, args.ui_changes, &mut out).await?;
+        }
+        // Only when named: it needs a NATS server.
+        if args.only.iter().any(|o| o == "cluster") {
+            cluster::cluster(&bins, &root, &args, &mut out).await?;
         }
         if want("up") || want("restart") || want("rss") {
             lifecycle(&bins, &root, &args, &mut out, want("up"), want("restart"), want("rss"))
@@ -295,6 +300,36 @@ fn print_table(out: &Map<String, Value>) {
             None,
             String::new(),
         );
+    }
+    if let (Some(x), Some(bare), Some(one)) = (
+        get("cluster_delivered_msgs_per_sec"),
+        get("cluster_bare_publish_msgs_per_sec"),
+        get("cluster_one_host_delivered_msgs_per_sec"),
+    ) {
+        let ratio = x / bare.max(1.0);
+        row(
+            "durable across hosts (delivered + acked)",
+            format!("{} msg/s", thousands(x)),
+            "≥ 0.5× bare",
+            Some(ratio >= 0.5),
+            format!("{ratio:.2}× bare JetStream publish-with-ack ({} msg/s)", thousands(bare)),
+        );
+        row(
+            "  the same on one host",
+            format!("{} msg/s", thousands(one)),
+            "",
+            None,
+            format!("across hosts {:.2}× one host", x / one.max(1.0)),
+        );
+        if let Some(a) = get("cluster_accepted_msgs_per_sec") {
+            row(
+                "  accepted on the sending host",
+                format!("{} msg/s", thousands(a)),
+                "",
+                None,
+                String::new(),
+            );
+        }
     }
     if let (Some(p50), Some(p99)) = (get("request_rtt_p50_us"), get("request_rtt_p99_us")) {
         let vs = |k: &str, x: f64| {

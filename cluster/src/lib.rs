@@ -11,11 +11,15 @@
 //!   waits for the stream's acknowledgement: once it returns, the broker has the message on disk.
 //!   The same id sent again inside the stream's duplicate window (two minutes) is stored once
 //!   ([`Sent::duplicate`]), so the sending host may publish from its outbox again after any crash.
-//! - [`Link::inbox`] is a host's durable pull consumer on its subject, with one message in flight
-//!   and acknowledged one at a time ([`Delivery::ack`], a double ack: the broker confirms it). A
-//!   message not acknowledged within `ack_wait` — the receiving supervisor died before it stored
-//!   the message — is delivered again before any later one, so order per host holds. JetStream is at least once: the receiver de-duplicates by
-//!   [`Delivery::msg_id`] in its own store before it acknowledges.
+//! - [`Link::inbox`] is a host's durable pull consumer on its subjects, with a window of messages
+//!   in flight ([`Options::window`]) read in order ([`Inbox::next_batch`]); a receiver
+//!   acknowledges a prefix once it has stored it ([`ack_prefix`]). JetStream redelivers an
+//!   unacknowledged message only after `ack_wait`, and delivers newer ones meanwhile, so a
+//!   receiver that died with a window in flight would see later messages before the ones it
+//!   lost. Opening the inbox therefore starts its consumer afresh: the work queue still holds
+//!   every unacknowledged message, and a new consumer delivers them from the oldest, in stream
+//!   order — order per host holds with a window. JetStream is at least once: the receiver
+//!   de-duplicates by [`Delivery::msg_id`] in its own store before it acknowledges.
 //!
 //! The sending host's SQLite mailbox stays the source of truth (a transactional outbox); this crate
 //! only moves bytes between hosts and says when they are safe.
@@ -41,6 +45,8 @@ pub struct Options {
     pub host: String,
     /// A delivery not acknowledged this long is delivered again.
     pub ack_wait: Duration,
+    /// How many messages this host's inbox may hold delivered but unacknowledged.
+    pub window: i64,
 }
 
 impl Options {
@@ -55,6 +61,7 @@ impl Options {
             swarm: swarm.into(),
             host: host.into(),
             ack_wait: Duration::from_secs(30),
+            window: 256,
         }
     }
 }
@@ -72,8 +79,6 @@ pub enum Error {
     Publish { subject: String, why: String },
     #[error("host inbox {subject}: {why}")]
     Inbox { subject: String, why: String },
-    #[error("a message on {subject} has no Nats-Msg-Id: not Flock's")]
-    NoId { subject: String },
 }
 
 /// One swarm's link to the broker.
@@ -84,6 +89,7 @@ pub struct Link {
     host: String,
     stream: String,
     ack_wait: Duration,
+    window: i64,
 }
 
 impl std::fmt::Debug for Link {
@@ -145,6 +151,7 @@ impl Link {
             host: options.host.clone(),
             stream: name,
             ack_wait: options.ack_wait,
+            window: options.window.max(1),
         })
     }
 
@@ -181,8 +188,9 @@ impl Link {
         Ok(Sent { sequence: ack.sequence, duplicate: ack.duplicate })
     }
 
-    /// This host's inbox: its durable consumer (created on first use, kept by the broker across
-    /// restarts of either side), delivering in order from the oldest unacknowledged message.
+    /// This host's inbox: its durable consumer, started afresh (the messages stay in the work
+    /// queue until acknowledged), delivering in order from the oldest unacknowledged message. One
+    /// process per host may read it at a time.
     pub async fn inbox(&self) -> Result<Inbox, Error> {
         let host = &self.host;
         let subject = format!("flock.{}.inbox.{host}.*", self.swarm);
@@ -198,18 +206,15 @@ impl Link {
             filter_subject: subject.clone(),
             ack_policy: consumer::AckPolicy::Explicit,
             ack_wait: self.ack_wait,
-            // One message in flight per host: JetStream delivers a new message before it
-            // redelivers an unacknowledged one, so with more in flight a receiver that died
-            // would get m2 before m1 again. Order per host comes first; a window with per-sender
-            // sequence numbers is the next step when throughput asks for it.
-            max_ack_pending: 1,
+            max_ack_pending: self.window,
             deliver_policy: consumer::DeliverPolicy::All,
             ..Default::default()
         };
-        let consumer: consumer::PullConsumer = stream
-            .get_or_create_consumer(&durable, config)
-            .await
-            .map_err(|e| inbox_error(e.to_string()))?;
+        // What a dead reader left unacknowledged would come back only after `ack_wait`, behind
+        // newer messages: a fresh consumer delivers it first. (Gone already is fine.)
+        let _ = stream.delete_consumer(&durable).await;
+        let consumer: consumer::PullConsumer =
+            stream.create_consumer(config).await.map_err(|e| inbox_error(e.to_string()))?;
         let messages = consumer.messages().await.map_err(|e| inbox_error(e.to_string()))?;
         Ok(Inbox { subject, messages })
     }
@@ -228,6 +233,25 @@ impl std::fmt::Debug for Inbox {
 }
 
 impl Inbox {
+    /// The next message, and those already here behind it (at most `max` in all), in order;
+    /// `None` when the connection is gone for good.
+    pub async fn next_batch(&mut self, max: usize) -> Option<Result<Vec<Delivery>, Error>> {
+        use futures_util::FutureExt;
+        let first = match self.next().await? {
+            Ok(d) => d,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut batch = vec![first];
+        while batch.len() < max {
+            match self.next().now_or_never() {
+                Some(Some(Ok(d))) => batch.push(d),
+                // An error or the end shows itself on the next call.
+                _ => break,
+            }
+        }
+        Some(Ok(batch))
+    }
+
     /// The next message; `None` when the connection is gone for good.
     pub async fn next(&mut self) -> Option<Result<Delivery, Error>> {
         let subject = self.subject.clone();
@@ -235,16 +259,14 @@ impl Inbox {
             Ok(m) => m,
             Err(e) => return Some(Err(Error::Inbox { subject, why: e.to_string() })),
         };
+        // Empty when it has none: not Flock's; the receiver refuses it and acknowledges it with
+        // the messages around it (in order).
         let msg_id = message
             .headers
             .as_ref()
             .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
-            .map(|v| v.as_str().to_owned());
-        let Some(msg_id) = msg_id else {
-            // Not Flock's: taken off the queue so it cannot block the inbox, and reported.
-            let _ = message.ack_with(jetstream::AckKind::Term).await;
-            return Some(Err(Error::NoId { subject }));
-        };
+            .map(|v| v.as_str().to_owned())
+            .unwrap_or_default();
         let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
         // `flock.<swarm>.inbox.<to>.<from>`: the filter guarantees the shape.
         let from_host = message.subject.rsplit('.').next().unwrap_or_default().to_owned();
@@ -290,13 +312,17 @@ impl Delivery {
             why: format!("acknowledge {}: {e}", self.msg_id),
         })
     }
+}
 
-    /// Takes it off the queue for good without storing it (a message this host refuses: it
-    /// would otherwise come back after every `ack_wait`).
-    pub async fn refuse(&self) -> Result<(), Error> {
-        self.message.ack_with(jetstream::AckKind::Term).await.map_err(|e| Error::Inbox {
-            subject: self.message.subject.to_string(),
-            why: format!("refuse {}: {e}", self.msg_id),
-        })
+/// Acknowledges `prefix` (messages stored, in the order delivered): each one, the last waiting for
+/// the broker's confirmation (which comes after the ones before it on the same connection).
+pub async fn ack_prefix(prefix: &[Delivery]) -> Result<(), Error> {
+    let Some((last, before)) = prefix.split_last() else { return Ok(()) };
+    for d in before {
+        d.message.ack().await.map_err(|e| Error::Inbox {
+            subject: d.message.subject.to_string(),
+            why: format!("acknowledge {}: {e}", d.msg_id),
+        })?;
     }
+    last.ack().await
 }

@@ -6,17 +6,20 @@
 //!   each under its message id (`Nats-Msg-Id`), and marks them forwarded once the stream has
 //!   stored them. A crash between the two sends them again: the stream and the receiving
 //!   store each keep an id once.
-//! - **Inbox**: what other hosts sent here is handed to the router ([`RouterMsg::FromHost`]),
-//!   which checks that the sending host runs the sender, stores the message (by id: once) and
-//!   queues it; only then is it acknowledged to the broker. A message the router refuses is taken
-//!   off the queue and logged; one it could not store (or a router that is stopping) is left
-//!   unacknowledged, and the broker delivers it again.
+//! - **Inbox**: what other hosts sent here comes in batches (a window of 256 in flight) and is
+//!   handed to the router ([`RouterMsg::FromHost`]), which checks that the sending host runs the
+//!   sender, stores the message (by id: once) and queues it; only then is the stored prefix
+//!   acknowledged to the broker. A message the router refuses is logged and
+//!   acknowledged with the rest, never stored; one it could not store (or a router that is
+//!   stopping) is left unacknowledged with everything after it, and the broker delivers them
+//!   again, in order.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow};
+use flock_actors::messages::FromHost;
 use flock_actors::store::PendingMessage;
 use flock_actors::{RouterMsg, StoreMsg};
 use flock_cluster::{Delivery, Link, Options};
@@ -170,44 +173,87 @@ async fn receive(link: Link, router: ActorRef<RouterMsg>) {
             }
         };
         backoff = Duration::from_millis(50);
-        while let Some(next) = inbox.next().await {
-            let d = match next {
-                Ok(d) => d,
+        while let Some(next) = inbox.next_batch(BATCH).await {
+            let batch = match next {
+                Ok(b) => b,
                 Err(e) => {
                     tracing::warn!(error = %e, "flock cluster: inbox");
                     continue;
                 }
             };
-            let msg = match decode(&d) {
-                Ok(m) => m,
-                Err(why) => {
-                    tracing::warn!(from = %d.from_host, msg_id = %d.msg_id, "flock cluster: refused a message from host `{}`: {why}", d.from_host);
-                    let _ = d.refuse().await;
-                    continue;
-                }
-            };
-            let (tx, rx) = oneshot::channel();
-            let ask = RouterMsg::FromHost { host: d.from_host.clone(), msg, reply: tx };
-            if router.cast(ask).is_err() {
-                return; // stopping: unacknowledged, delivered again to the next run
-            }
-            match rx.await {
-                Ok(Ok(())) => {
-                    if let Err(e) = d.ack().await {
-                        // Delivered again; the store keeps its id once.
-                        tracing::warn!(error = %e, "flock cluster: acknowledge failed");
-                    }
-                }
-                Ok(Err(why)) => {
-                    tracing::warn!(from = %d.from_host, msg_id = %d.msg_id, "flock cluster: refused a message from host `{}`: {why}", d.from_host);
-                    let _ = d.refuse().await;
-                }
-                // The router is stopping: left for the broker to deliver again.
-                Err(_) => return,
+            match hand_over(&router, &batch).await {
+                Handed::All => {}
+                // Stopping, or a message that could not be stored: what follows the stored
+                // prefix stays unacknowledged and comes again, in order, after `ack_wait`.
+                Handed::Stopping => return,
+                Handed::Failed => break,
             }
         }
         tokio::time::sleep(backoff).await;
     }
+}
+
+enum Handed {
+    All,
+    Stopping,
+    Failed,
+}
+
+/// Hands a batch to the router (the store commits it together), then acknowledges the longest
+/// prefix of it that is stored or refused.
+async fn hand_over(router: &ActorRef<RouterMsg>, batch: &[Delivery]) -> Handed {
+    let mut waits = Vec::with_capacity(batch.len());
+    for d in batch {
+        match decode(d) {
+            Ok(msg) => {
+                let (tx, rx) = oneshot::channel();
+                let ask = RouterMsg::FromHost { host: d.from_host.clone(), msg, reply: tx };
+                if router.cast(ask).is_err() {
+                    break;
+                }
+                waits.push(Some(rx));
+            }
+            Err(why) => {
+                refused(d, &why);
+                waits.push(None);
+            }
+        }
+    }
+    let mut handled = 0;
+    let mut outcome = Handed::All;
+    for (d, wait) in batch.iter().zip(waits.iter_mut()) {
+        let Some(rx) = wait.take() else {
+            handled += 1;
+            continue;
+        };
+        match rx.await {
+            Ok(FromHost::Stored) => {}
+            Ok(FromHost::Refused(why)) => refused(d, &why),
+            Ok(FromHost::Failed(why)) => {
+                tracing::error!(from = %d.from_host, msg_id = %d.msg_id, "flock cluster: a message from host `{}` was not stored: {why}; it comes again", d.from_host);
+                outcome = Handed::Failed;
+                break;
+            }
+            Err(_) => {
+                outcome = Handed::Stopping;
+                break;
+            }
+        }
+        handled += 1;
+    }
+    if waits.len() < batch.len() && matches!(outcome, Handed::All) {
+        outcome = Handed::Stopping; // the router is gone
+    }
+    if let Err(e) = flock_cluster::ack_prefix(&batch[..handled]).await {
+        // Delivered again; the store keeps each id once.
+        tracing::warn!(error = %e, "flock cluster: acknowledge failed");
+    }
+    outcome
+}
+
+/// A message this host will not take: logged, and acknowledged with the rest (never stored).
+fn refused(d: &Delivery, why: &str) {
+    tracing::warn!(from = %d.from_host, msg_id = %d.msg_id, "flock cluster: refused a message from host `{}`: {why}", d.from_host);
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! per host.
 
 use super::*;
+use crate::messages::FromHost;
 
 /// This router's place among the swarm's hosts.
 #[derive(Debug, Clone)]
@@ -93,7 +94,7 @@ impl RouterState {
         myself: &ActorRef<RouterMsg>,
         host: String,
         m: crate::store::PendingMessage,
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<FromHost>,
     ) {
         if self.draining {
             return; // `reply` dropped: unacknowledged, the broker delivers it to the next run
@@ -109,11 +110,12 @@ impl RouterState {
                     m.sender
                 ),
             };
-            let _ = reply.send(Err(msg));
+            let _ = reply.send(FromHost::Refused(msg));
             return;
         }
         if !self.slots.contains_key(&m.target) {
-            let _ = reply.send(Err(format!("no agent `{}` runs on this host", m.target)));
+            let msg = format!("no agent `{}` runs on this host", m.target);
+            let _ = reply.send(FromHost::Refused(msg));
             return;
         }
         self.host_acks.insert(m.id, reply);
@@ -132,7 +134,7 @@ impl RouterState {
         if let Err(e) = self.store.cast(write)
             && let Some(reply) = self.host_acks.remove(&m.id)
         {
-            let _ = reply.send(Err(format!("the store is not running: {e}")));
+            let _ = reply.send(FromHost::Failed(format!("the store is not running: {e}")));
         }
     }
 
@@ -153,8 +155,10 @@ impl RouterState {
                 // The result of a hop this host forwarded carries that hop's count on.
                 let carried =
                     route.result && route.parent.and_then(|p| self.awaiting.remove(&p)).is_some();
+                // The chain has come this far wherever its earlier hops ran (this one counted).
+                let chain = self.chains.entry(&route.chain, route.hop.saturating_add(1));
                 if !carried {
-                    self.chains.entry(&route.chain, route.hop).live += 1;
+                    chain.live += 1;
                 }
                 let kind = if route.result { DeliveryKind::Result } else { DeliveryKind::Message };
                 let target = msg.target.clone();
@@ -166,10 +170,10 @@ impl RouterState {
                     }
                     None => self.leave(route.chain.id),
                 }
-                Ok(())
+                FromHost::Stored
             }
-            Ok(_) => Ok(()),
-            Err(e) => Err(format!("the message could not be stored: {e}")),
+            Ok(_) => FromHost::Stored,
+            Err(e) => FromHost::Failed(format!("the message could not be stored: {e}")),
         };
         if let Some(reply) = reply {
             let _ = reply.send(answer);

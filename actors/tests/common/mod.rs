@@ -29,9 +29,26 @@ pub struct Node {
 /// Starts the actors over the files in `dir` from the swarm file text `yaml` (a second start on
 /// the same dir is a supervisor restart); `life` names the socket so lives do not collide.
 pub async fn start(dir: &Path, life: u32, yaml: &str, with_channels: bool) -> Node {
+    start_on(dir, life, yaml, with_channels, None).await
+}
+
+/// [`start`] as host `host` of a swarm across hosts (its agents only; the others' through a
+/// [`flock_actors::router::HostLink`] no broker feeds: a test hands messages over itself).
+pub async fn start_on(
+    dir: &Path,
+    life: u32,
+    yaml: &str,
+    with_channels: bool,
+    host: Option<&str>,
+) -> Node {
     let path = dir.join("swarm.yaml");
     std::fs::write(&path, yaml).unwrap();
-    let spec = Arc::new(flock_config::load(&path).unwrap());
+    let whole = flock_config::load(&path).unwrap();
+    let hosts = host.map(|h| flock_actors::router::HostLink::new(&whole, h));
+    let spec = Arc::new(match host {
+        Some(h) => whole.for_host(h).unwrap(),
+        None => whole,
+    });
     let db = dir.join("flock.db");
     let store = Store::open(&db, Durability::Normal).unwrap();
     let (store, _) = Actor::spawn(None, StoreActor, store).await.unwrap();
@@ -50,7 +67,7 @@ pub async fn start(dir: &Path, life: u32, yaml: &str, with_channels: bool) -> No
     let liveness: HashMap<_, _> = spec.agents.iter().map(|a| (a.key(), Arc::default())).collect();
     let args = RouterArgs {
         operator_key: None,
-        hosts: None,
+        hosts,
         spec,
         store: store.clone(),
         events: Arc::new(|_| {}),

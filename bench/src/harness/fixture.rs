@@ -58,8 +58,13 @@ pub struct RunArgs {
     /// `kill -9`s whose restart the dashboard's event stream must show (the `ui` figure).
     #[arg(long, default_value_t = 40)]
     pub ui_changes: usize,
+    /// Durable messages sent from one host to another (the `cluster` figure), and on one host
+    /// and as bare JetStream publishes beside it.
+    #[arg(long, default_value_t = 5_000)]
+    pub cluster_count: u64,
     /// Only these figures (comma-separated): routed,raw,durable,request,up,restart,rss,sandbox,
-    /// memory,recall,bridge,observe,ui.
+    /// memory,recall,bridge,observe,ui,cluster (cluster is left out unless named: it needs
+    /// nats-server).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where flock-supervisor and flock-agent are [default: next to this executable].

@@ -47,6 +47,8 @@ fn a_request_on_one_host_is_answered_by_a_worker_on_another() {
     let text = end["text"].as_str().unwrap_or_default();
     assert!(text.contains("the gpu host did:") && text.contains("what is 2 + 2?"), "{end}");
     assert_eq!(gpu.turns_total("worker"), 1, "one turn on the gpu host");
+    // One chain across both hosts: the person's send, the hand-over, the worker's result.
+    assert_eq!(end["hops"], 3, "{end}");
     // The person's DM on the host they asked holds the answer once.
     let dm = main.ctl_ok(&["read", "dm-coordinator--human-operator", "--json"]);
     assert_eq!(dm.matches("the gpu host did:").count(), 1, "{dm}");

@@ -1,0 +1,116 @@
+//! The router's side of a swarm across hosts (issue #26), in-process over real SQLite and a real
+//! socket, with the test in the place of the cluster link: what is sent to another host's agent
+//! waits in the store for the link, and what arrives from another host is taken only from the
+//! host the swarm file places its sender on, stored once, and delivered.
+
+mod common;
+
+use common::{Node, next};
+use flock_actors::messages::FromHost;
+use flock_actors::store::PendingMessage;
+use flock_actors::store_actor::with_store;
+use flock_actors::{RouterMsg, StoreMsg};
+use flock_ipc::{Body, DeliveryKind, ErrorCode, Frame, SendMode};
+use tokio::sync::oneshot;
+
+const YAML: &str = "swarm: {name: t}\ncluster: {nats: \"nats://127.0.0.1:4222\"}\n\
+models:\n  s: {provider: scripted, rules: [{reply: ok}]}\ndefaults: {model: s}\nagents:\n  \
+- {name: c, role: worker}\n  - {name: w, role: worker, host: gpu}\n  - {name: x, role: worker, host: cpu}\n";
+
+async fn from_host(node: &Node, host: &str, id: u128, sender: &str, target: &str) -> FromHost {
+    let msg = PendingMessage {
+        id,
+        sender: sender.into(),
+        target: target.into(),
+        text: format!("{sender} to {target}"),
+        attempts: 0,
+        route: String::new(),
+        enqueued_at: 1,
+    };
+    let (tx, rx) = oneshot::channel();
+    node.router.cast(RouterMsg::FromHost { host: host.into(), msg, reply: tx }).unwrap();
+    rx.await.expect("the router answers")
+}
+
+async fn pending_for(store: &ractor::ActorRef<StoreMsg>, agent: &str) -> Vec<PendingMessage> {
+    let agents = vec![agent.to_owned()];
+    with_store(store, move |s| s.pending_for(&agents, 100)).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_speaks_only_for_its_own_agents_and_a_message_is_taken_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, YAML, false, Some("main")).await;
+    let mut c = node.agent("c").await;
+    // `x` runs on cpu, not gpu; `c` runs here; `w` does not run here.
+    for (host, sender, target, why) in [
+        ("gpu", "x", "c", "which runs on `cpu`"),
+        ("gpu", "c", "c", "which runs on no other host"),
+        ("gpu", "w", "w", "no agent `w` runs on this host"),
+    ] {
+        match from_host(&node, host, 7, sender, target).await {
+            FromHost::Refused(msg) => assert!(msg.contains(why), "{msg}"),
+            other => panic!("{sender}@{host} → {target}: {other:?}"),
+        }
+    }
+    // The real thing, twice (the broker delivered it again after a crash): stored once.
+    assert_eq!(from_host(&node, "gpu", 9, "w", "c").await, FromHost::Stored);
+    assert_eq!(from_host(&node, "gpu", 9, "w", "c").await, FromHost::Stored);
+    let d = next(&mut c).await;
+    match &d.body {
+        Body::Deliver(del) => {
+            assert_eq!(
+                (del.kind, del.sender.as_str(), del.text.as_str()),
+                (DeliveryKind::Message, "w", "w to c")
+            );
+        }
+        other => panic!("expected a delivery, got {other:?}"),
+    }
+    let ack = Frame {
+        correlation_id: Some(d.id),
+        ..Frame::new("c", "router", Body::Ack { reply: None })
+    };
+    c.outbox.send(ack).await.unwrap();
+    let nothing =
+        tokio::time::timeout(std::time::Duration::from_millis(300), c.reader.read_frame()).await;
+    assert!(
+        nothing.is_err() || matches!(nothing, Ok(Ok(Some(Frame { body: Body::HeartbeatAck, .. })))),
+        "delivered twice: {nothing:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_to_another_hosts_agent_waits_in_the_store_for_the_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, YAML, false, Some("main")).await;
+    let mut c = node.agent("c").await;
+    let f = Frame::new("c", "w", Body::Send { text: "to the gpu".into(), mode: SendMode::Durable });
+    c.outbox.send(f.clone()).await.unwrap();
+    let accepted = next(&mut c).await;
+    assert!(matches!(accepted.body, Body::Accepted), "{accepted:?}");
+    let waiting = pending_for(&node.store, "w").await;
+    assert_eq!(
+        waiting.iter().map(|m| (m.id, m.text.as_str())).collect::<Vec<_>>(),
+        [(f.id, "to the gpu")]
+    );
+    // Sent by the link: gone from the outbox, not a turn of anyone here.
+    let sent = vec![(f.id, "gpu".to_owned())];
+    with_store(&node.store, move |s| s.mark_forwarded(&sent)).await.unwrap();
+    assert!(pending_for(&node.store, "w").await.is_empty());
+
+    // What does not cross hosts is refused, saying where the agent runs (an operator's send is
+    // refused the same way: the e2e test shows it through flockctl).
+    for body in [
+        Body::Send { text: "hi".into(), mode: SendMode::AtMostOnce },
+        Body::Request { text: "hi".into(), timeout_ms: 1000 },
+    ] {
+        c.outbox.send(Frame::new("c", "w", body)).await.unwrap();
+        match next(&mut c).await.body {
+            Body::Error { code, message } => {
+                assert_eq!(code, ErrorCode::TargetUnavailable);
+                assert!(message.contains("runs on host `gpu`"), "{message}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}
