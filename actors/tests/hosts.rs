@@ -42,17 +42,20 @@ async fn a_host_speaks_only_for_its_own_agents_and_a_message_is_taken_once() {
     let dir = tempfile::tempdir().unwrap();
     let node = common::start_on(dir.path(), 0, YAML, false, Some("main")).await;
     let mut c = node.agent("c").await;
-    // `x` runs on cpu, not gpu; `c` runs here; `w` does not run here.
+    // `x` runs on cpu, not gpu; `c` runs here; a message for `x` is not this host's to take.
     for (host, sender, target, why) in [
         ("gpu", "x", "c", "which runs on `cpu`"),
         ("gpu", "c", "c", "which runs on no other host"),
-        ("gpu", "w", "w", "no agent `w` runs on this host"),
+        ("gpu", "w", "x", "`x` runs on host `cpu`, not here"),
     ] {
         match from_host(&node, host, 7, sender, target).await {
             FromHost::Refused(msg) => assert!(msg.contains(why), "{msg}"),
             other => panic!("{sender}@{host} → {target}: {other:?}"),
         }
     }
+    // For an agent this host does not know (yet): kept, as mail to it is on one host.
+    assert_eq!(from_host(&node, "gpu", 8, "w", "ghost").await, FromHost::Stored);
+    assert_eq!(pending_for(&node.store, "ghost").await.len(), 1);
     // The real thing, twice (the broker delivered it again after a crash): stored once.
     assert_eq!(from_host(&node, "gpu", 9, "w", "c").await, FromHost::Stored);
     assert_eq!(from_host(&node, "gpu", 9, "w", "c").await, FromHost::Stored);

@@ -21,6 +21,11 @@
 //!   order — order per host holds with a window. JetStream is at least once: the receiver
 //!   de-duplicates by [`Delivery::msg_id`] in its own store before it acknowledges.
 //!
+//! With a swarm secret ([`Options::secret`], the same on every host), every message carries an
+//! HMAC-SHA256 of its sending host, id and payload (`Flock-Mac`); a receiver learns whether it is
+//! [`Delivery::authentic`] — anyone who can reach the broker but lacks the secret (an agent
+//! process of the same user, a stranger on an open broker) cannot make one.
+//!
 //! The sending host's SQLite mailbox stays the source of truth (a transactional outbox); this crate
 //! only moves bytes between hosts and says when they are safe.
 
@@ -28,6 +33,22 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
+use ring::hmac;
+
+/// The header that carries a message's MAC (hex).
+const MAC_HEADER: &str = "Flock-Mac";
+
+/// What a message's MAC covers: the host that sends it (so a message cannot be replayed as
+/// another host's), its id and its bytes.
+fn signed(from_host: &str, msg_id: &str, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(from_host.len() + msg_id.len() + payload.len() + 2);
+    v.extend_from_slice(from_host.as_bytes());
+    v.push(0);
+    v.extend_from_slice(msg_id.as_bytes());
+    v.push(0);
+    v.extend_from_slice(payload);
+    v
+}
 use bytes::Bytes;
 use futures_util::StreamExt;
 
@@ -47,6 +68,8 @@ pub struct Options {
     pub ack_wait: Duration,
     /// How many messages this host's inbox may hold delivered but unacknowledged.
     pub window: i64,
+    /// The swarm's secret: messages are sent with its MAC and checked against it (`None`: neither).
+    pub secret: Option<Vec<u8>>,
 }
 
 impl Options {
@@ -62,6 +85,7 @@ impl Options {
             host: host.into(),
             ack_wait: Duration::from_secs(30),
             window: 256,
+            secret: None,
         }
     }
 }
@@ -90,6 +114,7 @@ pub struct Link {
     stream: String,
     ack_wait: Duration,
     window: i64,
+    key: Option<hmac::Key>,
 }
 
 impl std::fmt::Debug for Link {
@@ -152,6 +177,7 @@ impl Link {
             stream: name,
             ack_wait: options.ack_wait,
             window: options.window.max(1),
+            key: options.secret.as_deref().map(|s| hmac::Key::new(hmac::HMAC_SHA256, s)),
         })
     }
 
@@ -176,8 +202,13 @@ impl Link {
         valid_name(to)?;
         let subject = self.subject(to);
         let publish_error = |why: String| Error::Publish { subject: subject.clone(), why };
-        let message =
-            jetstream::message::PublishMessage::build().payload(payload.into()).message_id(msg_id);
+        let payload = payload.into();
+        let mut message = jetstream::message::PublishMessage::build();
+        if let Some(key) = &self.key {
+            let tag = hmac::sign(key, &signed(&self.host, msg_id, &payload));
+            message = message.header(MAC_HEADER, hex::encode(tag.as_ref()).as_str());
+        }
+        let message = message.payload(payload).message_id(msg_id);
         let ack = self
             .js
             .send_publish(subject.clone(), message)
@@ -216,7 +247,7 @@ impl Link {
         let consumer: consumer::PullConsumer =
             stream.create_consumer(config).await.map_err(|e| inbox_error(e.to_string()))?;
         let messages = consumer.messages().await.map_err(|e| inbox_error(e.to_string()))?;
-        Ok(Inbox { subject, messages })
+        Ok(Inbox { subject, messages, key: self.key.clone() })
     }
 }
 
@@ -224,6 +255,7 @@ impl Link {
 pub struct Inbox {
     subject: String,
     messages: consumer::pull::Stream,
+    key: Option<hmac::Key>,
 }
 
 impl std::fmt::Debug for Inbox {
@@ -270,9 +302,19 @@ impl Inbox {
         let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
         // `flock.<swarm>.inbox.<to>.<from>`: the filter guarantees the shape.
         let from_host = message.subject.rsplit('.').next().unwrap_or_default().to_owned();
+        let authentic = match &self.key {
+            None => true,
+            Some(key) => {
+                let tag = message.headers.as_ref().and_then(|h| h.get(MAC_HEADER));
+                tag.and_then(|t| hex::decode(t.as_str()).ok()).is_some_and(|tag| {
+                    hmac::verify(key, &signed(&from_host, &msg_id, &message.payload), &tag).is_ok()
+                })
+            }
+        };
         Some(Ok(Delivery {
             msg_id,
             from_host,
+            authentic,
             payload: message.payload.clone(),
             redelivered: delivered > 1,
             message,
@@ -287,6 +329,9 @@ pub struct Delivery {
     pub msg_id: String,
     /// The host that sent it, from its subject (which the broker's permissions can pin).
     pub from_host: String,
+    /// It carries a valid MAC of the swarm's secret over its sending host, id and payload
+    /// (always `true` on a link without a secret). Refuse it otherwise.
+    pub authentic: bool,
     pub payload: Bytes,
     /// The broker delivered it before (to this host, which did not acknowledge it).
     pub redelivered: bool,
@@ -298,6 +343,7 @@ impl std::fmt::Debug for Delivery {
         f.debug_struct("Delivery")
             .field("msg_id", &self.msg_id)
             .field("from_host", &self.from_host)
+            .field("authentic", &self.authentic)
             .field("bytes", &self.payload.len())
             .field("redelivered", &self.redelivered)
             .finish()

@@ -126,3 +126,40 @@ async fn what_the_broker_acknowledged_survives_its_kill_9() {
     }
     nothing_for(&mut inbox, 500).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_sender_with_the_swarms_secret_makes_an_authentic_message() {
+    let Some(bin) = available("authenticity") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let with = |host: &str, secret: Option<&str>| Options {
+        secret: secret.map(|s| s.as_bytes().to_vec()),
+        ..options(&broker, host, Duration::from_secs(30))
+    };
+    let honest = Link::connect(&with("a", Some("s3cret"))).await.unwrap();
+    let stranger = Link::connect(&with("a", None)).await.unwrap();
+    let wrong = Link::connect(&with("a", Some("guess"))).await.unwrap();
+    honest.send("b", "m1", Bytes::from("from a host")).await.unwrap();
+    stranger.send("b", "m2", Bytes::from("from an agent with the broker's address")).await.unwrap();
+    wrong.send("b", "m3", Bytes::from("from a wrong secret")).await.unwrap();
+    // A host with the secret claiming to be another host: the MAC covers the sending host.
+    let replayed = Link::connect(&with("c", Some("s3cret"))).await.unwrap();
+    replayed.send("b", "m4", Bytes::from("from c")).await.unwrap();
+    let receiver = Link::connect(&with("b", Some("s3cret"))).await.unwrap();
+    let mut inbox = receiver.inbox().await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let d = next(&mut inbox).await;
+        seen.push((d.msg_id.clone(), d.from_host.clone(), d.authentic));
+        d.ack().await.unwrap();
+    }
+    assert_eq!(
+        seen,
+        [
+            ("m1".into(), "a".into(), true),
+            ("m2".into(), "a".into(), false),
+            ("m3".into(), "a".into(), false),
+            ("m4".into(), "c".into(), true),
+        ]
+    );
+}

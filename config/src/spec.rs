@@ -57,7 +57,15 @@ pub struct ClusterSpec {
     pub credentials_file: Option<PathBuf>,
     /// The host agents without `host:` run on (default [`DEFAULT_HOST`]).
     pub leader: String,
+    /// The NAME of the environment variable holding the swarm's secret, the same on every host
+    /// (default [`DEFAULT_CLUSTER_SECRET_ENV`]): every message between hosts carries a MAC made
+    /// with it, so nothing without the secret (an agent process, a stranger on the broker) can
+    /// inject one.
+    pub secret_env: String,
 }
+
+/// The variable `cluster.secret_env` names unless the file says otherwise.
+pub const DEFAULT_CLUSTER_SECRET_ENV: &str = "FLOCK_CLUSTER_SECRET";
 
 /// A chat bridge (`bridges:` in YAML): one `flock-bridge` process that connects Flock channels to
 /// chats of one platform account.

@@ -964,6 +964,7 @@ fn agents_are_placed_on_hosts_of_a_cluster_and_each_host_runs_its_own() {
     let cluster = spec.cluster.as_ref().expect("a cluster");
     assert_eq!(cluster.nats, "nats://10.0.0.1:4222");
     assert_eq!(cluster.leader, "main", "the default leader");
+    assert_eq!(cluster.secret_env, "FLOCK_CLUSTER_SECRET", "the default secret variable");
     let creds = cluster.credentials_file.as_ref().expect("a credentials file");
     assert!(creds.is_absolute() && creds.ends_with("host.creds"), "{}", creds.display());
     assert_eq!(spec.hosts(), ["main", "gpu-1"]);
@@ -1001,4 +1002,10 @@ fn a_host_without_a_cluster_or_a_bad_cluster_is_refused_where_it_is_written() {
         "cluster: { leader: main }\nagents:\n  - { name: solo, role: worker, model: echo }\n",
     ));
     assert_mentions(&e, &["no `nats`"]);
+    // A secret pasted where its variable's name goes is refused without being repeated.
+    let e = one_error(&swarm(
+        "cluster: { nats: \"nats://a:4222\", secret_env: \"hunter2-xyz\" }\nagents:\n  - { name: solo, role: worker, model: echo }\n",
+    ));
+    assert_mentions(&e, &["secret_env", "NAME an environment variable"]);
+    assert!(!e.message.contains("hunter2"), "{}", e.message);
 }

@@ -60,6 +60,13 @@ fn encode(m: &PendingMessage) -> Vec<u8> {
 
 /// The message a delivery carries, if it is one and its id is the one the broker de-duplicated.
 fn decode(d: &Delivery) -> Result<PendingMessage, String> {
+    if !d.authentic {
+        return Err(
+            "it carries no valid MAC made with this swarm's secret: not sent by a host of \
+                    this swarm (is `cluster.secret_env` set to the same value on every host?)"
+                .into(),
+        );
+    }
     let wire: Wire =
         serde_json::from_slice(&d.payload).map_err(|e| format!("not a Flock message: {e}"))?;
     let id = parse_id(&wire.id).ok_or_else(|| format!("bad message id `{}`", wire.id))?;
@@ -79,10 +86,15 @@ fn decode(d: &Delivery) -> Result<PendingMessage, String> {
 
 /// Connects this host to the swarm's broker (before anything starts: a swarm across hosts does
 /// not start without it).
-pub async fn connect(spec: &SwarmSpec, host: &str) -> Result<Option<Link>> {
+pub async fn connect(
+    spec: &SwarmSpec,
+    host: &str,
+    secret: Option<flock_llm::Secret>,
+) -> Result<Option<Link>> {
     let Some(cluster) = &spec.cluster else { return Ok(None) };
     let options = Options {
         credentials_file: cluster.credentials_file.clone(),
+        secret: secret.map(|s| s.expose().as_bytes().to_vec()),
         ..Options::new(&cluster.nats, &spec.name, host)
     };
     let link = Link::connect(&options).await.map_err(|e| anyhow!("cluster: {e}"))?;

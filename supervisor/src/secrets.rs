@@ -61,8 +61,15 @@ pub fn secret_vars(spec: &SwarmSpec) -> Vec<(String, String)> {
                 .map(|v| (v.clone(), format!("bridges.{}.app_token_env", b.name))),
         )
     });
+    let cluster =
+        spec.cluster.iter().map(|c| (c.secret_env.clone(), "cluster.secret_env".to_owned()));
     let mut seen = std::collections::HashSet::new();
-    models.chain(agents).chain(bridges).filter(|(var, _)| seen.insert(var.clone())).collect()
+    models
+        .chain(agents)
+        .chain(bridges)
+        .chain(cluster)
+        .filter(|(var, _)| seen.insert(var.clone()))
+        .collect()
 }
 
 /// The secret variables of the swarm that are unset or blank in this environment, each as a line

@@ -228,14 +228,26 @@ pub async fn up(
     // broker, which must answer before anything starts.
     let whole = spec;
     let spec = whole.for_host(host).map_err(|e| anyhow!(e))?;
-    let link = crate::cluster::connect(&whole, host).await?;
+    let mut keys = keys;
+    let cluster_secret = match &whole.cluster {
+        Some(c) => match keys.remove(&c.secret_env) {
+            Some(s) => Some(s),
+            None => bail!(
+                "set {} in the environment of flock-supervisor: the hosts of a swarm prove their \
+                 messages to each other with it (the same value on every host, e.g. from \
+                 `openssl rand -hex 32`); agents never see it",
+                c.secret_env
+            ),
+        },
+        None => None,
+    };
+    let link = crate::cluster::connect(&whole, host, cluster_secret).await?;
     let store = Store::open(&state.db(), Durability::Normal)
         .with_context(|| format!("open the store {}", state.db().display()))?;
     let spec = Arc::new(with_registry(spec, &store)?);
     check_api_keys(&spec, &keys)?;
     check_workspaces(&spec, &state)?;
     // Bridge tokens go to their bridges only, never to the gateway.
-    let mut keys = keys;
     let bridge_tokens: HashMap<String, Secret> = spec
         .bridges
         .iter()

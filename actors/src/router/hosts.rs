@@ -88,7 +88,7 @@ impl RouterState {
 
     /// A message from an agent on host `host`: stored, queued, then `reply` (the link
     /// acknowledges it to the broker). Refused when the swarm file does not place its sender on
-    /// that host or its target here.
+    /// that host, or places its target on another host.
     pub(super) fn arrived_from_host(
         &mut self,
         myself: &ActorRef<RouterMsg>,
@@ -113,11 +113,13 @@ impl RouterState {
             let _ = reply.send(FromHost::Refused(msg));
             return;
         }
-        if !self.slots.contains_key(&m.target) {
-            let msg = format!("no agent `{}` runs on this host", m.target);
+        if let Some(elsewhere) = self.remote_host(&m.target) {
+            let msg = format!("`{}` runs on host `{elsewhere}`, not here", m.target);
             let _ = reply.send(FromHost::Refused(msg));
             return;
         }
+        // An agent this host does not know (removed from its file, or not created yet): the
+        // mail waits in the store for it, as it would on one host.
         self.host_acks.insert(m.id, reply);
         let msg = NewMessage {
             id: m.id,

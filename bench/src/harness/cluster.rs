@@ -59,8 +59,9 @@ pub(super) async fn cluster(
             "  - name: dsink\n    role: worker\n",
             "  - name: dsink\n    role: worker\n    host: b\n",
         );
-    let mut main = Swarm::start(bins, &root.join("cluster-main"), &yaml)?;
-    let mut b = Swarm::start_full(bins, &root.join("cluster-b"), &yaml, &[], &["--host", "b"])?;
+    let secret = [("FLOCK_CLUSTER_SECRET", "bench-cluster-secret")];
+    let mut main = Swarm::start_with(bins, &root.join("cluster-main"), &yaml, &secret)?;
+    let mut b = Swarm::start_full(bins, &root.join("cluster-b"), &yaml, &secret, &["--host", "b"])?;
     let (mut ctl_main, _) = main.wait_ready(1).await?;
     let (mut ctl_b, _) = b.wait_ready(1).await?;
     let across = run(args, &mut ctl_main, Some(&mut ctl_b), &main.workspace("sender"), n).await?;

@@ -2,9 +2,9 @@
 //! agent on one of them (docs/cluster.md).
 
 use super::*;
-use crate::spec::{ClusterSpec, DEFAULT_HOST};
+use crate::spec::{ClusterSpec, DEFAULT_CLUSTER_SECRET_ENV, DEFAULT_HOST};
 
-const CLUSTER_KEYS: &[&str] = &["nats", "credentials_file", "leader"];
+const CLUSTER_KEYS: &[&str] = &["nats", "credentials_file", "leader", "secret_env"];
 
 impl Loader<'_> {
     pub(super) fn cluster(&mut self, node: &Node) -> Option<ClusterSpec> {
@@ -56,7 +56,29 @@ impl Loader<'_> {
             Some((_, v)) => self.host_name(v, "cluster.leader")?,
             None => DEFAULT_HOST.to_owned(),
         };
-        Some(ClusterSpec { nats, credentials_file, leader })
+        let secret_env = match lookup(entries, "secret_env") {
+            Some((_, v)) => {
+                let var = self.report.string(v, "cluster.secret_env")?;
+                let ok = !var.is_empty()
+                    && var
+                        .bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+                    && !var.as_bytes()[0].is_ascii_digit();
+                if !ok {
+                    // Never repeat it: it may be the secret itself, pasted in by mistake.
+                    self.report.error(
+                        v.pos,
+                        "`cluster.secret_env` must NAME an environment variable (A-Z, 0-9, _), e.g. \
+                         `FLOCK_CLUSTER_SECRET`; put the secret itself in that variable, never in \
+                         the file",
+                    );
+                    return None;
+                }
+                var
+            }
+            None => DEFAULT_CLUSTER_SECRET_ENV.to_owned(),
+        };
+        Some(ClusterSpec { nats, credentials_file, leader, secret_env })
     }
 
     /// A host's name: the agents' rule (it is part of NATS subjects and of `ps`).

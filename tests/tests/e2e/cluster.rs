@@ -9,6 +9,18 @@ use flock_testkit::nats::{Broker, available};
 
 use crate::{LONG, SHORT};
 
+/// Both hosts' secret (`cluster.secret_env`'s default variable).
+const SECRET: (&str, &str) = ("FLOCK_CLUSTER_SECRET", "e2e-cluster-secret");
+
+/// Host `host` (`None`: the leader) of the swarm file `yaml`, with the swarm's secret.
+fn host(yaml: &str, host: Option<&str>) -> Swarm {
+    let b = Swarm::builder(yaml).env(SECRET.0, SECRET.1);
+    match host {
+        Some(h) => b.up_args(&["--host", h]).start(),
+        None => b.start(),
+    }
+}
+
 /// The same swarm file on both hosts: `main` (the leader) and `gpu`.
 fn two_hosts(url: &str, models: &str, agents: &str) -> String {
     format!(
@@ -28,8 +40,8 @@ fn a_request_on_one_host_is_answered_by_a_worker_on_another() {
         "  - { name: coordinator, role: coordinator, model: coord, can_call: [worker], delegate: always }\n  \
          - { name: worker, role: worker, model: work, host: gpu }\n",
     );
-    let main = Swarm::start(&yaml);
-    let gpu = Swarm::builder(&yaml).up_args(&["--host", "gpu"]).start();
+    let main = host(&yaml, None);
+    let gpu = host(&yaml, Some("gpu"));
     // Each host runs its own agents only.
     let names = |s: &Swarm| -> Vec<String> {
         s.agents().iter().map(|a| a["name"].as_str().unwrap_or_default().to_owned()).collect()
@@ -74,8 +86,8 @@ fn messages_between_hosts_arrive_once_and_in_order_when_either_supervisor_is_kil
          reply: \"got: {input}\"\n",
         "  - { name: relay, role: worker, model: relay }\n  - { name: sink, role: worker, model: sink, host: gpu }\n",
     );
-    let mut main = Swarm::start(&yaml);
-    let mut gpu = Swarm::builder(&yaml).up_args(&["--host", "gpu"]).start();
+    let mut main = host(&yaml, None);
+    let mut gpu = host(&yaml, Some("gpu"));
     let texts: Vec<String> = (0..N).map(|i| format!("job-{i:02}")).collect();
     for t in &texts {
         main.ctl_ok(&["send", "relay", t]);
@@ -112,4 +124,52 @@ fn messages_between_hosts_arrive_once_and_in_order_when_either_supervisor_is_kil
         last = at;
     }
     drop(broker);
+}
+
+#[test]
+fn a_host_without_the_swarms_secret_or_its_broker_does_not_start_and_says_why() {
+    use std::process::Command;
+    let dir = tempfile::tempdir().unwrap();
+    // Port 1: nothing listens there.
+    let yaml = two_hosts(
+        "nats://127.0.0.1:1",
+        "  work:\n    provider: scripted\n    rules:\n      - reply: ok\n",
+        "  - { name: worker, role: worker, model: work }\n",
+    );
+    let file = dir.path().join("swarm.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let up = |secret: Option<&str>, state: &str| {
+        let mut cmd = Command::new(flock_testkit::bin("flock-supervisor"));
+        cmd.arg("up").arg(&file).arg("--state-dir").arg(dir.path().join(state));
+        cmd.env_remove(SECRET.0).env_remove("FLOCK_HOST");
+        if let Some(s) = secret {
+            cmd.env(SECRET.0, s);
+        }
+        let out = cmd.output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = up(None, "a");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("set FLOCK_CLUSTER_SECRET") && err.contains("same value on every host"),
+        "{err}"
+    );
+    let (code, err) = up(Some("s"), "b");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("cannot reach NATS at nats://127.0.0.1:1"), "{err}");
+    // A host the file places nothing on is refused before anything starts.
+    let out = Command::new(flock_testkit::bin("flock-supervisor"))
+        .arg("up")
+        .arg(&file)
+        .args(["--host", "gpu", "--state-dir"])
+        .arg(dir.path().join("c"))
+        .env(SECRET.0, "s")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("places no agent on host `gpu`") && err.contains("its hosts: main"),
+        "{err}"
+    );
 }
