@@ -30,6 +30,8 @@
 //! only moves bytes between hosts and says when they are safe.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
@@ -105,6 +107,30 @@ pub enum Error {
     Inbox { subject: String, why: String },
 }
 
+/// How often the link lost its connection to the broker. A broker that restarted holds the
+/// consumer's old deliveries as pending until `ack_wait` and delivers newer ones meanwhile, so an
+/// inbox opened before a loss must be opened again (afresh) to keep order.
+#[derive(Debug, Default)]
+struct Losses {
+    count: AtomicU64,
+    notify: tokio::sync::Notify,
+}
+
+impl Losses {
+    /// Returns once the connection has been lost since `epoch`.
+    async fn since(&self, epoch: u64) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.count.load(Ordering::SeqCst) != epoch {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 /// One swarm's link to the broker.
 #[derive(Clone)]
 pub struct Link {
@@ -115,6 +141,7 @@ pub struct Link {
     ack_wait: Duration,
     window: i64,
     key: Option<hmac::Key>,
+    losses: Arc<Losses>,
 }
 
 impl std::fmt::Debug for Link {
@@ -146,7 +173,18 @@ impl Link {
         valid_name(&options.swarm)?;
         valid_name(&options.host)?;
         let connect_error = |why: String| Error::Connect { url: options.url.clone(), why };
+        let losses = Arc::new(Losses::default());
+        let on_event = losses.clone();
         let mut connect = async_nats::ConnectOptions::new()
+            .event_callback(move |event| {
+                let losses = on_event.clone();
+                async move {
+                    if matches!(event, async_nats::Event::Disconnected) {
+                        losses.count.fetch_add(1, Ordering::SeqCst);
+                        losses.notify.notify_waiters();
+                    }
+                }
+            })
             .name(format!("flock-{}-{}", options.swarm, options.host))
             .connection_timeout(Duration::from_secs(5));
         if let Some(creds) = &options.credentials_file {
@@ -178,6 +216,7 @@ impl Link {
             ack_wait: options.ack_wait,
             window: options.window.max(1),
             key: options.secret.as_deref().map(|s| hmac::Key::new(hmac::HMAC_SHA256, s)),
+            losses,
         })
     }
 
@@ -226,6 +265,7 @@ impl Link {
         let host = &self.host;
         let subject = format!("flock.{}.inbox.{host}.*", self.swarm);
         let inbox_error = |why: String| Error::Inbox { subject: subject.clone(), why };
+        let epoch = self.losses.count.load(Ordering::SeqCst);
         let stream = self
             .js
             .get_stream(&self.stream)
@@ -247,7 +287,7 @@ impl Link {
         let consumer: consumer::PullConsumer =
             stream.create_consumer(config).await.map_err(|e| inbox_error(e.to_string()))?;
         let messages = consumer.messages().await.map_err(|e| inbox_error(e.to_string()))?;
-        Ok(Inbox { subject, messages, key: self.key.clone() })
+        Ok(Inbox { subject, messages, key: self.key.clone(), losses: self.losses.clone(), epoch })
     }
 }
 
@@ -256,6 +296,9 @@ pub struct Inbox {
     subject: String,
     messages: consumer::pull::Stream,
     key: Option<hmac::Key>,
+    losses: Arc<Losses>,
+    /// `losses.count` when it was opened.
+    epoch: u64,
 }
 
 impl std::fmt::Debug for Inbox {
@@ -266,12 +309,22 @@ impl std::fmt::Debug for Inbox {
 
 impl Inbox {
     /// The next message, and those already here behind it (at most `max` in all), in order;
-    /// `None` when the connection is gone for good.
+    /// `None` when the connection is gone for good. An error once the link lost the broker since
+    /// this inbox was opened: open it again (what was delivered before comes again, first).
     pub async fn next_batch(&mut self, max: usize) -> Option<Result<Vec<Delivery>, Error>> {
         use futures_util::FutureExt;
-        let first = match self.next().await? {
-            Ok(d) => d,
-            Err(e) => return Some(Err(e)),
+        let losses = self.losses.clone();
+        let lost = Error::Inbox {
+            subject: self.subject.clone(),
+            why: "the connection to the broker was lost; open the inbox again".into(),
+        };
+        let epoch = self.epoch;
+        let first = tokio::select! {
+            next = self.next() => match next? {
+                Ok(d) => d,
+                Err(e) => return Some(Err(e)),
+            },
+            () = losses.since(epoch) => return Some(Err(lost)),
         };
         let mut batch = vec![first];
         while batch.len() < max {

@@ -188,9 +188,10 @@ async fn receive(link: Link, router: ActorRef<RouterMsg>) {
         while let Some(next) = inbox.next_batch(BATCH).await {
             let batch = match next {
                 Ok(b) => b,
+                // Opened again, afresh: what the broker holds comes in order from the oldest.
                 Err(e) => {
-                    tracing::warn!(error = %e, "flock cluster: inbox");
-                    continue;
+                    tracing::warn!(error = %e, "flock cluster: inbox; opening it again");
+                    break;
                 }
             };
             match hand_over(&router, &batch).await {
