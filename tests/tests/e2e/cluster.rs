@@ -72,6 +72,43 @@ fn a_request_on_one_host_is_answered_by_a_worker_on_another() {
     assert!(err.contains("runs on host `gpu`"), "{err}");
 }
 
+#[test]
+fn a_chain_whose_hops_run_on_three_hosts_is_answered_once() {
+    let Some(bin) = available("cluster: a chain across three hosts") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    // coordinator (main) → worker (gpu) → helper (cpu); the helper's answer goes back to the
+    // worker, the worker's to the coordinator, the coordinator's to the person.
+    let yaml = two_hosts(
+        &broker.url(),
+        "  coord:\n    provider: scripted\n    rules:\n      - reply: \"the coordinator's own answer\"\n  \
+         work:\n    provider: scripted\n    rules:\n      - match: \"helper did\"\n        reply: \"worker passes on: {input}\"\n      \
+         - steps:\n          - tool: agents__delegate\n            args: { to: helper, task: \"{input}\" }\n        reply: \"handed to the helper\"\n  \
+         help:\n    provider: scripted\n    rules:\n      - reply: \"helper did: {input}\"\n",
+        "  - { name: coordinator, role: coordinator, model: coord, can_call: [worker], delegate: always }\n  \
+         - { name: worker, role: worker, model: work, host: gpu }\n  \
+         - { name: helper, role: worker, model: help, host: cpu }\n",
+    );
+    let main = host(&yaml, None);
+    let gpu = host(&yaml, Some("gpu"));
+    let cpu = host(&yaml, Some("cpu"));
+    let out =
+        main.ctl(&["send", "coordinator", "sum 2 and 2", "--wait", "--json", "--timeout", "60"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let end: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("no JSON ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr))
+    });
+    assert_eq!(out.status.code(), Some(0), "{end}");
+    let text = end["text"].as_str().unwrap_or_default();
+    let all = ["worker passes on:", "helper did:", "sum 2 and 2"];
+    assert!(all.iter().all(|w| text.contains(w)), "{end}");
+    // send, hand-over, delegation, two results: five hops, each once.
+    assert_eq!(end["hops"], 5, "{end}");
+    assert_eq!((gpu.turns_total("worker"), cpu.turns_total("helper")), (2, 1));
+    let dm = main.ctl_ok(&["read", "dm-coordinator--human-operator", "--json"]);
+    assert_eq!(dm.matches("worker passes on").count(), 1, "{dm}");
+}
+
 /// A relay on `main` passes every message it gets to a sink on `gpu`.
 fn relay_yaml(url: &str) -> String {
     two_hosts(
