@@ -92,6 +92,28 @@ impl Options {
     }
 }
 
+/// `url` (one or several comma-separated NATS addresses) without the passwords or tokens in
+/// them (`nats://user:secret@host` → `nats://user:***@host`): for logs and errors.
+pub fn redacted(url: &str) -> String {
+    url.split(',')
+        .map(|u| {
+            let u = u.trim();
+            let Some((scheme, rest)) = u.split_once("://") else { return u.to_owned() };
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            match authority.rsplit_once('@') {
+                Some((info, host)) => {
+                    let user = info.split_once(':').map_or("", |(user, _)| user);
+                    let shown =
+                        if user.is_empty() { "***".to_owned() } else { format!("{user}:***") };
+                    format!("{scheme}://{shown}@{host}{path}")
+                }
+                None => u.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// What went wrong, in words that name the broker's side of it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -172,7 +194,7 @@ impl Link {
     pub async fn connect(options: &Options) -> Result<Link, Error> {
         valid_name(&options.swarm)?;
         valid_name(&options.host)?;
-        let connect_error = |why: String| Error::Connect { url: options.url.clone(), why };
+        let connect_error = |why: String| Error::Connect { url: redacted(&options.url), why };
         let losses = Arc::new(Losses::default());
         let on_event = losses.clone();
         let mut connect = async_nats::ConnectOptions::new()
@@ -424,4 +446,25 @@ pub async fn ack_prefix(prefix: &[Delivery]) -> Result<(), Error> {
         })?;
     }
     last.ack().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn a_url_in_a_log_or_error_shows_no_password_or_token() {
+        assert_eq!(redacted("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(redacted("nats://gpu:hunter2@10.0.0.5:4222"), "nats://gpu:***@10.0.0.5:4222");
+        assert_eq!(redacted("tls://s3cr3tt0ken@h:4222"), "tls://***@h:4222");
+        assert_eq!(
+            redacted("nats://a:p@h1:4222, nats://h2:4222"),
+            "nats://a:***@h1:4222,nats://h2:4222"
+        );
+        assert!(
+            !redacted("nats://u:p@ss@h:1").contains("p@ss"),
+            "{}",
+            redacted("nats://u:p@ss@h:1")
+        );
+    }
 }

@@ -98,7 +98,8 @@ pub async fn connect(
         ..Options::new(&cluster.nats, &spec.name, host)
     };
     let link = Link::connect(&options).await.map_err(|e| anyhow!("cluster: {e}"))?;
-    tracing::info!(host, nats = %cluster.nats, "flock: host `{host}` joined swarm `{}` on NATS", spec.name);
+    let nats = flock_cluster::redacted(&cluster.nats);
+    tracing::info!(host, nats = %nats, "flock: host `{host}` joined swarm `{}` on NATS", spec.name);
     Ok(Some(link))
 }
 

@@ -22,11 +22,14 @@ impl Loader<'_> {
                     !schemes.iter().any(|s| u.starts_with(s)) || u.len() <= "nats://".len()
                 });
                 if let Some(bad) = bad {
+                    // Only its scheme: an address may hold a password (`nats://user:pass@…`).
+                    let scheme = bad.split_once("://").map_or("no scheme", |(s, _)| s);
                     r.error(
                         v.pos,
                         format!(
-                            "`cluster.nats`: `{bad}` is not a NATS server address; write \
-                             `nats://HOST:4222` (`tls://` for TLS; several comma-separated)"
+                            "`cluster.nats` holds an address that is not a NATS server's \
+                             ({scheme}); write `nats://HOST:4222` (`tls://` for TLS; several \
+                             comma-separated)"
                         ),
                     );
                     return None;
