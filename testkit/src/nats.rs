@@ -6,7 +6,7 @@
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The `nats-server` binary: `FLOCK_NATS_SERVER`, else on PATH, else Debian's `/usr/sbin`.
 pub fn server_bin() -> Option<PathBuf> {
@@ -66,24 +66,25 @@ impl Broker {
             bin.file_name().unwrap_or_default().to_string_lossy(),
             child.id()
         ));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let port = loop {
-            if let Some(status) = child.try_wait().expect("poll nats-server") {
-                panic!("nats-server exited at start ({status}): port {port:?} taken?");
-            }
-            // `{"nats":["nats://127.0.0.1:46449"]}`
-            let listed = std::fs::read_to_string(&ports_file).unwrap_or_default();
-            let port = listed.split("nats://127.0.0.1:").nth(1).and_then(|rest| {
-                rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u16>().ok()
-            });
-            if let Some(port) = port
-                && TcpStream::connect(("127.0.0.1", port)).is_ok()
-            {
-                break port;
-            }
-            assert!(Instant::now() < deadline, "nats-server did not listen within 10 s");
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let mut listening = None;
+        crate::wait_for(
+            || {
+                if let Some(status) = child.try_wait().expect("poll nats-server") {
+                    panic!("nats-server exited at start ({status}): port {port:?} taken?");
+                }
+                // `{"nats":["nats://127.0.0.1:46449"]}`
+                let listed = std::fs::read_to_string(&ports_file).unwrap_or_default();
+                listening = listed
+                    .split("nats://127.0.0.1:")
+                    .nth(1)
+                    .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+                    .filter(|p: &u16| TcpStream::connect(("127.0.0.1", *p)).is_ok());
+                listening.is_some()
+            },
+            Duration::from_secs(10),
+            "nats-server listens",
+        );
+        let port = listening.expect("a port once listening");
         Broker { bin: bin.to_owned(), dir: dir.to_owned(), port, child }
     }
 

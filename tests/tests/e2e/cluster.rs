@@ -28,6 +28,16 @@ fn two_hosts(url: &str, models: &str, agents: &str) -> String {
     )
 }
 
+/// `flockctl send AGENT TEXT --wait --json` on `swarm`: (exit code, how the chain ended).
+fn send_wait(swarm: &Swarm, agent: &str, text: &str) -> (Option<i32>, serde_json::Value) {
+    let out = swarm.ctl(&["send", agent, text, "--wait", "--json", "--timeout", "60"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let end = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("no JSON ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr))
+    });
+    (out.status.code(), end)
+}
+
 #[test]
 fn a_request_on_one_host_is_answered_by_a_worker_on_another() {
     let Some(bin) = available("cluster: request across hosts") else { return };
@@ -49,13 +59,8 @@ fn a_request_on_one_host_is_answered_by_a_worker_on_another() {
     assert_eq!(names(&main), ["coordinator"]);
     assert_eq!(names(&gpu), ["worker"]);
 
-    let out =
-        main.ctl(&["send", "coordinator", "what is 2 + 2?", "--wait", "--json", "--timeout", "60"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let end: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!("no JSON ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr))
-    });
-    assert_eq!(out.status.code(), Some(0), "{end}");
+    let (code, end) = send_wait(&main, "coordinator", "what is 2 + 2?");
+    assert_eq!(code, Some(0), "{end}");
     let text = end["text"].as_str().unwrap_or_default();
     assert!(text.contains("the gpu host did:") && text.contains("what is 2 + 2?"), "{end}");
     assert_eq!(gpu.turns_total("worker"), 1, "one turn on the gpu host");
@@ -92,13 +97,8 @@ fn a_chain_whose_hops_run_on_three_hosts_is_answered_once() {
     let main = host(&yaml, None);
     let gpu = host(&yaml, Some("gpu"));
     let cpu = host(&yaml, Some("cpu"));
-    let out =
-        main.ctl(&["send", "coordinator", "sum 2 and 2", "--wait", "--json", "--timeout", "60"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let end: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!("no JSON ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr))
-    });
-    assert_eq!(out.status.code(), Some(0), "{end}");
+    let (code, end) = send_wait(&main, "coordinator", "sum 2 and 2");
+    assert_eq!(code, Some(0), "{end}");
     let text = end["text"].as_str().unwrap_or_default();
     let all = ["worker passes on:", "helper did:", "sum 2 and 2"];
     assert!(all.iter().all(|w| text.contains(w)), "{end}");
