@@ -315,6 +315,23 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// How many messages wait here for each of `targets` (agents on other hosts), not forwarded
+    /// yet: what `ps` shows waiting for a host that is down.
+    pub fn pending_counts(&self, targets: &[String]) -> Result<HashMap<String, u64>, StoreError> {
+        if targets.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let marks = vec!["?"; targets.len()].join(", ");
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT target, COUNT(*) FROM messages WHERE state = 0 AND target IN ({marks})
+             GROUP BY target"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(targets), |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// These messages are on another host's queue now (the broker stored them): done here, no
     /// turn counted, their reason names the host they went to.
     pub fn mark_forwarded(&mut self, sent: &[(MsgId, String)]) -> Result<(), StoreError> {

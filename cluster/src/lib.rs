@@ -26,6 +26,11 @@
 //! [`Delivery::authentic`] — anyone who can reach the broker but lacks the secret (an agent
 //! process of the same user, a stranger on an open broker) cannot make one.
 //!
+//! Each host also writes its status (what `flockctl ps` shows of it) every second under its name
+//! in the swarm's key-value bucket `flock-<swarm>-hosts` ([`Link::put_status`]), MAC'd like a
+//! message; any host reads the others' ([`Link::status_of`]) — one view of the swarm, and a host
+//! whose status stopped coming is seen as lost, with the time it last wrote.
+//!
 //! The sending host's SQLite mailbox stays the source of truth (a transactional outbox); this crate
 //! only moves bytes between hosts and says when they are safe.
 
@@ -34,7 +39,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, stream};
+use async_nats::jetstream::{self, consumer, kv, stream};
 use ring::hmac;
 
 /// The header that carries a message's MAC (hex).
@@ -127,6 +132,8 @@ pub enum Error {
     Publish { subject: String, why: String },
     #[error("host inbox {subject}: {why}")]
     Inbox { subject: String, why: String },
+    #[error("hosts' status bucket {bucket}: {why}")]
+    Status { bucket: String, why: String },
 }
 
 /// How often the link lost its connection to the broker. A broker that restarted holds the
@@ -164,6 +171,7 @@ pub struct Link {
     window: i64,
     key: Option<hmac::Key>,
     losses: Arc<Losses>,
+    status: kv::Store,
 }
 
 impl std::fmt::Debug for Link {
@@ -230,6 +238,29 @@ impl Link {
         js.get_or_create_stream(config)
             .await
             .map_err(|e| Error::Stream { stream: name.clone(), why: e.to_string() })?;
+        // The bucket's stream made as async-nats makes a key-value bucket's (one value per key,
+        // rollups, direct reads), but without its account query, which servers before 2.10
+        // (Debian 12 ships 2.9) answer in a shape the client cannot read.
+        let bucket = status_bucket(&options.swarm);
+        let status_error = |why: String| Error::Status { bucket: bucket.clone(), why };
+        js.get_or_create_stream(stream::Config {
+            name: format!("KV_{bucket}"),
+            description: Some(format!(
+                "the hosts of swarm {}: what each last said of itself",
+                options.swarm
+            )),
+            subjects: vec![format!("$KV.{bucket}.>")],
+            max_messages_per_subject: 1,
+            storage: stream::StorageType::File,
+            allow_rollup: true,
+            deny_delete: true,
+            allow_direct: true,
+            discard: stream::DiscardPolicy::New,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| status_error(e.to_string()))?;
+        let status = js.get_key_value(&bucket).await.map_err(|e| status_error(e.to_string()))?;
         Ok(Link {
             js,
             swarm: options.swarm.clone(),
@@ -239,7 +270,66 @@ impl Link {
             window: options.window.max(1),
             key: options.secret.as_deref().map(|s| hmac::Key::new(hmac::HMAC_SHA256, s)),
             losses,
+            status,
         })
+    }
+
+    /// Writes this host's status (replacing the one before), with its MAC.
+    pub async fn put_status(&self, body: &[u8]) -> Result<(), Error> {
+        let mut value = Vec::with_capacity(body.len() + 65);
+        if let Some(key) = &self.key {
+            let tag = hmac::sign(key, &signed(&self.host, STATUS_ID, body));
+            value.extend_from_slice(hex::encode(tag.as_ref()).as_bytes());
+        }
+        value.push(b'\n');
+        value.extend_from_slice(body);
+        self.status.put(&self.host, value.into()).await.map_err(|e| Error::Status {
+            bucket: self.status.name.clone(),
+            why: format!("write {}: {e}", self.host),
+        })?;
+        Ok(())
+    }
+
+    /// How many messages the stream holds for host `host` that it has not acknowledged yet (what
+    /// waits in the broker while that host is down).
+    pub async fn queued_for(&self, host: &str) -> Result<u64, Error> {
+        valid_name(host)?;
+        let stream_error = |why: String| Error::Stream { stream: self.stream.clone(), why };
+        let stream =
+            self.js.get_stream(&self.stream).await.map_err(|e| stream_error(e.to_string()))?;
+        let filter = format!("flock.{}.inbox.{host}.*", self.swarm);
+        let mut subjects =
+            stream.info_with_subjects(&filter).await.map_err(|e| stream_error(e.to_string()))?;
+        let mut queued = 0;
+        while let Some(subject) = subjects.next().await {
+            let (_, n) = subject.map_err(|e| stream_error(e.to_string()))?;
+            queued += n as u64;
+        }
+        Ok(queued)
+    }
+
+    /// What host `host` last wrote of itself; `None` if it never did.
+    pub async fn status_of(&self, host: &str) -> Result<Option<HostStatus>, Error> {
+        valid_name(host)?;
+        let entry = self.status.entry(host).await.map_err(|e| Error::Status {
+            bucket: self.status.name.clone(),
+            why: format!("read {host}: {e}"),
+        })?;
+        let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
+            return Ok(None);
+        };
+        let value = entry.value;
+        let cut = value.iter().position(|&b| b == b'\n').unwrap_or(value.len());
+        let body = value.slice((cut + 1).min(value.len())..);
+        let authentic = match &self.key {
+            None => true,
+            Some(key) => hex::decode(&value[..cut]).ok().is_some_and(|tag| {
+                hmac::verify(key, &signed(host, STATUS_ID, &body), &tag).is_ok()
+            }),
+        };
+        let written_ms =
+            u64::try_from(entry.created.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
+        Ok(Some(HostStatus { host: host.to_owned(), body, authentic, written_ms }))
     }
 
     /// This host's name.
@@ -311,6 +401,27 @@ impl Link {
         let messages = consumer.messages().await.map_err(|e| inbox_error(e.to_string()))?;
         Ok(Inbox { subject, messages, key: self.key.clone(), losses: self.losses.clone(), epoch })
     }
+}
+
+/// The id a status's MAC is made over (in the place of a message id): a status cannot pass for
+/// a message, nor a message for a status.
+const STATUS_ID: &str = "status";
+
+/// The bucket that holds each host's status.
+fn status_bucket(swarm: &str) -> String {
+    format!("flock-{swarm}-hosts")
+}
+
+/// What a host last wrote of itself ([`Link::status_of`]).
+#[derive(Debug, Clone)]
+pub struct HostStatus {
+    pub host: String,
+    pub body: Bytes,
+    /// It carries a valid MAC of the swarm's secret over the host's name and its body (always
+    /// `true` on a link without a secret). Show it as unknown otherwise.
+    pub authentic: bool,
+    /// When the broker stored it (its clock), in milliseconds since the Unix epoch.
+    pub written_ms: u64,
 }
 
 /// A host's inbox, read in order.

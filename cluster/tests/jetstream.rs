@@ -163,3 +163,48 @@ async fn only_a_sender_with_the_swarms_secret_makes_an_authentic_message() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_reads_what_another_wrote_of_itself_and_whether_the_swarm_s_secret_made_it() {
+    let Some(bin) = available("host status") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let with = |host: &str, secret: Option<&str>| Options {
+        secret: secret.map(|s| s.as_bytes().to_vec()),
+        ..options(&broker, host, Duration::from_secs(30))
+    };
+    let gpu = Link::connect(&with("gpu", Some("s3cret"))).await.unwrap();
+    let main = Link::connect(&with("main", Some("s3cret"))).await.unwrap();
+    assert!(main.status_of("gpu").await.unwrap().is_none(), "nothing written yet");
+    let now = || {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+            as u64
+    };
+    let before = now();
+    gpu.put_status(b"{\"rows\":[1]}").await.unwrap();
+    gpu.put_status(b"{\"rows\":[2]}").await.unwrap();
+    let s = main.status_of("gpu").await.unwrap().expect("gpu's status");
+    assert_eq!(
+        (&s.body[..], s.authentic),
+        (&b"{\"rows\":[2]}"[..], true),
+        "the last one, made by a host"
+    );
+    assert!(s.written_ms + 1_000 >= before && s.written_ms <= now() + 1_000, "the broker's time");
+    // Written by someone without the secret (an agent that found the broker): not authentic.
+    let forger = Link::connect(&with("gpu", Some("guess"))).await.unwrap();
+    forger.put_status(b"{\"rows\":[]}").await.unwrap();
+    assert!(!main.status_of("gpu").await.unwrap().unwrap().authentic);
+    assert!(main.status_of("no such host!").await.is_err(), "names are checked");
+    // What waits in the broker for a host until it acknowledges it.
+    assert_eq!(main.queued_for("gpu").await.unwrap(), 0);
+    for id in ["q1", "q2"] {
+        main.send("gpu", id, Bytes::from("for gpu")).await.unwrap();
+    }
+    assert_eq!(
+        (main.queued_for("gpu").await.unwrap(), main.queued_for("main").await.unwrap()),
+        (2, 0)
+    );
+    let mut inbox = gpu.inbox().await.unwrap();
+    next(&mut inbox).await.ack().await.unwrap();
+    assert_eq!(main.queued_for("gpu").await.unwrap(), 1);
+}

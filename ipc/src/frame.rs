@@ -468,6 +468,8 @@ pub struct PsRow {
     /// Agents: whether the process runs in its cage (`false`: `unconfined: true`, or a kernel
     /// that cannot cage it); `None` for everything else.
     pub confined: Option<bool>,
+    /// The host it runs on, in a swarm across hosts (`None` on one host).
+    pub host: Option<String>,
 }
 
 /// A message that could not be delivered.

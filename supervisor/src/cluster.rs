@@ -13,6 +13,9 @@
 //!   acknowledged with the rest, never stored; one it could not store (or a router that is
 //!   stopping) is left unacknowledged with everything after it, and the broker delivers them
 //!   again, in order.
+//! - **Status**: every second each host writes its `ps` rows to the broker's key-value bucket
+//!   ([`Hosts::publish`]); `flockctl ps` on any host reads the others' ([`Hosts::rows`]) and
+//!   shows a host whose status is older than [`LOST_AFTER`] as lost, since the time it last wrote.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,8 +25,9 @@ use anyhow::{Result, anyhow};
 use flock_actors::messages::FromHost;
 use flock_actors::store::PendingMessage;
 use flock_actors::{RouterMsg, StoreMsg};
-use flock_cluster::{Delivery, Link, Options};
+use flock_cluster::{Delivery, HostStatus, Link, Options};
 use flock_config::SwarmSpec;
+use flock_ipc::PsRow;
 use flock_ipc::id::{fmt_id, parse_id};
 use ractor::ActorRef;
 use serde::{Deserialize, Serialize};
@@ -33,6 +37,220 @@ use tokio::sync::{Notify, oneshot};
 const BATCH: usize = 256;
 /// Longest wait between two attempts after the broker failed.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// How often a host writes its status.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// A host whose last status is older than this is shown as lost (the hosts' clocks are assumed
+/// to agree to well within it, as NTP keeps them).
+pub const LOST_AFTER: Duration = Duration::from_secs(5);
+/// How long `ps` waits for the broker to say how the other hosts are.
+const VIEW_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a host writes of itself: the `ps` rows of its supervisor, processes, bridges and agents.
+#[derive(Debug, Serialize, Deserialize)]
+struct Status {
+    rows: Vec<PsRow>,
+}
+
+/// The swarm's hosts as this one sees them, for `flockctl ps`.
+#[derive(Debug, Clone)]
+pub struct Hosts {
+    link: Link,
+    leader: String,
+    /// Every host of the swarm file, the leader first, with the agents placed on it.
+    placed: Vec<(String, Vec<(String, String)>)>,
+}
+
+impl Hosts {
+    pub fn new(link: Link, whole: &SwarmSpec) -> Hosts {
+        let placed = whole
+            .hosts()
+            .into_iter()
+            .map(|h| {
+                let agents = whole
+                    .agents
+                    .iter()
+                    .filter(|a| whole.host_of(a) == h)
+                    .map(|a| (a.key(), a.role.as_str().to_owned()))
+                    .collect();
+                (h, agents)
+            })
+            .collect();
+        Hosts { link, leader: whole.leader().to_owned(), placed }
+    }
+
+    /// This host's name.
+    pub fn me(&self) -> &str {
+        self.link.host()
+    }
+
+    /// The agents placed on other hosts (whose mail waits here until it is forwarded).
+    pub fn remote_agents(&self) -> Vec<String> {
+        self.placed
+            .iter()
+            .filter(|(h, _)| h != self.me())
+            .flat_map(|(_, agents)| agents.iter().map(|(name, _)| name.clone()))
+            .collect()
+    }
+
+    /// Writes this host's rows (those worth showing on another host) as its status.
+    pub async fn publish(&self, rows: &[PsRow]) -> Result<()> {
+        let rows = rows
+            .iter()
+            .filter(|r| matches!(r.kind.as_str(), "supervisor" | "agent" | "process" | "bridge"))
+            .cloned()
+            .collect();
+        let body = serde_json::to_vec(&Status { rows })?;
+        self.link.put_status(&body).await?;
+        Ok(())
+    }
+
+    /// The whole swarm's rows: `local` (this host's, tagged with its name) after this host's row,
+    /// then each other host's row and the rows it last wrote. `waiting`: messages stored here for
+    /// an agent of another host, not forwarded yet; a host's MAILBOX adds those the broker holds
+    /// for it, not acknowledged yet.
+    pub async fn rows(&self, local: Vec<PsRow>, waiting: &HashMap<String, u64>) -> Vec<PsRow> {
+        let now = flock_ipc::time::unix_ms_now();
+        let me = self.me().to_owned();
+        let mut rows = Vec::with_capacity(local.len() + 8);
+        let supervisor = local.iter().find(|r| r.kind == "supervisor");
+        rows.push(PsRow {
+            name: me.clone(),
+            kind: "host".into(),
+            role: self.role_of(&me).into(),
+            pid: supervisor.and_then(|r| r.pid),
+            state: "up".into(),
+            uptime_secs: supervisor.map_or(0, |r| r.uptime_secs),
+            rss_bytes: supervisor.and_then(|r| r.rss_bytes),
+            host: Some(me.clone()),
+            ..Default::default()
+        });
+        rows.extend(local.into_iter().map(|r| PsRow { host: Some(me.clone()), ..r }));
+        let others: Vec<&(String, Vec<(String, String)>)> =
+            self.placed.iter().filter(|(h, _)| *h != me).collect();
+        let late = || format!("the broker did not answer within {VIEW_TIMEOUT:?}");
+        let reads = futures_util::future::join_all(others.iter().map(|(h, _)| async move {
+            let (status, queued) = tokio::join!(
+                tokio::time::timeout(VIEW_TIMEOUT, self.link.status_of(h)),
+                tokio::time::timeout(VIEW_TIMEOUT, self.link.queued_for(h)),
+            );
+            let status = status.map_err(|_| late()).and_then(|r| r.map_err(|e| e.to_string()));
+            (status, queued.ok().and_then(Result::ok).unwrap_or(0))
+        }))
+        .await;
+        for ((host, agents), (read, queued)) in others.into_iter().zip(reads) {
+            let here: u64 = agents.iter().map(|(a, _)| waiting.get(a).copied().unwrap_or(0)).sum();
+            rows.extend(host_rows(host, self.role_of(host), agents, read, here + queued, now));
+        }
+        rows
+    }
+
+    fn role_of(&self, host: &str) -> &'static str {
+        if host == self.leader { "leader" } else { "host" }
+    }
+}
+
+/// Host `host`'s row and its agents' rows, from what it last wrote (`read`) at `now`: up while it
+/// writes, lost once its status is older than [`LOST_AFTER`] (its agents then unknown), down if it
+/// never wrote. Only rows of agents placed on it are shown: a host speaks for its own agents.
+fn host_rows(
+    host: &str,
+    role: &str,
+    agents: &[(String, String)],
+    read: Result<Option<HostStatus>, String>,
+    waiting: u64,
+    now: u64,
+) -> Vec<PsRow> {
+    let mut row = PsRow {
+        name: host.to_owned(),
+        kind: "host".into(),
+        role: role.to_owned(),
+        mailbox_depth: waiting,
+        host: Some(host.to_owned()),
+        ..Default::default()
+    };
+    let status = match read {
+        Ok(Some(s)) if s.authentic => {
+            serde_json::from_slice::<Status>(&s.body).map(|st| (st, s.written_ms)).map_err(|e| {
+                format!("its status is not one Flock writes ({e}): a host of another version?")
+            })
+        }
+        Ok(Some(_)) => Err("its status carries no valid MAC of the swarm's secret: not written by                             a host of this swarm"
+            .to_owned()),
+        Ok(None) => {
+            row.state = "down".into();
+            Err("never started: it has written no status".to_owned())
+        }
+        Err(e) => Err(format!("cannot read its status: {e}")),
+    };
+    let (status, written) = match status {
+        Ok(s) => s,
+        Err(why) => {
+            if row.state.is_empty() {
+                row.state = "unknown".into();
+            }
+            row.last_exit = Some(why);
+            let mut rows = vec![row];
+            rows.extend(agents.iter().map(|(name, role)| PsRow {
+                name: name.clone(),
+                kind: "agent".into(),
+                role: role.clone(),
+                state: "unknown".into(),
+                host: Some(host.to_owned()),
+                ..Default::default()
+            }));
+            return rows;
+        }
+    };
+    let age = now.saturating_sub(written);
+    let lost = age > LOST_AFTER.as_millis() as u64;
+    if let Some(sup) = status.rows.iter().find(|r| r.kind == "supervisor") {
+        row.pid = sup.pid;
+        row.uptime_secs = sup.uptime_secs + if lost { 0 } else { age / 1000 };
+        row.rss_bytes = sup.rss_bytes;
+    }
+    if lost {
+        row.state = "lost".into();
+        row.last_exit = Some(format!(
+            "no status since {} ({} ago)",
+            flock_ipc::time::format_timestamp(written),
+            crate::live::human_secs(age / 1000)
+        ));
+    } else {
+        row.state = "up".into();
+    }
+    let mut rows = vec![row];
+    for (name, role) in agents {
+        let last = status.rows.iter().find(|r| r.kind == "agent" && r.name == *name);
+        let mut r = match last {
+            Some(r) => r.clone(),
+            None => PsRow {
+                name: name.clone(),
+                kind: "agent".into(),
+                role: role.clone(),
+                state: "unknown".into(),
+                ..Default::default()
+            },
+        };
+        if lost {
+            r.last_exit = Some(format!("host lost; last seen {}", r.state));
+            r.state = "unknown".into();
+        }
+        r.host = Some(host.to_owned());
+        rows.push(r);
+    }
+    // Its own processes and bridges (an agent's row is shown only from the list above).
+    rows.extend(
+        status.rows.into_iter().filter(|r| matches!(r.kind.as_str(), "process" | "bridge")).map(
+            |r| PsRow {
+                host: Some(host.to_owned()),
+                state: if lost { "unknown".into() } else { r.state },
+                ..r
+            },
+        ),
+    );
+    rows
+}
 
 /// A message on the wire between hosts (JSON: the route is already JSON text).
 #[derive(Debug, Serialize, Deserialize)]
@@ -273,6 +491,52 @@ fn refused(d: &Delivery, why: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn status(rows: Vec<PsRow>, written_ms: u64, authentic: bool) -> Option<HostStatus> {
+        let body = serde_json::to_vec(&Status { rows }).unwrap().into();
+        Some(HostStatus { host: "gpu".into(), body, authentic, written_ms })
+    }
+
+    fn agent(name: &str, state: &str) -> PsRow {
+        PsRow { name: name.into(), kind: "agent".into(), state: state.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn a_host_is_up_while_it_writes_lost_after_and_speaks_only_for_its_own_agents() {
+        let placed = [("w".to_owned(), "worker".to_owned())];
+        let sup = PsRow {
+            kind: "supervisor".into(),
+            pid: Some(7),
+            uptime_secs: 30,
+            ..Default::default()
+        };
+        // A host's status names an agent it does not run: not shown.
+        let rows = vec![sup, agent("w", "ready"), agent("coordinator", "ready")];
+        let t0 = 1_800_000_000_000;
+        let up = host_rows("gpu", "host", &placed, Ok(status(rows.clone(), t0, true)), 3, t0 + 900);
+        let names: Vec<(&str, &str, &str)> = up
+            .iter()
+            .map(|r| (r.name.as_str(), r.state.as_str(), r.host.as_deref().unwrap()))
+            .collect();
+        assert_eq!(names, [("gpu", "up", "gpu"), ("w", "ready", "gpu")]);
+        assert_eq!((up[0].pid, up[0].mailbox_depth), (Some(7), 3));
+
+        let late = t0 + LOST_AFTER.as_millis() as u64 + 2_000;
+        let lost = host_rows("gpu", "host", &placed, Ok(status(rows.clone(), t0, true)), 0, late);
+        assert_eq!((lost[0].state.as_str(), lost[1].state.as_str()), ("lost", "unknown"));
+        let since = lost[0].last_exit.as_deref().unwrap();
+        assert!(since.contains("2027-01-15T08:00:00.000Z") && since.contains("7s ago"), "{since}");
+        assert_eq!(lost[1].last_exit.as_deref(), Some("host lost; last seen ready"));
+
+        let never = host_rows("gpu", "host", &placed, Ok(None), 2, t0);
+        assert_eq!((never[0].state.as_str(), never[1].state.as_str()), ("down", "unknown"));
+        let forged = host_rows("gpu", "host", &placed, Ok(status(rows, t0, false)), 0, t0);
+        assert_eq!(forged[0].state, "unknown");
+        assert!(forged[0].last_exit.as_deref().unwrap().contains("no valid MAC"));
+        assert_eq!(forged[1].state, "unknown");
+        let unreachable = host_rows("gpu", "host", &placed, Err("timed out".into()), 0, t0);
+        assert!(unreachable[0].last_exit.as_deref().unwrap().contains("timed out"));
+    }
 
     #[test]
     fn a_message_crosses_as_json_and_must_carry_its_broker_id() {

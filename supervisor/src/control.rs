@@ -32,6 +32,8 @@ pub struct ControlCtx {
     pub bridges: Arc<std::sync::Mutex<Vec<Arc<crate::bridges::BridgeProcess>>>>,
     /// The swarm's frame limit (an answer must fit in one frame).
     pub max_frame_bytes: u32,
+    /// The swarm's other hosts, in a swarm across hosts.
+    pub cluster: Option<crate::cluster::Hosts>,
 }
 
 impl std::fmt::Debug for ControlCtx {
@@ -278,8 +280,45 @@ async fn child_call(
     }
 }
 
-/// The rows of `flockctl ps` (also read by the dashboard's metrics).
+/// The rows of `flockctl ps` (also read by the dashboard's metrics): this host's, and in a swarm
+/// across hosts every other host's as it last wrote them.
 pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
+    let rows = local_rows(ctx).await?;
+    let Some(hosts) = &ctx.cluster else { return Ok(ControlReply::Ps(rows)) };
+    let remote = hosts.remote_agents();
+    let waiting =
+        flock_actors::store_actor::with_store(&ctx.store, move |s| s.pending_counts(&remote))
+            .await
+            .unwrap_or_default();
+    Ok(ControlReply::Ps(hosts.rows(rows, &waiting).await))
+}
+
+/// Writes this host's rows for the other hosts every [`crate::cluster::HEARTBEAT`], as long as the
+/// process runs (a failed write is retried at the next beat; the others see this host as lost
+/// after [`crate::cluster::LOST_AFTER`]).
+pub fn heartbeat(ctx: Arc<ControlCtx>) {
+    let Some(hosts) = ctx.cluster.clone() else { return };
+    tokio::spawn(async move {
+        let mut beat = tokio::time::interval(crate::cluster::HEARTBEAT);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            beat.tick().await;
+            let Ok(rows) = local_rows(&ctx).await else { return };
+            match hosts.publish(&rows).await {
+                Ok(()) => failing = false,
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, "flock cluster: cannot write this host's status; the other hosts will see it as lost until it can");
+                }
+                Err(_) => {}
+            }
+        }
+    });
+}
+
+/// This host's rows of `flockctl ps`.
+async fn local_rows(ctx: &ControlCtx) -> Result<Vec<PsRow>, (ErrorCode, String)> {
     let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;
     let (routes, counters) = ractor::call!(ctx.router, RouterMsg::Snapshot).map_err(internal)?;
     let me = std::process::id();
@@ -361,9 +400,10 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
             tokens_out,
             sandbox: c.sandbox,
             confined: Some(c.confined),
+            host: None,
         });
     }
-    Ok(ControlReply::Ps(rows))
+    Ok(rows)
 }
 
 /// A row per chat bridge: its process (pid, uptime, restarts, exit) and what it reports through

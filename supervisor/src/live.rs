@@ -35,12 +35,11 @@ pub fn colour_wanted() -> bool {
 pub fn state_colour(state: &str) -> Option<&'static str> {
     let word = state.split(['(', ' ', ':']).next().unwrap_or(state);
     match word {
-        "ready" | "running" | "connected" => Some(GREEN),
+        "ready" | "running" | "connected" | "up" => Some(GREEN),
         "busy" => Some(CYAN),
-        "starting" | "restarting" | "backoff" | "stopping" | "connecting" | "reconnecting" => {
-            Some(YELLOW)
-        }
-        "failed" | "stopped" | "broken" | "exited" | "down" | "disconnected" => Some(RED),
+        "starting" | "restarting" | "backoff" | "stopping" | "connecting" | "reconnecting"
+        | "unknown" => Some(YELLOW),
+        "failed" | "stopped" | "broken" | "exited" | "down" | "disconnected" | "lost" => Some(RED),
         _ => None,
     }
 }
@@ -62,11 +61,12 @@ pub fn human_secs(s: u64) -> String {
 }
 
 /// Columns of the `ps` table a narrow terminal drops, least needed first (SANDBOX, KIND, TOKENS,
-/// LAST EXIT, TURNS, ROLE, CAGE — kept to the end when an agent is UNCAGED —, UPTIME, RSS, PID).
-/// NAME, STATE, RESTARTS and MAILBOX always stay.
-const DROP_ORDER: [usize; 10] = [3, 1, 13, 9, 11, 2, 4, 7, 12, 5];
-const STATE: usize = 6;
-const CAGE: usize = 4;
+/// LAST EXIT, TURNS, ROLE, HOST, CAGE — kept to the end when an agent is UNCAGED —, UPTIME, RSS,
+/// PID). NAME, STATE, RESTARTS and MAILBOX always stay.
+const DROP_ORDER: [usize; 11] = [4, 2, 14, 10, 12, 3, 1, 5, 8, 13, 6];
+const HOST: usize = 1;
+const STATE: usize = 7;
+const CAGE: usize = 5;
 
 /// The width `ps` fits its table to: `COLUMNS` if set, else the terminal's when standard output
 /// is one; `None` (no limit) for a pipe or a file, so scripts get every column.
@@ -90,10 +90,12 @@ pub fn terminal_width() -> Option<usize> {
 
 /// The `flockctl ps` table; with `colour`, the states in colour, the actors' rows dim and the
 /// column names bold (cells are padded before, so the columns line up either way). Within
-/// `width` characters: columns are dropped ([`DROP_ORDER`]), then names cut with `…`.
+/// `width` characters: columns are dropped ([`DROP_ORDER`]), then names cut with `…`. HOST only
+/// in a swarm across hosts.
 pub fn table(rows: &[PsRow], colour: bool, width: Option<usize>) -> String {
     let header = [
         "NAME",
+        "HOST",
         "KIND",
         "ROLE",
         "SANDBOX",
@@ -108,11 +110,12 @@ pub fn table(rows: &[PsRow], colour: bool, width: Option<usize>) -> String {
         "RSS",
         "TOKENS IN/OUT",
     ];
-    let cells: Vec<[String; 14]> = rows
+    let cells: Vec<[String; 15]> = rows
         .iter()
         .map(|r| {
             [
                 r.name.clone(),
+                r.host.clone().unwrap_or_else(|| "-".into()),
                 r.kind.clone(),
                 r.role.clone(),
                 r.sandbox.clone().unwrap_or_else(|| "-".into()),
@@ -146,6 +149,9 @@ pub fn table(rows: &[PsRow], colour: bool, width: Option<usize>) -> String {
     // Which columns fit: cut long names, drop the least needed columns until the line fits,
     // then cut the names further.
     let mut keep: Vec<usize> = (0..header.len()).collect();
+    if rows.iter().all(|r| r.host.is_none()) {
+        keep.retain(|&c| c != HOST);
+    }
     let total = |keep: &[usize], widths: &[usize]| -> usize {
         keep.iter().map(|&i| widths[i]).sum::<usize>() + 2 * keep.len().saturating_sub(1)
     };
@@ -220,7 +226,8 @@ fn split_at_char(s: &str, n: usize) -> (&str, &str) {
 }
 
 /// The line above the live table: how long the swarm has been up, how many agents are ready of
-/// how many, how many are busy, and the time (UTC).
+/// how many, how many are busy, how many hosts are up (in a swarm across hosts), and the time
+/// (UTC).
 pub fn header(rows: &[PsRow], now: &str, colour: bool) -> String {
     let uptime = rows.iter().find(|r| r.kind == "supervisor").map_or(0, |r| r.uptime_secs);
     let agents: Vec<&PsRow> = rows.iter().filter(|r| r.kind == "agent").collect();
@@ -234,7 +241,17 @@ pub fn header(rows: &[PsRow], now: &str, colour: bool) -> String {
         (true, 0) => format!("{GREEN}{ready}{RESET}"),
         (true, _) => format!("{YELLOW}{ready}{RESET}"),
     };
-    format!("flock: swarm up {}, agents {ready}, {busy} busy  {time} UTC", human_secs(uptime))
+    let hosts: Vec<&PsRow> = rows.iter().filter(|r| r.kind == "host").collect();
+    let hosts = match hosts.iter().filter(|r| r.state == "up").count() {
+        _ if hosts.is_empty() => String::new(),
+        n if !colour => format!(", hosts {n}/{} up", hosts.len()),
+        n if n == hosts.len() => format!(", hosts {GREEN}{n}/{n} up{RESET}"),
+        n => format!(", hosts {RED}{n}/{} up{RESET}", hosts.len()),
+    };
+    format!(
+        "flock: swarm up {}, agents {ready}, {busy} busy{hosts}  {time} UTC",
+        human_secs(uptime)
+    )
 }
 
 /// The live view of `ps --watch` on a terminal: the alternate screen, without a cursor, redrawn
@@ -402,6 +419,33 @@ mod tests {
         rows[3].confined = Some(false);
         let tight = table(&rows, false, Some(72));
         assert!(tight.contains("UNCAGED"), "{tight}");
+    }
+
+    #[test]
+    fn a_swarm_across_hosts_shows_each_row_s_host_and_how_many_hosts_are_up() {
+        let one = [row("supervisor", "supervisor", "running"), row("a", "agent", "ready")];
+        assert!(!table(&one, false, None).contains("HOST"));
+        let mut rows = vec![
+            row("main", "host", "up"),
+            row("supervisor", "supervisor", "running"),
+            row("a", "agent", "ready"),
+            row("gpu", "host", "lost"),
+            row("b", "agent", "unknown"),
+        ];
+        for (r, h) in rows.iter_mut().zip(["main", "main", "main", "gpu", "gpu"]) {
+            r.host = Some(h.into());
+        }
+        let t = table(&rows, false, None);
+        let head = t.lines().next().unwrap();
+        assert_eq!(head.split_whitespace().take(2).collect::<Vec<_>>(), ["NAME", "HOST"], "{t}");
+        let b = t.lines().find(|l| l.starts_with("b ")).unwrap();
+        assert!(b.contains("gpu") && b.contains("unknown"), "{t}");
+        assert!(table(&rows, true, None).contains(&format!("{RED}lost{RESET}")));
+        let head = header(&rows, "2026-11-25T13:04:24.000Z", false);
+        assert_eq!(
+            head,
+            "flock: swarm up 1m5s, agents 1/2 ready, 0 busy, hosts 1/2 up  13:04:24 UTC"
+        );
     }
 
     #[test]

@@ -216,18 +216,17 @@ pub async fn up(
     state.create()?;
     let _lock = lock_state_dir(&state)?;
     let agent_bin = agent_binary()?;
-    // Every agent in its cage, where the kernel allows it (cage.rs).
+    // A swarm across hosts: this host runs its own agents and reaches the others through the
+    // broker, which must answer before anything starts.
+    let whole = spec;
+    let spec = whole.for_host(host).map_err(|e| anyhow!(e))?;
+    // Every agent of this host in its cage, where the kernel allows it (cage.rs).
     let cage = {
         let probed = crate::cage::helper()
             .map_err(|e| format!("{e:#}"))
             .and_then(|h| crate::cage::probe(&h, &state).map(|()| h));
         crate::cage::decide(&spec, probed)?
     };
-
-    // A swarm across hosts: this host runs its own agents and reaches the others through the
-    // broker, which must answer before anything starts.
-    let whole = spec;
-    let spec = whole.for_host(host).map_err(|e| anyhow!(e))?;
     let mut keys = keys;
     let cluster_secret = match &whole.cluster {
         Some(c) => match keys.remove(&c.secret_env) {
@@ -242,6 +241,7 @@ pub async fn up(
         None => None,
     };
     let link = crate::cluster::connect(&whole, host, cluster_secret).await?;
+    let cluster_view = link.as_ref().map(|l| crate::cluster::Hosts::new(l.clone(), &whole));
     let store = Store::open(&state.db(), Durability::Normal)
         .with_context(|| format!("open the store {}", state.db().display()))?;
     let spec = Arc::new(with_registry(spec, &store)?);
@@ -435,8 +435,10 @@ pub async fn up(
         started,
         model: model.clone(),
         max_frame_bytes: spec.delivery.max_frame_bytes,
+        cluster: cluster_view,
     });
     let _ = control_cell.set(ctx.clone());
+    crate::control::heartbeat(ctx.clone());
 
     let limits = ConnLimits {
         max_frame_bytes: spec.delivery.max_frame_bytes,

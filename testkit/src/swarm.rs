@@ -465,9 +465,13 @@ impl Swarm {
             if self.control_socket().exists() {
                 match self.try_ps() {
                     Ok(rows) => {
+                        // Across hosts `ps` shows every host's agents: this one's is the first
+                        // host row, and only its own agents are this supervisor's to start.
+                        let here = rows.iter().find(|r| r["kind"] == "host").map(|r| &r["name"]);
                         let waiting: Vec<String> = rows
                             .iter()
                             .filter(|r| r["kind"] == "agent")
+                            .filter(|r| here.is_none_or(|h| r["host"] == *h))
                             .filter(|r| !self.not_ready.iter().any(|n| r["name"] == n.as_str()))
                             .filter(|r| r["state"] != "ready" && r["state"] != "busy")
                             .map(|r| format!("{} is {}", r["name"], r["state"]))

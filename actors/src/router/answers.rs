@@ -469,6 +469,25 @@ impl RouterState {
         for id in late {
             self.stop_chain(id, StopKind::Wall);
         }
+        self.release_awaiting();
+    }
+
+    /// A hop sent to another host whose result may never come (that host stopped the chain too,
+    /// its agent failed, or the host is down): once the chain is stopped here, or gone, nothing
+    /// here waits for it any more and the chain can end. A result that comes later is
+    /// delivered like any message.
+    fn release_awaiting(&mut self) {
+        let chains = &self.chains.map;
+        let done: Vec<(MsgId, MsgId)> = self
+            .awaiting
+            .iter()
+            .filter(|(_, chain)| chains.get(*chain).is_none_or(|c| c.stopped.is_some()))
+            .map(|(hop, chain)| (*hop, *chain))
+            .collect();
+        for (hop, chain) in done {
+            self.awaiting.remove(&hop);
+            self.leave(chain);
+        }
     }
 
     /// A finished turn, journaled in its chain (if the router keeps it: a lone root is not).

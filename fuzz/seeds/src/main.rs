@@ -250,6 +250,7 @@ fn control_replies() -> Vec<(&'static str, Body)> {
         tokens_out: 200,
         sandbox: Some("native".into()),
         confined: Some(true),
+        host: None,
     };
     let dead = DeadLetter {
         id: CHAIN + 1,

@@ -22,6 +22,12 @@ struct Proc {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HostState {
+    host: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProcState {
     name: String,
     kind: String,
@@ -124,7 +130,18 @@ pub async fn scrape(ctx: &ControlCtx) -> String {
     let rss = Family::<Proc, Gauge>::default();
     let cpu = Family::<Proc, Counter<f64>>::default();
     let tokens = Family::<AgentTokens, Counter>::default();
-    for r in rows.iter().filter(|r| r.kind != "actor" && r.kind != "chains") {
+    // Across hosts, each host reports its own processes (scrape every host); the hosts as this
+    // one sees them are `flock_host_up`.
+    let me = ctx.cluster.as_ref().map(|h| h.me().to_owned());
+    let hosts = Family::<HostState, Gauge>::default();
+    for r in rows.iter().filter(|r| r.kind == "host") {
+        let state = HostState { host: r.name.clone(), state: r.state.clone() };
+        hosts.get_or_create(&state).set(i64::from(r.state == "up"));
+    }
+    let here = |r: &&PsRow| r.host.is_none() || r.host == me;
+    for r in
+        rows.iter().filter(here).filter(|r| !matches!(r.kind.as_str(), "actor" | "chains" | "host"))
+    {
         let proc = Proc { name: r.name.clone(), kind: r.kind.clone() };
         let state =
             ProcState { name: r.name.clone(), kind: r.kind.clone(), state: r.state.clone() };
@@ -146,6 +163,14 @@ pub async fn scrape(ctx: &ControlCtx) -> String {
                 tokens.get_or_create(&labels).inc_by(n);
             }
         }
+    }
+    if me.is_some() {
+        registry.register(
+            "flock_host_up",
+            "1 when a host of the swarm writes its status (with its state as a label: up, lost, \
+             down, unknown), 0 when it does not",
+            hosts,
+        );
     }
     registry.register(
         "flock_process_up",

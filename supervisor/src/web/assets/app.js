@@ -49,14 +49,18 @@ async function api(path, body) {
 function renderPs() {
   const tbody = $("#ps tbody");
   const rows = state.ps.filter((r) => r.kind !== "chains");
+  // Across hosts the first host row is this one; agents of other hosts are shown, not driven.
+  const here = (rows.find((r) => r.kind === "host") || {}).name;
+  const isLocal = (r) => !r.host || r.host === here;
   // Rows are updated in place (a click must not land on a row replaced under the pointer).
-  const existing = new Map([...tbody.children].map((tr) => [tr.dataset.name, tr]));
+  // Keyed by kind and name: across hosts, a host's row and an agent may share a name.
+  const existing = new Map([...tbody.children].map((tr) => [`${tr.dataset.kind}/${tr.dataset.name}`, tr]));
   const order = rows.map((r) => {
-    let tr = existing.get(r.name);
+    let tr = existing.get(`${r.kind}/${r.name}`);
     if (!tr) {
       tr = el("tr", { "data-name": r.name, "data-kind": r.kind, class: r.kind === "actor" ? "dim" : "" });
       for (let i = 0; i < 11; i++) tr.append(el("td"));
-      if (r.kind === "agent") {
+      if (r.kind === "agent" && isLocal(r)) {
         tr.classList.add("agent");
         tr.onclick = () => pickAgent(r.name);
       }
@@ -71,7 +75,7 @@ function renderPs() {
     }
     const tokens = r.kind === "agent" ? `${r.tokens_in}/${r.tokens_out}` : "";
     const cells = [
-      ["name", r.name], ["", r.kind], ["", r.role],
+      ["name", r.name], ["", r.host ? `${r.kind} on ${r.host}` : r.kind], ["", r.role],
       [stateClass(r.state) + " state-cell", r.state],
       ["num pid", r.pid ?? "-"], ["num", duration(r.uptime_secs)],
       ["num restarts", String(r.restarts)], ["num mailbox", String(r.mailbox_depth)],
@@ -88,12 +92,13 @@ function renderPs() {
   order.forEach((tr, i) => { if (tbody.children[i] !== tr) tbody.insertBefore(tr, tbody.children[i] || null); });
   while (tbody.children.length > order.length) tbody.lastChild.remove();
   const agents = rows.filter((r) => r.kind === "agent");
+  const local = agents.filter(isLocal);
   const ready = agents.filter((r) => r.state === "ready" || r.state === "busy").length;
   const live = state.chains.filter((c) => c.live).length;
   $("#summary").textContent = `${ready}/${agents.length} agents up · ${live} chain(s) in flight`;
   // The send box lists the agents.
   const sel = $("#send-agent");
-  const names = agents.map((a) => a.name);
+  const names = local.map((a) => a.name);
   if (sel.dataset.names !== names.join(",")) {
     const keep = sel.value;
     sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
