@@ -326,10 +326,7 @@ mod tests {
                 },
             ],
             tools: Vec::new(),
-            user: None,
-            service_tier: None,
-            max_tokens: None,
-            required: false,
+            ..Default::default()
         };
         mask_request(&mut req);
         let text = serde_json::to_string(&req).unwrap();

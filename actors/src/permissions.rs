@@ -833,36 +833,28 @@ mod tests {
     #[test]
     fn a_request_is_stored_once_and_goes_to_the_sysadmin() {
         let c = db();
-        let Reply { answer, effects: fx } = request(
-            &c,
-            &inv(),
-            "w",
-            "read",
-            "/usr/share/dict",
-            "spellcheck",
-            b"k1",
-            Some("sys"),
-            1,
-        )
-        .unwrap();
+        let ask = |at| {
+            request(
+                &c,
+                &inv(),
+                "w",
+                "read",
+                "/usr/share/dict",
+                "spellcheck",
+                b"k1",
+                Some("sys"),
+                at,
+            )
+            .unwrap()
+        };
+        let Reply { answer, effects: fx } = ask(1);
         let msg = answer.unwrap();
         assert!(msg.contains("#1 stored and sent to sys"), "{msg}");
         assert_eq!(fx.notify.len(), 1);
         assert_eq!((fx.notify[0].0.as_str(), fx.notify[0].1.as_str()), ("w", "sys"));
         assert!(fx.notify[0].2.contains("spellcheck"));
         // Replayed: the same record, nobody woken twice.
-        let Reply { answer, effects: fx } = request(
-            &c,
-            &inv(),
-            "w",
-            "read",
-            "/usr/share/dict",
-            "spellcheck",
-            b"k1",
-            Some("sys"),
-            2,
-        )
-        .unwrap();
+        let Reply { answer, effects: fx } = ask(2);
         let msg = answer.unwrap();
         assert!(msg.contains("#1 is pending"), "{msg}");
         assert!(fx.notify.is_empty());

@@ -458,25 +458,8 @@ pub(crate) fn test_spec(
     extensions: Vec<flock_config::ExtensionSpec>,
 ) -> AgentSpec {
     AgentSpec {
-        name: "w".into(),
-        role,
-        archetype: None,
-        description: String::new(),
-        restart: flock_config::RestartPolicy::Permanent,
-        stop_timeout_secs: 10,
-        ready_timeout_secs: 10,
-        workspace: None,
-        command: None,
-        env: Vec::new(),
-        can_call: Vec::new(),
-        tools: None,
-        sandbox: Default::default(),
-        unconfined: false,
-        model: ModelSpec::Scripted(flock_config::Transcript::default()),
-        instance: None,
         extensions,
-        delegate: Default::default(),
-        host: None,
+        ..AgentSpec::new("w", role, ModelSpec::Scripted(flock_config::Transcript::default()))
     }
 }
 

@@ -177,19 +177,21 @@ impl Slack {
         let req = SlackApiConversationsCreateRequest::new(name.to_owned());
         match self.client.open_session(&self.bot).conversations_create(&req).await {
             Ok(made) => Ok(made.channel.id.to_string()),
-            Err(e) => Err(match classify(&e, "conversations.create") {
-                PlatformError::Permanent(m) if m.ends_with("name_taken") => {
-                    PlatformError::Permanent(format!(
-                        "{m}: a Slack channel named {name} exists already; map it with `flockctl bridge map`"
-                    ))
-                }
-                PlatformError::Permanent(m) if m.ends_with("missing_scope") => {
-                    PlatformError::Permanent(format!(
-                        "{m}: add the scope channels:manage to the app (flockctl bridge manifest slack) and reinstall it"
-                    ))
-                }
-                other => other,
-            }),
+            Err(e) => {
+                let taken = format!(
+                    "a Slack channel named {name} exists already; map it with `flockctl bridge map`"
+                );
+                Err(with_hint(
+                    classify(&e, "conversations.create"),
+                    &[
+                        ("name_taken", &taken),
+                        (
+                            "missing_scope",
+                            "add the scope channels:manage to the app (flockctl bridge manifest slack) and reinstall it",
+                        ),
+                    ],
+                ))
+            }
         }
     }
 
@@ -213,19 +215,19 @@ impl Slack {
         match self.client.open_session(&self.bot).conversations_archive(&req).await {
             Ok(_) => Ok(()),
             Err(SlackClientError::ApiError(api)) if api.code == "already_archived" => Ok(()),
-            Err(e) => Err(match classify(&e, "conversations.archive") {
-                PlatformError::Permanent(m) if m.ends_with("missing_scope") => {
-                    PlatformError::Permanent(format!(
-                        "{m}: add the scopes channels:manage (public channels) and groups:write (private ones) to the app (flockctl bridge manifest slack) and reinstall it"
-                    ))
-                }
-                PlatformError::Permanent(m) if m.ends_with("not_in_channel") => {
-                    PlatformError::Permanent(format!(
-                        "{m}: invite the bot to the channel (/invite) so it can archive it"
-                    ))
-                }
-                other => other,
-            }),
+            Err(e) => Err(with_hint(
+                classify(&e, "conversations.archive"),
+                &[
+                    (
+                        "missing_scope",
+                        "add the scopes channels:manage (public channels) and groups:write (private ones) to the app (flockctl bridge manifest slack) and reinstall it",
+                    ),
+                    (
+                        "not_in_channel",
+                        "invite the bot to the channel (/invite) so it can archive it",
+                    ),
+                ],
+            )),
         }
     }
 
@@ -605,6 +607,18 @@ fn inline(line: &str) -> String {
         rest = &rest[c.len_utf8()..];
     }
     out
+}
+
+/// A permanent error whose Slack error code is one of `hints`' gets that hint after it: what to do
+/// about it.
+fn with_hint(e: PlatformError, hints: &[(&str, &str)]) -> PlatformError {
+    match e {
+        PlatformError::Permanent(m) => match hints.iter().find(|(code, _)| m.ends_with(code)) {
+            Some((_, hint)) => PlatformError::Permanent(format!("{m}: {hint}")),
+            None => PlatformError::Permanent(m),
+        },
+        other => other,
+    }
 }
 
 #[cfg(test)]

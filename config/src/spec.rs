@@ -662,6 +662,32 @@ impl ExtensionSpec {
 }
 
 impl AgentSpec {
+    /// An agent as the swarm file's defaults make it: permanent, 10 s to stop and to get
+    /// ready, caged, no workspace, command, environment, peers, extensions or host of its own.
+    pub fn new(name: impl Into<String>, role: Role, model: ModelSpec) -> AgentSpec {
+        AgentSpec {
+            name: name.into(),
+            role,
+            archetype: None,
+            description: String::new(),
+            restart: RestartPolicy::Permanent,
+            stop_timeout_secs: 10,
+            ready_timeout_secs: 10,
+            workspace: None,
+            command: None,
+            env: Vec::new(),
+            can_call: Vec::new(),
+            tools: None,
+            sandbox: SandboxKind::default(),
+            unconfined: false,
+            model,
+            instance: None,
+            extensions: Vec::new(),
+            delegate: Delegate::default(),
+            host: None,
+        }
+    }
+
     /// The address of this agent process: `name`, or `name@instance` for a spawned instance.
     pub fn key(&self) -> String {
         match &self.instance {

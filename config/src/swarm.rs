@@ -87,22 +87,9 @@ const BUDGET: &[Field<BudgetSpec>] = &[
 ];
 
 const SWARM_KEYS: &[&str] = &["name"];
-const MODEL_KEYS: &[&str] = &[
-    "provider",
-    "transcript",
-    "rules",
-    "base_url",
-    "model",
-    "api_key_env",
-    "timeout_secs",
-    "max_tokens",
-    "retry_base_ms",
-    "strict_tools",
-    "path",
-    "threads",
-    "ctx",
-    "slots",
-];
+/// Keys every model takes (the scripted model's only); a model's keys are these, the
+/// [`REMOTE_KEYS`] and the [`LOCAL_KEYS`].
+const MODEL_KEYS: &[&str] = &["provider", "transcript", "rules"];
 /// Keys only the embedded model takes.
 const LOCAL_KEYS: &[&str] = &["path", "threads", "ctx", "slots"];
 /// Keys only a remote (HTTP) model takes.

@@ -160,10 +160,6 @@ mod tests {
     fn consecutive_same_role_messages_merge_and_systems_join() {
         let ep = Endpoint::new(ProviderKind::Anthropic, "http://x", "claude");
         let req = ChatRequest {
-            user: None,
-            service_tier: None,
-            max_tokens: None,
-            required: false,
             messages: vec![
                 ChatMsg::System { text: "one".into() },
                 ChatMsg::User { text: "hi".into() },
@@ -179,6 +175,7 @@ mod tests {
                 ChatMsg::Assistant { text: None, tool_calls: vec![] },
             ],
             tools: vec![],
+            ..Default::default()
         };
         assert_eq!(
             request_body(&ep, &req, false),

@@ -143,10 +143,6 @@ mod tests {
     fn body_sends_every_system_message_and_omits_empty_parts() {
         let ep = Endpoint::new(ProviderKind::OpenAi, "http://x/v1", "m");
         let req = ChatRequest {
-            user: None,
-            service_tier: None,
-            max_tokens: None,
-            required: false,
             messages: vec![
                 ChatMsg::System { text: "a".into() },
                 ChatMsg::User { text: "hi".into() },
@@ -154,6 +150,7 @@ mod tests {
                 ChatMsg::Assistant { text: None, tool_calls: vec![] },
             ],
             tools: vec![],
+            ..Default::default()
         };
         assert_eq!(
             request_body(&ep, &req, false),
@@ -187,16 +184,13 @@ mod tests {
     fn tool_definitions_get_an_object_schema_even_without_parameters() {
         let ep = Endpoint::new(ProviderKind::OpenAi, "http://x/v1", "m");
         let req = ChatRequest {
-            user: None,
-            service_tier: None,
-            max_tokens: None,
-            required: false,
             messages: vec![],
             tools: vec![ToolDef {
                 name: "t".into(),
                 description: "d".into(),
                 parameters: Value::Null,
             }],
+            ..Default::default()
         };
         let body = request_body(&ep, &req, false);
         assert_eq!(

@@ -129,10 +129,6 @@ async fn tool_call_round_trip(kind: ProviderKind) {
         },
     ];
     let mut req = ChatRequest {
-        user: None,
-        service_tier: None,
-        max_tokens: None,
-        required: false,
         messages: vec![
             ChatMsg::System { text: "You are a worker.".into() },
             ChatMsg::User { text: "Copy a.txt to b.txt".into() },
@@ -151,6 +147,7 @@ async fn tool_call_round_trip(kind: ProviderKind) {
             },
         ],
         tools,
+        ..Default::default()
     };
     let client = client();
     // Without strict tools the schemas go out as given (strict_tools_… below: with them).
@@ -309,10 +306,6 @@ async fn every_system_message_reaches_the_wire(kind: ProviderKind) {
     let fake = fake(kind);
     fake.push_text("ok");
     let req = ChatRequest {
-        user: None,
-        service_tier: None,
-        max_tokens: None,
-        required: false,
         messages: vec![
             ChatMsg::System { text: "S1: you are the coordinator.".into() },
             ChatMsg::User { text: "first".into() },
@@ -322,6 +315,7 @@ async fn every_system_message_reaches_the_wire(kind: ProviderKind) {
             ChatMsg::User { text: "second".into() },
         ],
         tools: vec![],
+        ..Default::default()
     };
     client().complete(&endpoint(kind, &fake), &req).await.expect("answer");
     let body = &fake.requests()[0].body;

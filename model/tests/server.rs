@@ -200,10 +200,7 @@ fn tool_request(system: &str, user: &str) -> ChatRequest {
             ChatMsg::User { text: user.into() },
         ],
         tools: tools(),
-        user: None,
-        service_tier: None,
-        max_tokens: None,
-        required: false,
+        ..Default::default()
     }
 }
 
@@ -228,10 +225,7 @@ async fn embedded_model_serves_the_gateway_client() {
     let hello = ChatRequest {
         messages: vec![ChatMsg::User { text: "Say hello in five words.".into() }],
         tools: vec![],
-        user: None,
-        service_tier: None,
-        max_tokens: None,
-        required: false,
+        ..Default::default()
     };
     for key in [None, Some("wrong-token")] {
         match client.complete(&server.endpoint(key), &hello).await {
@@ -371,10 +365,7 @@ async fn embedded_model_serves_the_gateway_client() {
     let short = ChatRequest {
         messages: vec![ChatMsg::User { text: "Name one colour.".into() }],
         tools: vec![],
-        user: None,
-        service_tier: None,
-        max_tokens: None,
-        required: false,
+        ..Default::default()
     };
     let mut short_ep = ep.clone();
     short_ep.max_tokens = 8;

@@ -66,25 +66,13 @@ impl ChannelsState {
             }));
         };
         let spec = AgentSpec {
-            name: name.clone(),
-            role,
             archetype: str_arg(args, "archetype").map(str::to_owned),
             description: described(str_arg(args, "description").unwrap_or_default())?,
             restart: self.spec.default_restart,
             stop_timeout_secs: self.spec.default_stop_timeout_secs,
             ready_timeout_secs: self.spec.default_ready_timeout_secs,
-            workspace: None,
-            command: None,
-            env: Vec::new(),
-            can_call: Vec::new(),
-            tools: None,
-            sandbox: Default::default(),
-            unconfined: false,
-            model,
-            instance: None,
             extensions: flock_config::ExtensionSpec::defaults(role, &self.peers()),
-            delegate: Default::default(),
-            host: None,
+            ..AgentSpec::new(name.clone(), role, model)
         };
         let started = self.start_agent(caller, spec, "AGENT_CREATED").await?;
         match started {

@@ -475,12 +475,13 @@ pub(super) fn env(r: &mut Report<'_>, node: &Node, what: &str) -> Vec<(String, S
     env
 }
 
-/// `tools: [name, …]`: the tools offered to this agent's model (a subset of its role's).
-pub(super) fn tools(
+/// A list of names (`null`: none), each read as a string and kept if `check` finds nothing
+/// wrong with it; what is wrong is reported at the item, named `what[i]`.
+fn names(
     r: &mut Report<'_>,
     node: &Node,
     what: &str,
-    role: Option<Role>,
+    check: impl Fn(&str, &str) -> Option<String>,
 ) -> Vec<String> {
     if node.is_null() {
         return Vec::new();
@@ -490,43 +491,41 @@ pub(super) fn tools(
     };
     let mut names = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let Some(name) = r.string(item, &format!("{what}[{i}]")) else { continue };
-        let spec = crate::tools::tool(&name).filter(|t| t.is_model_tool());
-        if spec.is_none() {
-            r.error(item.pos, format!("`{what}[{i}]`: {}", crate::tools::unknown_tool_hint(&name)));
-        } else if let Some(role) = role.filter(|r| !r.may_use(&name)) {
-            r.error(
-                item.pos,
-                format!(
-                    "`{what}[{i}]`: a {} may not use `{name}` ({}); remove it",
-                    role.as_str(),
-                    spec.map(|t| t.access.who()).unwrap_or_default()
-                ),
-            );
-        } else {
-            names.push(name);
+        let at = format!("{what}[{i}]");
+        let Some(name) = r.string(item, &at) else { continue };
+        match check(&at, &name) {
+            Some(problem) => r.error(item.pos, problem),
+            None => names.push(name),
         }
     }
     names
 }
 
+/// `tools: [name, …]`: the tools offered to this agent's model (a subset of its role's).
+pub(super) fn tools(
+    r: &mut Report<'_>,
+    node: &Node,
+    what: &str,
+    role: Option<Role>,
+) -> Vec<String> {
+    names(r, node, what, |at, name| {
+        let spec = crate::tools::tool(name).filter(|t| t.is_model_tool());
+        let Some(spec) = spec else {
+            return Some(format!("`{at}`: {}", crate::tools::unknown_tool_hint(name)));
+        };
+        let role = role.filter(|r| !r.may_use(name))?;
+        Some(format!(
+            "`{at}`: a {} may not use `{name}` ({}); remove it",
+            role.as_str(),
+            spec.access.who()
+        ))
+    })
+}
+
 pub(super) fn can_call(r: &mut Report<'_>, node: &Node, what: &str, known: &[&str]) -> Vec<String> {
-    if node.is_null() {
-        return Vec::new();
-    }
-    let Some(items) = r.list(node, what) else {
-        return Vec::new();
-    };
-    let mut names = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let Some(name) = r.string(item, &format!("{what}[{i}]")) else { continue };
-        if known.contains(&name.as_str()) {
-            names.push(name);
-        } else {
-            r.error(item.pos, unknown_agent(what, &name, known.iter().copied()));
-        }
-    }
-    names
+    names(r, node, what, |_, name| {
+        (!known.contains(&name)).then(|| unknown_agent(what, name, known.iter().copied()))
+    })
 }
 
 pub(super) fn unknown_agent<'a>(

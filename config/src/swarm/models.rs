@@ -40,7 +40,8 @@ impl Loader<'_> {
         }
         let entries = self.report.mapping(node, &what)?;
         let before = self.report.count();
-        self.report.unknown_keys(entries, MODEL_KEYS, &format!("`{what}`"));
+        let keys = [MODEL_KEYS, REMOTE_KEYS, LOCAL_KEYS].concat();
+        self.report.unknown_keys(entries, &keys, &format!("`{what}`"));
         let provider = match lookup(entries, "provider") {
             Some((_, v)) => match v.text().and_then(openai_compatible) {
                 Some((server, base_url)) => {
