@@ -29,7 +29,10 @@
 //! Each host also writes its status (what `flockctl ps` shows of it) every second under its name
 //! in the swarm's key-value bucket `flock-<swarm>-hosts` ([`Link::put_status`]), MAC'd like a
 //! message; any host reads the others' ([`Link::status_of`]) — one view of the swarm, and a host
-//! whose status stopped coming is seen as lost, with the time it last wrote.
+//! whose status stopped coming is seen as lost, with the time it last wrote. The status is also
+//! the host's lease: a process takes a host's name only when no other process of it wrote
+//! lately ([`Link::claim`]), and every write is conditional on the last one it made, so a process
+//! that another took its host from learns it at its next write ([`Error::Fenced`]).
 //!
 //! The sending host's SQLite mailbox stays the source of truth (a transactional outbox); this crate
 //! only moves bytes between hosts and says when they are safe.
@@ -77,6 +80,11 @@ pub struct Options {
     pub window: i64,
     /// The swarm's secret: messages are sent with its MAC and checked against it (`None`: neither).
     pub secret: Option<Vec<u8>>,
+    /// Who holds this host's name ([`Link::claim`]): the same for every run from one place (a
+    /// supervisor keeps it in its state dir, whose lock allows one run at a time), so a run may
+    /// take over from a dead run of its own at once, and from anyone else only once their status
+    /// is stale. Random by default.
+    pub instance: String,
 }
 
 impl Options {
@@ -93,6 +101,7 @@ impl Options {
             ack_wait: Duration::from_secs(30),
             window: 256,
             secret: None,
+            instance: instance_id(),
         }
     }
 }
@@ -134,6 +143,17 @@ pub enum Error {
     Inbox { subject: String, why: String },
     #[error("hosts' status bucket {bucket}: {why}")]
     Status { bucket: String, why: String },
+    #[error(
+        "host `{host}` is running already (its supervisor wrote its status {age_ms} ms ago, on \
+         this machine or another): stop it first (`flockctl down` there), or start this one as \
+         another host; a host that died is free again 5 s after its last status"
+    )]
+    HostTaken { host: String, age_ms: u64 },
+    #[error(
+        "another supervisor took host `{host}` over (this one could not write its status for \
+         longer than the others wait): this one stops, so the host's agents never run twice"
+    )]
+    Fenced { host: String },
 }
 
 /// How often the link lost its connection to the broker. A broker that restarted holds the
@@ -172,6 +192,10 @@ pub struct Link {
     key: Option<hmac::Key>,
     losses: Arc<Losses>,
     status: kv::Store,
+    /// Who holds this host's name ([`Options::instance`]), and the revision of the status this
+    /// link wrote last.
+    instance: String,
+    revision: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Link {
@@ -271,23 +295,85 @@ impl Link {
             key: options.secret.as_deref().map(|s| hmac::Key::new(hmac::HMAC_SHA256, s)),
             losses,
             status,
+            instance: options.instance.clone(),
+            revision: Arc::default(),
         })
     }
 
-    /// Writes this host's status (replacing the one before), with its MAC.
+    /// Takes this host's name for this process: writes its first status unless a status of
+    /// another process is younger than `fresh` ([`Error::HostTaken`]: that host runs already,
+    /// here or on another machine). The write is conditional on the status it replaces, so of two
+    /// processes starting as the same host at once one wins.
+    pub async fn claim(&self, body: &[u8], fresh: Duration) -> Result<(), Error> {
+        let current = self.read_status(&self.host).await?;
+        let expected = match &current {
+            None => 0,
+            Some((s, revision)) => {
+                let age = now_ms().saturating_sub(s.written_ms);
+                if s.authentic && s.instance != self.instance && age < fresh.as_millis() as u64 {
+                    return Err(Error::HostTaken { host: self.host.clone(), age_ms: age });
+                }
+                *revision
+            }
+        };
+        match self.status.update(&self.host, self.status_value(body), expected).await {
+            Ok(revision) => {
+                self.revision.store(revision, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                Err(Error::HostTaken { host: self.host.clone(), age_ms: 0 })
+            }
+            Err(e) => Err(self.status_error(format!("write {}: {e}", self.host))),
+        }
+    }
+
+    /// Writes this host's status over the one this process wrote last ([`Link::claim`] first).
+    /// [`Error::Fenced`] when another process of this host has written one since: it took the
+    /// host over (this one was cut off for longer than the others wait), and this process must
+    /// stop so the host's agents never run twice. A status without the swarm's MAC, or older than
+    /// the one it replaced, is written over (an agent that found the broker cannot fence a host).
     pub async fn put_status(&self, body: &[u8]) -> Result<(), Error> {
-        let mut value = Vec::with_capacity(body.len() + 65);
+        let value = self.status_value(body);
+        let last = self.revision.load(Ordering::SeqCst);
+        let revision = match self.status.update(&self.host, value.clone(), last).await {
+            Ok(r) => r,
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                let current = self.read_status(&self.host).await?;
+                let revision = match current {
+                    Some((s, _)) if s.authentic && s.instance != self.instance => {
+                        return Err(Error::Fenced { host: self.host.clone() });
+                    }
+                    Some((_, revision)) => revision,
+                    None => 0,
+                };
+                self.status
+                    .update(&self.host, value, revision)
+                    .await
+                    .map_err(|e| self.status_error(format!("write {}: {e}", self.host)))?
+            }
+            Err(e) => return Err(self.status_error(format!("write {}: {e}", self.host))),
+        };
+        self.revision.store(revision, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// `mac \n instance \n written_ms \n body`, the MAC over the rest and the host's name.
+    fn status_value(&self, body: &[u8]) -> Bytes {
+        let mut signed_part = format!("{}\n{}\n", self.instance, now_ms()).into_bytes();
+        signed_part.extend_from_slice(body);
+        let mut value = Vec::with_capacity(signed_part.len() + 65);
         if let Some(key) = &self.key {
-            let tag = hmac::sign(key, &signed(&self.host, STATUS_ID, body));
+            let tag = hmac::sign(key, &signed(&self.host, STATUS_ID, &signed_part));
             value.extend_from_slice(hex::encode(tag.as_ref()).as_bytes());
         }
         value.push(b'\n');
-        value.extend_from_slice(body);
-        self.status.put(&self.host, value.into()).await.map_err(|e| Error::Status {
-            bucket: self.status.name.clone(),
-            why: format!("write {}: {e}", self.host),
-        })?;
-        Ok(())
+        value.extend_from_slice(&signed_part);
+        value.into()
+    }
+
+    fn status_error(&self, why: String) -> Error {
+        Error::Status { bucket: self.status.name.clone(), why }
     }
 
     /// How many messages the stream holds for host `host` that it has not acknowledged yet (what
@@ -310,26 +396,41 @@ impl Link {
 
     /// What host `host` last wrote of itself; `None` if it never did.
     pub async fn status_of(&self, host: &str) -> Result<Option<HostStatus>, Error> {
+        Ok(self.read_status(host).await?.map(|(s, _)| s))
+    }
+
+    async fn read_status(&self, host: &str) -> Result<Option<(HostStatus, u64)>, Error> {
         valid_name(host)?;
-        let entry = self.status.entry(host).await.map_err(|e| Error::Status {
-            bucket: self.status.name.clone(),
-            why: format!("read {host}: {e}"),
-        })?;
+        let entry = self
+            .status
+            .entry(host)
+            .await
+            .map_err(|e| self.status_error(format!("read {host}: {e}")))?;
         let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
             return Ok(None);
         };
         let value = entry.value;
-        let cut = value.iter().position(|&b| b == b'\n').unwrap_or(value.len());
-        let body = value.slice((cut + 1).min(value.len())..);
+        let mut parts = value.splitn(4, |&b| b == b'\n');
+        let (mac, instance, written, _) = (parts.next(), parts.next(), parts.next(), parts.next());
+        let text = |p: Option<&[u8]>| String::from_utf8_lossy(p.unwrap_or_default()).into_owned();
+        let mac_len = mac.map_or(0, <[u8]>::len);
+        let signed_part = value.slice((mac_len + 1).min(value.len())..);
+        let header = instance.map_or(0, <[u8]>::len) + written.map_or(0, <[u8]>::len) + 2;
+        let body = signed_part.slice(header.min(signed_part.len())..);
         let authentic = match &self.key {
             None => true,
-            Some(key) => hex::decode(&value[..cut]).ok().is_some_and(|tag| {
-                hmac::verify(key, &signed(host, STATUS_ID, &body), &tag).is_ok()
+            Some(key) => hex::decode(mac.unwrap_or_default()).ok().is_some_and(|tag| {
+                hmac::verify(key, &signed(host, STATUS_ID, &signed_part), &tag).is_ok()
             }),
         };
-        let written_ms =
-            u64::try_from(entry.created.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
-        Ok(Some(HostStatus { host: host.to_owned(), body, authentic, written_ms }))
+        let status = HostStatus {
+            host: host.to_owned(),
+            body,
+            authentic,
+            instance: text(instance),
+            written_ms: text(written).parse().unwrap_or(0),
+        };
+        Ok(Some((status, entry.revision)))
     }
 
     /// This host's name.
@@ -407,6 +508,15 @@ impl Link {
 /// a message, nor a message for a status.
 const STATUS_ID: &str = "status";
 
+/// A random id (16 bytes, hex): a [`Options::instance`].
+pub fn instance_id() -> String {
+    use ring::rand::SecureRandom;
+    let mut id = [0u8; 16];
+    // The system's randomness does not fail on Linux; a zero id would still be one process's.
+    let _ = ring::rand::SystemRandom::new().fill(&mut id);
+    hex::encode(id)
+}
+
 /// The bucket that holds each host's status.
 fn status_bucket(swarm: &str) -> String {
     format!("flock-{swarm}-hosts")
@@ -417,11 +527,20 @@ fn status_bucket(swarm: &str) -> String {
 pub struct HostStatus {
     pub host: String,
     pub body: Bytes,
-    /// It carries a valid MAC of the swarm's secret over the host's name and its body (always
-    /// `true` on a link without a secret). Show it as unknown otherwise.
+    /// It carries a valid MAC of the swarm's secret over the host's name, the process, the time
+    /// and the body (always `true` on a link without a secret). Show it as unknown otherwise.
     pub authentic: bool,
-    /// When the broker stored it (its clock), in milliseconds since the Unix epoch.
+    /// The process that wrote it (a random id per [`Link`]).
+    pub instance: String,
+    /// When it was written (the writer's clock, under the MAC: a replayed old status stays
+    /// old), in milliseconds since the Unix epoch.
     pub written_ms: u64,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A host's inbox, read in order.

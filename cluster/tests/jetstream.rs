@@ -208,3 +208,44 @@ async fn a_host_reads_what_another_wrote_of_itself_and_whether_the_swarm_s_secre
     next(&mut inbox).await.ack().await.unwrap();
     assert_eq!(main.queued_for("gpu").await.unwrap(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_is_held_by_one_process_and_a_process_it_was_taken_from_learns_it_at_its_next_write()
+{
+    let Some(bin) = available("host lease") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let run = |instance: &str| Options {
+        secret: Some(b"s3cret".to_vec()),
+        instance: instance.into(),
+        ..options(&broker, "gpu", Duration::from_secs(30))
+    };
+    let fresh = Duration::from_millis(800);
+    let first = Link::connect(&run("machine-a")).await.unwrap();
+    first.claim(b"{}", fresh).await.unwrap();
+    first.put_status(b"{}").await.unwrap();
+    // Another machine starting as `gpu` while the first writes: refused.
+    let second = Link::connect(&run("machine-b")).await.unwrap();
+    match second.claim(b"{}", fresh).await {
+        Err(flock_cluster::Error::HostTaken { host, .. }) => assert_eq!(host, "gpu"),
+        other => panic!("expected HostTaken, got {other:?}"),
+    }
+    // The first's own next run (same state dir: same holder) takes over at once.
+    let again = Link::connect(&run("machine-a")).await.unwrap();
+    again.claim(b"{}", fresh).await.unwrap();
+    // The first run was cut off: its status goes stale and the other machine takes the host.
+    tokio::time::sleep(fresh + Duration::from_millis(200)).await;
+    second.claim(b"{}", fresh).await.unwrap();
+    second.put_status(b"{}").await.unwrap();
+    // The run it was taken from learns it at its next write, and must stop.
+    match again.put_status(b"{}").await {
+        Err(flock_cluster::Error::Fenced { host }) => assert_eq!(host, "gpu"),
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    // Someone without the secret writing under the host's name cannot fence it.
+    let forger =
+        Link::connect(&Options { secret: Some(b"guess".to_vec()), ..run("agent") }).await.unwrap();
+    forger.claim(b"{}", Duration::ZERO).await.unwrap();
+    second.put_status(b"{}").await.expect("a forged status is written over");
+    assert_eq!(second.status_of("gpu").await.unwrap().unwrap().instance, "machine-b");
+}

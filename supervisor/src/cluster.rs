@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 use flock_actors::messages::FromHost;
 use flock_actors::store::PendingMessage;
 use flock_actors::{RouterMsg, StoreMsg};
@@ -93,16 +93,16 @@ impl Hosts {
             .collect()
     }
 
-    /// Writes this host's rows (those worth showing on another host) as its status.
-    pub async fn publish(&self, rows: &[PsRow]) -> Result<()> {
+    /// Writes this host's rows (those worth showing on another host) as its status;
+    /// [`flock_cluster::Error::Fenced`] when another supervisor took this host over.
+    pub async fn publish(&self, rows: &[PsRow]) -> Result<(), flock_cluster::Error> {
         let rows = rows
             .iter()
             .filter(|r| matches!(r.kind.as_str(), "supervisor" | "agent" | "process" | "bridge"))
             .cloned()
             .collect();
-        let body = serde_json::to_vec(&Status { rows })?;
-        self.link.put_status(&body).await?;
-        Ok(())
+        let body = serde_json::to_vec(&Status { rows }).unwrap_or_default();
+        self.link.put_status(&body).await
     }
 
     /// The whole swarm's rows: `local` (this host's, tagged with its name) after this host's row,
@@ -303,22 +303,41 @@ fn decode(d: &Delivery) -> Result<PendingMessage, String> {
 }
 
 /// Connects this host to the swarm's broker (before anything starts: a swarm across hosts does
-/// not start without it).
+/// not start without it), and takes the host's name: a host that runs already (another state
+/// dir wrote its status within [`LOST_AFTER`]) is refused.
 pub async fn connect(
     spec: &SwarmSpec,
     host: &str,
     secret: Option<flock_llm::Secret>,
+    state: &crate::paths::StateDir,
 ) -> Result<Option<Link>> {
     let Some(cluster) = &spec.cluster else { return Ok(None) };
     let options = Options {
         credentials_file: cluster.credentials_file.clone(),
         secret: secret.map(|s| s.expose().as_bytes().to_vec()),
+        instance: holder(state)?,
         ..Options::new(&cluster.nats, &spec.name, host)
     };
     let link = Link::connect(&options).await.map_err(|e| anyhow!("cluster: {e}"))?;
+    let body = serde_json::to_vec(&Status { rows: Vec::new() })?;
+    link.claim(&body, LOST_AFTER).await.map_err(|e| anyhow!("cluster: {e}"))?;
     let nats = flock_cluster::redacted(&cluster.nats);
     tracing::info!(host, nats = %nats, "flock: host `{host}` joined swarm `{}` on NATS", spec.name);
     Ok(Some(link))
+}
+
+/// This state dir's id as a host's holder (made once, kept in `cluster-holder`): runs from the
+/// same state dir (one at a time, by its lock) take over from each other at once.
+fn holder(state: &crate::paths::StateDir) -> Result<String> {
+    let path = state.root.join("cluster-holder");
+    if let Ok(id) = std::fs::read_to_string(&path)
+        && !id.trim().is_empty()
+    {
+        return Ok(id.trim().to_owned());
+    }
+    let id = flock_cluster::instance_id();
+    std::fs::write(&path, &id).with_context(|| format!("write {}", path.display()))?;
+    Ok(id)
 }
 
 /// Starts the outbox publisher and the inbox reader; they run as long as the process.
@@ -494,7 +513,7 @@ mod tests {
 
     fn status(rows: Vec<PsRow>, written_ms: u64, authentic: bool) -> Option<HostStatus> {
         let body = serde_json::to_vec(&Status { rows }).unwrap().into();
-        Some(HostStatus { host: "gpu".into(), body, authentic, written_ms })
+        Some(HostStatus { host: "gpu".into(), body, authentic, instance: "i".into(), written_ms })
     }
 
     fn agent(name: &str, state: &str) -> PsRow {

@@ -307,6 +307,12 @@ pub fn heartbeat(ctx: Arc<ControlCtx>) {
             let Ok(rows) = local_rows(&ctx).await else { return };
             match hosts.publish(&rows).await {
                 Ok(()) => failing = false,
+                Err(e @ flock_cluster::Error::Fenced { .. }) => {
+                    tracing::error!("flock cluster: {e}");
+                    let _ =
+                        ctx.shutdown.send(crate::children::StopReason::Escalated(e.to_string()));
+                    return;
+                }
                 Err(e) if !failing => {
                     failing = true;
                     tracing::warn!(error = %e, "flock cluster: cannot write this host's status; the other hosts will see it as lost until it can");

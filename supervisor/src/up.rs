@@ -240,7 +240,7 @@ pub async fn up(
         },
         None => None,
     };
-    let link = crate::cluster::connect(&whole, host, cluster_secret).await?;
+    let link = crate::cluster::connect(&whole, host, cluster_secret, &state).await?;
     let cluster_view = link.as_ref().map(|l| crate::cluster::Hosts::new(l.clone(), &whole));
     let store = Store::open(&state.db(), Durability::Normal)
         .with_context(|| format!("open the store {}", state.db().display()))?;

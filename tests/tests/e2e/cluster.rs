@@ -401,3 +401,45 @@ fn a_thousand_messages_cross_once_and_in_order_through_a_kill_9_of_every_part() 
         started.elapsed().as_secs_f64()
     );
 }
+
+#[test]
+fn a_host_runs_once_a_second_start_elsewhere_is_refused_until_the_first_is_lost() {
+    use std::process::Command;
+    let Some(bin) = available("cluster: one process per host") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let yaml = relay_yaml(&broker.url());
+    let file = dir.path().join("swarm.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let mut gpu = host(&yaml, Some("gpu"));
+    // The same host from another state dir (another machine): refused, saying why.
+    let elsewhere = || {
+        Command::new(flock_testkit::bin("flock-supervisor"))
+            .arg("up")
+            .arg(&file)
+            .args(["--host", "gpu", "--state-dir"])
+            .arg(dir.path().join("elsewhere"))
+            .env(SECRET.0, SECRET.1)
+            .output()
+            .unwrap()
+    };
+    let out = elsewhere();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("host `gpu` is running already"), "{err}");
+    assert_eq!(gpu.agent("sink")["state"], "ready", "the running host is untouched");
+    // Its own state dir takes it back at once after a crash (the kill tests restart at once)…
+    gpu.kill9_supervisor();
+    gpu.restart_supervisor();
+    // …another only once it is lost: the restarted one holds it, then dies for good.
+    gpu.kill9_supervisor();
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let main = host(&yaml, None);
+    let other = Swarm::builder(&yaml).env(SECRET.0, SECRET.1).up_args(&["--host", "gpu"]).start();
+    main.wait_until(
+        || state_of(&main.ps(), "host", "gpu") == "up",
+        LONG,
+        "the host runs again, from the other state dir",
+    );
+    drop(other);
+}
