@@ -196,6 +196,8 @@ pub struct Link {
     /// link wrote last.
     instance: String,
     revision: Arc<AtomicU64>,
+    /// How young another run's status must be to hold the host (set by [`Link::claim`]).
+    fresh_ms: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Link {
@@ -297,6 +299,7 @@ impl Link {
             status,
             instance: options.instance.clone(),
             revision: Arc::default(),
+            fresh_ms: Arc::default(),
         })
     }
 
@@ -316,6 +319,7 @@ impl Link {
                 *revision
             }
         };
+        self.fresh_ms.store(fresh.as_millis() as u64, Ordering::SeqCst);
         match self.status.update(&self.host, self.status_value(body), expected).await {
             Ok(revision) => {
                 self.revision.store(revision, Ordering::SeqCst);
@@ -332,7 +336,8 @@ impl Link {
     /// [`Error::Fenced`] when another process of this host has written one since: it took the
     /// host over (this one was cut off for longer than the others wait), and this process must
     /// stop so the host's agents never run twice. A status without the swarm's MAC, or older than
-    /// the one it replaced, is written over (an agent that found the broker cannot fence a host).
+    /// `fresh` of [`Link::claim`], is written over (an agent that found the broker cannot fence a
+    /// host, by forging a status nor by replaying an old one of another run).
     pub async fn put_status(&self, body: &[u8]) -> Result<(), Error> {
         let value = self.status_value(body);
         let last = self.revision.load(Ordering::SeqCst);
@@ -340,8 +345,13 @@ impl Link {
             Ok(r) => r,
             Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
                 let current = self.read_status(&self.host).await?;
+                let fresh = self.fresh_ms.load(Ordering::SeqCst);
                 let revision = match current {
-                    Some((s, _)) if s.authentic && s.instance != self.instance => {
+                    Some((s, _))
+                        if s.authentic
+                            && s.instance != self.instance
+                            && now_ms().saturating_sub(s.written_ms) < fresh =>
+                    {
                         return Err(Error::Fenced { host: self.host.clone() });
                     }
                     Some((_, revision)) => revision,

@@ -13,6 +13,7 @@ pub mod fake_slack;
 pub mod fake_telegram;
 mod http1;
 pub mod nats;
+pub mod net;
 pub mod proc;
 pub mod raw;
 mod swarm;

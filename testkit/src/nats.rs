@@ -93,6 +93,11 @@ impl Broker {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
+    /// `127.0.0.1:PORT`, for a [`crate::net::Relay`] in front of it.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
     /// `kill -9`, then the same server again on the same store and port.
     pub fn kill9_and_restart(&mut self) {
         let _ = self.child.kill(); // SIGKILL

@@ -29,6 +29,20 @@ fn two_hosts(url: &str, models: &str, agents: &str) -> String {
     )
 }
 
+/// A coordinator on `main` that hands every request to a worker on `gpu`, which answers
+/// `worker_reply`.
+fn coordinator_and_worker(url: &str, worker_reply: &str) -> String {
+    two_hosts(
+        url,
+        &format!(
+            "  coord:\n    provider: scripted\n    rules:\n      - reply: \"the coordinator's own answer\"\n  \
+             work:\n    provider: scripted\n    rules:\n      - reply: \"{worker_reply}\"\n"
+        ),
+        "  - { name: coordinator, role: coordinator, model: coord, can_call: [worker], delegate: always }\n  \
+         - { name: worker, role: worker, model: work, host: gpu }\n",
+    )
+}
+
 /// `flockctl send AGENT TEXT --wait --json` on `swarm`: (exit code, how the chain ended).
 fn send_wait(swarm: &Swarm, agent: &str, text: &str) -> (Option<i32>, serde_json::Value) {
     let out = swarm.ctl(&["send", agent, text, "--wait", "--json", "--timeout", "60"]);
@@ -44,13 +58,7 @@ fn a_request_on_one_host_is_answered_by_a_worker_on_another() {
     let Some(bin) = available("cluster: request across hosts") else { return };
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(&bin, dir.path(), None);
-    let yaml = two_hosts(
-        &broker.url(),
-        "  coord:\n    provider: scripted\n    rules:\n      - reply: \"the coordinator's own answer\"\n  \
-         work:\n    provider: scripted\n    rules:\n      - reply: \"the gpu host did: {input}\"\n",
-        "  - { name: coordinator, role: coordinator, model: coord, can_call: [worker], delegate: always }\n  \
-         - { name: worker, role: worker, model: work, host: gpu }\n",
-    );
+    let yaml = coordinator_and_worker(&broker.url(), "the gpu host did: {input}");
     let main = host(&yaml, None);
     let gpu = host(&yaml, Some("gpu"));
     // Each host runs its own agents only (and shows the other's, on the other host).
@@ -333,13 +341,7 @@ fn a_chain_waiting_on_a_host_that_is_down_ends_at_its_time_budget() {
     let broker = Broker::start(&bin, dir.path(), None);
     let yaml = format!(
         "budget: {{ max_wall_secs: 2 }}\n{}",
-        two_hosts(
-            &broker.url(),
-            "  coord:\n    provider: scripted\n    rules:\n      - reply: \"the coordinator's own answer\"\n  \
-             work:\n    provider: scripted\n    rules:\n      - reply: \"done\"\n",
-            "  - { name: coordinator, role: coordinator, model: coord, can_call: [worker], delegate: always }\n  \
-             - { name: worker, role: worker, model: work, host: gpu }\n",
-        )
+        coordinator_and_worker(&broker.url(), "done")
     );
     // `gpu` never starts: the hand-over waits here for it.
     let main = host(&yaml, None);
@@ -442,4 +444,36 @@ fn a_host_runs_once_a_second_start_elsewhere_is_refused_until_the_first_is_lost(
         "the host runs again, from the other state dir",
     );
     drop(other);
+}
+
+#[test]
+fn a_host_cut_off_from_the_broker_is_shown_lost_and_once_healed_delivers_everything_once_in_order()
+{
+    const N: usize = 30;
+    let Some(bin) = available("cluster: a partition healed") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    // `main` reaches the broker through a link that can be cut; `gpu` directly.
+    let cable = flock_testkit::net::Relay::start(broker.addr());
+    let main = host(&relay_yaml(&cable.url()), None);
+    let gpu = host(&relay_yaml(&broker.url()), Some("gpu"));
+    let texts = send_jobs(&main, N);
+    gpu.wait_until(|| gpu.turns_total("sink") >= 3, LONG, "the first messages cross");
+    cable.cut();
+    // The other side sees it lost; the cut-off host goes on working on its own.
+    gpu.wait_until(
+        || state_of(&gpu.ps(), "host", "main") == "lost",
+        LONG,
+        "the cut-off host is shown as lost",
+    );
+    assert!(gpu.turns_total("sink") < N as u64, "all {N} crossed before the cut");
+    main.wait_until(|| main.turns_total("relay") == N as u64, LONG, "the relay works on, cut off");
+    cable.heal();
+    arrived_once_in_order(&main, &gpu, &texts);
+    gpu.wait_until(
+        || state_of(&gpu.ps(), "host", "main") == "up",
+        LONG,
+        "the healed host is up again (nobody took it over: it was not fenced)",
+    );
+    assert_eq!(state_of(&main.ps(), "host", "main"), "up");
 }
