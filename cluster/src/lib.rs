@@ -128,6 +128,37 @@ pub fn redacted(url: &str) -> String {
         .join(",")
 }
 
+/// A login written into a NATS address.
+#[derive(Debug, PartialEq, Eq)]
+enum Login {
+    User(String, String),
+    Token(String),
+}
+
+/// `url` (one or several comma-separated addresses) without the logins in them, and the first
+/// login (`nats://user:password@host` or `nats://token@host`).
+fn split_login(url: &str) -> (String, Option<Login>) {
+    let mut login = None;
+    let addresses = url
+        .split(',')
+        .map(|u| {
+            let u = u.trim();
+            let Some((scheme, rest)) = u.split_once("://") else { return u.to_owned() };
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let Some((info, host)) = authority.rsplit_once('@') else { return u.to_owned() };
+            if login.is_none() {
+                login = Some(match info.split_once(':') {
+                    Some((user, password)) => Login::User(user.to_owned(), password.to_owned()),
+                    None => Login::Token(info.to_owned()),
+                });
+            }
+            format!("{scheme}://{host}{path}")
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    (addresses, login)
+}
+
 /// What went wrong, in words that name the broker's side of it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -249,8 +280,16 @@ impl Link {
                 .await
                 .map_err(|e| connect_error(format!("credentials file {}: {e}", creds.display())))?;
         }
+        // The client does not read a user, password or token from the address: they are passed
+        // as options, and the addresses without them.
+        let (addresses, login) = split_login(&options.url);
+        connect = match login {
+            Some(Login::User(user, password)) => connect.user_and_password(user, password),
+            Some(Login::Token(token)) => connect.token(token),
+            None => connect,
+        };
         let client =
-            connect.connect(&options.url).await.map_err(|e| connect_error(e.to_string()))?;
+            connect.connect(addresses.as_str()).await.map_err(|e| connect_error(e.to_string()))?;
         let js = jetstream::new(client);
         let name = format!("FLOCK-{}", options.swarm);
         let config = stream::Config {
@@ -690,7 +729,23 @@ pub async fn ack_prefix(prefix: &[Delivery]) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::redacted;
+    use super::{Login, redacted, split_login};
+
+    #[test]
+    fn a_login_in_an_address_is_passed_apart_from_it() {
+        assert_eq!(split_login("nats://127.0.0.1:4222"), ("nats://127.0.0.1:4222".into(), None));
+        assert_eq!(
+            split_login("nats://gpu:p@ss@10.0.0.5:4222, nats://gpu:p@ss@10.0.0.6:4222"),
+            (
+                "nats://10.0.0.5:4222,nats://10.0.0.6:4222".into(),
+                Some(Login::User("gpu".into(), "p@ss".into()))
+            )
+        );
+        assert_eq!(
+            split_login("tls://t0ken@h:4222"),
+            ("tls://h:4222".into(), Some(Login::Token("t0ken".into())))
+        );
+    }
 
     #[test]
     fn a_url_in_a_log_or_error_shows_no_password_or_token() {

@@ -249,3 +249,58 @@ async fn a_host_is_held_by_one_process_and_a_process_it_was_taken_from_learns_it
     second.put_status(b"{}").await.expect("a forged status is written over");
     assert_eq!(second.status_of("gpu").await.unwrap().unwrap().instance, "machine-b");
 }
+
+/// docs/cluster.md's per-host broker users, as written there (swarm `team`).
+const USERS: &str = r#"
+authorization {
+  users = [
+    { user: main, password: "pm", permissions: {
+        publish:   ["flock.team.inbox.*.main", "$KV.flock-team-hosts.main", "$JS.API.>",
+                    "$JS.ACK.FLOCK-team.>"],
+        subscribe: ["_INBOX.>"] } }
+    { user: gpu,  password: "pg", permissions: {
+        publish:   ["flock.team.inbox.*.gpu", "$KV.flock-team-hosts.gpu", "$JS.API.>",
+                    "$JS.ACK.FLOCK-team.>"],
+        subscribe: ["_INBOX.>"] } }
+  ]
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_documented_users_a_host_does_its_work_and_cannot_speak_as_another() {
+    let Some(bin) = available("broker users") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::with_config(&bin, dir.path(), USERS);
+    let port = broker.url().rsplit(':').next().unwrap().to_owned();
+    let as_user = |user: &str, password: &str, host: &str| Options {
+        secret: Some(b"s3cret".to_vec()),
+        ..Options::new(format!("nats://{user}:{password}@127.0.0.1:{port}"), "team", host)
+    };
+    let main = Link::connect(&as_user("main", "pm", "main")).await.unwrap();
+    let gpu = Link::connect(&as_user("gpu", "pg", "gpu")).await.unwrap();
+    // Everything a host does, under its own user.
+    main.claim(b"{}", Duration::from_secs(5)).await.unwrap();
+    gpu.claim(b"{}", Duration::from_secs(5)).await.unwrap();
+    main.put_status(b"{}").await.unwrap();
+    main.send("gpu", "m1", Bytes::from("to gpu")).await.unwrap();
+    assert_eq!(main.queued_for("gpu").await.unwrap(), 1);
+    let mut inbox = gpu.inbox().await.unwrap();
+    let d = next(&mut inbox).await;
+    assert_eq!((d.msg_id.as_str(), d.from_host.as_str(), d.authentic), ("m1", "main", true));
+    flock_cluster::ack_prefix(std::slice::from_ref(&d)).await.unwrap();
+    assert!(main.status_of("gpu").await.unwrap().is_some());
+    // gpu's user posing as host `main`: it may neither send as main nor write main's status.
+    let before = main.status_of("main").await.unwrap().unwrap();
+    let impostor = Link::connect(&as_user("gpu", "pg", "main")).await.unwrap();
+    let sent = tokio::time::timeout(
+        Duration::from_secs(10),
+        impostor.send("gpu", "m2", Bytes::from("as main")),
+    )
+    .await;
+    assert!(!matches!(sent, Ok(Ok(_))), "published as main: {sent:?}");
+    let wrote = tokio::time::timeout(Duration::from_secs(10), impostor.put_status(b"{}")).await;
+    assert!(!matches!(wrote, Ok(Ok(()))), "wrote main's status");
+    let after = main.status_of("main").await.unwrap().unwrap();
+    assert_eq!((after.instance, after.body), (before.instance, before.body), "main's own");
+    nothing_for(&mut inbox, 300).await;
+}

@@ -41,6 +41,7 @@ pub struct Broker {
     dir: PathBuf,
     port: u16,
     child: Child,
+    config: Option<PathBuf>,
 }
 
 impl Broker {
@@ -48,9 +49,25 @@ impl Broker {
     /// picked here and handed over could be taken by a test running beside it), or again on
     /// `port` after a kill. Its JetStream store is `dir/jetstream`.
     pub fn start(bin: &Path, dir: &Path, port: Option<u16>) -> Broker {
+        Broker::start_with(bin, dir, port, None)
+    }
+
+    /// A new broker with `config` (a `nats-server.conf` text: users and their permissions) as
+    /// well.
+    pub fn with_config(bin: &Path, dir: &Path, config: &str) -> Broker {
+        let file = dir.join("nats-server.conf");
+        std::fs::write(&file, config).expect("write the broker's config");
+        Broker::start_with(bin, dir, None, Some(file))
+    }
+
+    fn start_with(bin: &Path, dir: &Path, port: Option<u16>, config: Option<PathBuf>) -> Broker {
         let ports_dir = dir.join("ports");
         std::fs::create_dir_all(&ports_dir).expect("create the broker's ports folder");
-        let mut child = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        if let Some(c) = &config {
+            cmd.arg("-c").arg(c);
+        }
+        let mut child = cmd
             .args(["-js", "-a", "127.0.0.1", "-p"])
             .arg(port.map_or("-1".to_owned(), |p| p.to_string()))
             .arg("--ports_file_dir")
@@ -85,7 +102,7 @@ impl Broker {
             "nats-server listens",
         );
         let port = listening.expect("a port once listening");
-        Broker { bin: bin.to_owned(), dir: dir.to_owned(), port, child }
+        Broker { bin: bin.to_owned(), dir: dir.to_owned(), port, child, config }
     }
 
     /// `nats://127.0.0.1:PORT`.
@@ -102,7 +119,12 @@ impl Broker {
     pub fn kill9_and_restart(&mut self) {
         let _ = self.child.kill(); // SIGKILL
         let _ = self.child.wait();
-        *self = Broker::start(&self.bin.clone(), &self.dir.clone(), Some(self.port));
+        *self = Broker::start_with(
+            &self.bin.clone(),
+            &self.dir.clone(),
+            Some(self.port),
+            self.config.clone(),
+        );
     }
 }
 
