@@ -106,26 +106,32 @@ impl Options {
     }
 }
 
+/// One NATS address cut at its login: `(scheme, login, host and path)`; `None` without `://`.
+fn address_parts(u: &str) -> Option<(&str, Option<&str>, &str)> {
+    let (scheme, rest) = u.split_once("://")?;
+    let at = rest[..rest.find('/').unwrap_or(rest.len())].rfind('@');
+    Some(match at {
+        Some(i) => (scheme, Some(&rest[..i]), &rest[i + 1..]),
+        None => (scheme, None, rest),
+    })
+}
+
+/// Each of `url`'s comma-separated addresses, trimmed, through `f`, joined again.
+fn each_address(url: &str, mut f: impl FnMut(&str) -> String) -> String {
+    url.split(',').map(|u| f(u.trim())).collect::<Vec<_>>().join(",")
+}
+
 /// `url` (one or several comma-separated NATS addresses) without the passwords or tokens in
 /// them (`nats://user:secret@host` → `nats://user:***@host`): for logs and errors.
 pub fn redacted(url: &str) -> String {
-    url.split(',')
-        .map(|u| {
-            let u = u.trim();
-            let Some((scheme, rest)) = u.split_once("://") else { return u.to_owned() };
-            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-            match authority.rsplit_once('@') {
-                Some((info, host)) => {
-                    let user = info.split_once(':').map_or("", |(user, _)| user);
-                    let shown =
-                        if user.is_empty() { "***".to_owned() } else { format!("{user}:***") };
-                    format!("{scheme}://{shown}@{host}{path}")
-                }
-                None => u.to_owned(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+    each_address(url, |u| match address_parts(u) {
+        Some((scheme, Some(info), rest)) => {
+            let user = info.split_once(':').map_or("", |(user, _)| user);
+            let shown = if user.is_empty() { "***".to_owned() } else { format!("{user}:***") };
+            format!("{scheme}://{shown}@{rest}")
+        }
+        _ => u.to_owned(),
+    })
 }
 
 /// A login written into a NATS address.
@@ -139,23 +145,16 @@ enum Login {
 /// login (`nats://user:password@host` or `nats://token@host`).
 fn split_login(url: &str) -> (String, Option<Login>) {
     let mut login = None;
-    let addresses = url
-        .split(',')
-        .map(|u| {
-            let u = u.trim();
-            let Some((scheme, rest)) = u.split_once("://") else { return u.to_owned() };
-            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-            let Some((info, host)) = authority.rsplit_once('@') else { return u.to_owned() };
-            if login.is_none() {
-                login = Some(match info.split_once(':') {
-                    Some((user, password)) => Login::User(user.to_owned(), password.to_owned()),
-                    None => Login::Token(info.to_owned()),
-                });
-            }
-            format!("{scheme}://{host}{path}")
-        })
-        .collect::<Vec<_>>()
-        .join(",");
+    let addresses = each_address(url, |u| match address_parts(u) {
+        Some((scheme, Some(info), rest)) => {
+            login.get_or_insert_with(|| match info.split_once(':') {
+                Some((user, password)) => Login::User(user.to_owned(), password.to_owned()),
+                None => Login::Token(info.to_owned()),
+            });
+            format!("{scheme}://{rest}")
+        }
+        _ => u.to_owned(),
+    });
     (addresses, login)
 }
 

@@ -326,6 +326,23 @@ pub async fn connect(
     Ok(Some(link))
 }
 
+/// Keeps writing this host's (empty) status while the rest of `up` starts (a slow start would
+/// otherwise let the host look lost, and be taken); abort it when the real heartbeat begins.
+pub fn hold(link: &Link) -> tokio::task::AbortHandle {
+    let link = link.clone();
+    tokio::spawn(async move {
+        let body = serde_json::to_vec(&Status { rows: Vec::new() }).unwrap_or_default();
+        loop {
+            tokio::time::sleep(HEARTBEAT).await;
+            if let Err(e @ flock_cluster::Error::Fenced { .. }) = link.put_status(&body).await {
+                tracing::error!("flock cluster: {e}");
+                return;
+            }
+        }
+    })
+    .abort_handle()
+}
+
 /// This state dir's id as a host's holder (made once, kept in `cluster-holder`): runs from the
 /// same state dir (one at a time, by its lock) take over from each other at once.
 fn holder(state: &crate::paths::StateDir) -> Result<String> {

@@ -242,6 +242,7 @@ pub async fn up(
     };
     let link = crate::cluster::connect(&whole, host, cluster_secret, &state).await?;
     let cluster_view = link.as_ref().map(|l| crate::cluster::Hosts::new(l.clone(), &whole));
+    let holding = link.as_ref().map(crate::cluster::hold);
     let store = Store::open(&state.db(), Durability::Normal)
         .with_context(|| format!("open the store {}", state.db().display()))?;
     let spec = Arc::new(with_registry(spec, &store)?);
@@ -438,6 +439,9 @@ pub async fn up(
         cluster: cluster_view,
     });
     let _ = control_cell.set(ctx.clone());
+    if let Some(h) = holding {
+        h.abort();
+    }
     crate::control::heartbeat(ctx.clone());
 
     let limits = ConnLimits {

@@ -434,9 +434,9 @@ fn a_host_runs_once_a_second_start_elsewhere_is_refused_until_the_first_is_lost(
     gpu.kill9_supervisor();
     gpu.restart_supervisor();
     // …another only once it is lost: the restarted one holds it, then dies for good.
-    gpu.kill9_supervisor();
-    std::thread::sleep(std::time::Duration::from_secs(6));
     let main = host(&yaml, None);
+    gpu.kill9_supervisor();
+    main.wait_until(|| state_of(&main.ps(), "host", "gpu") == "lost", LONG, "gpu is lost");
     let other = Swarm::builder(&yaml).env(SECRET.0, SECRET.1).up_args(&["--host", "gpu"]).start();
     main.wait_until(
         || state_of(&main.ps(), "host", "gpu") == "up",
