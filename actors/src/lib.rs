@@ -9,7 +9,6 @@ pub mod caller;
 pub mod chains;
 pub mod channels;
 pub mod gateway;
-pub mod journal;
 pub mod memory;
 pub mod messages;
 pub mod metrics;

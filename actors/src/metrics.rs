@@ -71,7 +71,6 @@ pub struct Metrics {
     pub llm_seconds: HistogramFamily<ModelLabels>,
     pub channel_posts: Family<ChannelLabels, Counter>,
     pub deltas: Counter,
-    pub journal_appends: Counter,
     pub durable_messages: Counter,
     pub dead_letters: Counter,
 }
@@ -84,7 +83,6 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     llm_seconds: Family::new_with_constructor(seconds_histogram),
     channel_posts: Family::default(),
     deltas: Counter::default(),
-    journal_appends: Counter::default(),
     durable_messages: Counter::default(),
     dead_letters: Counter::default(),
 });
@@ -160,10 +158,12 @@ impl Metrics {
             "Channel deltas handed to agents as turns",
             self.deltas.clone(),
         );
+        let journal_appends: Counter = Counter::default();
+        journal_appends.inc_by(flock_journal::appended_total());
         registry.register(
             "flock_journal_appends",
             "Events appended to the shared journal",
-            self.journal_appends.clone(),
+            journal_appends,
         );
         registry.register(
             "flock_messages_durable",

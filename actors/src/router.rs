@@ -19,13 +19,13 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::chains::{self, ChainTag, Chains, Route, StopKind};
-use crate::journal::{JournalEvent, JournalWriter, Status};
 use crate::messages::{
     AnswerPosted, ChannelsMsg, ConnId, ConnKind, GatewayMsg, Opened, Origin, RouteInfo,
     RouterCounters, RouterMsg, StoreMsg, StoredBatch,
 };
 use crate::store::{NewMessage, WriteOp, WriteOutcome};
 use crate::text::{clip, too_long};
+use flock_journal::{JournalEvent, JournalWriter, Status};
 
 mod answers;
 mod bridge;

@@ -16,7 +16,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use flock_actors::journal::{JournalEvent, Status};
+use flock_journal::{JournalEvent, Status};
 
 use crate::backoff::{RestartDecision, RestartHistory};
 use crate::logs::LogHub;
@@ -160,7 +160,7 @@ pub struct ChildArgs {
     /// Where to ask for the whole swarm to stop (escalation).
     pub shutdown: mpsc::UnboundedSender<StopReason>,
     /// Restarts, give-ups and exits are journaled (DESIGN.md §9).
-    pub journal: Option<Arc<flock_actors::journal::Journal>>,
+    pub journal: Option<Arc<flock_journal::Journal>>,
     /// `flock-sandbox`, when this kernel can cage agents (`None`: agents run uncaged).
     pub cage: Option<PathBuf>,
 }

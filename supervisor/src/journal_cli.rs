@@ -3,7 +3,7 @@
 //! stays in the binary, the journal itself in `flock_actors::journal`.
 
 use anyhow::{Context, Result, bail};
-use flock_actors::journal::{
+use flock_journal::{
     Filter, Journal, JournalEvent, ReadOutcome, Status, event_id_for, is_timestamp_prefix,
     now_timestamp, validate_value,
 };
@@ -171,7 +171,7 @@ fn json_array(events: &[JournalEvent]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flock_actors::journal::{DEFAULT_MAX_BYTES, validate_line};
+    use flock_journal::{DEFAULT_MAX_BYTES, validate_line};
     use std::io::Write;
 
     fn open(dir: &std::path::Path) -> Journal {

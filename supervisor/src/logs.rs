@@ -249,7 +249,7 @@ pub fn message_of(line: &str) -> std::borrow::Cow<'_, str> {
 
 /// Current UTC time as `YYYY-MM-DDTHH:MM:SS.mmmZ` (the journal's format).
 pub fn utc_now() -> String {
-    flock_actors::journal::now_timestamp()
+    flock_journal::now_timestamp()
 }
 
 #[cfg(test)]

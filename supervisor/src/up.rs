@@ -13,7 +13,6 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow, bail};
 use flock_actors::channels::{Channels, ChannelsArgs};
 use flock_actors::gateway::{Gateway, GatewayArgs};
-use flock_actors::journal::Journal;
 use flock_actors::messages::{AgentOp, AgentOps, ChannelsMsg};
 use flock_actors::{
     ConnKind, ConnLimits, ControlSink, Durability, EventSink, Router, RouterArgs, Store,
@@ -21,6 +20,7 @@ use flock_actors::{
 };
 use flock_config::{AgentSpec, ModelSpec, SwarmSpec};
 use flock_ipc::{Transport, UnixTransport};
+use flock_journal::Journal;
 use flock_llm::Secret;
 use ractor::{Actor, ActorRef};
 use tokio::signal::unix::{SignalKind, signal};
@@ -273,7 +273,7 @@ pub async fn up(
     let children_cell: Arc<OnceLock<ractor::ActorRef<ChildMsg>>> = Arc::default();
     let router_cell: Arc<OnceLock<ractor::ActorRef<flock_actors::RouterMsg>>> = Arc::default();
     let journal = Arc::new(
-        Journal::open(state.journal_dir(), flock_actors::journal::DEFAULT_MAX_BYTES)
+        Journal::open(state.journal_dir(), flock_journal::DEFAULT_MAX_BYTES)
             .with_context(|| format!("open the journal in {}", state.journal_dir().display()))?,
     );
     let (channels, _) = Actor::spawn(
@@ -377,7 +377,7 @@ pub async fn up(
             liveness: liveness.clone(),
             channels: Some(channels.clone()),
             gateway: Some(gateway.clone()),
-            journal: Some(flock_actors::journal::JournalWriter::spawn(journal.clone())),
+            journal: Some(flock_journal::JournalWriter::spawn(journal.clone())),
             memory: memory_service,
             operator_key: Some(operator_key.clone()),
             hosts: hosts.clone(),

@@ -8,10 +8,10 @@ use tokio::sync::oneshot;
 
 use super::state::{AgentState, ChannelsState, bad, described, internal, str_arg};
 use crate::caller::Caller;
-use crate::journal::{JournalEvent, Status};
 use crate::messages::AgentOp;
 use crate::messages::ToolResult;
 use crate::store::channels::ChannelState;
+use flock_journal::{JournalEvent, Status};
 
 impl ChannelsState {
     /// `flock_create_agent {name, role, archetype?, description?, model?}`: a new supervised

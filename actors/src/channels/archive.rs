@@ -10,10 +10,10 @@ use serde_json::json;
 
 use super::state::{ChannelsState, PostKey, internal, iso};
 use crate::caller::Caller;
-use crate::journal::{JournalEvent, Status};
 use crate::messages::{ChannelsMsg, RouterMsg};
 use crate::store::channels::ChannelState;
 use crate::store::now_ms;
+use flock_journal::{JournalEvent, Status};
 
 impl ChannelsState {
     pub(super) async fn start_archive(

@@ -30,11 +30,11 @@ use ractor::ActorRef;
 use serde_json::{Value, json};
 
 use super::state::{ChannelsState, ParkedPull, PostKey, bad, str_arg};
-use crate::journal::{JournalEvent, Status};
 use crate::messages::{ChannelsMsg, RouterMsg, ToolReply, ToolResult};
 use crate::store::StoreError;
 use crate::store::bridges::{BridgeEdit, BridgePost, MappingChange};
 use crate::store::channels::{ChannelRow, ChannelState};
+use flock_journal::{JournalEvent, Status};
 
 /// The `external` of a mapping whose platform channel is still to be made (a bridge with
 /// `mirror_new_channels` and a channel just created in Flock): `new:<channel>`.

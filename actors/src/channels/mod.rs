@@ -25,11 +25,11 @@ use serde_json::{Value, json};
 use self::delta::{strip_hash, valid_channel_id};
 use self::state::{PostKey, Refused, bad, described, internal, iso, list_arg, str_arg};
 use crate::caller::Caller;
-use crate::journal::{Journal, JournalEvent, Status};
 use crate::messages::{AgentOps, AnswerPosted, ChannelsMsg, RouterMsg, StoreMsg, ToolResult};
 use crate::store::channels::{Card, ChannelRow, ChannelState};
 use crate::store::now_ms;
 use crate::store_actor::with_store;
+use flock_journal::{Journal, JournalEvent, Status};
 
 /// Tools this actor answers: those the tool table gives it (`flock_*` and `agents__spawn`).
 pub fn is_channel_tool(name: &str) -> bool {

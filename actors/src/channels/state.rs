@@ -11,12 +11,12 @@ use serde_json::Value;
 
 use crate::chains::ChainTag;
 use crate::channels::delta::strip_hash;
-use crate::journal::{Journal, JournalEvent};
 use crate::messages::AgentOps;
 use crate::messages::{ChannelsMsg, RouterMsg, StoreMsg, ToolReply};
 use crate::store::channels::{Card, ChannelRow, Cursor};
 use crate::store::{Store, StoreError};
 use crate::store_actor::with_store;
+use flock_journal::{Journal, JournalEvent};
 
 /// Agent attention states (DESIGN.md §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +119,7 @@ pub(super) fn list_arg(args: &Value, key: &str) -> Result<Vec<String>, (ErrorCod
 }
 
 pub(super) fn iso(ms: i64) -> String {
-    crate::journal::format_timestamp(ms.max(0) as u64)
+    flock_journal::format_timestamp(ms.max(0) as u64)
 }
 
 /// A pull waiting for a post in its channel.

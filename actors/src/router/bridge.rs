@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::{ConnId, ConnInfo, ConnKind, RouterState, same_secret, unix_ms};
-use crate::journal::{JournalEvent, Status};
 use crate::messages::{BridgeInfo, ChannelsMsg, MappingReport, ToolReply};
+use flock_journal::{JournalEvent, Status};
 
 /// The most mappings of one bridge whose reports are kept.
 const MAX_MAPPING_REPORTS: usize = 256;

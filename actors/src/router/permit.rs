@@ -9,10 +9,10 @@ use ractor::{ActorRef, RpcReplyPort};
 
 use super::{NO_CONN, RouterState, unix_ms};
 use crate::caller::Caller;
-use crate::journal::{JournalEvent, Status};
 use crate::messages::{Origin, PermissionEffects, RouterMsg, StoreJob, StoreMsg, StoredBatch};
 use crate::permissions::{self, Invariants};
 use crate::store::{NewMessage, Store, WriteOp, WriteOutcome};
+use flock_journal::{JournalEvent, Status};
 
 /// Where the answer of a permission tool goes.
 pub enum PermissionReply {

@@ -12,9 +12,9 @@ use ractor::ActorRef;
 use super::{PermissionReply, RouterState};
 use crate::caller::Caller;
 use crate::chains;
-use crate::journal::{JournalEvent, Status};
 use crate::messages::{ChannelsMsg, ConnId, RouterMsg, ToolReply};
 use crate::text::clip;
+use flock_journal::{JournalEvent, Status};
 
 impl RouterState {
     /// An agent's `ToolCall`. Its identity and role come from its connection.

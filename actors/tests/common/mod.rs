@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use flock_actors::RouterMsg;
 use flock_actors::channels::{Channels, ChannelsArgs};
-use flock_actors::journal::Journal;
 use flock_actors::messages::ChannelsMsg;
 use flock_actors::{
     ConnKind, ConnLimits, Durability, Router, RouterArgs, Store, StoreActor, StoreMsg, serve,
 };
 use flock_ipc::{Body, Connection, Frame, Hello, PROTOCOL_VERSION, Transport, UnixTransport};
+use flock_journal::Journal;
 use ractor::{Actor, ActorRef};
 
 pub struct Node {
@@ -75,7 +75,7 @@ pub async fn start_on(
         liveness,
         channels: channels.clone(),
         gateway: None,
-        journal: Some(flock_actors::journal::JournalWriter::spawn(journal)),
+        journal: Some(flock_journal::JournalWriter::spawn(journal)),
         memory: Some(flock_actors::memory::MemoryService::start(dir.join("memory")).unwrap()),
     };
     let (router, _) = Actor::spawn(None, Router, args).await.unwrap();

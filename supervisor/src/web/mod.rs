@@ -409,8 +409,7 @@ async fn journal(State(ui): Shared, Query(q): Query<HashMap<String, String>>) ->
 async fn journal_events(ui: &Ui, expr: Option<String>, last: usize) -> Result<Value> {
     let dir = ui.journal_dir.clone();
     let lines = tokio::task::spawn_blocking(move || -> Result<String> {
-        let journal =
-            flock_actors::journal::Journal::open(dir, flock_actors::journal::DEFAULT_MAX_BYTES)?;
+        let journal = flock_journal::Journal::open(dir, flock_journal::DEFAULT_MAX_BYTES)?;
         match expr {
             Some(e) => crate::journal_cli::query(&journal, &e, true),
             None => crate::journal_cli::read(&journal, last, true),

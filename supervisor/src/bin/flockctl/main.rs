@@ -212,10 +212,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     // The journal is a file: it is read and written without a running swarm.
     if let Command::Journal { command } = &cli.command {
         state.existing()?;
-        let journal = flock_actors::journal::Journal::open(
-            state.journal_dir(),
-            flock_actors::journal::DEFAULT_MAX_BYTES,
-        )?;
+        let journal =
+            flock_journal::Journal::open(state.journal_dir(), flock_journal::DEFAULT_MAX_BYTES)?;
         let out = match command {
             JournalCommand::Read { last, json } => journal_cli::read(&journal, *last, *json)?,
             JournalCommand::Query { expr, json } => journal_cli::query(&journal, expr, *json)?,

@@ -1,11 +1,11 @@
 //! How fast the journal answers without an index: appends N events (default 100 000) to a fresh
 //! journal, then times `read_last(20)` and a `query` by agent and type over all of them.
 //!
-//! Run: `cargo run --release -p flock-actors --example journal_scan [-- --events 100000]`
+//! Run: `cargo run --release -p flock-journal --example journal_scan [-- --events 100000]`
 
 use std::time::Instant;
 
-use flock_actors::journal::{Filter, Journal, JournalEvent, Status};
+use flock_journal::{Filter, Journal, JournalEvent, Status};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
