@@ -21,7 +21,7 @@ use flock_journal::{JournalEvent, Status};
 use crate::backoff::{RestartDecision, RestartHistory};
 use crate::logs::LogHub;
 use crate::paths::StateDir;
-use crate::spawn::{SpawnSpec, Spawner, describe, new_token, rss_bytes, signal_group};
+use crate::spawn::{Processes, SpawnSpec, describe, new_token};
 
 /// Why the swarm stops.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,7 +153,8 @@ pub struct ChildArgs {
     pub spec: Arc<SwarmSpec>,
     pub state_dir: StateDir,
     pub router: ActorRef<RouterMsg>,
-    pub spawner: Spawner,
+    /// Starts and signals the agents' processes.
+    pub processes: Arc<dyn Processes>,
     pub logs: LogHub,
     pub liveness: HashMap<String, Arc<AtomicU64>>,
     pub agent_bin: PathBuf,
@@ -323,7 +324,7 @@ impl Actor for ChildSupervisor {
                     );
                     st.args.logs.line(&name, "flock", &why);
                     c.kill_reason = Some(why);
-                    signal_group(pid, Signal::SIGKILL);
+                    st.args.processes.signal(pid, Signal::SIGKILL);
                 }
             }
             ChildMsg::RestartDue { names } => {
@@ -343,9 +344,9 @@ impl Actor for ChildSupervisor {
                 let Some(pid) = c.pid else { return Ok(()) };
                 if kill {
                     st.args.logs.line(&name, "flock", "did not stop in time: SIGKILL");
-                    signal_group(pid, Signal::SIGKILL);
+                    st.args.processes.signal(pid, Signal::SIGKILL);
                 } else {
-                    signal_group(pid, Signal::SIGTERM);
+                    st.args.processes.signal(pid, Signal::SIGTERM);
                     let timeout = c.spec.stop_timeout();
                     myself.send_after(timeout, move || ChildMsg::Escalate {
                         name,
@@ -472,7 +473,7 @@ impl Actor for ChildSupervisor {
                         },
                         restarts: c.restarts,
                         last_exit: c.last_exit.clone(),
-                        rss_bytes: c.pid.and_then(rss_bytes),
+                        rss_bytes: c.pid.and_then(|pid| st.args.processes.rss(pid)),
                     })
                     .collect();
                 let _ = reply.send(infos);
@@ -537,25 +538,25 @@ impl ChildSupState {
         c.state = ChildState::Starting;
         c.kill_reason = None;
         self.starting = Some(name.to_owned());
-        match self.args.spawner.spawn(spec).await {
-            Ok(mut child) => {
-                let pid = child.id().unwrap_or(0);
+        match self.args.processes.spawn(spec).await {
+            Ok(child) => {
+                let pid = child.pid;
                 let _ = self.args.router.cast(RouterMsg::Spawned { agent: name.into(), pid });
                 c.pid = Some(pid);
                 c.spawned_at = Some(Instant::now());
                 c.liveness.store(crate::unix_ms(), Ordering::Relaxed);
                 tracing::debug!(agent = name, pid, generation, "agent spawned");
                 self.args.logs.line(name, "flock", &format!("spawned pid {pid}"));
-                if let Some(out) = child.stdout.take() {
+                if let Some(out) = child.stdout {
                     self.args.logs.capture(name.into(), "out", out);
                 }
-                if let Some(err) = child.stderr.take() {
+                if let Some(err) = child.stderr {
                     self.args.logs.capture(name.into(), "err", err);
                 }
                 let me = myself.clone();
                 let n = name.to_owned();
                 tokio::spawn(async move {
-                    let msg = match child.wait().await {
+                    let msg = match child.exit.await {
                         Ok(status) => ChildMsg::Exited { name: n, generation, status },
                         Err(e) => {
                             ChildMsg::SpawnFailed { name: n, generation, error: e.to_string() }
@@ -631,8 +632,9 @@ impl ChildSupState {
         // What it started and left behind goes with it (spawn.rs: it is ours to kill now).
         let logs = self.args.logs.clone();
         let n = name.to_owned();
+        let processes = Arc::clone(&self.args.processes);
         tokio::task::spawn_blocking(move || {
-            let killed = crate::spawn::sweep_orphans();
+            let killed = processes.sweep();
             if killed > 0 {
                 logs.line(&n, "flock", &format!("killed {killed} process(es) it had left running"));
             }
@@ -830,7 +832,7 @@ impl ChildSupState {
                 tracing::warn!(agent = %c.spec.key(), pid, silent_ms = silent, "agent {} {why}", c.spec.key());
                 self.args.logs.line(&c.spec.key(), "flock", &why);
                 c.kill_reason = Some(why);
-                signal_group(pid, Signal::SIGKILL);
+                self.args.processes.signal(pid, Signal::SIGKILL);
             }
         }
     }
@@ -884,3 +886,7 @@ fn spawn_spec(args: &ChildArgs, spec: &AgentSpec, token: &str) -> SpawnSpec {
     };
     SpawnSpec { program, args: rest, cwd, env, secrets }
 }
+
+#[cfg(test)]
+#[path = "children_tests.rs"]
+mod tests;

@@ -21,7 +21,12 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::sync::mpsc as std_mpsc;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitStatus;
+
 use anyhow::{Context, Result, anyhow};
+use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
 
 /// Variables copied from the supervisor's environment; everything else is dropped.
@@ -49,6 +54,53 @@ pub struct SpawnSpec {
     /// Handed over an inherited socket (`flock_ipc::handoff`), never the environment: the
     /// spawn's router token, a bridge's platform tokens.
     pub secrets: BTreeMap<String, String>,
+}
+
+/// A process the child supervisor started: its pid, its output, and its exit to wait for.
+pub struct Started {
+    pub pid: u32,
+    pub stdout: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    pub stderr: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    /// Resolves when the process has exited (and been reaped).
+    pub exit: Pin<Box<dyn Future<Output = std::io::Result<ExitStatus>> + Send>>,
+}
+
+/// What the child supervisor does to processes: start one, signal its group, read its memory,
+/// clean up after an exit. [`Spawner`] does it to real processes; the child supervisor's
+/// state-machine tests use a fake that records the calls and decides when processes exit.
+pub trait Processes: Send + Sync + 'static {
+    fn spawn(&self, spec: SpawnSpec) -> Pin<Box<dyn Future<Output = Result<Started>> + Send + '_>>;
+    /// Sends `signal` to the process group led by `pid`.
+    fn signal(&self, pid: u32, signal: Signal);
+    fn rss(&self, pid: u32) -> Option<u64>;
+    /// After a child exited: kills what it left behind; how many it killed.
+    fn sweep(&self) -> usize;
+}
+
+impl Processes for Spawner {
+    fn spawn(&self, spec: SpawnSpec) -> Pin<Box<dyn Future<Output = Result<Started>> + Send + '_>> {
+        Box::pin(async move {
+            let mut child = Spawner::spawn(self, spec).await?;
+            Ok(Started {
+                pid: child.id().unwrap_or(0),
+                stdout: child.stdout.take().map(|o| Box::new(o) as _),
+                stderr: child.stderr.take().map(|e| Box::new(e) as _),
+                exit: Box::pin(async move { child.wait().await }),
+            })
+        })
+    }
+
+    fn signal(&self, pid: u32, signal: Signal) {
+        signal_group(pid, signal);
+    }
+
+    fn rss(&self, pid: u32) -> Option<u64> {
+        rss_bytes(pid)
+    }
+
+    fn sweep(&self) -> usize {
+        sweep_orphans()
+    }
 }
 
 struct Job {
@@ -241,7 +293,7 @@ fn children_of(parent: i32) -> Vec<i32> {
 }
 
 /// Sends `signal` to the process group led by `pid` (each child leads its own session).
-pub fn signal_group(pid: u32, signal: nix::sys::signal::Signal) {
+pub fn signal_group(pid: u32, signal: Signal) {
     let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), signal);
 }
 

@@ -411,7 +411,7 @@ pub async fn up(
             spec: spec.clone(),
             state_dir: state.clone(),
             router: router.clone(),
-            spawner,
+            processes: Arc::new(spawner),
             logs: logs.clone(),
             liveness,
             agent_bin,
