@@ -92,24 +92,9 @@ async fn connection(stream: UnixStream, table: Table, outbox_frames: usize) {
                             continue;
                         };
                         requests.insert(id, identity.clone());
-                        let deliver = Frame {
-                            id,
-                            from: identity.clone(),
-                            to,
-                            correlation_id: None,
-                            deadline_ms,
-                            body: Body::Deliver(Delivery {
-                                kind: DeliveryKind::Request,
-                                sender: identity.clone(),
-                                text,
-                                attempt: 1,
-                                durable: false,
-                                call_chain: Vec::new(),
-                                channel: None,
-                                answer_to: None,
-                                chain: None,
-                            }),
-                        };
+                        let deliver =
+                            Delivery::raw(DeliveryKind::Request, identity.clone(), text, false)
+                                .frame(id, to, deadline_ms);
                         if target.try_send(deliver).is_err() {
                             requests.remove(&id);
                             let _ = tx.try_send(refusal(id, &identity));
@@ -136,24 +121,10 @@ async fn connection(stream: UnixStream, table: Table, outbox_frames: usize) {
                             let _ = tx.try_send(refusal(id, &identity));
                             continue;
                         };
-                        let deliver = Frame {
-                            id,
-                            from: identity.clone(),
-                            to,
-                            correlation_id: None,
-                            deadline_ms,
-                            body: Body::Deliver(Delivery {
-                                kind: DeliveryKind::Message,
-                                sender: identity.clone(),
-                                text,
-                                attempt: 1,
-                                durable: mode != SendMode::AtMostOnce,
-                                call_chain: Vec::new(),
-                                channel: None,
-                                answer_to: None,
-                                chain: None,
-                            }),
-                        };
+                        let durable = mode != SendMode::AtMostOnce;
+                        let deliver =
+                            Delivery::raw(DeliveryKind::Message, identity.clone(), text, durable)
+                                .frame(id, to, deadline_ms);
                         match mode {
                             SendMode::AtMostOnce => {
                                 if target.try_send(deliver).is_err() {

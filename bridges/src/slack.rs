@@ -452,17 +452,10 @@ pub fn unescape(text: &str) -> String {
 /// Slack's escapes undone. Mentions (`<@U1>`, `<!here>`) stay as Slack wrote them.
 pub fn markdown_of(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 8);
-    let mut in_block = false;
-    for (i, line) in text.split('\n').enumerate() {
-        if i > 0 {
-            out.push('\n');
-        }
-        if line.trim_start().starts_with("```") {
-            in_block = !in_block;
-        }
-        if in_block || line.trim_start().starts_with("```") {
+    by_line(text, &mut out, |line, code, out| {
+        if code {
             out.push_str(line);
-            continue;
+            return;
         }
         let mut rest = line;
         'next: while let Some(c) = rest.chars().next() {
@@ -506,7 +499,7 @@ pub fn markdown_of(text: &str) -> String {
             out.push(c);
             rest = &rest[c.len_utf8()..];
         }
-    }
+    });
     // Slack escapes `&`, `<` and `>` everywhere (so a `<` above is always its markup): undone
     // once, at the end.
     unescape(&out)
@@ -517,19 +510,10 @@ pub fn markdown_of(text: &str) -> String {
 /// code spans and blocks are left as they are (escaped only).
 pub fn mrkdwn(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    let mut in_block = false;
-    for (i, line) in text.split('\n').enumerate() {
-        if i > 0 {
-            out.push('\n');
-        }
-        if line.trim_start().starts_with("```") {
-            in_block = !in_block;
+    by_line(text, &mut out, |line, code, out| {
+        if code {
             out.push_str(&escape(line));
-            continue;
-        }
-        if in_block {
-            out.push_str(&escape(line));
-            continue;
+            return;
         }
         let trimmed = line.trim_start();
         let indent = &line[..line.len() - trimmed.len()];
@@ -539,7 +523,7 @@ pub fn mrkdwn(text: &str) -> String {
             out.push('*');
             out.push_str(&inline(h));
             out.push('*');
-            continue;
+            return;
         } else if let Some(r) = trimmed
             .strip_prefix("- ")
             .or_else(|| trimmed.strip_prefix("* "))
@@ -552,8 +536,24 @@ pub fn mrkdwn(text: &str) -> String {
         out.push_str(indent);
         out.push_str(lead);
         out.push_str(&inline(rest));
-    }
+    });
     out
+}
+
+/// Calls `each` on every line of `text` with whether it is code (a ```` ``` ```` fence or a line
+/// between two), the lines joined in `out` by `\n` as they were.
+fn by_line(text: &str, out: &mut String, mut each: impl FnMut(&str, bool, &mut String)) {
+    let mut in_block = false;
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let fence = line.trim_start().starts_with("```");
+        if fence {
+            in_block = !in_block;
+        }
+        each(line, fence || in_block, out);
+    }
 }
 
 /// Inline Markdown of one line in mrkdwn, escaped (code spans copied as they are).

@@ -182,23 +182,11 @@ pub fn open(kind: ConnKind, first: &Frame) -> Frame {
             Err((code, reason)) => reject(code, reason),
         },
         (ConnKind::Control, Body::ClientHello { protocol_version, key, .. }) => {
-            if *protocol_version != PROTOCOL_VERSION {
-                return reject(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "protocol version {protocol_version} is not supported (this supervisor speaks {PROTOCOL_VERSION}); use the flockctl that came with it"
-                    ),
-                );
+            // The router's own check, [`KNOWN_TOKEN`] being the operator key here.
+            match identity::check_client_hello(*protocol_version, key, Some(KNOWN_TOKEN)) {
+                Ok(()) => welcome(String::new()),
+                Err(e) => reject(e.code, e.message),
             }
-            // Mirror of the router's operator-key check ([`KNOWN_TOKEN`] is the key here).
-            if !identity::same_secret(KNOWN_TOKEN, key) {
-                let what = if key.is_empty() { "no" } else { "a wrong" };
-                return reject(
-                    ErrorCode::Forbidden,
-                    format!("this connection presented {what} operator key"),
-                );
-            }
-            welcome(String::new())
         }
         (_, body) => reject(
             ErrorCode::BadRequest,
@@ -260,17 +248,7 @@ pub fn bridge_frame(frame: &Frame) -> Option<Frame> {
             answer(Body::ToolResult { ok: bridge_status(arguments), content: String::new() })
         }
         Body::ToolCall { name, arguments }
-            if matches!(
-                name.as_str(),
-                "bridge__post"
-                    | "bridge__mappings"
-                    | "bridge__made"
-                    | "bridge__edit"
-                    | "bridge__pull"
-                    | "bridge__sent"
-                    | "bridge__last"
-                    | "bridge__archived"
-            ) =>
+            if identity::BRIDGE_TOOLS.contains(&name.as_str()) =>
         {
             result(bridge_tool(name, arguments))
         }

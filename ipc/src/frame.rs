@@ -303,6 +303,35 @@ pub struct Delivery {
     pub chain: Option<MsgId>,
 }
 
+impl Delivery {
+    /// A first delivery outside any chain and conversation (the raw `at_most_once` path).
+    pub fn raw(kind: DeliveryKind, sender: String, text: String, durable: bool) -> Delivery {
+        Delivery {
+            kind,
+            sender,
+            text,
+            attempt: 1,
+            durable,
+            call_chain: Vec::new(),
+            channel: None,
+            answer_to: None,
+            chain: None,
+        }
+    }
+
+    /// The frame that hands this input to agent `to`, from its sender, as message `id`.
+    pub fn frame(self, id: MsgId, to: String, deadline_ms: Option<u64>) -> Frame {
+        Frame {
+            id,
+            from: self.sender.clone(),
+            to,
+            correlation_id: None,
+            deadline_ms,
+            body: Body::Deliver(self),
+        }
+    }
+}
+
 /// How a chain of turns ended (see [`Body::ChainEnded`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ChainOutcome {

@@ -23,6 +23,52 @@ pub fn check_version(hello: &Hello) -> Result<(), ToolError> {
     ))
 }
 
+/// Refuses a control connection's `ClientHello` whose protocol version is not this build's, or
+/// whose operator key is not `want` (`None`: the control socket has no key to check).
+pub fn check_client_hello(
+    protocol_version: u32,
+    key: &str,
+    want: Option<&str>,
+) -> Result<(), ToolError> {
+    if protocol_version != PROTOCOL_VERSION {
+        return Err(ToolError::new(
+            ErrorCode::BadRequest,
+            format!(
+                "protocol version {protocol_version} is not supported (this supervisor speaks \
+                 {PROTOCOL_VERSION}); use the flockctl that came with it"
+            ),
+        ));
+    }
+    if let Some(want) = want
+        && !same_secret(want, key)
+    {
+        let what = if key.is_empty() { "no" } else { "a wrong" };
+        return Err(ToolError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "this connection presented {what} operator key: the control socket serves the \
+                 operator, who can read `{}` beside it (run as the user who started the swarm, \
+                 with the same --state-dir)",
+                crate::operator::KEY_FILE
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The tools a chat bridge's connection may call (answered by the channels actor); a bridge's
+/// `bridge__status` report is the router's own.
+pub const BRIDGE_TOOLS: [&str; 8] = [
+    "bridge__post",
+    "bridge__mappings",
+    "bridge__made",
+    "bridge__edit",
+    "bridge__pull",
+    "bridge__sent",
+    "bridge__last",
+    "bridge__archived",
+];
+
 /// The address a `Hello` claims: `agent`, or `agent@instance` for a spawned instance.
 pub fn hello_address(hello: &Hello) -> String {
     if hello.instance.is_empty() || hello.instance == DEFAULT_INSTANCE {

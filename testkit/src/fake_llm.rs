@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -252,106 +251,29 @@ impl FakeLlm {
     }
 }
 
-/// One request, one answer, then close (`Connection: close`: no keep-alive to get wrong).
-async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
-    let Some(request) = read_request(&mut stream).await else {
-        let _ = write_response(&mut stream, 400, &[], "{}").await;
+/// One request, one answer, then close (`Connection: close`: no keep-alive to get wrong). The
+/// request must have a `Content-Length` body (a model client that streams its request chunked
+/// is answered 400).
+async fn connection(stream: TcpStream, shared: Arc<Shared>) {
+    const JSON: Option<&str> = Some("application/json");
+    let mut conn = http1::Conn::new(stream);
+    let malformed = http1::Response::new(400, JSON, &[], "{}");
+    let Some(request) = conn.next_request(&malformed).await else { return };
+    if request.header("transfer-encoding").is_some() {
+        conn.answer(&malformed, false).await;
         return;
-    };
-    let (status, headers, body) = answer(&shared, &request).await;
-    let _ = write_response(&mut stream, status, &headers, &body).await;
-}
-
-/// Reads one HTTP/1.1 request with a `Content-Length` body; `None` if it is not one.
-async fn read_request(stream: &mut TcpStream) -> Option<Received> {
-    const MAX_HEAD: usize = 64 * 1024;
-    const MAX_BODY: usize = 32 * 1024 * 1024;
-    let mut buf = Vec::with_capacity(8192);
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        if buf.len() > MAX_HEAD {
-            return None;
-        }
-        let mut chunk = [0u8; 8192];
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = std::str::from_utf8(&buf[..head_end]).ok()?;
-    let mut lines = head.split("\r\n");
-    let mut request_line = lines.next()?.split(' ');
-    let method = request_line.next()?.to_string();
-    let path = request_line.next()?.to_string();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let length: usize = headers
-        .iter()
-        .find(|(n, _)| n == "content-length")
-        .map_or(Some(0), |(_, v)| v.parse().ok())?;
-    if length > MAX_BODY || headers.iter().any(|(n, _)| n == "transfer-encoding") {
-        return None;
     }
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < length {
-        let mut chunk = vec![0u8; (length - body.len()).min(64 * 1024)];
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    body.truncate(length);
-    let raw_body = String::from_utf8_lossy(&body).into_owned();
-    Some(Received {
-        method,
-        path,
-        headers,
+    let raw_body = String::from_utf8_lossy(&request.body).into_owned();
+    let received = Received {
+        method: request.method,
+        path: request.target,
+        headers: request.headers,
         body: serde_json::from_str(&raw_body).unwrap_or(Value::Null),
         raw_body,
         at: Instant::now(),
-    })
-}
-
-async fn write_response(
-    stream: &mut TcpStream,
-    status: u16,
-    headers: &[(String, String)],
-    body: &str,
-) -> std::io::Result<()> {
-    let mut out = format!(
-        "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n",
-        reason(status),
-        body.len()
-    );
-    for (name, value) in headers {
-        out.push_str(&format!("{name}: {value}\r\n"));
-    }
-    out.push_str("\r\n");
-    out.push_str(body);
-    stream.write_all(out.as_bytes()).await?;
-    stream.shutdown().await
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        _ => "Status",
-    }
+    };
+    let (status, headers, body) = answer(&shared, &received).await;
+    conn.answer(&http1::Response::new(status, JSON, &headers, &body), false).await;
 }
 
 type Answer = (u16, Vec<(String, String)>, String);

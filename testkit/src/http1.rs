@@ -2,8 +2,8 @@
 //! [`crate::fake_slack`]) share: the accept loop, reading requests off a connection (keep-alive,
 //! `Content-Length` and chunked bodies, size limits), writing answers, and handing the connection
 //! over to a WebSocket after an upgrade. What a fake answers, with which headers, and how it
-//! answers a malformed request stays with the fake. ([`crate::fake_llm`] uses only the accept
-//! loop: it reads and answers one request per connection its own, stricter way.)
+//! answers a malformed request stays with the fake. ([`crate::fake_llm`] reads one request per
+//! connection with it and refuses a chunked one.)
 //!
 //! [`Conn`] is generic over the stream (its tests drive it over an in-memory pipe).
 
@@ -98,6 +98,38 @@ impl<'a> Response<'a> {
             reason: reason(status),
             headers: content_type.into_iter().chain(headers).collect(),
             body,
+        }
+    }
+}
+
+/// An answer a fake made, owned (see [`serve`]).
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) content_type: Option<&'static str>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: String,
+}
+
+/// Serves requests on one connection until either side closes it: a request that asks for a
+/// WebSocket is handed, with the connection, to `upgrade`; every other one is answered with what
+/// `respond` makes of it. A malformed request is answered 400 and the connection closed.
+pub(crate) async fn serve<S, Up, Fut>(
+    mut conn: Conn<S>,
+    mut respond: impl FnMut(&Request) -> Answer,
+    upgrade: Up,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+    Up: FnOnce(Conn<S>, Request) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let malformed = Response::new(400, None, &[], "");
+    while let Some(request) = conn.next_request(&malformed).await {
+        if request.wants_websocket() {
+            upgrade(conn, request).await;
+            return;
+        }
+        if !conn.reply(&respond(&request), request.keep_alive).await {
+            return;
         }
     }
 }
@@ -354,6 +386,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         self.write_response(response, keep_alive).await.is_ok() && keep_alive
     }
 
+    /// [`Conn::answer`] with an owned [`Answer`].
+    pub(crate) async fn reply(&mut self, a: &Answer, keep_alive: bool) -> bool {
+        self.answer(&Response::new(a.status, a.content_type, &a.headers, &a.body), keep_alive).await
+    }
+
     async fn write_response(
         &mut self,
         response: &Response<'_>,
@@ -461,17 +498,37 @@ pub(crate) fn exchange(
 ) -> (u16, Vec<(String, String)>, serde_json::Value) {
     use std::io::{Read, Write};
     stream.write_all(request.as_bytes()).expect("send");
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
-    let mut lines = head.split("\r\n");
-    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok());
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("read");
+    let (head_len, status, headers) = response_head(&answer).expect("a whole response head");
+    let body = serde_json::from_slice(&answer[head_len..]).unwrap_or(serde_json::Value::Null);
+    (status, headers, body)
+}
+
+/// A response head as test clients read it: its length in bytes, the status, and the headers
+/// (names in lower case, values trimmed).
+#[cfg(test)]
+pub(crate) type ResponseHead = (usize, u16, Vec<(String, String)>);
+
+/// Test clients: the response head at the start of `buf`, read by httparse; `None` until it is
+/// complete.
+#[cfg(test)]
+pub(crate) fn response_head(buf: &[u8]) -> Option<ResponseHead> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut slots);
+    let httparse::Status::Complete(len) = parsed.parse(buf).expect("an HTTP/1.1 response head")
+    else {
+        return None;
+    };
+    let headers = parsed
+        .headers
+        .iter()
+        .map(|h| {
+            let value = String::from_utf8_lossy(h.value).trim().to_string();
+            (h.name.to_ascii_lowercase(), value)
+        })
         .collect();
-    let body = serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
-    (status.expect("a status"), headers, body)
+    Some((len, parsed.code.expect("a status"), headers))
 }
 
 #[cfg(test)]

@@ -94,17 +94,7 @@ const PULL_WAIT_MAX_MS: u64 = 60_000;
 
 /// Names of the tools a bridge connection may call.
 pub fn is_bridge_tool(name: &str) -> bool {
-    matches!(
-        name,
-        "bridge__post"
-            | "bridge__mappings"
-            | "bridge__made"
-            | "bridge__edit"
-            | "bridge__pull"
-            | "bridge__sent"
-            | "bridge__last"
-            | "bridge__archived"
-    )
+    flock_ipc::identity::BRIDGE_TOOLS.contains(&name)
 }
 
 impl ChannelsState {

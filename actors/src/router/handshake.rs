@@ -67,25 +67,12 @@ impl RouterState {
                 self.open_bridge(conn, &first, hello, outbox, closer);
             }
             (ConnKind::Control, Body::ClientHello { protocol_version, key, .. }) => {
-                if *protocol_version != PROTOCOL_VERSION {
-                    return reject(
-                        ErrorCode::BadRequest,
-                        format!(
-                            "protocol version {protocol_version} is not supported (this supervisor speaks {PROTOCOL_VERSION}); use the flockctl that came with it"
-                        ),
-                    );
-                }
-                if let Some(want) = &self.operator_key
-                    && !same_secret(want, key)
-                {
-                    let what = if key.is_empty() { "no" } else { "a wrong" };
-                    return reject(
-                        ErrorCode::Forbidden,
-                        format!(
-                            "this connection presented {what} operator key: the control socket serves the operator, who can read `{}` beside it (run as the user who started the swarm, with the same --state-dir)",
-                            flock_ipc::operator::KEY_FILE
-                        ),
-                    );
+                if let Err(e) = flock_ipc::identity::check_client_hello(
+                    *protocol_version,
+                    key,
+                    self.operator_key.as_deref(),
+                ) {
+                    return reject(e.code, e.message);
                 }
                 let welcome = Welcome {
                     protocol_version: PROTOCOL_VERSION,

@@ -137,25 +137,9 @@ impl RouterState {
         let Frame { id, from, to, deadline_ms, body: Body::Send { text, .. }, .. } = frame else {
             return;
         };
-        let out = Frame {
-            id,
-            from: from.clone(),
-            to,
-            correlation_id: None,
-            deadline_ms,
-            body: Body::Deliver(Delivery {
-                kind: DeliveryKind::Message,
-                sender: from,
-                text,
-                attempt: 1,
-                durable: false,
-                call_chain: Vec::new(),
-                channel: None,
-                // The raw path is outside chain budgets (models cannot send at_most_once).
-                answer_to: None,
-                chain: None,
-            }),
-        };
+        // The raw path is outside chain budgets (models cannot send at_most_once).
+        let out =
+            Delivery::raw(DeliveryKind::Message, from, text, false).frame(id, to, deadline_ms);
         let target = self.slots.get(&out.to).and_then(|s| s.conn).and_then(|c| self.conns.get(&c));
         let result = match target {
             Some(info) => info.outbox.try_send(out).map_err(|e| e.into_inner()),
@@ -256,31 +240,25 @@ impl RouterState {
                     dropped.push(q);
                     continue;
                 }
-                let frame = Frame {
-                    id: q.id,
-                    from: q.sender.clone(),
-                    to: agent.to_owned(),
-                    correlation_id: None,
-                    deadline_ms: None,
-                    body: Body::Deliver(Delivery {
-                        kind: q.kind,
-                        sender: q.sender.clone(),
-                        text: q.text.clone(),
-                        attempt: q.attempts + 1,
-                        durable: q.durable(),
-                        call_chain: q.call_chain.clone(),
-                        channel: match &q.channel {
-                            Some((c, _)) => Some(c.clone()),
-                            None => q.route.conversation().map(str::to_owned),
-                        },
-                        answer_to: if q.delegated {
-                            None
-                        } else {
-                            q.route.answer_to().map(str::to_owned)
-                        },
-                        chain: Some(q.chain()),
-                    }),
-                };
+                let frame = Delivery {
+                    kind: q.kind,
+                    sender: q.sender.clone(),
+                    text: q.text.clone(),
+                    attempt: q.attempts + 1,
+                    durable: q.durable(),
+                    call_chain: q.call_chain.clone(),
+                    channel: match &q.channel {
+                        Some((c, _)) => Some(c.clone()),
+                        None => q.route.conversation().map(str::to_owned),
+                    },
+                    answer_to: if q.delegated {
+                        None
+                    } else {
+                        q.route.answer_to().map(str::to_owned)
+                    },
+                    chain: Some(q.chain()),
+                }
+                .frame(q.id, agent.to_owned(), None);
                 match info.outbox.try_send(frame) {
                     Ok(()) => {
                         self.counters.routed += 1;

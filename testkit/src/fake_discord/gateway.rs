@@ -10,7 +10,7 @@ pub(super) async fn upgrade_to_gateway(
 ) {
     let Some(key) = request.header("sec-websocket-key") else {
         let reply = Reply { status: 400, body: None, headers: Vec::new() };
-        write_reply(&mut conn, &reply, false).await;
+        conn.reply(&reply.answer(), false).await;
         return;
     };
     let Some(ws) = conn.accept_websocket(key).await else {
@@ -178,19 +178,7 @@ pub(super) fn on_payload(shared: &Shared, conn_id: u64, text: &str) {
             let mut ready = json!({
                 "v": 10,
                 "user_settings": {},
-                "user": {
-                    "id": BOT_ID.to_string(),
-                    "username": BOT_USERNAME,
-                    "avatar": null,
-                    "discriminator": "0",
-                    "public_flags": 0,
-                    "flags": 0,
-                    "bot": true,
-                    "global_name": null,
-                    "verified": true,
-                    "mfa_enabled": false,
-                    "email": null,
-                },
+                "user": ready_user(),
                 "guilds": if in_shard { json!([{"id": GUILD_ID.to_string(), "unavailable": true}]) } else { json!([]) },
                 "session_id": session_id,
                 "session_type": "normal",
@@ -351,4 +339,15 @@ pub(super) fn guild_create(state: &State) -> Value {
         guild.extend(extra);
     }
     guild
+}
+
+/// The bot's user as READY carries it: the user object with the fields only its owner sees.
+fn ready_user() -> Value {
+    let mut user = bot_user();
+    for (key, value) in
+        [("verified", json!(true)), ("mfa_enabled", json!(false)), ("email", Value::Null)]
+    {
+        user[key] = value;
+    }
+    user
 }

@@ -17,30 +17,22 @@ pub(super) fn query_params(request: &Request) -> HashMap<String, String> {
 
 /// Serves requests on one connection until either side closes it, or hands it to the gateway
 /// when it asks for a WebSocket upgrade.
-pub(super) async fn connection(mut conn: Conn<TcpStream>, shared: Arc<Shared>) {
-    let malformed = Response::new(400, None, &[], "");
-    while let Some(request) = conn.next_request(&malformed).await {
-        if request.wants_websocket() {
-            upgrade_to_gateway(conn, request, shared).await;
-            return;
-        }
-        let reply = respond(&shared, &request);
-        if !write_reply(&mut conn, &reply, request.keep_alive).await {
-            return;
-        }
-    }
+pub(super) async fn connection(conn: Conn<TcpStream>, shared: Arc<Shared>) {
+    let served = Arc::clone(&shared);
+    let upgrade = |conn, request| upgrade_to_gateway(conn, request, shared);
+    http1::serve(conn, |request| respond(&served, request).answer(), upgrade).await;
 }
 
-/// Writes `reply`, a JSON body (none for 204) with its extra headers; see [`Conn::answer`].
-pub(super) async fn write_reply(
-    conn: &mut Conn<TcpStream>,
-    reply: &Reply,
-    keep_alive: bool,
-) -> bool {
-    let body = reply.body.as_ref().map(Value::to_string).unwrap_or_default();
-    let content_type = reply.body.is_some().then_some("application/json");
-    let response = Response::new(reply.status, content_type, &reply.headers, &body);
-    conn.answer(&response, keep_alive).await
+impl Reply {
+    /// The answer written: a JSON body (none for 204) with its extra headers.
+    pub(super) fn answer(&self) -> http1::Answer {
+        http1::Answer {
+            status: self.status,
+            content_type: self.body.is_some().then_some("application/json"),
+            headers: self.headers.clone(),
+            body: self.body.as_ref().map(Value::to_string).unwrap_or_default(),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -834,13 +826,7 @@ pub(super) fn edit_permissions(
     target: &str,
     body: &Value,
 ) -> Result<Reply, Refusal> {
-    let channel_id = snowflake_param("channel_id", id)?;
-    let target = snowflake_param("overwrite_id", target)?;
-    let channel = state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
-    if channel.is_dm() {
-        return Err(Refusal::dm_channel());
-    }
-    manage_channels(state)?;
+    let (channel_id, target) = overwrite_place(state, id, target)?;
     let overwrite = overwrite_from("", target, body)?;
     let Some(channel) = state.channels.get_mut(&channel_id) else {
         return Err(Refusal::unknown_channel());
@@ -853,13 +839,9 @@ pub(super) fn edit_permissions(
     Ok(Reply::no_content())
 }
 
-/// `DELETE /channels/{id}/permissions/{overwrite id}` (Delete Channel Permission): 204,
-/// `CHANNEL_UPDATE` dispatched; 10009 when the channel has no such overwrite.
-pub(super) fn delete_permission(
-    state: &mut State,
-    id: &str,
-    target: &str,
-) -> Result<Reply, Refusal> {
+/// The channel and overwrite ids of a permission overwrite's path, once the channel is known to
+/// be a guild channel the bot may manage.
+fn overwrite_place(state: &State, id: &str, target: &str) -> Result<(u64, u64), Refusal> {
     let channel_id = snowflake_param("channel_id", id)?;
     let target = snowflake_param("overwrite_id", target)?;
     let channel = state.channels.get(&channel_id).ok_or_else(Refusal::unknown_channel)?;
@@ -867,6 +849,17 @@ pub(super) fn delete_permission(
         return Err(Refusal::dm_channel());
     }
     manage_channels(state)?;
+    Ok((channel_id, target))
+}
+
+/// `DELETE /channels/{id}/permissions/{overwrite id}` (Delete Channel Permission): 204,
+/// `CHANNEL_UPDATE` dispatched; 10009 when the channel has no such overwrite.
+pub(super) fn delete_permission(
+    state: &mut State,
+    id: &str,
+    target: &str,
+) -> Result<Reply, Refusal> {
+    let (channel_id, target) = overwrite_place(state, id, target)?;
     let Some(channel) = state.channels.get_mut(&channel_id) else {
         return Err(Refusal::unknown_channel());
     };

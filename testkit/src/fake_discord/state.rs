@@ -137,13 +137,7 @@ impl State {
         content: &str,
         allowed: Option<Value>,
     ) -> bool {
-        let Some(i) = self
-            .messages
-            .iter()
-            .position(|m| m.meta.id == message_id && m.meta.channel_id == channel_id)
-        else {
-            return false;
-        };
+        let Some(i) = self.message_at(channel_id, message_id) else { return false };
         if allowed.is_some() {
             self.messages[i].meta.allowed_mentions = allowed;
         }
@@ -164,15 +158,16 @@ impl State {
         true
     }
 
-    /// Removes a stored message and dispatches `MESSAGE_DELETE`; `false` when there is none.
-    pub(super) fn delete(&mut self, channel_id: u64, message_id: u64) -> bool {
-        let Some(i) = self
-            .messages
+    /// Where message `message_id` of channel `channel_id` is stored.
+    fn message_at(&self, channel_id: u64, message_id: u64) -> Option<usize> {
+        self.messages
             .iter()
             .position(|m| m.meta.id == message_id && m.meta.channel_id == channel_id)
-        else {
-            return false;
-        };
+    }
+
+    /// Removes a stored message and dispatches `MESSAGE_DELETE`; `false` when there is none.
+    pub(super) fn delete(&mut self, channel_id: u64, message_id: u64) -> bool {
+        let Some(i) = self.message_at(channel_id, message_id) else { return false };
         self.messages.remove(i);
         let dm = self.is_dm(channel_id);
         let mut event = json!({"id": message_id.to_string(), "channel_id": channel_id.to_string()});

@@ -58,7 +58,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
-use crate::http1::{self, Conn, Request, Response, Server};
+use crate::http1::{self, Conn, Request, Server};
 use crate::random_string;
 
 mod socket_mode;

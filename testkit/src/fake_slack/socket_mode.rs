@@ -15,7 +15,7 @@ pub(super) async fn upgrade_to_socket(
         && ticket.is_some_and(|t| shared.state().tickets.remove(&t));
     let key = request.header("sec-websocket-key");
     let Some(key) = key.filter(|_| valid) else {
-        write_reply(&mut conn, &Reply::bare(if valid { 400 } else { 401 }), false).await;
+        conn.reply(&Reply::bare(if valid { 400 } else { 401 }).answer(), false).await;
         return;
     };
     if let Some(ws) = conn.accept_websocket(key).await {

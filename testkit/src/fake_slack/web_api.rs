@@ -46,30 +46,23 @@ impl Reply {
 
 /// Serves requests on one connection until either side closes it, or hands it to Socket Mode
 /// when it asks for a WebSocket upgrade.
-pub(super) async fn connection(mut conn: Conn<TcpStream>, shared: Arc<Shared>) {
-    let malformed = Response::new(400, None, &[], "");
-    while let Some(request) = conn.next_request(&malformed).await {
-        if request.wants_websocket() {
-            upgrade_to_socket(conn, request, shared).await;
-            return;
-        }
-        let reply = respond(&shared, &request);
-        if !write_reply(&mut conn, &reply, request.keep_alive).await {
-            return;
-        }
-    }
+pub(super) async fn connection(conn: Conn<TcpStream>, shared: Arc<Shared>) {
+    let served = Arc::clone(&shared);
+    let upgrade = |conn, request| upgrade_to_socket(conn, request, shared);
+    http1::serve(conn, |request| respond(&served, request).answer(), upgrade).await;
 }
 
-/// Writes `reply`, its body (Slack's JSON content type when `json`) with its extra headers; see
-/// [`Conn::answer`].
-pub(super) async fn write_reply(
-    conn: &mut Conn<TcpStream>,
-    reply: &Reply,
-    keep_alive: bool,
-) -> bool {
-    let content_type = reply.json.then_some("application/json; charset=utf-8");
-    let response = Response::new(reply.status, content_type, &reply.headers, &reply.body);
-    conn.answer(&response, keep_alive).await
+impl Reply {
+    /// The answer written: its body (Slack's JSON content type when `json`) with its extra
+    /// headers.
+    pub(super) fn answer(&self) -> http1::Answer {
+        http1::Answer {
+            status: self.status,
+            content_type: self.json.then_some("application/json; charset=utf-8"),
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

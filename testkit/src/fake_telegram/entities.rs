@@ -278,14 +278,7 @@ pub(super) fn parse_markdown_v2(src: &str) -> Result<Formatted, String> {
                 }
                 b'`' if at(i + 1) == b'`' && at(i + 2) == b'`' => {
                     i += 3;
-                    let mut end = i;
-                    while end < b.len() && !b[end].is_ascii_whitespace() && b[end] != b'`' {
-                        end += 1;
-                    }
-                    if end != i && end < b.len() && b[end] != b'`' {
-                        language = Some(String::from_utf8_lossy(&b[i..end]).into_owned());
-                        i = end;
-                    }
+                    language = pre_language(b, &mut i);
                     // One line break after the opening (and the language) is not text.
                     if matches!(at(i), b'\n' | b'\r') {
                         i += if matches!(at(i + 1), b'\n' | b'\r') && at(i) != at(i + 1) {
@@ -488,14 +481,7 @@ pub(super) fn parse_markdown(src: &str) -> Result<Formatted, String> {
         i += if pre { 3 } else { 1 };
         let mut language = None;
         if pre {
-            let mut end = i;
-            while end < b.len() && !b[end].is_ascii_whitespace() && b[end] != b'`' {
-                end += 1;
-            }
-            if end != i && end < b.len() && b[end] != b'`' {
-                language = Some(String::from_utf8_lossy(&b[i..end]).into_owned());
-                i = end;
-            }
+            language = pre_language(b, &mut i);
             if matches!(at(i), b'\n' | b'\r') {
                 i += 1;
             }
@@ -688,4 +674,19 @@ pub(super) fn detect_entities(text: &str) -> Vec<Value> {
         i += 1;
     }
     entities
+}
+
+/// The language word right after a code block's opening ```` ``` ```` at `b[*i..]` (not followed
+/// by the block's end), `*i` moved past it; `None` (and `*i` unmoved) when there is none.
+fn pre_language(b: &[u8], i: &mut usize) -> Option<String> {
+    let mut end = *i;
+    while end < b.len() && !b[end].is_ascii_whitespace() && b[end] != b'`' {
+        end += 1;
+    }
+    if end == *i || end >= b.len() || b[end] == b'`' {
+        return None;
+    }
+    let language = String::from_utf8_lossy(&b[*i..end]).into_owned();
+    *i = end;
+    Some(language)
 }

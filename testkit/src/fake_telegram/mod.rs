@@ -658,7 +658,6 @@ fn unix_now() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http1::find;
     use std::io::{Read, Write};
     use std::net::TcpStream as StdStream;
     use std::time::Instant;
@@ -698,33 +697,26 @@ mod tests {
 
         /// The next response: status, headers (lower-case names) and body; `None` at EOF.
         fn response(&mut self) -> Option<Response> {
-            let head_end = loop {
-                if let Some(i) = find(&self.buf, b"\r\n\r\n") {
-                    break i;
+            let (head_len, status, headers) = loop {
+                if let Some(head) = crate::http1::response_head(&self.buf) {
+                    break head;
                 }
                 if !self.fill() {
                     return None;
                 }
             };
-            let head = String::from_utf8(self.buf[..head_end].to_vec()).expect("UTF-8 head");
-            let mut lines = head.split("\r\n");
-            let status = lines.next().and_then(|l| l.split(' ').nth(1)?.parse().ok());
-            let headers: Vec<(String, String)> = lines
-                .filter_map(|l| l.split_once(':'))
-                .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-                .collect();
             let length: usize = headers
                 .iter()
                 .find(|(n, _)| n == "content-length")
                 .and_then(|(_, v)| v.parse().ok())
                 .expect("the fake always sends Content-Length");
-            while self.buf.len() < head_end + 4 + length {
+            while self.buf.len() < head_len + length {
                 assert!(self.fill(), "connection closed inside a response body");
             }
-            let body = serde_json::from_slice(&self.buf[head_end + 4..head_end + 4 + length])
+            let body = serde_json::from_slice(&self.buf[head_len..head_len + length])
                 .expect("a JSON body");
-            self.buf.drain(..head_end + 4 + length);
-            Some((status.expect("a status line"), headers, body))
+            self.buf.drain(..head_len + length);
+            Some((status, headers, body))
         }
 
         fn fill(&mut self) -> bool {
