@@ -216,7 +216,8 @@ pub enum ChannelsMsg {
         reply: ToolReply,
     },
     /// Post a chain's answer (or stop notice) from `agent` to `human`, at most once per chain:
-    /// as a reply where they asked (`place`), else in their DM (created if needed); the router
+    /// as a reply where they asked (`place`), else in their DM (created if needed); `msg`, the
+    /// input whose turn gave the answer, is completed in the post's transaction. The router
     /// hears back through [`RouterMsg::Answered`].
     Answer {
         agent: String,

@@ -110,6 +110,27 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Marks a pending message done (`?1` its id, `?2` now); changes no row when it was done already.
+const COMPLETE_MESSAGE: &str =
+    "UPDATE messages SET state = 1, finished_at = ?2 WHERE id = ?1 AND state = 0";
+/// Counts a turn of agent `?1`.
+const COUNT_TURN: &str = "INSERT INTO agent_stats (name, turns_total) VALUES (?1, 1)
+     ON CONFLICT (name) DO UPDATE SET turns_total = turns_total + 1";
+
+/// Completes message `id` of `agent` inside the caller's transaction, counting the turn only the
+/// first time (as [`WriteOp::Complete`] does).
+pub(crate) fn complete_message(
+    conn: &rusqlite::Connection,
+    id: MsgId,
+    agent: &str,
+    now: i64,
+) -> rusqlite::Result<()> {
+    if conn.prepare_cached(COMPLETE_MESSAGE)?.execute(params![id_bytes(id), now])? == 1 {
+        conn.prepare_cached(COUNT_TURN)?.execute(params![agent])?;
+    }
+    Ok(())
+}
+
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
@@ -220,13 +241,8 @@ impl Store {
         let mut out = Vec::with_capacity(ops.len());
         {
             let mut insert = tx.prepare_cached(INSERT_MESSAGE)?;
-            let mut complete = tx.prepare_cached(
-                "UPDATE messages SET state = 1, finished_at = ?2 WHERE id = ?1 AND state = 0",
-            )?;
-            let mut count = tx.prepare_cached(
-                "INSERT INTO agent_stats (name, turns_total) VALUES (?1, 1)
-                 ON CONFLICT (name) DO UPDATE SET turns_total = turns_total + 1",
-            )?;
+            let mut complete = tx.prepare_cached(COMPLETE_MESSAGE)?;
+            let mut count = tx.prepare_cached(COUNT_TURN)?;
             let mut add = tx.prepare_cached(
                 "INSERT INTO agent_stats (name, turns_total) VALUES (?1, ?2)
                  ON CONFLICT (name) DO UPDATE SET turns_total = turns_total + ?2",

@@ -181,7 +181,7 @@ impl Actor for Channels {
                 st.announce_permission(&myself, id, &agent, &what, &reason, &why).await;
             }
             ChannelsMsg::Answer { agent, human, text, chain, msg, place } => {
-                let outcome = st.answer(&myself, &agent, &human, &text, chain, place).await;
+                let outcome = st.answer(&myself, &agent, &human, &text, chain, msg, place).await;
                 let posted = AnswerPosted {
                     chain,
                     agent,
@@ -396,7 +396,7 @@ impl ChannelsState {
                         return Ok(json!({"channel": channel, "seq": seq}).to_string());
                     }
                 }
-                let (seq, _) = self.post(myself, &channel, &caller.id, text, None).await?;
+                let (seq, _) = self.post(myself, &channel, &caller.id, text).await?;
                 Ok(json!({"channel": channel, "seq": seq}).to_string())
             }
             "flock_channel_read" => {
@@ -527,7 +527,7 @@ impl ChannelsState {
                     return Err(bad("a DM needs someone else"));
                 }
                 let id = self.ensure_dm(&caller.id, &to).await?;
-                let (seq, _) = self.post(myself, &id, &caller.id, text, None).await?;
+                let (seq, _) = self.post(myself, &id, &caller.id, text).await?;
                 Ok(json!({"channel": id, "seq": seq}).to_string())
             }
             "flock_discover" => {

@@ -17,6 +17,7 @@ impl ChannelsState {
     /// their post (`place`), or in their DM with `agent` (also when the place can no longer
     /// take posts: archived, or gone). Returns the channel, the seq, and whether an answer to
     /// this chain was already there.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn answer(
         &mut self,
         myself: &ActorRef<ChannelsMsg>,
@@ -24,36 +25,38 @@ impl ChannelsState {
         human: &str,
         text: &str,
         chain: MsgId,
+        msg: Option<MsgId>,
         place: Option<ReplyPlace>,
     ) -> Result<(String, u64, bool), (ErrorCode, String)> {
+        // The input whose turn answered is completed with the post, in one transaction.
+        let key = || match msg {
+            Some(id) => PostKey::Completing(chain, id, agent.to_owned()),
+            None => PostKey::Answer(chain),
+        };
         let open = |p: &ReplyPlace| {
             self.channels.get(&p.channel).is_some_and(|c| c.state != ChannelState::Archived)
         };
         if let Some(p) = place.filter(open) {
-            let key = PostKey::Answer(chain);
             let (seq, duplicate) =
-                self.post_keyed(myself, &p.channel, agent, text, key, Some(p.seq), false).await?;
+                self.post_keyed(myself, &p.channel, agent, text, key(), Some(p.seq), false).await?;
             return Ok((p.channel, seq, duplicate));
         }
         let id = self.ensure_dm(agent, human).await?;
-        let (seq, duplicate) = self.post(myself, &id, agent, text, Some(chain)).await?;
+        let (seq, duplicate) =
+            self.post_keyed(myself, &id, agent, text, key(), None, false).await?;
         Ok((id, seq, duplicate))
     }
 
-    /// Appends a message (seq assigned in its insert transaction) and notifies members. With
-    /// `answers` (a chain), at most once per chain: a repeat is not posted, and `true` comes
-    /// back with the first one's seq.
+    /// Appends a message (seq assigned in its insert transaction) and notifies members.
     pub(super) async fn post(
         &mut self,
         myself: &ActorRef<ChannelsMsg>,
         channel: &str,
         author: &str,
         text: &str,
-        answers: Option<MsgId>,
     ) -> Result<(u64, bool), (ErrorCode, String)> {
-        let key = answers.map_or(PostKey::None, PostKey::Answer);
         let asks = author.starts_with("human:");
-        self.post_keyed(myself, channel, author, text, key, None, asks).await
+        self.post_keyed(myself, channel, author, text, PostKey::None, None, asks).await
     }
 
     /// [`Self::post`] with any [`PostKey`] (a keyed post is made at most once), replying to post
@@ -98,13 +101,17 @@ impl ChannelsState {
                 );
                 Ask { agent, text: text.to_owned(), id, route }
             });
-        let extra = PostExtra { reply_to, ask };
+        let completes = match &key {
+            PostKey::Completing(_, id, agent) => Some((*id, agent.clone())),
+            _ => None,
+        };
+        let extra = PostExtra { reply_to, ask, completes };
         let (c, a, t) = (channel.to_owned(), author.to_owned(), text.to_owned());
         let (seq, duplicate, ask) = self
             .db(move |s| {
                 let key = match key {
                     PostKey::None => None,
-                    PostKey::Answer(chain) => {
+                    PostKey::Answer(chain) | PostKey::Completing(chain, ..) => {
                         Some(UniqueKey::Answers(chain.to_be_bytes().to_vec()))
                     }
                     PostKey::Origin(origin) => Some(UniqueKey::Origin(origin)),

@@ -161,6 +161,9 @@ pub(super) enum PostKey {
     None,
     /// A chain's answer to a person (at most one per chain).
     Answer(flock_ipc::MsgId),
+    /// A chain's answer posted by the runtime: [`PostKey::Answer`] that also completes the
+    /// input whose turn gave it (message id, its agent), in the same transaction.
+    Completing(flock_ipc::MsgId, flock_ipc::MsgId, String),
     /// A message from a platform (at most one per platform message).
     Origin(String),
 }

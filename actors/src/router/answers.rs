@@ -87,10 +87,11 @@ impl RouterState {
         }
     }
 
-    /// The channels actor stored a chain's answer: complete the input it answers, tell the
-    /// watchers.
+    /// The channels actor stored a chain's answer (and completed the input it answers in the
+    /// same transaction): tell the watchers. When it could not post it, the input is completed
+    /// here: the answer is lost (journaled), not retried.
     pub(super) fn answered(&mut self, p: AnswerPosted) {
-        if let Some(id) = p.msg {
+        if let (Some(id), Err(_)) = (p.msg, &p.outcome) {
             let op = WriteOp::Complete { id, agent: p.agent.clone() };
             let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
         }

@@ -29,6 +29,9 @@ pub struct PostExtra {
     pub reply_to: Option<u64>,
     /// A person's post that starts a chain: the message to the agent that answers.
     pub ask: Option<Ask>,
+    /// A chain's answer: the input (message id, its agent) whose turn gave it, completed in the
+    /// post's transaction — also when the answer was posted before (a replayed turn).
+    pub completes: Option<(MsgId, String)>,
 }
 
 /// A channel's row plus its members.
@@ -195,6 +198,10 @@ impl Store {
                 )
                 .optional()?;
             if let Some(seq) = earlier {
+                if let Some((id, agent)) = &extra.completes {
+                    crate::store::complete_message(&tx, *id, agent, now_ms())?;
+                    tx.commit()?;
+                }
                 return Ok((seq as u64, true, None));
             }
         }
@@ -227,6 +234,9 @@ impl Store {
                 crate::store::INSERT_MESSAGE,
                 params![a.id.to_be_bytes(), author, a.agent, text, now, a.route.store(a.id)],
             )?;
+        }
+        if let Some((id, agent)) = &extra.completes {
+            crate::store::complete_message(&tx, *id, agent, now)?;
         }
         tx.commit()?;
         Ok((seq as u64, false, ask))
@@ -664,6 +674,48 @@ mod tests {
         assert_eq!((ch.last_seq, ch.members.clone()), (3, vec!["a".to_string(), "b".to_string()]));
         let m = s.messages_between("c", 1, 3, 20).unwrap();
         assert_eq!(m.iter().map(|m| m.seq).collect::<Vec<_>>(), [2, 3]);
+    }
+
+    #[test]
+    fn a_chain_answer_completes_the_input_that_gave_it_in_its_transaction_even_when_repeated() {
+        use crate::store::{NewMessage, WriteOp};
+        let (_d, mut s) = store();
+        s.create_channel(&row("dm", &["coordinator", "human:operator"])).unwrap();
+        let input = |id: MsgId| NewMessage {
+            id,
+            sender: "operator".into(),
+            target: "coordinator".into(),
+            text: "q".into(),
+            route: String::new(),
+        };
+        s.apply(&[WriteOp::Enqueue(input(7)), WriteOp::Enqueue(input(8))]).unwrap();
+        let answer = |msg: MsgId| {
+            let key = Some(UniqueKey::Answers(42u64.to_be_bytes().to_vec()));
+            let extra =
+                PostExtra { completes: Some((msg, "coordinator".into())), ..Default::default() };
+            (key, extra)
+        };
+        let (key, extra) = answer(7);
+        let (seq, duplicate, _) = s.post_unique("dm", "coordinator", "4", key, extra).unwrap();
+        assert_eq!((seq, duplicate), (1, false));
+        let pending: Vec<MsgId> = s.pending().unwrap().iter().map(|m| m.id).collect();
+        assert_eq!(pending, [8], "the answered input is done with the post");
+        assert_eq!(s.turns_totals().unwrap()["coordinator"], 1);
+
+        // A replayed turn answers again: not posted twice, and its input is completed too.
+        let (key, extra) = answer(8);
+        let (seq, duplicate, _) = s.post_unique("dm", "coordinator", "4", key, extra).unwrap();
+        assert_eq!((seq, duplicate), (1, true));
+        assert!(s.pending().unwrap().is_empty());
+        assert_eq!(s.turns_totals().unwrap()["coordinator"], 2);
+        assert_eq!(s.messages_after("dm", 0, 10).unwrap().len(), 1);
+
+        // A post that fails (no such channel) completes nothing.
+        s.apply(&[WriteOp::Enqueue(input(9))]).unwrap();
+        let (key, extra) = answer(9);
+        let key = key.map(|_| UniqueKey::Answers(43u64.to_be_bytes().to_vec()));
+        assert!(s.post_unique("gone", "coordinator", "4", key, extra).is_err());
+        assert_eq!(s.pending().unwrap().len(), 1);
     }
 
     #[test]
