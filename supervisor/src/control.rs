@@ -34,6 +34,8 @@ pub struct ControlCtx {
     pub max_frame_bytes: u32,
     /// The swarm's other hosts, in a swarm across hosts.
     pub cluster: Option<crate::cluster::Hosts>,
+    /// Where what the operator does to agents is journaled.
+    pub journal: Option<Arc<flock_journal::Journal>>,
 }
 
 impl std::fmt::Debug for ControlCtx {
@@ -98,13 +100,16 @@ async fn run(
             }
         }
         ControlRequest::Stop { agent } => {
-            child_call(ctx, |reply| ChildMsg::Stop { name: agent, reply }).await
+            let done = child_call(ctx, |reply| ChildMsg::Stop { name: agent.clone(), reply });
+            journal_operator(ctx, "AGENT_STOP", &agent, done.await)
         }
         ControlRequest::Start { agent } => {
-            child_call(ctx, |reply| ChildMsg::Start { name: agent, reply }).await
+            let done = child_call(ctx, |reply| ChildMsg::Start { name: agent.clone(), reply });
+            journal_operator(ctx, "AGENT_START", &agent, done.await)
         }
         ControlRequest::Restart { agent } => {
-            child_call(ctx, |reply| ChildMsg::Restart { name: agent, reply }).await
+            let done = child_call(ctx, |reply| ChildMsg::Restart { name: agent.clone(), reply });
+            journal_operator(ctx, "AGENT_RESTART", &agent, done.await)
         }
         ControlRequest::DeadLetters { offset, limit } => {
             let limit = limit.clamp(1, MAX_DEAD_LETTERS_PAGE);
@@ -264,6 +269,26 @@ async fn all_logs(
             return Ok(ControlReply::Done(String::new()));
         }
     }
+}
+
+/// Journals what the operator did to an agent (`flockctl stop|start|restart`, the dashboard's
+/// buttons) and how it went, as `human:operator`; hands `result` back.
+fn journal_operator(ctx: &ControlCtx, kind: &str, agent: &str, result: CtlResult) -> CtlResult {
+    if let Some(journal) = ctx.journal.clone() {
+        let (status, message) = match &result {
+            Ok(ControlReply::Done(m)) => (flock_journal::Status::Success, m.clone()),
+            Ok(_) => (flock_journal::Status::Success, format!("{agent}: done")),
+            Err((code, m)) => (flock_journal::Status::Failed, format!("{code}: {m}")),
+        };
+        let event = flock_journal::JournalEvent::new("human:operator", kind, status, message)
+            .param("agent", agent);
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = journal.append(&event) {
+                tracing::error!(error = %e, "flock: journal append failed");
+            }
+        });
+    }
+    result
 }
 
 async fn child_call(

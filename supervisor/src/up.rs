@@ -437,6 +437,7 @@ pub async fn up(
         model: model.clone(),
         max_frame_bytes: spec.delivery.max_frame_bytes,
         cluster: cluster_view,
+        journal: Some(journal.clone()),
     });
     let _ = control_cell.set(ctx.clone());
     if let Some(h) = holding {

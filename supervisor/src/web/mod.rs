@@ -6,8 +6,12 @@
 //! The dashboard is guarded by a token made for each run: the URL printed at `up` (and by
 //! `flockctl ui`) carries it once, the page trades it for an HttpOnly, SameSite=Strict cookie;
 //! scripts may send `Authorization: Bearer TOKEN`. Requests whose `Host` is not this server's
-//! address or `localhost` are refused (a web page elsewhere cannot reach it by DNS rebinding).
+//! address or `localhost` are refused (a web page elsewhere cannot reach it by DNS rebinding), and
+//! so is an action (any method but GET) that a browser says comes from another site (`Origin`,
+//! `Sec-Fetch-Site`): the cookie is SameSite=Strict and the actions take JSON only, and this is
+//! the third lock on the door.
 
+mod actions;
 pub mod ctl;
 pub mod metrics;
 
@@ -112,6 +116,10 @@ pub async fn start(opts: &WebOptions, state: &StateDir, ctx: Arc<ControlCtx>) ->
             .route("/api/journal", get(journal))
             .route("/api/post", post(post_message))
             .route("/api/send", post(send_message))
+            .route("/api/agents/{name}/{action}", post(actions::agent_action))
+            .route("/api/approvals", get(actions::approvals))
+            .route("/api/approvals/{id}", post(actions::decide))
+            .route("/api/dead-letters", get(actions::dead_letters))
             .route("/healthz", get(healthz))
             .layer(middleware::from_fn_with_state(ui.clone(), guard))
             .with_state(ui);
@@ -198,6 +206,22 @@ async fn guard(State(ui): Shared, request: Request, next: Next) -> Response {
     }
     if request.uri().path() == "/healthz" {
         return next.run(request).await;
+    }
+    if request.method() != axum::http::Method::GET && request.method() != axum::http::Method::HEAD {
+        let origin = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok());
+        let foreign_origin = origin.is_some_and(|o| {
+            !allowed.iter().any(|a| o.strip_prefix("http://") == Some(a.as_str()))
+        });
+        let site = headers.get("sec-fetch-site").and_then(|s| s.to_str().ok());
+        if foreign_origin || site == Some("cross-site") {
+            return error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "a request from another site (Origin `{}`) may not act on this dashboard",
+                    origin.unwrap_or("?")
+                ),
+            );
+        }
     }
     let offered = bearer(headers).or_else(|| cookie(headers));
     let first_visit = request.uri().path() == "/" && request.uri().query().is_some();
@@ -322,7 +346,9 @@ async fn sample(c: &mut Ctl) -> Result<Value> {
         _ => Value::Null,
     };
     let channels = c.tool("flock_channel_list", json!({}), "operator").await?;
-    Ok(json!({"ps": ps, "chains": chains, "channels": channels}))
+    // The permission requests waiting for a person (the page decides them).
+    let approvals = c.tool("permission_list", json!({"all": false}), "operator").await?;
+    Ok(json!({"ps": ps, "chains": chains, "channels": channels, "approvals": approvals}))
 }
 
 async fn channel(

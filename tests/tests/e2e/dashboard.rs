@@ -1,7 +1,9 @@
 //! What an operator sees: `GET /metrics` read by a Prometheus-format parser, and the web dashboard
 //! driven in a real headless Chromium through chromedriver (WebDriver) — the page shows the
 //! running agents, a `kill -9` shows up as a restart within 2 s, a post typed into the page lands
-//! in the channel, and a wrong token or a foreign `Host` is refused.
+//! in the channel, the operator restarts, stops and starts an agent and approves a permission
+//! request from the page (journaled as `human:operator`), and a wrong token, a foreign `Host` or
+//! an action from another site is refused.
 //!
 //! The browser comes from Debian's `chromium` and `chromium-driver`, installed by
 //! `scripts/setup-browser` (scripts/test runs it). Without them the browser test says so and
@@ -37,6 +39,11 @@ models:
           - tool: flock_channel_post
             args: {{ channel: "team", text: "worker here: all green" }}
         reply: "posted"
+      - match: "need the network"
+        steps:
+          - tool: permission_request
+            args: {{ capability: network, target: "crates.io", reason: "fetch the dependencies" }}
+        reply: "asked"
       - reply: "done: {{input}}"
 agents:
   - {{ name: coordinator, role: coordinator, model: m }}
@@ -211,6 +218,15 @@ async fn text_of(c: &Client, css: &str) -> Option<String> {
 }
 
 /// Polls the page until `css` has a text that `ok` accepts; its text, or a panic after `timeout`.
+/// Waits until nothing matches `css`; panics after `timeout`.
+async fn wait_gone(c: &Client, css: &str, timeout: Duration) {
+    let start = Instant::now();
+    while c.find(Locator::Css(css)).await.is_ok() {
+        assert!(start.elapsed() < timeout, "{css} is still on the page after {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn wait_text(c: &Client, css: &str, ok: impl Fn(&str) -> bool, timeout: Duration) -> String {
     let deadline = Instant::now() + timeout;
     loop {
@@ -280,6 +296,25 @@ fn the_dashboard_shows_the_swarm_live_in_a_real_browser() {
         "GET /api/state HTTP/1.1\r\nHost: evil.example:80\r\nConnection: close\r\n{bearer}\r\n"
     );
     assert_eq!(http(&addr, &rebinding).0, 403);
+    // An action needs the token, and a browser's request from another site is refused even with
+    // it (Origin or Sec-Fetch-Site); nothing is done.
+    let act = |extra: &str| {
+        http(
+            &addr,
+            &format!(
+                "POST /api/agents/worker/restart HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+                 Content-Type: application/json\r\nContent-Length: 2\r\n{extra}\r\n{{}}"
+            ),
+        )
+    };
+    assert_eq!(act("").0, 401);
+    let (status, body) = act(&format!("{bearer}Origin: http://evil.example\r\n"));
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("another site"), "{body}");
+    assert_eq!(act(&format!("{bearer}Sec-Fetch-Site: cross-site\r\n")).0, 403);
+    assert_eq!(swarm.agent("worker")["restarts"], 0, "refused actions did nothing");
+    let (status, body) = get(&addr, "/api/dead-letters", &bearer);
+    assert_eq!((status, body.ends_with("[]")), (200, true), "{body}");
 
     let (_driver, driver_port) = start_driver(&driver);
     let rt =
@@ -329,6 +364,57 @@ fn the_dashboard_shows_the_swarm_live_in_a_real_browser() {
         assert!(read.contains("human:carol: status please @worker"), "{read}");
         // The mention woke the worker; its answer reaches the page without a reload.
         wait_text(&c, "#messages", |t| t.contains("worker: worker here: all green"), LONG).await;
+
+        // The operator acts from the page. Restart: the worker comes back (restarts 1 → 2).
+        let button = |c: &Client, act: &'static str| {
+            let c = c.clone();
+            async move {
+                let css =
+                    format!("#ps tr[data-name='worker'] button[data-act='{act}']:not([hidden])");
+                c.wait().for_element(Locator::Css(&css)).await.unwrap().click().await.unwrap();
+            }
+        };
+        button(&c, "restart").await;
+        wait_text(&c, "#ps-status", |t| t.starts_with("worker is ready"), LONG).await;
+        wait_text(&c, "#ps tr[data-name='worker'] td.restarts", |t| t == "2", SHORT).await;
+        // Stop: it stays down (no restart), and the row offers start instead.
+        button(&c, "stop").await;
+        wait_text(&c, "#ps tr[data-name='worker'] td.state-cell", |t| t == "stopped", LONG).await;
+        button(&c, "start").await;
+        wait_text(&c, "#ps tr[data-name='worker'] td.state-cell", |t| t == "ready", LONG).await;
+        let acts = swarm.ctl_ok(&["journal", "query", "agent=human:operator", "--json"]);
+        for kind in ["AGENT_RESTART", "AGENT_STOP", "AGENT_START"] {
+            assert!(acts.contains(kind), "{kind} journaled as the operator: {acts}");
+        }
+
+        // A permission request waiting for a person shows up; approving it from the page
+        // decides it as the operator, with the reason typed.
+        swarm.ctl_ok(&["send", "worker", "need the network"]);
+        let row = "#approvals tr[data-id='1']";
+        wait_text(&c, row, |t| t.contains("crates.io") && t.contains("network"), LONG).await;
+        c.find(Locator::Css("#approval-reason"))
+            .await
+            .unwrap()
+            .send_keys("fine for this build")
+            .await
+            .unwrap();
+        c.find(Locator::Css(&format!("{row} button.approve")))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "#approval-status", |t| t.contains("#1 granted"), LONG).await;
+        let all = swarm.ctl_ok(&["approvals", "--all", "--json"]);
+        let all: serde_json::Value = serde_json::from_str(&all).unwrap();
+        let one = all.as_array().unwrap().iter().find(|r| r["id"] == 1).unwrap().clone();
+        assert_eq!(
+            (one["state"].as_str(), one["decided_by"].as_str(), one["verdict_reason"].as_str()),
+            (Some("granted"), Some("human:operator"), Some("fine for this build")),
+            "{one}"
+        );
+        // The list is sampled every 200 ms: the decided request leaves it.
+        wait_gone(&c, row, SHORT).await;
 
         if let Some(path) = std::env::var_os("FLOCK_DASHBOARD_SCREENSHOT") {
             std::fs::write(path, c.screenshot().await.unwrap()).unwrap();

@@ -4,7 +4,7 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-let state = { ps: [], chains: [], channels: [] };
+let state = { ps: [], chains: [], channels: [], approvals: [] };
 let picked = { channel: null, agent: null };
 let shownSeq = 0;          // the last seq of the picked channel that is on the page
 const lastRestarts = {};   // name -> restarts, to flash a row when it restarts
@@ -59,10 +59,18 @@ function renderPs() {
     let tr = existing.get(`${r.kind}/${r.name}`);
     if (!tr) {
       tr = el("tr", { "data-name": r.name, "data-kind": r.kind, class: r.kind === "actor" ? "dim" : "" });
-      for (let i = 0; i < 11; i++) tr.append(el("td"));
+      for (let i = 0; i < 13; i++) tr.append(el("td"));
       if (r.kind === "agent" && isLocal(r)) {
         tr.classList.add("agent");
         tr.onclick = () => pickAgent(r.name);
+        // Stop (or start) and restart, as `flockctl stop|start|restart` would.
+        const actions = tr.children[12];
+        actions.className = "actions";
+        for (const act of ["stop", "start", "restart"]) {
+          const b = el("button", { type: "button", class: "act", "data-act": act }, act);
+          b.onclick = (ev) => { ev.stopPropagation(); agentAction(r.name, act); };
+          actions.append(b);
+        }
       }
     }
     tr.classList.toggle("selected", picked.agent === r.name);
@@ -80,13 +88,20 @@ function renderPs() {
       ["num pid", r.pid ?? "-"], ["num", duration(r.uptime_secs)],
       ["num restarts", String(r.restarts)], ["num mailbox", String(r.mailbox_depth)],
       ["num", String(r.turns_total)], ["num", tokens], ["num", bytes(r.rss_bytes)],
+      ["last-exit", r.last_exit || ""],
     ];
     cells.forEach(([cls, text], i) => {
       const td = tr.children[i];
       if (td.className !== cls) td.className = cls;
       if (td.textContent !== String(text)) td.textContent = text;
     });
-    tr.children[3].title = r.last_exit || "";
+    tr.children[11].title = r.last_exit || "";
+    // A process that runs can be stopped; one that does not, started.
+    const down = /^(stopped|failed|exited)/.test(r.state);
+    for (const b of tr.children[12].children) {
+      if (b.dataset.act === "stop") b.hidden = down;
+      if (b.dataset.act === "start") b.hidden = !down;
+    }
     return tr;
   });
   order.forEach((tr, i) => { if (tbody.children[i] !== tr) tbody.insertBefore(tr, tbody.children[i] || null); });
@@ -104,6 +119,69 @@ function renderPs() {
     sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
     if (names.includes(keep)) sel.value = keep;
     sel.dataset.names = names.join(",");
+  }
+}
+
+async function agentAction(name, act) {
+  const status = $("#ps-status");
+  status.textContent = `${act} ${name}…`;
+  status.className = "muted";
+  try {
+    const r = await api(`/api/agents/${encodeURIComponent(name)}/${act}`, {});
+    status.textContent = r.message;
+  } catch (e) {
+    status.textContent = `${act} ${name}: ${e.message}`;
+    status.className = "error";
+  }
+}
+
+// ---- approvals and dead letters --------------------------------------------------------------
+
+let approvalsShown = "";
+function renderApprovals() {
+  const rows = state.approvals;
+  $("#approvals-box").hidden = rows.length === 0;
+  const key = JSON.stringify(rows.map((r) => [r.id, r.state]));
+  if (key === approvalsShown) return; // a click must not land on a replaced button
+  approvalsShown = key;
+  $("#approvals tbody").replaceChildren(...rows.map((r) => {
+    const decide = (approve) => {
+      const b = el("button", { type: "button", class: approve ? "approve" : "deny" }, approve ? "approve" : "deny");
+      b.onclick = () => decideRequest(r.id, approve);
+      return b;
+    };
+    return el("tr", { "data-id": r.id },
+      el("td", { class: "num" }, String(r.id)), el("td", {}, r.agent), el("td", {}, r.capability),
+      el("td", { title: r.target }, clip(r.target, 60)), el("td", { title: r.reason }, clip(r.reason, 80)),
+      el("td", { class: stateClass(r.state) }, r.state), el("td", { class: "actions" }, decide(true), decide(false)));
+  }));
+}
+
+async function decideRequest(id, approve) {
+  const status = $("#approval-status");
+  status.textContent = `${approve ? "approving" : "denying"} #${id}…`;
+  status.className = "muted";
+  try {
+    const r = await api(`/api/approvals/${id}`, { approve, reason: $("#approval-reason").value.trim() });
+    status.textContent = typeof r.message === "string" ? r.message : `#${id} decided`;
+    $("#approval-reason").value = "";
+  } catch (e) {
+    status.textContent = `#${id}: ${e.message}`;
+    status.className = "error";
+  }
+}
+
+async function loadDeadLetters() {
+  try {
+    const rows = await api("/api/dead-letters");
+    $("#no-dead").hidden = rows.length > 0;
+    $("#dead-letters tbody").replaceChildren(...rows.map((d) => el("tr", { "data-id": d.id },
+      el("td", {}, d.id.slice(-8)), el("td", {}, d.sender), el("td", {}, d.target),
+      el("td", { class: "num" }, String(d.attempts)), el("td", { title: d.reason }, clip(d.reason, 80)),
+      el("td", { title: d.text }, clip(d.text, 80)))));
+  } catch (e) {
+    $("#no-dead").hidden = false;
+    $("#no-dead").textContent = "cannot read: " + e.message;
   }
 }
 
@@ -293,15 +371,17 @@ function apply(next) {
   state.ps = state.ps || [];
   state.chains = state.chains || [];
   state.channels = state.channels || [];
+  state.approvals = Array.isArray(state.approvals) ? state.approvals : [];
   renderPs();
   renderChains();
   renderChannels();
+  renderApprovals();
   // Something happened: the picked agent's turns and the journal may have moved too.
   const turns = (s) => (s.ps || []).reduce((n, r) => n + r.turns_total, 0);
   if (turns(before) !== turns(state)) {
     if (picked.agent) loadAgent();
     clearTimeout(journalTimer);
-    journalTimer = setTimeout(loadJournal, 300);
+    journalTimer = setTimeout(() => { loadJournal(); loadDeadLetters(); }, 300);
   }
 }
 
@@ -321,3 +401,4 @@ function connect() {
 
 connect();
 loadJournal();
+loadDeadLetters();
