@@ -300,13 +300,8 @@ fn bridge_tool(name: &str, arguments: &str) -> Result<String, (ErrorCode, String
     let channel = &mapping.flock;
     match name {
         "bridge__post" => {
-            let field = |k: &str| -> Result<String, (ErrorCode, String)> {
-                match args.get(k) {
-                    Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-                    Some(Value::Number(n)) => Ok(n.to_string()),
-                    _ => Err(bad(format!("`{k}` is required"))),
-                }
-            };
+            let field =
+                |k: &str| identity::platform_id(&args, k).map_err(|e| (e.code, e.message));
             let (message_id, user_id) = (field("message_id")?, field("user_id")?);
             let user_name = str_arg("user_name").unwrap_or_default();
             if let Some(allow) = &mapping.allow
@@ -328,11 +323,8 @@ fn bridge_tool(name: &str, arguments: &str) -> Result<String, (ErrorCode, String
                 .to_string())
         }
         "bridge__edit" => {
-            let message_id = match args.get("message_id") {
-                Some(Value::String(s)) if !s.is_empty() => s.clone(),
-                Some(Value::Number(n)) => n.to_string(),
-                _ => return Err(bad("`message_id` is required".into())),
-            };
+            let message_id =
+                identity::platform_id(&args, "message_id").map_err(|e| (e.code, e.message))?;
             let deleted = args.get("deleted").and_then(Value::as_bool) == Some(true);
             if !deleted && str_arg("text").is_none() {
                 return Err(bad("`text` is required (or `deleted: true`)".into()));

@@ -69,6 +69,16 @@ pub const BRIDGE_TOOLS: [&str; 8] = [
     "bridge__archived",
 ];
 
+/// A platform's id (a message's, a user's, a chat's) in a bridge call's arguments: a non-empty
+/// string, or a number as platforms send them.
+pub fn platform_id(args: &serde_json::Value, key: &str) -> Result<String, ToolError> {
+    match args.get(key) {
+        Some(serde_json::Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(serde_json::Value::Number(n)) => Ok(n.to_string()),
+        _ => Err(ToolError::new(ErrorCode::BadRequest, format!("`{key}` is required"))),
+    }
+}
+
 /// The address a `Hello` claims: `agent`, or `agent@instance` for a spawned instance.
 pub fn hello_address(hello: &Hello) -> String {
     if hello.instance.is_empty() || hello.instance == DEFAULT_INSTANCE {

@@ -293,45 +293,89 @@ impl Drop for Screen {
     }
 }
 
-/// Colours the names of logs are shown in (each name always gets the same one).
-const PALETTE: [&str; 6] = ["\x1b[36m", "\x1b[33m", "\x1b[32m", "\x1b[35m", "\x1b[34m", "\x1b[96m"];
+/// Colours the names of logs are shown in: twelve that tell apart on a dark or a light terminal.
+const PALETTE: [&str; 12] = [
+    "\x1b[36m", "\x1b[33m", "\x1b[32m", "\x1b[35m", "\x1b[34m", "\x1b[31m", "\x1b[96m", "\x1b[93m",
+    "\x1b[92m", "\x1b[95m", "\x1b[94m", "\x1b[91m",
+];
 
-/// The colour of a log's name: the same for the same name, in every run.
-pub fn name_colour(name: &str) -> &'static str {
-    // FNV-1a: stable across runs and platforms (std's hasher is seeded per process).
-    let hash = name
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    PALETTE[(hash % PALETTE.len() as u64) as usize]
-}
-
-/// Puts the name of its log in front of each line, padded to the longest name seen so far.
+/// Puts the name of its log in front of each line, padded to the longest name seen so far, each
+/// name in a colour of its own (in the order of the names given, then as new ones appear: no two
+/// share one until there are more logs than colours).
 #[derive(Debug)]
 pub struct Prefixer {
     width: usize,
     colour: bool,
+    colours: std::collections::HashMap<String, &'static str>,
+    /// Whether ids (32 hex digits) are cut to their last 8 (for a person at a terminal).
+    short_ids: bool,
 }
 
 impl Prefixer {
     /// `names`: the logs expected (to line up from the first line on).
     pub fn new<'a>(names: impl IntoIterator<Item = &'a str>, colour: bool) -> Self {
-        let width = names.into_iter().map(|n| n.chars().count()).max().unwrap_or(0);
-        Prefixer { width, colour }
+        let mut p = Prefixer { width: 0, colour, colours: Default::default(), short_ids: false };
+        for name in names {
+            p.width = p.width.max(name.chars().count());
+            p.colour_of(name);
+        }
+        p
+    }
+
+    /// Cuts ids to their last 8 hex digits (`…1a2b3c4d`).
+    pub fn short_ids(mut self) -> Self {
+        self.short_ids = true;
+        self
+    }
+
+    fn colour_of(&mut self, name: &str) -> &'static str {
+        let next = PALETTE[self.colours.len() % PALETTE.len()];
+        self.colours.entry(name.to_owned()).or_insert(next)
     }
 
     /// `name | line`; a line without a log (a note of the supervisor's) as it is.
     pub fn line(&mut self, source: &str, line: &str) -> String {
+        let line = if self.short_ids { shorten_ids(line) } else { line.into() };
         if source.is_empty() {
-            return line.to_owned();
+            return line.into_owned();
         }
         self.width = self.width.max(source.chars().count());
         let w = self.width;
         if self.colour {
-            format!("{}{source:<w$} |{RESET} {line}", name_colour(source))
+            format!("{}{source:<w$} |{RESET} {line}", self.colour_of(source))
         } else {
             format!("{source:<w$} | {line}")
         }
     }
+}
+
+/// `line` with every id (a run of exactly 32 hex digits, as `fmt_id` writes message and chain
+/// ids) cut to `…` and its last 8 digits — enough to tell ids apart in one screen of logs.
+pub fn shorten_ids(line: &str) -> std::borrow::Cow<'_, str> {
+    let b = line.as_bytes();
+    let hex = |c: u8| c.is_ascii_digit() || (b'a'..=b'f').contains(&c);
+    let mut out = String::new();
+    let (mut i, mut copied) = (0, 0);
+    while i < b.len() {
+        if !hex(b[i]) || (i > 0 && b[i - 1].is_ascii_alphanumeric()) {
+            i += 1;
+            continue;
+        }
+        let end = (i..b.len()).find(|&j| !hex(b[j])).unwrap_or(b.len());
+        let whole = end == b.len() || !b[end].is_ascii_alphanumeric();
+        if end - i == 32 && whole {
+            out.push_str(&line[copied..i]);
+            out.push('…');
+            out.push_str(&line[end - 8..end]);
+            copied = end;
+        }
+        i = end.max(i + 1);
+    }
+    if copied == 0 {
+        return line.into();
+    }
+    out.push_str(&line[copied..]);
+    out.into()
 }
 
 #[cfg(test)]
@@ -450,11 +494,37 @@ mod tests {
 
     #[test]
     fn names_keep_their_colour_and_line_up() {
-        assert_eq!(name_colour("worker-1"), name_colour("worker-1"));
         let mut p = Prefixer::new(["a", "worker"], false);
         assert_eq!(p.line("a", "hi"), "a      | hi");
         assert_eq!(p.line("", "… skipped …"), "… skipped …");
         let mut p = Prefixer::new(["a"], true);
-        assert_eq!(p.line("a", "hi"), format!("{}a |{RESET} hi", name_colour("a")));
+        assert_eq!(p.line("a", "hi"), format!("{}a |{RESET} hi", PALETTE[0]));
+    }
+
+    #[test]
+    fn every_log_gets_a_colour_of_its_own_until_there_are_more_logs_than_colours() {
+        let names: Vec<String> = (0..PALETTE.len()).map(|i| format!("agent-{i}")).collect();
+        let mut p = Prefixer::new(names.iter().map(String::as_str), true);
+        let colours: std::collections::HashSet<&str> =
+            names.iter().map(|n| p.colour_of(n)).collect();
+        assert_eq!(colours.len(), PALETTE.len());
+        // A log that appears later takes the next colour; the same name keeps its own.
+        assert_eq!(p.colour_of("late"), PALETTE[0]);
+        assert_eq!(p.colour_of("agent-3"), PALETTE[3]);
+    }
+
+    #[test]
+    fn ids_are_cut_to_their_last_eight_digits_and_nothing_else_is() {
+        let id = "0193a1b2c3d4e5f60718293a4b5c6d7e";
+        let line = format!("INFO turn done msg_id={id} chain={id}, sha=deadbeef x{id}");
+        assert_eq!(
+            shorten_ids(&line),
+            format!("INFO turn done msg_id=…4b5c6d7e chain=…4b5c6d7e, sha=deadbeef x{id}")
+        );
+        let longer = format!("{id}ff");
+        assert_eq!(shorten_ids(&longer), longer, "33+ digits are not an id");
+        assert_eq!(shorten_ids("plain"), "plain");
+        let mut p = Prefixer::new(["a"], false).short_ids();
+        assert_eq!(p.line("a", &format!("id {id}")), "a | id …4b5c6d7e");
     }
 }

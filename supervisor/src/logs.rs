@@ -121,10 +121,15 @@ impl LogHub {
     }
 
     /// Appends one line, stamped with the time and the stream it came from (`out`, `err`, or
-    /// `flock` for the supervisor's own notes). In JSON mode (`--log-format json`) every line of
-    /// the file is a JSON object: a child's own JSON events as they are, anything else wrapped.
+    /// `flock` for the supervisor's own notes) — except a child's own log event on stderr, which
+    /// carries its level instead (`… INFO flock_agent: …`, not `… err  INFO …`). In JSON mode
+    /// (`--log-format json`) every line of the file is a JSON object: a child's own JSON events as
+    /// they are, anything else wrapped.
     pub fn line(&self, agent: &str, stream: &str, text: &str) {
         let line = match flock_log::format() {
+            flock_log::Format::Text if stream == "err" && is_log_event(text) => {
+                format!("{} {}", utc_now(), text.trim_start())
+            }
             flock_log::Format::Text => format!("{} {stream} {text}", utc_now()),
             flock_log::Format::Json => json_line(agent, stream, text),
         };
@@ -219,6 +224,13 @@ fn timestamp(line: &str) -> Option<&str> {
     ok.then_some(stamp)
 }
 
+/// Whether a child's stderr line is one of its own log events (`flock_log`'s text format starts
+/// with the level), not something it printed.
+fn is_log_event(text: &str) -> bool {
+    let level = text.trim_start().split(' ').next().unwrap_or_default();
+    matches!(level, "TRACE" | "DEBUG" | "INFO" | "WARN" | "ERROR")
+}
+
 /// `text` as one JSON line: as it is if it already is a JSON object (a child logging in JSON),
 /// else an event of our own with the agent and the stream as fields.
 fn json_line(agent: &str, stream: &str, text: &str) -> String {
@@ -271,6 +283,25 @@ mod tests {
         assert!(dir.path().join("a.log.1").exists());
         let fresh = std::fs::read_to_string(dir.path().join("a.log")).unwrap();
         assert_eq!(fresh.lines().count(), 1);
+    }
+
+    #[test]
+    fn a_childs_own_log_events_carry_their_level_and_other_stderr_its_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = LogHub::new(dir.path().to_path_buf());
+        hub.line("a", "err", "  INFO flock_agent: turn done agent=a");
+        hub.line("a", "err", "thread 'main' panicked at src/main.rs:1:1");
+        hub.line("a", "out", "INFO from stdout");
+        let (tail, _) = hub.tail("a", 3);
+        let rest: Vec<&str> = tail.iter().map(|l| l.split_once(' ').unwrap().1).collect();
+        assert_eq!(
+            rest,
+            [
+                "INFO flock_agent: turn done agent=a",
+                "err thread 'main' panicked at src/main.rs:1:1",
+                "out INFO from stdout"
+            ]
+        );
     }
 
     #[test]

@@ -226,13 +226,8 @@ impl ChannelsState {
         args: &Value,
     ) -> ToolResult {
         let spec = self.bridge_spec(bridge)?.clone();
-        let field = |k: &str| -> Result<String, (ErrorCode, String)> {
-            match args.get(k) {
-                Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-                Some(Value::Number(n)) => Ok(n.to_string()),
-                _ => Err(bad(format!("`{k}` is required"))),
-            }
-        };
+        let field =
+            |k: &str| flock_ipc::identity::platform_id(args, k).map_err(|e| (e.code, e.message));
         let (message_id, user_id) = (field("message_id")?, field("user_id")?);
         let user_name = str_arg(args, "user_name").unwrap_or_default();
         let author = flock_ipc::identity::human_author(spec.platform.as_str(), user_name, &user_id);
@@ -711,11 +706,8 @@ impl ChannelsState {
     /// from before the mapping) is answered `found: false`.
     async fn bridge_edit(&mut self, bridge: &str, args: &Value) -> ToolResult {
         let (channel, external) = self.mapped(bridge, args)?;
-        let message_id = match args.get("message_id") {
-            Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            _ => return Err(bad("`message_id` is required")),
-        };
+        let message_id = flock_ipc::identity::platform_id(args, "message_id")
+            .map_err(|e| (e.code, e.message))?;
         let deleted = args.get("deleted").and_then(Value::as_bool) == Some(true);
         let text = match (deleted, str_arg(args, "text")) {
             (true, _) => None,

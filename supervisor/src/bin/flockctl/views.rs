@@ -1,7 +1,7 @@
 //! What the running swarm shows: `ps` (once or live), chains in flight, logs, dead letters, a
 //! session.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
@@ -82,7 +82,9 @@ pub(crate) async fn logs(
         // Agents, the model, the bridges: the rows that have a log.
         let logged = |r: &&PsRow| matches!(r.kind.as_str(), "agent" | "process" | "bridge");
         let names = rows.iter().filter(logged).map(|r| r.name.as_str());
-        Some(live::Prefixer::new(names, live::colour_wanted()))
+        let prefixer = live::Prefixer::new(names, live::colour_wanted());
+        // A person at a terminal reads short ids; a pipe gets them whole.
+        Some(if std::io::stdout().is_terminal() { prefixer.short_ids() } else { prefixer })
     } else {
         None
     };
