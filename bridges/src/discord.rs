@@ -54,6 +54,8 @@ enum Route {
 pub struct Discord {
     pub http: Arc<Http>,
     bot_id: u64,
+    /// The bot user's name.
+    bot_name: String,
     routes: Mutex<HashMap<u64, Route>>,
 }
 
@@ -90,11 +92,20 @@ impl Discord {
     pub async fn connect(http: Arc<Http>) -> Result<Discord, PlatformError> {
         let me =
             http.get_current_user().await.map_err(|e| classify(&e, "checking the bot token"))?;
-        Ok(Discord { http, bot_id: me.id.get(), routes: Mutex::default() })
+        Ok(Discord {
+            http,
+            bot_id: me.id.get(),
+            bot_name: me.name.clone(),
+            routes: Mutex::default(),
+        })
     }
 
     pub fn bot_id(&self) -> u64 {
         self.bot_id
+    }
+
+    pub fn bot_name(&self) -> &str {
+        &self.bot_name
     }
 
     /// Pieces of a post, each leaving room for the fallback's prefix; code blocks cut in two

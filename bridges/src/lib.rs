@@ -100,6 +100,30 @@ impl std::fmt::Display for PlatformError {
     }
 }
 
+/// `flock-bridge check PLATFORM [API_URL]` (`flockctl init` runs it): the bot `token` belongs
+/// to, asked of the platform by the bridge's own clients — Telegram `getMe`, Discord
+/// `/users/@me`, Slack `auth.test` — exactly as a bridge checks its token when it starts.
+pub async fn whoami(
+    platform: Platform,
+    api_url: Option<&str>,
+    token: &str,
+) -> Result<String, PlatformError> {
+    match platform {
+        Platform::Telegram => {
+            let api = api_url.unwrap_or(platform.default_api_url());
+            Telegram::connect(api, token).await.map(|t| t.bot_name().to_owned())
+        }
+        Platform::Discord => {
+            let http = Arc::new(discord::http(api_url, token));
+            Discord::connect(http).await.map(|d| d.bot_name().to_owned())
+        }
+        Platform::Slack => {
+            let client = slack::client(api_url)?;
+            slack::Slack::connect(client, token).await.map(|s| s.bot_name().to_owned())
+        }
+    }
+}
+
 /// Makes ring the process-wide rustls provider, once (reqwest is built without one).
 pub(crate) fn install_crypto_provider() {
     static ONCE: Once = Once::new();

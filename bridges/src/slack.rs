@@ -37,6 +37,8 @@ pub struct Slack {
     pub client: Arc<Client>,
     bot: SlackApiToken,
     bot_user: String,
+    /// The bot user's name and its team's (`name` of `team`), from `auth.test`.
+    bot_name: String,
     /// User id → display name.
     names: Mutex<HashMap<String, String>>,
     /// A person's message in a thread → the thread's parent (Slack wants the parent's `ts` as
@@ -84,6 +86,10 @@ impl Slack {
             client,
             bot,
             bot_user: me.user_id.to_string(),
+            bot_name: match (&me.user, &me.team) {
+                (Some(user), team) => format!("{user} of {team}"),
+                (None, team) => format!("{} of {team}", me.user_id),
+            },
             names: Mutex::default(),
             threads: Mutex::default(),
             prefix: std::sync::atomic::AtomicBool::new(false),
@@ -92,6 +98,10 @@ impl Slack {
 
     pub fn bot_user(&self) -> &str {
         &self.bot_user
+    }
+
+    pub fn bot_name(&self) -> &str {
+        &self.bot_name
     }
 
     /// Pieces of a post in mrkdwn, each leaving room for the prefix.

@@ -23,6 +23,8 @@ pub struct Telegram {
     /// The next `getUpdates` offset: one past the last update handled.
     offset: Mutex<Option<i64>>,
     bot_id: i64,
+    /// `@username` from `getMe`.
+    bot_name: String,
 }
 
 impl std::fmt::Debug for Telegram {
@@ -45,15 +47,23 @@ impl Telegram {
             token: token.to_owned(),
             offset: Mutex::new(None),
             bot_id: 0,
+            bot_name: String::new(),
         };
         let me = tg.call("getMe", json!({}), Duration::from_secs(20)).await?;
         tg.bot_id = me["id"].as_i64().unwrap_or(0);
+        tg.bot_name =
+            me["username"].as_str().map_or_else(|| tg.bot_id.to_string(), |u| format!("@{u}"));
         Ok(tg)
     }
 
     /// The bot's own user id (its messages are never brought in).
     pub fn bot_id(&self) -> i64 {
         self.bot_id
+    }
+
+    /// The bot as people see it: `@username`.
+    pub fn bot_name(&self) -> &str {
+        &self.bot_name
     }
 
     /// Waits up to [`POLL_SECS`] for new messages. Updates already handed out stay on the

@@ -161,6 +161,13 @@ pub enum Platform {
 }
 
 impl Platform {
+    pub const ALL: [Platform; 3] = [Platform::Discord, Platform::Slack, Platform::Telegram];
+
+    /// The platform named `name` (its name in the swarm file).
+    pub fn parse(name: &str) -> Option<Platform> {
+        Platform::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
     /// Its name in the swarm file: `discord`, `slack`, `telegram`.
     pub fn as_str(self) -> &'static str {
         match self {

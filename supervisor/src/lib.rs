@@ -12,6 +12,7 @@ pub mod children;
 pub mod cli;
 pub mod cluster;
 pub mod control;
+pub mod dotenv;
 pub mod journal_cli;
 pub mod keeper;
 pub mod live;

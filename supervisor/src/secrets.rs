@@ -18,16 +18,21 @@ unsafe extern "C" {
 }
 
 /// Reads the key of every model the swarm file names (`api_key_env`) and every chat bridge's
-/// token (`token_env`), and erases those variables
-/// from this process (see the module docs). Variables that are unset or empty are left out.
+/// token (`token_env`) — from the environment, else from `dotenv` (the `.env` beside the swarm
+/// file, [`crate::dotenv`]) — and erases those variables from this process (see the module
+/// docs). Variables that are unset or empty in both are left out.
 ///
 /// # Safety
 /// No other thread may read or change the environment while this runs: call it from `main`
 /// before any thread (the tokio runtime among them) has started.
-pub unsafe fn take_api_keys(spec: &SwarmSpec) -> HashMap<String, Secret> {
+pub unsafe fn take_api_keys(
+    spec: &SwarmSpec,
+    dotenv: &HashMap<String, String>,
+) -> HashMap<String, Secret> {
     let mut keys = HashMap::new();
     for (var, _) in secret_vars(spec) {
-        if let Ok(v) = std::env::var(&var)
+        let value = std::env::var(&var).ok().filter(|v| !v.trim().is_empty());
+        if let Some(v) = value.or_else(|| dotenv.get(&var).cloned())
             && !v.trim().is_empty()
         {
             keys.insert(var.clone(), Secret::new(v.trim()));
@@ -75,14 +80,18 @@ pub fn secret_vars(spec: &SwarmSpec) -> Vec<(String, String)> {
 /// The secret variables of the swarm that are unset or blank in this environment, each as a line
 /// saying where the file names it and how to set it (`flock-supervisor validate` reports them:
 /// `up` from here would start, and every call needing them would fail).
-pub fn missing_secrets(spec: &SwarmSpec) -> Vec<String> {
+pub fn missing_secrets(spec: &SwarmSpec, dotenv: &HashMap<String, String>) -> Vec<String> {
+    let blank = |v: Option<&str>| v.is_none_or(|v| v.trim().is_empty());
     secret_vars(spec)
         .into_iter()
-        .filter(|(var, _)| std::env::var(var).map_or(true, |v| v.trim().is_empty()))
+        .filter(|(var, _)| {
+            blank(std::env::var(var).ok().as_deref()) && blank(dotenv.get(var).map(String::as_str))
+        })
         .map(|(var, named)| {
             format!(
-                "`{var}` ({named}) is not set in this environment: `export {var}=…` (or put it in \
-                 the environment `up` runs in) before `up`, or every call that needs it fails"
+                "`{var}` ({named}) is not set in this environment nor in the .env beside the \
+                 swarm file: `export {var}=…` or add `{var}=…` to that .env (mode 0600) before \
+                 `up`, or every call that needs it fails"
             )
         })
         .collect()

@@ -37,7 +37,13 @@ fn main() -> ExitCode {
                 let missing = if file_only {
                     Vec::new()
                 } else {
-                    flock_supervisor::secrets::missing_secrets(&spec)
+                    match flock_supervisor::dotenv::read(&file) {
+                        Ok(dotenv) => flock_supervisor::secrets::missing_secrets(&spec, &dotenv),
+                        Err(e) => {
+                            eprintln!("{}: {e:#}", file.display());
+                            return ExitCode::from(1);
+                        }
+                    }
                 };
                 if !missing.is_empty() {
                     for m in &missing {
@@ -121,6 +127,23 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
+            // Secrets kept in the .env beside the swarm file (the environment wins over it).
+            let dotenv = match flock_supervisor::dotenv::read(&file) {
+                Ok(vars) => vars,
+                Err(e) => {
+                    eprintln!("flock-supervisor: {e:#}; nothing was started");
+                    return ExitCode::from(1);
+                }
+            };
+            if let Some(agent) = flock_supervisor::dotenv::exposed_to(&spec, &file) {
+                eprintln!(
+                    "flock-supervisor: the workspace of agent `{agent}` holds {}, the swarm's \
+                     secrets: it could read them. Give it another `workspace:`, or keep the \
+                     secrets in the environment instead; nothing was started",
+                    flock_supervisor::dotenv::path_for(&file).display()
+                );
+                return ExitCode::from(1);
+            }
             if detach {
                 // The launcher holds the keys only until the background supervisor has them:
                 // out of its environment and not inspectable before it spawns anything.
@@ -131,7 +154,7 @@ fn main() -> ExitCode {
                 }
                 #[allow(unsafe_code)]
                 // SAFETY: single-threaded: no runtime, no thread started yet.
-                let keys = unsafe { flock_supervisor::secrets::take_api_keys(&spec) };
+                let keys = unsafe { flock_supervisor::secrets::take_api_keys(&spec, &dotenv) };
                 return match flock_supervisor::up::detach(
                     &file,
                     &state,
@@ -173,7 +196,7 @@ fn main() -> ExitCode {
             // read them in /proc otherwise), and the supervisor cannot be inspected or traced.
             #[allow(unsafe_code)]
             // SAFETY: single-threaded still: the runtime is built below.
-            let mut keys = unsafe { flock_supervisor::secrets::take_api_keys(&spec) };
+            let mut keys = unsafe { flock_supervisor::secrets::take_api_keys(&spec, &dotenv) };
             // Started by `up --detach`: the launcher handed the keys over a socket instead.
             match flock_ipc::handoff::receive() {
                 Ok(handed) => keys

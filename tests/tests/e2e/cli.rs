@@ -185,6 +185,22 @@ fn validate_says_which_named_secret_is_not_set_here_unless_asked_for_the_file_al
     cmd.arg("validate").arg("--file-only").arg(&file);
     let out = run(&mut cmd, SHORT);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Kept in the .env beside the file instead: found there — but only in a private file.
+    use std::os::unix::fs::PermissionsExt;
+    let env = dir.path().join(".env");
+    std::fs::write(&env, format!("# keys of this swarm\n{var}=sk-from-the-file\n")).unwrap();
+    std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = validate(&file);
+    assert_eq!(out.0, Some(0), "{}", out.1);
+    std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = validate(&file);
+    assert_eq!(out.0, Some(1), "{}", out.1);
+    assert!(
+        out.1.contains("may be read by other users") && out.1.contains("chmod 600"),
+        "{}",
+        out.1
+    );
 }
 
 fn validate(file: &std::path::Path) -> (Option<i32>, String) {
@@ -530,6 +546,68 @@ fn flockctl_init_writes_a_swarm_that_validate_accepts_and_up_starts_and_never_ov
     );
 }
 
+/// The first hour with a chat: `flockctl init --bridge telegram` checks the bot's token with
+/// Telegram (through `flock-bridge check`, the bridge's own client; a refused token writes
+/// nothing), keeps it in a private .env, and the swarm it wrote starts with the token taken from
+/// that file alone and answers a person in the group.
+#[test]
+fn flockctl_init_connects_a_chat_checking_its_token_and_up_answers_there_from_the_env_file() {
+    use flock_testkit::fake_llm::{FakeLlm, FakeProvider, Reply};
+    use flock_testkit::fake_telegram::FakeTelegram;
+    use std::os::unix::fs::PermissionsExt;
+    const CHAT: i64 = -1001234;
+    let tg = FakeTelegram::start("123:right-token");
+    tg.add_chat(CHAT, "the team");
+    let llm = FakeLlm::start(FakeProvider::OpenAi);
+    llm.serve_models(&["m"]);
+    llm.always(Reply::Text("Paris.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("flock.yaml");
+    let env_file = dir.path().join(".env");
+    let (url, api) = (llm.base_url(), tg.base_url());
+    let chat = CHAT.to_string();
+    let init = |token: &str| {
+        let mut cmd = Command::new(bin("flockctl"));
+        cmd.arg("init").arg(&file).args(["--model", &url, "--model-id", "m", "--yes", "--json"]);
+        cmd.args(["--bridge", "telegram", "--chat", &chat, "--bridge-url", &api]);
+        run(cmd.env("TELEGRAM_BOT_TOKEN", token).env_remove("FLOCK_HOME"), SHORT * 2)
+    };
+
+    let refused = init("123:wrong");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(err.contains("telegram refused the token in TELEGRAM_BOT_TOKEN"), "{err}");
+    assert!(!file.exists() && !env_file.exists(), "a refused token writes nothing");
+
+    let out = init("123:right-token");
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("init --json: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(said["bridge"]["platform"], "telegram", "{said}");
+    assert!(said["bridge"]["bot"].as_str().is_some_and(|b| b.starts_with('@')), "{said}");
+    assert_eq!(said["warnings"], serde_json::json!([]), "{said}");
+    let kept = std::fs::read_to_string(&env_file).unwrap();
+    assert_eq!(kept, "TELEGRAM_BOT_TOKEN=123:right-token\n");
+    let mode = std::fs::metadata(&env_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the token's file is private");
+    let yaml = std::fs::read_to_string(&file).unwrap();
+    assert!(!yaml.contains("right-token"), "the token stays out of the swarm file: {yaml}");
+
+    // Started without the token in its environment: the .env gives it to the bridge.
+    let swarm = Swarm::builder_from_file(&file).start();
+    swarm.wait_until(
+        || swarm.ctl_ok(&["bridge", "ls", "--json"]).contains("\"connected\""),
+        SHORT * 4,
+        "the bridge connects with the token from .env",
+    );
+    let asked = tg.post(CHAT, 42, "Ada", Some("ada"), "What is the capital of France?");
+    let sent = tg.wait_sent(CHAT, 1, SHORT * 4);
+    assert!(
+        sent.iter().any(|m| m.plain == "[coordinator] Paris." && m.reply_to == Some(asked)),
+        "the answer, as a reply to the question: {sent:?}"
+    );
+}
+
 #[test]
 fn journal_and_memory_refuse_a_state_dir_that_is_not_there() {
     let empty = tempfile::tempdir().unwrap();
@@ -548,6 +626,71 @@ fn journal_and_memory_refuse_a_state_dir_that_is_not_there() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("is a file, not a state dir"), "{args:?}: {err}");
     }
+}
+
+/// The README's exit-code table, row by row, on several commands each: 0 done, 1 refused (with
+/// `flockctl: …` on stderr and nothing on stdout), 2 a wrong command line (with the usage).
+/// (3, 4 and 5 belong to `send --wait`: chains.rs and delivery.rs check them.)
+#[test]
+fn exit_codes_follow_the_table_on_every_kind_of_command() {
+    let yaml = format!(
+        "swarm: {{ name: codes }}\nmodels:\n{}agents:\n  - {{ name: worker, role: worker, model: m }}\n",
+        answer_model("m", "done: {input}")
+    );
+    let swarm = Swarm::start(&yaml);
+    let code = |args: &[&str]| {
+        let out = swarm.ctl(args);
+        let (stdout, stderr) =
+            (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.code(), stdout.into_owned(), stderr.into_owned())
+    };
+    for args in [
+        &["ps"][..],
+        &["ps", "--json"],
+        &["channels", "--json"],
+        &["dead-letters", "--json"],
+        &["approvals", "--json"],
+        &["send", "worker", "hello", "--wait"],
+        &["restart", "worker"],
+    ] {
+        let (c, out, err) = code(args);
+        assert_eq!(c, Some(0), "{args:?}: {err}");
+        if args.contains(&"--json") {
+            let doc: Result<serde_json::Value, _> = serde_json::from_str(&out);
+            assert!(doc.is_ok(), "{args:?}: one JSON document, got {out:?}");
+        }
+    }
+    for args in [
+        &["stop", "nobody"][..],
+        &["start", "nobody"],
+        &["restart", "nobody", "--json"],
+        &["send", "nobody", "hi"],
+        &["session", "show", "nobody"],
+        &["read", "#nowhere"],
+        &["channel", "archive", "#nowhere"],
+        &["approve", "999"],
+        &["deny", "999", "--json"],
+        &["logs", "nobody"],
+    ] {
+        let (c, out, err) = code(args);
+        assert_eq!(c, Some(1), "{args:?}: refused: {err}");
+        assert!(err.starts_with("flockctl: ") && err.len() > 20, "{args:?}: why, on stderr: {err}");
+        assert!(out.trim().is_empty(), "{args:?}: nothing on stdout: {out}");
+    }
+    for args in [
+        &["ps", "--nope"][..],
+        &["send"],
+        &["approve", "abc"],
+        &["read"],
+        &["logs", "--lines", "many"],
+    ] {
+        let (c, _, err) = code(args);
+        assert_eq!(c, Some(2), "{args:?}: a wrong command line: {err}");
+        assert!(err.starts_with("error: "), "{args:?}: what is wrong: {err}");
+        assert!(err.contains("Usage:") || err.contains("--help"), "{args:?}: where to look: {err}");
+    }
+    let up = run(Command::new(bin("flock-supervisor")).args(["up", "--nope"]), SHORT);
+    assert_eq!(up.status.code(), Some(2), "{}", String::from_utf8_lossy(&up.stderr));
 }
 
 #[test]

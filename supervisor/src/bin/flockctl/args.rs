@@ -342,6 +342,22 @@ pub(crate) struct InitArgs {
     /// The swarm's name ([a-z0-9-]; default: the team's).
     #[arg(long)]
     pub name: Option<String>,
+    /// Connect a chat: `telegram`, `discord` or `slack`. The bot's token comes from the
+    /// environment (TELEGRAM_BOT_TOKEN, DISCORD_BOT_TOKEN, SLACK_BOT_TOKEN and SLACK_APP_TOKEN) or
+    /// is asked for, is checked with the platform (Telegram getMe, Discord /users/@me, Slack
+    /// auth.test: a refused token writes nothing), and is kept in the .env beside the swarm file
+    /// (mode 0600), which `up` and `validate` read.
+    #[arg(long, value_parser = ["telegram", "discord", "slack"])]
+    pub bridge: Option<String>,
+    /// The chat to connect to the team's channel `#team`: a Telegram chat id (`-100…`), a Discord
+    /// or Slack channel id (docs/bridges.md says where to find it). People may also write to the
+    /// bot directly.
+    #[arg(long, value_name = "ID", requires = "bridge", allow_hyphen_values = true)]
+    pub chat: Option<String>,
+    /// The platform's API address, for a self-hosted Telegram Bot API server or a proxy
+    /// [default: the platform's own].
+    #[arg(long, value_name = "URL", requires = "bridge")]
+    pub bridge_url: Option<String>,
     /// Take the defaults for every choice the flags leave out, without asking.
     #[arg(long, short = 'y')]
     pub yes: bool,

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use flock_config::Platform;
 use serde_json::json;
 
 use crate::args::InitArgs;
@@ -194,19 +195,106 @@ fn first_steps(team: &str) -> &'static str {
     }
 }
 
+/// A chat the swarm answers in, through a bridge.
+#[derive(Debug, Clone)]
+struct Bridge {
+    platform: Platform,
+    chat: String,
+    api_url: Option<String>,
+}
+
+impl Bridge {
+    /// The variables its tokens are read from: the bot's, and Slack's app-level token.
+    fn token_vars(&self) -> &'static [&'static str] {
+        match self.platform {
+            Platform::Telegram => &["TELEGRAM_BOT_TOKEN"],
+            Platform::Discord => &["DISCORD_BOT_TOKEN"],
+            Platform::Slack => &["SLACK_BOT_TOKEN", "SLACK_APP_TOKEN"],
+        }
+    }
+
+    /// The `bridges:` section: the chat mapped to `#team`, answered by the team's front agent.
+    fn yaml(&self, team: &str) -> String {
+        let p = self.platform.as_str();
+        let vars = self.token_vars();
+        let app = vars.get(1).map(|v| format!("    app_token_env: {v}\n")).unwrap_or_default();
+        let api = self.api_url.as_ref().map(|u| format!("    api_url: {u}\n")).unwrap_or_default();
+        let responder = if team == "project" { "orchestrator" } else { "coordinator" };
+        format!(
+            "\nbridges:\n  - name: {p}\n    platform: {p}\n    token_env: {}\n{app}{api}    \
+             channels:\n      - {{ flock: team, external: {}, responder: {responder} }}\n",
+            vars[0],
+            quoted(&self.chat)
+        )
+    }
+}
+
 /// The whole file.
-fn swarm_yaml(name: &str, team: &str, model: &Model, file: &Path) -> String {
+fn swarm_yaml(
+    name: &str,
+    team: &str,
+    model: &Model,
+    bridge: Option<&Bridge>,
+    file: &Path,
+) -> String {
     format!(
         "# Written by `flockctl init`. Check it: flock-supervisor validate {file}\n\
          # Run it: flock-supervisor up {file} --detach   (every key: docs/swarm-file.md)\n\
          swarm:\n  name: {name}\n\n\
          models:\n  main:\n{model}\
          defaults:\n  model: main            # every agent runs `main` unless it says otherwise\n\n\
-         {team}",
+         {team}{bridge}",
         file = file.display(),
         model = model.yaml(team),
         team = team_yaml(team),
+        bridge = bridge.map(|b| b.yaml(team)).unwrap_or_default(),
     )
+}
+
+/// Whose bot `token` is, asked of the platform by `flock-bridge check` (the bridge's own
+/// clients; the token goes over its stdin). `Ok(Err(why))`: the platform could not be asked.
+async fn check_token(bridge: &Bridge, var: &str, token: &str) -> Result<Result<String, String>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let program = flock_supervisor::spawn::sibling_binary(
+        "flock-bridge",
+        "FLOCK_BRIDGE_BIN",
+        "install Flock with scripts/install, or build it with `cargo build -p flock-bridge`",
+    )?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.arg("check").arg(bridge.platform.as_str()).args(bridge.api_url.iter());
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("start flock-bridge to check the token")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(format!("{}\n", token.trim()).as_bytes()).await?;
+    }
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        stdout.read_to_string(&mut out).await?;
+    }
+    let status = child.wait().await?;
+    let said: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
+    let why = said["error"].as_str().unwrap_or("no answer").to_owned();
+    match (status.code(), said["bot"].as_str()) {
+        (Some(0), Some(bot)) => Ok(Ok(bot.to_owned())),
+        (Some(1), _) => bail!(
+            "{} refused the token in {var} ({why}): copy it again from {}; nothing was written",
+            bridge.platform.as_str(),
+            match bridge.platform {
+                Platform::Telegram => "@BotFather (/token)",
+                Platform::Discord => "the Developer Portal (Bot → Reset Token)",
+                Platform::Slack => "api.slack.com/apps (OAuth & Permissions)",
+            }
+        ),
+        _ => Ok(Err(format!(
+            "the token in {var} could not be checked with {} ({why}); `up` will tell",
+            bridge.platform.as_str()
+        ))),
+    }
 }
 
 /// Asks `question` on the terminal with `default`; an empty line takes the default.
@@ -271,6 +359,31 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
         None => team.clone(),
     };
 
+    let bridge = match &args.bridge {
+        Some(platform) => {
+            let platform = Platform::parse(platform)
+                .ok_or_else(|| anyhow::anyhow!("unknown chat platform `{platform}`"))?;
+            let chat = match &args.chat {
+                Some(c) => c.clone(),
+                None if asking => ask(&format!("the {} chat to connect", platform.as_str()), "")?,
+                None => String::new(),
+            };
+            if chat.trim().is_empty() {
+                bail!(
+                    "--bridge {} needs --chat ID: the chat the team answers in (docs/bridges.md \
+                     says where to find its id)",
+                    platform.as_str()
+                );
+            }
+            Some(Bridge {
+                platform,
+                chat: chat.trim().to_owned(),
+                api_url: args.bridge_url.clone(),
+            })
+        }
+        None => None,
+    };
+
     let file = &args.file;
     if file.is_dir() {
         bail!(
@@ -279,12 +392,38 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
             file.join("flock.yaml").display()
         );
     }
-    let text = swarm_yaml(&name, &team, &model, file);
+    let text = swarm_yaml(&name, &team, &model, bridge.as_ref(), file);
     // Checked as `validate` checks it, before anything is written (a name or URL given on the
     // command line that the swarm file does not accept is refused with the loader's words).
     let spec = flock_config::parse(&text, file)
         .map_err(|e| anyhow::anyhow!("not written: the swarm file would not be valid:\n{e}"))?;
-    let mut warnings = flock_supervisor::secrets::missing_secrets(&spec);
+    // The bridge's tokens: from the environment, else the .env already there, else asked for;
+    // the bot's checked with the platform before anything is written.
+    let mut dotenv = flock_supervisor::dotenv::read(file)?;
+    let mut keep: Vec<(String, String)> = Vec::new();
+    let mut bot = None;
+    let mut warnings = Vec::new();
+    if let Some(b) = &bridge {
+        for (i, var) in b.token_vars().iter().enumerate() {
+            let given = std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+            let value = match given.or_else(|| dotenv.get(*var).cloned()) {
+                Some(v) => Some(v),
+                None if asking => Some(ask(&format!("{var} (kept in .env, mode 0600)"), "")?)
+                    .filter(|v| !v.trim().is_empty()),
+                None => None,
+            };
+            let Some(value) = value else { continue };
+            if i == 0 {
+                match check_token(b, var, &value).await? {
+                    Ok(name) => bot = Some(name),
+                    Err(why) => warnings.push(why),
+                }
+            }
+            keep.push(((*var).to_owned(), value.trim().to_owned()));
+        }
+        dotenv.extend(keep.iter().cloned());
+    }
+    warnings.extend(flock_supervisor::secrets::missing_secrets(&spec, &dotenv));
     if let Model::Local(known) = &model {
         let present = flock_supervisor::model::flock_home()
             .zip(flock_config::KnownModel::find(known))
@@ -322,6 +461,13 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     }
     std::fs::write(file, &text).with_context(|| format!("write {}", file.display()))?;
+    let env_file = flock_supervisor::dotenv::path_for(file);
+    if !keep.is_empty() {
+        flock_supervisor::dotenv::update(&env_file, &keep)?;
+    }
+    let chat = bridge
+        .as_ref()
+        .map(|b| json!({"platform": b.platform.as_str(), "chat": b.chat, "bot": bot}));
 
     if args.json {
         let out = json!({
@@ -330,6 +476,8 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
             "team": team,
             "model": model.describe(),
             "agents": spec.agents.len(),
+            "bridge": chat,
+            "env_file": (!keep.is_empty()).then(|| env_file.display().to_string()),
             "warnings": warnings,
         });
         println!("{out}");
@@ -340,6 +488,22 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
             spec.agents.len(),
             model.describe()
         );
+        if let Some(b) = &bridge {
+            let whose = bot.as_ref().map(|n| format!(" as {n}")).unwrap_or_default();
+            println!(
+                "  chat: {} {} ↔ #team{whose}; people may also write to the bot directly",
+                b.platform.as_str(),
+                b.chat
+            );
+        }
+        if !keep.is_empty() {
+            let vars: Vec<&str> = keep.iter().map(|(v, _)| v.as_str()).collect();
+            println!(
+                "  kept {} in {} (mode 0600; up reads it)",
+                vars.join(", "),
+                env_file.display()
+            );
+        }
         for w in &warnings {
             println!("  note: {w}");
         }
@@ -368,10 +532,30 @@ mod tests {
                 ("http://127.0.0.1:11434/v1", Some("qwen2.5:7b")),
             ] {
                 let model = Model::parse(choice, id, None).unwrap();
-                let text = swarm_yaml(team, team, &model, file);
+                let text = swarm_yaml(team, team, &model, None, file);
                 let spec = flock_config::parse(&text, file)
                     .unwrap_or_else(|e| panic!("{team} on {choice}:\n{e}\n{text}"));
                 assert!(spec.agents.len() >= 4, "{team}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_team_with_every_chat_platform_writes_a_file_that_validates() {
+        let file = Path::new("/tmp/flock.yaml");
+        let model = Model::parse("local", None, None).unwrap();
+        for team in ["assistant", "project"] {
+            for platform in Platform::ALL {
+                let url = Some("http://127.0.0.1:9/api".to_owned());
+                let bridge = Bridge { platform, chat: "-100123".into(), api_url: url };
+                let text = swarm_yaml(team, team, &model, Some(&bridge), file);
+                let spec = flock_config::parse(&text, file)
+                    .unwrap_or_else(|e| panic!("{team} with {platform:?}:\n{e}\n{text}"));
+                let b = &spec.bridges[0];
+                assert_eq!((b.platform, b.token_env.as_str()), (platform, bridge.token_vars()[0]));
+                assert_eq!(b.app_token_env.is_some(), platform == Platform::Slack);
+                let m = &b.channels[0];
+                assert_eq!((m.flock.as_str(), m.external.as_str()), ("team", "-100123"));
             }
         }
     }
