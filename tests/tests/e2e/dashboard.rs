@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use flock_testkit::{Swarm, bin, run};
+use flock_testkit::{Swarm, bin, repo_root, run};
 use serde_json::json;
 
 use crate::{LONG, SHORT, answer_model};
@@ -128,6 +128,36 @@ fn metrics_are_served_in_the_prometheus_format_and_count_what_happened() {
         om.trim_end().ends_with("# EOF") && om.contains("# TYPE flock_restarts counter"),
         "{om}"
     );
+    // The Grafana dashboard in docs/ asks only for metrics this scrape serves.
+    let grafana = std::fs::read_to_string(repo_root().join("docs/grafana-dashboard.json")).unwrap();
+    let grafana: serde_json::Value = serde_json::from_str(&grafana).expect("valid JSON");
+    let exprs: Vec<&str> = grafana["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter().filter_map(|t| t["expr"].as_str()))
+        .collect();
+    assert!(exprs.len() >= 16, "{exprs:?}");
+    let documented = std::fs::read_to_string(repo_root().join("docs/observability.md")).unwrap();
+    let mut served = 0;
+    for expr in exprs {
+        for name in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if !name.starts_with("flock_") {
+                continue;
+            }
+            // A family without samples yet is not in a scrape (model calls, here): every name
+            // is one the metrics table documents, and one counted here is served.
+            let family = ["_bucket", "_count", "_sum"]
+                .iter()
+                .fold(name, |n, s| n.strip_suffix(s).unwrap_or(n));
+            assert!(
+                documented.contains(&format!("| `{family}` |")),
+                "the dashboard's `{name}` ({expr}) is not in docs/observability.md's table"
+            );
+            served += usize::from(body.contains(family));
+        }
+    }
+    assert!(served >= 12, "only {served} of the dashboard's metrics are in this scrape:\n{body}");
     // A health check needs no token.
     let (status, health) = get(&addr, "/healthz", "");
     assert_eq!((status, health.trim_end().ends_with("ok")), (200, true), "{health}");
@@ -364,6 +394,34 @@ fn the_dashboard_shows_the_swarm_live_in_a_real_browser() {
         assert!(read.contains("human:carol: status please @worker"), "{read}");
         // The mention woke the worker; its answer reaches the page without a reload.
         wait_text(&c, "#messages", |t| t.contains("worker: worker here: all green"), LONG).await;
+
+        // Each agent's activity is drawn from the samples the page takes (one every 2 s): its
+        // memory as a line, its turns as bars — a turn of the worker's between two samples.
+        // (Read in one script: the chart is redrawn at each sample, which would stale an element.)
+        let spark = "#ps tr[data-name='worker'] td.activity svg";
+        let read = format!(
+            "const s = document.querySelector(\"{spark}\"); if (!s) return ['', 0]; \
+             const l = s.querySelector('polyline.rss'); \
+             return [l ? l.getAttribute('points') : '', s.querySelectorAll('rect.turns').length];"
+        );
+        let chart = |c: &Client| {
+            let (c, read) = (c.clone(), read.clone());
+            async move {
+                let seen = c.execute(&read, vec![]).await.unwrap();
+                let points = seen[0].as_str().unwrap_or_default().split(' ').count();
+                (points, seen[1].as_u64().unwrap_or(0))
+            }
+        };
+        let start = Instant::now();
+        while chart(&c).await.0 < 2 {
+            assert!(start.elapsed() < LONG, "no memory line after {LONG:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        swarm.ctl_ok(&["send", "worker", "one more turn"]);
+        while chart(&c).await.1 == 0 {
+            assert!(start.elapsed() < LONG, "no bar for the worker's turn: {:?}", chart(&c).await);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
 
         // The operator acts from the page. Restart: the worker comes back (restarts 1 → 2).
         let button = |c: &Client, act: &'static str| {

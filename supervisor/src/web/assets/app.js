@@ -59,12 +59,12 @@ function renderPs() {
     let tr = existing.get(`${r.kind}/${r.name}`);
     if (!tr) {
       tr = el("tr", { "data-name": r.name, "data-kind": r.kind, class: r.kind === "actor" ? "dim" : "" });
-      for (let i = 0; i < 13; i++) tr.append(el("td"));
+      for (let i = 0; i < 14; i++) tr.append(el("td"));
       if (r.kind === "agent" && isLocal(r)) {
         tr.classList.add("agent");
         tr.onclick = () => pickAgent(r.name);
         // Stop (or start) and restart, as `flockctl stop|start|restart` would.
-        const actions = tr.children[12];
+        const actions = tr.children[13];
         actions.className = "actions";
         for (const act of ["stop", "start", "restart"]) {
           const b = el("button", { type: "button", class: "act", "data-act": act }, act);
@@ -88,17 +88,20 @@ function renderPs() {
       ["num pid", r.pid ?? "-"], ["num", duration(r.uptime_secs)],
       ["num restarts", String(r.restarts)], ["num mailbox", String(r.mailbox_depth)],
       ["num", String(r.turns_total)], ["num", tokens], ["num", bytes(r.rss_bytes)],
+      null, // activity: drawn by drawSpark
       ["last-exit", r.last_exit || ""],
     ];
-    cells.forEach(([cls, text], i) => {
+    cells.forEach((cell, i) => {
+      if (!cell) return;
+      const [cls, text] = cell;
       const td = tr.children[i];
       if (td.className !== cls) td.className = cls;
       if (td.textContent !== String(text)) td.textContent = text;
     });
-    tr.children[11].title = r.last_exit || "";
+    tr.children[12].title = r.last_exit || "";
     // A process that runs can be stopped; one that does not, started.
     const down = /^(stopped|failed|exited)/.test(r.state);
-    for (const b of tr.children[12].children) {
+    for (const b of tr.children[13].children) {
       if (b.dataset.act === "stop") b.hidden = down;
       if (b.dataset.act === "start") b.hidden = !down;
     }
@@ -120,6 +123,72 @@ function renderPs() {
     if (names.includes(keep)) sel.value = keep;
     sel.dataset.names = names.join(",");
   }
+}
+
+// ---- activity: small charts from the samples the page sees ------------------------------------
+
+const history = {};            // agent -> [{t, rss, turns, tokens}], one every SAMPLE_MS
+const SAMPLE_MS = 2000;
+const HISTORY_MAX = 150;       // 5 minutes
+const SVG = "http://www.w3.org/2000/svg";
+
+function sampleActivity() {
+  const now = Date.now();
+  for (const r of state.ps) {
+    if (r.kind !== "agent") continue;
+    const h = history[r.name] || (history[r.name] = []);
+    h.push({ t: now, rss: r.rss_bytes || 0, turns: r.turns_total || 0, tokens: (r.tokens_in || 0) + (r.tokens_out || 0) });
+    if (h.length > HISTORY_MAX) h.shift();
+    drawSpark(r.name);
+  }
+}
+
+// Per minute of `key` over the samples of the last `ms`.
+function perMinute(h, key, ms) {
+  const last = h[h.length - 1];
+  const first = h.find((p) => last.t - p.t <= ms) || h[0];
+  const minutes = (last.t - first.t) / 60000;
+  return minutes > 0 ? Math.max(0, last[key] - first[key]) / minutes : 0;
+}
+
+function drawSpark(name) {
+  const tr = [...$("#ps tbody").children].find((t) => t.dataset.kind === "agent" && t.dataset.name === name);
+  const h = history[name] || [];
+  if (!tr || h.length === 0) return;
+  const W = 72, H = 18;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("width", W);
+  svg.setAttribute("height", H);
+  svg.setAttribute("class", "spark");
+  const x = (i) => (h.length < 2 ? W : (i * W) / (HISTORY_MAX - 1));
+  // Turns in each interval, as bars.
+  const steps = h.map((p, i) => (i === 0 ? 0 : Math.max(0, p.turns - h[i - 1].turns)));
+  const top = Math.max(1, ...steps);
+  steps.forEach((n, i) => {
+    if (!n) return;
+    const bar = document.createElementNS(SVG, "rect");
+    const height = Math.max(2, (n / top) * (H - 2));
+    bar.setAttribute("x", x(i) - 1);
+    bar.setAttribute("y", H - height);
+    bar.setAttribute("width", 2);
+    bar.setAttribute("height", height);
+    bar.setAttribute("class", "turns");
+    svg.append(bar);
+  });
+  // Memory, as a line between its lowest and highest sample.
+  const rss = h.map((p) => p.rss);
+  const lo = Math.min(...rss), hi = Math.max(...rss);
+  const y = (v) => (hi === lo ? H / 2 : H - 1 - ((v - lo) / (hi - lo)) * (H - 2));
+  const line = document.createElementNS(SVG, "polyline");
+  line.setAttribute("points", rss.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" "));
+  line.setAttribute("class", "rss");
+  svg.append(line);
+  const td = tr.children[11];
+  td.className = "activity";
+  td.replaceChildren(svg);
+  const last = h[h.length - 1];
+  td.title = `last ${Math.round((last.t - h[0].t) / 60000)} min: memory ${bytes(lo)}–${bytes(hi)}, ` +
+    `${perMinute(h, "turns", 300000).toFixed(1)} turns/min, ${Math.round(perMinute(h, "tokens", 300000))} tokens/min`;
 }
 
 async function agentAction(name, act) {
@@ -402,3 +471,4 @@ function connect() {
 connect();
 loadJournal();
 loadDeadLetters();
+setInterval(sampleActivity, SAMPLE_MS);
