@@ -464,6 +464,12 @@ pub fn list(conn: &Connection, all: bool) -> Result<Vec<Request>, ToolError> {
 }
 
 impl crate::store::Store {
+    /// What `permission_list` answers a person with (the open requests; `all`: every one),
+    /// read here without the router: a person's read, which the dashboard samples.
+    pub fn permissions_list(&self, all: bool) -> Result<Vec<Request>, ToolError> {
+        list(&self.conn, all)
+    }
+
     /// The requests waiting for a person, oldest first (announced again in chats at start).
     pub fn permissions_waiting(&self) -> Result<Vec<Request>, crate::store::StoreError> {
         let mut st = self.conn.prepare(&format!(

@@ -168,8 +168,23 @@ async fn run(
                     format!("`{as_name}` is not a usable name for --as: one word, e.g. --as alice"),
                 ));
             }
+            if tool == "permission_list" {
+                // A read: from the store directly, not through the router (the dashboard samples
+                // it five times a second while a page is open).
+                let args: serde_json::Value = serde_json::from_str(&arguments).unwrap_or_default();
+                let Some(args) = args.as_object() else {
+                    return Err((ErrorCode::BadRequest, "arguments must be a JSON object".into()));
+                };
+                let all = args.get("all").and_then(serde_json::Value::as_bool).unwrap_or(false);
+                let rows = flock_actors::store_actor::with_store(&ctx.store, move |s| {
+                    Ok(s.permissions_list(all))
+                })
+                .await
+                .map_err(internal)?
+                .map_err(|e| (e.code, e.message))?;
+                return serde_json::to_string(&rows).map(ControlReply::Json).map_err(internal);
+            }
             if flock_config::tools::owner(&tool) == Some(flock_config::Owner::Permissions) {
-                let list = tool == "permission_list";
                 let answer = ractor::call!(ctx.router, |reply| RouterMsg::PermissionHuman {
                     person: format!("human:{name}"),
                     tool,
@@ -177,11 +192,7 @@ async fn run(
                     reply
                 })
                 .map_err(internal)?;
-                return match (answer, list) {
-                    (Ok(text), true) => Ok(ControlReply::Json(text)),
-                    (Ok(text), false) => Ok(ControlReply::Done(text)),
-                    (Err(e), _) => Err((e.code, e.message)),
-                };
+                return answer.map(ControlReply::Done).map_err(|e| (e.code, e.message));
             }
             let caller = Caller { id: format!("human:{name}"), role: None };
             let result = ractor::call!(ctx.channels, |reply| ChannelsMsg::Human {

@@ -86,23 +86,26 @@ fn parse_line(line: &str) -> Result<Option<(&str, &str)>> {
     Ok(Some((name, unquoted.unwrap_or(value))))
 }
 
-/// Sets `updates` in the `.env` at `path`: a variable already there gets its new value on its own
-/// line, a new one is added at the end, every other line stays as it was. Written to a temporary
-/// file (mode 0600) and renamed over the old one.
+/// Sets `updates` in the `.env` at `path`: a variable already there gets its new value on its
+/// first line (any later line naming it again is dropped: [`read`] takes the last one), a new
+/// one is added at the end, every other line stays as it was. Written to a temporary file (mode
+/// 0600) and renamed over the old one.
 pub fn update(path: &Path, updates: &[(String, String)]) -> Result<()> {
     let old = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
     };
-    let mut left: Vec<&(String, String)> = updates.iter().collect();
+    let mut written = vec![false; updates.len()];
     let mut out = String::new();
     for line in old.lines() {
         let named = parse_line(line).ok().flatten().map(|(n, _)| n);
-        match left.iter().position(|(n, _)| Some(n.as_str()) == named) {
+        match updates.iter().position(|(n, _)| Some(n.as_str()) == named) {
+            Some(i) if written[i] => {}
             Some(i) => {
-                let (n, v) = left.remove(i);
+                let (n, v) = &updates[i];
                 out.push_str(&format!("{n}={v}\n"));
+                written[i] = true;
             }
             None => {
                 out.push_str(line);
@@ -110,7 +113,7 @@ pub fn update(path: &Path, updates: &[(String, String)]) -> Result<()> {
             }
         }
     }
-    for (n, v) in left {
+    for ((n, v), _) in updates.iter().zip(&written).filter(|(_, done)| !**done) {
         out.push_str(&format!("{n}={v}\n"));
     }
     let tmp = path.with_extension("env.tmp");
@@ -184,11 +187,17 @@ mod tests {
     fn an_update_replaces_its_variables_and_keeps_every_other_line() {
         let dir = tempfile::tempdir().unwrap();
         let env = dir.path().join(".env");
-        std::fs::write(&env, "# mine\nOPENAI_API_KEY=sk-1\nTELEGRAM_BOT_TOKEN=old\n").unwrap();
+        std::fs::write(
+            &env,
+            "# mine\nOPENAI_API_KEY=sk-1\nTELEGRAM_BOT_TOKEN=old\nexport TELEGRAM_BOT_TOKEN=older\n",
+        )
+        .unwrap();
         let updates = [("TELEGRAM_BOT_TOKEN".into(), "new".into()), ("X".into(), "y".into())];
         update(&env, &updates).unwrap();
         let text = std::fs::read_to_string(&env).unwrap();
         assert_eq!(text, "# mine\nOPENAI_API_KEY=sk-1\nTELEGRAM_BOT_TOKEN=new\nX=y\n");
+        let swarm = dir.path().join("flock.yaml");
+        assert_eq!(read(&swarm).unwrap()["TELEGRAM_BOT_TOKEN"], "new", "no stale line wins");
         let mode = std::fs::metadata(&env).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
     }

@@ -29,6 +29,7 @@ use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use flock_ipc::identity::same_secret;
 use flock_ipc::{ControlReply, ControlRequest};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -177,11 +178,6 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
-/// Compares in time independent of where the first difference is.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({"error": message.into()}))).into_response()
 }
@@ -226,7 +222,7 @@ async fn guard(State(ui): Shared, request: Request, next: Next) -> Response {
     let offered = bearer(headers).or_else(|| cookie(headers));
     let first_visit = request.uri().path() == "/" && request.uri().query().is_some();
     match offered {
-        Some(t) if same(&t, &ui.token) => next.run(request).await,
+        Some(t) if same_secret(&ui.token, &t) => next.run(request).await,
         _ if first_visit => next.run(request).await,
         _ if request.uri().path() == "/" => (
             StatusCode::UNAUTHORIZED,
@@ -258,7 +254,7 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
 
 async fn index(State(ui): Shared, Query(q): Query<HashMap<String, String>>) -> Response {
     if let Some(t) = q.get("token") {
-        if !same(t, &ui.token) {
+        if !same_secret(&ui.token, t) {
             return (
                 StatusCode::UNAUTHORIZED,
                 [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
