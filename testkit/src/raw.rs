@@ -67,6 +67,13 @@ impl RawConn {
 
     /// Reads frames until the peer closes the connection.
     pub fn read_until_closed(&mut self) -> Closed {
+        self.try_read_until_closed()
+            .unwrap_or_else(|e| panic!("waiting for the router to close the connection: {e}"))
+    }
+
+    /// [`Self::read_until_closed`], with the read's error (a timeout after [`READ_TIMEOUT`])
+    /// returned, so a test can say more about the router before it fails.
+    pub fn try_read_until_closed(&mut self) -> std::io::Result<Closed> {
         let mut bytes = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
@@ -77,7 +84,7 @@ impl RawConn {
                 // ending it; what it sent before that has been read already.
                 Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => panic!("waiting for the router to close the connection: {e}"),
+                Err(e) => return Err(e),
             }
         }
         let mut frames = Vec::new();
@@ -93,7 +100,7 @@ impl RawConn {
             );
             at += 4 + len;
         }
-        Closed { frames, trailing: bytes.len() - at }
+        Ok(Closed { frames, trailing: bytes.len() - at })
     }
 
     fn read_exact_or_eof(&mut self, buf: &mut [u8]) -> bool {

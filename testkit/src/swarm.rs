@@ -414,8 +414,9 @@ impl Swarm {
                 logs.push_str(&format!("--- {} (tail)\n{}\n", p.display(), tail(&text, 25)));
             }
         }
+        let threads = self.supervisor_pid().map_or_else(|| "  (not running)".into(), threads);
         format!(
-            "{what}\n--- ps\n{ps}\n--- supervisor output (tail)\n{}\n{logs}",
+            "{what}\n--- ps\n{ps}\n--- supervisor threads (state, kernel wait)\n{threads}\n--- supervisor output (tail)\n{}\n{logs}",
             tail(&self.supervisor_output(), 40)
         )
     }
@@ -574,4 +575,29 @@ fn die_with_this_thread(cmd: &mut Command) {
             Ok(())
         });
     }
+}
+
+/// Each thread of `pid`: its name, scheduler state and where in the kernel it waits (what a
+/// report shows when the supervisor stops answering: all workers parked, or one stuck in I/O).
+fn threads(pid: u32) -> String {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("  (pid {pid} has no /proc entry)");
+    };
+    let mut rows: Vec<String> = dir
+        .flatten()
+        .map(|t| {
+            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+            let stat = read("stat");
+            let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next());
+            format!(
+                "  {:<8} {:<18} {} {}",
+                t.file_name().to_string_lossy(),
+                read("comm").trim(),
+                state.unwrap_or("?"),
+                read("wchan")
+            )
+        })
+        .collect();
+    rows.sort();
+    rows.join("\n")
 }

@@ -234,6 +234,8 @@ fn a_reflection_over_its_budget_is_sent_back_once_and_the_shorter_one_is_written
         !reflections.contains("Bren handled the request"),
         "the draft is not written: {reflections}"
     );
+    // The marks are written before the tool answers; reflection logs what it did after that.
+    swarm.wait_for_log("reflection", "observations marked reflected", LONG);
     let log = swarm.log("reflection");
     assert_eq!(log.matches("the answer was sent back once").count(), 1, "{log}");
     assert!(log.contains("characters; the budget is "), "{log}");

@@ -46,6 +46,11 @@ fn readme_flow_office_example_routes_a_job_through_both_workers() {
         assert!(table.contains(&pid.to_string()));
     }
 
+    // A Tab completes the running swarm's agents and channels.
+    let names = tab(swarm.state_dir(), &["restart", "w"]);
+    let names: Vec<&str> = names.lines().filter_map(|l| l.split('\t').next()).collect();
+    assert_eq!(names, ["worker-1", "worker-2"]);
+
     let sent = swarm.ctl_ok(&["send", "orchestrator", "build the login page"]);
     assert!(sent.contains("accepted into orchestrator's mailbox"), "{sent}");
 
@@ -106,6 +111,17 @@ fn readme_flow_office_example_routes_a_job_through_both_workers() {
         (Some(1), Some("signal SIGKILL")),
         "{row}"
     );
+    swarm.ctl_ok(&[
+        "channel",
+        "create",
+        "lobby",
+        "--topic",
+        "Requests",
+        "--members",
+        "orchestrator",
+    ]);
+    let channels = tab(swarm.state_dir(), &["read", "#lo"]);
+    assert!(channels.starts_with("#lobby\tRequests"), "{channels}");
 }
 
 #[test]
@@ -368,26 +384,42 @@ fn up_detach_prints_the_dashboard_and_metrics_urls_it_serves() {
     assert_eq!(checks, (true, true, true, Some(true), Some(true)), "{stdout}");
 }
 
+/// What the shell gets at a Tab after `words` (clap_complete's fish protocol: one candidate per
+/// line, its help after a tab), from the swarm of `home`.
+fn tab(home: &std::path::Path, words: &[&str]) -> String {
+    let mut cmd = Command::new(bin("flockctl"));
+    cmd.env("COMPLETE", "fish").env("FLOCK_HOME", home).args(["--", "flockctl"]).args(words);
+    let out = run(&mut cmd, SHORT);
+    assert!(out.status.success(), "{words:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn flockctl_prints_shell_completions_without_a_swarm() {
     let empty = tempfile::tempdir().unwrap();
-    for (shell, marker) in
-        [("bash", "complete -F"), ("zsh", "#compdef flockctl"), ("fish", "complete -c flockctl")]
-    {
+    let nowhere = empty.path().join("nowhere");
+    for shell in ["bash", "zsh", "fish"] {
         let out = run(
             Command::new(bin("flockctl"))
                 .args(["completions", shell])
                 // No state dir anywhere: completions need none.
-                .env("FLOCK_HOME", empty.path().join("nowhere")),
+                .env("FLOCK_HOME", &nowhere),
             SHORT,
         );
         assert!(out.status.success(), "{shell}: {}", String::from_utf8_lossy(&out.stderr));
         let script = String::from_utf8_lossy(&out.stdout);
-        assert!(script.contains(marker), "{shell}: {}", &script[..script.len().min(300)]);
-        for sub in ["dead-letters", "memory", "approvals"] {
-            assert!(script.contains(sub), "{shell} completion lacks `{sub}`");
-        }
+        // The script asks this flockctl at each Tab.
+        let me = bin("flockctl").display().to_string();
+        assert!(script.contains(&me) && script.contains("COMPLETE"), "{shell}: {script}");
     }
+    // Subcommands and options complete without a swarm; names of a swarm that is not there
+    // complete to nothing, at once.
+    let subs = tab(&nowhere, &["re"]);
+    assert!(subs.lines().any(|l| l.starts_with("restart\t")), "{subs}");
+    assert!(subs.lines().any(|l| l.starts_with("read\t")), "{subs}");
+    let none = tab(&nowhere, &["restart", ""]);
+    assert!(none.lines().all(|l| l.starts_with("--")), "only options: {none}");
+    assert!(!nowhere.exists(), "a Tab creates no state dir");
     let out = run(Command::new(bin("flockctl")).args(["completions", "tcsh"]), SHORT);
     assert!(!out.status.success());
     assert!(
@@ -396,8 +428,7 @@ fn flockctl_prints_shell_completions_without_a_swarm() {
     );
 }
 
-/// Issue #27: a mistyped `--state-dir` for the commands that read what a swarm left (journal,
-/// memory) is an error that names the folder; nothing is created there.
+/// `scripts/install` into a prefix off `PATH`: it says so, and the installed files alone run a swarm.
 #[test]
 fn scripts_install_puts_a_flock_on_the_path_that_runs_the_office_example_on_its_own() {
     // `scripts/install` with the binaries this test run built (`--bin-dir`: no release build in
@@ -462,7 +493,7 @@ fn scripts_install_puts_a_flock_on_the_path_that_runs_the_office_example_on_its_
 }
 
 #[test]
-fn flockctl_init_writes_a_swarm_that_validate_accepts_and_up_starts_and_never_overwrites_one() {
+fn flockctl_init_writes_a_swarm_up_starts_edits_it_on_a_rerun_and_never_overwrites_a_hand_edit() {
     use flock_testkit::fake_llm::{FakeLlm, FakeProvider, Reply};
     // An OpenAI-compatible server (the fake speaks its wire format), chosen by URL as a person
     // with an Ollama server would.
@@ -497,20 +528,43 @@ fn flockctl_init_writes_a_swarm_that_validate_accepts_and_up_starts_and_never_ov
     assert!(answer.contains("Friday: the release."), "{answer}");
     drop(swarm);
 
-    // Never over a file without --force; with it, the old one is kept.
-    let again = init(&["--team", "project", "--model", "local", "--yes"]);
-    let err = String::from_utf8_lossy(&again.stderr);
-    assert_eq!(again.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("exists: init does not write over it") && err.contains("--force"),
-        "{err}"
+    // A re-run edits the file init wrote: what the flags say changes, the rest stays.
+    let again = init(&["--team", "project", "--model", "local", "--yes", "--json"]);
+    let said: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap_or_default();
+    assert_eq!(said["action"], "changed", "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(
+        said["changes"],
+        serde_json::json!([
+            "team assistant → project",
+            format!("model {url} → local"),
+            "model id qwen2.5:7b → none"
+        ])
     );
-    let forced = init(&["--team", "project", "--model", "local", "--yes", "--force"]);
-    assert!(forced.status.success(), "{}", String::from_utf8_lossy(&forced.stderr));
     let bak = std::fs::read_to_string(format!("{}.bak", file.display())).unwrap();
     assert!(bak.contains("name: home") && bak.contains(&url), "{bak}");
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.contains("role: orchestrator") && text.contains("provider: local"), "{text}");
+    assert!(text.contains("name: home"), "the name it was not told to change stays: {text}");
+    let same = init(&["--yes"]);
+    let out = String::from_utf8_lossy(&same.stdout);
+    assert!(same.status.success() && out.contains("already says that"), "{out}");
+
+    // Never over a hand edit without --force; with it, the edited one is kept.
+    std::fs::write(&file, text.replace("Writes the code", "Writes careful code")).unwrap();
+    let again = init(&["--model", "local-small", "--yes"]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("was changed since init wrote it: init does not write over it")
+            && err.contains("--force"),
+        "{err}"
+    );
+    let forced = init(&["--model", "local-small", "--yes", "--force"]);
+    assert!(forced.status.success(), "{}", String::from_utf8_lossy(&forced.stderr));
+    let bak = std::fs::read_to_string(format!("{}.bak", file.display())).unwrap();
+    assert!(bak.contains("Writes careful code"), "{bak}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("model: qwen2.5-coder-0.5b") && text.contains("name: home"), "{text}");
 
     // Choices that are not ones say what is; nothing is written.
     let other = dir.path().join("other.yaml");
@@ -608,6 +662,8 @@ fn flockctl_init_connects_a_chat_checking_its_token_and_up_answers_there_from_th
     );
 }
 
+/// Issue #27: a mistyped `--state-dir` for the commands that read what a swarm left (journal,
+/// memory) is an error that names the folder; nothing is created there.
 #[test]
 fn journal_and_memory_refuse_a_state_dir_that_is_not_there() {
     let empty = tempfile::tempdir().unwrap();

@@ -228,7 +228,7 @@ async fn open_browser(driver_port: u16, chromium: &str) -> Client {
         json!({
             "binary": chromium,
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1400,1100"],
+                     "--window-size=1280,1100"],
         }),
     );
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
@@ -473,6 +473,12 @@ fn the_dashboard_shows_the_swarm_live_in_a_real_browser() {
         );
         // The list is sampled every 200 ms: the decided request leaves it.
         wait_gone(&c, row, SHORT).await;
+
+        // With everything on it, the page fits a 1280 px window: nothing scrolls sideways.
+        let fit = "return [document.documentElement.scrollWidth, window.innerWidth];";
+        let fit = c.execute(fit, vec![]).await.unwrap();
+        let (wide, window) = (fit[0].as_u64().unwrap_or(0), fit[1].as_u64().unwrap_or(0));
+        assert!(window <= 1280 && wide <= window, "the page is {wide} px wide in {window} px");
 
         if let Some(path) = std::env::var_os("FLOCK_DASHBOARD_SCREENSHOT") {
             std::fs::write(path, c.screenshot().await.unwrap()).unwrap();

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use flock_testkit::{Swarm, bin};
 
-const MODEL_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+pub(crate) const MODEL_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 
 fn model_path() -> Option<PathBuf> {
     let home = std::env::var_os("HOME")?;
@@ -22,7 +22,7 @@ fn model_path() -> Option<PathBuf> {
 /// at a fraction of their speed.
 static ONE_MODEL_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn one_model_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn one_model_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_MODEL_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -20,6 +20,7 @@ mod llm;
 mod local_model;
 mod logging;
 mod permissions;
+mod readme;
 mod sessions;
 mod spawn;
 mod supervision;

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use clap_complete::engine::ArgValueCandidates;
 
 #[derive(Parser)]
 #[command(name = "flockctl", version, about = "Drive a running Flock swarm")]
@@ -44,6 +45,7 @@ pub(crate) enum BridgeCommand {
         #[arg(allow_hyphen_values = true)]
         external: String,
         /// The Flock channel (`#team` or `team`); created if it does not exist.
+        #[arg(add = ArgValueCandidates::new(crate::complete::channels))]
         channel: String,
         /// Only these platform user ids may post from the chat (comma-separated); everyone if
         /// left out.
@@ -107,6 +109,7 @@ pub(crate) enum Command {
     #[command(verbatim_doc_comment)]
     Send {
         /// The agent, e.g. coordinator (`flockctl ps` lists them).
+        #[arg(add = ArgValueCandidates::new(crate::complete::processes))]
         agent: String,
         /// The message (quote it; `-` reads it from standard input).
         text: String,
@@ -135,6 +138,7 @@ pub(crate) enum Command {
     /// time.
     Logs {
         /// The agent, the model or a bridge (`flockctl ps` lists them) [default: all of them].
+        #[arg(add = ArgValueCandidates::new(crate::complete::processes))]
         agent: Option<String>,
         /// Keep printing new lines (without an agent: of every log, agents created later too).
         #[arg(short, long)]
@@ -145,6 +149,7 @@ pub(crate) enum Command {
     },
     /// Stop an agent (it stays stopped until `start`).
     Stop {
+        #[arg(add = ArgValueCandidates::new(crate::complete::processes))]
         agent: String,
         /// Print the outcome as JSON.
         #[arg(long)]
@@ -152,6 +157,7 @@ pub(crate) enum Command {
     },
     /// Start a stopped or failed agent; waits until it is ready.
     Start {
+        #[arg(add = ArgValueCandidates::new(crate::complete::processes))]
         agent: String,
         /// Print the outcome as JSON.
         #[arg(long)]
@@ -159,6 +165,7 @@ pub(crate) enum Command {
     },
     /// Restart an agent; waits until it is ready again.
     Restart {
+        #[arg(add = ArgValueCandidates::new(crate::complete::processes))]
         agent: String,
         /// Print the outcome as JSON.
         #[arg(long)]
@@ -221,6 +228,7 @@ pub(crate) enum Command {
     /// Post to a channel as `human:NAME`.
     Post {
         /// The channel, e.g. '#project-login' (quote it: `#` starts a shell comment).
+        #[arg(add = ArgValueCandidates::new(crate::complete::channels))]
         channel: String,
         /// The post (`-` reads it from standard input).
         text: String,
@@ -233,6 +241,7 @@ pub(crate) enum Command {
     },
     /// Read a channel: the newest messages, or those after a seq; --follow keeps printing.
     Read {
+        #[arg(add = ArgValueCandidates::new(crate::complete::channels))]
         channel: String,
         /// Only messages with seq greater than N.
         #[arg(long, value_name = "N")]
@@ -361,7 +370,12 @@ pub(crate) struct InitArgs {
     /// Take the defaults for every choice the flags leave out, without asking.
     #[arg(long, short = 'y')]
     pub yes: bool,
-    /// Replace an existing file (the old one is kept as FILE.bak).
+    /// Take the chat out of a file init wrote before.
+    #[arg(long, conflicts_with = "bridge")]
+    pub no_bridge: bool,
+    /// Replace an existing file that init did not write, or that was changed since (the old one
+    /// is kept as FILE.bak). Without it, a re-run on a file init wrote changes only what the
+    /// flags say and keeps the other choices.
     #[arg(long)]
     pub force: bool,
     /// Print what was written as JSON (file, team, model, swarm, warnings).
@@ -431,6 +445,7 @@ pub(crate) enum ChannelCommand {
     },
     /// Start the archive protocol (members get a notice and a deadline); --force archives now.
     Archive {
+        #[arg(add = ArgValueCandidates::new(crate::complete::channels))]
         channel: String,
         #[arg(long)]
         force: bool,
@@ -442,6 +457,7 @@ pub(crate) enum ChannelCommand {
     },
     /// Show members, or change them with --add/--remove (comma-separated).
     Members {
+        #[arg(add = ArgValueCandidates::new(crate::complete::channels))]
         channel: String,
         #[arg(long, value_delimiter = ',')]
         add: Vec<String>,
@@ -459,9 +475,10 @@ pub(crate) enum ChannelCommand {
 pub(crate) enum SessionCommand {
     /// Without --channel: the agent's sessions; with it: that session's messages.
     Show {
+        #[arg(add = ArgValueCandidates::new(crate::complete::processes))]
         agent: String,
         /// A channel ('#name'), or "" for direct messages and requests.
-        #[arg(long)]
+        #[arg(long, add = ArgValueCandidates::new(crate::complete::channels))]
         channel: Option<String>,
         #[arg(long)]
         json: bool,

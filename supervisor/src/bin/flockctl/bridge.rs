@@ -126,7 +126,7 @@ pub(crate) async fn ls(conn: &mut Connection, json: bool) -> Result<ExitCode> {
     let rows = list.as_array().cloned().unwrap_or_default();
     if rows.is_empty() {
         println!(
-            "no bridges: add a `bridges:` section to the swarm file (README \"Chat bridges\")"
+            "no bridges: add a `bridges:` section to the swarm file (docs/bridges.md), or run `flockctl init --bridge telegram|discord|slack --chat ID`"
         );
         return Ok(ExitCode::SUCCESS);
     }

@@ -1,7 +1,7 @@
 //! `flockctl init`: a swarm file from a few choices (the team, its model), checked as
 //! `flock-supervisor validate` checks one before it is written, never written over silently.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -196,7 +196,7 @@ fn first_steps(team: &str) -> &'static str {
 }
 
 /// A chat the swarm answers in, through a bridge.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct Bridge {
     platform: Platform,
     chat: String,
@@ -229,25 +229,144 @@ impl Bridge {
     }
 }
 
+/// What a swarm file is written from. They are recorded in the file's header, so a re-run of
+/// `init` starts from them and changes only what it is told to.
+#[derive(Debug, Clone, PartialEq)]
+struct Choices {
+    team: String,
+    /// As `--model` takes it: `local`, `openai:MODEL`, a URL…
+    model: String,
+    model_id: Option<String>,
+    api_key_env: Option<String>,
+    name: String,
+    bridge: Option<Bridge>,
+}
+
+/// The header line that records the choices, as `init`'s own flags.
+const CHOICES_LINE: &str = "# flockctl init";
+
+impl Choices {
+    /// The choices as `init`'s flags.
+    fn flags(&self) -> Vec<String> {
+        let mut f: Vec<String> = vec!["--team".into(), self.team.clone()];
+        f.extend(["--model".into(), self.model.clone()]);
+        let optional = [("--model-id", &self.model_id), ("--api-key-env", &self.api_key_env)];
+        for (flag, value) in optional {
+            if let Some(v) = value {
+                f.extend([flag.into(), v.clone()]);
+            }
+        }
+        f.extend(["--name".into(), self.name.clone()]);
+        if let Some(b) = &self.bridge {
+            f.extend([
+                "--bridge".into(),
+                b.platform.as_str().into(),
+                "--chat".into(),
+                b.chat.clone(),
+            ]);
+            if let Some(u) = &b.api_url {
+                f.extend(["--bridge-url".into(), u.clone()]);
+            }
+        }
+        f
+    }
+
+    /// The choices recorded in the header of a file `init` wrote; `None` for any other file.
+    fn recorded(text: &str) -> Option<Choices> {
+        #[derive(clap::Parser)]
+        #[command(no_binary_name = true)]
+        struct Recorded {
+            #[command(flatten)]
+            args: InitArgs,
+        }
+        use clap::Parser as _;
+        let line = text
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .find_map(|l| l.strip_prefix(CHOICES_LINE)?.strip_prefix(' '))?;
+        let args = Recorded::try_parse_from(line.split_whitespace()).ok()?.args;
+        let bridge = match (&args.bridge, &args.chat) {
+            (Some(p), Some(chat)) => Some(Bridge {
+                platform: Platform::parse(p)?,
+                chat: chat.clone(),
+                api_url: args.bridge_url.clone(),
+            }),
+            _ => None,
+        };
+        Some(Choices {
+            team: args.team?,
+            model: args.model?,
+            model_id: args.model_id,
+            api_key_env: args.api_key_env,
+            name: args.name?,
+            bridge,
+        })
+    }
+
+    /// The file's text and its model; `Err` says which choice is not one.
+    fn render(&self, file: &Path) -> Result<(String, Model)> {
+        let model =
+            Model::parse(&self.model, self.model_id.as_deref(), self.api_key_env.as_deref())?;
+        // A value with spaces could not be read back from the header line: then the file has
+        // none, and a re-run needs --force like for a file written by hand.
+        let flags = self.flags();
+        let line = if flags.iter().any(|f| f.chars().any(char::is_whitespace)) {
+            String::new()
+        } else {
+            format!("{CHOICES_LINE} {}\n", flags.join(" "))
+        };
+        Ok((swarm_yaml(self, &model, &line, file), model))
+    }
+
+    /// What changed from `old` to `self`, one entry per choice.
+    fn changes(&self, old: &Choices) -> Vec<String> {
+        let chat = |c: &Choices| {
+            c.bridge.as_ref().map_or("none".to_owned(), |b| {
+                format!("{} {}", b.platform.as_str(), b.chat)
+                    + &b.api_url.as_ref().map(|u| format!(" at {u}")).unwrap_or_default()
+            })
+        };
+        let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "none".to_owned());
+        [
+            ("team", old.team.clone(), self.team.clone()),
+            ("model", old.model.clone(), self.model.clone()),
+            ("model id", opt(&old.model_id), opt(&self.model_id)),
+            ("key variable", opt(&old.api_key_env), opt(&self.api_key_env)),
+            ("name", old.name.clone(), self.name.clone()),
+            ("chat", chat(old), chat(self)),
+        ]
+        .into_iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(what, a, b)| format!("{what} {a} → {b}"))
+        .collect()
+    }
+}
+
+/// A file's text below its leading comment lines (what the choices decide; the header names the
+/// path it was written as).
+fn body(text: &str) -> &str {
+    let mut rest = text;
+    while rest.starts_with('#') {
+        rest = rest.split_once('\n').map_or("", |(_, r)| r);
+    }
+    rest
+}
+
 /// The whole file.
-fn swarm_yaml(
-    name: &str,
-    team: &str,
-    model: &Model,
-    bridge: Option<&Bridge>,
-    file: &Path,
-) -> String {
+fn swarm_yaml(c: &Choices, model: &Model, choices_line: &str, file: &Path) -> String {
     format!(
         "# Written by `flockctl init`. Check it: flock-supervisor validate {file}\n\
          # Run it: flock-supervisor up {file} --detach   (every key: docs/swarm-file.md)\n\
+         {choices_line}\
          swarm:\n  name: {name}\n\n\
          models:\n  main:\n{model}\
          defaults:\n  model: main            # every agent runs `main` unless it says otherwise\n\n\
          {team}{bridge}",
         file = file.display(),
-        model = model.yaml(team),
-        team = team_yaml(team),
-        bridge = bridge.map(|b| b.yaml(team)).unwrap_or_default(),
+        name = c.name,
+        model = model.yaml(&c.team),
+        team = team_yaml(&c.team),
+        bridge = c.bridge.as_ref().map(|b| b.yaml(&c.team)).unwrap_or_default(),
     )
 }
 
@@ -297,14 +416,47 @@ async fn check_token(bridge: &Bridge, var: &str, token: &str) -> Result<Result<S
     }
 }
 
-/// Asks `question` on the terminal with `default`; an empty line takes the default.
-fn ask(question: &str, default: &str) -> Result<String> {
-    eprint!("{question} [{default}]: ");
-    std::io::stderr().flush().ok();
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).context("read the answer from the terminal")?;
-    let line = line.trim();
-    Ok(if line.is_empty() { default.to_owned() } else { line.to_owned() })
+/// Questions on the terminal (dialoguer: arrow keys for a pick, a hidden entry for a secret),
+/// written to stderr so stdout keeps only the result.
+mod prompt {
+    use anyhow::{Context, Result};
+    use dialoguer::theme::ColorfulTheme;
+    use dialoguer::{Input, Password, Select};
+
+    /// A line of text; Enter takes `default` (none when it is empty).
+    pub(super) fn text(question: &str, default: &str) -> Result<String> {
+        let theme = ColorfulTheme::default();
+        let mut input = Input::<String>::with_theme(&theme).with_prompt(question);
+        input = if default.is_empty() {
+            input.allow_empty(true)
+        } else {
+            input.default(default.to_owned())
+        };
+        Ok(input.interact_text().context("read the answer from the terminal")?.trim().to_owned())
+    }
+
+    /// One of `items` (name, what it is), starting on `default`.
+    pub(super) fn pick(question: &str, items: &[(&str, &str)], default: &str) -> Result<String> {
+        let shown: Vec<String> = items.iter().map(|(n, what)| format!("{n:<10} {what}")).collect();
+        let at = items.iter().position(|(n, _)| *n == default).unwrap_or(0);
+        let chosen = Select::with_theme(&ColorfulTheme::default())
+            .with_prompt(question)
+            .items(&shown)
+            .default(at)
+            .interact()
+            .context("read the choice from the terminal")?;
+        Ok(items[chosen].0.to_owned())
+    }
+
+    /// A secret, not shown while it is typed (empty: none).
+    pub(super) fn secret(question: &str) -> Result<String> {
+        let entry = Password::with_theme(&ColorfulTheme::default())
+            .with_prompt(question)
+            .allow_empty_password(true)
+            .interact()
+            .context("read the secret from the terminal")?;
+        Ok(entry.trim().to_owned())
+    }
 }
 
 /// What `GET /models` of the server at `url` lists, or why it could not be asked (for a note).
@@ -315,57 +467,57 @@ async fn probe(url: &str) -> Result<Vec<String>, String> {
     })
 }
 
-pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
-    let asking = !args.yes && std::io::stdin().is_terminal();
-    if asking {
-        eprintln!(
-            "flockctl init: a swarm file in {} (Enter takes the default)",
-            args.file.display()
-        );
-    }
-    let team = match &args.team {
-        Some(t) => t.clone(),
-        None if asking => {
-            for (name, what) in TEAMS {
-                eprintln!("  {name:<10} {what}");
-            }
-            let t = ask("team", "assistant")?;
-            if !TEAMS.iter().any(|(n, _)| *n == t) {
-                bail!("unknown team `{t}`: `assistant` or `project`");
-            }
-            t
+/// The choices for this run: the flags, else what the file recorded (a re-run), else asked on a
+/// terminal, else the defaults. A new `--model` or `--bridge` drops what belonged to the old one.
+fn choose(args: &InitArgs, before: Option<&Choices>, asking: bool) -> Result<Choices> {
+    let team = match (&args.team, before) {
+        (Some(t), _) => t.clone(),
+        (None, Some(b)) => b.team.clone(),
+        (None, None) if asking => prompt::pick("team", &TEAMS, "assistant")?,
+        (None, None) => "assistant".to_owned(),
+    };
+    let (model, model_id, api_key_env) = match (&args.model, before) {
+        (Some(m), _) => (m.clone(), args.model_id.clone(), args.api_key_env.clone()),
+        (None, Some(b)) => (
+            b.model.clone(),
+            args.model_id.clone().or_else(|| b.model_id.clone()),
+            args.api_key_env.clone().or_else(|| b.api_key_env.clone()),
+        ),
+        (None, None) => {
+            let model = if asking {
+                eprintln!(
+                    "  local (embedded 1.5B, no key) · local-small (0.5B) · openai:MODEL · \
+                     anthropic:MODEL · http://HOST:PORT/v1 (Ollama, llama.cpp, vLLM)"
+                );
+                prompt::text("model", "local")?
+            } else {
+                "local".to_owned()
+            };
+            (model, args.model_id.clone(), args.api_key_env.clone())
         }
-        None => "assistant".to_owned(),
     };
-    let choice = match &args.model {
-        Some(m) => m.clone(),
-        None if asking => {
-            eprintln!(
-                "  local (embedded 1.5B, no key) · local-small (0.5B) · openai:MODEL · \
-                 anthropic:MODEL · http://HOST:PORT/v1 (Ollama, llama.cpp, vLLM)"
-            );
-            ask("model", "local")?
+    let model_id = match model_id {
+        None if asking && model.starts_with("http") => {
+            Some(prompt::text("the model's name on that server", "qwen2.5:7b")?)
         }
-        None => "local".to_owned(),
+        id => id,
     };
-    let model_id = match (&args.model_id, choice.starts_with("http")) {
-        (None, true) if asking => Some(ask("the model's name on that server", "qwen2.5:7b")?),
-        (id, _) => id.clone(),
+    let name = match (&args.name, before) {
+        (Some(n), _) => n.clone(),
+        (None, Some(b)) => b.name.clone(),
+        (None, None) if asking => prompt::text("swarm name", &team)?,
+        (None, None) => team.clone(),
     };
-    let model = Model::parse(&choice, model_id.as_deref(), args.api_key_env.as_deref())?;
-    let name = match &args.name {
-        Some(n) => n.clone(),
-        None if asking => ask("swarm name", &team)?,
-        None => team.clone(),
-    };
-
-    let bridge = match &args.bridge {
-        Some(platform) => {
+    let bridge = match (&args.bridge, before) {
+        _ if args.no_bridge => None,
+        (Some(platform), _) => {
             let platform = Platform::parse(platform)
                 .ok_or_else(|| anyhow::anyhow!("unknown chat platform `{platform}`"))?;
             let chat = match &args.chat {
                 Some(c) => c.clone(),
-                None if asking => ask(&format!("the {} chat to connect", platform.as_str()), "")?,
+                None if asking => {
+                    prompt::text(&format!("the {} chat to connect", platform.as_str()), "")?
+                }
                 None => String::new(),
             };
             if chat.trim().is_empty() {
@@ -381,9 +533,14 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
                 api_url: args.bridge_url.clone(),
             })
         }
-        None => None,
+        (None, Some(b)) => b.bridge.clone(),
+        (None, None) => None,
     };
+    Ok(Choices { team, model, model_id, api_key_env, name, bridge })
+}
 
+pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
+    let asking = !args.yes && std::io::stdin().is_terminal();
     let file = &args.file;
     if file.is_dir() {
         bail!(
@@ -392,7 +549,39 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
             file.join("flock.yaml").display()
         );
     }
-    let text = swarm_yaml(&name, &team, &model, bridge.as_ref(), file);
+    // A file already there: one `init` wrote and nobody changed since is edited (its recorded
+    // choices, changed by the flags); any other is written over only with --force.
+    let current = match std::fs::read_to_string(file) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("read {}", file.display())),
+    };
+    let before = current.as_deref().and_then(Choices::recorded);
+    if let (Some(text), false) = (&current, args.force) {
+        let untouched = before
+            .as_ref()
+            .and_then(|b| b.render(file).ok())
+            .is_some_and(|(was, _)| body(&was) == body(text));
+        if !untouched {
+            bail!(
+                "{} exists{}: init does not write over it. Edit it by hand, or pass --force to \
+                 replace it (the old one is kept as {}.bak), or give another file",
+                file.display(),
+                if before.is_some() {
+                    " and was changed since init wrote it"
+                } else {
+                    " and init did not write it"
+                },
+                file.display()
+            );
+        }
+    }
+    if asking {
+        let what = if before.is_some() { "changes" } else { "writes" };
+        eprintln!("flockctl init {what} the swarm file {}", file.display());
+    }
+    let choices = choose(&args, before.as_ref(), asking)?;
+    let (text, model) = choices.render(file)?;
     // Checked as `validate` checks it, before anything is written (a name or URL given on the
     // command line that the swarm file does not accept is refused with the loader's words).
     let spec = flock_config::parse(&text, file)
@@ -403,13 +592,15 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
     let mut keep: Vec<(String, String)> = Vec::new();
     let mut bot = None;
     let mut warnings = Vec::new();
-    if let Some(b) = &bridge {
+    if let Some(b) = &choices.bridge {
         for (i, var) in b.token_vars().iter().enumerate() {
             let given = std::env::var(var).ok().filter(|v| !v.trim().is_empty());
             let value = match given.or_else(|| dotenv.get(*var).cloned()) {
                 Some(v) => Some(v),
-                None if asking => Some(ask(&format!("{var} (kept in .env, mode 0600)"), "")?)
-                    .filter(|v| !v.trim().is_empty()),
+                None if asking => {
+                    Some(prompt::secret(&format!("{var} (kept in .env, mode 0600; not shown)"))?)
+                        .filter(|v| !v.is_empty())
+                }
                 None => None,
             };
             let Some(value) = value else { continue };
@@ -419,7 +610,10 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
                     Err(why) => warnings.push(why),
                 }
             }
-            keep.push(((*var).to_owned(), value.trim().to_owned()));
+            // Already in .env as it is: nothing to write.
+            if dotenv.get(*var).map(|v| v.trim()) != Some(value.trim()) {
+                keep.push(((*var).to_owned(), value.trim().to_owned()));
+            }
         }
         dotenv.extend(keep.iter().cloned());
     }
@@ -444,27 +638,29 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
         }
     }
 
-    if file.exists() {
-        if !args.force {
-            bail!(
-                "{} exists: init does not write over it. Pass --force to replace it (the old one \
-                 is kept as {}.bak), or give another file",
-                file.display(),
-                file.display()
-            );
+    // What this run does to the file: writes it, changes it (the old one kept), or nothing.
+    let changes = before.as_ref().map(|b| choices.changes(b)).unwrap_or_default();
+    let action = match &current {
+        None => "written",
+        Some(old) if body(old) == body(&text) && !args.force => "unchanged",
+        Some(_) => {
+            let backup = PathBuf::from(format!("{}.bak", file.display()));
+            std::fs::copy(file, &backup)
+                .with_context(|| format!("keep {} as {}", file.display(), backup.display()))?;
+            if before.is_some() && !args.force { "changed" } else { "replaced" }
         }
-        let backup = PathBuf::from(format!("{}.bak", file.display()));
-        std::fs::copy(file, &backup)
-            .with_context(|| format!("keep {} as {}", file.display(), backup.display()))?;
+    };
+    if action != "unchanged" {
+        if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        }
+        std::fs::write(file, &text).with_context(|| format!("write {}", file.display()))?;
     }
-    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    }
-    std::fs::write(file, &text).with_context(|| format!("write {}", file.display()))?;
     let env_file = flock_supervisor::dotenv::path_for(file);
     if !keep.is_empty() {
         flock_supervisor::dotenv::update(&env_file, &keep)?;
     }
+    let Choices { team, name, bridge, .. } = &choices;
     let chat = bridge
         .as_ref()
         .map(|b| json!({"platform": b.platform.as_str(), "chat": b.chat, "bot": bot}));
@@ -472,6 +668,8 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
     if args.json {
         let out = json!({
             "file": file.display().to_string(),
+            "action": action,
+            "changes": changes,
             "swarm": name,
             "team": team,
             "model": model.describe(),
@@ -481,38 +679,44 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
             "warnings": warnings,
         });
         println!("{out}");
-    } else {
-        println!(
-            "wrote {}: swarm `{name}`, the {team} team ({} agents) on {}",
+        return Ok(ExitCode::SUCCESS);
+    }
+    let what = format!(
+        "swarm `{name}`, the {team} team ({} agents) on {}",
+        spec.agents.len(),
+        model.describe()
+    );
+    match action {
+        "unchanged" => println!("{} already says that: {what}; nothing written", file.display()),
+        "changed" => println!(
+            "changed {}: {} (the old one is kept as {}.bak)",
             file.display(),
-            spec.agents.len(),
-            model.describe()
-        );
-        if let Some(b) = &bridge {
-            let whose = bot.as_ref().map(|n| format!(" as {n}")).unwrap_or_default();
-            println!(
-                "  chat: {} {} ↔ #team{whose}; people may also write to the bot directly",
-                b.platform.as_str(),
-                b.chat
-            );
-        }
-        if !keep.is_empty() {
-            let vars: Vec<&str> = keep.iter().map(|(v, _)| v.as_str()).collect();
-            println!(
-                "  kept {} in {} (mode 0600; up reads it)",
-                vars.join(", "),
-                env_file.display()
-            );
-        }
-        for w in &warnings {
-            println!("  note: {w}");
-        }
-        println!(
-            "next:\n  flock-supervisor up {} --detach\n  {}",
+            changes.join(", "),
+            file.display()
+        ),
+        "replaced" => println!(
+            "wrote {}: {what} (the old one is kept as {}.bak)",
             file.display(),
-            first_steps(&team)
+            file.display()
+        ),
+        _ => println!("wrote {}: {what}", file.display()),
+    }
+    if let Some(b) = bridge {
+        let whose = bot.as_ref().map(|n| format!(" as {n}")).unwrap_or_default();
+        println!(
+            "  chat: {} {} ↔ #team{whose}; people may also write to the bot directly",
+            b.platform.as_str(),
+            b.chat
         );
     }
+    if !keep.is_empty() {
+        let vars: Vec<&str> = keep.iter().map(|(v, _)| v.as_str()).collect();
+        println!("  kept {} in {} (mode 0600; up reads it)", vars.join(", "), env_file.display());
+    }
+    for w in &warnings {
+        println!("  note: {w}");
+    }
+    println!("next:\n  flock-supervisor up {} --detach\n  {}", file.display(), first_steps(team));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -520,21 +724,31 @@ pub(crate) async fn run(args: InitArgs) -> Result<ExitCode> {
 mod tests {
     use super::*;
 
+    fn choices(team: &str, model: &str, id: Option<&str>, bridge: Option<Bridge>) -> Choices {
+        Choices {
+            team: team.into(),
+            model: model.into(),
+            model_id: id.map(str::to_owned),
+            api_key_env: None,
+            name: team.into(),
+            bridge,
+        }
+    }
+
     #[test]
     fn every_team_and_model_choice_writes_a_file_that_validates() {
         let file = Path::new("/tmp/flock.yaml");
         for team in ["assistant", "project"] {
-            for (choice, id) in [
+            for (model, id) in [
                 ("local", None),
                 ("local-small", None),
                 ("openai:gpt-4o-mini", None),
                 ("anthropic:claude-sonnet-4-5", None),
                 ("http://127.0.0.1:11434/v1", Some("qwen2.5:7b")),
             ] {
-                let model = Model::parse(choice, id, None).unwrap();
-                let text = swarm_yaml(team, team, &model, None, file);
+                let (text, _) = choices(team, model, id, None).render(file).unwrap();
                 let spec = flock_config::parse(&text, file)
-                    .unwrap_or_else(|e| panic!("{team} on {choice}:\n{e}\n{text}"));
+                    .unwrap_or_else(|e| panic!("{team} on {model}:\n{e}\n{text}"));
                 assert!(spec.agents.len() >= 4, "{team}");
             }
         }
@@ -543,12 +757,12 @@ mod tests {
     #[test]
     fn every_team_with_every_chat_platform_writes_a_file_that_validates() {
         let file = Path::new("/tmp/flock.yaml");
-        let model = Model::parse("local", None, None).unwrap();
         for team in ["assistant", "project"] {
             for platform in Platform::ALL {
                 let url = Some("http://127.0.0.1:9/api".to_owned());
                 let bridge = Bridge { platform, chat: "-100123".into(), api_url: url };
-                let text = swarm_yaml(team, team, &model, Some(&bridge), file);
+                let (text, _) =
+                    choices(team, "local", None, Some(bridge.clone())).render(file).unwrap();
                 let spec = flock_config::parse(&text, file)
                     .unwrap_or_else(|e| panic!("{team} with {platform:?}:\n{e}\n{text}"));
                 let b = &spec.bridges[0];
@@ -558,6 +772,69 @@ mod tests {
                 assert_eq!((m.flock.as_str(), m.external.as_str()), ("team", "-100123"));
             }
         }
+    }
+
+    #[test]
+    fn the_choices_are_read_back_from_the_header_and_a_hand_edit_is_seen() {
+        let file = Path::new("/tmp/flock.yaml");
+        let bridge = Bridge {
+            platform: Platform::Telegram,
+            chat: "-100123".into(),
+            api_url: Some("http://127.0.0.1:9/api".into()),
+        };
+        let mut c = choices("project", "http://127.0.0.1:11434/v1", Some("qwen2.5:7b"), None);
+        c.api_key_env = Some("OLLAMA_KEY".into());
+        c.bridge = Some(bridge);
+        let (text, _) = c.render(file).unwrap();
+        assert!(text.contains("\n# flockctl init --team project --model http://"), "{text}");
+        assert_eq!(Choices::recorded(&text), Some(c.clone()));
+        // Under another path the header differs, the body does not.
+        let (elsewhere, _) = c.render(Path::new("other/flock.yaml")).unwrap();
+        assert_ne!(elsewhere, text);
+        assert_eq!(body(&elsewhere), body(&text));
+        assert_ne!(body(&text.replace("role: worker", "role: worker\n    tools: []")), body(&text));
+        // A file init did not write has no choices; a value with spaces is not recorded.
+        assert_eq!(Choices::recorded("swarm:\n  name: x\n"), None);
+        let spaced = choices("assistant", "openai:my model", None, None);
+        assert_eq!(Choices::recorded(&spaced.render(file).unwrap().0), None);
+
+        let mut changed = c.clone();
+        changed.model = "local".into();
+        changed.bridge = None;
+        let said = changed.changes(&c).join(", ");
+        assert_eq!(
+            said,
+            "model http://127.0.0.1:11434/v1 → local, chat telegram -100123 at \
+             http://127.0.0.1:9/api → none"
+        );
+    }
+
+    #[test]
+    fn a_rerun_keeps_what_the_flags_leave_out_and_a_new_model_drops_the_old_ones_id() {
+        let mut before =
+            choices("assistant", "http://127.0.0.1:11434/v1", Some("qwen2.5:7b"), None);
+        before.name = "home".into();
+        let args = |extra: &[&str]| {
+            #[derive(clap::Parser)]
+            struct Cli {
+                #[command(flatten)]
+                args: InitArgs,
+            }
+            use clap::Parser as _;
+            Cli::parse_from(["init"].iter().chain(extra)).args
+        };
+        let same = choose(&args(&[]), Some(&before), false).unwrap();
+        assert_eq!(same, before);
+        let team = choose(&args(&["--team", "project"]), Some(&before), false).unwrap();
+        assert_eq!((team.team.as_str(), team.name.as_str()), ("project", "home"));
+        assert_eq!(team.model_id, before.model_id);
+        let model = choose(&args(&["--model", "openai:gpt-4o"]), Some(&before), false).unwrap();
+        assert_eq!((model.model.as_str(), model.model_id), ("openai:gpt-4o", None));
+        let chat = ["--bridge", "telegram", "--chat", "-100"];
+        let with = choose(&args(&chat), Some(&before), false).unwrap();
+        assert_eq!(with.bridge.as_ref().map(|b| b.chat.as_str()), Some("-100"));
+        let without = choose(&args(&["--no-bridge"]), Some(&with), false).unwrap();
+        assert_eq!(without.bridge, None);
     }
 
     #[test]

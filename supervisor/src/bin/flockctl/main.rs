@@ -14,6 +14,7 @@ mod approvals;
 mod args;
 mod bridge;
 mod channels;
+mod complete;
 mod init;
 mod send;
 mod views;
@@ -33,6 +34,11 @@ fn text_or_stdin(text: String) -> Result<String> {
 }
 
 fn main() -> ExitCode {
+    // A shell asking for completions (`COMPLETE=bash flockctl -- …`) is answered here, and the
+    // process exits; anything else goes on.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
+        .bin("flockctl")
+        .complete();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -99,6 +105,25 @@ async fn next_reply(conn: &mut Connection) -> Result<Option<ControlReply>> {
             None => return Ok(None),
         }
     }
+}
+
+/// `flockctl completions SHELL`: the script that has the shell ask this `flockctl` at each Tab
+/// (subcommands, options, and the running swarm's agent and channel names). It is what
+/// `COMPLETE=SHELL flockctl` prints, with this executable's path in it.
+fn completions(shell: clap_complete::Shell) -> Result<ExitCode> {
+    let me = std::env::current_exe().context("find this flockctl's path")?;
+    let out = std::process::Command::new(&me)
+        .env("COMPLETE", shell.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("run {} for the {shell} script", me.display()))?;
+    if !out.status.success() || out.stdout.is_empty() {
+        bail!(
+            "{shell}: no completion script came out (dynamic completion supports bash, elvish, fish, powershell and zsh)"
+        );
+    }
+    std::io::stdout().write_all(&out.stdout)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `flockctl logs [AGENT]` with no swarm running: the files.
@@ -172,9 +197,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if let Command::Completions { shell } = &cli.command {
-        let mut cmd = <Cli as clap::CommandFactory>::command();
-        clap_complete::generate(*shell, &mut cmd, "flockctl", &mut std::io::stdout());
-        return Ok(ExitCode::SUCCESS);
+        return completions(*shell);
     }
     if let Command::Man { dir } = &cli.command {
         return man_pages(dir);
