@@ -540,3 +540,113 @@ pub(crate) enum JournalCommand {
     /// in when absent).
     Log { json: String },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::Parser as _;
+    use std::path::Path;
+
+    /// The words of a shell line up to its first comment, pipe, redirection or `;`/`&&`, with
+    /// quotes taken off (enough for the lines the docs show; `$(…)` is not expanded).
+    fn words(line: &str) -> Vec<String> {
+        let (mut out, mut word, mut quote, mut started) = (Vec::new(), String::new(), None, false);
+        let mut last = ' ';
+        for ch in line.chars() {
+            match (quote, ch) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => word.push(c),
+                (None, '\'' | '"') => {
+                    quote = Some(ch);
+                    started = true;
+                }
+                (None, '#') if last.is_whitespace() => break,
+                (None, '|' | ';' | '&' | '>' | '<') => break,
+                (None, c) if c.is_whitespace() => {
+                    if started {
+                        out.push(std::mem::take(&mut word));
+                        started = false;
+                    }
+                }
+                (None, c) => {
+                    word.push(c);
+                    started = true;
+                }
+            }
+            last = ch;
+        }
+        if started {
+            out.push(word);
+        }
+        out
+    }
+
+    /// Every `flockctl` and `flock-supervisor` command line in the README's and docs' shell
+    /// blocks is one the binaries accept as written (a renamed option or subcommand fails here,
+    /// not in a reader's terminal). Synopses (`[--all]`) are left out.
+    #[test]
+    fn every_command_line_in_the_readme_and_docs_parses() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let mut files = vec![root.join("README.md")];
+        for doc in std::fs::read_dir(root.join("docs")).unwrap().flatten() {
+            if doc.path().extension().is_some_and(|e| e == "md") {
+                files.push(doc.path());
+            }
+        }
+        let mut checked = 0;
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let mut in_sh = false;
+            for (n, line) in text.lines().enumerate() {
+                let fence = line.trim_start();
+                if fence.starts_with("```") {
+                    in_sh = !in_sh && (fence == "```sh" || fence == "```bash");
+                    continue;
+                }
+                if !in_sh || line.contains("[--") {
+                    continue;
+                }
+                let mut w = words(line.trim());
+                if w.first().is_some_and(|c| c == "sudo") {
+                    w.remove(0);
+                }
+                let Some(program) = w.first().map(|c| c.trim_start_matches("bin/").to_owned())
+                else {
+                    continue;
+                };
+                let at = format!("{}:{}: {line}", file.display(), n + 1);
+                let parsed = match program.as_str() {
+                    "flockctl" => Cli::try_parse_from(&w).map(|_| ()),
+                    "flock-supervisor" => {
+                        flock_supervisor::cli::Cli::try_parse_from(&w).map(|_| ())
+                    }
+                    _ => continue,
+                };
+                use clap::error::ErrorKind;
+                match parsed {
+                    Err(e)
+                        if !matches!(
+                            e.kind(),
+                            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+                        ) =>
+                    {
+                        panic!("{at}\n{e}")
+                    }
+                    _ => {}
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 40, "only {checked} command lines found");
+    }
+
+    #[test]
+    fn the_docs_line_splitter_keeps_quotes_and_stops_at_comments() {
+        assert_eq!(
+            words(r#"bin/flockctl post '#lobby' "a b" --as alice   # a comment"#),
+            ["bin/flockctl", "post", "#lobby", "a b", "--as", "alice"]
+        );
+        assert_eq!(words("flockctl ps --json | jq ."), ["flockctl", "ps", "--json"]);
+        assert_eq!(words("flockctl read ''"), ["flockctl", "read", ""]);
+    }
+}

@@ -46,7 +46,13 @@ pub(crate) fn channels() -> Vec<CompletionCandidate> {
         .flatten()
         .filter_map(|c| {
             let id = c["channel"].as_str()?;
-            let topic = c["topic"].as_str().unwrap_or("").to_owned();
+            // A topic is anyone's text: a line break in it would pass for another candidate.
+            let topic: String = c["topic"]
+                .as_str()
+                .unwrap_or("")
+                .chars()
+                .map(|ch| if ch.is_control() { ' ' } else { ch })
+                .collect();
             Some(CompletionCandidate::new(format!("#{id}")).help(Some(topic.into())))
         })
         .collect()
