@@ -373,7 +373,10 @@ fn a_project_request_in_lobby_runs_to_the_archive_on_the_embedded_model() {
         let out = swarm.ctl_ok(&["read", channel, "--json"]);
         out.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
     };
-    // The story ends within 15 minutes on 2 cores: the project channel archived.
+    // The story ends with the project channel archived. Alone on 2 cores (release build) it
+    // takes ~5–7 min; in CI (debug agents beside the other tests) one run needed more than 15:
+    // three members generating at once got ~1.5 tokens/s each. The deadline bounds a failing
+    // run, so it is 20 minutes.
     let project = || -> Option<serde_json::Value> {
         let list = json(&["channels", "--json"]);
         list.as_array()?
@@ -383,7 +386,7 @@ fn a_project_request_in_lobby_runs_to_the_archive_on_the_embedded_model() {
     };
     swarm.wait_until(
         || project().is_some_and(|c| c["state"] == "archived"),
-        Duration::from_secs(900).saturating_sub(started.elapsed()),
+        Duration::from_secs(1200).saturating_sub(started.elapsed()),
         "the project channel archived",
     );
     let ch = project().unwrap();
