@@ -452,9 +452,7 @@ fn scripts_install_puts_a_flock_on_the_path_that_runs_the_office_example_on_its_
 
     let state = dir.path().join("state");
     let bare = |cmd: &mut Command| {
-        for var in
-            ["FLOCK_AGENT_BIN", "FLOCK_MODEL_BIN", "FLOCK_SANDBOX_HELPER", "FLOCK_BRIDGE_BIN"]
-        {
+        for var in crate::BIN_OVERRIDES {
             cmd.env_remove(var);
         }
         cmd.env_remove("FLOCK_HOME");

@@ -27,7 +27,7 @@ pub(crate) fn one_model_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Whether the model and its binary are here; panics if CI promised them and they are not.
-fn model_available(test: &str) -> bool {
+pub(crate) fn model_available(test: &str) -> bool {
     let here = model_path().is_some_and(|p| p.is_file()) && bin("flock-model").is_file();
     if !here {
         assert!(

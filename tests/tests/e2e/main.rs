@@ -36,6 +36,11 @@ use std::time::Duration;
 pub const SHORT: Duration = Duration::from_secs(10);
 pub const LONG: Duration = Duration::from_secs(30);
 
+/// The variables that point a test's supervisor at this build's binaries: removed where a test
+/// runs only what `scripts/install` installed.
+pub const BIN_OVERRIDES: [&str; 4] =
+    ["FLOCK_AGENT_BIN", "FLOCK_MODEL_BIN", "FLOCK_SANDBOX_HELPER", "FLOCK_BRIDGE_BIN"];
+
 /// A scripted model whose every turn answers `reply` at once (`{input}`, `{from}` are filled in).
 pub fn answer_model(name: &str, reply: &str) -> String {
     format!("  {name}:\n    provider: scripted\n    rules:\n      - reply: \"{reply}\"\n")

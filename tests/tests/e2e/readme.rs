@@ -76,13 +76,7 @@ impl Home {
             .env("FLOCK_INSTALL_BIN_DIR", bin("flockctl").parent().unwrap())
             .env_remove("CARGO_TARGET_DIR");
         // Only what was installed runs: no test's pointers to the build's binaries.
-        for var in [
-            "FLOCK_HOME",
-            "FLOCK_AGENT_BIN",
-            "FLOCK_MODEL_BIN",
-            "FLOCK_SANDBOX_HELPER",
-            "FLOCK_BRIDGE_BIN",
-        ] {
+        for var in ["FLOCK_HOME"].iter().chain(&crate::BIN_OVERRIDES) {
             cmd.env_remove(var);
         }
         cmd
@@ -113,14 +107,7 @@ fn the_readme_first_hour_runs_as_written() {
     let blocks = marked_blocks(&readme);
     assert_eq!(blocks.len(), 2, "the instant start and `flockctl init`");
     let needs_model = blocks.iter().flatten().any(|l| l.starts_with("scripts/setup"));
-    let model = std::env::var_os("HOME")
-        .map(|h| PathBuf::from(h).join(".flock/models").join(crate::local_model::MODEL_FILE));
-    if needs_model && !(model.is_some_and(|m| m.is_file()) && bin("flock-model").is_file()) {
-        assert!(
-            std::env::var_os("FLOCK_REQUIRE_MODEL").is_none(),
-            "FLOCK_REQUIRE_MODEL is set but the model or flock-model is missing: run scripts/setup"
-        );
-        eprintln!("the README's first hour: skipped (no model: run scripts/setup)");
+    if needs_model && !crate::local_model::model_available("the README's first hour") {
         return;
     }
 
