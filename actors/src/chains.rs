@@ -122,8 +122,11 @@ impl Route {
     /// The route of a stored message (see [`Route::store`]); a record this version cannot read
     /// makes the message a root of its own.
     pub fn load(stored: &str, id: MsgId, sender: &str, target: &str, text: &str, at: u64) -> Route {
-        serde_json::from_str(stored)
-            .unwrap_or_else(|_| Route::root(id, sender, target, text, at, None))
+        let root = || Route::root(id, sender, target, text, at, None);
+        if stored.is_empty() {
+            return root();
+        }
+        serde_json::from_str(stored).unwrap_or_else(|_| root())
     }
 }
 

@@ -151,7 +151,14 @@ struct Slot {
     conn_root: Option<u32>,
     stopping: bool,
     queue: VecDeque<Queued>,
+    /// The input the agent is working on: the oldest one handed over and not yet acknowledged.
     in_flight: Option<Queued>,
+    /// Durable messages handed over behind `in_flight`, not started yet (at most the agent's
+    /// delivery window − 1), oldest first: the agent runs them in this order.
+    window: VecDeque<Queued>,
+    /// The `Nack` (its delivery id) whose `Rewind` could not be queued yet: nothing else is
+    /// handed over before it.
+    rewind_owed: Option<MsgId>,
     /// When the input in flight was handed over (its turn's duration, for the metrics).
     delivered_at: Option<Instant>,
     turns_total: u64,
@@ -176,6 +183,8 @@ impl Slot {
             stopping: false,
             queue: VecDeque::new(),
             in_flight: None,
+            window: VecDeque::new(),
+            rewind_owed: None,
             delivered_at: None,
             turns_total,
             last_seen,
@@ -436,7 +445,7 @@ impl Actor for Router {
             RouterMsg::RemoveAgent { name } => {
                 state.order.retain(|n| n != &name);
                 if let Some(slot) = state.slots.remove(&name) {
-                    for q in slot.queue.iter().chain(slot.in_flight.iter()) {
+                    for q in slot.queue.iter().chain(&slot.in_flight).chain(&slot.window) {
                         if q.kind == DeliveryKind::Request {
                             state.reply(
                                 q.id,
@@ -466,7 +475,8 @@ impl Actor for Router {
                         name: s.spec.key(),
                         connected: s.conn.is_some(),
                         busy: s.in_flight.is_some(),
-                        mailbox_depth: s.queue.len() as u64 + u64::from(s.in_flight.is_some()),
+                        mailbox_depth: (s.queue.len() + s.window.len()) as u64
+                            + u64::from(s.in_flight.is_some()),
                         turns_total: s.turns_total,
                     })
                     .collect();

@@ -235,14 +235,19 @@ impl Store {
     }
 
     /// Applies `ops` in one transaction (group commit). All or nothing.
-    pub fn apply(&mut self, ops: &[WriteOp]) -> Result<Vec<WriteOutcome>, StoreError> {
+    pub fn apply<'a>(
+        &mut self,
+        ops: impl IntoIterator<Item = &'a WriteOp>,
+    ) -> Result<Vec<WriteOutcome>, StoreError> {
         let now = now_ms();
         let tx = self.conn.transaction()?;
-        let mut out = Vec::with_capacity(ops.len());
+        let ops = ops.into_iter();
+        let mut out = Vec::with_capacity(ops.size_hint().0);
+        // Turns counted per agent, one row update each at the end (same transaction).
+        let mut turns: HashMap<&str, i64> = HashMap::new();
         {
             let mut insert = tx.prepare_cached(INSERT_MESSAGE)?;
             let mut complete = tx.prepare_cached(COMPLETE_MESSAGE)?;
-            let mut count = tx.prepare_cached(COUNT_TURN)?;
             let mut add = tx.prepare_cached(
                 "INSERT INTO agent_stats (name, turns_total) VALUES (?1, ?2)
                  ON CONFLICT (name) DO UPDATE SET turns_total = turns_total + ?2",
@@ -270,7 +275,7 @@ impl Store {
                     WriteOp::Complete { id, agent } => {
                         // Count a turn only the first time a message completes.
                         if complete.execute(params![id_bytes(*id), now])? == 1 {
-                            count.execute(params![agent])?;
+                            *turns.entry(agent.as_str()).or_default() += 1;
                         }
                         WriteOutcome::Applied
                     }
@@ -296,6 +301,9 @@ impl Store {
                     }
                 };
                 out.push(outcome);
+            }
+            for (agent, n) in turns {
+                add.execute(params![agent, n])?;
             }
         }
         tx.commit()?;

@@ -72,9 +72,9 @@ impl Actor for StoreActor {
 /// Commits every queued write in one transaction and tells the router the outcomes.
 fn flush(state: &mut StoreState) {
     let batch = std::mem::take(&mut state.queued);
-    let ops: Vec<WriteOp> = batch.iter().map(|(op, _, _)| op.clone()).collect();
+    let writes = batch.len();
     let store = &mut state.store;
-    let result = blocking(|| store.apply(&ops));
+    let result = blocking(|| store.apply(batch.iter().map(|(op, _, _)| op)));
     let mut stored: Option<(ActorRef<RouterMsg>, StoredBatch)> = None;
     for (i, (op, origin, notify)) in batch.into_iter().enumerate() {
         let Some(router) = notify else { continue };
@@ -86,7 +86,7 @@ fn flush(state: &mut StoreState) {
         entry.1.items.push((op, origin, outcome));
     }
     if let Err(e) = &result {
-        tracing::error!(writes = ops.len(), error = %e, "flock store: commit of {} writes failed", ops.len());
+        tracing::error!(writes, error = %e, "flock store: commit of {writes} writes failed");
     }
     if let Some((router, batch)) = stored {
         let _ = router.cast(RouterMsg::Stored(batch));

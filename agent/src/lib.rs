@@ -99,11 +99,17 @@ pub enum ExitReason {
     Disconnected,
 }
 
-/// The turn currently running, so a `Cancel` can reach it.
+/// The turn currently running, so a `Cancel` can reach it, and the cancels that came for a
+/// delivery this agent holds but has not started (a delivery window): it is not run.
 #[derive(Default)]
 struct Current {
     turn: Mutex<Option<(MsgId, Arc<Notify>)>>,
+    early: Mutex<VecDeque<MsgId>>,
 }
+
+/// How many cancels for deliveries not started yet an agent remembers (its delivery window is
+/// at most 4 096).
+const EARLY_CANCELS: usize = 4096;
 
 /// Connects, handshakes and serves until shutdown or disconnection.
 pub async fn run(env: AgentEnv) -> Result<ExitReason> {
@@ -167,17 +173,27 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
         let mut shutdown = false;
         for frame in batch.drain(..) {
             match &frame.body {
-                // Session changes travel with the deliveries, so they apply in order.
-                Body::Deliver(_) | Body::SessionClosed { .. } => {
+                // Session changes and rewinds travel with the deliveries, so they apply in order.
+                Body::Deliver(_) | Body::SessionClosed { .. } | Body::Rewind => {
                     let _ = deliveries.send(frame);
                 }
                 Body::Cancel { reason } => {
                     let guard = current.turn.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some((id, cancel)) = guard.as_ref()
-                        && Some(*id) == frame.correlation_id
-                    {
-                        tracing::info!(msg_id = %fmt_id(*id), reason = %reason, "turn {} cancelled: {reason}", short(*id));
-                        cancel.notify_one();
+                    match guard.as_ref() {
+                        Some((id, cancel)) if Some(*id) == frame.correlation_id => {
+                            tracing::info!(msg_id = %fmt_id(*id), reason = %reason, "turn {} cancelled: {reason}", short(*id));
+                            cancel.notify_one();
+                        }
+                        _ => {
+                            if let Some(id) = frame.correlation_id {
+                                let mut early =
+                                    current.early.lock().unwrap_or_else(|p| p.into_inner());
+                                if early.len() == EARLY_CANCELS {
+                                    early.pop_front();
+                                }
+                                early.push_back(id);
+                            }
+                        }
                     }
                 }
                 Body::Shutdown => shutdown = true,
@@ -274,14 +290,51 @@ async fn turns(
     let mut completed: (HashSet<MsgId>, VecDeque<MsgId>) = Default::default();
     // One conversation per channel (key: channel id; "" for direct messages and requests).
     let mut sessions: HashMap<String, Vec<ChatMessage>> = HashMap::new();
+    // After a Nack, until the router's `Rewind`: the deliveries held went back to the mailbox
+    // and come again behind the failed one, so these copies are dropped (docs/semantics.md).
+    let mut rewinding = false;
+    let mut dropped = 0u32;
     while let Some(frame) = inbox.recv().await {
-        if let Body::SessionClosed { channel } = &frame.body {
-            sessions.remove(channel);
-            tracing::info!(channel = %channel, "session #{channel} closed: the channel was archived");
+        let delivery = match &frame.body {
+            Body::SessionClosed { channel } => {
+                sessions.remove(channel);
+                tracing::info!(channel = %channel, "session #{channel} closed: the channel was archived");
+                continue;
+            }
+            Body::Rewind => {
+                if dropped > 0 {
+                    tracing::info!(
+                        held = dropped,
+                        "{dropped} held deliveries handed back: they come again after the retry"
+                    );
+                }
+                (rewinding, dropped) = (false, 0);
+                continue;
+            }
+            Body::Deliver(_) if rewinding => {
+                dropped += 1;
+                continue;
+            }
+            Body::Deliver(delivery) => delivery,
+            _ => continue,
+        };
+        let id = frame.id;
+        let cancelled_early = {
+            let mut early = current.early.lock().unwrap_or_else(|p| p.into_inner());
+            let at = early.iter().position(|c| *c == id);
+            at.and_then(|at| early.remove(at)).is_some()
+        };
+        if cancelled_early {
+            tracing::info!(msg_id = %fmt_id(id), "turn {} cancelled before it started", short(id));
+            let nack = Body::Nack { reason: "cancelled".into() };
+            let frame =
+                Frame { correlation_id: Some(id), ..Frame::new(&client.name, ROUTER, nack) };
+            if client.send(frame).await.is_err() {
+                break;
+            }
+            rewinding = true;
             continue;
         }
-        let Body::Deliver(delivery) = &frame.body else { continue };
-        let id = frame.id;
         if completed.0.contains(&id) {
             tracing::info!(msg_id = %fmt_id(id), "turn {} already completed: acknowledged again", short(id));
             let ack = Frame {
@@ -392,6 +445,7 @@ async fn turns(
         if client.send(frame).await.is_err() {
             break;
         }
+        rewinding = !acked;
         if acked && delivery.durable {
             completed.0.insert(id);
             completed.1.push_back(id);

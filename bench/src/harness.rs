@@ -293,8 +293,22 @@ fn print_table(out: &Map<String, Value>) {
         );
     }
     if let Some(x) = get("durable_delivered_msgs_per_sec") {
+        let accepted = get("durable_send_msgs_per_sec").unwrap_or(f64::INFINITY);
+        let window = get("durable_delivery_window").unwrap_or(1.0);
+        let vs_one = get("durable_delivered_window1_msgs_per_sec")
+            .map(|one| format!("{:.2}× window 1", x / one.max(1.0)))
+            .unwrap_or_default();
         row(
-            "  delivered + acked meanwhile",
+            &format!("  delivered + acked (window {window})"),
+            format!("{} msg/s", thousands(x)),
+            "≥ 100 000, ≥ 50 % of accepted",
+            Some(x >= 100_000.0 && x >= accepted / 2.0),
+            vs_one,
+        );
+    }
+    if let Some(x) = get("durable_delivered_window1_msgs_per_sec") {
+        row(
+            "  delivered + acked (window 1, baseline)",
             format!("{} msg/s", thousands(x)),
             "",
             None,
@@ -385,6 +399,18 @@ fn print_table(out: &Map<String, Value>) {
             "≤ 15 MB",
             Some(x <= 15e6),
             detail,
+        );
+    }
+    if let (Some(private), Some(pss)) =
+        (get("idle_agent_private_bytes"), get("idle_agent_pss_bytes"))
+    {
+        let anon = get("idle_agent_anon_bytes").unwrap_or(0.0);
+        row(
+            "  its own pages (private) / its share (PSS)",
+            format!("{:.1} / {:.1} MiB", private / 1048576.0, pss / 1048576.0),
+            "",
+            None,
+            format!("anonymous {:.1} MiB", anon / 1048576.0),
         );
     }
     if let Some(x) = get("routed_send_dropped")

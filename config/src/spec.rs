@@ -349,6 +349,10 @@ pub struct DeliverySpec {
     pub max_frame_bytes: u32,
     /// Frames queued for one connection before the router refuses more (65 536).
     pub outbox_frames: usize,
+    /// Durable messages an agent may hold delivered but not yet acknowledged (1): above 1 the
+    /// next ones travel while a turn runs, and the agent still runs them one at a time, in
+    /// order. Per agent: `agents[].delivery_window`.
+    pub window: u32,
 }
 
 impl Default for DeliverySpec {
@@ -358,6 +362,7 @@ impl Default for DeliverySpec {
             request_timeout_ms: 60_000,
             max_frame_bytes: 16 * 1024 * 1024,
             outbox_frames: 65_536,
+            window: 1,
         }
     }
 }
@@ -500,6 +505,10 @@ pub struct AgentSpec {
     /// [`SwarmSpec::host_of`]).
     #[serde(default)]
     pub host: Option<String>,
+    /// `delivery_window:`: this agent's window of delivered, unacknowledged durable messages
+    /// (`None`: the swarm's `delivery.window`).
+    #[serde(default)]
+    pub delivery_window: Option<u32>,
 }
 
 /// When a coordinator hands a person's request to the agent it delegates to (the first of its
@@ -692,6 +701,7 @@ impl AgentSpec {
             extensions: Vec::new(),
             delegate: Delegate::default(),
             host: None,
+            delivery_window: None,
         }
     }
 

@@ -69,6 +69,7 @@ const DELIVERY: &[Field<DeliverySpec>] = &[
     // A frame must hold at least a small message; above 1 GiB one frame could exhaust memory.
     uint!("max_frame_bytes", 1024, GIB, max_frame_bytes),
     uint!("outbox_frames", 16, U32_MAX, outbox_frames),
+    uint!("window", 1, MAX_WINDOW, window),
 ];
 
 /// `channels:` — delta notifications, the archive deadline and the quiet notice.
@@ -122,6 +123,7 @@ const AGENT_KEYS: &[&str] = &[
     "extensions",
     "delegate",
     "host",
+    "delivery_window",
 ];
 
 const BRIDGE_KEYS: &[&str] = &[
@@ -188,6 +190,9 @@ const AGENTS_EMPTY: &str =
 const U32_MAX: i128 = u32::MAX as i128;
 const U64_MAX: i128 = u64::MAX as i128;
 const GIB: i128 = 1 << 30;
+/// The largest delivery window: past it an agent would hold more of its mailbox in memory than
+/// it can work through before a crash throws it away.
+const MAX_WINDOW: i128 = 4096;
 
 /// Validates a parsed swarm file. `origin` is the swarm file's path as given; relative paths in
 /// the file are resolved against its folder.

@@ -119,11 +119,13 @@ delivery:
   request_timeout_ms: 9
   max_frame_bytes: 1024
   outbox_frames: 16
+  window: 64
 agents:
   - name: a
     role: observer
     archetype: qa
     description: Watches
+    delivery_window: 3
     workspace: some/dir
     env: { API_URL: 'http://x', PORT: 8080 }
     model: echo
@@ -146,9 +148,11 @@ agents:
         request_timeout_ms: 9,
         max_frame_bytes: 1024,
         outbox_frames: 16,
+        window: 64,
     };
     assert_eq!(spec.delivery, delivery);
     let agent = &spec.agents[0];
+    assert_eq!(agent.delivery_window, Some(3));
     assert_eq!(agent.archetype.as_deref(), Some("qa"));
     assert_eq!(agent.description, "Watches");
     assert_eq!(agent.workspace, Some(PathBuf::from("some/dir")));

@@ -182,6 +182,11 @@ pub enum Body {
     /// `agent_id` is the bridge's name, `instance` is empty, `token` its per-spawn secret.
     /// A bridge may only call the `bridge__*` tools and heartbeat.
     BridgeHello(Hello),
+    /// Router → agent, the answer to every `Nack` (`correlation_id`: the nacked delivery): the
+    /// deliveries sent before this frame that the agent has not started went back to its
+    /// mailbox, behind the failed one, and come again. An agent that nacked drops every
+    /// `Deliver` until this frame, so a window of deliveries keeps its order through a failure.
+    Rewind,
 }
 
 impl Body {
@@ -225,6 +230,7 @@ impl Body {
             Body::ControlReply(_) => "ControlReply",
             Body::ChainEnded(_) => "ChainEnded",
             Body::BridgeHello(_) => "BridgeHello",
+            Body::Rewind => "Rewind",
         }
     }
 }

@@ -24,7 +24,7 @@ pub use frame::*;
 pub use id::MsgId;
 
 /// Bumped on any incompatible change of [`Frame`]; the router rejects other versions.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// Default largest frame (length prefix excluded) accepted on any socket: 16 MiB.
 pub const DEFAULT_MAX_FRAME_BYTES: u32 = 16 * 1024 * 1024;

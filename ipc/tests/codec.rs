@@ -191,6 +191,7 @@ fn body() -> impl Strategy<Value = Body> {
         Just(Body::HeartbeatAck),
         Just(Body::Shutdown),
         Just(Body::ShutdownAck),
+        Just(Body::Rewind),
         (code(), s()).prop_map(|(code, message)| Body::Error { code, message }),
         control().prop_map(Body::Control),
         control_reply().prop_map(Body::ControlReply),

@@ -411,16 +411,20 @@ impl RouterState {
             notice.clone(),
             |e| e.param("reason", reason.clone()).param("origin", origin.clone()),
         );
-        let running: Vec<(String, MsgId, Option<ConnId>)> = self
+        // The turns of the chain: running, or handed over in a delivery window (the agent
+        // remembers a cancel for a turn it has not started).
+        let running: Vec<(String, MsgId, Option<ConnId>, bool)> = self
             .slots
             .iter()
-            .filter_map(|(name, s)| {
-                let q = s.in_flight.as_ref().filter(|q| q.chain() == id)?;
-                Some((name.clone(), q.id, s.conn))
+            .flat_map(|(name, s)| {
+                let head = s.in_flight.iter().map(|q| (q, true));
+                head.chain(s.window.iter().map(|q| (q, false)))
+                    .filter(|(q, _)| q.chain() == id)
+                    .map(|(q, started)| (name.clone(), q.id, s.conn, started))
             })
             .collect();
-        for (agent, delivery, conn) in running {
-            if let Some(gw) = &self.gateway {
+        for (agent, delivery, conn, started) in running {
+            if started && let Some(gw) = &self.gateway {
                 let _ = gw.cast(GatewayMsg::Cancel { agent: agent.clone() });
             }
             if let Some(conn) = conn {

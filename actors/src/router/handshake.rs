@@ -192,6 +192,12 @@ impl RouterState {
             return;
         }
         slot.conn = None;
+        slot.rewind_owed = None;
+        // Handed over but never started: back to the head of the mailbox, in order, and not a
+        // failed delivery.
+        while let Some(q) = slot.window.pop_back() {
+            slot.queue.push_front(q);
+        }
         if let Some(q) = slot.in_flight.take() {
             turn_ended(&agent, slot, false);
             let stopped = self.chains.map.get(&q.chain()).is_some_and(|c| c.stopped.is_some());

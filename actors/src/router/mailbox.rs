@@ -1,6 +1,7 @@
-//! The mailbox engine: durable and at-most-once sends, requests with deadlines, delegation, one
-//! delivery in flight per agent, `Ack`/`Nack`, failed deliveries and dead letters, and the
-//! store's answers (a batch accepted, a message completed).
+//! The mailbox engine: durable and at-most-once sends, requests with deadlines, delegation, the
+//! deliveries in flight per agent (the one its turn works on, and up to its delivery window of
+//! durable messages behind it), `Ack`/`Nack` (a `Nack` rewinds the window), failed deliveries and
+//! dead letters, and the store's answers (a batch accepted, a message completed).
 
 use super::*;
 
@@ -223,15 +224,42 @@ impl RouterState {
         self.deliver_next(myself, &to);
     }
 
-    /// Hands the next queued input to `agent` if it is connected and idle.
+    /// Hands queued inputs to `agent` while it is connected and has room: the next input when
+    /// it works on none, and durable messages behind a durable message up to its delivery window
+    /// (a request or a delta always travels alone).
     pub(super) fn deliver_next(&mut self, myself: &ActorRef<RouterMsg>, agent: &str) {
         let mut dropped = Vec::new();
+        let default_window = self.spec.delivery.window;
         if let Some(slot) = self.slots.get_mut(agent)
-            && slot.in_flight.is_none()
             && !slot.stopping
             && let Some(info) = slot.conn.and_then(|c| self.conns.get(&c))
         {
+            let window = slot.spec.delivery_window.unwrap_or(default_window).max(1) as usize;
+            if let Some(id) = slot.rewind_owed {
+                let rewind =
+                    Frame { correlation_id: Some(id), ..Frame::new(ROUTER, agent, Body::Rewind) };
+                if info.outbox.try_send(rewind).is_err() {
+                    // Nothing more until the agent has it: it would drop what came before.
+                    if !slot.retry_scheduled {
+                        slot.retry_scheduled = true;
+                        let name = agent.to_owned();
+                        myself.send_after(Duration::from_millis(10), move || {
+                            RouterMsg::RetryDeliver(name)
+                        });
+                    }
+                    return;
+                }
+                slot.rewind_owed = None;
+            }
             while let Some(q) = slot.queue.pop_front() {
+                let room = match &slot.in_flight {
+                    None => true,
+                    Some(head) => head.durable() && q.durable() && slot.window.len() + 1 < window,
+                };
+                if !room {
+                    slot.queue.push_front(q);
+                    break;
+                }
                 // Skipped lazily, to keep this O(1): a request whose caller already timed out,
                 // and anything of a chain that was stopped.
                 let stale = q.kind == DeliveryKind::Request && !self.requests.contains_key(&q.id);
@@ -262,8 +290,12 @@ impl RouterState {
                 match info.outbox.try_send(frame) {
                     Ok(()) => {
                         self.counters.routed += 1;
-                        slot.in_flight = Some(q);
-                        slot.delivered_at = Some(Instant::now());
+                        if slot.in_flight.is_none() {
+                            slot.in_flight = Some(q);
+                            slot.delivered_at = Some(Instant::now());
+                        } else {
+                            slot.window.push_back(q);
+                        }
                     }
                     Err(_) => {
                         slot.queue.push_front(q);
@@ -274,9 +306,9 @@ impl RouterState {
                                 RouterMsg::RetryDeliver(name)
                             });
                         }
+                        break;
                     }
                 }
-                break;
             }
         }
         for q in dropped {
@@ -322,6 +354,11 @@ impl RouterState {
                 }
                 let Some(done) = slot.in_flight.take() else { return };
                 turn_ended(agent, slot, true);
+                // The agent starts the next input it holds as soon as it has acknowledged this.
+                slot.in_flight = slot.window.pop_front();
+                if slot.in_flight.is_some() {
+                    slot.delivered_at = Some(Instant::now());
+                }
                 let reply = reply.unwrap_or_default();
                 self.journal_turn(agent, &done, &reply);
                 match done.kind {
@@ -348,11 +385,18 @@ impl RouterState {
                 self.leave(done.chain());
             }
             Body::Nack { reason } => {
+                // Every Nack is answered by a `Rewind` (before any other delivery): the agent
+                // drops the deliveries it holds until then.
+                slot.rewind_owed = Some(id);
                 if !current {
-                    return;
+                    return self.deliver_next(myself, agent);
                 }
                 let Some(failed) = slot.in_flight.take() else { return };
                 turn_ended(agent, slot, false);
+                // Sent, never started: back to the head of the mailbox, behind the failed one.
+                while let Some(q) = slot.window.pop_back() {
+                    slot.queue.push_front(q);
+                }
                 let stopped =
                     self.chains.map.get(&failed.chain()).is_some_and(|c| c.stopped.is_some());
                 match failed.kind {

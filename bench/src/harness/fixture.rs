@@ -46,6 +46,10 @@ pub struct RunArgs {
     /// Durable sends a sender may have unanswered.
     #[arg(long, default_value_t = 4_096)]
     pub durable_window: u64,
+    /// The durable receiver's delivery window (`delivery.window`): messages handed to it before
+    /// it has acknowledged the earlier ones. The durable figure also runs once at 1 (baseline).
+    #[arg(long, default_value_t = 256)]
+    pub delivery_window: u32,
     /// Encoded size of each sent frame, length prefix included.
     #[arg(long, default_value_t = 150)]
     pub frame_bytes: usize,

@@ -14,7 +14,10 @@ use super::fixture::{
     wait_result,
 };
 
-/// Durable `agents__send` acceptance rate: a fresh swarm (and database) per round.
+/// Durable `agents__send`: the acceptance rate, and the rate at which the receiver has them
+/// delivered and acknowledged (from the first send until its mailbox is empty), with the
+/// receiver's delivery window at `--delivery-window` (a fresh swarm and database per round), and
+/// once at window 1 as the baseline of the same run.
 pub(super) async fn durable(
     bins: &Bins,
     root: &Path,
@@ -28,45 +31,32 @@ pub(super) async fn durable(
     let mut rounds = Vec::new();
     let mut drains = Vec::new();
     for round in 0..args.rounds {
-        let mut swarm = Swarm::start(
-            bins,
-            &root.join(format!("durable-{round}")),
-            &swarm_yaml("bench-durable", &agents),
-        )?;
-        let (mut ctl, _) = swarm.wait_ready(agents.len()).await?;
-        let warm = (args.durable_count / 10).max(1);
-        let go = proto::go(&[
-            ("target", "dsink".into()),
-            ("mode", "durable".into()),
-            ("count", (args.durable_count + warm).to_string()),
-            ("warm", warm.to_string()),
-            ("window", args.durable_window.to_string()),
-            ("frame", args.frame_bytes.to_string()),
-            ("out", "durable.json".into()),
-        ]);
-        let t = Instant::now();
-        ctl.send("sender", go).await?;
-        let path = swarm.workspace("sender").join("durable.json");
-        let r = wait_result(&path, Duration::from_secs(150), || swarm.check_alive()).await?;
-        let elapsed = t.elapsed().as_secs_f64();
-        // How far the one-at-a-time delivery to dsink got meanwhile.
-        let depth =
-            ctl.ps().await?.iter().find(|r| r.name == "dsink").map_or(0, |r| r.mailbox_depth);
-        let accepted = f(&r, "accepted");
-        let drain = (accepted - depth as f64).max(0.0) / elapsed;
+        let dir = root.join(format!("durable-{round}"));
+        let (r, drain) = durable_round(bins, &dir, &agents, args, args.delivery_window).await?;
         say!(
-            "durable round {}: {:.0} accepted/s ({} errors); delivered+acked meanwhile {:.0}/s",
+            "durable round {} (window {}): {:.0} accepted/s ({} errors); delivered + acked {:.0}/s",
             round + 1,
+            args.delivery_window,
             f(&r, "msgs_per_sec"),
             f(&r, "errors"),
             drain
         );
         drains.push(drain);
         rounds.push(r);
-        swarm.down(Some(ctl)).await?;
     }
     throughput(out, "durable_send", &rounds);
     out.insert("durable_delivered_msgs_per_sec".into(), json!(median_f64(&drains).round()));
+    out.insert("durable_delivery_window".into(), json!(args.delivery_window));
+    if args.delivery_window > 1 {
+        let dir = root.join("durable-window-1");
+        let (r, drain) = durable_round(bins, &dir, &agents, args, 1).await?;
+        say!(
+            "durable baseline (window 1): {:.0} accepted/s; delivered + acked {:.0}/s",
+            f(&r, "msgs_per_sec"),
+            drain
+        );
+        out.insert("durable_delivered_window1_msgs_per_sec".into(), json!(drain.round()));
+    }
 
     // One durable send at a time, as a turn's `agents__send` tool call makes it.
     if args.durable_sequential > 0 {
@@ -97,6 +87,76 @@ pub(super) async fn durable(
     let errors: f64 = rounds.iter().map(|r| f(r, "errors")).sum();
     out.insert("durable_send_errors".into(), json!(errors));
     Ok(())
+}
+
+/// One round of durable sends to `dsink`, whose delivery window is `window`: the sender's result
+/// and the delivered + acknowledged rate.
+async fn durable_round(
+    bins: &Bins,
+    dir: &Path,
+    agents: &[(String, Option<Vec<String>>)],
+    args: &RunArgs,
+    window: u32,
+) -> Result<(Value, f64)> {
+    let yaml = format!("{}delivery:\n  window: {window}\n", swarm_yaml("bench-durable", agents));
+    let mut swarm = Swarm::start(bins, dir, &yaml)?;
+    let (mut ctl, _) = swarm.wait_ready(agents.len()).await?;
+    let warm = (args.durable_count / 10).max(1);
+    let go = proto::go(&[
+        ("target", "dsink".into()),
+        ("mode", "durable".into()),
+        ("count", (args.durable_count + warm).to_string()),
+        ("warm", warm.to_string()),
+        ("window", args.durable_window.to_string()),
+        ("frame", args.frame_bytes.to_string()),
+        ("out", "durable.json".into()),
+    ]);
+    let t = Instant::now();
+    ctl.send("sender", go).await?;
+    let path = swarm.workspace("sender").join("durable.json");
+    let r = wait_result(&path, Duration::from_secs(150), || swarm.check_alive()).await?;
+    // Until dsink has had every one of them (the go message included) and acknowledged it.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let depth =
+            ctl.ps().await?.iter().find(|r| r.name == "dsink").map_or(0, |r| r.mailbox_depth);
+        if depth == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("dsink still had {depth} durable messages after 300 s");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let drain = f(&r, "accepted") / t.elapsed().as_secs_f64();
+    swarm.down(Some(ctl)).await?;
+    Ok((r, drain))
+}
+
+/// A process's memory from `/proc/PID/smaps_rollup`, in bytes.
+struct Rollup {
+    /// Pages only this process maps (`Private_Clean` + `Private_Dirty`).
+    private: u64,
+    /// Its proportional share of every page it maps.
+    pss: u64,
+    /// Anonymous pages (heap, stacks, written globals).
+    anon: u64,
+}
+
+fn rollup(pid: u32) -> Result<Rollup> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .with_context(|| format!("read /proc/{pid}/smaps_rollup"))?;
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    Ok(Rollup {
+        private: field("Private_Clean") + field("Private_Dirty"),
+        pss: field("Pss"),
+        anon: field("Anonymous"),
+    })
 }
 
 /// `up` to all-ready, idle RSS and `kill -9` to ready again, with 7 real flock-agent processes.
@@ -193,6 +253,7 @@ pub(super) async fn lifecycle(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         let mut rss: Vec<u64> = Vec::new();
+        let mut parts: Vec<Rollup> = Vec::new();
         let mut stand_ins: Vec<u64> = Vec::new();
         for row in ctl.ps().await?.iter().filter(|r| r.kind == "agent") {
             let pid = row.pid.context("an agent has no pid")?;
@@ -210,6 +271,7 @@ pub(super) async fn lifecycle(
                 vm_rss(agent)
                     .with_context(|| format!("read the RSS of {} (pid {agent})", row.name))?,
             );
+            parts.push(rollup(agent)?);
         }
         rss.sort_unstable();
         stand_ins.sort_unstable();
@@ -219,6 +281,24 @@ pub(super) async fn lifecycle(
         say!("idle flock-agent RSS: {:?} KiB", rss.iter().map(|b| b / 1024).collect::<Vec<_>>());
         out.insert("idle_agent_rss_bytes".into(), json!(percentile(&rss, 50.0)));
         out.insert("idle_agent_rss_max_bytes".into(), json!(rss.last().copied().unwrap_or(0)));
+        // What the resident pages are: the agent's own (private: heap, stacks, written data),
+        // its share of what every agent maps (PSS: the binary's and libc's pages count once
+        // across all of them), and the part of RSS that is the binary's file pages.
+        let median = |f: fn(&Rollup) -> u64| {
+            let mut v: Vec<u64> = parts.iter().map(f).collect();
+            v.sort_unstable();
+            percentile(&v, 50.0)
+        };
+        let (private, pss, anon) = (median(|r| r.private), median(|r| r.pss), median(|r| r.anon));
+        say!(
+            "idle flock-agent: private {} KiB (anonymous {} KiB), PSS {} KiB over {N} agents",
+            private / 1024,
+            anon / 1024,
+            pss / 1024
+        );
+        out.insert("idle_agent_private_bytes".into(), json!(private));
+        out.insert("idle_agent_anon_bytes".into(), json!(anon));
+        out.insert("idle_agent_pss_bytes".into(), json!(pss));
     }
 
     if restart {

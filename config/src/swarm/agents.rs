@@ -237,6 +237,8 @@ impl Loader<'_> {
         let ready_timeout_secs = field("ready_timeout_secs")
             .and_then(|(v, what)| r.uint(v, &what, 1, U64_MAX))
             .unwrap_or(defaults.ready_timeout_secs);
+        let delivery_window =
+            field("delivery_window").and_then(|(v, what)| r.uint(v, &what, 1, MAX_WINDOW));
         let workspace = field("workspace").filter(|(v, _)| !v.is_null()).and_then(|(v, what)| {
             let path = PathBuf::from(r.string(v, &what)?);
             // A relative workspace lives under the state dir's `workspaces/`; `..` would take
@@ -355,6 +357,7 @@ impl Loader<'_> {
             extensions,
             delegate: delegate.unwrap_or_default(),
             host,
+            delivery_window,
         })
     }
 

@@ -490,3 +490,143 @@ agents:
     assert_eq!(count_lines(&callee, &["done in", "callee answered work on x"]), 1, "{callee}");
     assert_eq!(swarm.agent("callee")["restarts"], 1);
 }
+
+/// The `(text, attempt)` of every turn `log` shows from `sender`, in the order they ran.
+fn turns_from(log: &str, sender: &str) -> Vec<(String, u32)> {
+    let head = format!("from {sender} (message, attempt ");
+    log.lines()
+        .filter_map(|line| {
+            let rest = &line[line.find(&head)? + head.len()..];
+            let (attempt, text) = rest.split_once("): \"")?;
+            Some((text.split('"').next()?.to_owned(), attempt.parse().ok()?))
+        })
+        .collect()
+}
+
+/// A receiver with a delivery window holds the next messages while a turn runs; when that turn
+/// fails, the ones it holds are handed back (`Rewind`) and come again after the retry, so the
+/// mailbox keeps its order and each message runs one turn.
+#[test]
+fn a_failed_turn_in_a_delivery_window_is_retried_before_the_messages_behind_it() {
+    use flock_testkit::fake_llm::{FakeLlm, FakeProvider, Reply};
+    let fake = FakeLlm::start(FakeProvider::OpenAi);
+    // m-1's first model call fails (401: not retried) once m-2…m-5 are with the agent.
+    let refused =
+        Reply::Error { status: 401, message: "invalid key (fake)".into(), retry_after: None };
+    fake.push(Reply::Delayed(std::time::Duration::from_millis(1500), Box::new(refused)));
+    fake.always(Reply::Text("done".into()));
+    let sends: String = (1..=5)
+        .map(|i| {
+            format!(
+                "          - tool: agents__send\n            args: {{ to: w, text: \"m-{i}\" }}\n"
+            )
+        })
+        .collect();
+    let yaml = format!(
+        r#"swarm:
+  name: window-rewind
+delivery:
+  window: 8
+models:
+  real:
+    provider: openai
+    base_url: "{}"
+    model: test-model
+    api_key_env: FLOCK_TEST_SECRET
+  feeder:
+    provider: scripted
+    rules:
+      - steps:
+{sends}        reply: "fed"
+agents:
+  - {{ name: feeder, role: worker, model: feeder }}
+  - {{ name: w, role: worker, model: real }}
+"#,
+        fake.base_url()
+    );
+    let swarm = Swarm::start(&yaml);
+    swarm.ctl_ok(&["send", "feeder", "go"]);
+    swarm.wait_until(
+        || swarm.agent("w")["turns_total"] == 5 && swarm.agent("w")["mailbox_depth"] == 0,
+        SHORT,
+        "w has run a turn on each of the five messages",
+    );
+    let log = swarm.log("w");
+    assert!(
+        log.contains("4 held deliveries handed back"),
+        "m-2…m-5 were handed over while m-1 ran, and back when it failed:\n{log}"
+    );
+    let expected: Vec<(String, u32)> =
+        [("m-1", 1), ("m-1", 2), ("m-2", 1), ("m-3", 1), ("m-4", 1), ("m-5", 1)]
+            .iter()
+            .map(|(t, a)| (t.to_string(), *a))
+            .collect();
+    assert_eq!(turns_from(&log, "feeder"), expected, "{log}");
+}
+
+/// With a delivery window of 8, `kill -9` of the agent and then of the supervisor while 20
+/// messages are worked through: every message is handled, in order, and its effect (a message
+/// to `sink`) happens exactly once.
+#[test]
+fn a_delivery_window_loses_nothing_and_repeats_no_effect_through_kill_9_of_agent_and_supervisor() {
+    const N: usize = 20;
+    let yaml = format!(
+        r#"swarm:
+  name: window-crash
+delivery:
+  window: 8
+models:
+  plodding:
+    provider: scripted
+    rules:
+      - steps:
+          - delay_ms: 150
+          - tool: agents__send
+            args: {{ to: sink, text: "result of {{input}}" }}
+        reply: "done: {{input}}"
+{}agents:
+  - {{ name: plodder, role: worker, model: plodding }}
+  - {{ name: sink, role: worker, model: sink }}
+"#,
+        answer_model("sink", "sunk")
+    );
+    let mut swarm = Swarm::start(&yaml);
+    let texts: Vec<String> = (0..N).map(|i| format!("msg-{i:02}")).collect();
+    for t in &texts {
+        swarm.ctl_ok(&["send", "plodder", t]);
+    }
+    swarm.wait_until(|| swarm.turns_total("plodder") >= 3, SHORT, "plodder ran 3 turns");
+    let killed = swarm.kill9("plodder");
+    swarm.wait_until(
+        || swarm.turns_total("plodder") >= 8 && !alive(killed),
+        LONG,
+        "plodder is back and ran 8 turns",
+    );
+    let done_before = swarm.turns_total("plodder");
+    assert!(done_before < N as u64, "all {N} turns finished before the kill; nothing was tested");
+    swarm.kill9_supervisor();
+    swarm.wait_until(|| swarm.live_agent_pids().is_empty(), SHORT, "the agents died with it");
+    swarm.restart_supervisor();
+    swarm.wait_until(
+        || {
+            let row = swarm.agent("plodder");
+            row["turns_total"] == N
+                && row["mailbox_depth"] == 0
+                && swarm.turns_total("sink") == N as u64
+        },
+        LONG,
+        "every accepted message is handled after the restarts",
+    );
+    let log = swarm.log("plodder");
+    let mut last = 0;
+    for t in &texts {
+        let done = format!("reply \"done: {t}\"");
+        let at = log.find(&done).unwrap_or_else(|| panic!("{t} was lost:\n{log}"));
+        assert!(at >= last, "{t} was handled out of order:\n{log}");
+        last = at;
+    }
+    let sink = swarm.log("sink");
+    let got: Vec<String> = turns_from(&sink, "plodder").into_iter().map(|(t, _)| t).collect();
+    let want: Vec<String> = texts.iter().map(|t| format!("result of {t}")).collect();
+    assert_eq!(got, want, "the sink gets each result exactly once, in order:\n{sink}");
+}
