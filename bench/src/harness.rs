@@ -15,6 +15,7 @@ mod cluster;
 mod fixture;
 mod io;
 mod lifecycle;
+mod scale;
 
 pub use fixture::RunArgs;
 use fixture::{Bins, num, round3};
@@ -28,9 +29,9 @@ pub fn main(args: RunArgs) -> Result<()> {
 
 async fn run(args: RunArgs) -> Result<()> {
     let started = Instant::now();
-    const FIGURES: [&str; 14] = [
+    const FIGURES: [&str; 15] = [
         "routed", "raw", "durable", "request", "up", "restart", "rss", "sandbox", "memory",
-        "recall", "bridge", "observe", "ui", "cluster",
+        "recall", "bridge", "observe", "ui", "cluster", "scale",
     ];
     if let Some(bad) = args.only.iter().find(|o| !FIGURES.contains(&o.as_str())) {
         bail!("--only {bad}: choose among {}", FIGURES.join(","));
@@ -55,6 +56,10 @@ async fn run(args: RunArgs) -> Result<()> {
         }
         if want("durable") {
             durable(&bins, &root, &args, &mut out).await?;
+        }
+        // Like cluster, only when named: it starts a thousand processes.
+        if args.only.iter().any(|o| o == "scale") {
+            scale::scale(&bins, &root, &args, &mut out).await?;
         }
         if want("sandbox") {
             let helper = bins.supervisor.with_file_name("flock-sandbox");
@@ -412,6 +417,31 @@ fn print_table(out: &Map<String, Value>) {
             None,
             format!("anonymous {:.1} MiB", anon / 1048576.0),
         );
+    }
+    if let Some(n) = get("scale_agents") {
+        let n = n as usize;
+        let pair =
+            |what: &str| (get(&format!("scale_{n}_{what}")), get(&format!("scale_10_{what}")));
+        let scale_rows: [(&str, &str, &str, f64, f64); 4] = [
+            ("up → all ready", "up_ms", "≤ 5 000 ms", 5000.0, 1.0),
+            ("ps (p50)", "ps_p50_ms", "≤ 100 ms", 100.0, 1.0),
+            ("supervisor RSS", "supervisor_rss_bytes", "≤ 200 MB", 200e6, 1048576.0),
+            ("kill -9 of a tenth at once → all ready", "storm_ms", "≤ 2 000 ms", 2000.0, 1.0),
+        ];
+        for (what, key, target, limit, unit) in scale_rows {
+            if let (Some(x), Some(base)) = pair(key) {
+                let shown = |v: f64| {
+                    if unit > 1.0 { format!("{:.1} MiB", v / unit) } else { format!("{v:.1} ms") }
+                };
+                row(
+                    &format!("{n} agents: {what}"),
+                    shown(x),
+                    target,
+                    Some(x <= limit),
+                    format!("10 agents: {}", shown(base)),
+                );
+            }
+        }
     }
     if let Some(x) = get("routed_send_dropped")
         && x > 0.0

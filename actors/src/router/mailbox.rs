@@ -240,14 +240,7 @@ impl RouterState {
                     Frame { correlation_id: Some(id), ..Frame::new(ROUTER, agent, Body::Rewind) };
                 if info.outbox.try_send(rewind).is_err() {
                     // Nothing more until the agent has it: it would drop what came before.
-                    if !slot.retry_scheduled {
-                        slot.retry_scheduled = true;
-                        let name = agent.to_owned();
-                        myself.send_after(Duration::from_millis(10), move || {
-                            RouterMsg::RetryDeliver(name)
-                        });
-                    }
-                    return;
+                    return retry_later(myself, slot, agent);
                 }
                 slot.rewind_owed = None;
             }
@@ -299,13 +292,7 @@ impl RouterState {
                     }
                     Err(_) => {
                         slot.queue.push_front(q);
-                        if !slot.retry_scheduled {
-                            slot.retry_scheduled = true;
-                            let name = agent.to_owned();
-                            myself.send_after(Duration::from_millis(10), move || {
-                                RouterMsg::RetryDeliver(name)
-                            });
-                        }
+                        retry_later(myself, slot, agent);
                         break;
                     }
                 }
@@ -614,5 +601,14 @@ impl RouterState {
             let op = WriteOp::AddTurns { agent, n };
             let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
         }
+    }
+}
+
+/// Tries `agent`'s deliveries again in 10 ms (its outbox was full), unless that is already due.
+fn retry_later(myself: &ActorRef<RouterMsg>, slot: &mut Slot, agent: &str) {
+    if !slot.retry_scheduled {
+        slot.retry_scheduled = true;
+        let name = agent.to_owned();
+        myself.send_after(Duration::from_millis(10), move || RouterMsg::RetryDeliver(name));
     }
 }

@@ -67,10 +67,13 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 5_000)]
     pub cluster_count: u64,
     /// Only these figures (comma-separated): routed,raw,durable,request,up,restart,rss,sandbox,
-    /// memory,recall,bridge,observe,ui,cluster (cluster is left out unless named: it needs
-    /// nats-server).
+    /// memory,recall,bridge,observe,ui,cluster,scale (cluster and scale are left out unless
+    /// named: cluster needs nats-server, scale starts `--agents` processes).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Agents of the `scale` figure (beside 10 in the same run).
+    #[arg(long, default_value_t = 1_000)]
+    pub agents: usize,
     /// Where flock-supervisor and flock-agent are [default: next to this executable].
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
@@ -216,7 +219,16 @@ impl Swarm {
     /// Polls until the control socket answers and `ps` shows `n` agents ready; returns the
     /// connection and the time since the supervisor was spawned.
     pub(super) async fn wait_ready(&mut self, n: usize) -> Result<(Ctl, Duration)> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        self.wait_ready_within(n, Duration::from_secs(30)).await
+    }
+
+    /// [`Swarm::wait_ready`] with a deadline of `wait` (a large swarm takes longer).
+    pub(super) async fn wait_ready_within(
+        &mut self,
+        n: usize,
+        wait: Duration,
+    ) -> Result<(Ctl, Duration)> {
+        let deadline = Instant::now() + wait;
         let sock = self.control_socket();
         let mut ctl = loop {
             if let Ok(conn) = Connection::client(&sock, "flock-bench").await {
@@ -224,7 +236,11 @@ impl Swarm {
             }
             self.check_alive()?;
             if Instant::now() > deadline {
-                bail!("the control socket {} did not answer within 30 s", sock.display());
+                bail!(
+                    "the control socket {} did not answer within {} s",
+                    sock.display(),
+                    wait.as_secs()
+                );
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         };
@@ -237,7 +253,8 @@ impl Swarm {
             self.check_alive()?;
             if Instant::now() > deadline {
                 bail!(
-                    "only {ready} of {n} agents ready after 30 s; log {}:\n{}",
+                    "only {ready} of {n} agents ready after {} s; log {}:\n{}",
+                    wait.as_secs(),
                     self.log.display(),
                     tail(&self.log)
                 );
