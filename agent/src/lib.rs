@@ -39,8 +39,41 @@ use crate::provider::{ChatMessage, LlmProvider, LlmStep, ScriptedProvider, ToolD
 /// Steps (model calls) a turn may take before it is ended (DESIGN.md §7).
 pub const MAX_STEPS: usize = 24;
 use flock_config::SESSION_WINDOW;
-/// Completed delivery ids remembered for dropping redeliveries.
+/// Delivery ids remembered (completed turns, early cancels): at most this many of each.
 const REMEMBERED_IDS: usize = 4096;
+
+/// The last [`REMEMBERED_IDS`] delivery ids of some kind, looked up in O(1).
+#[derive(Default)]
+struct RecentIds {
+    set: HashSet<MsgId>,
+    order: VecDeque<MsgId>,
+}
+
+impl RecentIds {
+    fn insert(&mut self, id: MsgId) {
+        if self.set.insert(id) {
+            self.order.push_back(id);
+        }
+        if self.order.len() > REMEMBERED_IDS
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
+        }
+    }
+
+    fn contains(&self, id: MsgId) -> bool {
+        self.set.contains(&id)
+    }
+
+    /// Forgets `id`; whether it was there.
+    fn take(&mut self, id: MsgId) -> bool {
+        let found = self.set.remove(&id);
+        if found {
+            self.order.retain(|o| *o != id);
+        }
+        found
+    }
+}
 
 /// What the supervisor put in the environment.
 #[derive(Debug, Clone)]
@@ -104,12 +137,8 @@ pub enum ExitReason {
 #[derive(Default)]
 struct Current {
     turn: Mutex<Option<(MsgId, Arc<Notify>)>>,
-    early: Mutex<VecDeque<MsgId>>,
+    early: Mutex<RecentIds>,
 }
-
-/// How many cancels for deliveries not started yet an agent remembers (its delivery window is
-/// at most 4 096).
-const EARLY_CANCELS: usize = 4096;
 
 /// Connects, handshakes and serves until shutdown or disconnection.
 pub async fn run(env: AgentEnv) -> Result<ExitReason> {
@@ -188,10 +217,7 @@ pub async fn run(env: AgentEnv) -> Result<ExitReason> {
                             if let Some(id) = frame.correlation_id {
                                 let mut early =
                                     current.early.lock().unwrap_or_else(|p| p.into_inner());
-                                if early.len() == EARLY_CANCELS {
-                                    early.pop_front();
-                                }
-                                early.push_back(id);
+                                early.insert(id);
                             }
                         }
                     }
@@ -287,7 +313,7 @@ async fn turns(
             Model::Gateway(GatewayProvider::new(client.clone(), spec.role))
         }
     };
-    let mut completed: (HashSet<MsgId>, VecDeque<MsgId>) = Default::default();
+    let mut completed = RecentIds::default();
     // One conversation per channel (key: channel id; "" for direct messages and requests).
     let mut sessions: HashMap<String, Vec<ChatMessage>> = HashMap::new();
     // After a Nack, until the router's `Rewind`: the deliveries held went back to the mailbox
@@ -319,11 +345,7 @@ async fn turns(
             _ => continue,
         };
         let id = frame.id;
-        let cancelled_early = {
-            let mut early = current.early.lock().unwrap_or_else(|p| p.into_inner());
-            let at = early.iter().position(|c| *c == id);
-            at.and_then(|at| early.remove(at)).is_some()
-        };
+        let cancelled_early = current.early.lock().unwrap_or_else(|p| p.into_inner()).take(id);
         if cancelled_early {
             tracing::info!(msg_id = %fmt_id(id), "turn {} cancelled before it started", short(id));
             let nack = Body::Nack { reason: "cancelled".into() };
@@ -335,7 +357,7 @@ async fn turns(
             rewinding = true;
             continue;
         }
-        if completed.0.contains(&id) {
+        if completed.contains(id) {
             tracing::info!(msg_id = %fmt_id(id), "turn {} already completed: acknowledged again", short(id));
             let ack = Frame {
                 correlation_id: Some(id),
@@ -447,13 +469,7 @@ async fn turns(
         }
         rewinding = !acked;
         if acked && delivery.durable {
-            completed.0.insert(id);
-            completed.1.push_back(id);
-            if completed.1.len() > REMEMBERED_IDS
-                && let Some(old) = completed.1.pop_front()
-            {
-                completed.0.remove(&old);
-            }
+            completed.insert(id);
         }
     }
 }

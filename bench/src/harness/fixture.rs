@@ -510,3 +510,12 @@ pub(super) fn throughput(out: &mut Map<String, Value>, key: &str, rounds: &[Valu
         }
     }
 }
+
+/// `kill -9 PID`.
+pub(super) fn kill9(pid: u32) -> Result<()> {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .with_context(|| format!("kill -9 {pid}"))
+}

@@ -223,10 +223,7 @@ pub(super) async fn ui_latency(
         let pid = ctl.ps().await?.iter().find(|r| r.name == "victim").and_then(|r| r.pid);
         let pid = pid.context("the victim has no pid")?;
         let t0 = Instant::now();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )?;
+        super::fixture::kill9(pid)?;
         loop {
             let (r, _) = next_state().await?;
             if r > before {

@@ -353,11 +353,7 @@ pub(super) async fn kill_restarts(
         let pid =
             row.pid.filter(|_| row.state == "ready").context("agent not ready before the kill")?;
         let t = Instant::now();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .with_context(|| format!("kill -9 {pid}"))?;
+        super::fixture::kill9(pid)?;
         loop {
             let rows = ctl.ps().await?;
             let back = rows

@@ -85,11 +85,7 @@ async fn restart_storm(
         .collect::<Result<_>>()?;
     let t = Instant::now();
     for (_, pid) in &victims {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(*pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .with_context(|| format!("kill -9 {pid}"))?;
+        super::fixture::kill9(*pid)?;
     }
     loop {
         let rows = ctl.ps().await?;
