@@ -456,7 +456,21 @@ impl Actor for Router {
                                 },
                             );
                         }
-                        // Its mail stays in the store; the chains no longer wait for it.
+                        // Its mail will never be read: dead letters (listed, never silently
+                        // dropped); the chains no longer wait for it.
+                        if matches!(q.kind, DeliveryKind::Message | DeliveryKind::Result) {
+                            crate::metrics::get().dead_letters.inc();
+                            let op = WriteOp::DeadLetter {
+                                id: q.id,
+                                attempts: q.attempts,
+                                reason: format!("`{name}` was decommissioned before reading it"),
+                            };
+                            let _ = state.store.cast(StoreMsg::Write {
+                                op,
+                                origin: None,
+                                notify: None,
+                            });
+                        }
                         state.leave(q.chain());
                     }
                 }

@@ -422,11 +422,14 @@ fn print_table(out: &Map<String, Value>) {
         let n = n as usize;
         let pair =
             |what: &str| (get(&format!("scale_{n}_{what}")), get(&format!("scale_10_{what}")));
-        let scale_rows: [(&str, &str, &str, f64, f64); 4] = [
-            ("up → all ready", "up_ms", "≤ 5 000 ms", 5000.0, 1.0),
+        let parallel = get("scale_parallel").unwrap_or(1.0);
+        let up = format!("up → all ready (parallel {parallel})");
+        let scale_rows: [(&str, &str, &str, f64, f64); 5] = [
+            (&up, "up_ms", "≤ 5 000 ms", 5000.0, 1.0),
             ("ps (p50)", "ps_p50_ms", "≤ 100 ms", 100.0, 1.0),
             ("supervisor RSS", "supervisor_rss_bytes", "≤ 200 MB", 200e6, 1048576.0),
             ("kill -9 of a tenth at once → all ready", "storm_ms", "≤ 2 000 ms", 2000.0, 1.0),
+            ("down → supervisor gone", "down_ms", "", f64::INFINITY, 1.0),
         ];
         for (what, key, target, limit, unit) in scale_rows {
             if let (Some(x), Some(base)) = pair(key) {
@@ -437,10 +440,20 @@ fn print_table(out: &Map<String, Value>) {
                     &format!("{n} agents: {what}"),
                     shown(x),
                     target,
-                    Some(x <= limit),
+                    limit.is_finite().then_some(x <= limit),
                     format!("10 agents: {}", shown(base)),
                 );
             }
+        }
+        if let Some(x) = get(&format!("scale_{n}_ordered_up_ms")) {
+            let down = get(&format!("scale_{n}_ordered_down_ms")).unwrap_or(0.0);
+            row(
+                &format!("{n} agents: up → all ready (parallel 1)"),
+                format!("{x:.1} ms"),
+                "",
+                None,
+                format!("down {down:.1} ms"),
+            );
         }
     }
     if let Some(x) = get("routed_send_dropped")

@@ -198,7 +198,7 @@ pub struct MaskRule {
 impl SwarmSpec {
     /// The agent (or spawned instance) at this address.
     pub fn agent(&self, key: &str) -> Option<&AgentSpec> {
-        self.agents.iter().find(|a| a.key() == key)
+        self.agents.iter().find(|a| a.has_key(key))
     }
 
     /// The host agents without `host:` run on: the cluster's leader, or [`DEFAULT_HOST`].
@@ -305,6 +305,11 @@ pub struct SupervisionSpec {
     pub heartbeat_interval_ms: u64,
     /// A child that misses this many heartbeats in a row is killed and restarted (3).
     pub heartbeat_misses: u32,
+    /// How many agents may be starting (or stopping) at once, taken in file order (reverse
+    /// order to stop). 1 (the default) is OTP's order: each after the previous one is ready
+    /// (or gone). Large swarms start faster with more: agents start in parallel, so one whose
+    /// start waits on another's readiness would not notice (messages wait in its mailbox).
+    pub parallel: u32,
 }
 
 impl SupervisionSpec {
@@ -325,6 +330,7 @@ impl Default for SupervisionSpec {
             escalate: false,
             heartbeat_interval_ms: 5_000,
             heartbeat_misses: 3,
+            parallel: 1,
         }
     }
 }
@@ -710,6 +716,17 @@ impl AgentSpec {
         match &self.instance {
             Some(i) => format!("{}@{i}", self.name),
             None => self.name.clone(),
+        }
+    }
+
+    /// Whether `key` is this agent's address ([`AgentSpec::key`] without building it: lookups
+    /// by address run on every post and delivery, over every agent).
+    pub fn has_key(&self, key: &str) -> bool {
+        match &self.instance {
+            Some(i) => key
+                .split_once('@')
+                .is_some_and(|(name, instance)| name == self.name && instance == i),
+            None => key == self.name,
         }
     }
 

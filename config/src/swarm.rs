@@ -60,6 +60,7 @@ const SUPERVISION: &[Field<SupervisionSpec>] = &[
     // Below 10 ms heartbeats would be most of what the supervisor does.
     uint!("heartbeat_interval_ms", 10, U64_MAX, heartbeat_interval_ms),
     uint!("heartbeat_misses", 1, U32_MAX, heartbeat_misses),
+    uint!("parallel", 1, MAX_PARALLEL, parallel),
 ];
 
 /// `delivery:` — durable mailboxes, requests and frames.
@@ -193,6 +194,9 @@ const GIB: i128 = 1 << 30;
 /// The largest delivery window: past it an agent would hold more of its mailbox in memory than
 /// it can work through before a crash throws it away.
 const MAX_WINDOW: i128 = 4096;
+/// The most agents starting at once: past it the forks, execs and handshakes only queue up on
+/// the machine's cores.
+const MAX_PARALLEL: i128 = 256;
 
 /// Validates a parsed swarm file. `origin` is the swarm file's path as given; relative paths in
 /// the file are resolved against its folder.

@@ -114,6 +114,7 @@ fn every_setting_is_read_when_given() {
   escalate: true
   heartbeat_interval_ms: 60
   heartbeat_misses: 7
+  parallel: 16
 delivery:
   max_delivery_attempts: 8
   request_timeout_ms: 9
@@ -141,6 +142,7 @@ agents:
         escalate: true,
         heartbeat_interval_ms: 60,
         heartbeat_misses: 7,
+        parallel: 16,
     };
     assert_eq!(spec.supervision, expected);
     let delivery = DeliverySpec {

@@ -227,7 +227,8 @@ pub struct ChildSupState {
     order: Vec<String>,
     children: HashMap<String, Child>,
     start_queue: VecDeque<String>,
-    starting: Option<String>,
+    /// Spawned and not ready yet: at most `supervision.parallel`.
+    starting: Vec<String>,
     start_all_waiters: Vec<RpcReplyPort<()>>,
     groups: Vec<RestartGroup>,
     stop_all: Option<(Vec<String>, RpcReplyPort<()>)>,
@@ -256,7 +257,7 @@ impl Actor for ChildSupervisor {
             args,
             children,
             start_queue: VecDeque::new(),
-            starting: None,
+            starting: Vec::new(),
             start_all_waiters: Vec::new(),
             groups: Vec::new(),
             stop_all: None,
@@ -304,8 +305,7 @@ impl Actor for ChildSupervisor {
                 for w in c.ready_waiters.drain(..) {
                     let _ = w.send(Ok(format!("{agent} is ready (pid {pid})")));
                 }
-                if st.starting.as_deref() == Some(agent.as_str()) {
-                    st.starting = None;
+                if st.started(&agent) {
                     st.start_next(&myself).await;
                 }
             }
@@ -500,20 +500,42 @@ impl ChildSupState {
         format!("no agent named `{name}`; agents: {}", self.order.join(", "))
     }
 
-    /// Forgets a decommissioned child, and tells the router to stop routing to it.
+    /// Forgets a decommissioned child, and tells the router to stop routing to it. Nothing of
+    /// it stays open here: its log is retired, and an instance's own workspace goes if the
+    /// instance left nothing in it (a workspace with files is the work's result: it stays).
     fn forget(&mut self, name: &str) {
-        self.children.remove(name);
+        let Some(c) = self.children.remove(name) else { return };
         self.order.retain(|n| n != name);
         self.args.logs.line(name, "flock", "decommissioned");
+        self.args.logs.retire(name);
+        if c.spec.instance.is_some() && c.spec.workspace.is_none() {
+            // `remove_dir` removes an empty folder only.
+            let _ = std::fs::remove_dir(self.args.state_dir.workspaces().join(name));
+        }
         let _ = self.args.router.cast(RouterMsg::RemoveAgent { name: name.into() });
     }
 
-    /// Spawns the next queued child unless one is still starting.
+    /// `name` is no longer starting (ready, exited or failed to spawn); whether it was.
+    fn started(&mut self, name: &str) -> bool {
+        let before = self.starting.len();
+        self.starting.retain(|n| n != name);
+        self.starting.len() < before
+    }
+
+    /// How many children may be starting, or stopping during `down`, at once.
+    fn parallel(&self) -> usize {
+        self.args.spec.supervision.parallel.max(1) as usize
+    }
+
+    /// Spawns queued children, in order, while fewer than `supervision.parallel` are starting.
     async fn start_next(&mut self, myself: &ActorRef<ChildMsg>) {
-        while self.starting.is_none() {
+        while self.starting.len() < self.parallel() {
             let Some(name) = self.start_queue.pop_front() else {
-                for w in self.start_all_waiters.drain(..) {
-                    let _ = w.send(());
+                // Every queued child has started once none is still starting.
+                if self.starting.is_empty() {
+                    for w in self.start_all_waiters.drain(..) {
+                        let _ = w.send(());
+                    }
                 }
                 return;
             };
@@ -537,7 +559,7 @@ impl ChildSupState {
         let spec = spawn_spec(&self.args, &c.spec, &token);
         c.state = ChildState::Starting;
         c.kill_reason = None;
-        self.starting = Some(name.to_owned());
+        self.starting.push(name.to_owned());
         match self.args.processes.spawn(spec).await {
             Ok(child) => {
                 let pid = child.pid;
@@ -599,9 +621,7 @@ impl ChildSupState {
         for w in c.ready_waiters.drain(..) {
             let _ = w.send(Err(format!("{name} could not start: {error}")));
         }
-        if self.starting.as_deref() == Some(name) {
-            self.starting = None;
-        }
+        self.started(name);
         self.start_next(myself).await;
     }
 
@@ -639,9 +659,8 @@ impl ChildSupState {
                 logs.line(&n, "flock", &format!("killed {killed} process(es) it had left running"));
             }
         });
-        if self.starting.as_deref() == Some(name) {
-            self.starting = None;
-        }
+        self.started(name);
+        let Some(c) = self.children.get_mut(name) else { return };
         match c.intent {
             Intent::Stop => {
                 c.state = ChildState::Stopped;
@@ -798,18 +817,23 @@ impl ChildSupState {
     }
 
     fn continue_stop_all(&mut self, myself: &ActorRef<ChildMsg>) {
-        // Stop in reverse start order, one at a time.
-        loop {
-            let Some((remaining, _)) = &mut self.stop_all else { return };
-            let Some(next) = remaining.first().cloned() else { break };
-            if self.children.get(&next).is_some_and(|c| c.pid.is_some()) {
-                self.begin_stop(myself, &next, Intent::Stop);
-                return;
-            }
-            remaining.remove(0);
-        }
-        if let Some((_, reply)) = self.stop_all.take() {
+        // Stop in reverse start order, `supervision.parallel` at a time.
+        let parallel = self.parallel();
+        let Some((remaining, _)) = &mut self.stop_all else { return };
+        remaining.retain(|n| self.children.get(n).is_some_and(|c| c.pid.is_some()));
+        let next: Vec<String> = remaining
+            .iter()
+            .take(parallel)
+            .filter(|n| self.children.get(*n).is_some_and(|c| c.state != ChildState::Stopping))
+            .cloned()
+            .collect();
+        if remaining.is_empty()
+            && let Some((_, reply)) = self.stop_all.take()
+        {
             let _ = reply.send(());
+        }
+        for name in next {
+            self.begin_stop(myself, &name, Intent::Stop);
         }
     }
 

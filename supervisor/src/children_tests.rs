@@ -402,3 +402,46 @@ async fn an_agent_silent_past_its_heartbeat_misses_is_killed_and_restarted() {
     assert_eq!((ps["b"].pid, ps["b"].restarts), (Some(pids[1]), 0));
     h.ready("a", pid);
 }
+
+#[tokio::test(start_paused = true)]
+async fn parallel_starts_keep_file_order_and_at_most_n_starting_at_once() {
+    let mut h = harness(&["a", "b", "c", "d"], "  parallel: 2").await;
+    let (tx, mut started) = oneshot::channel();
+    h.sup.cast(ChildMsg::StartAll(tx.into())).expect("cast");
+    // Two start at once, in file order; the third waits for one of them to be ready.
+    let a = h.spawned("a").await;
+    let b = h.spawned("b").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(h.calls.try_recv().is_err(), "no third start while two are starting");
+    h.ready("b", b);
+    let c = h.spawned("c").await;
+    h.ready("a", a);
+    let d = h.spawned("d").await;
+    h.ready("c", c);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(started.try_recv().is_err(), "StartAll answers only once every agent is ready");
+    h.ready("d", d);
+    started.await.expect("StartAll answers once all are ready");
+    let ps = h.ps().await;
+    assert!(ps.values().all(|c| c.state == "ready"), "{ps:?}");
+
+    // `down` stops two at a time, last started first.
+    let (tx, mut stopped) = oneshot::channel();
+    h.sup.cast(ChildMsg::StopAll(tx.into())).expect("cast");
+    assert_eq!(h.next_call().await, Call::RouterStop("d".into()));
+    assert_eq!(h.next_call().await, Call::RouterStop("c".into()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(h.calls.try_recv().is_err(), "no third stop while two are stopping");
+    h.processes.end(c, exit_code(0));
+    assert_eq!(h.next_call().await, Call::RouterStop("b".into()));
+    for pid in [d, b] {
+        h.processes.end(pid, exit_code(0));
+    }
+    assert_eq!(h.next_call().await, Call::RouterStop("a".into()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(stopped.try_recv().is_err(), "StopAll answers only once every agent is gone");
+    h.processes.end(a, exit_code(0));
+    stopped.await.expect("StopAll answers once all are stopped");
+    let ps = h.ps().await;
+    assert!(ps.values().all(|c| c.state == "stopped" && c.pid.is_none()), "{ps:?}");
+}

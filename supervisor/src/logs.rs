@@ -24,6 +24,10 @@ struct AgentLog {
     size: u64,
     ring: VecDeque<String>,
     live: broadcast::Sender<String>,
+    /// Output streams of the agent's process still being copied in.
+    captures: usize,
+    /// The agent is gone for good: let go of the file and the lines once `captures` is 0.
+    retired: bool,
 }
 
 impl AgentLog {
@@ -31,7 +35,15 @@ impl AgentLog {
         let file = OpenOptions::new().create(true).append(true).open(&path).ok();
         let size = file.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len());
         let ring = tail_lines(&path, RING_LINES);
-        AgentLog { path, file, size, ring, live: broadcast::channel(1024).0 }
+        AgentLog {
+            path,
+            file,
+            size,
+            ring,
+            live: broadcast::channel(1024).0,
+            captures: 0,
+            retired: false,
+        }
     }
 
     fn push(&mut self, line: String) {
@@ -184,12 +196,39 @@ impl LogHub {
         out: impl AsyncRead + Unpin + Send + 'static,
     ) {
         let hub = self.clone();
+        hub.with(&agent, |l| l.captures += 1);
         tokio::spawn(async move {
             let mut lines = BufReader::new(out).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 hub.line(&agent, stream, &line);
             }
+            let mut logs = hub.lock();
+            if let Some(l) = logs.agents.get_mut(&agent) {
+                l.captures = l.captures.saturating_sub(1);
+                if l.retired && l.captures == 0 {
+                    logs.agents.remove(&agent);
+                }
+            }
         });
+    }
+
+    /// The agent is gone for good (decommissioned): its log file is closed and its lines leave
+    /// memory once the last of its output is in (the file stays; `flockctl logs` reads it
+    /// again if asked). Followers of its log see it end.
+    pub fn retire(&self, agent: &str) {
+        let mut logs = self.lock();
+        if let Some(l) = logs.agents.get_mut(agent) {
+            if l.captures == 0 {
+                logs.agents.remove(agent);
+            } else {
+                l.retired = true;
+            }
+        }
+    }
+
+    /// Logs open in memory (each holds its file open).
+    pub fn open_logs(&self) -> usize {
+        self.lock().agents.len()
     }
 }
 

@@ -99,7 +99,7 @@ impl Processes for Spawner {
     }
 
     fn sweep(&self) -> usize {
-        sweep_orphans()
+        sweep_after_exit()
     }
 }
 
@@ -136,7 +136,7 @@ impl Spawner {
                     if let Ok(c) = &child
                         && let Some(pid) = c.id()
                     {
-                        spawned.insert(pid);
+                        spawned.register(pid);
                     }
                     drop(spawned);
                     let _ = job.reply.send(child);
@@ -240,10 +240,24 @@ pub fn hand_over(
 }
 
 /// Pids this process spawned and has not seen go: everything else among its children is an
-/// orphan it adopted.
-static SPAWNED: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+/// orphan it adopted. Each pid carries the number of the spawn that registered it, so a sweep
+/// that read the process table without the lock forgets only pids registered before it began.
+static SPAWNED: Mutex<Spawned> = Mutex::new(Spawned { pids: BTreeMap::new(), spawns: 0 });
 
-fn lock_spawned() -> std::sync::MutexGuard<'static, BTreeSet<u32>> {
+struct Spawned {
+    /// Pid → the spawn count when it was registered.
+    pids: BTreeMap<u32, u64>,
+    spawns: u64,
+}
+
+impl Spawned {
+    fn register(&mut self, pid: u32) {
+        self.spawns += 1;
+        self.pids.insert(pid, self.spawns);
+    }
+}
+
+fn lock_spawned() -> std::sync::MutexGuard<'static, Spawned> {
     SPAWNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -259,22 +273,29 @@ pub fn become_subreaper() -> Result<()> {
 /// Kills and reaps every child of this process it did not spawn itself: what exited agents (or
 /// the model server) left behind. Repeats until none is left, since killing one hands its own
 /// children to us. Returns how many it killed. Blocking: call it from a blocking task.
+///
+/// It reads the whole process table (`/proc`) without holding the spawn lock, so spawning goes
+/// on meanwhile; see [`sweep_after_exit`] for many exits at once.
 pub fn sweep_orphans() -> usize {
     let me = std::process::id() as i32;
     let mut killed = 0;
     // Bounded: a fork bomb racing the sweep is stopped by the next sweep, not by this loop.
     for _ in 0..200 {
-        let orphans: Vec<i32> = {
+        let began = lock_spawned().spawns;
+        let children: BTreeSet<u32> = children_of(me).into_iter().map(|p| p as u32).collect();
+        let orphans: Vec<u32> = {
             let mut spawned = lock_spawned();
-            let children = children_of(me);
-            spawned.retain(|pid| children.contains(&(*pid as i32)));
-            children.into_iter().filter(|pid| !spawned.contains(&(*pid as u32))).collect()
+            // Gone: registered before this read of the table and not in it. A pid registered
+            // since is kept (the read may have missed it); one seen in the table but spawned
+            // meanwhile was registered before the lock was free again.
+            spawned.pids.retain(|pid, n| *n > began || children.contains(pid));
+            children.into_iter().filter(|pid| !spawned.pids.contains_key(pid)).collect()
         };
         if orphans.is_empty() {
             break;
         }
         for &pid in &orphans {
-            let pid = nix::unistd::Pid::from_raw(pid);
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
             // A killed process is ours to reap (it is no tokio child: nobody else waits for it).
             let _ = nix::sys::wait::waitpid(pid, None);
@@ -282,6 +303,35 @@ pub fn sweep_orphans() -> usize {
         }
     }
     killed
+}
+
+/// Whether a sweep runs, and whether an exit asked for another pass while it did.
+static SWEEPING: Mutex<(bool, bool)> = Mutex::new((false, false));
+
+/// [`sweep_orphans`] after a child's exit. One sweep runs at a time: an exit that comes while
+/// one runs asks it for one more pass instead of starting its own, so 100 agents killed at
+/// once cost a few reads of the process table, not 100. Returns how many this call killed
+/// (0 when it only asked the running sweep for another pass).
+pub fn sweep_after_exit() -> usize {
+    let lock = || SWEEPING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    {
+        let mut s = lock();
+        if s.0 {
+            s.1 = true;
+            return 0;
+        }
+        *s = (true, false);
+    }
+    let mut killed = 0;
+    loop {
+        killed += sweep_orphans();
+        let mut s = lock();
+        if !s.1 {
+            s.0 = false;
+            return killed;
+        }
+        s.1 = false;
+    }
 }
 
 /// The pids whose parent is `parent`, from `/proc/<pid>/stat`.

@@ -94,18 +94,40 @@ fn with_registry(mut spec: SwarmSpec, store: &Store) -> Result<SwarmSpec> {
     Ok(spec)
 }
 
-/// Raises the soft limit on open files to the hard limit (at most 65 536): each agent and each
-/// `flockctl` holds a socket, and the listeners serve up to
-/// [`flock_actors::server::MAX_CONNECTIONS`] each; a default soft limit of 1 024 would run out
-/// first.
-fn raise_fd_limit() {
+/// Descriptors the supervisor holds per agent: its connection, its stdout and stderr pipes, the
+/// pidfd its exit is awaited on, and one spare (a restart overlaps the old connection's close).
+const FDS_PER_AGENT: u64 = 5;
+
+/// Raises the soft limit on open files to the hard limit (at most 65 536): each agent holds a
+/// socket, two pipes and a pidfd here, and each `flockctl` a socket; a default soft limit of
+/// 1 024 runs out at ~200 agents. Says so when even the hard limit is too low for `agents`.
+/// Returns the soft limit now in force.
+fn raise_fd_limit(agents: usize) -> u64 {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        let want = hard.min(65_536);
-        if soft < want {
-            let _ = setrlimit(Resource::RLIMIT_NOFILE, want, hard);
-        }
+    let Ok((mut soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return 1024 };
+    let want = hard.min(65_536);
+    if soft < want && setrlimit(Resource::RLIMIT_NOFILE, want, hard).is_ok() {
+        soft = want;
     }
+    let needed = agents as u64 * FDS_PER_AGENT + 256;
+    if soft < needed {
+        tracing::warn!(
+            soft,
+            hard,
+            needed,
+            "flock: the open-files limit ({soft}, hard limit {hard}) is too low for {agents} agents \
+             (~{FDS_PER_AGENT} each, {needed} in all): agents beyond it will fail to start; raise \
+             the hard limit (`ulimit -Hn`, or LimitNOFILE= in a systemd unit) before `up`"
+        );
+    }
+    soft
+}
+
+/// Connections the agents' socket serves at once: every agent holds one, a restart briefly
+/// two, and agents created at run time need theirs; bounded by the descriptors there are.
+fn agent_connections(fd_limit: u64) -> usize {
+    let by_fds = (fd_limit / FDS_PER_AGENT) as usize * 2;
+    by_fds.clamp(flock_actors::server::MAX_CONNECTIONS, 65_536)
 }
 
 /// Checks that every model an agent uses has its API key (read from the variable its
@@ -261,7 +283,7 @@ pub async fn up(
     let rules: Vec<(String, String)> =
         spec.mask.iter().map(|r| (r.name.clone(), r.pattern.clone())).collect();
     flock_memory::mask::set_extra_rules(&rules).map_err(|e| anyhow!(e))?;
-    raise_fd_limit();
+    let fd_limit = raise_fd_limit(spec.agents.len());
     // Whatever an agent starts stays in our process tree, to be stopped with it (spawn.rs).
     crate::spawn::become_subreaper()?;
     let usage = store.token_totals().context("read token totals")?;
@@ -449,7 +471,7 @@ pub async fn up(
         max_frame_bytes: spec.delivery.max_frame_bytes,
         outbox_frames: spec.delivery.outbox_frames,
         uid: nix::unistd::getuid().as_raw(),
-        max_connections: flock_actors::server::MAX_CONNECTIONS,
+        max_connections: agent_connections(fd_limit),
     };
     let agents_listener = UnixTransport::new(state.router_socket())
         .bind()
@@ -492,7 +514,9 @@ pub async fn up(
             return Err(e);
         }
     };
-    serve::<UnixTransport>(control_listener, ConnKind::Control, router.clone(), limits);
+    let control_limits =
+        ConnLimits { max_connections: flock_actors::server::MAX_CONNECTIONS, ..limits };
+    serve::<UnixTransport>(control_listener, ConnKind::Control, router.clone(), control_limits);
     let ms = t0.elapsed().as_millis() as u64;
     tracing::info!(
         swarm = %spec.name,

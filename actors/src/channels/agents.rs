@@ -30,7 +30,7 @@ impl ChannelsState {
         }
         let decommissioned = {
             let n = name.clone();
-            self.db(move |s| Ok(s.decommissioned_agents()?.contains(&n))).await?
+            self.db(move |s| s.is_decommissioned(&n)).await?
         };
         if self.is_agent(&name) || decommissioned {
             return Err(bad(format!(
@@ -167,7 +167,7 @@ impl ChannelsState {
         };
         let n = name.clone();
         self.db(move |s| s.decommission_agent(&n)).await?;
-        self.agents.retain(|a| a.key() != name);
+        self.agents.retain(|a| !a.has_key(&name));
         let mut archiving = Vec::new();
         for c in self.channels.values_mut() {
             if c.members.contains(&name) {
@@ -178,7 +178,14 @@ impl ChannelsState {
                 }
             }
         }
+        // Nothing of it stays in memory either (a swarm that spawns a worker per conversation
+        // must not grow with every conversation).
         self.cursors.retain(|(a, _), _| a != &name);
+        self.armed.retain(|(a, _)| a != &name);
+        self.retry.retain(|(a, _), _| a != &name);
+        self.delta_chain.retain(|(a, _), _| a != &name);
+        self.states.remove(&name);
+        self.cards.remove(&name);
         ops(AgentOp::Decommission { name: name.clone() });
         self.journal(
             JournalEvent::new(

@@ -204,7 +204,13 @@ impl ChannelsState {
     ) -> Result<String, (ErrorCode, String)> {
         let id = dm_channel_id(a, b);
         if !self.channels.contains_key(&id) {
-            let members = vec![a.to_owned(), b.to_owned()];
+            // An agent's answer may come in after it was decommissioned: the person still gets
+            // it, but a gone agent becomes no member (decommissioning has removed it everywhere).
+            let members: Vec<String> = [a, b]
+                .into_iter()
+                .filter(|m| m.starts_with("human:") || self.is_agent(m))
+                .map(str::to_owned)
+                .collect();
             self.add_channel(ChannelRow::new(&id, &format!("DM {a} / {b}"), "", a, true, members))
                 .await?;
         }

@@ -198,7 +198,7 @@ impl ChannelsState {
 
     /// The agent or spawned instance at this address (`name` or `name@instance`).
     pub(super) fn agent(&self, key: &str) -> Option<&AgentSpec> {
-        self.agents.iter().find(|a| a.key() == key)
+        self.agents.iter().find(|a| a.has_key(key))
     }
 
     pub(super) fn role_of(&self, agent: &str) -> Option<Role> {

@@ -225,7 +225,7 @@ impl RouterState {
             .iter()
             .filter_map(|n| self.slots.get(n).map(|s| &s.spec))
             .chain(elsewhere)
-            .filter(move |a| a.key() != caller)
+            .filter(move |a| !a.has_key(caller))
     }
 }
 

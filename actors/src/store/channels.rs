@@ -499,16 +499,43 @@ impl Store {
         Ok(())
     }
 
-    /// Marks an agent decommissioned (it is not started again; its messages stay).
+    /// Decommissions an agent: it is not started again, and what only a running agent needs
+    /// goes (memberships, delta cursors, state, card, archive votes). Its history stays (its
+    /// messages, sessions and journal entries). A named agent stays in the registry, marked, so
+    /// its name is not given out again; an instance (`name@key`) leaves no row: a key may be
+    /// spawned again, and a swarm that spawns a worker per conversation must not grow a row per
+    /// conversation.
     pub fn decommission_agent(&mut self, name: &str) -> Result<(), StoreError> {
         let now = now_ms();
-        self.conn.execute(
-            "INSERT INTO agents_registry (name, created_at, decommissioned_at) VALUES (?1, ?2, ?2)
-             ON CONFLICT (name) DO UPDATE SET decommissioned_at = ?2",
-            params![name, now],
-        )?;
-        self.conn.execute("DELETE FROM channel_members WHERE member = ?1", params![name])?;
+        let tx = self.conn.transaction()?;
+        if name.contains('@') {
+            tx.execute("DELETE FROM agents_registry WHERE name = ?1", params![name])?;
+        } else {
+            tx.execute(
+                "INSERT INTO agents_registry (name, created_at, decommissioned_at) VALUES (?1, ?2, ?2)
+                 ON CONFLICT (name) DO UPDATE SET decommissioned_at = ?2",
+                params![name, now],
+            )?;
+        }
+        tx.execute("DELETE FROM channel_members WHERE member = ?1", params![name])?;
+        for table in ["cursors", "agent_states", "cards", "archive_ready"] {
+            tx.execute(&format!("DELETE FROM {table} WHERE agent = ?1"), params![name])?;
+        }
+        tx.commit()?;
         Ok(())
+    }
+
+    /// Whether `name` was decommissioned.
+    pub fn is_decommissioned(&self, name: &str) -> Result<bool, StoreError> {
+        let found: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT 1 FROM agents_registry WHERE name = ?1 AND decommissioned_at IS NOT NULL",
+                params![name],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(found.is_some())
     }
 
     /// Agents created at run time and still in service: their specs as JSON.

@@ -74,6 +74,10 @@ pub struct RunArgs {
     /// Agents of the `scale` figure (beside 10 in the same run).
     #[arg(long, default_value_t = 1_000)]
     pub agents: usize,
+    /// `supervision.parallel` of the `scale` figure: agents starting (and stopping) at once.
+    /// `up` of `--agents` is also timed once at 1 (each after the previous is ready).
+    #[arg(long, default_value_t = 8)]
+    pub parallel: u32,
     /// Where flock-supervisor and flock-agent are [default: next to this executable].
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
@@ -264,7 +268,18 @@ impl Swarm {
     }
 
     /// `flockctl down`, then waits for the supervisor to exit (killing it after 15 s).
-    pub(super) async fn down(mut self, ctl: Option<Ctl>) -> Result<()> {
+    pub(super) async fn down(self, ctl: Option<Ctl>) -> Result<()> {
+        self.down_within(ctl, Duration::from_secs(15)).await.map(drop)
+    }
+
+    /// Stops the swarm; how long the supervisor took to exit (`None`: it was still running
+    /// after `within` and was killed).
+    pub(super) async fn down_within(
+        mut self,
+        ctl: Option<Ctl>,
+        within: Duration,
+    ) -> Result<Option<Duration>> {
+        let asked = Instant::now();
         if let Some(mut ctl) = ctl {
             let _ = ctl.call(Body::Control(ControlRequest::Down)).await;
         } else {
@@ -273,17 +288,16 @@ impl Swarm {
                 nix::sys::signal::Signal::SIGTERM,
             );
         }
-        let deadline = Instant::now() + Duration::from_secs(15);
         while self.child.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                say!("flock-supervisor did not stop within 15 s: killing it");
+            if asked.elapsed() > within {
+                say!("flock-supervisor did not stop within {} s: killing it", within.as_secs());
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                break;
+                return Ok(None);
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        Ok(())
+        Ok(Some(asked.elapsed()))
     }
 }
 

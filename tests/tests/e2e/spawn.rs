@@ -52,3 +52,139 @@ agents:
     swarm.wait_for_log("other", "reply \"tried\"", SHORT);
     assert!(swarm.log("other").contains("FORBIDDEN"), "{}", swarm.log("other"));
 }
+
+/// What the supervisor holds that grows with the agents it ever ran: its open descriptors, its
+/// child processes, rows of run-time agents, and workspaces.
+#[derive(Debug, PartialEq)]
+struct Footprint {
+    fds: usize,
+    children: usize,
+    registry_rows: i64,
+    /// `table agent` of each row an instance left.
+    state_rows: Vec<String>,
+    pending_messages: i64,
+    workspaces: usize,
+}
+
+fn footprint(swarm: &Swarm) -> Footprint {
+    let sup = swarm.supervisor_pid().expect("the supervisor runs");
+    let fds = std::fs::read_dir(format!("/proc/{sup}/fd")).expect("its descriptors").count();
+    let children = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
+                // `pid (comm) state ppid …`: the comm may hold spaces, so read after its `)`.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(sup)
+            })
+        })
+        .count();
+    let db = rusqlite::Connection::open_with_flags(
+        swarm.state_dir().join("flock.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open the store read-only");
+    let count = |sql: &str| db.query_row(sql, [], |r| r.get::<_, i64>(0)).expect(sql);
+    Footprint {
+        fds,
+        children,
+        registry_rows: count("SELECT COUNT(*) FROM agents_registry"),
+        state_rows: {
+            let mut stmt = db
+                .prepare(
+                    "SELECT 'agent_states ' || agent FROM agent_states WHERE agent LIKE 'worker@%'
+                     UNION ALL SELECT 'cursors ' || agent FROM cursors WHERE agent LIKE 'worker@%'
+                     UNION ALL SELECT 'channel_members ' || member FROM channel_members
+                               WHERE member LIKE 'worker@%'
+                     UNION ALL SELECT 'cards ' || agent FROM cards WHERE agent LIKE 'worker@%'",
+                )
+                .expect("prepare");
+            stmt.query_map([], |r| r.get::<_, String>(0))
+                .expect("query")
+                .collect::<Result<_, _>>()
+                .expect("rows")
+        },
+        pending_messages: count("SELECT COUNT(*) FROM messages WHERE state = 0"),
+        workspaces: std::fs::read_dir(swarm.state_dir().join("workspaces"))
+            .map_or(0, |d| d.count()),
+    }
+}
+
+/// The seed's spawn-per-conversation pattern at load (issue #28): 200 worker instances spawned
+/// from the CLI by four people at once, each sent a message and put in a channel, then
+/// decommissioned. Afterwards the supervisor holds exactly what it held before: no process, no
+/// descriptor (socket, pipe, pidfd, log file), no registry, state, cursor or membership row, no
+/// mail waiting for an instance that is gone (it is a dead letter, listed), no empty workspace.
+/// Instances' logs and messages stay: they are history.
+#[test]
+fn a_spawn_storm_of_200_instances_leaves_nothing_behind() {
+    let yaml = format!(
+        r#"swarm: {{ name: storm }}
+channels: {{ delta_delay_min_ms: 0, delta_delay_max_ms: 0 }}
+models:
+{}agents:
+  - {{ name: orchestrator, role: orchestrator, model: m }}
+  - {{ name: worker, role: worker, model: m }}
+"#,
+        answer_model("m", "done: {input}")
+    );
+    let swarm = Swarm::start(&yaml);
+    swarm.ctl_ok(&["channel", "create", "room", "--members", "worker", "--as", "alice"]);
+    let before = footprint(&swarm);
+    let spawned_at = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for person in 0..4 {
+            let swarm = &swarm;
+            s.spawn(move || {
+                for i in 0..50 {
+                    let key = format!("p{person}-c{i}");
+                    let address = format!("worker@{key}");
+                    let out = swarm.ctl_ok(&[
+                        "agent",
+                        "spawn",
+                        "worker",
+                        "--instance",
+                        &key,
+                        "--as",
+                        "alice",
+                        "--json",
+                    ]);
+                    let spawned: serde_json::Value =
+                        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+                    assert_eq!(spawned["address"], address.as_str(), "{out}");
+                    swarm.ctl_ok(&["send", &address, "hello"]);
+                    swarm.ctl_ok(&[
+                        "channel", "members", "room", "--add", &address, "--as", "alice",
+                    ]);
+                    swarm.ctl_ok(&["agent", "decommission", &address, "--as", "alice"]);
+                }
+            });
+        }
+    });
+    let took = spawned_at.elapsed();
+    eprintln!("200 instances spawned, used and decommissioned in {took:?}");
+    // Stopping is asynchronous: wait until the last instance is gone from `ps`.
+    swarm.wait_until(
+        || swarm.ps().iter().all(|r| !r["name"].as_str().unwrap_or("").starts_with("worker@")),
+        crate::SHORT,
+        "every instance gone from ps",
+    );
+    let mut after = footprint(&swarm);
+    // The last exits' bookkeeping (reaping, closing pipes) may trail `ps` by a moment.
+    for _ in 0..100 {
+        if after == before {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        after = footprint(&swarm);
+    }
+    assert_eq!(after, before, "{}", swarm.report("the storm left something behind"));
+    // What stays is history: each instance's log, and its mail as dead letters if unread.
+    assert!(swarm.state_dir().join("logs/worker@p3-c49.log").exists());
+    assert!(swarm.log("worker@p0-c0").contains("decommissioned"));
+    // The swarm still works.
+    swarm.ctl_ok(&["send", "worker", "still there?"]);
+    swarm.wait_for_log("worker", "reply \"done: still there?\"", crate::SHORT);
+}

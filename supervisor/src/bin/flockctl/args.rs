@@ -507,6 +507,21 @@ pub(crate) enum AgentCommand {
         #[arg(long)]
         json: bool,
     },
+    /// A new process of a declared agent with its own instance key, addressed as AGENT@KEY (a
+    /// worker per conversation); it answers the address again if the instance exists.
+    /// Decommission it when its work is done.
+    Spawn {
+        /// The declared agent to run another instance of.
+        agent: String,
+        /// The instance key (1–63 of a-z, 0-9 and -) [default: a random one].
+        #[arg(long)]
+        instance: Option<String>,
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Stop an agent for good and remove it from every channel (its history stays).
     Decommission {
         name: String,

@@ -120,6 +120,13 @@ pub(crate) async fn agent(conn: &mut Connection, command: AgentCommand) -> Resul
             }
             ("flock_create_agent", args, as_name, json)
         }
+        AgentCommand::Spawn { agent, instance, as_name, json } => {
+            let mut args = json!({"agent": agent});
+            if let Some(i) = instance {
+                args["instance"] = json!(i);
+            }
+            ("agents__spawn", args, as_name, json)
+        }
         AgentCommand::Decommission { name, as_name, json } => {
             ("flock_decommission_agent", json!({"name": name}), as_name, json)
         }
@@ -189,6 +196,7 @@ fn print_result(tool: &str, r: &serde_json::Value, as_json: bool) {
             println!("created agent {} ({}), {}", s("name"), s("role"), s("state"))
         }
         "flock_decommission_agent" => println!("decommissioned {}", s("name")),
+        "agents__spawn" => println!("spawned {} ({})", s("address"), s("state")),
         _ => println!("{r}"),
     }
 }
