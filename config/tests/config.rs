@@ -1019,3 +1019,17 @@ fn a_host_without_a_cluster_or_a_bad_cluster_is_refused_where_it_is_written() {
     assert_mentions(&e, &["secret_env", "NAME an environment variable"]);
     assert!(!e.message.contains("hunter2"), "{}", e.message);
 }
+
+#[test]
+fn an_agent_is_found_by_its_address_with_or_without_an_instance() {
+    let spec = ok(&swarm("agents:\n  - { name: worker, role: worker }\n"));
+    let declared = spec.agents[0].clone();
+    assert!(declared.has_key("worker"));
+    assert!(!declared.has_key("worker@a") && !declared.has_key("work") && !declared.has_key(""));
+    let instance = flock_config::AgentSpec { instance: Some("a".into()), ..declared };
+    assert_eq!(instance.key(), "worker@a");
+    assert!(instance.has_key("worker@a"));
+    for other in ["worker", "worker@b", "worker@", "other@a", "worker@a@a"] {
+        assert!(!instance.has_key(other), "{other}");
+    }
+}

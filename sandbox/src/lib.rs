@@ -33,6 +33,7 @@ pub mod cage;
 pub mod children;
 pub mod docker;
 pub mod helper;
+pub mod launch;
 mod seccomp;
 
 /// The uid a sandboxed command runs as (outside the namespace) when Flock itself runs as root:

@@ -1,10 +1,17 @@
-//! Spawning agent processes. All forks happen on one long-lived thread because
-//! `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process: a
+//! Spawning agent processes. All spawns happen on one long-lived thread because
+//! `PR_SET_PDEATHSIG` fires when the *thread* that started the child exits, not the process: a
 //! tokio blocking thread would retire after ten idle seconds and take the children with it.
 //!
 //! Every child gets its own session (`setsid`, so its process group is its pid and signals to the
 //! group reach everything it started), dies with the supervisor (`PR_SET_PDEATHSIG`), an
 //! environment cleared to an allowlist, and its workspace as working directory.
+//!
+//! Children start with `posix_spawn` ([`Launch::Through`]): a vfork, which copies nothing of
+//! the supervisor — a fork copies its page tables, which with 1 000 agents running made each
+//! spawn cost several milliseconds and every spawn wait on the last. No code of ours may run in
+//! a vforked child, so the set-up above runs first thing in `flock-sandbox`
+//! (`flock_sandbox::launch`), which starts every child: as its cage, or as `flock-sandbox
+//! launch PROGRAM`.
 //!
 //! Nothing a child starts outlives it: the supervisor and every child are *subreapers*
 //! (`PR_SET_CHILD_SUBREAPER`), so a process that detaches (double fork, `setsid`, `nohup`) stays
@@ -114,6 +121,18 @@ pub struct Spawner {
     tx: std_mpsc::Sender<Job>,
 }
 
+/// How children are started.
+#[derive(Debug, Clone)]
+pub enum Launch {
+    /// `posix_spawn` (a vfork: none of the supervisor's memory is copied, so a spawn costs the
+    /// same beside 1 000 agents as beside one) through `flock-sandbox` at this path, which sets
+    /// the child up before it becomes the program (`flock_sandbox::launch`).
+    Through(PathBuf),
+    /// fork, the set-up between fork and exec, exec: when `flock-sandbox` is not there. Each
+    /// fork copies the supervisor's page tables, so spawns slow down as the swarm grows.
+    Fork,
+}
+
 impl std::fmt::Debug for Spawner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Spawner")
@@ -122,7 +141,7 @@ impl std::fmt::Debug for Spawner {
 
 impl Spawner {
     /// Starts the spawning thread; it lives as long as the process (or until every handle drops).
-    pub fn start(runtime: tokio::runtime::Handle) -> Result<Self> {
+    pub fn start(runtime: tokio::runtime::Handle, launch: Launch) -> Result<Self> {
         let (tx, rx) = std_mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("flock-spawner".into())
@@ -132,7 +151,10 @@ impl Spawner {
                 for job in rx {
                     // Registered under the lock, so a sweep never takes a newborn for an orphan.
                     let mut spawned = lock_spawned();
-                    let child = spawn_now(&job.spec);
+                    let child = match &launch {
+                        Launch::Through(launcher) => spawn_launched(&job.spec, launcher),
+                        Launch::Fork => spawn_forked(&job.spec),
+                    };
                     if let Ok(c) = &child
                         && let Some(pid) = c.id()
                     {
@@ -153,11 +175,17 @@ impl Spawner {
     }
 }
 
-fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
+/// The command for `spec`: its program, arguments, workspace, output piped, environment
+/// cleared to the allowlist plus the spec's own.
+fn command(
+    spec: &SpawnSpec,
+    program: &std::path::Path,
+    args: &[String],
+) -> Result<std::process::Command> {
     std::fs::create_dir_all(&spec.cwd)
         .with_context(|| format!("create workspace {}", spec.cwd.display()))?;
-    let mut cmd = std::process::Command::new(&spec.program);
-    cmd.args(&spec.args)
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
         .current_dir(&spec.cwd)
         .env_clear()
         .stdin(Stdio::null())
@@ -176,6 +204,52 @@ fn spawn_now(spec: &SpawnSpec) -> Result<tokio::process::Child> {
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
+    Ok(cmd)
+}
+
+/// Starts `spec` with `posix_spawn` through `launcher` (`flock-sandbox`): the program itself
+/// when it is the launcher (an agent's cage), else `launcher launch PROGRAM ARGS…`. No code of
+/// ours runs in the child before exec (std takes `posix_spawn` only then): the launcher does
+/// the set-up (`flock_sandbox::launch`), and the secrets go in on standard input.
+fn spawn_launched(spec: &SpawnSpec, launcher: &std::path::Path) -> Result<tokio::process::Child> {
+    let mut cmd = if spec.program == launcher {
+        command(spec, launcher, &spec.args)?
+    } else {
+        let mut args = vec!["launch".to_owned(), spec.program.display().to_string()];
+        args.extend(spec.args.iter().cloned());
+        command(spec, launcher, &args)?
+    };
+    cmd.env(flock_sandbox_launched_by(), std::process::id().to_string());
+    if !spec.secrets.is_empty() {
+        cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(secrets_socket(&spec.secrets)?)));
+    }
+    let child = tokio::process::Command::from(cmd)
+        .kill_on_drop(false)
+        .spawn()
+        .with_context(|| format!("spawn {}", spec.program.display()))?;
+    Ok(child)
+}
+
+/// `flock_sandbox::launch::LAUNCHED_BY` (written here to keep the sandbox's dependencies out of
+/// the supervisor).
+fn flock_sandbox_launched_by() -> &'static str {
+    "FLOCK_LAUNCHED_BY"
+}
+
+/// The child's end of a socket pair holding `secrets` (the supervisor's end is closed).
+fn secrets_socket(secrets: &BTreeMap<String, String>) -> Result<std::os::unix::net::UnixStream> {
+    use std::io::Write;
+    let (mut ours, theirs) =
+        std::os::unix::net::UnixStream::pair().context("a socket pair for the secrets")?;
+    let bytes = flock_ipc::handoff::encode(secrets);
+    anyhow::ensure!(bytes.len() <= flock_ipc::handoff::MAX_SECRETS_BYTES, "too many secrets");
+    ours.write_all(&bytes).context("hand over the secrets")?;
+    Ok(theirs)
+}
+
+/// Starts `spec` the old way: fork, the set-up in the child, exec.
+fn spawn_forked(spec: &SpawnSpec) -> Result<tokio::process::Child> {
+    let mut cmd = command(spec, &spec.program, &spec.args)?;
     let _handoff = hand_over(&mut cmd, &spec.secrets)?;
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs between fork and exec and calls only async-signal-safe libc
@@ -214,17 +288,11 @@ pub fn hand_over(
     cmd: &mut std::process::Command,
     secrets: &BTreeMap<String, String>,
 ) -> Result<Option<std::os::unix::net::UnixStream>> {
-    use std::io::Write;
     use std::os::fd::AsRawFd;
     if secrets.is_empty() {
         return Ok(None);
     }
-    let (mut ours, theirs) =
-        std::os::unix::net::UnixStream::pair().context("a socket pair for the secrets")?;
-    let bytes = flock_ipc::handoff::encode(secrets);
-    anyhow::ensure!(bytes.len() <= flock_ipc::handoff::MAX_SECRETS_BYTES, "too many secrets");
-    ours.write_all(&bytes).context("hand over the secrets")?;
-    drop(ours);
+    let theirs = secrets_socket(secrets)?;
     let fd = theirs.as_raw_fd();
     cmd.env(flock_ipc::handoff::SECRETS_FD, fd.to_string());
     // SAFETY: fcntl is async-signal-safe; the closure allocates nothing.
@@ -342,9 +410,13 @@ fn children_of(parent: i32) -> Vec<i32> {
         .collect()
 }
 
-/// Sends `signal` to the process group led by `pid` (each child leads its own session).
+/// Sends `signal` to the process group led by `pid` (each child leads its own session) — or
+/// to `pid` alone while it has no group yet (launched, it makes its session first thing).
 pub fn signal_group(pid: u32, signal: Signal) {
-    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), signal);
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    if nix::sys::signal::killpg(pid, signal) == Err(nix::errno::Errno::ESRCH) {
+        let _ = nix::sys::signal::kill(pid, signal);
+    }
 }
 
 /// Resident set size of a process and its direct children, from `/proc/<pid>/statm`: a caged

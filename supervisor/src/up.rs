@@ -324,7 +324,18 @@ pub async fn up(
 
     // The embedded model first: agents' first turns need it.
     let logs = LogHub::new(state.logs_dir());
-    let spawner = Spawner::start(tokio::runtime::Handle::current())?;
+    // Children start through flock-sandbox (posix_spawn, no copy of this process's memory),
+    // which is there wherever the cage is; without it, by fork.
+    let launch = match crate::cage::helper() {
+        Ok(launcher) => crate::spawn::Launch::Through(launcher),
+        Err(e) => {
+            tracing::warn!(
+                "flock: {e:#}: children start by fork, which slows down as the swarm grows"
+            );
+            crate::spawn::Launch::Fork
+        }
+    };
+    let spawner = Spawner::start(tokio::runtime::Handle::current(), launch)?;
     let local = spec.local_model().map_err(|e| anyhow!(e))?;
     let model = match local {
         Some(settings) => {
