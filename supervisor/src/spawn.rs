@@ -223,10 +223,10 @@ fn spawn_launched(spec: &SpawnSpec, launcher: &std::path::Path) -> Result<tokio:
     if !spec.secrets.is_empty() {
         cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(secrets_socket(&spec.secrets)?)));
     }
-    let child = tokio::process::Command::from(cmd)
-        .kill_on_drop(false)
-        .spawn()
-        .with_context(|| format!("spawn {}", spec.program.display()))?;
+    let child =
+        tokio::process::Command::from(cmd).kill_on_drop(false).spawn().with_context(|| {
+            format!("spawn {} through {}", spec.program.display(), launcher.display())
+        })?;
     Ok(child)
 }
 

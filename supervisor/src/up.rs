@@ -327,10 +327,14 @@ pub async fn up(
     // Children start through flock-sandbox (posix_spawn, no copy of this process's memory),
     // which is there wherever the cage is; without it, by fork.
     let launch = match crate::cage::helper() {
-        Ok(launcher) => crate::spawn::Launch::Through(launcher),
-        Err(e) => {
+        Ok(launcher) if launcher.is_file() => crate::spawn::Launch::Through(launcher),
+        found => {
+            let why = match found {
+                Ok(p) => format!("{} is not there", p.display()),
+                Err(e) => format!("{e:#}"),
+            };
             tracing::warn!(
-                "flock: {e:#}: children start by fork, which slows down as the swarm grows"
+                "flock: {why}: children start by fork, which slows down as the swarm grows"
             );
             crate::spawn::Launch::Fork
         }

@@ -343,3 +343,46 @@ models:
     let cwd = log.lines().find(|l| l.contains(" out /")).expect("pwd printed");
     assert!(cwd.trim_end().ends_with("workspaces/probe"), "{cwd}");
 }
+
+/// The session id of `pid` (field 6 of `/proc/<pid>/stat`, after the command's `)`).
+fn session_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// Children start with posix_spawn through `flock-sandbox` (which sets them up: their own
+/// session, the death signal, the token's socket off standard input) — and, where
+/// `flock-sandbox` is missing, by fork with the same set-up. Either way an agent leads its own
+/// session, gets its token (it says Hello and works), sees neither the launcher's variable nor
+/// a socket on standard input, and dies with a `kill -9`ed supervisor.
+#[test]
+fn children_are_set_up_alike_whether_launched_or_forked() {
+    let yaml = format!(
+        "swarm: {{ name: launched }}\nmodels:\n{}agents:\n  - {{ name: a, role: worker, model: m, unconfined: true }}\n",
+        answer_model("m", "done: {input}")
+    );
+    for forked in [false, true] {
+        let mut builder = Swarm::builder(&yaml);
+        if forked {
+            builder = builder.env("FLOCK_SANDBOX_HELPER", "/nonexistent/flock-sandbox");
+        }
+        let mut swarm = builder.start();
+        let pid = swarm.pid_of("a").expect("a runs");
+        assert_eq!(session_of(pid), Some(pid), "forked: {forked}: a leads its own session");
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let environ = String::from_utf8_lossy(&environ);
+        assert!(!environ.contains("FLOCK_LAUNCHED_BY"), "forked: {forked}: {environ}");
+        let stdin = std::fs::read_link(format!("/proc/{pid}/fd/0")).expect("its stdin");
+        assert_eq!(stdin, std::path::Path::new("/dev/null"), "forked: {forked}");
+        swarm.ctl_ok(&["send", "a", "hi"]);
+        swarm.wait_for_log("a", "reply \"done: hi\"", SHORT);
+        assert_eq!(
+            swarm.supervisor_output().contains("children start by fork"),
+            forked,
+            "{}",
+            swarm.supervisor_output()
+        );
+        swarm.kill9_supervisor();
+        swarm.wait_until(|| !alive(pid), SHORT, "the agent dies with its supervisor");
+    }
+}
