@@ -445,6 +445,34 @@ fn print_table(out: &Map<String, Value>) {
                 );
             }
         }
+        if let (Some(x), Some(base)) =
+            (get(&format!("scale_{n}_routed_msgs_per_sec")), get("scale_10_routed_msgs_per_sec"))
+        {
+            let pairs = get(&format!("scale_{n}_routed_pairs")).unwrap_or(0.0);
+            row(
+                &format!("{n} agents: routed, {pairs} pairs at once"),
+                format!("{x:.0} msg/s"),
+                "≥ 70 % of 2",
+                Some(x >= 0.7 * base),
+                format!("2 agents: {base:.0} msg/s ({:.0} %)", 100.0 * x / base.max(1.0)),
+            );
+        }
+        if let (Some(idle), Some(load)) = (
+            get(&format!("scale_{n}_supervisor_cpu_idle_pct")),
+            get(&format!("scale_{n}_supervisor_cpu_load_pct")),
+        ) {
+            row(
+                &format!("{n} agents: supervisor CPU rest / load"),
+                format!("{idle:.1} / {load:.0} %"),
+                "",
+                None,
+                format!(
+                    "10 agents: {:.1} / {:.0} %",
+                    get("scale_10_supervisor_cpu_idle_pct").unwrap_or(0.0),
+                    get("scale_10_supervisor_cpu_load_pct").unwrap_or(0.0)
+                ),
+            );
+        }
         if let Some(x) = get(&format!("scale_{n}_ordered_up_ms")) {
             let down = get(&format!("scale_{n}_ordered_down_ms")).unwrap_or(0.0);
             row(

@@ -45,15 +45,22 @@ pub(super) async fn scale(
         ps_us.sort_unstable();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let rss = vm_rss(swarm.child.id())?;
+        let sup = swarm.child.id();
+        let idle_cpu = cpu_share(sup, Duration::from_secs(2)).await;
+        let (routed, busy_cpu) = routed_pairs(&mut swarm, &mut ctl, n, args).await?;
 
         let storm_ms = restart_storm(&mut swarm, &mut ctl, n.div_ceil(10), wait).await?;
         let ps_ms = percentile(&ps_us, 50.0) as f64 / 1000.0;
         let down_ms = down_ms(swarm, ctl, wait).await?;
         say!(
             "scale {n}: up → all ready {up_ms:.0} ms; ps p50 {ps_ms:.1} ms; supervisor RSS {:.1} MiB; \
-             kill -9 of {} at once → all ready {storm_ms:.0} ms; down {down_ms:.0} ms",
+             kill -9 of {} at once → all ready {storm_ms:.0} ms; down {down_ms:.0} ms; \
+             routed {routed:.0} msg/s over {} pairs; supervisor CPU {:.1} % at rest, {:.0} % under load",
             rss as f64 / 1048576.0,
-            n.div_ceil(10)
+            n.div_ceil(10),
+            pairs_of(n),
+            idle_cpu * 100.0,
+            busy_cpu * 100.0
         );
         let key = |what: &str| format!("scale_{n}_{what}");
         out.insert(key("up_ms"), json!(up_ms.round()));
@@ -62,6 +69,10 @@ pub(super) async fn scale(
         out.insert(key("supervisor_rss_bytes"), json!(rss));
         out.insert(key("storm_ms"), json!(storm_ms.round()));
         out.insert(key("down_ms"), json!(down_ms.round()));
+        out.insert(key("routed_msgs_per_sec"), json!(routed.round()));
+        out.insert(key("routed_pairs"), json!(pairs_of(n)));
+        out.insert(key("supervisor_cpu_idle_pct"), json!((idle_cpu * 1000.0).round() / 10.0));
+        out.insert(key("supervisor_cpu_load_pct"), json!((busy_cpu * 100.0).round()));
     }
     if parallel > 1 {
         // The same start in OTP order (`parallel: 1`), so the gain shows.
@@ -83,15 +94,86 @@ pub(super) async fn scale(
     Ok(())
 }
 
-/// `n` echoing bench agents, `parallel` of them starting at once.
+/// Sender → sink pairs the routed figure uses among `n` agents: one pair beside the small swarm
+/// (the 2-agent figure), every agent in a pair in the large one.
+fn pairs_of(n: usize) -> usize {
+    if n <= BASE { 1 } else { n / 2 }
+}
+
+/// `n` bench agents, `parallel` of them starting at once: the routed pairs (`s0000` sends to
+/// `k0000`, …) first, echoing agents after them.
 fn scale_yaml(bins: &Bins, n: usize, parallel: u32) -> String {
-    let agents: Vec<(String, Option<Vec<String>>)> =
-        (0..n).map(|i| (format!("a{i:04}"), bench_agent(bins, "echo"))).collect();
+    let pairs = pairs_of(n);
+    let mut agents: Vec<(String, Option<Vec<String>>)> = Vec::new();
+    for i in 0..pairs {
+        agents.push((format!("s{i:04}"), bench_agent(bins, "sender")));
+        agents.push((format!("k{i:04}"), bench_agent(bins, "sink")));
+    }
+    agents.extend((2 * pairs..n).map(|i| (format!("a{i:04}"), bench_agent(bins, "echo"))));
     swarm_yaml("bench-scale", &agents).replacen(
         "supervision:\n",
         &format!("supervision:\n  parallel: {parallel}\n"),
         1,
     )
+}
+
+/// Routed at_most_once throughput of every sender → sink pair at once: messages the sinks
+/// received (`--routed-count` sent in all, shared among the pairs, each with a warm-up of a
+/// tenth more) from the first `go` to the last pair's result — so it includes the warm-ups and
+/// the time the `go`s take to reach every sender (a lower bound). Also the supervisor's CPU
+/// share meanwhile.
+async fn routed_pairs(
+    swarm: &mut Swarm,
+    ctl: &mut Ctl,
+    n: usize,
+    args: &RunArgs,
+) -> Result<(f64, f64)> {
+    let pairs = pairs_of(n);
+    let per_pair = (args.routed_count / pairs as u64).max(1_000);
+    let warm = (per_pair / 10).max(1);
+    // Messages in flight per sender: the single pair's window, shared (the router holds them).
+    let window = (args.window / pairs as u64).max(256);
+    let sup = swarm.child.id();
+    let before = super::fixture::cpu_ticks(sup);
+    let t = Instant::now();
+    for i in 0..pairs {
+        let go = crate::proto::go(&[
+            ("target", format!("k{i:04}")),
+            ("mode", "at_most_once".into()),
+            ("count", (per_pair + warm).to_string()),
+            ("warm", warm.to_string()),
+            ("window", window.to_string()),
+            ("every", "256".into()),
+            ("frame", args.frame_bytes.to_string()),
+            ("out", "scale-routed.json".into()),
+        ]);
+        ctl.send(&format!("s{i:04}"), go).await?;
+    }
+    let mut received = 0.0;
+    for i in 0..pairs {
+        let path = swarm.workspace(&format!("s{i:04}")).join("scale-routed.json");
+        let r =
+            super::fixture::wait_result(&path, Duration::from_secs(300), || swarm.check_alive())
+                .await?;
+        received += super::fixture::f(&r, "received");
+    }
+    let wall = t.elapsed().as_secs_f64();
+    let cpu = match (before, super::fixture::cpu_ticks(sup)) {
+        // /proc reports USER_HZ ticks, 100 per second.
+        (Some(b), Some(a)) => (a - b) as f64 / 100.0 / wall,
+        _ => 0.0,
+    };
+    Ok((received / wall, cpu))
+}
+
+/// The share of one CPU `pid` uses over `window` (1.0 = one core busy).
+async fn cpu_share(pid: u32, window: Duration) -> f64 {
+    let before = super::fixture::cpu_ticks(pid);
+    tokio::time::sleep(window).await;
+    match (before, super::fixture::cpu_ticks(pid)) {
+        (Some(b), Some(a)) => (a - b) as f64 / 100.0 / window.as_secs_f64(),
+        _ => 0.0,
+    }
 }
 
 /// How long `n` agents may take to start, or to stop.
