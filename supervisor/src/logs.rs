@@ -225,11 +225,6 @@ impl LogHub {
             }
         }
     }
-
-    /// Logs open in memory (each holds its file open).
-    pub fn open_logs(&self) -> usize {
-        self.lock().agents.len()
-    }
 }
 
 /// Several logs' lines as one list: in order of time when every line starts with a timestamp
