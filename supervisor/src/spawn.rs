@@ -219,7 +219,7 @@ fn spawn_launched(spec: &SpawnSpec, launcher: &std::path::Path) -> Result<tokio:
         args.extend(spec.args.iter().cloned());
         command(spec, launcher, &args)?
     };
-    cmd.env(flock_sandbox_launched_by(), std::process::id().to_string());
+    cmd.env(LAUNCHED_BY, std::process::id().to_string());
     if !spec.secrets.is_empty() {
         cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(secrets_socket(&spec.secrets)?)));
     }
@@ -232,9 +232,7 @@ fn spawn_launched(spec: &SpawnSpec, launcher: &std::path::Path) -> Result<tokio:
 
 /// `flock_sandbox::launch::LAUNCHED_BY` (written here to keep the sandbox's dependencies out of
 /// the supervisor).
-fn flock_sandbox_launched_by() -> &'static str {
-    "FLOCK_LAUNCHED_BY"
-}
+const LAUNCHED_BY: &str = "FLOCK_LAUNCHED_BY";
 
 /// The child's end of a socket pair holding `secrets` (the supervisor's end is closed).
 fn secrets_socket(secrets: &BTreeMap<String, String>) -> Result<std::os::unix::net::UnixStream> {
