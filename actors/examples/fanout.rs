@@ -67,6 +67,7 @@ async fn main() {
             gateway: None,
             journal: None,
             memory: None,
+            clock: Default::default(),
         },
     )
     .await

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use flock_config::{AgentSpec, SwarmSpec};
 use flock_ipc::id::{derive_id, fmt_id, new_id};
@@ -29,13 +29,17 @@ use flock_journal::{JournalEvent, JournalWriter, Status};
 
 mod answers;
 mod bridge;
+mod clock;
 mod handshake;
 mod hosts;
 mod mailbox;
 mod permit;
 mod sessions;
+#[cfg(test)]
+mod tests;
 mod tools;
 
+pub use clock::Clock;
 pub use hosts::HostLink;
 pub use permit::PermissionReply;
 
@@ -90,6 +94,8 @@ pub struct RouterArgs {
     /// The swarm runs on several hosts: this one's name and where the others' agents run
     /// (`None`: one host).
     pub hosts: Option<HostLink>,
+    /// What deadlines and chain budgets are measured on: the wall clock, or tokio's in tests.
+    pub clock: Clock,
 }
 
 pub struct Router;
@@ -245,10 +251,19 @@ pub struct RouterState {
     awaiting: HashMap<MsgId, MsgId>,
     /// Messages from other hosts being stored, and who acknowledges them once they are.
     host_acks: HashMap<MsgId, oneshot::Sender<crate::messages::FromHost>>,
+    clock: Clock,
 }
 
-pub(crate) fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+/// The wall clock, Unix ms: an agent's `last_seen` (the supervisor's heartbeat check reads it).
+fn unix_ms() -> u64 {
+    flock_ipc::time::unix_ms_now()
+}
+
+impl RouterState {
+    /// Now on the router's clock, Unix ms: deadlines, chain starts and budgets.
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
 }
 
 /// `agent@instance` of an address (`name` is the default instance).
@@ -335,6 +350,7 @@ impl Actor for Router {
             hosts: args.hosts,
             awaiting: HashMap::new(),
             host_acks: HashMap::new(),
+            clock: args.clock,
         };
         // Chains resumed on people's posts are working on them again: the chats show it.
         for chain in resumed {
@@ -373,7 +389,7 @@ impl Actor for Router {
             RouterMsg::Stored(batch) => state.stored(&myself, batch),
             RouterMsg::CheckDeadlines => {
                 state.deadline_armed = None;
-                let now = unix_ms();
+                let now = state.now();
                 while let Some(&(due, id)) = state.deadlines.first() {
                     if due > now {
                         break;
@@ -626,7 +642,7 @@ impl RouterState {
                 }
             }
             Body::Control(ControlRequest::Chains) if kind == ConnKind::Control => {
-                let now = unix_ms();
+                let now = self.now();
                 let budget = &self.spec.budget;
                 let mut rows: Vec<_> =
                     self.chains.map.values().map(|c| c.row(budget, now)).collect();

@@ -14,6 +14,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use flock_actors::channels::{Channels, ChannelsArgs};
 use flock_actors::gateway::{Gateway, GatewayArgs};
 use flock_actors::messages::{AgentOp, AgentOps, ChannelsMsg};
+use flock_actors::router::Clock;
 use flock_actors::{
     ConnKind, ConnLimits, ControlSink, Durability, EventSink, Router, RouterArgs, Store,
     StoreActor, serve,
@@ -418,6 +419,7 @@ pub async fn up(
             memory: memory_service,
             operator_key: Some(operator_key.clone()),
             hosts: hosts.clone(),
+            clock: Clock::Wall,
         },
     )
     .await

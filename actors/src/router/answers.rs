@@ -166,6 +166,7 @@ impl RouterState {
         channel: &str,
         seq: u64,
     ) {
+        let now = self.now();
         let Some(c) = self.chains.map.get_mut(&chain) else { return };
         let watchers = std::mem::take(&mut c.watchers);
         let end = ChainEnd {
@@ -177,7 +178,7 @@ impl RouterState {
             seq,
             hops: c.hops,
             tokens: c.tokens,
-            elapsed_ms: unix_ms().saturating_sub(c.tag.started_ms),
+            elapsed_ms: now.saturating_sub(c.tag.started_ms),
         };
         for (conn, frame_id) in watchers {
             let frame = Frame {
@@ -207,7 +208,7 @@ impl RouterState {
                 parent: Some(q.id),
             },
             None => {
-                let mut r = Route::root(id, sender, to, text, unix_ms(), None);
+                let mut r = Route::root(id, sender, to, text, self.now(), None);
                 r.answer_path = answer_path;
                 r
             }
@@ -232,7 +233,7 @@ impl RouterState {
         text: &str,
     ) -> Result<(), String> {
         let budget = self.spec.budget.clone();
-        let now = unix_ms();
+        let now = self.now();
         let from = if from == OPERATOR { OPERATOR_HUMAN } else { from };
         if !self.chains.map.contains_key(&route.chain.id) {
             let root = route.parent.is_none() && route.hop <= 1;
@@ -461,7 +462,7 @@ impl RouterState {
 
     /// Stops the chains that ran past their time budget (checked every second).
     pub(super) fn check_wall_budgets(&mut self) {
-        let now = unix_ms();
+        let now = self.now();
         let limit = self.spec.budget.max_wall_secs * 1000;
         let late: Vec<MsgId> = self
             .chains

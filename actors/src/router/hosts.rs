@@ -152,8 +152,14 @@ impl RouterState {
         let answer = match outcome {
             Ok(WriteOutcome::Inserted) => {
                 crate::metrics::get().durable_messages.inc();
-                let route =
-                    Route::load(&msg.route, msg.id, &msg.sender, &msg.target, &msg.text, unix_ms());
+                let route = Route::load(
+                    &msg.route,
+                    msg.id,
+                    &msg.sender,
+                    &msg.target,
+                    &msg.text,
+                    self.now(),
+                );
                 // The result of a hop this host forwarded carries that hop's count on.
                 let carried =
                     route.result && route.parent.and_then(|p| self.awaiting.remove(&p)).is_some();

@@ -21,14 +21,14 @@ impl RouterState {
         // turn's chain (nobody waits for its answer: delegation is `Delegate`), unless it is the
         // runtime's upkeep, which starts its own.
         let mut route = if *mode == SendMode::Upkeep {
-            Route::root(frame.id, &frame.from, &frame.to, text, unix_ms(), None)
+            Route::root(frame.id, &frame.from, &frame.to, text, self.now(), None)
         } else if frame.from == OPERATOR {
             Route::root(
                 frame.id,
                 OPERATOR_HUMAN,
                 &frame.to,
                 text,
-                unix_ms(),
+                self.now(),
                 Some(OPERATOR_HUMAN.to_owned()),
             )
         } else {
@@ -193,7 +193,7 @@ impl RouterState {
         }
         // The caller waits for the reply itself: nobody else waits on the callee's turn.
         let mut route = if frame.from == OPERATOR {
-            Route::root(frame.id, OPERATOR_HUMAN, &frame.to, text, unix_ms(), None)
+            Route::root(frame.id, OPERATOR_HUMAN, &frame.to, text, self.now(), None)
         } else {
             self.child_route(&frame.from, frame.id, &frame.to, text, Vec::new())
         };
@@ -202,7 +202,7 @@ impl RouterState {
         }
         let timeout_ms =
             if *timeout_ms == 0 { self.spec.delivery.request_timeout_ms } else { *timeout_ms };
-        let deadline = unix_ms().saturating_add(timeout_ms);
+        let deadline = self.now().saturating_add(timeout_ms);
         self.requests.insert(
             frame.id,
             PendingRequest {
@@ -465,7 +465,7 @@ impl RouterState {
                 continue;
             }
             let route =
-                Route::load(&msg.route, msg.id, &msg.sender, &msg.target, &msg.text, unix_ms());
+                Route::load(&msg.route, msg.id, &msg.sender, &msg.target, &msg.text, self.now());
             let chain = route.chain.id;
             let answer = match outcome {
                 Ok(WriteOutcome::Inserted) => {
@@ -591,7 +591,7 @@ impl RouterState {
             return;
         }
         self.deadline_armed = Some(due);
-        let wait = Duration::from_millis(due.saturating_sub(unix_ms()));
+        let wait = Duration::from_millis(due.saturating_sub(self.now()));
         myself.send_after(wait, || RouterMsg::CheckDeadlines);
     }
 

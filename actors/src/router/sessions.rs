@@ -71,7 +71,7 @@ impl RouterState {
                 hop: hops + 1,
                 parent: None,
             },
-            None => Route::root(id, &from, &agent, &text, unix_ms(), None),
+            None => Route::root(id, &from, &agent, &text, self.now(), None),
         };
         let known = self.slots.contains_key(&agent);
         let admitted = known && self.admit(&mut route, "DELTA", &from, &agent, &text).is_ok();

@@ -77,6 +77,7 @@ pub async fn start_on(
         gateway: None,
         journal: Some(flock_journal::JournalWriter::spawn(journal)),
         memory: Some(flock_actors::memory::MemoryService::start(dir.join("memory")).unwrap()),
+        clock: Default::default(),
     };
     let (router, _) = Actor::spawn(None, Router, args).await.unwrap();
     if let Some(c) = &channels {
