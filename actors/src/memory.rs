@@ -91,7 +91,7 @@ impl MemoryService {
                                     embedder_tried = true;
                                     load_embedder(index);
                                 }
-                                run(index, &dir, &job.call.tool, &job.call.arguments)
+                                run(index, &dir, &job.call)
                             }
                             Err(e) => Err(ToolError::internal(format!(
                                 "memory search is off: the index did not open ({e}); \
@@ -302,12 +302,8 @@ fn refresh_active_memory(index: &Index, dir: &std::path::Path) {
     }
 }
 
-fn run(
-    index: &mut Index,
-    dir: &std::path::Path,
-    tool: &str,
-    arguments: &str,
-) -> Result<String, ToolError> {
+fn run(index: &mut Index, dir: &std::path::Path, call: &Call) -> Result<String, ToolError> {
+    let (tool, arguments) = (call.tool.as_str(), call.arguments.as_str());
     let args: Value =
         serde_json::from_str(if arguments.trim().is_empty() { "{}" } else { arguments })
             .map_err(|e| ToolError::bad_request(format!("arguments are not JSON: {e}")))?;
@@ -324,6 +320,8 @@ fn run(
                 .as_str()
                 .filter(|q| !q.trim().is_empty())
                 .ok_or(ToolError::bad_request("`query` is required (the words to look for)"))?;
+            // A model reads a few; the operator's `flockctl memory search --limit` up to 1 000.
+            let max_hits = if call.caller == flock_ipc::OPERATOR { 1000 } else { 20 };
             let mut kinds = Vec::new();
             for k in args["kinds"].as_array().into_iter().flatten() {
                 let name = k.as_str().unwrap_or_default();
@@ -335,12 +333,21 @@ fn run(
             }
             let query = Query {
                 text,
-                limit: args["limit"].as_u64().map_or(5, |l| l.clamp(1, 20) as usize),
+                limit: args["limit"].as_u64().map_or(5, |l| l.clamp(1, max_hits) as usize),
                 all: args["all"].as_bool().unwrap_or(false),
                 kinds,
                 agent: args["agent"].as_str().filter(|a| !a.is_empty()),
                 today: today(),
-                mode: Mode::Hybrid,
+                mode: match args["mode"].as_str().unwrap_or("hybrid") {
+                    "hybrid" => Mode::Hybrid,
+                    "bm25" => Mode::Bm25,
+                    "vector" => Mode::Vector,
+                    other => {
+                        return Err(ToolError::bad_request(format!(
+                            "no search mode `{other}`; modes: hybrid, bm25, vector"
+                        )));
+                    }
+                },
                 // The unconscious's recall asks for clear matches only.
                 precise: args["precise"].as_bool().unwrap_or(false),
             };
@@ -361,7 +368,8 @@ fn run(
             match index.get(id).map_err(|e| ToolError::internal(e.to_string()))? {
                 Some(r) => Ok(record_json(&r).to_string()),
                 None => Err(ToolError::bad_request(format!(
-                    "no memory with id `{id}` (memory_search lists ids)"
+                    "no memory with id `{id}` (a search lists ids: memory_search; for a person, \
+                     `flockctl memory search WORDS`)"
                 ))),
             }
         }

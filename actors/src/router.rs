@@ -641,6 +641,12 @@ impl RouterState {
                     }
                 }
             }
+            Body::Control(ControlRequest::Memory { tool, arguments })
+                if kind == ConnKind::Control =>
+            {
+                let (tool, arguments) = (tool.clone(), arguments.clone());
+                self.operator_memory(conn, &frame, tool, arguments);
+            }
             Body::Control(ControlRequest::Chains) if kind == ConnKind::Control => {
                 let now = self.now();
                 let budget = &self.spec.budget;

@@ -449,6 +449,13 @@ pub enum ControlRequest {
     Chains,
     /// The chat bridges: state, process, mappings, counters (a JSON array in `Json`).
     Bridges,
+    /// A memory read (`memory_search` or `memory_get`, `arguments` as JSON) answered by the
+    /// running swarm's memory thread, which holds the index and the embedding model warm: the
+    /// tool's JSON in `Json`.
+    Memory {
+        tool: String,
+        arguments: String,
+    },
 }
 
 /// Answers on the control socket.

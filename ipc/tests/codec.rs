@@ -51,6 +51,7 @@ fn control() -> impl Strategy<Value = ControlRequest> {
         }),
         any::<u128>().prop_map(|chain| ControlRequest::Watch { chain }),
         Just(ControlRequest::Chains),
+        (s(), s()).prop_map(|(tool, arguments)| ControlRequest::Memory { tool, arguments }),
     ]
 }
 

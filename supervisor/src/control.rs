@@ -78,8 +78,8 @@ async fn run(
     match request {
         ControlRequest::Ps => ps(ctx).await,
         // The router answers these itself (it owns the chains).
-        ControlRequest::Watch { .. } | ControlRequest::Chains => {
-            Err((ErrorCode::Internal, "chains are answered by the router".into()))
+        ControlRequest::Watch { .. } | ControlRequest::Chains | ControlRequest::Memory { .. } => {
+            Err((ErrorCode::Internal, "chains and memory reads are answered by the router".into()))
         }
         ControlRequest::Logs { agent, lines, follow } => {
             let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;

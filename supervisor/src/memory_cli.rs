@@ -3,13 +3,13 @@
 //! may use it at the same time).
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
 use flock_actors::memory::record_json;
 use flock_memory::Kind;
 use flock_memory::index::{Index, Mode, Query, today};
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn open(dir: &Path) -> Result<Index> {
     let mut index = Index::open(dir).map_err(|e| anyhow!(e))?;
@@ -44,18 +44,58 @@ pub struct Search<'a> {
     pub agent: Option<&'a str>,
 }
 
-/// `memory search QUERY`: the best records, best first.
-pub fn search(dir: &Path, ask: &Search<'_>, as_json: bool) -> Result<String> {
-    let Search { text, limit, all, mode, agent, .. } = *ask;
-    let kinds = ask
-        .kinds
+/// What a search found: each hit as JSON (the record, its tier and score), how long the search
+/// took, and where it ran.
+pub struct Found {
+    pub hits: Vec<Value>,
+    pub took: Duration,
+    /// A line on how it was searched (empty when there is nothing to say).
+    pub note: String,
+}
+
+/// The kinds a user named, checked.
+fn kinds(names: &[String]) -> Result<Vec<Kind>> {
+    names
         .iter()
         .map(|k| {
             Kind::parse(k).ok_or_else(|| {
                 anyhow!("no memory kind `{k}`; kinds: journal, observation, reflection, knowledge")
             })
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect()
+}
+
+/// `memory search` as the arguments of the `memory_search` tool, for a running swarm's memory
+/// thread (which holds the index and the embedding model warm).
+pub fn arguments(ask: &Search<'_>) -> Result<String> {
+    kinds(ask.kinds)?;
+    let mode = match ask.mode {
+        Mode::Hybrid => "hybrid",
+        Mode::Bm25 => "bm25",
+        Mode::Vector => "vector",
+    };
+    Ok(json!({
+        "query": ask.text,
+        "limit": ask.limit.clamp(1, 1000),
+        "all": ask.all,
+        "kinds": ask.kinds,
+        "agent": ask.agent,
+        "mode": mode,
+    })
+    .to_string())
+}
+
+/// A running swarm's answer to [`arguments`], which took `took` there and back.
+pub fn found(answer: &str, took: Duration) -> Result<Found> {
+    let v: Value = serde_json::from_str(answer)?;
+    let hits = v["hits"].as_array().cloned().ok_or_else(|| anyhow!("no hits in {answer}"))?;
+    Ok(Found { hits, took, note: "(searched by the running swarm)\n".into() })
+}
+
+/// `memory search QUERY` here, without a swarm: opens the index and loads the embedding model.
+pub fn search_here(dir: &Path, ask: &Search<'_>) -> Result<Found> {
+    let Search { text, limit, all, mode, agent, .. } = *ask;
+    let kinds = kinds(ask.kinds)?;
     let mut index = open(dir)?;
     let mut note = String::new();
     if mode != Mode::Bm25 {
@@ -82,62 +122,85 @@ pub fn search(dir: &Path, ask: &Search<'_>, as_json: bool) -> Result<String> {
     let started = Instant::now();
     let hits = index.search(&query).map_err(|e| anyhow!(e))?;
     let took = started.elapsed();
+    let hits = hits
+        .iter()
+        .map(|h| {
+            let mut v = record_json(&h.record);
+            v["tier"] = json!(h.tier);
+            v["score"] = json!(h.score);
+            v
+        })
+        .collect();
+    Ok(Found { hits, took, note })
+}
+
+/// What `memory search` prints: a line per hit, best first, or the hits as JSON.
+pub fn render(found: &Found, ask: &Search<'_>, as_json: bool) -> Result<String> {
     if as_json {
-        let v: Vec<_> = hits
-            .iter()
-            .map(|h| {
-                let mut v = record_json(&h.record);
-                v["tier"] = json!(h.tier);
-                v["score"] = json!(h.score);
-                v
-            })
-            .collect();
-        return Ok(serde_json::to_string_pretty(&v)? + "\n");
+        return Ok(serde_json::to_string_pretty(&found.hits)? + "\n");
     }
-    if hits.is_empty() {
-        let scope = if all { "" } else { " (cold records too: --all)" };
-        let whose = agent.map(|a| format!(" for agent `{a}`")).unwrap_or_default();
-        return Ok(format!("nothing in memory matches `{text}`{whose}{scope}\n"));
+    if found.hits.is_empty() {
+        let scope = if ask.all { "" } else { " (cold records too: --all)" };
+        let whose = ask.agent.map(|a| format!(" for agent `{a}`")).unwrap_or_default();
+        return Ok(format!("nothing in memory matches `{}`{whose}{scope}\n", ask.text));
     }
     let mut out = String::new();
-    for h in &hits {
-        let r = &h.record;
-        let text: String = r.text.replace('\n', " ").chars().take(160).collect();
+    for h in &found.hits {
+        let field = |k: &str| h[k].as_str().unwrap_or_default().to_owned();
+        let text: String = field("text").replace('\n', " ").chars().take(160).collect();
+        let time = field("time");
         out.push_str(&format!(
             "{:.2}  {} {} {:<11} {:<6} {}  {}\n",
-            h.score,
-            r.date,
-            if r.time.is_empty() { "     " } else { &r.time },
-            r.kind.as_str(),
-            h.tier,
-            r.id,
+            h["score"].as_f64().unwrap_or_default(),
+            field("date"),
+            if time.is_empty() { "     " } else { &time },
+            field("kind"),
+            field("tier"),
+            field("id"),
             text
         ));
     }
-    out.push_str(&format!("{} found in {:.1} ms\n{note}", hits.len(), took.as_secs_f64() * 1e3));
+    out.push_str(&format!(
+        "{} found in {:.1} ms\n{}",
+        found.hits.len(),
+        found.took.as_secs_f64() * 1e3,
+        found.note
+    ));
     Ok(out)
 }
 
-/// `memory show ID`: one record in full.
-pub fn show(dir: &Path, id: &str, as_json: bool) -> Result<String> {
+/// `memory show ID` here, without a swarm: the record as JSON.
+pub fn show_here(dir: &Path, id: &str) -> Result<Value> {
     let index = open(dir)?;
-    let Some(r) = index.get(id).map_err(|e| anyhow!(e))? else {
-        bail!("no memory with id `{id}`; `flockctl memory search WORDS` lists ids");
-    };
-    if as_json {
-        return Ok(serde_json::to_string_pretty(&record_json(&r))? + "\n");
+    match index.get(id).map_err(|e| anyhow!(e))? {
+        Some(r) => Ok(record_json(&r)),
+        None => bail!("no memory with id `{id}`; `flockctl memory search WORDS` lists ids"),
     }
-    let category = if r.category.is_empty() { String::new() } else { format!(", {}", r.category) };
-    let agent = if r.agent.is_empty() { String::new() } else { format!(", agent {}", r.agent) };
+}
+
+/// What `memory show` prints: one record in full, or as JSON.
+pub fn render_record(r: &Value, as_json: bool) -> Result<String> {
+    if as_json {
+        return Ok(serde_json::to_string_pretty(r)? + "\n");
+    }
+    let field = |k: &str| r[k].as_str().unwrap_or_default();
+    let category = match field("category") {
+        "" => String::new(),
+        c => format!(", {c}"),
+    };
+    let agent = match field("agent") {
+        "" => String::new(),
+        a => format!(", agent {a}"),
+    };
     Ok(format!(
         "{} ({}, {} priority{category}{agent}) {} {}\nfrom {}\n\n{}\n",
-        r.id,
-        r.kind.as_str(),
-        r.priority.as_str(),
-        r.date,
-        r.time,
-        r.path,
-        r.text
+        field("id"),
+        field("kind"),
+        field("priority"),
+        field("date"),
+        field("time"),
+        field("path"),
+        field("text")
     ))
 }
 

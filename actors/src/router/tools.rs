@@ -6,7 +6,7 @@
 use flock_config::AgentSpec;
 use flock_config::tools::{self as table, Owner};
 use flock_ipc::id::fmt_id;
-use flock_ipc::{Body, ErrorCode, Frame, ROUTER, ToolError};
+use flock_ipc::{Body, ControlReply, ErrorCode, Frame, OPERATOR, ROUTER, ToolError};
 use ractor::ActorRef;
 
 use super::{PermissionReply, RouterState};
@@ -17,6 +17,45 @@ use crate::text::clip;
 use flock_journal::{JournalEvent, Status};
 
 impl RouterState {
+    /// `flockctl memory search|show` on a running swarm: the memory thread, which holds the
+    /// index and the embedding model warm, answers (reads only; the operator writes no memory).
+    pub(super) fn operator_memory(
+        &mut self,
+        conn: ConnId,
+        frame: &Frame,
+        tool: String,
+        arguments: String,
+    ) {
+        if !matches!(tool.as_str(), "memory_search" | "memory_get") {
+            let msg = format!("`{tool}` is not a memory read (memory_search, memory_get)");
+            return self.answer(conn, Frame::error(frame, ErrorCode::BadRequest, msg));
+        }
+        let Some(memory) = &self.memory else {
+            let msg = "this swarm keeps no memory";
+            return self.answer(conn, Frame::error(frame, ErrorCode::Internal, msg));
+        };
+        let Some(outbox) = self.conns.get(&conn).map(|i| i.outbox.clone()) else { return };
+        let asked = Frame { body: Body::HeartbeatAck, ..frame.clone() };
+        let call = crate::memory::Call {
+            tool,
+            arguments,
+            caller: OPERATOR.to_owned(),
+            key: format!("{OPERATOR}-{}", fmt_id(frame.id)),
+        };
+        memory.call(
+            call,
+            Box::new(move |answer| {
+                let frame = match answer {
+                    Ok(json) => {
+                        Frame::answer(&asked, ROUTER, Body::ControlReply(ControlReply::Json(json)))
+                    }
+                    Err(e) => Frame::error(&asked, e.code, e.message),
+                };
+                let _ = outbox.blocking_send(frame);
+            }),
+        );
+    }
+
     /// An agent's `ToolCall`. Its identity and role come from its connection.
     pub(super) fn tool_call(
         &mut self,

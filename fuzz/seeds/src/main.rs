@@ -230,6 +230,13 @@ fn control_requests() -> Vec<(&'static str, ControlRequest)> {
         ),
         ("watch", ControlRequest::Watch { chain: CHAIN }),
         ("chains", ControlRequest::Chains),
+        (
+            "memory",
+            ControlRequest::Memory {
+                tool: "memory_search".into(),
+                arguments: r#"{"query":"trip","limit":5}"#.into(),
+            },
+        ),
     ]
 }
 

@@ -741,6 +741,53 @@ fn exit_codes_follow_the_table_on_every_kind_of_command() {
     assert_eq!(up.status.code(), Some(2), "{}", String::from_utf8_lossy(&up.stderr));
 }
 
+/// `flockctl memory search|show` on a running swarm is answered by the swarm's memory thread,
+/// which holds the index (and the embedding model) warm (issue #29); with no swarm running,
+/// flockctl reads the files itself; both find the same records and refuse the same mistakes.
+#[test]
+fn memory_reads_are_answered_by_the_running_swarm_and_from_the_files_without_one() {
+    let yaml = format!(
+        "swarm: {{ name: recall }}\nmodels:\n{}agents:\n  - {{ name: worker, role: worker, model: m }}\n",
+        answer_model("m", "done")
+    );
+    let mut swarm = Swarm::start(&yaml);
+    let knowledge = swarm.state_dir().join("memory/knowledge");
+    std::fs::create_dir_all(&knowledge).unwrap();
+    std::fs::write(
+        knowledge.join("trips.md"),
+        "# Trips\n\nThe Lisbon trip leaves on the 3rd of May from gate 12.\n",
+    )
+    .unwrap();
+    let search = ["memory", "search", "Lisbon trip", "--mode", "bm25"];
+    let found = swarm.ctl_ok(&search);
+    assert!(
+        found.contains("gate 12") && found.contains("(searched by the running swarm)"),
+        "{found}"
+    );
+    let hits = swarm.ctl_ok(&[&search[..], &["--json"]].concat());
+    let hits: serde_json::Value = serde_json::from_str(&hits).unwrap();
+    let id = hits[0]["id"].as_str().expect("a hit").to_owned();
+    let shown = swarm.ctl_ok(&["memory", "show", &id]);
+    assert!(shown.starts_with(&id) && shown.contains("gate 12"), "{shown}");
+    let refused = |swarm: &Swarm, args: &[&str], why: &str| {
+        let out = swarm.ctl(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    };
+    refused(&swarm, &["memory", "search", "x", "--kind", "dreams"], "no memory kind `dreams`");
+    refused(&swarm, &["memory", "show", "nope"], "no memory with id `nope`");
+    refused(&swarm, &["memory", "search", "x", "--mode", "fuzzy"], "no search mode `fuzzy`");
+
+    swarm.down();
+    let here = swarm.ctl_ok(&search);
+    assert!(here.contains("gate 12") && !here.contains("running swarm"), "{here}");
+    let again = swarm.ctl_ok(&[&search[..], &["--json"]].concat());
+    let again: serde_json::Value = serde_json::from_str(&again).unwrap();
+    assert_eq!(again[0]["id"].as_str(), Some(id.as_str()));
+    refused(&swarm, &["memory", "show", "nope"], "no memory with id `nope`");
+}
+
 #[test]
 fn down_with_nothing_running_is_done_but_a_missing_state_dir_is_an_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -87,6 +87,21 @@ async fn connect(state: &StateDir) -> Result<Connection> {
     }
 }
 
+/// A memory read (`memory_search`, `memory_get`) answered by the swarm running on `state`, if
+/// one answers there (`None`: none is running; the caller reads the files itself).
+async fn memory_read(state: &StateDir, tool: &str, arguments: String) -> Result<Option<String>> {
+    let socket = state.control_socket();
+    if !socket.exists() {
+        return Ok(None);
+    }
+    let Ok(mut conn) = Connection::client(&socket, "flockctl").await else { return Ok(None) };
+    let request = ControlRequest::Memory { tool: tool.to_owned(), arguments };
+    match control(&mut conn, request).await? {
+        ControlReply::Json(answer) => Ok(Some(answer)),
+        other => bail!("unexpected answer to a memory read: {other:?}"),
+    }
+}
+
 /// Sends one control request and returns the first answer.
 async fn control(conn: &mut Connection, request: ControlRequest) -> Result<ControlReply> {
     let frame = Frame::new(flock_ipc::OPERATOR, ROUTER, Body::Control(request));
@@ -209,7 +224,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     if let Command::Ui { open, json } = &cli.command {
         return ui(&state, *open, *json);
     }
-    // Memory is files and a rebuildable index: no running swarm needed either.
+    // Memory is files and a rebuildable index: no running swarm needed either. A running swarm
+    // answers reads itself: its memory thread holds the index and the embedding model warm.
     if let Command::Memory { command } = &cli.command {
         state.existing()?;
         let dir = state.memory_dir();
@@ -223,9 +239,22 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     mode: memory_cli::mode(mode)?,
                     agent: agent.as_deref(),
                 };
-                memory_cli::search(&dir, &ask, *json)?
+                let arguments = memory_cli::arguments(&ask)?;
+                let started = std::time::Instant::now();
+                let found = match memory_read(&state, "memory_search", arguments).await? {
+                    Some(answer) => memory_cli::found(&answer, started.elapsed())?,
+                    None => memory_cli::search_here(&dir, &ask)?,
+                };
+                memory_cli::render(&found, &ask, *json)?
             }
-            MemoryCommand::Show { id, json } => memory_cli::show(&dir, id, *json)?,
+            MemoryCommand::Show { id, json } => {
+                let arguments = serde_json::json!({ "id": id }).to_string();
+                let record = match memory_read(&state, "memory_get", arguments).await? {
+                    Some(answer) => serde_json::from_str(&answer)?,
+                    None => memory_cli::show_here(&dir, id)?,
+                };
+                memory_cli::render_record(&record, *json)?
+            }
             MemoryCommand::Stats { json } => memory_cli::stats(&dir, *json)?,
             MemoryCommand::Rebuild => memory_cli::rebuild(&dir)?,
         };
