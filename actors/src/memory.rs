@@ -82,7 +82,25 @@ impl MemoryService {
                 // The embedding model (90 MB) is loaded on the first search, not at start: most
                 // swarms search rarely, and a test swarm never.
                 let mut embedder_tried = false;
-                for job in rx {
+                // Records without vectors may be left: embedded a few at a time while no call
+                // waits, so a search never waits for a backlog (only for the newest few).
+                let mut backlog = false;
+                loop {
+                    let job = if backlog {
+                        match rx.try_recv() {
+                            Ok(job) => job,
+                            Err(std_mpsc::TryRecvError::Empty) => {
+                                backlog = embed_idle(&mut index);
+                                continue;
+                            }
+                            Err(std_mpsc::TryRecvError::Disconnected) => break,
+                        }
+                    } else {
+                        match rx.recv() {
+                            Ok(job) => job,
+                            Err(_) => break,
+                        }
+                    };
                     let result = match write(&files, &job.call) {
                         Some(result) => result,
                         None => match &mut index {
@@ -91,6 +109,7 @@ impl MemoryService {
                                     embedder_tried = true;
                                     load_embedder(index);
                                 }
+                                backlog = true;
                                 run(index, &dir, &job.call)
                             }
                             Err(e) => Err(ToolError::internal(format!(
@@ -260,10 +279,26 @@ fn file_name(path: &std::path::Path) -> String {
     path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned()
 }
 
-/// Passages (sentences) embedded per call at most (~84 a second on 2 cores: about 1.2 s): a
-/// backlog (a memory dir indexed before the model was fetched, or re-embedded after an index
-/// layout change) is worked off a slice at a time, never holding up a search for long.
-const EMBED_PER_CALL: usize = 96;
+/// Passages (sentences) embedded per call at most, newest first (~84 a second on 2 cores: about
+/// 0.1 s), so what was written just before a search has its vectors; a backlog (a memory dir
+/// indexed before the model was fetched, or re-embedded after an index layout change) is worked
+/// off between calls ([`EMBED_WHEN_IDLE`]), never holding up a search.
+const EMBED_PER_CALL: usize = 8;
+/// Passages embedded at a time while the memory thread is idle (~50 ms on 2 cores: the most a
+/// call that arrives meanwhile waits).
+const EMBED_WHEN_IDLE: usize = 4;
+
+/// Embeds a few records that have no vectors yet; whether any were left.
+fn embed_idle(index: &mut Result<Index, String>) -> bool {
+    let Ok(index) = index else { return false };
+    match index.embed_pending(EMBED_WHEN_IDLE) {
+        Ok(n) => n > 0,
+        Err(e) => {
+            tracing::warn!(error = %e, "flock: memory vectors not computed");
+            false
+        }
+    }
+}
 
 /// Gives the index the embedding model if `scripts/setup` fetched it; words only otherwise.
 fn load_embedder(index: &mut Index) {

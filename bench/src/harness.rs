@@ -15,6 +15,7 @@ mod cluster;
 mod fixture;
 mod io;
 mod lifecycle;
+mod memory_cli;
 mod scale;
 
 pub use fixture::RunArgs;
@@ -29,9 +30,23 @@ pub fn main(args: RunArgs) -> Result<()> {
 
 async fn run(args: RunArgs) -> Result<()> {
     let started = Instant::now();
-    const FIGURES: [&str; 15] = [
-        "routed", "raw", "durable", "request", "up", "restart", "rss", "sandbox", "memory",
-        "recall", "bridge", "observe", "ui", "cluster", "scale",
+    const FIGURES: [&str; 16] = [
+        "routed",
+        "raw",
+        "durable",
+        "request",
+        "up",
+        "restart",
+        "rss",
+        "sandbox",
+        "memory",
+        "memory_cli",
+        "recall",
+        "bridge",
+        "observe",
+        "ui",
+        "cluster",
+        "scale",
     ];
     if let Some(bad) = args.only.iter().find(|o| !FIGURES.contains(&o.as_str())) {
         bail!("--only {bad}: choose among {}", FIGURES.join(","));
@@ -68,6 +83,10 @@ async fn run(args: RunArgs) -> Result<()> {
         if want("memory") {
             say!("memory: indexing 100 000 observations, then 200 searches");
             crate::memory::run(&root, 100_000, &mut out)?;
+        }
+        if want("memory_cli") {
+            say!("memory search: flockctl on a running swarm, then without one");
+            memory_cli::memory_cli(&bins, &root, 50, &mut out).await?;
         }
         if want("recall") {
             say!("recall: LongMemEval-style fixture (seed {})", crate::recall::SEED);
@@ -192,6 +211,16 @@ fn print_table(out: &Map<String, Value>) {
             thousands(get("memory_records").unwrap_or(0.0))
         );
         row(&what, format!("{p50:.2}/{p95:.2} ms"), "p95 ≤ 150 ms", Some(p95 <= 150.0), cmp);
+    }
+    if let (Some(p50), Some(p95)) = (get("memory_cli_p50_ms"), get("memory_cli_p95_ms")) {
+        let mut cmp = get("memory_cli_no_swarm_p50_ms").map_or(String::new(), |b| {
+            format!("{:.3}× no swarm (model loaded per search: {b:.0} ms)", p50 / b)
+        });
+        if let Some(first) = get("memory_cli_first_ms") {
+            cmp.push_str(&format!("; first after up {first:.0} ms"));
+        }
+        let what = "flockctl memory search, 1 000 records, p50/p95";
+        row(what, format!("{p50:.0}/{p95:.0} ms"), "p95 ≤ 300 ms", Some(p95 <= 300.0), cmp);
     }
     for (set, (key, label, target)) in ["recall", "recall_heldout"].into_iter().flat_map(|set| {
         [("bm25", "BM25", ""), ("vector", "vectors", ""), ("hybrid", "hybrid", "@5 ≥ 0.95")]

@@ -82,7 +82,7 @@ impl Zipf {
 /// `n` observations over `days` daily files, deterministic (seeded): two topic words and ten
 /// words of the Zipf vocabulary each, in three sentences (as the observer writes them: three
 /// passages, three vectors a record).
-fn write_corpus(dir: &Path, n: usize, days: usize) -> Result<()> {
+pub(crate) fn write_corpus(dir: &Path, n: usize, days: usize) -> Result<()> {
     let mut rng = fastrand::Rng::with_seed(10);
     let zipf = Zipf::new(5_000);
     let folder = dir.join("observations");

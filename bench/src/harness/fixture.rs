@@ -67,7 +67,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 5_000)]
     pub cluster_count: u64,
     /// Only these figures (comma-separated): routed,raw,durable,request,up,restart,rss,sandbox,
-    /// memory,recall,bridge,observe,ui,cluster,scale (cluster and scale are left out unless
+    /// memory,memory_cli,recall,bridge,observe,ui,cluster,scale (cluster and scale are left out unless
     /// named: cluster needs nats-server, scale starts `--agents` processes).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
