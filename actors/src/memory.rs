@@ -21,7 +21,7 @@ use std::sync::mpsc as std_mpsc;
 use flock_ipc::ToolError;
 use flock_ipc::time::unix_ms_now;
 use flock_memory::files::{Memory as Files, degenerate};
-use flock_memory::index::{Index, Mode, Query, today};
+use flock_memory::index::{Filter, Index, Mode, Query, today};
 use flock_memory::{Kind, Record};
 use serde_json::{Value, json};
 
@@ -385,6 +385,13 @@ fn run(index: &mut Index, dir: &std::path::Path, call: &Call) -> Result<String, 
                 },
                 // The unconscious's recall asks for clear matches only.
                 precise: args["precise"].as_bool().unwrap_or(false),
+                filter: Filter::parse(
+                    args["priority"].as_str(),
+                    args["category"].as_str(),
+                    args["since"].as_str(),
+                    args["until"].as_str(),
+                )
+                .map_err(ToolError::bad_request)?,
             };
             let hits = index.search(&query).map_err(|e| ToolError::internal(e.to_string()))?;
             let hits: Vec<Value> = hits

@@ -209,6 +209,7 @@ pub fn run(root: &Path, n: usize, out: &mut Map<String, Value>) -> Result<()> {
                 today,
                 mode,
                 precise: false,
+                filter: Default::default(),
             };
             let t = Instant::now();
             std::hint::black_box(index.search(&q).map_err(|e| anyhow!(e))?);

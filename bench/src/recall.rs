@@ -288,6 +288,7 @@ fn ranks(dir: &Path, case: &Case, embedder: Option<&Arc<Embedder>>) -> Result<[O
             today,
             mode,
             precise: false,
+            filter: Default::default(),
         };
         let hits = index.search(&q).map_err(|e| anyhow!(e))?;
         *slot = hits.iter().position(|h| h.record.id == case.evidence);

@@ -277,6 +277,12 @@ pub static TOOLS: &[ToolSpec] = &[
                 "limit": {"type": "integer", "description": "at most this many (default 5)"},
                 "all": {"type": "boolean", "description": "include records older than a year"},
                 "agent": s("only what this agent did or was observed doing"),
+                "kinds": {"type": "array", "items": {"type": "string"},
+                          "description": "only these: journal, observation, reflection, knowledge"},
+                "priority": s("at least this priority: low, medium or high"),
+                "category": s("only this category (decision, preference, …)"),
+                "since": s("only records dated on or after this day, YYYY-MM-DD"),
+                "until": s("only records dated on or before this day, YYYY-MM-DD"),
             }),
             &["query"],
         )

@@ -95,6 +95,59 @@ pub struct Query<'a> {
     /// For context put in front of a model unasked (the unconscious's recall), where a weak
     /// match costs time and misleads.
     pub precise: bool,
+    /// Only records that pass these (priority, category, dates).
+    pub filter: Filter,
+}
+
+/// What a record must be to be found, beside the words (`Default`: anything).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// At least this priority (`High`: high only; `Medium`: medium and high).
+    pub min_priority: Option<Priority>,
+    /// Only this category (as the observer tags it: `decision`, `preference`…), any case.
+    pub category: Option<String>,
+    /// Only records dated on or after / on or before this day (days since the epoch).
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+}
+
+impl Filter {
+    /// The filter a person or a model named: a priority (`low`, `medium`, `high`: at least it),
+    /// a category, and dates as `YYYY-MM-DD`; what is wrong, said so it can be fixed.
+    pub fn parse(
+        priority: Option<&str>,
+        category: Option<&str>,
+        since: Option<&str>,
+        until: Option<&str>,
+    ) -> std::result::Result<Filter, String> {
+        let min_priority = match priority.filter(|p| !p.is_empty()) {
+            None => None,
+            Some(p) => Some(Priority::parse(p).ok_or_else(|| {
+                format!("no priority `{p}`; priorities: low, medium, high (at least that one)")
+            })?),
+        };
+        let day = |what: &str, v: Option<&str>| match v.filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => days_of(v).filter(|_| v.len() == 10).map(Some).ok_or_else(|| {
+                format!("`{what}` {v:?} is not a date: write YYYY-MM-DD (e.g. 2026-11-01)")
+            }),
+        };
+        let (since, until) = (day("since", since)?, day("until", until)?);
+        if let (Some(s), Some(u)) = (since, until)
+            && s > u
+        {
+            return Err("`since` is after `until`: nothing can be in between".into());
+        }
+        let category = category.filter(|c| !c.trim().is_empty()).map(|c| c.trim().to_owned());
+        Ok(Filter { min_priority, category, since, until })
+    }
+
+    fn passes(&self, record: &Record, day: Option<i64>) -> bool {
+        self.min_priority.is_none_or(|p| record.priority >= p)
+            && self.category.as_deref().is_none_or(|c| record.category.eq_ignore_ascii_case(c))
+            && self.since.is_none_or(|s| day.is_some_and(|d| d >= s))
+            && self.until.is_none_or(|u| day.is_some_and(|d| d <= u))
+    }
 }
 
 /// The cosine similarity (all-MiniLM-L6-v2) a match by meaning needs in a precise search.
@@ -334,7 +387,11 @@ impl Index {
             if q.agent.is_some_and(|a| record.agent != a) {
                 continue;
             }
-            let age = days_of(&record.date).map(|d| (q.today - d).max(0));
+            let day = days_of(&record.date);
+            if !q.filter.passes(&record, day) {
+                continue;
+            }
+            let age = day.map(|d| (q.today - d).max(0));
             let tier = tier(age);
             if tier == "cold" && !q.all {
                 continue;
@@ -916,7 +973,61 @@ mod tests {
             today: days_of(today).unwrap(),
             mode: Mode::Hybrid,
             precise: false,
+            filter: Filter::default(),
         }
+    }
+
+    #[test]
+    fn filters_keep_records_of_at_least_a_priority_of_a_category_and_within_dates() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let tags = |p: &str, c: &str| format!("<!-- priority: {p}; category: {c} -->\n");
+        write(
+            d,
+            "observations/2026-11-10.md",
+            &(obs("09:00", "old-high", "The van rental is booked.", &tags("high", "decision"))
+                + &obs("10:00", "old-low", "The van rental was discussed.", &tags("low", "fact"))),
+        );
+        write(
+            d,
+            "observations/2026-11-20.md",
+            &(obs("09:00", "new-med", "The van rental is cheaper now.", &tags("medium", "fact"))
+                + &obs(
+                    "10:00",
+                    "new-high",
+                    "The van rental moved to May.",
+                    &tags("high", "Decision"),
+                )),
+        );
+        let mut index = Index::open(d).unwrap();
+        index.sync().unwrap();
+        let mut found = |filter: Filter| {
+            let q = Query { filter, ..query("van rental", "2026-11-25") };
+            let mut got: Vec<String> =
+                index.search(&q).unwrap().into_iter().map(|h| h.record.id).collect();
+            got.sort();
+            got
+        };
+        let parse = |p, c, s, u| Filter::parse(p, c, s, u).unwrap();
+        assert_eq!(found(Filter::default()).len(), 4);
+        assert_eq!(found(parse(Some("high"), None, None, None)), ["new-high", "old-high"]);
+        assert_eq!(
+            found(parse(Some("medium"), None, None, None)),
+            ["new-high", "new-med", "old-high"]
+        );
+        assert_eq!(found(parse(None, Some("decision"), None, None)), ["new-high", "old-high"]);
+        assert_eq!(found(parse(None, None, Some("2026-11-15"), None)), ["new-high", "new-med"]);
+        assert_eq!(found(parse(None, None, None, Some("2026-11-10"))), ["old-high", "old-low"]);
+        assert_eq!(
+            found(parse(Some("high"), None, Some("2026-11-20"), Some("2026-11-20"))),
+            ["new-high"]
+        );
+        // Mistakes are named, with what to write instead.
+        let err = |p, c, s, u| Filter::parse(p, c, s, u).unwrap_err();
+        assert!(err(Some("urgent"), None, None, None).contains("priorities: low, medium, high"));
+        assert!(err(None, None, Some("2026-02-31"), None).contains("write YYYY-MM-DD"));
+        assert!(err(None, None, Some("last week"), None).contains("`since` \"last week\""));
+        assert!(err(None, None, Some("2026-11-20"), Some("2026-11-01")).contains("after `until`"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, anyhow, bail};
 use flock_actors::memory::record_json;
 use flock_memory::Kind;
-use flock_memory::index::{Index, Mode, Query, today};
+use flock_memory::index::{Filter, Index, Mode, Query, today};
 use serde_json::{Value, json};
 
 fn open(dir: &Path) -> Result<Index> {
@@ -42,6 +42,16 @@ pub struct Search<'a> {
     pub mode: Mode,
     /// Only this agent's records.
     pub agent: Option<&'a str>,
+    /// At least this priority, this category, these dates (as typed; checked by [`filter`]).
+    pub priority: Option<&'a str>,
+    pub category: Option<&'a str>,
+    pub since: Option<&'a str>,
+    pub until: Option<&'a str>,
+}
+
+/// The priority, category and dates a user named, checked.
+fn filter(ask: &Search<'_>) -> Result<Filter> {
+    Filter::parse(ask.priority, ask.category, ask.since, ask.until).map_err(|e| anyhow!(e))
 }
 
 /// What a search found: each hit as JSON (the record, its tier and score), how long the search
@@ -69,6 +79,7 @@ fn kinds(names: &[String]) -> Result<Vec<Kind>> {
 /// thread (which holds the index and the embedding model warm).
 pub fn arguments(ask: &Search<'_>) -> Result<String> {
     kinds(ask.kinds)?;
+    filter(ask)?;
     let mode = match ask.mode {
         Mode::Hybrid => "hybrid",
         Mode::Bm25 => "bm25",
@@ -81,6 +92,10 @@ pub fn arguments(ask: &Search<'_>) -> Result<String> {
         "kinds": ask.kinds,
         "agent": ask.agent,
         "mode": mode,
+        "priority": ask.priority,
+        "category": ask.category,
+        "since": ask.since,
+        "until": ask.until,
     })
     .to_string())
 }
@@ -118,6 +133,7 @@ pub fn search_here(dir: &Path, ask: &Search<'_>) -> Result<Found> {
         today: today(),
         mode,
         precise: false,
+        filter: filter(ask)?,
     };
     let started = Instant::now();
     let hits = index.search(&query).map_err(|e| anyhow!(e))?;

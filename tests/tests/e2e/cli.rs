@@ -758,7 +758,7 @@ fn memory_reads_are_answered_by_the_running_swarm_and_from_the_files_without_one
         "# Trips\n\nThe Lisbon trip leaves on the 3rd of May from gate 12.\n",
     )
     .unwrap();
-    let search = ["memory", "search", "Lisbon trip", "--mode", "bm25"];
+    let search = ["memory", "search", "Lisbon trip", "--mode", "bm25", "--kind", "knowledge"];
     let found = swarm.ctl_ok(&search);
     assert!(
         found.contains("gate 12") && found.contains("(searched by the running swarm)"),
@@ -778,6 +778,31 @@ fn memory_reads_are_answered_by_the_running_swarm_and_from_the_files_without_one
     refused(&swarm, &["memory", "search", "x", "--kind", "dreams"], "no memory kind `dreams`");
     refused(&swarm, &["memory", "show", "nope"], "no memory with id `nope`");
     refused(&swarm, &["memory", "search", "x", "--mode", "fuzzy"], "no search mode `fuzzy`");
+    refused(&swarm, &["memory", "search", "x", "--since", "May"], "write YYYY-MM-DD");
+    refused(&swarm, &["memory", "search", "x", "--priority", "urgent"], "no priority `urgent`");
+    // Filters: priority (at least), category, dates.
+    let observations = swarm.state_dir().join("memory/observations");
+    std::fs::create_dir_all(&observations).unwrap();
+    std::fs::write(
+        observations.join("2026-11-20.md"),
+        "## 09:00\nThe Lisbon hotel is booked.\n<!-- id: o-1 -->\n<!-- priority: high; category: decision -->\n---\n\n\
+         ## 09:30\nThe Lisbon hotel has a pool.\n<!-- id: o-2 -->\n<!-- priority: low; category: fact -->\n---\n",
+    )
+    .unwrap();
+    let ids = |args: &[&str]| {
+        let base = ["memory", "search", "Lisbon hotel", "--mode", "bm25", "--all", "--json"];
+        let out = swarm.ctl_ok(&[&base[..], args].concat());
+        let hits: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let mut ids: Vec<String> =
+            hits.as_array().unwrap().iter().map(|h| h["id"].as_str().unwrap().to_owned()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&["--kind", "observation"]), ["o-1", "o-2"]);
+    assert_eq!(ids(&["--priority", "high"]), ["o-1"]);
+    assert_eq!(ids(&["--category", "fact"]), ["o-2"]);
+    assert_eq!(ids(&["--kind", "observation", "--until", "2026-11-20"]), ["o-1", "o-2"]);
+    assert!(ids(&["--since", "2026-11-21"]).iter().all(|id| !id.starts_with("o-")));
 
     swarm.down();
     let here = swarm.ctl_ok(&search);

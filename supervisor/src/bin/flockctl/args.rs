@@ -405,6 +405,18 @@ pub(crate) enum MemoryCommand {
         /// about its turns, what it remembered itself).
         #[arg(long)]
         agent: Option<String>,
+        /// At least this priority: low, medium or high (observations carry one).
+        #[arg(long)]
+        priority: Option<String>,
+        /// Only this category, as the observer tags it (decision, preference, …).
+        #[arg(long)]
+        category: Option<String>,
+        /// Only records dated on or after this day (YYYY-MM-DD).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only records dated on or before this day (YYYY-MM-DD).
+        #[arg(long)]
+        until: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -230,7 +230,19 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         state.existing()?;
         let dir = state.memory_dir();
         let out = match command {
-            MemoryCommand::Search { query, limit, all, kind, mode, agent, json } => {
+            MemoryCommand::Search {
+                query,
+                limit,
+                all,
+                kind,
+                mode,
+                agent,
+                priority,
+                category,
+                since,
+                until,
+                json,
+            } => {
                 let ask = memory_cli::Search {
                     text: query,
                     limit: *limit,
@@ -238,6 +250,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     kinds: kind,
                     mode: memory_cli::mode(mode)?,
                     agent: agent.as_deref(),
+                    priority: priority.as_deref(),
+                    category: category.as_deref(),
+                    since: since.as_deref(),
+                    until: until.as_deref(),
                 };
                 let arguments = memory_cli::arguments(&ask)?;
                 let started = std::time::Instant::now();
