@@ -323,14 +323,23 @@ pub const ACTIVE_MEMORY_CHARS: usize = 16_000;
 /// Rewrites `active_memory.md` from the index (temp file + rename: a reader sees the old file or
 /// the new one). This thread is its only writer.
 fn refresh_active_memory(index: &Index, dir: &std::path::Path) {
-    let text = match index.active_memory(today(), ACTIVE_MEMORY_CHARS) {
+    let path = dir.join("active_memory.md");
+    let old = std::fs::read_to_string(&path).unwrap_or_default();
+    // Rewritten (with a new time in its header) only when what it holds changed.
+    let stamp = |text: &str| {
+        text.lines().find_map(|l| l.strip_prefix("> Last updated: ")).unwrap_or("").to_owned()
+    };
+    let built = |updated: &str| index.active_memory(today(), ACTIVE_MEMORY_CHARS, updated);
+    match built(&stamp(&old)) {
+        Ok(same) if same == old => return,
+        Ok(_) => {}
+        Err(e) => return tracing::warn!(error = %e, "flock: active memory not built"),
+    }
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC").to_string();
+    let text = match built(&now) {
         Ok(t) => t,
         Err(e) => return tracing::warn!(error = %e, "flock: active memory not built"),
     };
-    let path = dir.join("active_memory.md");
-    if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
-        return;
-    }
     let tmp = dir.join(".active_memory.md.tmp");
     if let Err(e) = std::fs::write(&tmp, &text).and_then(|()| std::fs::rename(&tmp, &path)) {
         tracing::warn!(path = %path.display(), error = %e, "flock: active memory not written");
@@ -439,6 +448,38 @@ mod tests {
             caller: caller.into(),
             key: key.into(),
         }
+    }
+
+    #[test]
+    fn active_memory_is_rewritten_with_a_new_time_only_when_what_it_holds_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Files::new(dir.path());
+        let remember = |key: &str, text: &str| {
+            let args = json!({"text": text, "priority": "high"}).to_string();
+            write(&files, &call("memory_remember", "w", key, &args)).unwrap().unwrap();
+        };
+        remember("k1", "Ana ships on Fridays.");
+        let mut index = Index::open(dir.path()).unwrap();
+        index.sync().unwrap();
+        refresh_active_memory(&index, dir.path());
+        let path = dir.path().join("active_memory.md");
+        let first = std::fs::read_to_string(&path).unwrap();
+        assert!(first.contains("> Last updated: 20") && first.contains("Ana ships"), "{first}");
+        // Nothing new: the file (and the time it gives) stays as it is.
+        let old = first.replace(
+            &first.lines().find(|l| l.starts_with("> Last updated:")).unwrap().to_owned(),
+            "> Last updated: 2000-01-01 00:00 UTC",
+        );
+        std::fs::write(&path, &old).unwrap();
+        refresh_active_memory(&index, dir.path());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), old);
+        // Something new: rebuilt, and dated now.
+        remember("k2", "Ben prefers tea.");
+        index.sync().unwrap();
+        refresh_active_memory(&index, dir.path());
+        let now = std::fs::read_to_string(&path).unwrap();
+        assert!(now.contains("Ben prefers tea") && !now.contains("2000-01-01"), "{now}");
+        assert!(now.contains("> Records: 2 (2 observations,"), "{now}");
     }
 
     #[test]

@@ -697,7 +697,7 @@ impl Index {
     /// `active_memory.md`: what matters most now, within `max_chars` — every hot or warm
     /// observation, reflection and knowledge section ranked by priority and recency (journals
     /// are the workers' logs, not memory), best first. Empty when there is nothing to keep.
-    pub fn active_memory(&self, today: i64, max_chars: usize) -> Result<String> {
+    pub fn active_memory(&self, today: i64, max_chars: usize, updated: &str) -> Result<String> {
         let mut stmt = self
             .conn
             .prepare(
@@ -724,8 +724,11 @@ impl Index {
             ranked.push((weight * kind * (0.2 + recency), r));
         }
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.date.cmp(&a.1.date)));
-        let header = "# Active memory\n\nWhat matters most now, best first (rebuilt from the memory files; do not edit).\n\n";
-        let mut out = String::from(header);
+        // The header (its figures included) fits in this many characters.
+        const HEADER: usize = 320;
+        let budget = max_chars.saturating_sub(HEADER);
+        let mut body = String::new();
+        let (mut counts, mut first, mut last) = ([0usize; 3], String::new(), String::new());
         for (_, r) in ranked {
             let category =
                 if r.category.is_empty() { String::new() } else { format!(" [{}]", r.category) };
@@ -735,12 +738,38 @@ impl Index {
                 r.priority.as_str(),
                 r.text.replace('\n', " ")
             );
-            if out.len() + line.len() > max_chars {
+            if body.len() + line.len() > budget {
                 continue;
             }
-            out.push_str(&line);
+            body.push_str(&line);
+            counts[match r.kind {
+                Kind::Observation => 0,
+                Kind::Reflection => 1,
+                _ => 2,
+            }] += 1;
+            if first.is_empty() || r.date < first {
+                first = r.date.clone();
+            }
+            if r.date > last {
+                last = r.date;
+            }
         }
-        Ok(if out.len() == header.len() { String::new() } else { out })
+        if body.is_empty() {
+            return Ok(String::new());
+        }
+        let n = counts.iter().sum::<usize>();
+        let header = format!(
+            "# Active memory\n\n> Last updated: {updated}\n> Tokens: ~{} (characters ÷ 4; at most {})\n\
+             > Records: {n} ({} observations, {} reflections, {} knowledge)\n> Period: {first} … {last}\n\n\
+             What matters most now, best first (rebuilt from the memory files; do not edit).\n\n",
+            // The header's own characters counted as about HEADER.
+            (body.len() + HEADER).div_ceil(4),
+            max_chars / 4,
+            counts[0],
+            counts[1],
+            counts[2],
+        );
+        Ok(header + &body)
     }
 }
 
@@ -1219,14 +1248,27 @@ mod tests {
         let mut index = Index::open(d).unwrap();
         index.sync().unwrap();
         let today = days_of("2026-11-25").unwrap();
-        let active = index.active_memory(today, 600).unwrap();
-        assert!(active.len() <= 600, "{}", active.len());
+        let active = index.active_memory(today, 800, "2026-11-25 10:00 UTC").unwrap();
+        assert!(active.len() <= 800, "{}", active.len());
+        // The header says when, how big, how many and over which days.
+        let items = active.lines().filter(|l| l.starts_with("- ")).count();
+        assert!(active.starts_with("# Active memory\n\n> Last updated: 2026-11-25 10:00 UTC\n"));
+        let tokens: usize = active
+            .lines()
+            .find_map(|l| l.strip_prefix("> Tokens: ~"))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .expect("a token count");
+        assert!(tokens >= active.len() / 4 && tokens <= 200, "{tokens} for {}", active.len());
+        assert!(active.contains(&format!("> Records: {items} ({items} observations,")), "{active}");
+        assert!(active.contains("> Period: 2026-11-24 … 2026-11-24\n"), "{active}");
         let first = active.lines().find(|l| l.starts_with("- ")).unwrap();
         assert!(first.contains("high [decision]: Ana decided to ship on Fridays."), "{active}");
         assert!(!active.contains("old vendor"), "cold items leave active memory: {active}");
         assert!(!active.contains("| a |"), "journals are not memory: {active}");
         assert!(active.contains("medium fact number"));
-        assert_eq!(Index::open(&d.join("empty")).unwrap().active_memory(today, 600).unwrap(), "");
+        let empty = Index::open(&d.join("empty")).unwrap();
+        assert_eq!(empty.active_memory(today, 800, "now").unwrap(), "");
     }
 
     /// Runs only where `scripts/setup` fetched the embedding model.

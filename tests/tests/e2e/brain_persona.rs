@@ -286,6 +286,8 @@ fn a_fact_from_one_conversation_reaches_the_worker_in_a_later_one_through_the_me
     // Active memory (what the supervisor keeps for every worker turn) holds it as well.
     let active = read(&swarm.state_dir().join("memory/active_memory.md"));
     assert!(active.contains("Friday at 15:00") && !active.contains(key), "{active}");
+    assert!(active.starts_with("# Active memory\n\n> Last updated: "), "{active}");
+    assert!(active.contains("\n> Tokens: ~") && active.contains("\n> Records: "), "{active}");
 
     // flockctl finds it too, and a rebuild from the files gives the same first answer.
     let found = swarm.ctl_ok(&["memory", "search", "dentist appointment", "--json"]);
