@@ -346,6 +346,41 @@ fn refresh_active_memory(index: &Index, dir: &std::path::Path) {
     }
 }
 
+/// The `kinds` a call names, checked.
+fn kinds_of(args: &Value) -> Result<Vec<Kind>, ToolError> {
+    let mut kinds = Vec::new();
+    for k in args["kinds"].as_array().into_iter().flatten() {
+        let name = k.as_str().unwrap_or_default();
+        kinds.push(Kind::parse(name).ok_or_else(|| {
+            ToolError::bad_request(format!(
+                "no memory kind `{name}`; kinds: journal, observation, reflection, knowledge"
+            ))
+        })?);
+    }
+    Ok(kinds)
+}
+
+/// The priority, category and dates a call names, checked.
+fn filter_of(args: &Value) -> Result<Filter, ToolError> {
+    let field = |k: &str| args[k].as_str();
+    Filter::parse(field("priority"), field("category"), field("since"), field("until"))
+        .map_err(ToolError::bad_request)
+}
+
+/// Hits as the tools answer them: each record with its tier and score.
+fn hits_json(hits: &[flock_memory::index::Hit]) -> String {
+    let hits: Vec<Value> = hits
+        .iter()
+        .map(|h| {
+            let mut v = record_json(&h.record);
+            v["tier"] = json!(h.tier);
+            v["score"] = json!((h.score * 1000.0).round() / 1000.0);
+            v
+        })
+        .collect();
+    json!({"hits": hits}).to_string()
+}
+
 fn run(index: &mut Index, dir: &std::path::Path, call: &Call) -> Result<String, ToolError> {
     let (tool, arguments) = (call.tool.as_str(), call.arguments.as_str());
     let args: Value =
@@ -366,15 +401,7 @@ fn run(index: &mut Index, dir: &std::path::Path, call: &Call) -> Result<String, 
                 .ok_or(ToolError::bad_request("`query` is required (the words to look for)"))?;
             // A model reads a few; the operator's `flockctl memory search --limit` up to 1 000.
             let max_hits = if call.caller == flock_ipc::OPERATOR { 1000 } else { 20 };
-            let mut kinds = Vec::new();
-            for k in args["kinds"].as_array().into_iter().flatten() {
-                let name = k.as_str().unwrap_or_default();
-                kinds.push(Kind::parse(name).ok_or_else(|| {
-                    ToolError::bad_request(format!(
-                        "no memory kind `{name}`; kinds: journal, observation, reflection, knowledge"
-                    ))
-                })?);
-            }
+            let kinds = kinds_of(&args)?;
             let query = Query {
                 text,
                 limit: args["limit"].as_u64().map_or(5, |l| l.clamp(1, max_hits) as usize),
@@ -394,25 +421,32 @@ fn run(index: &mut Index, dir: &std::path::Path, call: &Call) -> Result<String, 
                 },
                 // The unconscious's recall asks for clear matches only.
                 precise: args["precise"].as_bool().unwrap_or(false),
-                filter: Filter::parse(
-                    args["priority"].as_str(),
-                    args["category"].as_str(),
-                    args["since"].as_str(),
-                    args["until"].as_str(),
-                )
-                .map_err(ToolError::bad_request)?,
+                filter: filter_of(&args)?,
             };
             let hits = index.search(&query).map_err(|e| ToolError::internal(e.to_string()))?;
-            let hits: Vec<Value> = hits
-                .iter()
-                .map(|h| {
-                    let mut v = record_json(&h.record);
-                    v["tier"] = json!(h.tier);
-                    v["score"] = json!((h.score * 1000.0).round() / 1000.0);
-                    v
-                })
-                .collect();
-            Ok(json!({"hits": hits}).to_string())
+            Ok(hits_json(&hits))
+        }
+        // The dashboard's memory view (the operator's only: not in the tool table).
+        "memory__recent" => {
+            let limit = args["limit"].as_u64().map_or(50, |l| l.clamp(1, 500) as usize);
+            let (kinds, filter) = (kinds_of(&args)?, filter_of(&args)?);
+            let hits = index
+                .recent(today(), limit, &kinds, &filter)
+                .map_err(|e| ToolError::internal(e.to_string()))?;
+            Ok(hits_json(&hits))
+        }
+        "memory__stats" => {
+            let s = index.stats(today()).map_err(|e| ToolError::internal(e.to_string()))?;
+            let counts = |v: &[(String, u64)]| {
+                v.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>()
+            };
+            Ok(json!({
+                "files": s.files,
+                "kinds": counts(&s.by_kind),
+                "tiers": counts(&s.by_tier),
+                "index_bytes": s.index_bytes,
+            })
+            .to_string())
         }
         "memory_get" => {
             let id = args["id"].as_str().ok_or(ToolError::bad_request("`id` is required"))?;

@@ -651,6 +651,40 @@ impl Index {
             .map_err(err("get"))
     }
 
+    /// The newest records (not journals), newest day first and, within a day, the most important
+    /// first: what the dashboard shows before anything is searched.
+    pub fn recent(
+        &self,
+        today: i64,
+        limit: usize,
+        kinds: &[Kind],
+        filter: &Filter,
+    ) -> Result<Vec<Hit>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id, kind, date, time, priority, category, agent, path, text FROM records
+                 WHERE kind != 'journal' ORDER BY date DESC, priority DESC, time DESC, rid DESC",
+            )
+            .map_err(err("recent"))?;
+        let rows = stmt.query_map([], row_record).map_err(err("recent"))?;
+        let mut hits = Vec::new();
+        for row in rows {
+            let record = row.map_err(err("recent"))?;
+            let day = days_of(&record.date);
+            if (!kinds.is_empty() && !kinds.contains(&record.kind)) || !filter.passes(&record, day)
+            {
+                continue;
+            }
+            let tier = tier(day.map(|d| (today - d).max(0)));
+            hits.push(Hit { record, score: 0.0, tier });
+            if hits.len() >= limit {
+                break;
+            }
+        }
+        Ok(hits)
+    }
+
     pub fn stats(&self, today: i64) -> Result<Stats> {
         let count = |sql: &str| -> Result<u64> {
             self.conn
@@ -1057,6 +1091,34 @@ mod tests {
         assert!(err(None, None, Some("2026-02-31"), None).contains("write YYYY-MM-DD"));
         assert!(err(None, None, Some("last week"), None).contains("`since` \"last week\""));
         assert!(err(None, None, Some("2026-11-20"), Some("2026-11-01")).contains("after `until`"));
+    }
+
+    #[test]
+    fn recent_lists_the_newest_day_first_most_important_first_without_journals() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let p = |level: &str| format!("<!-- priority: {level} -->\n");
+        write(d, "observations/2026-11-20.md", &obs("09:00", "old", "An older fact.", &p("high")));
+        write(
+            d,
+            "observations/2026-11-24.md",
+            &(obs("09:00", "low", "A small thing.", &p("low"))
+                + &obs("10:00", "high", "A decision.", &p("high"))
+                + &obs("11:00", "med", "A plan.", &p("medium"))),
+        );
+        write(d, "journals/2026-11-24.md", "09:00 | a | b | c\n");
+        let mut index = Index::open(d).unwrap();
+        index.sync().unwrap();
+        let today = days_of("2026-11-25").unwrap();
+        let ids = |hits: Vec<Hit>| hits.into_iter().map(|h| h.record.id).collect::<Vec<_>>();
+        let all = index.recent(today, 10, &[], &Filter::default()).unwrap();
+        assert!(all.iter().all(|h| h.tier == "hot"));
+        assert_eq!(ids(all), ["high", "med", "low", "old"]);
+        assert_eq!(ids(index.recent(today, 2, &[], &Filter::default()).unwrap()), ["high", "med"]);
+        let high = Filter::parse(Some("high"), None, None, None).unwrap();
+        assert_eq!(ids(index.recent(today, 10, &[], &high).unwrap()), ["high", "old"]);
+        let knowledge = index.recent(today, 10, &[Kind::Knowledge], &Filter::default()).unwrap();
+        assert!(knowledge.is_empty());
     }
 
     #[test]

@@ -26,8 +26,9 @@ impl RouterState {
         tool: String,
         arguments: String,
     ) {
-        if !matches!(tool.as_str(), "memory_search" | "memory_get") {
-            let msg = format!("`{tool}` is not a memory read (memory_search, memory_get)");
+        let reads = ["memory_search", "memory_get", "memory__recent", "memory__stats"];
+        if !reads.contains(&tool.as_str()) {
+            let msg = format!("`{tool}` is not a memory read ({})", reads.join(", "));
             return self.answer(conn, Frame::error(frame, ErrorCode::BadRequest, msg));
         }
         let Some(memory) = &self.memory else {

@@ -101,3 +101,41 @@ pub(super) async fn dead_letters(State(ui): Shared) -> Response {
         Err(e) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
     }
 }
+
+/// `GET /api/memory?q=&kind=&priority=`: the memory view — a search when `q` has words, else
+/// the newest records (most important first within a day); each with its tier. Answered by the
+/// swarm's memory thread, as `flockctl memory search`.
+pub(super) async fn memory(
+    State(ui): Shared,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let field = |k: &str| q.get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+    let kinds: Vec<String> = field("kind").into_iter().collect();
+    let (tool, args) = match field("q") {
+        Some(words) => (
+            "memory_search",
+            json!({"query": words, "limit": 50, "kinds": kinds, "priority": field("priority")}),
+        ),
+        None => {
+            ("memory__recent", json!({"limit": 50, "kinds": kinds, "priority": field("priority")}))
+        }
+    };
+    memory_read(&ui, tool, args).await
+}
+
+/// `GET /api/memory/stats`: records per kind and tier, files, index size.
+pub(super) async fn memory_stats(State(ui): Shared) -> Response {
+    memory_read(&ui, "memory__stats", json!({})).await
+}
+
+async fn memory_read(ui: &super::Ui, tool: &str, args: serde_json::Value) -> Response {
+    let request = ControlRequest::Memory { tool: tool.into(), arguments: args.to_string() };
+    match open_and(ui, |mut c| async move { c.call(request).await }).await {
+        Ok(ControlReply::Json(text)) => match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(v) => axum::Json(v).into_response(),
+            Err(e) => error(StatusCode::BAD_GATEWAY, format!("the memory answer is not JSON: {e}")),
+        },
+        Ok(other) => error(StatusCode::BAD_GATEWAY, format!("unexpected answer {other:?}")),
+        Err(e) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
+    }
+}

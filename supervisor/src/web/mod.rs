@@ -121,6 +121,8 @@ pub async fn start(opts: &WebOptions, state: &StateDir, ctx: Arc<ControlCtx>) ->
             .route("/api/approvals", get(actions::approvals))
             .route("/api/approvals/{id}", post(actions::decide))
             .route("/api/dead-letters", get(actions::dead_letters))
+            .route("/api/memory", get(actions::memory))
+            .route("/api/memory/stats", get(actions::memory_stats))
             .route("/healthz", get(healthz))
             .layer(middleware::from_fn_with_state(ui.clone(), guard))
             .with_state(ui);

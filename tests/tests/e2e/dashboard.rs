@@ -345,6 +345,23 @@ fn the_dashboard_shows_the_swarm_live_in_a_real_browser() {
     assert_eq!(swarm.agent("worker")["restarts"], 0, "refused actions did nothing");
     let (status, body) = get(&addr, "/api/dead-letters", &bearer);
     assert_eq!((status, body.ends_with("[]")), (200, true), "{body}");
+    // The memory view's reads: a search, the newest records, the tiers — behind the token too.
+    let knowledge = swarm.state_dir().join("memory/knowledge");
+    std::fs::create_dir_all(&knowledge).unwrap();
+    std::fs::write(
+        knowledge.join("trips.md"),
+        "# Trips\n\nThe Lisbon trip leaves on the 3rd of May from gate 12.\n",
+    )
+    .unwrap();
+    assert_eq!(get(&addr, "/api/memory?q=Lisbon", "").0, 401);
+    let (status, body) = get(&addr, "/api/memory?q=Lisbon+trip", &bearer);
+    assert!(status == 200 && body.contains("gate 12"), "{status} {body}");
+    let (status, body) = get(&addr, "/api/memory?kind=knowledge", &bearer);
+    assert!(status == 200 && body.contains("gate 12"), "{status} {body}");
+    let (status, body) = get(&addr, "/api/memory?q=x&priority=urgent", &bearer);
+    assert!(status == 400 && body.contains("no priority `urgent`"), "{status} {body}");
+    let (status, body) = get(&addr, "/api/memory/stats", &bearer);
+    assert!(status == 200 && body.contains(r#""files":1"#), "{status} {body}");
 
     let (_driver, driver_port) = start_driver(&driver);
     let rt =
@@ -366,6 +383,17 @@ fn the_dashboard_shows_the_swarm_live_in_a_real_browser() {
             wait_text(&c, &css, |t| t == "ready", SHORT).await;
         }
         wait_text(&c, "#live", |t| t == "live", SHORT).await;
+
+        // The memory view: the newest records at first, then what a search finds.
+        wait_text(&c, "#memory tbody", |t| t.contains("gate 12"), SHORT).await;
+        wait_text(&c, "#memory-tiers", |t| t.contains("1 files"), SHORT).await;
+        wait_text(&c, "#memory-status", |t| t.ends_with(" newest"), SHORT).await;
+        let q = c.find(Locator::Css("#memory-q")).await.unwrap();
+        q.send_keys("Lisbon trip").await.unwrap();
+        c.find(Locator::Css("#memory-form button")).await.unwrap().click().await.unwrap();
+        wait_text(&c, "#memory-status", |t| t.ends_with(" found, best first"), SHORT).await;
+        let first = text_of(&c, "#memory tbody tr").await.unwrap_or_default();
+        assert!(first.contains("gate 12"), "the best match first: {first}");
 
         // kill -9 → the restart shows within 2 s (the supervisor restarts in milliseconds).
         let restarts = |c: &Client| {

@@ -431,6 +431,34 @@ async function loadJournal() {
 }
 $("#journal-form").onsubmit = (ev) => { ev.preventDefault(); loadJournal(); };
 
+// ---- memory ----------------------------------------------------------------------------------
+
+async function loadMemory() {
+  const params = new URLSearchParams();
+  for (const [key, id] of [["q", "#memory-q"], ["kind", "#memory-kind"], ["priority", "#memory-priority"]]) {
+    const v = $(id).value.trim();
+    if (v) params.set(key, v);
+  }
+  const status = $("#memory-status");
+  try {
+    const found = await api("/api/memory?" + params);
+    const hits = found.hits || [];
+    status.textContent = params.get("q") ? `${hits.length} found, best first` : `${hits.length} newest`;
+    status.className = "muted";
+    $("#memory tbody").replaceChildren(...hits.map((h) => el("tr", { "data-id": h.id },
+      el("td", {}, `${h.date} ${h.time || ""}`.trim()), el("td", {}, h.kind),
+      el("td", { class: "priority-" + h.priority }, h.priority), el("td", {}, h.tier),
+      el("td", {}, h.agent || ""), el("td", { title: h.text }, clip(h.text, 200)))));
+    const stats = await api("/api/memory/stats");
+    const tiers = Object.entries(stats.tiers || {}).map(([t, n]) => `${t} ${n}`).join(", ");
+    $("#memory-tiers").textContent = `(${stats.files} files; ${tiers})`;
+  } catch (e) {
+    status.textContent = e.message;
+    status.className = "error";
+  }
+}
+$("#memory-form").onsubmit = (ev) => { ev.preventDefault(); loadMemory(); };
+
 // ---- live updates ----------------------------------------------------------------------------
 
 let journalTimer = null;
@@ -471,4 +499,5 @@ function connect() {
 connect();
 loadJournal();
 loadDeadLetters();
+loadMemory();
 setInterval(sampleActivity, SAMPLE_MS);
