@@ -660,14 +660,30 @@ impl Index {
         kinds: &[Kind],
         filter: &Filter,
     ) -> Result<Vec<Hit>> {
+        self.newest(today, limit, kinds, filter, false)
+    }
+
+    /// Every record that passes, journals too, newest first (`flockctl memory export`).
+    pub fn export(&self, today: i64, kinds: &[Kind], filter: &Filter) -> Result<Vec<Hit>> {
+        self.newest(today, usize::MAX, kinds, filter, true)
+    }
+
+    fn newest(
+        &self,
+        today: i64,
+        limit: usize,
+        kinds: &[Kind],
+        filter: &Filter,
+        journals: bool,
+    ) -> Result<Vec<Hit>> {
         let mut stmt = self
             .conn
             .prepare_cached(
                 "SELECT id, kind, date, time, priority, category, agent, path, text FROM records
-                 WHERE kind != 'journal' ORDER BY date DESC, priority DESC, time DESC, rid DESC",
+                 WHERE ?1 OR kind != 'journal' ORDER BY date DESC, priority DESC, time DESC, rid DESC",
             )
             .map_err(err("recent"))?;
-        let rows = stmt.query_map([], row_record).map_err(err("recent"))?;
+        let rows = stmt.query_map([journals], row_record).map_err(err("recent"))?;
         let mut hits = Vec::new();
         for row in rows {
             let record = row.map_err(err("recent"))?;
@@ -1119,6 +1135,10 @@ mod tests {
         assert_eq!(ids(index.recent(today, 10, &[], &high).unwrap()), ["high", "old"]);
         let knowledge = index.recent(today, 10, &[Kind::Knowledge], &Filter::default()).unwrap();
         assert!(knowledge.is_empty());
+        // An export has the journals too.
+        let all = index.export(today, &[], &Filter::default()).unwrap();
+        assert_eq!(all.len(), 5);
+        assert!(all.iter().any(|h| h.record.kind == Kind::Journal));
     }
 
     #[test]

@@ -246,6 +246,20 @@ pub fn stats(dir: &Path, as_json: bool) -> Result<String> {
     ))
 }
 
+/// `memory export`: every record that passes, newest first, one JSON object a line.
+pub fn export(dir: &Path, kind_names: &[String], filter: &Filter) -> Result<String> {
+    let kinds = kinds(kind_names)?;
+    let index = open(dir)?;
+    let mut out = String::new();
+    for h in index.export(today(), &kinds, filter).map_err(|e| anyhow!(e))? {
+        let mut v = record_json(&h.record);
+        v["tier"] = json!(h.tier);
+        out.push_str(&v.to_string());
+        out.push('\n');
+    }
+    Ok(out)
+}
+
 /// `memory rebuild`: the index from the files, from scratch.
 pub fn rebuild(dir: &Path) -> Result<String> {
     let started = Instant::now();

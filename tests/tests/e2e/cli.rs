@@ -811,6 +811,16 @@ fn memory_reads_are_answered_by_the_running_swarm_and_from_the_files_without_one
     let again: serde_json::Value = serde_json::from_str(&again).unwrap();
     assert_eq!(again[0]["id"].as_str(), Some(id.as_str()));
     refused(&swarm, &["memory", "show", "nope"], "no memory with id `nope`");
+    // An export: JSON Lines, newest first, with the same filters.
+    let export = swarm.ctl_ok(&["memory", "export", "--kind", "observation,knowledge"]);
+    let lines: Vec<serde_json::Value> =
+        export.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{export}");
+    assert!(lines.iter().any(|l| l["text"].as_str().unwrap_or("").contains("gate 12")));
+    let high = swarm.ctl_ok(&["memory", "export", "--priority", "high", "--since", "2026-11-20"]);
+    assert_eq!(high.lines().count(), 1, "{high}");
+    assert!(high.contains(r#""id":"o-1""#) && high.contains(r#""tier":"#), "{high}");
+    refused(&swarm, &["memory", "export", "--until", "soon"], "write YYYY-MM-DD");
 }
 
 #[test]

@@ -433,6 +433,26 @@ pub(crate) enum MemoryCommand {
     },
     /// Rebuild the index from the memory files (safe at any time: the files are the truth).
     Rebuild,
+    /// Every record (journals too), newest first, as JSON Lines on stdout: one object a record
+    /// (id, kind, date, time, priority, category, agent, path, text, tier), for a backup or
+    /// another tool. The filters are `memory search`'s.
+    Export {
+        /// Only these kinds: journal, observation, reflection, knowledge (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        kind: Vec<String>,
+        /// At least this priority: low, medium or high.
+        #[arg(long)]
+        priority: Option<String>,
+        /// Only this category.
+        #[arg(long)]
+        category: Option<String>,
+        /// Only records dated on or after this day (YYYY-MM-DD).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only records dated on or before this day (YYYY-MM-DD).
+        #[arg(long)]
+        until: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]

@@ -273,6 +273,16 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             MemoryCommand::Stats { json } => memory_cli::stats(&dir, *json)?,
             MemoryCommand::Rebuild => memory_cli::rebuild(&dir)?,
+            MemoryCommand::Export { kind, priority, category, since, until } => {
+                let filter = flock_memory::index::Filter::parse(
+                    priority.as_deref(),
+                    category.as_deref(),
+                    since.as_deref(),
+                    until.as_deref(),
+                )
+                .map_err(|e| anyhow!(e))?;
+                memory_cli::export(&dir, kind, &filter)?
+            }
         };
         print!("{out}");
         return Ok(ExitCode::SUCCESS);
