@@ -395,9 +395,6 @@ pub(crate) enum MemoryCommand {
         /// Cold records too.
         #[arg(long)]
         all: bool,
-        /// Only these kinds: journal, observation, reflection, knowledge (comma-separated).
-        #[arg(long, value_delimiter = ',')]
-        kind: Vec<String>,
         /// hybrid (words and meaning, fused), bm25 (words) or vector (meaning).
         #[arg(long, default_value = "hybrid")]
         mode: String,
@@ -405,18 +402,8 @@ pub(crate) enum MemoryCommand {
         /// about its turns, what it remembered itself).
         #[arg(long)]
         agent: Option<String>,
-        /// At least this priority: low, medium or high (observations carry one).
-        #[arg(long)]
-        priority: Option<String>,
-        /// Only this category, as the observer tags it (decision, preference, …).
-        #[arg(long)]
-        category: Option<String>,
-        /// Only records dated on or after this day (YYYY-MM-DD).
-        #[arg(long)]
-        since: Option<String>,
-        /// Only records dated on or before this day (YYYY-MM-DD).
-        #[arg(long)]
-        until: Option<String>,
+        #[command(flatten)]
+        filter: MemoryFilter,
         #[arg(long)]
         json: bool,
     },
@@ -437,22 +424,29 @@ pub(crate) enum MemoryCommand {
     /// (id, kind, date, time, priority, category, agent, path, text, tier), for a backup or
     /// another tool. The filters are `memory search`'s.
     Export {
-        /// Only these kinds: journal, observation, reflection, knowledge (comma-separated).
-        #[arg(long, value_delimiter = ',')]
-        kind: Vec<String>,
-        /// At least this priority: low, medium or high.
-        #[arg(long)]
-        priority: Option<String>,
-        /// Only this category.
-        #[arg(long)]
-        category: Option<String>,
-        /// Only records dated on or after this day (YYYY-MM-DD).
-        #[arg(long)]
-        since: Option<String>,
-        /// Only records dated on or before this day (YYYY-MM-DD).
-        #[arg(long)]
-        until: Option<String>,
+        #[command(flatten)]
+        filter: MemoryFilter,
     },
+}
+
+/// Which records `memory search` and `memory export` keep.
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct MemoryFilter {
+    /// Only these kinds: journal, observation, reflection, knowledge (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub kind: Vec<String>,
+    /// At least this priority: low, medium or high (observations carry one).
+    #[arg(long)]
+    pub priority: Option<String>,
+    /// Only this category, as the observer tags it (decision, preference, …).
+    #[arg(long)]
+    pub category: Option<String>,
+    /// Only records dated on or after this day (YYYY-MM-DD).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only records dated on or before this day (YYYY-MM-DD).
+    #[arg(long)]
+    pub until: Option<String>,
 }
 
 #[derive(Subcommand)]

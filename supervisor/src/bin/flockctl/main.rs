@@ -230,30 +230,18 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         state.existing()?;
         let dir = state.memory_dir();
         let out = match command {
-            MemoryCommand::Search {
-                query,
-                limit,
-                all,
-                kind,
-                mode,
-                agent,
-                priority,
-                category,
-                since,
-                until,
-                json,
-            } => {
+            MemoryCommand::Search { query, limit, all, mode, agent, filter, json } => {
                 let ask = memory_cli::Search {
                     text: query,
                     limit: *limit,
                     all: *all,
-                    kinds: kind,
+                    kinds: &filter.kind,
                     mode: memory_cli::mode(mode)?,
                     agent: agent.as_deref(),
-                    priority: priority.as_deref(),
-                    category: category.as_deref(),
-                    since: since.as_deref(),
-                    until: until.as_deref(),
+                    priority: filter.priority.as_deref(),
+                    category: filter.category.as_deref(),
+                    since: filter.since.as_deref(),
+                    until: filter.until.as_deref(),
                 };
                 let arguments = memory_cli::arguments(&ask)?;
                 let started = std::time::Instant::now();
@@ -273,15 +261,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             MemoryCommand::Stats { json } => memory_cli::stats(&dir, *json)?,
             MemoryCommand::Rebuild => memory_cli::rebuild(&dir)?,
-            MemoryCommand::Export { kind, priority, category, since, until } => {
+            MemoryCommand::Export { filter: f } => {
                 let filter = flock_memory::index::Filter::parse(
-                    priority.as_deref(),
-                    category.as_deref(),
-                    since.as_deref(),
-                    until.as_deref(),
+                    f.priority.as_deref(),
+                    f.category.as_deref(),
+                    f.since.as_deref(),
+                    f.until.as_deref(),
                 )
                 .map_err(|e| anyhow!(e))?;
-                memory_cli::export(&dir, kind, &filter)?
+                memory_cli::export(&dir, &f.kind, &filter)?
             }
         };
         print!("{out}");
