@@ -207,7 +207,8 @@ agents:
     assert!(search.contains("→ ok") && search.contains(id), "{log}");
     assert!(
         log.contains(
-            "→ error: \"BAD_REQUEST: no memory with id `no-such-id` (memory_search lists ids)\""
+            "→ error: \"BAD_REQUEST: no memory with id `no-such-id` (a search lists ids: memory_search; \
+             for a person, `flockctl memory search WORDS`)\""
         ),
         "{log}"
     );
