@@ -14,6 +14,8 @@
 //!   each sentence of a record and scans the passage vectors (int8, in memory) by meaning.
 
 pub mod files;
+#[cfg(feature = "index")]
+pub mod filter;
 pub mod mask;
 pub mod records;
 
