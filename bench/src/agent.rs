@@ -183,7 +183,10 @@ async fn sink(mut a: Agent) -> Result<()> {
             } else if text == "end" {
                 let measured = run.count.saturating_sub(run.warm.max(1));
                 let ns = run.last_ns.saturating_sub(run.warm_ns);
-                let text = format!("final {} {measured} {ns}", run.count);
+                // The window's ends too (wall clock, shared by every process here), so a run
+                // of many pairs can be measured over the interval they all shared.
+                let text =
+                    format!("final {} {measured} {ns} {} {}", run.count, run.warm_ns, run.last_ns);
                 a.send(&d.sender, text, SendMode::Durable).await?;
                 run = SinkRun::default();
             }
@@ -389,7 +392,9 @@ async fn send_run(name: &str, outbox: Outbox, shared: Arc<Shared>, p: Params) ->
         let fin =
             shared.final_text.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default();
         let f: Vec<u64> = fin.split(' ').skip(1).filter_map(|s| s.parse().ok()).collect();
-        let [received, measured, ns] = f[..] else { bail!("bad final message: {fin}") };
+        let [received, measured, ns, warm_at_ns, last_at_ns] = f[..] else {
+            bail!("bad final message: {fin}")
+        };
         let drops = shared.errors.load(Ordering::Relaxed);
         json!({
             "mode": "at_most_once",
@@ -398,6 +403,8 @@ async fn send_run(name: &str, outbox: Outbox, shared: Arc<Shared>, p: Params) ->
             "dropped": drops,
             "measured": measured,
             "measured_ns": ns,
+            "warm_at_ns": warm_at_ns,
+            "last_at_ns": last_at_ns,
             "msgs_per_sec": measured as f64 / (ns.max(1) as f64 / 1e9),
             "send_frame_bytes": send_bytes,
             "window": window,
