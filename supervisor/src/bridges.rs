@@ -27,7 +27,7 @@ pub fn bridge_binary() -> Result<PathBuf> {
     crate::spawn::sibling_binary(
         BINARY,
         "FLOCK_BRIDGE_BIN",
-        "the swarm has chat bridges; build it with `cargo build --release --bins` (scripts/setup does)",
+        "the swarm has chat bridges; `scripts/install` builds it beside the others (or `cargo build --profile dist -p flock-bridge`)",
     )
 }
 

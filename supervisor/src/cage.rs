@@ -17,11 +17,7 @@ use crate::paths::StateDir;
 
 /// The helper binary (beside `flock-supervisor`, or `FLOCK_SANDBOX_HELPER`).
 pub fn helper() -> Result<PathBuf> {
-    crate::spawn::sibling_binary(
-        "flock-sandbox",
-        "FLOCK_SANDBOX_HELPER",
-        "build it with `cargo build --release --bins`",
-    )
+    crate::spawn::sibling_binary("flock-sandbox", "FLOCK_SANDBOX_HELPER", crate::spawn::BUILD_HINT)
 }
 
 /// Cages `/bin/true` with the helper at `helper`, in a scratch folder of the state dir's

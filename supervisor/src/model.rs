@@ -47,8 +47,8 @@ pub fn model_binary() -> Result<PathBuf> {
     crate::spawn::sibling_binary(
         NAME,
         "FLOCK_MODEL_BIN",
-        "the swarm uses the embedded local model: run `scripts/setup` (it builds it), or give the \
-         agents a remote model (`provider: openai` or `anthropic`, see README \"Models\")",
+        "the swarm uses the embedded local model: `scripts/install` (or `scripts/up`) builds it \
+         beside the others, or give the agents a remote model (`provider: openai` or `anthropic`, see README \"Models\")",
     )
 }
 

@@ -452,6 +452,10 @@ fn page_size() -> u64 {
     if n > 0 { n as u64 } else { 4096 }
 }
 
+/// How to get a missing sibling binary: build them all side by side.
+pub const BUILD_HINT: &str =
+    "`scripts/install` builds it beside the others (or `cargo build --profile dist --bins`)";
+
 /// A Flock binary: the path in `env_var` if set, else `name` next to this executable; the error
 /// says where it looked and `hint` (how to get it).
 pub fn sibling_binary(name: &str, env_var: &str, hint: &str) -> Result<std::path::PathBuf> {

@@ -36,11 +36,7 @@ use crate::spawn::Spawner;
 
 /// Finds the `flock-agent` binary: `$FLOCK_AGENT_BIN`, else next to this executable.
 pub fn agent_binary() -> Result<PathBuf> {
-    crate::spawn::sibling_binary(
-        "flock-agent",
-        "FLOCK_AGENT_BIN",
-        "build it with `cargo build --release --bins`",
-    )
+    crate::spawn::sibling_binary("flock-agent", "FLOCK_AGENT_BIN", crate::spawn::BUILD_HINT)
 }
 
 /// Holds the state dir's lock for the life of the supervisor: one supervisor per state dir.

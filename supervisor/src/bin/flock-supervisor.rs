@@ -9,68 +9,81 @@ use flock_supervisor::paths::StateDir;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Validate { file, local_model, file_only } => match flock_config::load(&file) {
-            Ok(spec) => {
-                let local = match spec.local_model() {
-                    Ok(l) => l,
-                    Err(e) => {
-                        eprintln!("{}: {e}", file.display());
-                        return ExitCode::from(1);
-                    }
-                };
-                if local_model {
-                    if let Some(m) = local {
-                        println!("{}", m.path.map_or(m.model, |p| p.display().to_string()));
-                    }
-                    return ExitCode::SUCCESS;
-                }
-                let model = match local {
-                    Some(m) => match &m.path {
-                        Some(p) => format!("; embedded model {}", p.display()),
-                        None => format!(
-                            "; embedded model {} ({} KV-cache slots of {} tokens)",
-                            m.model, m.slots, m.ctx
-                        ),
-                    },
-                    None => String::new(),
-                };
-                let missing = if file_only {
-                    Vec::new()
-                } else {
-                    match flock_supervisor::dotenv::read(&file) {
-                        Ok(dotenv) => flock_supervisor::secrets::missing_secrets(&spec, &dotenv),
+        Command::Validate { file, local_model, needs, file_only } => {
+            match flock_config::load(&file) {
+                Ok(spec) => {
+                    let local = match spec.local_model() {
+                        Ok(l) => l,
                         Err(e) => {
-                            eprintln!("{}: {e:#}", file.display());
+                            eprintln!("{}: {e}", file.display());
                             return ExitCode::from(1);
                         }
+                    };
+                    if local_model {
+                        if let Some(m) = local {
+                            println!("{}", m.path.map_or(m.model, |p| p.display().to_string()));
+                        }
+                        return ExitCode::SUCCESS;
                     }
-                };
-                if !missing.is_empty() {
-                    for m in &missing {
-                        eprintln!("{}: {m}", file.display());
+                    if needs {
+                        if !spec.bridges.is_empty() {
+                            println!("{}", flock_supervisor::bridges::BINARY);
+                        }
+                        if local.is_some() {
+                            println!("flock-model");
+                        }
+                        return ExitCode::SUCCESS;
                     }
-                    eprintln!(
-                        "{}: the file is valid, but {} secret(s) it names are not set here \
+                    let model = match local {
+                        Some(m) => match &m.path {
+                            Some(p) => format!("; embedded model {}", p.display()),
+                            None => format!(
+                                "; embedded model {} ({} KV-cache slots of {} tokens)",
+                                m.model, m.slots, m.ctx
+                            ),
+                        },
+                        None => String::new(),
+                    };
+                    let missing = if file_only {
+                        Vec::new()
+                    } else {
+                        match flock_supervisor::dotenv::read(&file) {
+                            Ok(dotenv) => {
+                                flock_supervisor::secrets::missing_secrets(&spec, &dotenv)
+                            }
+                            Err(e) => {
+                                eprintln!("{}: {e:#}", file.display());
+                                return ExitCode::from(1);
+                            }
+                        }
+                    };
+                    if !missing.is_empty() {
+                        for m in &missing {
+                            eprintln!("{}: {m}", file.display());
+                        }
+                        eprintln!(
+                            "{}: the file is valid, but {} secret(s) it names are not set here \
                          (`--file-only` checks the file alone)",
+                            file.display(),
+                            missing.len()
+                        );
+                        return ExitCode::from(1);
+                    }
+                    println!(
+                        "{}: ok — swarm `{}` with {} agents{model}",
                         file.display(),
-                        missing.len()
+                        spec.name,
+                        spec.agents.len()
                     );
-                    return ExitCode::from(1);
+                    ExitCode::SUCCESS
                 }
-                println!(
-                    "{}: ok — swarm `{}` with {} agents{model}",
-                    file.display(),
-                    spec.name,
-                    spec.agents.len()
-                );
-                ExitCode::SUCCESS
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    eprintln!("{} problem(s) in {}", errors.0.len(), file.display());
+                    ExitCode::from(1)
+                }
             }
-            Err(errors) => {
-                eprintln!("{errors}");
-                eprintln!("{} problem(s) in {}", errors.0.len(), file.display());
-                ExitCode::from(1)
-            }
-        },
+        }
         Command::Up { file, detach, state_dir, model, host, metrics, ui, log_format } => {
             let web = flock_supervisor::web::WebOptions { metrics, ui };
             for (flag, addr) in [("--metrics", metrics), ("--ui", ui)] {

@@ -213,6 +213,21 @@ fn validate_says_which_named_secret_is_not_set_here_unless_asked_for_the_file_al
     );
 }
 
+#[test]
+fn validate_needs_names_the_programs_a_swarm_runs_so_scripts_up_builds_only_those() {
+    // scripts/up builds flock-bridge and flock-model only when this says so.
+    let needs = |example: &str| {
+        let mut cmd = Command::new(bin("flock-supervisor"));
+        cmd.arg("validate").arg("--needs").arg(repo_root().join("examples").join(example));
+        let out = run(&mut cmd, SHORT);
+        assert!(out.status.success(), "{example}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect::<Vec<_>>()
+    };
+    assert_eq!(needs("office.yaml"), Vec::<String>::new(), "scripted models, no chat");
+    assert_eq!(needs("brain-persona-local.yaml"), ["flock-model"]);
+    assert_eq!(needs("telegram.yaml").first().map(String::as_str), Some("flock-bridge"));
+}
+
 fn validate(file: &std::path::Path) -> (Option<i32>, String) {
     let mut cmd = Command::new(bin("flock-supervisor"));
     cmd.arg("validate").arg(file);
