@@ -462,6 +462,18 @@ fn scripts_install_puts_a_flock_on_the_path_that_runs_the_office_example_on_its_
         assert!(installed.join(b).is_file(), "{b} installed: {said}");
     }
     assert!(!installed.join("flock-model").exists(), "--no-model leaves the model out");
+    // --no-bridge leaves the chat bridge out (a swarm without `bridges:` never starts it).
+    let lean = dir.path().join("lean");
+    let out = run(
+        Command::new(repo_root().join("scripts/install"))
+            .args(["--no-model", "--no-bridge", "--bin-dir"])
+            .arg(flock_testkit::bin_dir())
+            .arg("--prefix")
+            .arg(&lean),
+        SHORT * 4,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(lean.join("bin/flock-agent").is_file() && !lean.join("bin/flock-bridge").exists());
     let example = prefix.join("share/flock/examples/office.yaml");
     assert!(example.is_file() && prefix.join("share/flock/examples/transcripts").is_dir());
 
