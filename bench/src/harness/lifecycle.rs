@@ -141,6 +141,10 @@ struct Rollup {
     pss: u64,
     /// Anonymous pages (heap, stacks, written globals).
     anon: u64,
+    /// Resident pages of the process's own executable file (code, data, relocated tables).
+    binary: u64,
+    /// Resident pages of the shared libraries it maps (libc, libm, the dynamic loader, …).
+    libs: u64,
 }
 
 fn rollup(pid: u32) -> Result<Rollup> {
@@ -152,10 +156,32 @@ fn rollup(pid: u32) -> Result<Rollup> {
             .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
             .map_or(0, |kb| kb * 1024)
     };
+    // Which file each resident page belongs to: the executable or a shared library.
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))
+        .with_context(|| format!("read /proc/{pid}/smaps"))?;
+    let (mut binary, mut libs, mut path) = (0, 0, String::new());
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or_default();
+        if first.contains('-') && !first.ends_with(':') {
+            // A mapping's header: `start-end perms offset dev inode [path]`.
+            path = words.nth(4).unwrap_or_default().to_owned();
+        } else if first == "Rss:" {
+            let kb: u64 = words.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            if !path.is_empty() && std::path::Path::new(&path) == exe {
+                binary += kb * 1024;
+            } else if path.contains(".so") {
+                libs += kb * 1024;
+            }
+        }
+    }
     Ok(Rollup {
         private: field("Private_Clean") + field("Private_Dirty"),
         pss: field("Pss"),
         anon: field("Anonymous"),
+        binary,
+        libs,
     })
 }
 
@@ -296,6 +322,14 @@ pub(super) async fn lifecycle(
             anon / 1024,
             pss / 1024
         );
+        let (binary, libs) = (median(|r| r.binary), median(|r| r.libs));
+        say!(
+            "idle flock-agent RSS by file: its binary {} KiB, shared libraries {} KiB",
+            binary / 1024,
+            libs / 1024
+        );
+        out.insert("idle_agent_binary_rss_bytes".into(), json!(binary));
+        out.insert("idle_agent_libs_rss_bytes".into(), json!(libs));
         out.insert("idle_agent_private_bytes".into(), json!(private));
         out.insert("idle_agent_anon_bytes".into(), json!(anon));
         out.insert("idle_agent_pss_bytes".into(), json!(pss));
