@@ -10,79 +10,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Validate { file, local_model, needs, file_only } => {
-            match flock_config::load(&file) {
-                Ok(spec) => {
-                    let local = match spec.local_model() {
-                        Ok(l) => l,
-                        Err(e) => {
-                            eprintln!("{}: {e}", file.display());
-                            return ExitCode::from(1);
-                        }
-                    };
-                    if local_model {
-                        if let Some(m) = local {
-                            println!("{}", m.path.map_or(m.model, |p| p.display().to_string()));
-                        }
-                        return ExitCode::SUCCESS;
-                    }
-                    if needs {
-                        if !spec.bridges.is_empty() {
-                            println!("{}", flock_supervisor::bridges::BINARY);
-                        }
-                        if local.is_some() {
-                            println!("flock-model");
-                        }
-                        return ExitCode::SUCCESS;
-                    }
-                    let model = match local {
-                        Some(m) => match &m.path {
-                            Some(p) => format!("; embedded model {}", p.display()),
-                            None => format!(
-                                "; embedded model {} ({} KV-cache slots of {} tokens)",
-                                m.model, m.slots, m.ctx
-                            ),
-                        },
-                        None => String::new(),
-                    };
-                    let missing = if file_only {
-                        Vec::new()
-                    } else {
-                        match flock_supervisor::dotenv::read(&file) {
-                            Ok(dotenv) => {
-                                flock_supervisor::secrets::missing_secrets(&spec, &dotenv)
-                            }
-                            Err(e) => {
-                                eprintln!("{}: {e:#}", file.display());
-                                return ExitCode::from(1);
-                            }
-                        }
-                    };
-                    if !missing.is_empty() {
-                        for m in &missing {
-                            eprintln!("{}: {m}", file.display());
-                        }
-                        eprintln!(
-                            "{}: the file is valid, but {} secret(s) it names are not set here \
-                         (`--file-only` checks the file alone)",
-                            file.display(),
-                            missing.len()
-                        );
-                        return ExitCode::from(1);
-                    }
-                    println!(
-                        "{}: ok — swarm `{}` with {} agents{model}",
-                        file.display(),
-                        spec.name,
-                        spec.agents.len()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(errors) => {
-                    eprintln!("{errors}");
-                    eprintln!("{} problem(s) in {}", errors.0.len(), file.display());
-                    ExitCode::from(1)
-                }
-            }
+            validate(&file, local_model, needs, file_only)
         }
         Command::Up { file, detach, state_dir, model, host, metrics, ui, log_format } => {
             let web = flock_supervisor::web::WebOptions { metrics, ui };
@@ -240,6 +168,82 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
             }
+        }
+    }
+}
+
+/// `flock-supervisor validate`: every problem of the file, or one of the narrow answers scripts
+/// ask for (`--local-model`, `--needs`).
+fn validate(file: &std::path::Path, local_model: bool, needs: bool, file_only: bool) -> ExitCode {
+    match flock_config::load(file) {
+        Ok(spec) => {
+            let local = match spec.local_model() {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("{}: {e}", file.display());
+                    return ExitCode::from(1);
+                }
+            };
+            if local_model {
+                if let Some(m) = local {
+                    println!("{}", m.path.map_or(m.model, |p| p.display().to_string()));
+                }
+                return ExitCode::SUCCESS;
+            }
+            if needs {
+                if !spec.bridges.is_empty() {
+                    println!("{}", flock_supervisor::bridges::BINARY);
+                }
+                if local.is_some() {
+                    println!("{}", flock_supervisor::model::NAME);
+                }
+                return ExitCode::SUCCESS;
+            }
+            let model = match local {
+                Some(m) => match &m.path {
+                    Some(p) => format!("; embedded model {}", p.display()),
+                    None => format!(
+                        "; embedded model {} ({} KV-cache slots of {} tokens)",
+                        m.model, m.slots, m.ctx
+                    ),
+                },
+                None => String::new(),
+            };
+            let missing = if file_only {
+                Vec::new()
+            } else {
+                match flock_supervisor::dotenv::read(file) {
+                    Ok(dotenv) => flock_supervisor::secrets::missing_secrets(&spec, &dotenv),
+                    Err(e) => {
+                        eprintln!("{}: {e:#}", file.display());
+                        return ExitCode::from(1);
+                    }
+                }
+            };
+            if !missing.is_empty() {
+                for m in &missing {
+                    eprintln!("{}: {m}", file.display());
+                }
+                eprintln!(
+                    "{}: the file is valid, but {} secret(s) it names are not set here \
+                 (`--file-only` checks the file alone)",
+                    file.display(),
+                    missing.len()
+                );
+                return ExitCode::from(1);
+            }
+            println!(
+                "{}: ok — swarm `{}` with {} agents{model}",
+                file.display(),
+                spec.name,
+                spec.agents.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!("{} problem(s) in {}", errors.0.len(), file.display());
+            ExitCode::from(1)
         }
     }
 }

@@ -225,7 +225,12 @@ fn validate_needs_names_the_programs_a_swarm_runs_so_scripts_up_builds_only_thos
     };
     assert_eq!(needs("office.yaml"), Vec::<String>::new(), "scripted models, no chat");
     assert_eq!(needs("brain-persona-local.yaml"), ["flock-model"]);
-    assert_eq!(needs("telegram.yaml").first().map(String::as_str), Some("flock-bridge"));
+    assert_eq!(
+        needs("telegram.yaml"),
+        ["flock-bridge", "flock-model"],
+        "a chat on the embedded model"
+    );
+    assert_eq!(needs("brain-persona.yaml"), Vec::<String>::new(), "a remote model, no chat");
 }
 
 fn validate(file: &std::path::Path) -> (Option<i32>, String) {
