@@ -15,6 +15,7 @@ mod http1;
 pub mod nats;
 pub mod net;
 pub mod proc;
+pub mod pty;
 pub mod raw;
 mod swarm;
 

@@ -624,6 +624,43 @@ fn flockctl_init_writes_a_swarm_up_starts_edits_it_on_a_rerun_and_never_overwrit
     );
 }
 
+/// `flockctl init` on a terminal, as a person meets it: it asks for the team (arrow keys), the
+/// swarm's name and a chat; the office it writes validates, starts, and answers at once.
+#[test]
+fn flockctl_init_on_a_terminal_asks_and_the_office_it_writes_answers_at_once() {
+    use flock_testkit::pty::{DOWN, ENTER, Pty};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("flock.yaml");
+    let mut cmd = Command::new(bin("flockctl"));
+    cmd.arg("init").arg(&file).env_remove("FLOCK_HOME").env("TERM", "xterm");
+    let mut term = Pty::spawn(&mut cmd).expect("start flockctl init on a pseudo-terminal");
+    term.expect("writes the swarm file", SHORT);
+    term.expect("office", SHORT); // the team list: assistant (chosen), project, office
+    term.send(DOWN);
+    term.send(DOWN);
+    term.send(ENTER);
+    term.expect("swarm name", SHORT); // no model question: the office runs scripted models
+    term.send("front-desk");
+    term.send(ENTER);
+    term.expect("chat", SHORT);
+    term.expect("slack", SHORT);
+    term.send(ENTER); // none
+    let (status, said) = term.wait(SHORT * 2);
+    assert!(status.success(), "{said}");
+    assert!(said.contains("the office team (4 agents) on scripted models (no LLM)"), "{said}");
+    assert!(said.contains("flockctl send orchestrator \"build the login page\" --wait"), "{said}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("# flockctl init --team office --model scripted --name front-desk"));
+    assert!(!text.contains("bridges:"), "no chat was picked:\n{text}");
+
+    let validate = run(Command::new(bin("flock-supervisor")).arg("validate").arg(&file), SHORT);
+    let ok = String::from_utf8_lossy(&validate.stdout);
+    assert!(validate.status.success() && ok.contains("swarm `front-desk` with 4 agents"), "{ok}");
+    let swarm = Swarm::builder_from_file(&file).start();
+    let answer = swarm.ctl_ok(&["send", "orchestrator", "build the login page", "--wait"]);
+    assert!(answer.contains("orchestrator: job dispatched"), "{answer}");
+}
+
 /// The first hour with a chat: `flockctl init --bridge telegram` checks the bot's token with
 /// Telegram (through `flock-bridge check`, the bridge's own client; a refused token writes
 /// nothing), keeps it in a private .env, and the swarm it wrote starts with the token taken from

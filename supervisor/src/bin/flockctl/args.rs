@@ -333,12 +333,14 @@ pub(crate) struct InitArgs {
     /// `assistant`: a coordinator and a worker with long-term memory (unconscious, observer,
     /// reflection, dream) and a sysadmin — answers a person's requests. `project`: an
     /// orchestrator that opens a project channel for a request and a team (pm, dev, qa) that
-    /// plans, builds and checks it there.
-    #[arg(long, value_parser = ["assistant", "project"])]
+    /// plans, builds and checks it there. `office`: an orchestrator, two workers and a sysadmin on
+    /// scripted models (no LLM, no key; ready in seconds) — Flock's plumbing on its own.
+    #[arg(long, value_parser = ["assistant", "project", "office"])]
     pub team: Option<String>,
     /// The model every agent runs: `local` (the embedded Qwen2.5-Coder-1.5B; no API key),
     /// `local-small` (the 0.5B), `openai:MODEL`, `anthropic:MODEL`, or the URL of an
-    /// OpenAI-compatible server (Ollama, llama.cpp, vLLM) with `--model-id`.
+    /// OpenAI-compatible server (Ollama, llama.cpp, vLLM) with `--model-id`. The office team
+    /// runs `scripted` models and takes no other.
     #[arg(long)]
     pub model: Option<String>,
     /// The model's name on an OpenAI-compatible server given by URL (e.g. `qwen2.5:7b`).

@@ -12,10 +12,25 @@ use serde_json::json;
 use crate::args::InitArgs;
 
 /// The teams `init` writes.
-const TEAMS: [(&str, &str); 2] = [
+const TEAMS: [(&str, &str); 3] = [
     ("assistant", "a coordinator and a worker with long-term memory — answers your requests"),
     ("project", "an orchestrator and pm, dev, qa — plans, builds and checks projects in channels"),
+    (
+        "office",
+        "an orchestrator, two workers and a sysadmin on scripted models — no LLM, ready in seconds",
+    ),
 ];
+
+/// The chats `init` connects a team to (asked on a terminal; `--bridge` otherwise).
+const CHATS: [(&str, &str); 4] = [
+    ("none", "only the terminal (flockctl) and the dashboard"),
+    ("telegram", "a Telegram group or chat, through your bot"),
+    ("discord", "a Discord channel, through your bot"),
+    ("slack", "a Slack channel, through your app (Socket Mode)"),
+];
+
+/// The team whose agents run scripted models (no LLM): its `--model` is `scripted`.
+const OFFICE: &str = "office";
 
 /// The model every agent of the written swarm runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +41,8 @@ enum Model {
     Hosted { provider: &'static str, model: String, key_env: String },
     /// An OpenAI-compatible server by URL (Ollama, llama.cpp, vLLM), key optional.
     Server { url: String, model: String, key_env: Option<String> },
+    /// The office team's scripted models: deterministic rules, no LLM.
+    Scripted,
 }
 
 impl Model {
@@ -47,6 +64,7 @@ impl Model {
             })
         };
         match choice {
+            "scripted" => Ok(Model::Scripted),
             "local" => Ok(Model::Local("qwen2.5-coder-1.5b")),
             "local-small" => Ok(Model::Local("qwen2.5-coder-0.5b")),
             _ if choice.starts_with("openai:") => hosted("openai", &choice[7..], "OPENAI_API_KEY"),
@@ -80,7 +98,7 @@ impl Model {
         }
     }
 
-    /// The `models:` entry, indented under `main:`.
+    /// The `models:` entry, indented under `main:` (the scripted models: the whole section).
     fn yaml(&self, team: &str) -> String {
         // The project team's posts and plans are longer than an answer.
         let max_tokens = if team == "project" { "    max_tokens: 1024\n" } else { "" };
@@ -98,6 +116,7 @@ impl Model {
                 quoted(model),
                 key_env.as_ref().map(|k| format!("    api_key_env: {k}\n")).unwrap_or_default()
             ),
+            Model::Scripted => OFFICE_MODELS.to_owned(),
         }
     }
 
@@ -106,9 +125,46 @@ impl Model {
             Model::Local(name) => format!("the embedded model {name}"),
             Model::Hosted { provider, model, .. } => format!("{provider} {model}"),
             Model::Server { url, model, .. } => format!("{model} at {url}"),
+            Model::Scripted => "scripted models (no LLM)".to_owned(),
         }
     }
 }
+
+/// The office's models: one rule list per kind of agent (what `examples/office.yaml` keeps in
+/// `examples/transcripts/`, inline so the file stands alone).
+const OFFICE_MODELS: &str =
+    "  orchestrator:                 # the first rule whose `match` is in the input runs
+    provider: scripted
+    rules:
+      - match: \"status\"
+        steps:
+          - tool: agents__list
+        reply: \"all hands present\"
+      - match: \"build\"             # ask worker-1 (waits for its answer), tell worker-2
+        steps:
+          - tool: agents__request
+            args: { to: worker-1, text: \"build: {input}\" }
+          - tool: agents__send
+            args: { to: worker-2, text: \"please test: {input}\" }
+        reply: \"orchestrator: job dispatched\"
+      - reply: \"ack: {input}\"
+  worker:
+    provider: scripted
+    rules:
+      - match: \"status\"
+        reply: \"worker ready\"
+      - steps:
+          - delay_ms: 200         # works for a moment, like a model thinking
+        reply: \"worker done: {input}\"
+  sysadmin:
+    provider: scripted
+    rules:
+      - match: \"status\"
+        steps:
+          - tool: agents__list
+        reply: \"sysadmin: all systems nominal\"
+      - reply: \"sysadmin: noted: {input}\"
+";
 
 fn example(provider: &str) -> &'static str {
     if provider == "openai" { "gpt-4o-mini" } else { "claude-sonnet-4-5" }
@@ -122,6 +178,25 @@ fn quoted(s: &str) -> String {
 /// The team's agents (and what the team needs besides its model).
 fn team_yaml(team: &str) -> &'static str {
     match team {
+        OFFICE => {
+            "agents:
+  - name: orchestrator
+    role: orchestrator
+    description: \"Takes jobs and hands them to the workers\"
+    model: orchestrator
+    can_call: [worker-1, worker-2, sysadmin]
+  - name: sysadmin
+    role: sysadmin
+    description: \"Keeps the office running\"
+    model: sysadmin
+  - name: worker-1
+    role: worker
+    description: \"Builds what the orchestrator asks for\"
+  - name: worker-2
+    role: worker
+    description: \"Tests what worker-1 built\"
+"
+        }
         "project" => {
             "budget:                  # a project takes many turns
   max_hops: 40
@@ -187,6 +262,7 @@ agents:
 /// How to talk to the written swarm once it runs.
 fn first_steps(team: &str) -> &'static str {
     match team {
+        OFFICE => "flockctl send orchestrator \"build the login page\" --wait",
         "project" => {
             "flockctl channel create lobby --topic \"Project requests\" --members orchestrator --as alice\n  \
              flockctl post '#lobby' \"New project: a login page with email and password\" --as alice"
@@ -219,7 +295,7 @@ impl Bridge {
         let vars = self.token_vars();
         let app = vars.get(1).map(|v| format!("    app_token_env: {v}\n")).unwrap_or_default();
         let api = self.api_url.as_ref().map(|u| format!("    api_url: {u}\n")).unwrap_or_default();
-        let responder = if team == "project" { "orchestrator" } else { "coordinator" };
+        let responder = if team == "assistant" { "coordinator" } else { "orchestrator" };
         format!(
             "\nbridges:\n  - name: {p}\n    platform: {p}\n    token_env: {}\n{app}{api}    \
              channels:\n      - {{ flock: team, external: {}, responder: {responder} }}\n",
@@ -307,6 +383,19 @@ impl Choices {
     fn render(&self, file: &Path) -> Result<(String, Model)> {
         let model =
             Model::parse(&self.model, self.model_id.as_deref(), self.api_key_env.as_deref())?;
+        match (self.team == OFFICE, model == Model::Scripted) {
+            (true, true) | (false, false) => {}
+            (true, false) => bail!(
+                "the office team runs scripted models (no LLM): leave out --model, or pick \
+                 `--team assistant` to run `{}`",
+                self.model
+            ),
+            (false, true) => bail!(
+                "`scripted` is the office team's model: pick `--team office`, or a model the \
+                 {} team can think with (`local`, `openai:MODEL`, …)",
+                self.team
+            ),
+        }
         // A value with spaces could not be read back from the header line: then the file has
         // none, and a re-run needs --force like for a file written by hand.
         let flags = self.flags();
@@ -354,17 +443,27 @@ fn body(text: &str) -> &str {
 
 /// The whole file.
 fn swarm_yaml(c: &Choices, model: &Model, choices_line: &str, file: &Path) -> String {
+    let models = match model {
+        Model::Scripted => format!(
+            "models:\n{}\ndefaults:\n  model: worker          # every agent runs `worker` unless it \
+             says otherwise\n\n",
+            model.yaml(&c.team)
+        ),
+        _ => format!(
+            "models:\n  main:\n{}defaults:\n  model: main            # every agent runs `main` \
+             unless it says otherwise\n\n",
+            model.yaml(&c.team)
+        ),
+    };
     format!(
         "# Written by `flockctl init`. Check it: flock-supervisor validate {file}\n\
          # Run it: flock-supervisor up {file} --detach   (every key: docs/swarm-file.md)\n\
          {choices_line}\
          swarm:\n  name: {name}\n\n\
-         models:\n  main:\n{model}\
-         defaults:\n  model: main            # every agent runs `main` unless it says otherwise\n\n\
+         {models}\
          {team}{bridge}",
         file = file.display(),
         name = c.name,
-        model = model.yaml(&c.team),
         team = team_yaml(&c.team),
         bridge = c.bridge.as_ref().map(|b| b.yaml(&c.team)).unwrap_or_default(),
     )
@@ -476,8 +575,12 @@ fn choose(args: &InitArgs, before: Option<&Choices>, asking: bool) -> Result<Cho
         (None, None) if asking => prompt::pick("team", &TEAMS, "assistant")?,
         (None, None) => "assistant".to_owned(),
     };
-    let (model, model_id, api_key_env) = match (&args.model, before) {
+    // The office runs its scripted models; a team that thinks needs a model (a team changed from
+    // or to the office does not keep the other's).
+    let kept = before.filter(|b| (b.model == "scripted") == (team == OFFICE));
+    let (model, model_id, api_key_env) = match (&args.model, kept) {
         (Some(m), _) => (m.clone(), args.model_id.clone(), args.api_key_env.clone()),
+        (None, _) if team == OFFICE => ("scripted".to_owned(), None, None),
         (None, Some(b)) => (
             b.model.clone(),
             args.model_id.clone().or_else(|| b.model_id.clone()),
@@ -508,11 +611,19 @@ fn choose(args: &InitArgs, before: Option<&Choices>, asking: bool) -> Result<Cho
         (None, None) if asking => prompt::text("swarm name", &team)?,
         (None, None) => team.clone(),
     };
-    let bridge = match (&args.bridge, before) {
+    let platform = match (&args.bridge, before) {
+        _ if args.no_bridge => None,
+        (Some(platform), _) => Some(
+            Platform::parse(platform)
+                .ok_or_else(|| anyhow::anyhow!("unknown chat platform `{platform}`"))?,
+        ),
+        (None, Some(_)) => None,
+        (None, None) if asking => Platform::parse(&prompt::pick("chat", &CHATS, "none")?),
+        (None, None) => None,
+    };
+    let bridge = match (platform, before) {
         _ if args.no_bridge => None,
         (Some(platform), _) => {
-            let platform = Platform::parse(platform)
-                .ok_or_else(|| anyhow::anyhow!("unknown chat platform `{platform}`"))?;
             let chat = match &args.chat {
                 Some(c) => c.clone(),
                 None if asking => {
@@ -750,19 +861,31 @@ mod tests {
                 let spec = flock_config::parse(&text, file)
                     .unwrap_or_else(|e| panic!("{team} on {model}:\n{e}\n{text}"));
                 assert!(spec.agents.len() >= 4, "{team}");
+                let err = choices(OFFICE, model, id, None).render(file).unwrap_err();
+                assert!(err.to_string().contains("leave out --model"), "{err}");
             }
+            let err = choices(team, "scripted", None, None).render(file).unwrap_err();
+            assert!(err.to_string().contains("pick `--team office`"), "{err}");
         }
+        let (text, model) = choices(OFFICE, "scripted", None, None).render(file).unwrap();
+        let spec = flock_config::parse(&text, file).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let names: Vec<&str> = spec.agents.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["orchestrator", "sysadmin", "worker-1", "worker-2"]);
+        assert!(spec.models.values().all(|m| matches!(m, flock_config::ModelSpec::Scripted(_))));
+        assert_eq!(model, Model::Scripted);
     }
 
     #[test]
     fn every_team_with_every_chat_platform_writes_a_file_that_validates() {
         let file = Path::new("/tmp/flock.yaml");
-        for team in ["assistant", "project"] {
+        for team in ["assistant", "project", OFFICE] {
+            let responder = if team == "assistant" { "coordinator" } else { "orchestrator" };
+            let model = if team == OFFICE { "scripted" } else { "local" };
             for platform in Platform::ALL {
                 let url = Some("http://127.0.0.1:9/api".to_owned());
                 let bridge = Bridge { platform, chat: "-100123".into(), api_url: url };
                 let (text, _) =
-                    choices(team, "local", None, Some(bridge.clone())).render(file).unwrap();
+                    choices(team, model, None, Some(bridge.clone())).render(file).unwrap();
                 let spec = flock_config::parse(&text, file)
                     .unwrap_or_else(|e| panic!("{team} with {platform:?}:\n{e}\n{text}"));
                 let b = &spec.bridges[0];
@@ -770,6 +893,7 @@ mod tests {
                 assert_eq!(b.app_token_env.is_some(), platform == Platform::Slack);
                 let m = &b.channels[0];
                 assert_eq!((m.flock.as_str(), m.external.as_str()), ("team", "-100123"));
+                assert_eq!(m.responder.as_deref(), Some(responder), "{team}");
             }
         }
     }
@@ -835,6 +959,11 @@ mod tests {
         assert_eq!(with.bridge.as_ref().map(|b| b.chat.as_str()), Some("-100"));
         let without = choose(&args(&["--no-bridge"]), Some(&with), false).unwrap();
         assert_eq!(without.bridge, None);
+        // To the office and back: its scripted models are not kept for a team that thinks.
+        let office = choose(&args(&["--team", "office"]), Some(&before), false).unwrap();
+        assert_eq!((office.model.as_str(), office.model_id.as_deref()), ("scripted", None));
+        let back = choose(&args(&["--team", "assistant"]), Some(&office), false).unwrap();
+        assert_eq!(back.model, "local");
     }
 
     #[test]
