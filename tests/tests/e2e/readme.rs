@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use flock_testkit::{bin, repo_root, try_run};
 
+use crate::SHORT;
+
 const MARK: &str = "<!-- run as written by tests/tests/e2e/readme.rs -->";
 
 /// The `sh` blocks under [`MARK`], each as its command lines.
@@ -95,9 +97,21 @@ impl Home {
     }
 }
 
+impl Home {
+    /// The state of `#id` in `bin/flockctl channels --json` (in the work folder), if it exists.
+    fn channel_state(&self, id: &str) -> Option<String> {
+        let out = try_run(&mut self.command("bin/flockctl channels --json"), SHORT).ok()?;
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let row = list.as_array()?.iter().find(|c| c["channel"] == id)?;
+        row["state"].as_str().map(str::to_owned)
+    }
+}
+
 impl Drop for Home {
     fn drop(&mut self) {
-        let _ = try_run(&mut self.command("flockctl down"), Duration::from_secs(60));
+        // Whichever way the block started the swarm: installed, or linked into ./bin.
+        let line = "if [ -x bin/flockctl ]; then bin/flockctl down; else flockctl down; fi";
+        let _ = try_run(&mut self.command(line), Duration::from_secs(60));
     }
 }
 
@@ -105,7 +119,7 @@ impl Drop for Home {
 fn the_readme_first_hour_runs_as_written() {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
     let blocks = marked_blocks(&readme);
-    assert_eq!(blocks.len(), 2, "the instant start and `flockctl init`");
+    assert_eq!(blocks.len(), 3, "the instant start, `flockctl init` and the kick-off by hand");
     let needs_model = blocks.iter().flatten().any(|l| l.starts_with("scripts/setup"));
     if needs_model && !crate::local_model::model_available("the README's first hour") {
         return;
@@ -147,4 +161,41 @@ fn the_readme_first_hour_runs_as_written() {
     assert!(text.contains("provider: local") && text.contains("role: coordinator"), "{text}");
     let ps = &said.iter().find(|(l, _)| l.starts_with("flockctl ps")).expect("a ps line").1;
     assert!(ps.contains("flock-model") && ps.contains("coordinator"), "{ps}");
+}
+
+#[test]
+fn the_readme_kickoff_by_hand_runs_as_written() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let blocks = marked_blocks(&readme);
+    // The kick-off story by hand, with `scripts/up` (linking this run's binaries into ./bin):
+    // after the person's post, the next lines wait as a person reading along would, until the
+    // project channel is archived, so `channels` and `read` show the story the README tells.
+    let home = Home::new();
+    let mut said = Vec::new();
+    for line in &blocks[2] {
+        said.push((line.clone(), home.run(line)));
+        if line.starts_with("bin/flockctl post") {
+            flock_testkit::wait_for(
+                || home.channel_state("project-login").as_deref() == Some("archived"),
+                Duration::from_secs(120),
+                "#project-login is archived",
+            );
+        }
+    }
+    assert!(home.path().join("work/bin/flockctl").exists(), "scripts/up links ./bin");
+    let output = |prefix: &str| {
+        said.iter()
+            .find(|(l, _)| l.starts_with(prefix))
+            .map(|(_, out)| out.clone())
+            .unwrap_or_else(|| panic!("the block has no `{prefix}` line"))
+    };
+    let channels = output("bin/flockctl channels");
+    assert!(
+        channels.lines().any(|l| l.contains("project-login") && l.contains("archived")),
+        "{channels}"
+    );
+    let read = output("bin/flockctl read '#project-login'");
+    assert!(read.contains("Kick-off:") && read.contains("QA sign-off:"), "{read}");
+    let journal = output("bin/flockctl journal read");
+    assert!(journal.contains("CHANNEL_ARCHIVED"), "{journal}");
 }
