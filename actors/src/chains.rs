@@ -311,7 +311,7 @@ pub fn corr(id: MsgId) -> String {
     fmt_id(id)
 }
 
-mod hex_id {
+pub(crate) mod hex_id {
     use flock_ipc::MsgId;
     use serde::{Deserialize, Deserializer, Serializer};
 

@@ -47,6 +47,14 @@ pub enum RouterMsg {
     /// A durable message from an agent on another host, brought by the cluster link: `reply` once
     /// it is stored here (then the link acknowledges it to the broker), or why it is refused.
     FromHost { host: String, msg: PendingMessage, reply: oneshot::Sender<FromHost> },
+    /// A request from an agent on another host, brought by the cluster link: `reply` gets the
+    /// answer (or why there is none), which the link sends back.
+    CallFromHost { host: String, call: HostCall, reply: oneshot::Sender<Body> },
+    /// The caller on host `host` stopped waiting for its request `id`.
+    CancelFromHost { host: String, id: MsgId },
+    /// The answer to request `id` that this host sent to `callee` on another host (or why
+    /// there is none).
+    AnswerFromHost { id: MsgId, callee: String, body: Body },
     /// The earliest request deadline may have passed: time out what is due, re-arm for the next.
     CheckDeadlines,
     /// Persist the turn counts accumulated since the last flush (sent to itself every second).
@@ -315,6 +323,31 @@ pub enum StoreMsg {
     /// Run a closure on the store (channel operations): the store actor stays the only writer,
     /// and queued mailbox writes are committed first so the closure sees them.
     With(StoreJob),
+}
+
+/// A request crossing to another host: what the callee's router needs to run it as its own.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HostCall {
+    #[serde(with = "crate::chains::hex_id")]
+    pub id: MsgId,
+    pub from: String,
+    pub to: String,
+    pub text: String,
+    pub timeout_ms: u64,
+    /// Who is serving whom so far (cycle detection), the caller last.
+    pub calls: Vec<String>,
+    /// The request's route (its chain, its hop), as stored.
+    pub route: String,
+}
+
+/// What the router asks of the cluster link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutCall {
+    /// Send request `call` to host `host`; its answer comes back as
+    /// [`RouterMsg::AnswerFromHost`].
+    Request { host: String, call: HostCall },
+    /// Tell host `host` that nobody waits for request `id` any more.
+    Cancel { host: String, id: MsgId },
 }
 
 /// What became of a message from another host ([`RouterMsg::FromHost`]).

@@ -251,6 +251,11 @@ pub struct RouterState {
     awaiting: HashMap<MsgId, MsgId>,
     /// Messages from other hosts being stored, and who acknowledges them once they are.
     host_acks: HashMap<MsgId, oneshot::Sender<crate::messages::FromHost>>,
+    /// Requests sent to agents on other hosts, not answered yet.
+    remote_calls: HashMap<MsgId, hosts::RemoteCall>,
+    /// Requests from other hosts running here, and where their answer goes.
+    host_calls: HashMap<MsgId, oneshot::Sender<Body>>,
+    seen_calls: hosts::SeenCalls,
     clock: Clock,
 }
 
@@ -350,6 +355,9 @@ impl Actor for Router {
             hosts: args.hosts,
             awaiting: HashMap::new(),
             host_acks: HashMap::new(),
+            remote_calls: HashMap::new(),
+            host_calls: HashMap::new(),
+            seen_calls: Default::default(),
             clock: args.clock,
         };
         // Chains resumed on people's posts are working on them again: the chats show it.
@@ -450,6 +458,13 @@ impl Actor for Router {
             }
             RouterMsg::FromHost { host, msg, reply } => {
                 state.arrived_from_host(&myself, host, msg, reply)
+            }
+            RouterMsg::CallFromHost { host, call, reply } => {
+                state.called_from_host(&myself, host, call, reply)
+            }
+            RouterMsg::CancelFromHost { host, id } => state.cancelled_from_host(&host, id),
+            RouterMsg::AnswerFromHost { id, callee, body } => {
+                state.answered_from_host(id, &callee, body)
             }
             RouterMsg::AddAgent { spec, liveness } => {
                 if !state.slots.contains_key(&spec.key()) {

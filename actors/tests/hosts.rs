@@ -6,7 +6,7 @@
 mod common;
 
 use common::{Node, next};
-use flock_actors::messages::FromHost;
+use flock_actors::messages::{FromHost, HostCall, OutCall};
 use flock_actors::store::PendingMessage;
 use flock_actors::store_actor::with_store;
 use flock_actors::{RouterMsg, StoreMsg};
@@ -101,19 +101,102 @@ async fn a_send_to_another_hosts_agent_waits_in_the_store_for_the_link() {
     with_store(&node.store, move |s| s.mark_forwarded(&sent)).await.unwrap();
     assert!(pending_for(&node.store, "w").await.is_empty());
 
-    // What does not cross hosts is refused, saying where the agent runs (an operator's send is
-    // refused the same way: the e2e test shows it through flockctl).
-    for body in [
-        Body::Send { text: "hi".into(), mode: SendMode::AtMostOnce },
-        Body::Request { text: "hi".into(), timeout_ms: 1000 },
-    ] {
-        c.outbox.send(Frame::new("c", "w", body)).await.unwrap();
-        match next(&mut c).await.body {
-            Body::Error { code, message } => {
-                assert_eq!(code, ErrorCode::TargetUnavailable);
-                assert!(message.contains("runs on host `gpu`"), "{message}");
-            }
-            other => panic!("expected a refusal, got {other:?}"),
+    // An at-most-once message does not cross hosts: refused, saying where the agent runs (an
+    // operator's send is refused the same way: the e2e test shows it through flockctl).
+    let body = Body::Send { text: "hi".into(), mode: SendMode::AtMostOnce };
+    c.outbox.send(Frame::new("c", "w", body)).await.unwrap();
+    match next(&mut c).await.body {
+        Body::Error { code, message } => {
+            assert_eq!(code, ErrorCode::TargetUnavailable);
+            assert!(message.contains("runs on host `gpu`"), "{message}");
         }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+
+    // A request goes to the link for host `gpu`, with the caller and its call chain; the
+    // answer the link brings back is the caller's reply.
+    let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).expect("the link's calls");
+    let req = Frame::new("c", "w", Body::Request { text: "hi gpu".into(), timeout_ms: 5_000 });
+    c.outbox.send(req.clone()).await.unwrap();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(5), calls.recv()).await;
+    let Ok(Some(OutCall::Request { host, call })) = out else { panic!("no call: {out:?}") };
+    assert_eq!(host, "gpu");
+    assert_eq!((call.id, call.from.as_str(), call.to.as_str()), (req.id, "c", "w"));
+    assert_eq!((call.text.as_str(), call.timeout_ms), ("hi gpu", 5_000));
+    assert_eq!(call.calls, ["c@default"]);
+    let body = Body::Reply { text: "from gpu".into() };
+    node.router.cast(RouterMsg::AnswerFromHost { id: req.id, callee: "w".into(), body }).unwrap();
+    let answer = next(&mut c).await;
+    assert_eq!(answer.correlation_id, Some(req.id));
+    assert_eq!((answer.from.as_str(), answer.body), ("w", Body::Reply { text: "from gpu".into() }));
+
+    // One whose deadline passes: the caller hears TIMEOUT, the other host is told to cancel.
+    let req = Frame::new("c", "w", Body::Request { text: "slow".into(), timeout_ms: 50 });
+    c.outbox.send(req.clone()).await.unwrap();
+    assert!(matches!(calls.recv().await, Some(OutCall::Request { .. })));
+    match next(&mut c).await.body {
+        Body::Error { code: ErrorCode::Timeout, .. } => {}
+        other => panic!("expected TIMEOUT, got {other:?}"),
+    }
+    let cancel = calls.recv().await;
+    assert_eq!(cancel, Some(OutCall::Cancel { host: "gpu".into(), id: req.id }));
+}
+
+/// A request from another host: run here only when that host runs its caller, and the callee's
+/// answer goes back to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_from_another_host_runs_here_only_for_that_hosts_own_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, YAML, false, Some("gpu")).await;
+    let mut w = node.agent("w").await;
+    let call = |id: u128, from: &str| HostCall {
+        id,
+        from: from.into(),
+        to: "w".into(),
+        text: format!("{from} asks"),
+        timeout_ms: 5_000,
+        calls: vec![format!("{from}@default")],
+        route: String::new(),
+    };
+    let ask = |host: &str, call: HostCall| {
+        let (tx, rx) = oneshot::channel();
+        node.router.cast(RouterMsg::CallFromHost { host: host.into(), call, reply: tx }).unwrap();
+        rx
+    };
+    // Host `cpu` posing as `main`'s agent `c`: refused, never delivered.
+    let forged = ask("cpu", call(1, "c")).await.unwrap();
+    match forged {
+        Body::Error { code: ErrorCode::Forbidden, message } => {
+            assert!(message.contains("host `cpu` may not speak for `c`"), "{message}")
+        }
+        other => panic!("expected FORBIDDEN, got {other:?}"),
+    }
+    // A call that would close a cycle back to `w`: refused.
+    let mut cycle = call(2, "c");
+    cycle.calls = vec!["w@default".into(), "c@default".into()];
+    assert!(matches!(
+        ask("main", cycle).await.unwrap(),
+        Body::Error { code: ErrorCode::CircularCall, .. }
+    ));
+    // `main` for its own `c`: delivered as a request; the answer goes back.
+    let answer = ask("main", call(3, "c"));
+    let d = next(&mut w).await;
+    assert_eq!(d.id, 3);
+    let Body::Deliver(delivery) = &d.body else { panic!("{d:?}") };
+    assert_eq!((delivery.kind, delivery.text.as_str()), (DeliveryKind::Request, "c asks"));
+    w.outbox
+        .send(Frame {
+            correlation_id: Some(3),
+            ..Frame::new("w", "", Body::Ack { reply: Some("done on gpu".into()) })
+        })
+        .await
+        .unwrap();
+    assert_eq!(answer.await.unwrap(), Body::Reply { text: "done on gpu".into() });
+    // The same call again (copied off the broker, MAC and all): refused, never delivered.
+    match ask("main", call(3, "c")).await.unwrap() {
+        Body::Error { code: ErrorCode::BadRequest, message } => {
+            assert!(message.contains("a request runs once"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
     }
 }

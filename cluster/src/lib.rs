@@ -34,6 +34,9 @@
 //! lately ([`Link::claim`]), and every write is conditional on the last one it made, so a process
 //! that another took its host from learns it at its next write ([`Error::Fenced`]).
 //!
+//! Requests (`agents__request`) cross hosts as NATS core request–reply ([`Link::call`],
+//! [`Link::calls`]): at most once, like a request on one host.
+//!
 //! The sending host's SQLite mailbox stays the source of truth (a transactional outbox); this crate
 //! only moves bytes between hosts and says when they are safe.
 
@@ -61,6 +64,9 @@ fn signed(from_host: &str, msg_id: &str, payload: &[u8]) -> Vec<u8> {
 }
 use bytes::Bytes;
 use futures_util::StreamExt;
+
+mod calls;
+pub use calls::{Call, Calls};
 
 /// How to reach the broker, and whose messages these are.
 #[derive(Debug, Clone)]
@@ -169,6 +175,8 @@ pub enum Error {
     Stream { stream: String, why: String },
     #[error("publish to {subject}: {why}")]
     Publish { subject: String, why: String },
+    #[error("a request to host `{host}`: {why}")]
+    Call { host: String, why: String },
     #[error("host inbox {subject}: {why}")]
     Inbox { subject: String, why: String },
     #[error("hosts' status bucket {bucket}: {why}")]

@@ -164,6 +164,53 @@ async fn only_a_sender_with_the_swarms_secret_makes_an_authentic_message() {
     );
 }
 
+/// A request between hosts: answered by the host asked, under its MAC; a call without the
+/// swarm's secret is marked as such; a cancel arrives as one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_is_answered_by_the_host_asked_and_only_the_secret_makes_one_authentic() {
+    let Some(bin) = available("calls") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let with = |host: &str, secret: Option<&str>| Options {
+        secret: secret.map(|s| s.as_bytes().to_vec()),
+        ..options(&broker, host, Duration::from_secs(30))
+    };
+    let a = Link::connect(&with("a", Some("s3cret"))).await.unwrap();
+    let b = Link::connect(&with("b", Some("s3cret"))).await.unwrap();
+    let mut calls = b.calls().await.unwrap();
+    let answering = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let call = calls.next().await.expect("a call");
+            seen.push((call.id.clone(), call.from_host.clone(), call.authentic, call.cancel));
+            if call.authentic && !call.cancel {
+                let text = format!("b answers {}", String::from_utf8_lossy(&call.payload));
+                call.answer(Bytes::from(text)).await.unwrap();
+            }
+        }
+        seen
+    });
+    let answer = a.call("b", "c1", Bytes::from("hello"), Duration::from_secs(5)).await.unwrap();
+    assert_eq!(answer, Bytes::from("b answers hello"));
+    let stranger = Link::connect(&with("a", None)).await.unwrap();
+    let refused = stranger.call("b", "c2", Bytes::from("forged"), Duration::from_millis(300)).await;
+    assert!(refused.is_err(), "an unauthenticated call got an answer: {refused:?}");
+    a.cancel("b", "c1").await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(10), answering).await.unwrap().unwrap();
+    assert_eq!(
+        seen,
+        [
+            ("c1".into(), "a".into(), true, false),
+            ("c2".into(), "a".into(), false, false),
+            ("c1".into(), "a".into(), true, true),
+        ]
+    );
+    // Nobody serves host `c`: the caller learns it at once, not at its timeout.
+    let started = std::time::Instant::now();
+    assert!(a.call("c", "c3", Bytes::new(), Duration::from_secs(5)).await.is_err());
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_reads_what_another_wrote_of_itself_and_whether_the_swarm_s_secret_made_it() {
     let Some(bin) = available("host status") else { return };
@@ -255,13 +302,15 @@ const USERS: &str = r#"
 authorization {
   users = [
     { user: main, password: "pm", permissions: {
-        publish:   ["flock.team.inbox.*.main", "$KV.flock-team-hosts.main", "$JS.API.>",
-                    "$JS.ACK.FLOCK-team.>"],
-        subscribe: ["_INBOX.>"] } }
+        publish:   ["flock.team.inbox.*.main", "flock.team.call.*.main",
+                    "$KV.flock-team-hosts.main", "$JS.API.>", "$JS.ACK.FLOCK-team.>"],
+        subscribe: ["_INBOX.>", "flock.team.call.main.*"],
+        allow_responses: true } }
     { user: gpu,  password: "pg", permissions: {
-        publish:   ["flock.team.inbox.*.gpu", "$KV.flock-team-hosts.gpu", "$JS.API.>",
-                    "$JS.ACK.FLOCK-team.>"],
-        subscribe: ["_INBOX.>"] } }
+        publish:   ["flock.team.inbox.*.gpu", "flock.team.call.*.gpu",
+                    "$KV.flock-team-hosts.gpu", "$JS.API.>", "$JS.ACK.FLOCK-team.>"],
+        subscribe: ["_INBOX.>", "flock.team.call.gpu.*"],
+        allow_responses: true } }
   ]
 }
 "#;
@@ -284,6 +333,15 @@ async fn with_the_documented_users_a_host_does_its_work_and_cannot_speak_as_anot
     main.put_status(b"{}").await.unwrap();
     main.send("gpu", "m1", Bytes::from("to gpu")).await.unwrap();
     assert_eq!(main.queued_for("gpu").await.unwrap(), 1);
+    // A request from main to gpu, answered under gpu's user.
+    let mut calls = gpu.calls().await.unwrap();
+    let serve = tokio::spawn(async move {
+        let call = calls.next().await.unwrap();
+        call.answer(Bytes::from("gpu's answer")).await.unwrap();
+    });
+    let answer = main.call("gpu", "r1", Bytes::from("q"), Duration::from_secs(5)).await.unwrap();
+    assert_eq!(answer, Bytes::from("gpu's answer"));
+    serve.await.unwrap();
     let mut inbox = gpu.inbox().await.unwrap();
     let d = next(&mut inbox).await;
     assert_eq!((d.msg_id.as_str(), d.from_host.as_str(), d.authentic), ("m1", "main", true));

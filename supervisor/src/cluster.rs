@@ -22,15 +22,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use flock_actors::messages::FromHost;
+use flock_actors::messages::{FromHost, HostCall, OutCall};
 use flock_actors::store::PendingMessage;
 use flock_actors::{RouterMsg, StoreMsg};
 use flock_cluster::{Delivery, HostStatus, Link, Options};
 use flock_config::SwarmSpec;
 use flock_ipc::PsRow;
 use flock_ipc::id::{fmt_id, parse_id};
+use flock_ipc::{Body, ErrorCode};
 use ractor::ActorRef;
 use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{Notify, oneshot};
 
 /// How many stored messages the publisher reads at a time.
@@ -364,9 +366,111 @@ pub fn spawn(
     router: ActorRef<RouterMsg>,
     remote: HashMap<String, String>,
     wake: Arc<Notify>,
+    calls: Option<UnboundedReceiver<OutCall>>,
 ) {
     tokio::spawn(publish(link.clone(), store, remote, wake));
+    if let Some(calls) = calls {
+        tokio::spawn(call_out(link.clone(), router.clone(), calls));
+    }
+    tokio::spawn(answer_calls(link.clone(), router.clone()));
     tokio::spawn(receive(link, router));
+}
+
+/// How much longer than the request's own timeout the link waits for another host's answer
+/// (the router times the request out itself; this only ends the wait).
+const CALL_GRACE: Duration = Duration::from_secs(2);
+
+/// Sends this host's requests for agents on other hosts, each on its own task, and hands their
+/// answers to the router; tells a host when a caller here stopped waiting.
+async fn call_out(link: Link, router: ActorRef<RouterMsg>, mut calls: UnboundedReceiver<OutCall>) {
+    while let Some(out) = calls.recv().await {
+        let link = link.clone();
+        let router = router.clone();
+        match out {
+            OutCall::Request { host, call } => {
+                tokio::spawn(async move {
+                    let (id, callee) = (call.id, call.to.clone());
+                    let timeout = Duration::from_millis(call.timeout_ms) + CALL_GRACE;
+                    let payload = serde_json::to_vec(&call).unwrap_or_default();
+                    let body = match link.call(&host, &fmt_id(id), payload.into(), timeout).await {
+                        Ok(answer) => {
+                            serde_json::from_slice(&answer).unwrap_or_else(|e| Body::Error {
+                                code: ErrorCode::Internal,
+                                message: format!(
+                                    "host `{host}` answered in a form this host cannot read: {e}"
+                                ),
+                            })
+                        }
+                        Err(e) => Body::Error {
+                            code: ErrorCode::TargetUnavailable,
+                            message: format!("`{callee}` on host `{host}` could not be asked: {e}"),
+                        },
+                    };
+                    let _ = router.cast(RouterMsg::AnswerFromHost { id, callee, body });
+                });
+            }
+            OutCall::Cancel { host, id } => {
+                tokio::spawn(async move {
+                    if let Err(e) = link.cancel(&host, &fmt_id(id)).await {
+                        tracing::warn!(error = %e, "flock cluster: could not tell host `{host}` to cancel a request");
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Takes the requests other hosts send to agents here: each runs like a request made here, and
+/// its answer goes back to the host that asked.
+async fn answer_calls(link: Link, router: ActorRef<RouterMsg>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let mut calls = match link.calls().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "flock cluster: cannot take requests from other hosts; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        while let Some(call) = calls.next().await {
+            if !call.authentic {
+                tracing::warn!(from = %call.from_host, id = %call.id, "flock cluster: refused a request without the swarm's MAC");
+                continue;
+            }
+            let Some(id) = parse_id(&call.id) else { continue };
+            if call.cancel {
+                let _ = router.cast(RouterMsg::CancelFromHost { host: call.from_host.clone(), id });
+                continue;
+            }
+            let request: HostCall = match serde_json::from_slice::<HostCall>(&call.payload) {
+                Ok(r) if r.id == id => r,
+                _ => {
+                    tracing::warn!(from = %call.from_host, "flock cluster: refused a request this host cannot read");
+                    continue;
+                }
+            };
+            let (tx, rx) = oneshot::channel();
+            let ask =
+                RouterMsg::CallFromHost { host: call.from_host.clone(), call: request, reply: tx };
+            if router.cast(ask).is_err() {
+                return;
+            }
+            tokio::spawn(async move {
+                let body = rx.await.unwrap_or_else(|_| Body::Error {
+                    code: ErrorCode::Draining,
+                    message: "the swarm on that host is shutting down".into(),
+                });
+                let payload = serde_json::to_vec(&body).unwrap_or_default();
+                if let Err(e) = call.answer(payload.into()).await {
+                    tracing::warn!(error = %e, "flock cluster: could not answer a request");
+                }
+            });
+        }
+        tokio::time::sleep(backoff).await;
+    }
 }
 
 async fn publish(

@@ -421,7 +421,8 @@ pub async fn up(
     .await
     .map_err(|e| anyhow!("start the router: {e}"))?;
     if let (Some(link), Some(h)) = (link, hosts) {
-        crate::cluster::spawn(link, store_ref.clone(), router.clone(), h.remote, h.outbox);
+        let calls = h.take_calls();
+        crate::cluster::spawn(link, store_ref.clone(), router.clone(), h.remote, h.outbox, calls);
     }
     let _ = router_cell.set(router.clone());
     channels

@@ -11,7 +11,7 @@
 //! per host.
 
 use super::*;
-use crate::messages::FromHost;
+use crate::messages::{FromHost, HostCall, OutCall};
 
 /// This router's place among the swarm's hosts.
 #[derive(Debug, Clone)]
@@ -24,6 +24,10 @@ pub struct HostLink {
     pub agents: Vec<AgentSpec>,
     /// Woken when a message for another host is stored.
     pub outbox: Arc<tokio::sync::Notify>,
+    /// Requests for agents on other hosts, and cancels, for the cluster link to send.
+    pub calls: tokio::sync::mpsc::UnboundedSender<OutCall>,
+    /// Their receiving end, until the link takes it ([`HostLink::take_calls`]).
+    calls_rx: Arc<std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<OutCall>>>>,
 }
 
 impl HostLink {
@@ -32,8 +36,50 @@ impl HostLink {
         let agents: Vec<AgentSpec> =
             whole.agents.iter().filter(|a| whole.host_of(a) != host).cloned().collect();
         let remote = agents.iter().map(|a| (a.key(), whole.host_of(a).to_owned())).collect();
-        HostLink { host: host.to_owned(), remote, agents, outbox: Arc::default() }
+        let (calls, rx) = tokio::sync::mpsc::unbounded_channel();
+        let calls_rx = Arc::new(std::sync::Mutex::new(Some(rx)));
+        HostLink { host: host.to_owned(), remote, agents, outbox: Arc::default(), calls, calls_rx }
     }
+
+    /// The requests and cancels the router sends to other hosts (once: the link's).
+    pub fn take_calls(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<OutCall>> {
+        self.calls_rx.lock().ok()?.take()
+    }
+}
+
+/// How many request ids from other hosts a host remembers, to take each once: a call copied off
+/// an open broker and sent again is refused (its MAC is valid, its id is not new).
+const CALLS_REMEMBERED: usize = 65_536;
+
+/// The ids of the requests other hosts sent here lately (at most [`CALLS_REMEMBERED`]).
+#[derive(Debug, Default)]
+pub(super) struct SeenCalls {
+    ids: std::collections::HashSet<MsgId>,
+    order: VecDeque<MsgId>,
+}
+
+impl SeenCalls {
+    /// Whether `id` is new (then it is remembered).
+    fn first(&mut self, id: MsgId) -> bool {
+        if !self.ids.insert(id) {
+            return false;
+        }
+        self.order.push_back(id);
+        if self.order.len() > CALLS_REMEMBERED
+            && let Some(old) = self.order.pop_front()
+        {
+            self.ids.remove(&old);
+        }
+        true
+    }
+}
+
+/// A request waiting for an agent on another host: where it went, and its chain (the hop this
+/// host counted for it ends when the answer comes or the caller stops waiting).
+#[derive(Debug)]
+pub(super) struct RemoteCall {
+    host: String,
+    chain: MsgId,
 }
 
 /// The origin of a write that stores a message from another host.
@@ -45,8 +91,8 @@ impl RouterState {
         self.hosts.as_ref()?.remote.get(agent).map(String::as_str)
     }
 
-    /// The refusal of a call that cannot cross to `target`'s host (a request, an at-most-once
-    /// message), when `target` runs on another host.
+    /// The refusal of a call that cannot cross to `target`'s host (an at-most-once message),
+    /// when `target` runs on another host.
     pub(super) fn not_across_hosts(
         &self,
         caller: &str,
@@ -56,8 +102,8 @@ impl RouterState {
         Some((ErrorCode::TargetUnavailable, self.cross_host_refusal(caller, target, host)))
     }
 
-    /// Why `caller` cannot reach `target` on its host `host`: only agents' durable sends and
-    /// delegations cross hosts.
+    /// Why `caller` cannot reach `target` on its host `host`: agents' durable sends, requests
+    /// and delegations cross hosts; a person's and an at-most-once message do not.
     pub(super) fn cross_host_refusal(&self, caller: &str, target: &str, host: &str) -> String {
         if caller == OPERATOR {
             format!(
@@ -66,8 +112,9 @@ impl RouterState {
             )
         } else {
             format!(
-                "`{target}` runs on host `{host}`: only durable messages (agents__send) and \
-                 delegation (agents__delegate) reach agents on other hosts"
+                "`{target}` runs on host `{host}`: at-most-once messages do not cross hosts; a \
+                 durable message (agents__send), a request (agents__request) or a delegation \
+                 (agents__delegate) does"
             )
         }
     }
@@ -185,6 +232,132 @@ impl RouterState {
         };
         if let Some(reply) = reply {
             let _ = reply.send(answer);
+        }
+    }
+}
+
+impl RouterState {
+    /// A request for `target` on host `host`, checked and counted here like any request: the
+    /// link sends it, and its answer comes back as [`RouterMsg::AnswerFromHost`].
+    pub(super) fn call_remote(&mut self, host: String, call: HostCall, chain: MsgId) {
+        let id = call.id;
+        self.remote_calls.insert(id, RemoteCall { host: host.clone(), chain });
+        let sent = self
+            .hosts
+            .as_ref()
+            .is_some_and(|l| l.calls.send(OutCall::Request { host, call }).is_ok());
+        if !sent {
+            let message = "the link to the other hosts is not running".to_owned();
+            self.answered_from_host(
+                id,
+                "",
+                Body::Error { code: ErrorCode::TargetUnavailable, message },
+            );
+        }
+    }
+
+    /// The answer to request `id` from the host that ran it (or why there is none).
+    pub(super) fn answered_from_host(&mut self, id: MsgId, callee: &str, body: Body) {
+        if let Some(call) = self.remote_calls.remove(&id) {
+            self.leave(call.chain);
+        }
+        self.reply(id, callee, body);
+    }
+
+    /// A request that nobody here waits for any more (its deadline passed): the host running it
+    /// is told, and the hop this host counted for it ends.
+    pub(super) fn remote_call_over(&mut self, id: MsgId) {
+        let Some(call) = self.remote_calls.remove(&id) else { return };
+        self.leave(call.chain);
+        if let Some(link) = &self.hosts {
+            let _ = link.calls.send(OutCall::Cancel { host: call.host, id });
+        }
+    }
+
+    /// A request from an agent on host `host`: checked as the caller's own host checked it
+    /// (a host may speak only for its own agents), then run here like one from this host; the
+    /// answer goes to `reply`.
+    pub(super) fn called_from_host(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        host: String,
+        call: HostCall,
+        reply: oneshot::Sender<Body>,
+    ) {
+        let refused = |code: ErrorCode, message: String| Body::Error { code, message };
+        let placed = self.remote_host(&call.from);
+        let caller_spec =
+            self.hosts.as_ref().and_then(|l| l.agents.iter().find(|a| a.key() == call.from));
+        let callee = chain_entry(&call.to);
+        let refusal = if self.draining {
+            Some(refused(ErrorCode::Draining, "the swarm is shutting down".into()))
+        } else if placed != Some(host.as_str()) {
+            let msg = format!("host `{host}` may not speak for `{}`", call.from);
+            tracing::warn!(from = %host, "flock cluster: refused a request: {msg}");
+            Some(refused(ErrorCode::Forbidden, msg))
+        } else if !self.slots.contains_key(&call.to) {
+            let msg = format!(
+                "no agent named `{}` runs on host `{}`",
+                call.to,
+                self.hosts.as_ref().map_or("", |l| l.host.as_str())
+            );
+            Some(refused(ErrorCode::AgentNotFound, msg))
+        } else if caller_spec
+            .is_some_and(|s| !s.can_call.is_empty() && !s.can_call.contains(&call.to))
+        {
+            let msg =
+                format!("`{}` may not call `{}` (can_call in the swarm file)", call.from, call.to);
+            Some(refused(ErrorCode::Forbidden, msg))
+        } else if call.calls.contains(&callee) {
+            let msg = format!(
+                "calling {callee} would close a cycle: {} → {callee}",
+                call.calls.join(" → ")
+            );
+            Some(refused(ErrorCode::CircularCall, msg))
+        } else if self.requests.contains_key(&call.id) || !self.seen_calls.first(call.id) {
+            let msg = "this request was taken already (a request runs once)".to_owned();
+            tracing::warn!(from = %host, "flock cluster: refused a request: {msg}");
+            Some(refused(ErrorCode::BadRequest, msg))
+        } else {
+            None
+        };
+        if let Some(body) = refusal {
+            let _ = reply.send(body);
+            return;
+        }
+        let now = self.now();
+        let route = Route::load(&call.route, call.id, &call.from, &call.to, &call.text, now);
+        // The hop was counted where the request was made; the chain goes on here from there.
+        self.chains.entry(&route.chain, route.hop.saturating_add(1)).live += 1;
+        let timeout_ms = call.timeout_ms.max(1);
+        let deadline = now.saturating_add(timeout_ms);
+        let id = call.id;
+        let pending = PendingRequest {
+            caller: call.from.clone(),
+            caller_conn: FROM_HOST,
+            target: call.to.clone(),
+            timeout_ms,
+            deadline,
+        };
+        self.requests.insert(id, pending);
+        self.host_calls.insert(id, reply);
+        self.deadlines.insert((deadline, id));
+        self.arm_deadline(myself);
+        let Some(slot) = self.slots.get_mut(&call.to) else { return };
+        let mut q = Queued::new(id, DeliveryKind::Request, call.from, call.text, route);
+        q.call_chain = call.calls;
+        slot.queue.push_back(q);
+        self.deliver_next(myself, &call.to);
+    }
+
+    /// The caller on host `host` stopped waiting for request `id`: its callee's turn here is
+    /// cancelled as for a caller here whose deadline passed.
+    pub(super) fn cancelled_from_host(&mut self, host: &str, id: MsgId) {
+        let from_there = self.requests.get(&id).is_some_and(|r| {
+            r.caller_conn == FROM_HOST && self.remote_host(&r.caller) == Some(host)
+        });
+        if from_there {
+            self.request_timeout(id);
         }
     }
 }

@@ -172,9 +172,6 @@ impl RouterState {
         if let Err((code, msg)) = self.check_target(&frame.from, &frame.to) {
             return self.answer(conn, Frame::error(&frame, code, msg));
         }
-        if let Some((code, msg)) = self.not_across_hosts(&frame.from, &frame.to) {
-            return self.answer(conn, Frame::error(&frame, code, msg));
-        }
         // The call chain is the router's own record of who is serving whom, never the caller's.
         let mut calls = self
             .slots
@@ -216,6 +213,18 @@ impl RouterState {
         let id = frame.id;
         self.deadlines.insert((deadline, id));
         self.arm_deadline(myself);
+        if let Some(host) = self.remote_host(&frame.to).map(str::to_owned) {
+            let call = crate::messages::HostCall {
+                id,
+                from: frame.from.clone(),
+                to: frame.to.clone(),
+                text: text.clone(),
+                timeout_ms,
+                calls,
+                route: route.store(id),
+            };
+            return self.call_remote(host, call, route.chain.id);
+        }
         let Some(slot) = self.slots.get_mut(&frame.to) else { return };
         let mut q = Queued::new(id, DeliveryKind::Request, frame.from.clone(), text.clone(), route);
         q.call_chain = calls;
@@ -533,15 +542,25 @@ impl RouterState {
             "`{target}` did not answer within {} ms; its turn was cancelled",
             req.timeout_ms
         );
-        let frame = Frame {
-            id: new_id(),
-            from: ROUTER.into(),
-            to: req.caller,
-            correlation_id: Some(id),
-            deadline_ms: None,
-            body: Body::Error { code: ErrorCode::Timeout, message },
-        };
-        self.answer(req.caller_conn, frame);
+        let body = Body::Error { code: ErrorCode::Timeout, message };
+        if req.caller_conn == hosts::FROM_HOST {
+            // Its caller's host times it out too (same deadline on its own clock).
+            if let Some(reply) = self.host_calls.remove(&id) {
+                let _ = reply.send(body);
+            }
+        } else {
+            let frame = Frame {
+                id: new_id(),
+                from: ROUTER.into(),
+                to: req.caller,
+                correlation_id: Some(id),
+                deadline_ms: None,
+                body,
+            };
+            self.answer(req.caller_conn, frame);
+        }
+        // A callee on another host: that host cancels its turn.
+        self.remote_call_over(id);
         // Cancel the callee's turn if it is working on it; if it is still queued, it is skipped.
         let Some(slot) = self.slots.get(&target) else { return };
         if slot.in_flight.as_ref().is_some_and(|q| q.id == id)
@@ -572,6 +591,12 @@ impl RouterState {
             return;
         };
         self.deadlines.remove(&(req.deadline, id));
+        if req.caller_conn == hosts::FROM_HOST {
+            if let Some(reply) = self.host_calls.remove(&id) {
+                let _ = reply.send(body);
+            }
+            return;
+        }
         let frame = Frame {
             id: new_id(),
             from: callee.to_owned(),

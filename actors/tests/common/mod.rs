@@ -24,6 +24,8 @@ pub struct Node {
     pub router: ActorRef<RouterMsg>,
     pub store: ActorRef<StoreMsg>,
     pub channels: Option<ActorRef<ChannelsMsg>>,
+    /// This node's place among the swarm's hosts (with [`start_on`]).
+    pub hosts: Option<flock_actors::router::HostLink>,
 }
 
 /// Starts the actors over the files in `dir` from the swarm file text `yaml` (a second start on
@@ -67,7 +69,7 @@ pub async fn start_on(
     let liveness: HashMap<_, _> = spec.agents.iter().map(|a| (a.key(), Arc::default())).collect();
     let args = RouterArgs {
         operator_key: None,
-        hosts,
+        hosts: hosts.clone(),
         spec,
         store: store.clone(),
         events: Arc::new(|_| {}),
@@ -89,7 +91,7 @@ pub async fn start_on(
     let limits =
         ConnLimits { max_frame_bytes: 1 << 20, outbox_frames: 1024, uid, max_connections: 1024 };
     serve::<UnixTransport>(listener, ConnKind::Agent, router.clone(), limits);
-    Node { dir: dir.to_path_buf(), socket, db, router, store, channels }
+    Node { dir: dir.to_path_buf(), socket, db, router, store, channels, hosts }
 }
 
 impl Node {

@@ -87,6 +87,58 @@ fn a_request_on_one_host_is_answered_by_a_worker_on_another() {
     assert!(err.contains("runs on host `gpu`"), "{err}");
 }
 
+/// Requests (`agents__request`) cross hosts as they work on one: the answer comes back to the
+/// caller's turn, a deadline times the request out and cancels the callee's turn on the other
+/// host, and a request that would close a cycle across hosts is refused.
+#[test]
+fn requests_cross_hosts_with_their_answer_deadline_and_cycle_check() {
+    let Some(bin) = available("cluster: requests across hosts") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let yaml = two_hosts(
+        &broker.url(),
+        "  caller:\n    provider: scripted\n    rules:\n      \
+         - match: \"slow\"\n        steps:\n          - tool: agents__request\n            args: { to: slowpoke, text: \"take your time\", timeout_ms: 300 }\n        reply: \"caller gave up\"\n      \
+         - match: \"ring\"\n        steps:\n          - tool: agents__request\n            args: { to: ring-b, text: \"b, ask me back\" }\n        reply: \"caller done with the ring\"\n      \
+         - steps:\n          - tool: agents__request\n            args: { to: echo, text: \"ping\" }\n        reply: \"caller done\"\n  \
+         echo:\n    provider: scripted\n    rules:\n      - reply: \"pong from the gpu host\"\n  \
+         slow:\n    provider: scripted\n    rules:\n      - steps:\n          - delay_ms: 5000\n        reply: \"too late\"\n  \
+         ring:\n    provider: scripted\n    rules:\n      - steps:\n          - tool: agents__request\n            args: { to: caller, text: \"back to you\" }\n        reply: \"ring-b answered\"\n",
+        "  - { name: caller, role: worker, model: caller }\n  \
+         - { name: echo, role: worker, model: echo, host: gpu }\n  \
+         - { name: slowpoke, role: worker, model: slow, host: gpu }\n  \
+         - { name: ring-b, role: worker, model: ring, host: gpu }\n",
+    );
+    let main = host(&yaml, None);
+    let gpu = host(&yaml, Some("gpu"));
+
+    // The answer, in the caller's turn on the other host.
+    main.ctl_ok(&["send", "caller", "echo"]);
+    main.wait_for_log("caller", "reply \"caller done\"", SHORT);
+    let log = main.log("caller");
+    assert!(
+        log.contains("tool agents__request {\"text\":\"ping\",\"to\":\"echo\"} → ok: \"pong from the gpu host\""),
+        "{log}"
+    );
+    assert!(gpu.log("echo").contains("from caller (request, attempt 1): \"ping\""));
+    assert_eq!(gpu.turns_total("echo"), 1);
+
+    // A deadline: the caller hears TIMEOUT, the callee's turn on the other host is cancelled.
+    main.ctl_ok(&["send", "caller", "slow"]);
+    main.wait_for_log("caller", "reply \"caller gave up\"", SHORT);
+    let log = main.log("caller");
+    assert!(log.contains("→ error: \"TIMEOUT: `slowpoke` did not answer within 300 ms"), "{log}");
+    gpu.wait_for_log("slowpoke", "cancelled: the caller's deadline passed", SHORT);
+
+    // caller (main) → ring-b (gpu) → caller again: refused where it would close the cycle.
+    main.ctl_ok(&["send", "caller", "ring"]);
+    main.wait_for_log("caller", "reply \"caller done with the ring\"", SHORT);
+    let b = gpu.log("ring-b");
+    assert!(b.contains("\"to\":\"caller\"} → error: \"CIRCULAR_CALL: "), "{b}");
+    let log = main.log("caller");
+    assert!(log.contains("\"to\":\"ring-b\"} → ok: \"ring-b answered\""), "{log}");
+}
+
 #[test]
 fn a_chain_whose_hops_run_on_three_hosts_is_answered_once() {
     let Some(bin) = available("cluster: a chain across three hosts") else { return };
