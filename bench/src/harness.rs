@@ -379,6 +379,33 @@ fn print_table(out: &Map<String, Value>) {
             );
         }
     }
+    if let (Some(p50), Some(p99)) =
+        (get("cluster_request_rtt_p50_us"), get("cluster_request_rtt_p99_us"))
+    {
+        let beside = |k: &str| get(k).map_or(String::new(), |b| format!("{b:.1} µs"));
+        row(
+            "request across hosts, round trip p50",
+            format!("{p50:.1} µs"),
+            "≤ 2 ms",
+            Some(p50 <= 2000.0),
+            format!(
+                "one host {}, bare NATS request-reply {}",
+                beside("cluster_one_host_request_rtt_p50_us"),
+                beside("cluster_bare_request_rtt_p50_us")
+            ),
+        );
+        row(
+            "  p99",
+            format!("{p99:.1} µs"),
+            "",
+            None,
+            format!(
+                "one host {}, bare NATS request-reply {}",
+                beside("cluster_one_host_request_rtt_p99_us"),
+                beside("cluster_bare_request_rtt_p99_us")
+            ),
+        );
+    }
     if let (Some(p50), Some(p99)) = (get("request_rtt_p50_us"), get("request_rtt_p99_us")) {
         let vs = |k: &str, x: f64| {
             get(k).map_or(String::new(), |b| format!("{:.2}× raw relay ({b:.1} µs)", x / b))

@@ -56,10 +56,11 @@ impl Link {
         &self,
         to: &str,
         id: &str,
-        payload: Bytes,
+        payload: impl Into<Bytes>,
         timeout: Duration,
     ) -> Result<Bytes, Error> {
         valid_name(to)?;
+        let payload = payload.into();
         let mut headers = HeaderMap::new();
         headers.insert(KIND_HEADER, "call");
         headers.insert(ID_HEADER, id);

@@ -392,7 +392,7 @@ async fn call_out(link: Link, router: ActorRef<RouterMsg>, mut calls: UnboundedR
                     let (id, callee) = (call.id, call.to.clone());
                     let timeout = Duration::from_millis(call.timeout_ms) + CALL_GRACE;
                     let payload = serde_json::to_vec(&call).unwrap_or_default();
-                    let body = match link.call(&host, &fmt_id(id), payload.into(), timeout).await {
+                    let body = match link.call(&host, &fmt_id(id), payload, timeout).await {
                         Ok(answer) => {
                             serde_json::from_slice(&answer).unwrap_or_else(|e| Body::Error {
                                 code: ErrorCode::Internal,
