@@ -257,9 +257,16 @@ impl RouterState {
     }
 
     /// The answer to request `id` from the host that ran it (or why there is none).
-    pub(super) fn answered_from_host(&mut self, id: MsgId, callee: &str, body: Body) {
+    pub(super) fn answered_from_host(&mut self, id: MsgId, callee: &str, mut body: Body) {
         if let Some(call) = self.remote_calls.remove(&id) {
             self.leave(call.chain);
+        }
+        // Bounded here as an answer from an agent here is, so it fits its caller's frames.
+        let limit = flock_ipc::max_message_bytes(self.spec.delivery.max_frame_bytes);
+        if let Body::Reply { text } | Body::Error { message: text, .. } = &mut body
+            && text.len() > limit
+        {
+            super::cut_to(text, limit);
         }
         self.reply(id, callee, body);
     }
@@ -314,6 +321,13 @@ impl RouterState {
                 call.calls.join(" → ")
             );
             Some(refused(ErrorCode::CircularCall, msg))
+        } else if call.text.len() > flock_ipc::max_message_bytes(self.spec.delivery.max_frame_bytes)
+        {
+            let limit = flock_ipc::max_message_bytes(self.spec.delivery.max_frame_bytes);
+            Some(refused(
+                ErrorCode::BadRequest,
+                super::too_long("the request", call.text.len(), limit),
+            ))
         } else if self.requests.contains_key(&call.id) || !self.seen_calls.first(call.id) {
             let msg = "this request was taken already (a request runs once)".to_owned();
             tracing::warn!(from = %host, "flock cluster: refused a request: {msg}");
