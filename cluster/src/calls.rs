@@ -14,30 +14,17 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use ring::hmac;
 
-use crate::{Error, Link, MAC_HEADER, signed, valid_name};
+use crate::{Error, Link, MAC_HEADER, mac, valid_name, verify};
 
 /// The header saying what a message on a call subject is: `call` or `cancel`.
 const KIND_HEADER: &str = "Flock-Kind";
 /// The header carrying the call's id.
 const ID_HEADER: &str = "Flock-Call";
 
-fn mac(key: &Option<hmac::Key>, host: &str, what: &str, payload: &[u8]) -> Option<String> {
-    key.as_ref().map(|k| hex::encode(hmac::sign(k, &signed(host, what, payload)).as_ref()))
-}
-
-fn verify(
-    key: &Option<hmac::Key>,
-    headers: Option<&HeaderMap>,
-    host: &str,
-    what: &str,
-    payload: &[u8],
-) -> bool {
-    let Some(key) = key else { return true };
-    let tag = headers.and_then(|h| h.get(MAC_HEADER));
-    tag.and_then(|t| hex::decode(t.as_str()).ok())
-        .is_some_and(|tag| hmac::verify(key, &signed(host, what, payload), &tag).is_ok())
+/// The MAC a call, cancel or answer carries.
+fn tag(headers: Option<&HeaderMap>) -> Option<&str> {
+    headers.and_then(|h| h.get(MAC_HEADER)).map(|t| t.as_str())
 }
 
 impl Link {
@@ -64,7 +51,7 @@ impl Link {
         let mut headers = HeaderMap::new();
         headers.insert(KIND_HEADER, "call");
         headers.insert(ID_HEADER, id);
-        if let Some(tag) = mac(&self.key, &self.host, &format!("call:{id}"), &payload) {
+        if let Some(tag) = mac(self.key.as_ref(), &self.host, &format!("call:{id}"), &payload) {
             headers.insert(MAC_HEADER, tag.as_str());
         }
         let request =
@@ -75,8 +62,8 @@ impl Link {
             .send_request(self.call_subject(to), request)
             .await
             .map_err(|e| self.call_error(to, e.to_string()))?;
-        if !verify(&self.key, answer.headers.as_ref(), to, &format!("answer:{id}"), &answer.payload)
-        {
+        let what = format!("answer:{id}");
+        if !verify(self.key.as_ref(), tag(answer.headers.as_ref()), to, &what, &answer.payload) {
             return Err(self.call_error(to, "its answer carries no valid MAC".into()));
         }
         Ok(answer.payload)
@@ -88,7 +75,7 @@ impl Link {
         let mut headers = HeaderMap::new();
         headers.insert(KIND_HEADER, "cancel");
         headers.insert(ID_HEADER, id);
-        if let Some(tag) = mac(&self.key, &self.host, &format!("cancel:{id}"), b"") {
+        if let Some(tag) = mac(self.key.as_ref(), &self.host, &format!("cancel:{id}"), b"") {
             headers.insert(MAC_HEADER, tag.as_str());
         }
         self.js
@@ -106,13 +93,9 @@ impl Link {
             .client()
             .subscribe(subject.clone())
             .await
-            .map_err(|e| Error::Call { host: self.host.clone(), why: e.to_string() })?;
+            .map_err(|e| self.call_error(&self.host, e.to_string()))?;
         // The broker has the subscription once this returns: a call made after it is heard.
-        self.js
-            .client()
-            .flush()
-            .await
-            .map_err(|e| Error::Call { host: self.host.clone(), why: e.to_string() })?;
+        self.js.client().flush().await.map_err(|e| self.call_error(&self.host, e.to_string()))?;
         Ok(Calls { subscriber, link: self.clone() })
     }
 }
@@ -141,8 +124,9 @@ impl Calls {
         let id = header(ID_HEADER).unwrap_or_default();
         let cancel = header(KIND_HEADER).as_deref() == Some("cancel");
         let what = format!("{}:{id}", if cancel { "cancel" } else { "call" });
+        let key = self.link.key.as_ref();
         let authentic =
-            verify(&self.link.key, message.headers.as_ref(), &from_host, &what, &message.payload);
+            verify(key, tag(message.headers.as_ref()), &from_host, &what, &message.payload);
         Some(Call {
             id,
             from_host,
@@ -188,7 +172,8 @@ impl Call {
         let Some(reply) = &self.reply else { return Ok(()) };
         let mut headers = HeaderMap::new();
         let me = &self.link.host;
-        if let Some(tag) = mac(&self.link.key, me, &format!("answer:{}", self.id), &payload) {
+        if let Some(tag) = mac(self.link.key.as_ref(), me, &format!("answer:{}", self.id), &payload)
+        {
             headers.insert(MAC_HEADER, tag.as_str());
         }
         self.link
@@ -196,6 +181,6 @@ impl Call {
             .client()
             .publish_with_headers(reply.clone(), headers, payload)
             .await
-            .map_err(|e| Error::Call { host: self.from_host.clone(), why: e.to_string() })
+            .map_err(|e| self.link.call_error(&self.from_host, e.to_string()))
     }
 }

@@ -62,6 +62,26 @@ fn signed(from_host: &str, msg_id: &str, payload: &[u8]) -> Vec<u8> {
     v.extend_from_slice(payload);
     v
 }
+
+/// The MAC (hex) of `payload` sent by `host` as `what` (a message id, `call:<id>`, …); `None`
+/// without a secret.
+fn mac(key: Option<&hmac::Key>, host: &str, what: &str, payload: &[u8]) -> Option<String> {
+    key.map(|k| hex::encode(hmac::sign(k, &signed(host, what, payload)).as_ref()))
+}
+
+/// Whether `tag` (hex) is the MAC of `payload` sent by `host` as `what`; always `true` without a
+/// secret.
+fn verify(
+    key: Option<&hmac::Key>,
+    tag: Option<&str>,
+    host: &str,
+    what: &str,
+    payload: &[u8],
+) -> bool {
+    let Some(key) = key else { return true };
+    tag.and_then(|t| hex::decode(t).ok())
+        .is_some_and(|tag| hmac::verify(key, &signed(host, what, payload), &tag).is_ok())
+}
 use bytes::Bytes;
 use futures_util::StreamExt;
 
@@ -419,9 +439,8 @@ impl Link {
         let mut signed_part = format!("{}\n{}\n", self.instance, now_ms()).into_bytes();
         signed_part.extend_from_slice(body);
         let mut value = Vec::with_capacity(signed_part.len() + 65);
-        if let Some(key) = &self.key {
-            let tag = hmac::sign(key, &signed(&self.host, STATUS_ID, &signed_part));
-            value.extend_from_slice(hex::encode(tag.as_ref()).as_bytes());
+        if let Some(tag) = mac(self.key.as_ref(), &self.host, STATUS_ID, &signed_part) {
+            value.extend_from_slice(tag.as_bytes());
         }
         value.push(b'\n');
         value.extend_from_slice(&signed_part);
@@ -473,12 +492,8 @@ impl Link {
         let signed_part = value.slice((mac_len + 1).min(value.len())..);
         let header = instance.map_or(0, <[u8]>::len) + written.map_or(0, <[u8]>::len) + 2;
         let body = signed_part.slice(header.min(signed_part.len())..);
-        let authentic = match &self.key {
-            None => true,
-            Some(key) => hex::decode(mac.unwrap_or_default()).ok().is_some_and(|tag| {
-                hmac::verify(key, &signed(host, STATUS_ID, &signed_part), &tag).is_ok()
-            }),
-        };
+        let tag = std::str::from_utf8(mac.unwrap_or_default()).ok();
+        let authentic = verify(self.key.as_ref(), tag, host, STATUS_ID, &signed_part);
         let status = HostStatus {
             host: host.to_owned(),
             body,
@@ -512,9 +527,8 @@ impl Link {
         let publish_error = |why: String| Error::Publish { subject: subject.clone(), why };
         let payload = payload.into();
         let mut message = jetstream::message::PublishMessage::build();
-        if let Some(key) = &self.key {
-            let tag = hmac::sign(key, &signed(&self.host, msg_id, &payload));
-            message = message.header(MAC_HEADER, hex::encode(tag.as_ref()).as_str());
+        if let Some(tag) = mac(self.key.as_ref(), &self.host, msg_id, &payload) {
+            message = message.header(MAC_HEADER, tag.as_str());
         }
         let message = message.payload(payload).message_id(msg_id);
         let ack = self
@@ -663,15 +677,8 @@ impl Inbox {
         let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
         // `flock.<swarm>.inbox.<to>.<from>`: the filter guarantees the shape.
         let from_host = message.subject.rsplit('.').next().unwrap_or_default().to_owned();
-        let authentic = match &self.key {
-            None => true,
-            Some(key) => {
-                let tag = message.headers.as_ref().and_then(|h| h.get(MAC_HEADER));
-                tag.and_then(|t| hex::decode(t.as_str()).ok()).is_some_and(|tag| {
-                    hmac::verify(key, &signed(&from_host, &msg_id, &message.payload), &tag).is_ok()
-                })
-            }
-        };
+        let tag = message.headers.as_ref().and_then(|h| h.get(MAC_HEADER)).map(|t| t.as_str());
+        let authentic = verify(self.key.as_ref(), tag, &from_host, &msg_id, &message.payload);
         Some(Ok(Delivery {
             msg_id,
             from_host,

@@ -240,7 +240,7 @@ impl RouterState {
     /// A request for `target` on host `host`, checked and counted here like any request: the
     /// link sends it, and its answer comes back as [`RouterMsg::AnswerFromHost`].
     pub(super) fn call_remote(&mut self, host: String, call: HostCall, chain: MsgId) {
-        let id = call.id;
+        let (id, callee) = (call.id, call.to.clone());
         self.remote_calls.insert(id, RemoteCall { host: host.clone(), chain });
         let sent = self
             .hosts
@@ -248,11 +248,8 @@ impl RouterState {
             .is_some_and(|l| l.calls.send(OutCall::Request { host, call }).is_ok());
         if !sent {
             let message = "the link to the other hosts is not running".to_owned();
-            self.answered_from_host(
-                id,
-                "",
-                Body::Error { code: ErrorCode::TargetUnavailable, message },
-            );
+            let body = Body::Error { code: ErrorCode::TargetUnavailable, message };
+            self.answered_from_host(id, &callee, body);
         }
     }
 
