@@ -47,7 +47,13 @@ async fn main() {
     let (channels, _) = Actor::spawn(
         None,
         Channels,
-        ChannelsArgs { spec: spec.clone(), store: store.clone(), journal: None, agent_ops: None },
+        ChannelsArgs {
+            spec: spec.clone(),
+            store: store.clone(),
+            journal: None,
+            agent_ops: None,
+            elsewhere: Vec::new(),
+        },
     )
     .await
     .expect("channels actor");

@@ -55,6 +55,11 @@ pub enum RouterMsg {
     /// The answer to request `id` that this host sent to `callee` on another host (or why
     /// there is none).
     AnswerFromHost { id: MsgId, callee: String, body: Body },
+    /// Another host asks this one something besides a request (the channels' calls, which the
+    /// leader answers: [`HostAsk`]); `reply` gets the answer, which the link sends back.
+    HostAsked { host: String, id: MsgId, ask: HostAsk, reply: oneshot::Sender<Body> },
+    /// The answer to what this host asked another ([`OutCall::Ask`] `id`), or why there is none.
+    HostAnswered { id: MsgId, body: Body },
     /// The earliest request deadline may have passed: time out what is due, re-arm for the next.
     CheckDeadlines,
     /// Persist the turn counts accumulated since the last flush (sent to itself every second).
@@ -340,12 +345,46 @@ pub struct HostCall {
     pub route: String,
 }
 
+/// What one host asks another over NATS request–reply (the payload of a call; docs/cluster.md).
+/// The leader holds the channels: other hosts send it their agents' channel calls, and it sends
+/// them their agents' channel notifications.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum HostAsk {
+    /// An agent's request to an agent on the host asked.
+    Request(HostCall),
+    /// An agent's channel tool call (`flock_*`), to the leader; answered with the tool's
+    /// `Body::ToolResult`.
+    Tool {
+        caller: String,
+        name: String,
+        arguments: String,
+        /// The chain the caller works in and its hops (a post carries it on to its deltas).
+        chain: Option<(ChainTag, u32)>,
+        /// The caller's turn owes a person an answer (its post there is that answer).
+        answers: bool,
+    },
+    /// A channel notification for an agent on the host asked, from the leader; answered
+    /// `Body::Accepted` once the agent's turn took it, an error when it did not.
+    Delta {
+        agent: String,
+        channel: String,
+        upto: u64,
+        text: String,
+        chain: Option<(ChainTag, u32)>,
+    },
+    /// An agent of the asking host is ready: the leader sends it what its channels hold for it.
+    Ready { agent: String },
+}
+
 /// What the router asks of the cluster link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutCall {
     /// Send request `call` to host `host`; its answer comes back as
     /// [`RouterMsg::AnswerFromHost`].
     Request { host: String, call: HostCall },
+    /// Ask host `host` (`id`: this host's, new for each ask); the answer comes back as
+    /// [`RouterMsg::HostAnswered`], or a `TargetUnavailable` error after `timeout_ms`.
+    Ask { host: String, id: MsgId, ask: HostAsk, timeout_ms: u64 },
     /// Tell host `host` that nobody waits for request `id` any more.
     Cancel { host: String, id: MsgId },
 }

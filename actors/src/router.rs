@@ -32,6 +32,7 @@ mod bridge;
 mod clock;
 mod handshake;
 mod hosts;
+mod leader;
 mod mailbox;
 mod permit;
 mod sessions;
@@ -256,6 +257,10 @@ pub struct RouterState {
     /// Requests from other hosts running here, and where their answer goes.
     host_calls: HashMap<MsgId, oneshot::Sender<Body>>,
     seen_calls: hosts::SeenCalls,
+    /// What this host asked other hosts (channel calls, deltas), not answered yet.
+    asked: HashMap<MsgId, leader::Asked>,
+    /// Channel notifications from the leader queued here, and where their outcome goes.
+    host_deltas: HashMap<MsgId, oneshot::Sender<Body>>,
     clock: Clock,
 }
 
@@ -358,6 +363,8 @@ impl Actor for Router {
             remote_calls: HashMap::new(),
             host_calls: HashMap::new(),
             seen_calls: Default::default(),
+            asked: HashMap::new(),
+            host_deltas: HashMap::new(),
             clock: args.clock,
         };
         // Chains resumed on people's posts are working on them again: the chats show it.
@@ -466,6 +473,10 @@ impl Actor for Router {
             RouterMsg::AnswerFromHost { id, callee, body } => {
                 state.answered_from_host(id, &callee, body)
             }
+            RouterMsg::HostAsked { host, id, ask, reply } => {
+                state.asked_by_host(&myself, host, id, ask, reply)
+            }
+            RouterMsg::HostAnswered { id, body } => state.host_answered(id, body),
             RouterMsg::AddAgent { spec, liveness } => {
                 if !state.slots.contains_key(&spec.key()) {
                     let name = spec.key();

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Node, next};
+use common::{Node, ack, delta, next, nothing_for, tool, tool_as};
 use flock_actors::caller::Caller;
 use flock_actors::messages::ChannelsMsg;
 use flock_ipc::{Body, Connection, DeliveryKind, Frame, ROUTER};
@@ -68,61 +68,6 @@ impl Harness {
     fn journal(&self) -> String {
         std::fs::read_to_string(self.node.dir.join("journal/journal.jsonl")).unwrap_or_default()
     }
-}
-
-/// A tool call from an agent connection; answers `Ok(json)` or `Err("CODE: msg")`.
-async fn tool(conn: &mut Connection, name: &str, args: Value) -> Result<Value, String> {
-    let content = tool_as(conn, flock_ipc::id::new_id(), name, args).await?;
-    Ok(serde_json::from_str(&content).unwrap())
-}
-
-/// A tool call with its frame id chosen by the caller (as a hostile agent may); answers the
-/// result's text or `Err("CODE: msg")`.
-async fn tool_as(
-    conn: &mut Connection,
-    id: u128,
-    name: &str,
-    args: Value,
-) -> Result<String, String> {
-    let body = Body::ToolCall { name: name.into(), arguments: args.to_string() };
-    let f = Frame { id, ..Frame::new("ignored", ROUTER, body) };
-    conn.outbox.send(f).await.unwrap();
-    loop {
-        let r = next(conn).await;
-        if r.correlation_id == Some(id) {
-            return match r.body {
-                Body::ToolResult { ok: true, content } => Ok(content),
-                Body::ToolResult { ok: false, content } => Err(content),
-                // Refused at the router (unknown tool, a role that may not call it).
-                Body::Error { code, message } => Err(format!("{code}: {message}")),
-                other => panic!("unexpected {other:?}"),
-            };
-        }
-    }
-}
-
-/// The next delta delivered to `conn`.
-async fn delta(conn: &mut Connection) -> (Frame, String) {
-    loop {
-        let f = next(conn).await;
-        if let Body::Deliver(d) = &f.body
-            && d.kind == DeliveryKind::Delta
-        {
-            let text = d.text.clone();
-            return (f, text);
-        }
-    }
-}
-
-async fn nothing_for(conn: &mut Connection, ms: u64) {
-    let r = tokio::time::timeout(Duration::from_millis(ms), conn.reader.read_frame()).await;
-    assert!(r.is_err(), "expected silence, got {r:?}");
-}
-
-async fn ack(conn: &Connection, f: &Frame) {
-    let ack =
-        Frame { correlation_id: Some(f.id), ..Frame::new("x", ROUTER, Body::Ack { reply: None }) };
-    conn.outbox.send(ack).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

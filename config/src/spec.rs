@@ -223,6 +223,11 @@ impl SwarmSpec {
         hosts
     }
 
+    /// The agents the file places on hosts other than `host`.
+    pub fn agents_elsewhere(&self, host: &str) -> Vec<AgentSpec> {
+        self.agents.iter().filter(|a| self.host_of(a) != host).cloned().collect()
+    }
+
     /// The part of the swarm `host` runs: its own agents only (the others are reached through
     /// the cluster). `Err` when the file places nothing there and names the hosts it knows.
     pub fn for_host(&self, host: &str) -> Result<SwarmSpec, String> {

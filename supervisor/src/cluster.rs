@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use flock_actors::messages::{FromHost, HostCall, OutCall};
+use flock_actors::messages::{FromHost, HostAsk, OutCall};
 use flock_actors::store::PendingMessage;
 use flock_actors::{RouterMsg, StoreMsg};
 use flock_cluster::{Delivery, HostStatus, Link, Options};
@@ -391,7 +391,7 @@ async fn call_out(link: Link, router: ActorRef<RouterMsg>, mut calls: UnboundedR
                 tokio::spawn(async move {
                     let (id, callee) = (call.id, call.to.clone());
                     let timeout = Duration::from_millis(call.timeout_ms) + CALL_GRACE;
-                    let payload = serde_json::to_vec(&call).unwrap_or_default();
+                    let payload = serde_json::to_vec(&HostAsk::Request(call)).unwrap_or_default();
                     let body = match link.call(&host, &fmt_id(id), payload, timeout).await {
                         Ok(answer) => {
                             serde_json::from_slice(&answer).unwrap_or_else(|e| Body::Error {
@@ -407,6 +407,27 @@ async fn call_out(link: Link, router: ActorRef<RouterMsg>, mut calls: UnboundedR
                         },
                     };
                     let _ = router.cast(RouterMsg::AnswerFromHost { id, callee, body });
+                });
+            }
+            OutCall::Ask { host, id, ask, timeout_ms } => {
+                tokio::spawn(async move {
+                    let payload = serde_json::to_vec(&ask).unwrap_or_default();
+                    let timeout = Duration::from_millis(timeout_ms);
+                    let body = match link.call(&host, &fmt_id(id), payload, timeout).await {
+                        Ok(answer) => {
+                            serde_json::from_slice(&answer).unwrap_or_else(|e| Body::Error {
+                                code: ErrorCode::Internal,
+                                message: format!(
+                                    "host `{host}` answered in a form this host cannot read: {e}"
+                                ),
+                            })
+                        }
+                        Err(e) => Body::Error {
+                            code: ErrorCode::TargetUnavailable,
+                            message: format!("host `{host}` could not be asked: {e}"),
+                        },
+                    };
+                    let _ = router.cast(RouterMsg::HostAnswered { id, body });
                 });
             }
             OutCall::Cancel { host, id } => {
@@ -445,16 +466,18 @@ async fn answer_calls(link: Link, router: ActorRef<RouterMsg>) {
                 let _ = router.cast(RouterMsg::CancelFromHost { host: call.from_host.clone(), id });
                 continue;
             }
-            let request: HostCall = match serde_json::from_slice::<HostCall>(&call.payload) {
-                Ok(r) if r.id == id => r,
-                _ => {
-                    tracing::warn!(from = %call.from_host, "flock cluster: refused a request this host cannot read");
+            let host = call.from_host.clone();
+            let (tx, rx) = oneshot::channel();
+            let ask = match serde_json::from_slice::<HostAsk>(&call.payload) {
+                Ok(HostAsk::Request(r)) if r.id == id => {
+                    RouterMsg::CallFromHost { host, call: r, reply: tx }
+                }
+                Ok(HostAsk::Request(_)) | Err(_) => {
+                    tracing::warn!(from = %call.from_host, "flock cluster: refused a call this host cannot read");
                     continue;
                 }
+                Ok(ask) => RouterMsg::HostAsked { host, id, ask, reply: tx },
             };
-            let (tx, rx) = oneshot::channel();
-            let ask =
-                RouterMsg::CallFromHost { host: call.from_host.clone(), call: request, reply: tx };
             if router.cast(ask).is_err() {
                 return;
             }

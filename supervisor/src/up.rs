@@ -303,6 +303,12 @@ pub async fn up(
             store: store_ref.clone(),
             journal: Some(journal.clone()),
             agent_ops: Some(agent_ops(children_cell.clone(), router_cell.clone())),
+            // The leader holds every host's channels, so it knows every host's agents.
+            elsewhere: if host == whole.leader() {
+                whole.agents_elsewhere(host)
+            } else {
+                Vec::new()
+            },
         },
     )
     .await

@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flock_config::{Role, SwarmSpec};
+use flock_config::{AgentSpec, Role, SwarmSpec};
 use flock_ipc::ErrorCode;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::{Value, json};
@@ -46,6 +46,9 @@ pub struct ChannelsArgs {
     pub journal: Option<Arc<Journal>>,
     /// How to create and decommission agents (`None`: those tools answer INTERNAL).
     pub agent_ops: Option<AgentOps>,
+    /// The agents of other hosts, on the leader of a swarm across hosts (which holds every
+    /// host's channels); empty otherwise.
+    pub elsewhere: Vec<AgentSpec>,
 }
 
 pub struct Channels;
@@ -66,7 +69,7 @@ impl Actor for Channels {
         .await
         .map_err(|e| format!("load channels: {e}"))?;
         let mut st = ChannelsState {
-            agents: args.spec.agents.clone(),
+            agents: args.spec.agents.iter().chain(&args.elsewhere).cloned().collect(),
             agent_ops: args.agent_ops,
             spec: args.spec,
             store: args.store,

@@ -61,6 +61,7 @@ impl RouterState {
                 if let Some(ch) = &self.channels {
                     let _ = ch.cast(ChannelsMsg::AgentReady { agent: name.clone() });
                 }
+                self.ready_to_leader(&name);
                 self.deliver_next(myself, &name);
             }
             (ConnKind::Agent, Body::BridgeHello(hello)) => {

@@ -18,6 +18,8 @@ use crate::messages::{FromHost, HostCall, OutCall};
 pub struct HostLink {
     /// This host's name.
     pub host: String,
+    /// The host that holds the channels (`cluster.leader`).
+    pub leader: String,
     /// Agents placed on other hosts, and their host.
     pub remote: HashMap<String, String>,
     /// Those agents, in the swarm file's order (for the roster).
@@ -33,12 +35,19 @@ pub struct HostLink {
 impl HostLink {
     /// Host `host` of the swarm `whole` (every host's agents).
     pub fn new(whole: &SwarmSpec, host: &str) -> HostLink {
-        let agents: Vec<AgentSpec> =
-            whole.agents.iter().filter(|a| whole.host_of(a) != host).cloned().collect();
+        let agents = whole.agents_elsewhere(host);
         let remote = agents.iter().map(|a| (a.key(), whole.host_of(a).to_owned())).collect();
         let (calls, rx) = tokio::sync::mpsc::unbounded_channel();
         let calls_rx = Arc::new(std::sync::Mutex::new(Some(rx)));
-        HostLink { host: host.to_owned(), remote, agents, outbox: Arc::default(), calls, calls_rx }
+        HostLink {
+            host: host.to_owned(),
+            leader: whole.leader().to_owned(),
+            remote,
+            agents,
+            outbox: Arc::default(),
+            calls,
+            calls_rx,
+        }
     }
 
     /// The requests and cancels the router sends to other hosts (once: the link's).
@@ -60,7 +69,7 @@ pub(super) struct SeenCalls {
 
 impl SeenCalls {
     /// Whether `id` is new (then it is remembered).
-    fn first(&mut self, id: MsgId) -> bool {
+    pub(super) fn first(&mut self, id: MsgId) -> bool {
         if !self.ids.insert(id) {
             return false;
         }

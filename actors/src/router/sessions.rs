@@ -51,7 +51,8 @@ impl RouterState {
         let _ = self.store.cast(StoreMsg::With(job));
     }
 
-    /// Queues a channel notification as a turn input of `agent`.
+    /// Queues a channel notification as a turn input of `agent` (sent to its host when it runs
+    /// on another).
     pub(super) fn delta(
         &mut self,
         myself: &ActorRef<RouterMsg>,
@@ -60,6 +61,27 @@ impl RouterState {
         upto: u64,
         text: String,
         chain: Option<(ChainTag, u32)>,
+    ) {
+        if !self.slots.contains_key(&agent)
+            && let Some(host) = self.remote_host(&agent).map(str::to_owned)
+        {
+            return self.delta_to_host(host, agent, channel, upto, text, chain);
+        }
+        self.queue_delta(myself, agent, channel, upto, text, chain, None);
+    }
+
+    /// Queues a channel notification for `agent` here; its outcome goes to the channels actor,
+    /// or to `host` — the leader that sent it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn queue_delta(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        agent: String,
+        channel: String,
+        upto: u64,
+        text: String,
+        chain: Option<(ChainTag, u32)>,
+        host: Option<oneshot::Sender<Body>>,
     ) {
         let id = new_id();
         let from = format!("#{channel}");
@@ -78,7 +100,9 @@ impl RouterState {
         let Some(slot) = self.slots.get_mut(&agent).filter(|_| admitted) else {
             // An unknown agent's delta is retried when it is back; one refused by a stopped
             // chain counts as handled (the messages stay readable with flock_channel_read).
-            if let Some(ch) = &self.channels {
+            if let Some(reply) = host {
+                let _ = reply.send(leader::delta_outcome(&agent, known));
+            } else if let Some(ch) = &self.channels {
                 let ok = known;
                 let _ = ch.cast(ChannelsMsg::DeltaDone { agent, channel, upto, ok });
             }
@@ -87,11 +111,18 @@ impl RouterState {
         let mut q = Queued::new(id, DeliveryKind::Delta, from, text, route);
         q.channel = Some((channel, upto));
         slot.queue.push_back(q);
+        if let Some(reply) = host {
+            self.host_deltas.insert(id, reply);
+        }
         self.deliver_next(myself, &agent);
     }
 
-    /// Reports a delta's outcome to the channels actor.
-    pub(super) fn delta_done(&self, agent: &str, q: &Queued, ok: bool) {
+    /// Reports a delta's outcome to the channels actor (or to the leader that sent it).
+    pub(super) fn delta_done(&mut self, agent: &str, q: &Queued, ok: bool) {
+        if let Some(reply) = self.host_deltas.remove(&q.id) {
+            let _ = reply.send(leader::delta_outcome(agent, ok));
+            return;
+        }
         if let (Some(ch), Some((channel, upto))) = (&self.channels, &q.channel) {
             let msg = ChannelsMsg::DeltaDone {
                 agent: agent.to_owned(),

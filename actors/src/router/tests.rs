@@ -45,8 +45,13 @@ async fn swarm(settings: &str) -> Swarm {
     let spec = Arc::new(flock_config::parse(&yaml, &dir.path().join("swarm.yaml")).unwrap());
     let store = Store::open(&dir.path().join("flock.db"), Durability::Normal).unwrap();
     let (store, _) = Actor::spawn(None, StoreActor, store).await.unwrap();
-    let args =
-        ChannelsArgs { spec: spec.clone(), store: store.clone(), journal: None, agent_ops: None };
+    let args = ChannelsArgs {
+        spec: spec.clone(),
+        store: store.clone(),
+        journal: None,
+        agent_ops: None,
+        elsewhere: Vec::new(),
+    };
     let (channels, _) = Actor::spawn(None, Channels, args).await.unwrap();
     let liveness = spec.agents.iter().map(|a| (a.key(), Arc::default())).collect();
     let args = RouterArgs {

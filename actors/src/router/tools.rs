@@ -12,7 +12,7 @@ use ractor::ActorRef;
 use super::{PermissionReply, RouterState};
 use crate::caller::Caller;
 use crate::chains;
-use crate::messages::{ChannelsMsg, ConnId, RouterMsg, ToolReply};
+use crate::messages::{ChannelsMsg, ConnId, HostAsk, RouterMsg, ToolReply};
 use crate::text::clip;
 use flock_journal::{JournalEvent, Status};
 
@@ -111,13 +111,20 @@ impl RouterState {
                     .get(identity)
                     .and_then(|s| s.in_flight.as_ref())
                     .is_some_and(|q| !q.delegated && q.route.answers_a_person());
+                let reply = ToolReply { outbox, frame_id: frame.id, to: identity.to_owned() };
+                // The leader holds the channels: on another host the call goes there.
+                if let Some(leader) = self.channels_leader(&name) {
+                    let caller = identity.to_owned();
+                    let ask = HostAsk::Tool { caller, name, arguments, chain, answers };
+                    return self.tool_to_host(leader, ask, reply);
+                }
                 let msg = ChannelsMsg::Tool {
                     caller: Caller { id: identity.to_owned(), role: Some(role) },
                     name,
                     arguments,
                     chain,
                     answers,
-                    reply: ToolReply { outbox, frame_id: frame.id, to: identity.to_owned() },
+                    reply,
                 };
                 if self.channels.as_ref().is_none_or(|ch| ch.cast(msg).is_err()) {
                     let err = Frame::error(&frame, ErrorCode::Internal, "channels are not running");

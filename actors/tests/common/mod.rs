@@ -13,9 +13,13 @@ use flock_actors::messages::ChannelsMsg;
 use flock_actors::{
     ConnKind, ConnLimits, Durability, Router, RouterArgs, Store, StoreActor, StoreMsg, serve,
 };
-use flock_ipc::{Body, Connection, Frame, Hello, PROTOCOL_VERSION, Transport, UnixTransport};
+use flock_ipc::{
+    Body, Connection, DeliveryKind, Frame, Hello, PROTOCOL_VERSION, ROUTER, Transport,
+    UnixTransport,
+};
 use flock_journal::Journal;
 use ractor::{Actor, ActorRef};
+use serde_json::Value;
 
 pub struct Node {
     pub dir: PathBuf,
@@ -47,6 +51,11 @@ pub async fn start_on(
     std::fs::write(&path, yaml).unwrap();
     let whole = flock_config::load(&path).unwrap();
     let hosts = host.map(|h| flock_actors::router::HostLink::new(&whole, h));
+    // The leader's channels know every host's agents (as `up` starts them).
+    let elsewhere = match host {
+        Some(h) if h == whole.leader() => whole.agents_elsewhere(h),
+        _ => Vec::new(),
+    };
     let spec = Arc::new(match host {
         Some(h) => whole.for_host(h).unwrap(),
         None => whole,
@@ -61,6 +70,7 @@ pub async fn start_on(
             store: store.clone(),
             journal: Some(journal.clone()),
             agent_ops: None,
+            elsewhere,
         };
         Some(Actor::spawn(None, Channels, args).await.unwrap().0)
     } else {
@@ -123,4 +133,59 @@ pub async fn next(conn: &mut Connection) -> Frame {
             return f;
         }
     }
+}
+
+/// A tool call from an agent connection; answers `Ok(json)` or `Err("CODE: msg")`.
+pub async fn tool(conn: &mut Connection, name: &str, args: Value) -> Result<Value, String> {
+    let content = tool_as(conn, flock_ipc::id::new_id(), name, args).await?;
+    Ok(serde_json::from_str(&content).unwrap())
+}
+
+/// A tool call with its frame id chosen by the caller (as a hostile agent may); answers the
+/// result's text or `Err("CODE: msg")`.
+pub async fn tool_as(
+    conn: &mut Connection,
+    id: u128,
+    name: &str,
+    args: Value,
+) -> Result<String, String> {
+    let body = Body::ToolCall { name: name.into(), arguments: args.to_string() };
+    let f = Frame { id, ..Frame::new("ignored", ROUTER, body) };
+    conn.outbox.send(f).await.unwrap();
+    loop {
+        let r = next(conn).await;
+        if r.correlation_id == Some(id) {
+            return match r.body {
+                Body::ToolResult { ok: true, content } => Ok(content),
+                Body::ToolResult { ok: false, content } => Err(content),
+                // Refused at the router (unknown tool, a role that may not call it).
+                Body::Error { code, message } => Err(format!("{code}: {message}")),
+                other => panic!("unexpected {other:?}"),
+            };
+        }
+    }
+}
+
+/// The next delta delivered to `conn`.
+pub async fn delta(conn: &mut Connection) -> (Frame, String) {
+    loop {
+        let f = next(conn).await;
+        if let Body::Deliver(d) = &f.body
+            && d.kind == DeliveryKind::Delta
+        {
+            let text = d.text.clone();
+            return (f, text);
+        }
+    }
+}
+
+pub async fn nothing_for(conn: &mut Connection, ms: u64) {
+    let r = tokio::time::timeout(Duration::from_millis(ms), conn.reader.read_frame()).await;
+    assert!(r.is_err(), "expected silence, got {r:?}");
+}
+
+pub async fn ack(conn: &Connection, f: &Frame) {
+    let ack =
+        Frame { correlation_id: Some(f.id), ..Frame::new("x", ROUTER, Body::Ack { reply: None }) };
+    conn.outbox.send(ack).await.unwrap();
 }

@@ -171,6 +171,43 @@ fn a_chain_whose_hops_run_on_three_hosts_is_answered_once() {
     assert_eq!(dm.matches("worker passes on").count(), 1, "{dm}");
 }
 
+/// The leader holds the channels: an agent on another host is told of a post in a channel the
+/// leader holds, its own post there is the leader's, and a person reads both on the leader.
+#[test]
+fn agents_on_two_hosts_talk_in_one_channel_that_the_leader_holds() {
+    let Some(bin) = available("cluster: a channel across hosts") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let url = broker.url();
+    let yaml = format!(
+        "swarm: {{ name: two-hosts }}\ncluster: {{ nats: \"{url}\" }}\n\
+         channels: {{ delta_delay_min_ms: 0, delta_delay_max_ms: 0 }}\nmodels:\n  \
+         replier:\n    provider: scripted\n    rules:\n      - match: \"ping\"\n        steps:\n          \
+         - tool: flock_channel_post\n            args: {{ channel: \"{{from}}\", text: \"pong from the gpu host\" }}\n        \
+         reply: \"ponged\"\n      - reply: \"noted\"\n  \
+         listener:\n    provider: scripted\n    rules:\n      - reply: \"noted\"\n\
+         agents:\n  - {{ name: listener, role: worker, model: listener }}\n  \
+         - {{ name: replier, role: worker, model: replier, host: gpu }}\n"
+    );
+    let main = host(&yaml, None);
+    let gpu = host(&yaml, Some("gpu"));
+    main.ctl_ok(&["channel", "create", "room", "--members", "replier,listener", "--as", "bob"]);
+    main.ctl_ok(&["post", "#room", "ping", "--as", "bob"]);
+    // The agent on gpu was told of bob's post and answered in the channel; the one on main was
+    // told of that answer.
+    gpu.wait_for_log("replier", "reply \"ponged\"", SHORT);
+    main.wait_for_log("listener", "[seq 2] replier: pong from the gpu host", SHORT);
+    let log = gpu.log("replier");
+    assert!(log.contains("[seq 1] human:bob: ping"), "{log}");
+    assert!(log.contains("tool flock_channel_post"), "{log}");
+    let room = main.ctl_ok(&["read", "room", "--json"]);
+    assert_eq!(room.matches("pong from the gpu host").count(), 1, "{room}");
+    assert_eq!(room.matches("\"author\":\"replier\"").count(), 1, "{room}");
+    // Told once, and never of its own post.
+    main.wait_until(|| main.agent("listener")["turns_total"] == 2, SHORT, "listener's two turns");
+    assert_eq!(gpu.turns_total("replier"), 1, "{}", gpu.log("replier"));
+}
+
 /// A relay on `main` passes every message it gets to a sink on `gpu`.
 fn relay_yaml(url: &str) -> String {
     two_hosts(

@@ -1,0 +1,271 @@
+//! The channels across hosts (issue #26, docs/cluster.md): the leader (`cluster.leader`) holds
+//! them. An agent's channel tool call on another host goes to the leader ([`HostAsk::Tool`]),
+//! whose channels actor answers it as the agent's own; a channel notification for an agent on
+//! another host goes to that host ([`HostAsk::Delta`]), whose router queues it as a turn and
+//! answers when the turn took it (the leader's cursor moves then, as on one host); an agent that
+//! becomes ready on another host is told to the leader ([`HostAsk::Ready`]), which sends it what
+//! its channels hold for it. Creating, spawning and decommissioning agents stay on the caller's
+//! host: they start and stop processes there.
+
+use super::*;
+use crate::caller::Caller;
+use crate::messages::{HostAsk, OutCall, ToolReply};
+use flock_config::tools::{self as table, Owner};
+
+/// How long a host waits for the leader's answer to a channel tool call.
+const TOOL_TIMEOUT_MS: u64 = 30_000;
+
+/// How much longer than a chain's wall budget the leader waits for a notification's turn on
+/// another host (past it, the notification counts as not taken and is sent again later).
+const DELTA_GRACE_MS: u64 = 30_000;
+
+/// What this host asked another and waits for.
+#[derive(Debug)]
+pub(super) enum Asked {
+    /// An agent's channel tool call: its answer goes to the agent.
+    Tool(ToolReply),
+    /// A notification for an agent there: its outcome goes to the channels actor.
+    Delta { agent: String, channel: String, upto: u64 },
+    /// An agent here became ready.
+    Ready,
+}
+
+/// The channel tools that stay on the caller's host: they start and stop processes.
+pub(super) fn stays_here(tool: &str) -> bool {
+    matches!(tool, "agents__spawn" | "flock_create_agent" | "flock_decommission_agent")
+}
+
+/// The answer to a notification from the leader: taken by the agent's turn, or not (then the
+/// leader sends it again later).
+pub(super) fn delta_outcome(agent: &str, ok: bool) -> Body {
+    if ok {
+        Body::Accepted
+    } else {
+        let message =
+            format!("`{agent}` did not take the notification (not connected, or its turn failed)");
+        Body::Error { code: ErrorCode::TargetUnavailable, message }
+    }
+}
+
+impl RouterState {
+    /// The leader, when it is another host than this one.
+    pub(super) fn leader_elsewhere(&self) -> Option<&str> {
+        let link = self.hosts.as_ref()?;
+        (link.leader != link.host).then_some(link.leader.as_str())
+    }
+
+    /// Asks host `host` (`ask`); the answer comes back as [`RouterMsg::HostAnswered`] and goes
+    /// where `asked` says.
+    fn ask_host(&mut self, host: String, ask: HostAsk, asked: Asked, timeout_ms: u64) {
+        let id = new_id();
+        self.asked.insert(id, asked);
+        let sent = self
+            .hosts
+            .as_ref()
+            .is_some_and(|l| l.calls.send(OutCall::Ask { host, id, ask, timeout_ms }).is_ok());
+        if !sent {
+            let message = "the link to the other hosts is not running".to_owned();
+            self.host_answered(id, Body::Error { code: ErrorCode::TargetUnavailable, message });
+        }
+    }
+
+    /// The leader, when it is another host and answers channel call `tool`.
+    pub(super) fn channels_leader(&self, tool: &str) -> Option<String> {
+        self.leader_elsewhere().filter(|_| !stays_here(tool)).map(str::to_owned)
+    }
+
+    /// An agent's channel tool call, sent to `leader`; its answer goes to the agent.
+    pub(super) fn tool_to_host(&mut self, leader: String, ask: HostAsk, reply: ToolReply) {
+        self.ask_host(leader, ask, Asked::Tool(reply), TOOL_TIMEOUT_MS);
+    }
+
+    /// A notification for `agent`, which runs on host `host`: sent there.
+    pub(super) fn delta_to_host(
+        &mut self,
+        host: String,
+        agent: String,
+        channel: String,
+        upto: u64,
+        text: String,
+        chain: Option<(ChainTag, u32)>,
+    ) {
+        let timeout_ms = self.spec.budget.max_wall_secs.saturating_mul(1000) + DELTA_GRACE_MS;
+        let asked = Asked::Delta { agent: agent.clone(), channel: channel.clone(), upto };
+        let ask = HostAsk::Delta { agent, channel, upto, text, chain };
+        self.ask_host(host, ask, asked, timeout_ms);
+    }
+
+    /// `agent` (of this host) is ready: the leader, when it is another host, hears it.
+    pub(super) fn ready_to_leader(&mut self, agent: &str) {
+        if let Some(leader) = self.leader_elsewhere().map(str::to_owned) {
+            let ask = HostAsk::Ready { agent: agent.to_owned() };
+            self.ask_host(leader, ask, Asked::Ready, TOOL_TIMEOUT_MS);
+        }
+    }
+
+    /// The answer to what this host asked another.
+    pub(super) fn host_answered(&mut self, id: MsgId, body: Body) {
+        match self.asked.remove(&id) {
+            Some(Asked::Tool(reply)) => {
+                let frame = Frame {
+                    correlation_id: Some(reply.frame_id),
+                    ..Frame::new(ROUTER, reply.to, body)
+                };
+                let _ = reply.outbox.try_send(frame);
+            }
+            Some(Asked::Delta { agent, channel, upto }) => {
+                let ok = matches!(body, Body::Accepted);
+                if let Body::Error { message, .. } = &body {
+                    tracing::debug!(agent = %agent, channel = %channel, "flock cluster: a notification was not taken: {message}");
+                }
+                if let Some(ch) = &self.channels {
+                    let _ = ch.cast(ChannelsMsg::DeltaDone { agent, channel, upto, ok });
+                }
+            }
+            Some(Asked::Ready) => {
+                if let Body::Error { message, .. } = &body {
+                    tracing::warn!(
+                        "flock cluster: the leader did not hear that an agent is ready: {message}"
+                    );
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// What host `host` asks this one (`id`: its own, taken once).
+    pub(super) fn asked_by_host(
+        &mut self,
+        myself: &ActorRef<RouterMsg>,
+        host: String,
+        id: MsgId,
+        ask: HostAsk,
+        reply: oneshot::Sender<Body>,
+    ) {
+        if let HostAsk::Request(call) = ask {
+            return self.called_from_host(myself, host, call, reply);
+        }
+        let refused = |code: ErrorCode, message: String| Body::Error { code, message };
+        let Some(link) = self.hosts.as_ref() else { return };
+        let leader_here = link.leader == link.host;
+        let refusal = if self.draining {
+            Some(refused(ErrorCode::Draining, "the swarm is shutting down".into()))
+        } else if !self.seen_calls.first(id) {
+            Some(refused(ErrorCode::BadRequest, "this call was taken already".into()))
+        } else {
+            None
+        };
+        if let Some(body) = refusal {
+            let _ = reply.send(body);
+            return;
+        }
+        match ask {
+            HostAsk::Request(_) => {}
+            HostAsk::Tool { caller, name, arguments, chain, answers } => {
+                if !leader_here {
+                    let msg = format!(
+                        "host `{}` does not hold the channels: `{}` does",
+                        link.host, link.leader
+                    );
+                    let _ = reply.send(refused(ErrorCode::Forbidden, msg));
+                    return;
+                }
+                match self.host_tool_caller(&host, &caller, &name) {
+                    Ok(role) => {
+                        let (tx, mut rx) = tokio::sync::mpsc::channel::<Frame>(1);
+                        let msg = ChannelsMsg::Tool {
+                            caller: Caller { id: caller.clone(), role: Some(role) },
+                            name,
+                            arguments,
+                            chain,
+                            answers,
+                            reply: ToolReply { outbox: tx, frame_id: id, to: caller },
+                        };
+                        let Some(ch) = &self.channels else {
+                            let msg = "channels are not running".to_owned();
+                            let _ = reply.send(refused(ErrorCode::Internal, msg));
+                            return;
+                        };
+                        if ch.cast(msg).is_err() {
+                            return; // `reply` dropped: the asking host hears the swarm is stopping
+                        }
+                        tokio::spawn(async move {
+                            let body = match rx.recv().await {
+                                Some(frame) => frame.body,
+                                None => refused(
+                                    ErrorCode::Internal,
+                                    "the channels actor did not answer".into(),
+                                ),
+                            };
+                            let _ = reply.send(body);
+                        });
+                    }
+                    Err((code, msg)) => {
+                        tracing::warn!(from = %host, "flock cluster: refused a channel call: {msg}");
+                        let _ = reply.send(refused(code, msg));
+                    }
+                }
+            }
+            HostAsk::Delta { agent, channel, upto, text, chain } => {
+                if host != link.leader || leader_here {
+                    let msg =
+                        format!("only the leader `{}` sends channel notifications", link.leader);
+                    tracing::warn!(from = %host, "flock cluster: refused a notification: {msg}");
+                    let _ = reply.send(refused(ErrorCode::Forbidden, msg));
+                    return;
+                }
+                if !self.slots.contains_key(&agent) {
+                    let msg = format!("no agent named `{agent}` runs on host `{}`", link.host);
+                    let _ = reply.send(refused(ErrorCode::AgentNotFound, msg));
+                    return;
+                }
+                self.queue_delta(myself, agent, channel, upto, text, chain, Some(reply));
+            }
+            HostAsk::Ready { agent } => {
+                if !leader_here || self.remote_host(&agent) != Some(host.as_str()) {
+                    let msg = format!("host `{host}` may not speak for `{agent}` here");
+                    let _ = reply.send(refused(ErrorCode::Forbidden, msg));
+                    return;
+                }
+                if let Some(ch) = &self.channels {
+                    let _ = ch.cast(ChannelsMsg::AgentReady { agent });
+                }
+                let _ = reply.send(Body::Accepted);
+            }
+        }
+    }
+
+    /// The role of `caller`, an agent of host `host`, when it may make channel call `tool`
+    /// here (the same check its own host's router made, made again: a host speaks only for its
+    /// own agents, and only with their powers).
+    fn host_tool_caller(
+        &self,
+        host: &str,
+        caller: &str,
+        tool: &str,
+    ) -> Result<flock_config::Role, (ErrorCode, String)> {
+        let forbidden = |m: String| (ErrorCode::Forbidden, m);
+        if self.remote_host(caller) != Some(host) {
+            return Err(forbidden(format!("host `{host}` may not speak for `{caller}`")));
+        }
+        let spec = self.hosts.as_ref().and_then(|l| l.agents.iter().find(|a| a.key() == caller));
+        let Some(role) = spec.map(|s| s.role) else {
+            return Err(forbidden(format!("`{caller}` is not an agent of this swarm")));
+        };
+        let Some(t) = table::tool(tool).filter(|t| t.owner == Owner::Channels && !stays_here(tool))
+        else {
+            return Err((
+                ErrorCode::BadRequest,
+                format!("`{tool}` is not a channel call the leader answers"),
+            ));
+        };
+        if !t.access.allows(role) {
+            return Err(forbidden(format!(
+                "`{caller}` is a {} and may not call {tool}: {}",
+                role.as_str(),
+                t.access.who()
+            )));
+        }
+        Ok(role)
+    }
+}

@@ -1,0 +1,218 @@
+//! The channels across hosts (issue #26): the leader holds them. On another host an agent's
+//! channel call goes to the leader and its answer comes back to the agent; the leader answers a
+//! call only for an agent the swarm file places on the asking host, with that agent's powers;
+//! the leader's notifications for another host's agent go to that host, whose answer moves the
+//! leader's cursor. In-process over real SQLite and a real socket, the test in the place of the
+//! cluster link.
+
+mod common;
+
+use common::{ack, delta, next, tool, tool_as};
+use flock_actors::RouterMsg;
+use flock_actors::messages::{HostAsk, OutCall};
+use flock_actors::store_actor::with_store;
+use flock_ipc::{Body, DeliveryKind, ErrorCode};
+use serde_json::json;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::oneshot;
+
+const YAML: &str = "swarm: {name: t}\ncluster: {nats: \"nats://127.0.0.1:4222\"}\n\
+channels: {delta_delay_min_ms: 0, delta_delay_max_ms: 0}\n\
+models:\n  s: {provider: scripted, rules: [{reply: ok}]}\ndefaults: {model: s}\nagents:\n  \
+- {name: o, role: orchestrator}\n  - {name: w, role: worker, host: gpu}\n  - {name: x, role: worker, host: cpu}\n";
+
+/// What the router asks the link next: (host, id, ask).
+async fn asked(calls: &mut UnboundedReceiver<OutCall>) -> (String, u128, HostAsk) {
+    let out = tokio::time::timeout(std::time::Duration::from_secs(5), calls.recv()).await;
+    match out {
+        Ok(Some(OutCall::Ask { host, id, ask, .. })) => (host, id, ask),
+        other => panic!("expected an ask for another host, got {other:?}"),
+    }
+}
+
+/// Host `host` asks the router `ask` (call `id`); its answer.
+async fn ask(router: &ractor::ActorRef<RouterMsg>, host: &str, id: u128, ask: HostAsk) -> Body {
+    let (tx, rx) = oneshot::channel();
+    router.cast(RouterMsg::HostAsked { host: host.into(), id, ask, reply: tx }).unwrap();
+    rx.await.expect("the router answers")
+}
+
+fn post(caller: &str, name: &str, args: serde_json::Value) -> HostAsk {
+    HostAsk::Tool {
+        caller: caller.into(),
+        name: name.into(),
+        arguments: args.to_string(),
+        chain: None,
+        answers: false,
+    }
+}
+
+fn refusal(body: Body) -> (ErrorCode, String) {
+    match body {
+        Body::Error { code, message } => (code, message),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_answers_another_hosts_agent_with_its_own_powers_and_notifies_it_through_its_host()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, YAML, true, Some("main")).await;
+    let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).expect("the link's calls");
+    let mut o = node.agent("o").await;
+    // The leader's channels know the other hosts' agents: `w` (on gpu) can be made a member.
+    let made = tool(&mut o, "flock_channel_create", json!({"channel": "room", "members": ["w"]}));
+    made.await.expect("created with an agent of another host");
+
+    // `w`'s post, from its host: posted as `w`'s, and `o` is told.
+    let body = ask(
+        &node.router,
+        "gpu",
+        1,
+        post("w", "flock_channel_post", json!({"channel": "room", "text": "from gpu"})),
+    )
+    .await;
+    assert!(matches!(&body, Body::ToolResult { ok: true, .. }), "{body:?}");
+    let (f, text) = delta(&mut o).await;
+    assert!(text.contains("w: from gpu"), "{text}");
+    ack(&o, &f).await;
+
+    // `o`'s post: the notification for `w` goes to its host; its answer moves the cursor.
+    tool(&mut o, "flock_channel_post", json!({"channel": "room", "text": "to gpu"})).await.unwrap();
+    let (host, id, what) = asked(&mut calls).await;
+    assert_eq!(host, "gpu");
+    let HostAsk::Delta { agent, channel, upto, text, .. } = what else { panic!("{what:?}") };
+    assert_eq!((agent.as_str(), channel.as_str()), ("w", "room"));
+    assert!(
+        text.contains("o: to gpu") && !text.contains("from gpu"),
+        "w's own post is not news to it: {text}"
+    );
+    node.router.cast(RouterMsg::HostAnswered { id, body: Body::Accepted }).unwrap();
+    let store = node.store.clone();
+    let mut sent = 0;
+    for _ in 0..100 {
+        let cursors = with_store(&store, |s| s.cursors()).await.unwrap();
+        sent = cursors
+            .iter()
+            .find(|(a, c, _)| a == "w" && c == "room")
+            .map_or(0, |(_, _, c)| c.sent_seq);
+        if sent == upto {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(sent, upto, "the leader's cursor for w moved once its host took the notification");
+
+    // Refused: a host speaking for another host's agent, a call the caller's role does not
+    // allow, a lifecycle call (it stays on the caller's host), the same call id twice.
+    let (code, msg) = refusal(
+        ask(
+            &node.router,
+            "cpu",
+            2,
+            post("w", "flock_channel_post", json!({"channel": "room", "text": "forged"})),
+        )
+        .await,
+    );
+    assert_eq!(code, ErrorCode::Forbidden);
+    assert!(msg.contains("host `cpu` may not speak for `w`"), "{msg}");
+    let (code, msg) = refusal(
+        ask(&node.router, "gpu", 3, post("w", "flock_channel_create", json!({"channel": "mine"})))
+            .await,
+    );
+    assert_eq!(code, ErrorCode::Forbidden, "{msg}");
+    assert!(msg.contains("`w` is a worker"), "{msg}");
+    let (code, _) = refusal(
+        ask(&node.router, "gpu", 4, post("w", "flock_create_agent", json!({"name": "z"}))).await,
+    );
+    assert_eq!(code, ErrorCode::BadRequest);
+    let (code, msg) = refusal(
+        ask(
+            &node.router,
+            "gpu",
+            1,
+            post("w", "flock_channel_post", json!({"channel": "room", "text": "again"})),
+        )
+        .await,
+    );
+    assert_eq!(code, ErrorCode::BadRequest, "{msg}");
+    // Nobody but the leader sends notifications.
+    let d = HostAsk::Delta {
+        agent: "o".into(),
+        channel: "room".into(),
+        upto: 9,
+        text: "x".into(),
+        chain: None,
+    };
+    assert_eq!(refusal(ask(&node.router, "gpu", 5, d).await).0, ErrorCode::Forbidden);
+    let read = tool(&mut o, "flock_channel_read", json!({"channel": "room"})).await.unwrap();
+    let texts: Vec<&str> =
+        read["messages"].as_array().unwrap().iter().filter_map(|m| m["text"].as_str()).collect();
+    assert_eq!(texts, ["from gpu", "to gpu"], "{read}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_another_host_channel_calls_go_to_the_leader_and_its_notifications_become_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, YAML, true, Some("gpu")).await;
+    let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).expect("the link's calls");
+    let mut w = node.agent("w").await;
+    // The leader hears that `w` is ready.
+    let (host, _, ready) = asked(&mut calls).await;
+    assert_eq!((host.as_str(), ready), ("main", HostAsk::Ready { agent: "w".into() }));
+
+    // A post: asked of the leader as `w`'s; the leader's answer is the agent's.
+    let frame_id = flock_ipc::id::new_id();
+    let w_conn = &mut w;
+    let call =
+        tool_as(w_conn, frame_id, "flock_channel_post", json!({"channel": "room", "text": "hi"}));
+    let answer = async {
+        let (host, id, what) = asked(&mut calls).await;
+        assert_eq!(host, "main");
+        assert_eq!(
+            what,
+            HostAsk::Tool {
+                caller: "w".into(),
+                name: "flock_channel_post".into(),
+                arguments: json!({"channel": "room", "text": "hi"}).to_string(),
+                chain: None,
+                answers: false,
+            }
+        );
+        let body = Body::ToolResult { ok: true, content: "{\"seq\":7}".into() };
+        node.router.cast(RouterMsg::HostAnswered { id, body }).unwrap();
+    };
+    let (got, ()) = tokio::join!(call, answer);
+    assert_eq!(got.unwrap(), "{\"seq\":7}");
+
+    // A notification from the leader: a turn of `w`; its Ack is the leader's answer.
+    let d = HostAsk::Delta {
+        agent: "w".into(),
+        channel: "room".into(),
+        upto: 8,
+        text: "[Channel: #room] o: hi w".into(),
+        chain: None,
+    };
+    let (tx, rx) = oneshot::channel();
+    node.router
+        .cast(RouterMsg::HostAsked { host: "main".into(), id: 50, ask: d.clone(), reply: tx })
+        .unwrap();
+    let f = next(&mut w).await;
+    let Body::Deliver(delivery) = &f.body else { panic!("{f:?}") };
+    assert_eq!(
+        (delivery.kind, delivery.text.as_str()),
+        (DeliveryKind::Delta, "[Channel: #room] o: hi w")
+    );
+    ack(&w, &f).await;
+    assert_eq!(rx.await.unwrap(), Body::Accepted);
+    // Not from a host that is not the leader; not twice; no channel calls answered here.
+    assert_eq!(refusal(ask(&node.router, "cpu", 51, d.clone()).await).0, ErrorCode::Forbidden);
+    assert_eq!(refusal(ask(&node.router, "main", 50, d).await).0, ErrorCode::BadRequest);
+    let (code, msg) = refusal(
+        ask(&node.router, "cpu", 52, post("x", "flock_channel_read", json!({"channel": "room"})))
+            .await,
+    );
+    assert_eq!(code, ErrorCode::Forbidden);
+    assert!(msg.contains("does not hold the channels"), "{msg}");
+}
