@@ -239,6 +239,9 @@ pub enum ChannelsMsg {
         chain: MsgId,
         msg: Option<MsgId>,
         place: Option<ReplyPlace>,
+        /// Where the outcome goes instead of the router: an answer from another host's agent,
+        /// whose host completes its input.
+        to_host: Option<oneshot::Sender<AnswerPosted>>,
     },
     /// A chain started (`on`) or stopped working on a person's post (`channel`, `seq`): the
     /// bridges of that channel show it (typing).
@@ -374,6 +377,17 @@ pub enum HostAsk {
     },
     /// An agent of the asking host is ready: the leader sends it what its channels hold for it.
     Ready { agent: String },
+    /// A chain's answer (or stop notice) from an agent of the asking host to a person who asked
+    /// in a channel, to the leader, which posts it once per chain; answered with
+    /// `Body::ToolResult` (ok: `{"channel", "seq", "duplicate"}`; else why not).
+    Answer {
+        agent: String,
+        human: String,
+        text: String,
+        #[serde(with = "crate::chains::hex_id")]
+        chain: MsgId,
+        place: ReplyPlace,
+    },
 }
 
 /// What the router asks of the cluster link.

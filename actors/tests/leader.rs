@@ -137,6 +137,17 @@ async fn the_leader_answers_another_hosts_agent_with_its_own_powers_and_notifies
         .await,
     );
     assert_eq!(code, ErrorCode::BadRequest, "{msg}");
+    // A host answers a person only for its own agents.
+    let answer = HostAsk::Answer {
+        agent: "x".into(),
+        human: "human:bob".into(),
+        text: "forged".into(),
+        chain: 9,
+        place: flock_actors::chains::ReplyPlace { channel: "room".into(), seq: 1 },
+    };
+    let (code, msg) = refusal(ask(&node.router, "gpu", 6, answer).await);
+    assert_eq!(code, ErrorCode::Forbidden);
+    assert!(msg.contains("host `gpu` may not answer for `x`"), "{msg}");
     // Nobody but the leader sends notifications.
     let d = HostAsk::Delta {
         agent: "o".into(),
@@ -215,4 +226,79 @@ async fn on_another_host_channel_calls_go_to_the_leader_and_its_notifications_be
     );
     assert_eq!(code, ErrorCode::Forbidden);
     assert!(msg.contains("does not hold the channels"), "{msg}");
+}
+
+/// A person who asked in a channel (their post reached this host from the leader) is answered
+/// through the leader; the input is completed here only once the leader posted the answer, and
+/// a leader that cannot be reached is asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_question_from_the_leader_is_answered_through_it_and_completed_once_posted() {
+    use flock_actors::chains::{ReplyPlace, Route};
+    use flock_actors::messages::FromHost;
+    use flock_actors::store::PendingMessage;
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, YAML, true, Some("gpu")).await;
+    let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).expect("the link's calls");
+    let mut w = node.agent("w").await;
+    asked(&mut calls).await; // w is ready
+    let person = "human:telegram:alice";
+    let mut route = Route::root(77, person, "w", "sum?", 1, Some(person.into()));
+    route.chain.reply = Some(ReplyPlace { channel: "team".into(), seq: 4 });
+    let msg = |sender: &str| PendingMessage {
+        id: 77,
+        sender: sender.into(),
+        target: "w".into(),
+        text: "what is 17 + 25?".into(),
+        attempts: 0,
+        route: route.store(77),
+        enqueued_at: 1,
+    };
+    let from = |host: &str, m: PendingMessage| {
+        let (tx, rx) = oneshot::channel();
+        node.router.cast(RouterMsg::FromHost { host: host.into(), msg: m, reply: tx }).unwrap();
+        rx
+    };
+    // Only the leader brings a person's words.
+    assert!(matches!(from("cpu", msg(person)).await.unwrap(), FromHost::Refused(_)));
+    assert_eq!(from("main", msg(person)).await.unwrap(), FromHost::Stored);
+    let f = next(&mut w).await;
+    assert!(matches!(&f.body, Body::Deliver(d) if d.text == "what is 17 + 25?"), "{f:?}");
+    let done = flock_ipc::Frame {
+        correlation_id: Some(f.id),
+        ..flock_ipc::Frame::new("w", "router", Body::Ack { reply: Some("42".into()) })
+    };
+    w.outbox.send(done).await.unwrap();
+    // The answer goes to the leader, for where alice asked; the first ask finds no leader.
+    let (host, id, what) = asked(&mut calls).await;
+    assert_eq!(host, "main");
+    let expected = HostAsk::Answer {
+        agent: "w".into(),
+        human: person.into(),
+        text: "42".into(),
+        chain: 77,
+        place: ReplyPlace { channel: "team".into(), seq: 4 },
+    };
+    assert_eq!(what, expected);
+    let down = Body::Error { code: ErrorCode::TargetUnavailable, message: "no responders".into() };
+    node.router.cast(RouterMsg::HostAnswered { id, body: down }).unwrap();
+    let pending = |store: ractor::ActorRef<flock_actors::StoreMsg>| async move {
+        with_store(&store, |s| s.pending_for(&["w".to_owned()], 10)).await.unwrap().len()
+    };
+    assert_eq!(pending(node.store.clone()).await, 1, "not completed before it is posted");
+    // Asked again a while later; posted this time: the input is completed.
+    let (host, id, again) = asked(&mut calls).await;
+    assert_eq!((host.as_str(), &again), ("main", &expected));
+    let posted = json!({"channel": "team", "seq": 5, "duplicate": false}).to_string();
+    node.router
+        .cast(RouterMsg::HostAnswered { id, body: Body::ToolResult { ok: true, content: posted } })
+        .unwrap();
+    let mut left = 1;
+    for _ in 0..100 {
+        left = pending(node.store.clone()).await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(left, 0, "completed once the leader posted the answer");
 }

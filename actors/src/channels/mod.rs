@@ -183,7 +183,7 @@ impl Actor for Channels {
             ChannelsMsg::PermissionWaiting { id, agent, what, reason, why } => {
                 st.announce_permission(&myself, id, &agent, &what, &reason, &why).await;
             }
-            ChannelsMsg::Answer { agent, human, text, chain, msg, place } => {
+            ChannelsMsg::Answer { agent, human, text, chain, msg, place, to_host } => {
                 let outcome = st.answer(&myself, &agent, &human, &text, chain, msg, place).await;
                 let posted = AnswerPosted {
                     chain,
@@ -193,7 +193,9 @@ impl Actor for Channels {
                     msg,
                     outcome: outcome.map_err(|(code, m)| format!("{code}: {m}")),
                 };
-                if let Some(r) = &st.router {
+                if let Some(host) = to_host {
+                    let _ = host.send(posted);
+                } else if let Some(r) = &st.router {
                     let _ = r.cast(RouterMsg::Answered(posted));
                 }
             }

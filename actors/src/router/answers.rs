@@ -55,6 +55,26 @@ impl RouterState {
         msg: Option<MsgId>,
         place: Option<chains::ReplyPlace>,
     ) {
+        // A person who asked in a channel is answered there, by the leader that holds it (a
+        // DM of `flockctl send` on this host stays here).
+        let place = match (place, self.leader_elsewhere().map(str::to_owned)) {
+            (Some(place), Some(leader)) => {
+                if let Some(c) = self.chains.map.get_mut(&chain) {
+                    c.live += 1;
+                }
+                let answer = leader::AnswerOut {
+                    agent: agent.to_owned(),
+                    human: human.to_owned(),
+                    text,
+                    chain,
+                    msg,
+                    place,
+                    tries: 0,
+                };
+                return self.answer_to_leader(leader, answer);
+            }
+            (place, _) => place,
+        };
         let posted = match &self.channels {
             Some(ch) => {
                 let ask = ChannelsMsg::Answer {
@@ -64,6 +84,7 @@ impl RouterState {
                     chain,
                     msg,
                     place,
+                    to_host: None,
                 };
                 ch.cast(ask).is_ok()
             }
@@ -361,7 +382,9 @@ impl RouterState {
     pub(super) fn asked(&mut self, myself: &ActorRef<RouterMsg>, ask: crate::store::channels::Ask) {
         let crate::store::channels::Ask { agent, text, id, mut route } = ask;
         let sender = route.chain.origin.clone();
-        if !self.slots.contains_key(&agent) {
+        // An agent on another host: the cluster link sends the stored message there.
+        let remote = !self.slots.contains_key(&agent) && self.remote_host(&agent).is_some();
+        if !self.slots.contains_key(&agent) && !remote {
             return; // decommissioned meanwhile: the mail stays in the store
         }
         if let Err(reason) = self.admit(&mut route, "SEND", &sender, &agent, &text) {
@@ -371,6 +394,9 @@ impl RouterState {
             return;
         }
         crate::metrics::get().durable_messages.inc();
+        if remote {
+            return self.forwarded(id, &route);
+        }
         let chain = route.chain.id;
         if let Some(slot) = self.slots.get_mut(&agent) {
             slot.queue.push_back(Queued::new(id, DeliveryKind::Message, sender, text, route));

@@ -142,9 +142,9 @@ impl RouterState {
         }
     }
 
-    /// A message from an agent on host `host`: stored, queued, then `reply` (the link
-    /// acknowledges it to the broker). Refused when the swarm file does not place its sender on
-    /// that host, or places its target on another host.
+    /// A message from an agent on host `host` (or a person's, from the leader): stored, queued,
+    /// then `reply` (the link acknowledges it to the broker). Refused when the swarm file does
+    /// not place its sender on that host, or places its target on another host.
     pub(super) fn arrived_from_host(
         &mut self,
         myself: &ActorRef<RouterMsg>,
@@ -156,7 +156,11 @@ impl RouterState {
             return; // `reply` dropped: unacknowledged, the broker delivers it to the next run
         }
         let placed = self.remote_host(&m.sender);
-        if placed != Some(host.as_str()) {
+        // A person's post that an agent here answers comes from the leader, which holds the
+        // channels and the chat bridges.
+        let persons = m.sender.starts_with("human:")
+            && self.hosts.as_ref().is_some_and(|l| l.leader == host && l.leader != l.host);
+        if placed != Some(host.as_str()) && !persons {
             let msg = match placed {
                 Some(p) => {
                     format!("host `{host}` may not speak for `{}`, which runs on `{p}`", m.sender)

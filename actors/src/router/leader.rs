@@ -28,6 +28,31 @@ pub(super) enum Asked {
     Delta { agent: String, channel: String, upto: u64 },
     /// An agent here became ready.
     Ready,
+    /// A chain's answer to a person who asked in a channel.
+    Answer(AnswerOut),
+}
+
+/// A chain's answer (or stop notice) from an agent here, for the leader to post where the
+/// person asked; `msg` (the input whose turn gave it) is completed here once it is posted.
+#[derive(Debug)]
+pub(super) struct AnswerOut {
+    pub agent: String,
+    pub human: String,
+    pub text: String,
+    pub chain: MsgId,
+    pub msg: Option<MsgId>,
+    pub place: crate::chains::ReplyPlace,
+    /// Asked how often already (a leader that cannot be reached is asked again).
+    pub tries: u32,
+}
+
+/// How often an answer is offered to a leader that cannot be reached (about 3.5 min in all);
+/// past it the answer is journaled as not posted and its input completed, as on one host.
+const ANSWER_TRIES: u32 = 12;
+
+/// The wait before asking again after `tries` failed asks.
+fn answer_backoff(tries: u32) -> std::time::Duration {
+    std::time::Duration::from_millis((500u64 << tries.min(6)).min(30_000))
 }
 
 /// The channel tools that stay on the caller's host: they start and stop processes.
@@ -95,6 +120,68 @@ impl RouterState {
         self.ask_host(host, ask, asked, timeout_ms);
     }
 
+    /// A chain's answer from an agent here to a person who asked in a channel: `leader` posts
+    /// it (once per chain, so asking again after a crash or a lost answer posts nothing twice).
+    pub(super) fn answer_to_leader(&mut self, leader: String, answer: AnswerOut) {
+        let ask = HostAsk::Answer {
+            agent: answer.agent.clone(),
+            human: answer.human.clone(),
+            text: answer.text.clone(),
+            chain: answer.chain,
+            place: answer.place.clone(),
+        };
+        self.ask_host(leader, ask, Asked::Answer(answer), TOOL_TIMEOUT_MS);
+    }
+
+    /// The leader's answer to [`Self::answer_to_leader`]: the input is completed once the
+    /// answer is posted; a leader that could not be reached is asked again, a while later.
+    fn answer_posted(&mut self, mut answer: AnswerOut, body: Body) {
+        let outcome = match body {
+            Body::ToolResult { ok: true, content } => {
+                let v: serde_json::Value = serde_json::from_str(&content).unwrap_or_default();
+                let channel = v["channel"].as_str().unwrap_or_default().to_owned();
+                Ok((
+                    channel,
+                    v["seq"].as_u64().unwrap_or(0),
+                    v["duplicate"].as_bool().unwrap_or(false),
+                ))
+            }
+            Body::ToolResult { ok: false, content } => Err(content),
+            Body::Error { code: ErrorCode::TargetUnavailable | ErrorCode::Draining, message }
+                if answer.tries + 1 < ANSWER_TRIES =>
+            {
+                let wait = answer_backoff(answer.tries);
+                tracing::warn!(agent = %answer.agent, "flock cluster: the leader did not take an answer ({message}); asking again in {} ms", wait.as_millis());
+                let Some(link) = self.hosts.as_ref() else { return };
+                let (leader, calls) = (link.leader.clone(), link.calls.clone());
+                answer.tries += 1;
+                let id = new_id();
+                let ask = HostAsk::Answer {
+                    agent: answer.agent.clone(),
+                    human: answer.human.clone(),
+                    text: answer.text.clone(),
+                    chain: answer.chain,
+                    place: answer.place.clone(),
+                };
+                self.asked.insert(id, Asked::Answer(answer));
+                let out = OutCall::Ask { host: leader, id, ask, timeout_ms: TOOL_TIMEOUT_MS };
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = calls.send(out);
+                });
+                return;
+            }
+            Body::Error { code, message } => Err(format!("{code}: {message}")),
+            other => Err(format!("the leader answered {other:?}")),
+        };
+        if let (Ok(_), Some(id)) = (&outcome, answer.msg) {
+            let op = WriteOp::Complete { id, agent: answer.agent.clone() };
+            let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+        }
+        let AnswerOut { agent, human, text, chain, msg, .. } = answer;
+        self.answered(AnswerPosted { chain, agent, human, text, msg, outcome });
+    }
+
     /// `agent` (of this host) is ready: the leader, when it is another host, hears it.
     pub(super) fn ready_to_leader(&mut self, agent: &str) {
         if let Some(leader) = self.leader_elsewhere().map(str::to_owned) {
@@ -122,6 +209,7 @@ impl RouterState {
                     let _ = ch.cast(ChannelsMsg::DeltaDone { agent, channel, upto, ok });
                 }
             }
+            Some(Asked::Answer(answer)) => self.answer_posted(answer, body),
             Some(Asked::Ready) => {
                 if let Body::Error { message, .. } = &body {
                     tracing::warn!(
@@ -220,6 +308,40 @@ impl RouterState {
                     return;
                 }
                 self.queue_delta(myself, agent, channel, upto, text, chain, Some(reply));
+            }
+            HostAsk::Answer { agent, human, text, chain, place } => {
+                if !leader_here || self.remote_host(&agent) != Some(host.as_str()) {
+                    let msg = format!("host `{host}` may not answer for `{agent}` here");
+                    tracing::warn!(from = %host, "flock cluster: refused an answer: {msg}");
+                    let _ = reply.send(refused(ErrorCode::Forbidden, msg));
+                    return;
+                }
+                let (tx, rx) = oneshot::channel::<AnswerPosted>();
+                let post = ChannelsMsg::Answer {
+                    agent,
+                    human,
+                    text,
+                    chain,
+                    msg: None,
+                    place: Some(place),
+                    to_host: Some(tx),
+                };
+                if self.channels.as_ref().is_none_or(|ch| ch.cast(post).is_err()) {
+                    let msg = "channels are not running".to_owned();
+                    let _ = reply.send(refused(ErrorCode::Internal, msg));
+                    return;
+                }
+                tokio::spawn(async move {
+                    let body = match rx.await.map(|p| p.outcome) {
+                        Ok(Ok((channel, seq, duplicate))) => Body::ToolResult {
+                            ok: true,
+                            content: serde_json::json!({"channel": channel, "seq": seq, "duplicate": duplicate}).to_string(),
+                        },
+                        Ok(Err(why)) => Body::ToolResult { ok: false, content: why },
+                        Err(_) => refused(ErrorCode::Draining, "the channels actor stopped".into()),
+                    };
+                    let _ = reply.send(body);
+                });
             }
             HostAsk::Ready { agent } => {
                 if !leader_here || self.remote_host(&agent) != Some(host.as_str()) {

@@ -6,6 +6,7 @@
 //! host that died as lost, with the mail waiting for it.
 
 use flock_testkit::Swarm;
+use flock_testkit::fake_telegram::FakeTelegram;
 use flock_testkit::nats::{Broker, available};
 
 use crate::{LONG, SHORT};
@@ -206,6 +207,65 @@ fn agents_on_two_hosts_talk_in_one_channel_that_the_leader_holds() {
     // Told once, and never of its own post.
     main.wait_until(|| main.agent("listener")["turns_total"] == 2, SHORT, "listener's two turns");
     assert_eq!(gpu.turns_total("replier"), 1, "{}", gpu.log("replier"));
+}
+
+/// The chat door across hosts: a person's message in a Telegram group (the bridge runs on the
+/// leader) is answered by the agent on another host that the chat's mapping names, in the chat,
+/// once, as a reply to the message.
+#[test]
+fn a_person_in_a_chat_is_answered_there_by_an_agent_on_another_host() {
+    const TOKEN: &str = "123456:TEST-token-cluster";
+    const CHAT: i64 = -100_700_800;
+    let Some(bin) = available("cluster: the chat door across hosts") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let fake = FakeTelegram::start(TOKEN);
+    fake.add_chat(CHAT, "Team");
+    let (url, api) = (broker.url(), fake.base_url());
+    let yaml = format!(
+        r#"swarm: {{ name: two-hosts }}
+cluster: {{ nats: "{url}" }}
+channels: {{ delta_delay_min_ms: 0, delta_delay_max_ms: 0 }}
+models:
+  s:
+    provider: scripted
+    rules:
+      - match: "sum"
+        reply: "17 + 25 = 42, from the gpu host"
+      - reply: "noted"
+agents:
+  - {{ name: clerk, role: worker, model: s }}
+  - {{ name: helper, role: coordinator, model: s, host: gpu }}
+bridges:
+  - name: tg
+    platform: telegram
+    token_env: TG_TOKEN
+    api_url: {api}
+    channels:
+      - {{ flock: team, external: "{CHAT}", responder: helper }}
+"#
+    );
+    let main = Swarm::builder(&yaml).env(SECRET.0, SECRET.1).env("TG_TOKEN", TOKEN).start();
+    let gpu = host(&yaml, Some("gpu"));
+    main.wait_until(
+        || main.ps().iter().any(|r| r["name"] == "bridge-tg" && r["state"] == "connected"),
+        LONG,
+        "the bridge is connected",
+    );
+    let asked = fake.post(CHAT, 42, "Alice", Some("alice"), "what is the sum of 17 and 25?");
+    let answers = || -> Vec<_> {
+        fake.sent_to(CHAT).into_iter().filter(|m| m.plain.starts_with("[helper]")).collect()
+    };
+    main.wait_until(|| !answers().is_empty(), LONG, "the answer in the chat");
+    let got = answers();
+    assert_eq!(got[0].plain, "[helper] 17 + 25 = 42, from the gpu host");
+    assert_eq!(got[0].reply_to, Some(asked), "a reply to alice's message: {got:#?}");
+    // One turn on the gpu host; its input completed there once the leader posted the answer.
+    gpu.wait_until(|| gpu.agent("helper")["mailbox_depth"] == 0, SHORT, "the input completed");
+    assert_eq!(gpu.turns_total("helper"), 1, "{}", gpu.log("helper"));
+    let team = main.ctl_ok(&["read", "team", "--json"]);
+    assert_eq!(team.matches("from the gpu host").count(), 1, "posted once: {team}");
+    assert_eq!(answers().len(), 1, "answered once in the chat");
 }
 
 /// A relay on `main` passes every message it gets to a sink on `gpu`.
