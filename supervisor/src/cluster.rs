@@ -86,6 +86,11 @@ impl Hosts {
         self.link.host()
     }
 
+    /// The leader (which holds the channels), when it is another host.
+    pub fn leader_elsewhere(&self) -> Option<&str> {
+        (self.leader != self.me()).then_some(self.leader.as_str())
+    }
+
     /// The agents placed on other hosts (whose mail waits here until it is forwarded).
     pub fn remote_agents(&self) -> Vec<String> {
         self.placed

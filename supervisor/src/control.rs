@@ -194,6 +194,22 @@ async fn run(
                 .map_err(internal)?;
                 return answer.map(ControlReply::Done).map_err(|e| (e.code, e.message));
             }
+            // The leader holds the swarm's channels; a host keeps only its operator's DMs with
+            // its own agents (read here), and creates and decommissions its own agents.
+            let here = ["flock_channel_read", "flock_channel_list", "flock_discover"];
+            let lifecycle = ["flock_create_agent", "flock_decommission_agent", "agents__spawn"];
+            if let Some(leader) = ctx.cluster.as_ref().and_then(|h| h.leader_elsewhere())
+                && !here.contains(&tool.as_str())
+                && !lifecycle.contains(&tool.as_str())
+            {
+                return Err((
+                    ErrorCode::BadRequest,
+                    format!(
+                        "the swarm's channels are held by host `{leader}` (cluster.leader): run \
+                         this flockctl command there; this host keeps only its own DMs"
+                    ),
+                ));
+            }
             let caller = Caller { id: format!("human:{name}"), role: None };
             let result = ractor::call!(ctx.channels, |reply| ChannelsMsg::Human {
                 caller,

@@ -207,6 +207,11 @@ fn agents_on_two_hosts_talk_in_one_channel_that_the_leader_holds() {
     // Told once, and never of its own post.
     main.wait_until(|| main.agent("listener")["turns_total"] == 2, SHORT, "listener's two turns");
     assert_eq!(gpu.turns_total("replier"), 1, "{}", gpu.log("replier"));
+    // A person posts where the channels are: on another host, a clear refusal.
+    let out = gpu.ctl(&["post", "#room", "hello", "--as", "bob"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("held by host `main`"), "{err}");
 }
 
 /// The chat door across hosts: a person's message in a Telegram group (the bridge runs on the
