@@ -349,6 +349,21 @@ impl RouterState {
                     let _ = reply.send(refused(ErrorCode::Forbidden, msg));
                     return;
                 }
+                // A notification still out for it went to a process that is gone (its host
+                // restarted): not taken; sent again with what arrived since.
+                let lost: Vec<MsgId> = self
+                    .asked
+                    .iter()
+                    .filter(|(_, a)| matches!(a, Asked::Delta { agent: to, .. } if *to == agent))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in lost {
+                    let message = "its host started it again".to_owned();
+                    self.host_answered(
+                        id,
+                        Body::Error { code: ErrorCode::TargetUnavailable, message },
+                    );
+                }
                 if let Some(ch) = &self.channels {
                     let _ = ch.cast(ChannelsMsg::AgentReady { agent });
                 }

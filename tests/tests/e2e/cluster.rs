@@ -172,15 +172,9 @@ fn a_chain_whose_hops_run_on_three_hosts_is_answered_once() {
     assert_eq!(dm.matches("worker passes on").count(), 1, "{dm}");
 }
 
-/// The leader holds the channels: an agent on another host is told of a post in a channel the
-/// leader holds, its own post there is the leader's, and a person reads both on the leader.
-#[test]
-fn agents_on_two_hosts_talk_in_one_channel_that_the_leader_holds() {
-    let Some(bin) = available("cluster: a channel across hosts") else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start(&bin, dir.path(), None);
-    let url = broker.url();
-    let yaml = format!(
+/// `replier` (on gpu) answers "ping" in the channel; `listener` (on main) only reads.
+fn room_yaml(url: &str) -> String {
+    format!(
         "swarm: {{ name: two-hosts }}\ncluster: {{ nats: \"{url}\" }}\n\
          channels: {{ delta_delay_min_ms: 0, delta_delay_max_ms: 0 }}\nmodels:\n  \
          replier:\n    provider: scripted\n    rules:\n      - match: \"ping\"\n        steps:\n          \
@@ -189,7 +183,17 @@ fn agents_on_two_hosts_talk_in_one_channel_that_the_leader_holds() {
          listener:\n    provider: scripted\n    rules:\n      - reply: \"noted\"\n\
          agents:\n  - {{ name: listener, role: worker, model: listener }}\n  \
          - {{ name: replier, role: worker, model: replier, host: gpu }}\n"
-    );
+    )
+}
+
+/// The leader holds the channels: an agent on another host is told of a post in a channel the
+/// leader holds, its own post there is the leader's, and a person reads both on the leader.
+#[test]
+fn agents_on_two_hosts_talk_in_one_channel_that_the_leader_holds() {
+    let Some(bin) = available("cluster: a channel across hosts") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let yaml = room_yaml(&broker.url());
     let main = host(&yaml, None);
     let gpu = host(&yaml, Some("gpu"));
     main.ctl_ok(&["channel", "create", "room", "--members", "replier,listener", "--as", "bob"]);
@@ -212,6 +216,35 @@ fn agents_on_two_hosts_talk_in_one_channel_that_the_leader_holds() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("held by host `main`"), "{err}");
+}
+
+/// A post for an agent whose host was killed waits on the leader and reaches the agent once the
+/// host is back; the leader killed with `kill -9` keeps its cursors: nothing is told twice.
+#[test]
+fn a_post_for_an_agent_whose_host_was_killed_reaches_it_once_the_host_is_back() {
+    let Some(bin) = available("cluster: a channel across a kill -9") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let yaml = room_yaml(&broker.url());
+    let mut main = host(&yaml, None);
+    let mut gpu = host(&yaml, Some("gpu"));
+    main.ctl_ok(&["channel", "create", "room", "--members", "replier,listener", "--as", "bob"]);
+    gpu.kill9_supervisor();
+    main.ctl_ok(&["post", "#room", "ping", "--as", "bob"]);
+    main.wait_for_log("listener", "[seq 1] human:bob: ping", SHORT);
+    gpu.restart_supervisor();
+    gpu.wait_for_log("replier", "reply \"ponged\"", LONG);
+    main.wait_for_log("listener", "[seq 2] replier: pong from the gpu host", SHORT);
+
+    // The leader dies and comes back: a new post is told, the old ones are not told again.
+    main.kill9_supervisor();
+    main.restart_supervisor();
+    main.ctl_ok(&["post", "#room", "ping again", "--as", "bob"]);
+    main.wait_for_log("listener", "[seq 4] replier: pong from the gpu host", LONG);
+    let log = gpu.log("replier");
+    assert_eq!(log.matches("[seq 1] human:bob: ping").count(), 1, "{log}");
+    assert_eq!(log.matches("[seq 3] human:bob: ping again").count(), 1, "{log}");
+    assert_eq!(gpu.turns_total("replier"), 2, "{log}");
 }
 
 /// The chat door across hosts: a person's message in a Telegram group (the bridge runs on the
