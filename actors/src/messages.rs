@@ -377,6 +377,19 @@ pub enum HostAsk {
     },
     /// An agent of the asking host is ready: the leader sends it what its channels hold for it.
     Ready { agent: String },
+    /// An agent's permission call (`permission_request`, `permission_verdict`, `permission_list`,
+    /// `permissions__grants`), to the leader, which keeps the swarm's permission records;
+    /// answered like the tool. `key`: the agent's call id (a replayed turn gets the same record);
+    /// `protected`: paths on the asking host never granted (its state dir, its agents'
+    /// workspaces).
+    Permission {
+        caller: String,
+        name: String,
+        arguments: String,
+        #[serde(with = "crate::chains::hex_id")]
+        key: MsgId,
+        protected: Vec<std::path::PathBuf>,
+    },
     /// A chain's answer (or stop notice) from an agent of the asking host to a person who asked
     /// in a channel, to the leader, which posts it once per chain; answered with
     /// `Body::ToolResult` (ok: `{"channel", "seq", "duplicate"}`; else why not).

@@ -422,7 +422,15 @@ impl Actor for Router {
             RouterMsg::PermissionHuman { person, tool, arguments, reply } => {
                 let caller = crate::caller::Caller { id: person, role: None };
                 let reply = PermissionReply::Human(reply);
-                state.permission_call(&myself, caller, tool, arguments, new_id(), reply);
+                state.permission_call(
+                    &myself,
+                    caller,
+                    tool,
+                    arguments,
+                    new_id(),
+                    reply,
+                    Vec::new(),
+                );
             }
             RouterMsg::Permission(effects) => state.permission_effects(&myself, effects),
             RouterMsg::Answered(posted) => state.answered(posted),

@@ -302,3 +302,39 @@ async fn a_persons_question_from_the_leader_is_answered_through_it_and_completed
     }
     assert_eq!(left, 0, "completed once the leader posted the answer");
 }
+
+/// The leader keeps the permission records: another host's worker asks there, with that
+/// worker's powers only, and the asking host's own protected paths are never granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_decides_another_hosts_permission_calls_and_protects_that_hosts_state_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, YAML, true, Some("main")).await;
+    let permission = |caller: &str, name: &str, args: serde_json::Value| HostAsk::Permission {
+        caller: caller.into(),
+        name: name.into(),
+        arguments: args.to_string(),
+        key: flock_ipc::id::new_id(),
+        protected: vec!["/srv/gpu-state".into()],
+    };
+    let text = |body: Body| match body {
+        Body::ToolResult { ok, content } => (ok, content),
+        other => panic!("expected a tool result, got {other:?}"),
+    };
+    let asked = json!({"capability": "network", "target": "example.com", "reason": "deps"});
+    let (ok, content) =
+        text(ask(&node.router, "gpu", 60, permission("w", "permission_request", asked)).await);
+    assert!(ok && content.contains("request #1"), "{content}");
+    let state = json!({"capability": "read", "target": "/srv/gpu-state/flock.db", "reason": "x"});
+    let asked = permission("w", "permission_request", state);
+    let (code, msg) = refusal(ask(&node.router, "gpu", 61, asked).await);
+    assert_eq!(code, ErrorCode::Forbidden);
+    assert!(msg.contains("is Flock's state") && msg.contains("/srv/gpu-state"), "{msg}");
+    let verdict = json!({"id": 1, "verdict": "GREEN", "reason": "me"});
+    let (code, msg) =
+        refusal(ask(&node.router, "gpu", 62, permission("w", "permission_verdict", verdict)).await);
+    assert_eq!(code, ErrorCode::Forbidden, "{msg}");
+    let (code, msg) =
+        refusal(ask(&node.router, "cpu", 63, permission("w", "permission_list", json!({}))).await);
+    assert_eq!(code, ErrorCode::Forbidden);
+    assert!(msg.contains("host `cpu` may not speak for `w`"), "{msg}");
+}

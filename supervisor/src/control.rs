@@ -168,6 +168,18 @@ async fn run(
                     format!("`{as_name}` is not a usable name for --as: one word, e.g. --as alice"),
                 ));
             }
+            // The leader keeps the permission records and answers a person's approvals.
+            if let Some(leader) = ctx.cluster.as_ref().and_then(|h| h.leader_elsewhere())
+                && flock_config::tools::owner(&tool) == Some(flock_config::Owner::Permissions)
+            {
+                return Err((
+                    ErrorCode::BadRequest,
+                    format!(
+                        "the swarm's permission requests are kept by host `{leader}` \
+                         (cluster.leader): run this flockctl command there"
+                    ),
+                ));
+            }
             if tool == "permission_list" {
                 // A read: from the store directly, not through the router (the dashboard samples
                 // it five times a second while a page is open).

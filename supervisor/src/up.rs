@@ -405,7 +405,13 @@ pub async fn up(
             flock_ipc::operator::key_path(&state.control_socket()).display()
         )
     })?;
-    let hosts = link.as_ref().map(|_| flock_actors::router::HostLink::new(&whole, host));
+    let hosts = link.as_ref().map(|_| {
+        let mut h = flock_actors::router::HostLink::new(&whole, host);
+        // The leader decides this host's agents' permission requests: it never grants this
+        // host's state dir.
+        h.protect = vec![state.root.clone()];
+        h
+    });
     let (router, _) = Actor::spawn(
         Some("router".into()),
         Router,

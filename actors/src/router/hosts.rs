@@ -18,8 +18,10 @@ use crate::messages::{FromHost, HostCall, OutCall};
 pub struct HostLink {
     /// This host's name.
     pub host: String,
-    /// The host that holds the channels (`cluster.leader`).
+    /// The host that holds the channels and the permission records (`cluster.leader`).
     pub leader: String,
+    /// Paths on this host never granted to an agent (its state dir), for the leader's checks.
+    pub protect: Vec<std::path::PathBuf>,
     /// Agents placed on other hosts, and their host.
     pub remote: HashMap<String, String>,
     /// Those agents, in the swarm file's order (for the roster).
@@ -42,6 +44,7 @@ impl HostLink {
         HostLink {
             host: host.to_owned(),
             leader: whole.leader().to_owned(),
+            protect: Vec::new(),
             remote,
             agents,
             outbox: Arc::default(),

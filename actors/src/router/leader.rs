@@ -7,6 +7,7 @@
 //! its channels hold for it. Creating, spawning and decommissioning agents stay on the caller's
 //! host: they start and stop processes there.
 
+use super::PermissionReply;
 use super::*;
 use crate::caller::Caller;
 use crate::messages::{HostAsk, OutCall, ToolReply};
@@ -258,38 +259,52 @@ impl RouterState {
                     let _ = reply.send(refused(ErrorCode::Forbidden, msg));
                     return;
                 }
-                match self.host_tool_caller(&host, &caller, &name) {
+                match self.host_tool_caller(&host, &caller, &name, Owner::Channels) {
                     Ok(role) => {
-                        let (tx, mut rx) = tokio::sync::mpsc::channel::<Frame>(1);
+                        let Some(ch) = &self.channels else {
+                            let msg = "channels are not running".to_owned();
+                            let _ = reply.send(refused(ErrorCode::Internal, msg));
+                            return;
+                        };
+                        let outbox = answered_through(reply);
                         let msg = ChannelsMsg::Tool {
                             caller: Caller { id: caller.clone(), role: Some(role) },
                             name,
                             arguments,
                             chain,
                             answers,
-                            reply: ToolReply { outbox: tx, frame_id: id, to: caller },
+                            reply: ToolReply { outbox, frame_id: id, to: caller },
                         };
-                        let Some(ch) = &self.channels else {
-                            let msg = "channels are not running".to_owned();
-                            let _ = reply.send(refused(ErrorCode::Internal, msg));
-                            return;
-                        };
-                        if ch.cast(msg).is_err() {
-                            return; // `reply` dropped: the asking host hears the swarm is stopping
-                        }
-                        tokio::spawn(async move {
-                            let body = match rx.recv().await {
-                                Some(frame) => frame.body,
-                                None => refused(
-                                    ErrorCode::Internal,
-                                    "the channels actor did not answer".into(),
-                                ),
-                            };
-                            let _ = reply.send(body);
-                        });
+                        // Not running: `reply` is dropped, the asking host hears the swarm stops.
+                        let _ = ch.cast(msg);
                     }
                     Err((code, msg)) => {
                         tracing::warn!(from = %host, "flock cluster: refused a channel call: {msg}");
+                        let _ = reply.send(refused(code, msg));
+                    }
+                }
+            }
+            HostAsk::Permission { caller, name, arguments, key, protected } => {
+                if !leader_here {
+                    let msg = format!(
+                        "host `{}` does not keep the permissions: `{}` does",
+                        link.host, link.leader
+                    );
+                    let _ = reply.send(refused(ErrorCode::Forbidden, msg));
+                    return;
+                }
+                match self.host_tool_caller(&host, &caller, &name, Owner::Permissions) {
+                    Ok(role) => {
+                        let outbox = answered_through(reply);
+                        let to = caller.clone();
+                        let answer = PermissionReply::Agent { outbox, frame_id: id, to };
+                        let caller = Caller { id: caller, role: Some(role) };
+                        self.permission_call(
+                            myself, caller, name, arguments, key, answer, protected,
+                        );
+                    }
+                    Err((code, msg)) => {
+                        tracing::warn!(from = %host, "flock cluster: refused a permission call: {msg}");
                         let _ = reply.send(refused(code, msg));
                     }
                 }
@@ -372,14 +387,15 @@ impl RouterState {
         }
     }
 
-    /// The role of `caller`, an agent of host `host`, when it may make channel call `tool`
-    /// here (the same check its own host's router made, made again: a host speaks only for its
-    /// own agents, and only with their powers).
+    /// The role of `caller`, an agent of host `host`, when it may make call `tool` (which
+    /// `owner` answers) here (the same check its own host's router made, made again: a host
+    /// speaks only for its own agents, and only with their powers).
     fn host_tool_caller(
         &self,
         host: &str,
         caller: &str,
         tool: &str,
+        owner: Owner,
     ) -> Result<flock_config::Role, (ErrorCode, String)> {
         let forbidden = |m: String| (ErrorCode::Forbidden, m);
         if self.remote_host(caller) != Some(host) {
@@ -389,11 +405,10 @@ impl RouterState {
         let Some(role) = spec.map(|s| s.role) else {
             return Err(forbidden(format!("`{caller}` is not an agent of this swarm")));
         };
-        let Some(t) = table::tool(tool).filter(|t| t.owner == Owner::Channels && !stays_here(tool))
-        else {
+        let Some(t) = table::tool(tool).filter(|t| t.owner == owner && !stays_here(tool)) else {
             return Err((
                 ErrorCode::BadRequest,
-                format!("`{tool}` is not a channel call the leader answers"),
+                format!("`{tool}` is not a call the leader answers here"),
             ));
         };
         if !t.access.allows(role) {
@@ -405,4 +420,21 @@ impl RouterState {
         }
         Ok(role)
     }
+}
+
+/// An outbox whose first frame's body goes to `reply`: a call from another host answered by code
+/// that answers an agent's connection (the channels actor, the permission job).
+fn answered_through(reply: oneshot::Sender<Body>) -> flock_ipc::Outbox {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Frame>(1);
+    tokio::spawn(async move {
+        let body = match rx.recv().await {
+            Some(frame) => frame.body,
+            None => Body::Error {
+                code: ErrorCode::Internal,
+                message: "the call was not answered".into(),
+            },
+        };
+        let _ = reply.send(body);
+    });
+    tx
 }

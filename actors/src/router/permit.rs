@@ -39,22 +39,31 @@ impl PermissionReply {
 }
 
 impl RouterState {
-    /// The swarm's sysadmin: the first agent of that role (it receives permission requests).
+    /// The swarm's sysadmin: the first agent of that role (it receives permission requests),
+    /// here or, on a leader, on another host.
     fn sysadmin(&self) -> Option<String> {
+        let is = |role: flock_config::Role| role == flock_config::Role::Sysadmin;
         self.order
             .iter()
-            .find(|n| {
-                self.slots.get(*n).is_some_and(|s| s.spec.role == flock_config::Role::Sysadmin)
-            })
+            .find(|n| self.slots.get(*n).is_some_and(|s| is(s.spec.role)))
             .cloned()
+            .or_else(|| {
+                let link = self.hosts.as_ref().filter(|l| l.leader == l.host)?;
+                link.agents.iter().find(|a| is(a.role)).map(|a| a.key())
+            })
     }
 
-    /// Paths never opened to a sandbox besides the state dir: workspaces declared outside it.
-    fn protected_paths(&self) -> Vec<std::path::PathBuf> {
+    /// Paths never opened to a sandbox besides the state dir: workspaces declared outside it
+    /// (every host's, on a leader), and what another host asks to protect on it.
+    pub(super) fn protected_paths(&self) -> Vec<std::path::PathBuf> {
+        let elsewhere = self.hosts.iter().flat_map(|h| h.agents.iter());
         self.slots
             .values()
-            .filter_map(|s| s.spec.workspace.clone())
+            .map(|s| &s.spec)
+            .chain(elsewhere)
+            .filter_map(|s| s.workspace.clone())
             .filter(|w| w.is_absolute())
+            .chain(self.hosts.iter().flat_map(|h| h.protect.iter().cloned()))
             .collect()
     }
 
@@ -68,12 +77,14 @@ impl RouterState {
         arguments: String,
         key: MsgId,
         reply: PermissionReply,
+        protected: Vec<std::path::PathBuf>,
     ) {
         let args: serde_json::Value = match serde_json::from_str(&arguments) {
             Ok(v @ serde_json::Value::Object(_)) => v,
             _ => return reply.send(Err(ToolError::bad_request("arguments must be a JSON object"))),
         };
-        let mut inv = Invariants::new(self.protected_paths());
+        let mut inv =
+            Invariants::new(self.protected_paths().into_iter().chain(protected).collect());
         let sysadmin = self.sysadmin();
         let router = myself.clone();
         let job: StoreJob = Box::new(move |store: &mut Store| {

@@ -131,12 +131,21 @@ impl RouterState {
                     self.answer(conn, err);
                 }
             }
+            // The leader keeps the permission records: on another host the call goes there.
+            Owner::Permissions if self.leader_elsewhere().is_some() => {
+                let leader = self.leader_elsewhere().unwrap_or_default().to_owned();
+                let caller = identity.to_owned();
+                let protected = self.protected_paths();
+                let ask = HostAsk::Permission { caller, name, arguments, key: frame.id, protected };
+                let reply = ToolReply { outbox, frame_id: frame.id, to: identity.to_owned() };
+                self.tool_to_host(leader, ask, reply);
+            }
             Owner::Permissions => {
                 let caller = Caller { id: identity.to_owned(), role: Some(role) };
                 let reply =
                     PermissionReply::Agent { outbox, frame_id: frame.id, to: identity.to_owned() };
                 // The call's id is the key: a replayed turn re-sends the same one.
-                self.permission_call(myself, caller, name, arguments, frame.id, reply);
+                self.permission_call(myself, caller, name, arguments, frame.id, reply, Vec::new());
             }
             Owner::Memory => {
                 let Some(memory) = &self.memory else {

@@ -247,6 +247,78 @@ fn a_post_for_an_agent_whose_host_was_killed_reaches_it_once_the_host_is_back() 
     assert_eq!(gpu.turns_total("replier"), 2, "{log}");
 }
 
+/// The leader keeps the permission records: a worker on another host asks, the sysadmin on the
+/// leader triages, a person approves on the leader, and the grant reaches the worker's sandbox on
+/// its own host.
+#[test]
+fn a_worker_on_another_host_asks_the_sysadmin_on_the_leader_and_its_sandbox_gets_the_grant() {
+    let Some(bin) = available("cluster: permissions across hosts") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    // A service on loopback stands for "the network".
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let fetch = format!(
+        "python3 -c \\\"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); print('CONNECTED')\\\""
+    );
+    let yaml = format!(
+        r#"swarm: {{ name: two-hosts }}
+cluster: {{ nats: "{url}" }}
+models:
+  builder:
+    provider: scripted
+    rules:
+      - match: "build"
+        steps:
+          - {{ tool: permission_request, args: {{ capability: network, target: "127.0.0.1", reason: "fetch the dependencies" }} }}
+        reply: "asked for network"
+      - match: "fetch"
+        steps:
+          - {{ tool: exec, args: {{ command: "{fetch}" }} }}
+        reply: "tried"
+      - reply: "noted"
+  admin:
+    provider: scripted
+    rules:
+      - match: "[permission_request #1]"
+        steps:
+          - {{ tool: permission_verdict, args: {{ id: 1, verdict: RED, reason: "network access" }} }}
+        reply: "triaged"
+      - reply: "nothing to do"
+agents:
+  - {{ name: sysadmin, role: sysadmin, model: admin }}
+  - {{ name: builder, role: worker, model: builder, host: gpu }}
+"#,
+        url = broker.url(),
+    );
+    let main = host(&yaml, None);
+    let gpu = host(&yaml, Some("gpu"));
+    gpu.ctl_ok(&["send", "builder", "build it", "--wait"]);
+    let log = gpu.log("builder");
+    assert!(log.contains("request #1 stored and sent to sysadmin"), "{log}");
+    // The sysadmin on the leader triaged it: RED waits for a person, on the leader.
+    main.wait_for_log("sysadmin", "reply \"triaged\"", SHORT);
+    let open = main.ctl_ok(&["approvals", "--json"]);
+    assert!(open.contains("\"agent\":\"builder\"") && open.contains("waiting"), "{open}");
+    let out = gpu.ctl(&["approvals"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("kept by host `main`"), "{err}");
+
+    // No grant yet: the sandbox on gpu refuses the network.
+    gpu.ctl_ok(&["send", "builder", "fetch now", "--wait"]);
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_err(), "connected without a grant");
+    // A person approves on the leader; the worker on gpu is told, and its sandbox connects.
+    let approved = main.ctl_ok(&["approve", "1", "--reason", "ok for this build"]);
+    assert!(approved.contains("request #1 granted"), "{approved}");
+    gpu.wait_for_log("builder", "[permission #1 granted]", SHORT);
+    gpu.ctl_ok(&["send", "builder", "fetch again", "--wait"]);
+    let log = gpu.log("builder");
+    assert!(log.contains("CONNECTED"), "{log}");
+    assert!(listener.accept().is_ok(), "the grant did not reach the sandbox on gpu");
+}
+
 /// The chat door across hosts: a person's message in a Telegram group (the bridge runs on the
 /// leader) is answered by the agent on another host that the chat's mapping names, in the chat,
 /// once, as a reply to the message.
