@@ -422,15 +422,10 @@ impl Actor for Router {
             RouterMsg::PermissionHuman { person, tool, arguments, reply } => {
                 let caller = crate::caller::Caller { id: person, role: None };
                 let reply = PermissionReply::Human(reply);
-                state.permission_call(
-                    &myself,
-                    caller,
-                    tool,
-                    arguments,
-                    new_id(),
-                    reply,
-                    Vec::new(),
-                );
+                let key = new_id();
+                let call =
+                    permit::PermissionCall { caller, tool, arguments, key, protected: vec![] };
+                state.permission_call(&myself, call, reply);
             }
             RouterMsg::Permission(effects) => state.permission_effects(&myself, effects),
             RouterMsg::Answered(posted) => state.answered(posted),

@@ -8,6 +8,7 @@
 //! host: they start and stop processes there.
 
 use super::PermissionReply;
+use super::permit::PermissionCall;
 use super::*;
 use crate::caller::Caller;
 use crate::messages::{HostAsk, OutCall, ToolReply};
@@ -299,9 +300,8 @@ impl RouterState {
                         let to = caller.clone();
                         let answer = PermissionReply::Agent { outbox, frame_id: id, to };
                         let caller = Caller { id: caller, role: Some(role) };
-                        self.permission_call(
-                            myself, caller, name, arguments, key, answer, protected,
-                        );
+                        let call = PermissionCall { caller, tool: name, arguments, key, protected };
+                        self.permission_call(myself, call, answer);
                     }
                     Err((code, msg)) => {
                         tracing::warn!(from = %host, "flock cluster: refused a permission call: {msg}");

@@ -38,6 +38,17 @@ impl PermissionReply {
     }
 }
 
+/// One permission call: the tool `caller` calls with `arguments`; `key` identifies it (a
+/// replayed turn sends the same key, and gets the same record); `protected`: paths never
+/// granted besides this host's own (those of the host that asks, when another host asks).
+pub(super) struct PermissionCall {
+    pub caller: Caller,
+    pub tool: String,
+    pub arguments: String,
+    pub key: MsgId,
+    pub protected: Vec<std::path::PathBuf>,
+}
+
 impl RouterState {
     /// The swarm's sysadmin: the first agent of that role (it receives permission requests),
     /// here or, on a leader, on another host.
@@ -67,18 +78,14 @@ impl RouterState {
             .collect()
     }
 
-    /// Runs permission tool `tool` for `caller` in the store actor; `key` identifies the call
-    /// (a replayed turn sends the same key, and gets the same record).
+    /// Runs permission call `call` in the store actor.
     pub(super) fn permission_call(
         &mut self,
         myself: &ActorRef<RouterMsg>,
-        caller: Caller,
-        tool: String,
-        arguments: String,
-        key: MsgId,
+        call: PermissionCall,
         reply: PermissionReply,
-        protected: Vec<std::path::PathBuf>,
     ) {
+        let PermissionCall { caller, tool, arguments, key, protected } = call;
         let args: serde_json::Value = match serde_json::from_str(&arguments) {
             Ok(v @ serde_json::Value::Object(_)) => v,
             _ => return reply.send(Err(ToolError::bad_request("arguments must be a JSON object"))),

@@ -9,6 +9,7 @@ use flock_ipc::id::fmt_id;
 use flock_ipc::{Body, ControlReply, ErrorCode, Frame, OPERATOR, ROUTER, ToolError};
 use ractor::ActorRef;
 
+use super::permit::PermissionCall;
 use super::{PermissionReply, RouterState};
 use crate::caller::Caller;
 use crate::chains;
@@ -145,7 +146,14 @@ impl RouterState {
                 let reply =
                     PermissionReply::Agent { outbox, frame_id: frame.id, to: identity.to_owned() };
                 // The call's id is the key: a replayed turn re-sends the same one.
-                self.permission_call(myself, caller, name, arguments, frame.id, reply, Vec::new());
+                let call = PermissionCall {
+                    caller,
+                    tool: name,
+                    arguments,
+                    key: frame.id,
+                    protected: Vec::new(),
+                };
+                self.permission_call(myself, call, reply);
             }
             Owner::Memory => {
                 let Some(memory) = &self.memory else {
