@@ -60,6 +60,15 @@ pub struct Route {
     /// The message whose turn sent this one.
     #[serde(default, with = "opt_hex_id")]
     pub parent: Option<MsgId>,
+    /// The model tokens the chain had used when this message left for another host (0 on one
+    /// host): the receiving host counts on from there, so one chain keeps one token budget
+    /// wherever its hops run.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Route {
@@ -85,6 +94,7 @@ impl Route {
             },
             hop: 1,
             parent: None,
+            tokens: 0,
         }
     }
 
@@ -115,7 +125,8 @@ impl Route {
             && self.hop == 1
             && self.answer_path.is_empty()
             && !self.result
-            && self.parent.is_none();
+            && self.parent.is_none()
+            && self.tokens == 0;
         if plain_root { String::new() } else { serde_json::to_string(self).unwrap_or_default() }
     }
 

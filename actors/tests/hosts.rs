@@ -200,3 +200,53 @@ async fn a_request_from_another_host_runs_here_only_for_that_hosts_own_agent() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// One chain keeps one token budget across hosts: a message that leaves for another host
+/// carries the tokens its chain has used, and the host that takes it counts on from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_carries_its_tokens_across_hosts_and_stops_at_one_budget() {
+    use flock_actors::chains::Route;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = YAML.replace("agents:", "budget: {max_tokens: 1000}\nagents:");
+    let node = common::start_on(dir.path(), 0, &yaml, false, Some("main")).await;
+    let mut c = node.agent("c").await;
+    // A delegation from `w` on gpu whose chain has used 600 tokens there.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let now = now.as_millis() as u64;
+    let mut route =
+        Route::root(40, "human:operator", "w", "go", now, Some("human:operator".into()));
+    route.hop = 2;
+    route.answer_path.push("w".into());
+    route.tokens = 600;
+    let msg = |id: u128, route: &Route| PendingMessage {
+        id,
+        sender: "w".into(),
+        target: "c".into(),
+        text: "your part".into(),
+        attempts: 0,
+        route: route.store(id),
+        enqueued_at: 1,
+    };
+    let (tx, rx) = oneshot::channel();
+    node.router
+        .cast(RouterMsg::FromHost { host: "gpu".into(), msg: msg(41, &route), reply: tx })
+        .unwrap();
+    assert_eq!(rx.await.unwrap(), FromHost::Stored);
+    let d = next(&mut c).await;
+    assert_eq!(d.id, 41);
+    // `c`'s turn uses 300 more (1 000 in all is the budget) and sends on to `w`: the message
+    // carries the 900 the chain has used.
+    node.router.cast(RouterMsg::Tokens { chain: 40, tokens: 300 }).unwrap();
+    let f =
+        Frame::new("c", "w", Body::Send { text: "back to gpu".into(), mode: SendMode::Durable });
+    c.outbox.send(f.clone()).await.unwrap();
+    let accepted = next(&mut c).await;
+    assert!(matches!(accepted.body, Body::Accepted), "{accepted:?}");
+    let waiting = pending_for(&node.store, "w").await;
+    let sent = Route::load(&waiting[0].route, f.id, "c", "w", "back to gpu", 1);
+    assert_eq!((sent.chain.id, sent.tokens), (40, 900), "{}", waiting[0].route);
+    // 200 more there would pass the budget: the chain stops here, and `c`'s turn is cancelled.
+    node.router.cast(RouterMsg::Tokens { chain: 40, tokens: 200 }).unwrap();
+    let stop = next(&mut c).await;
+    assert!(matches!(stop.body, Body::Cancel { .. }), "{stop:?}");
+}

@@ -34,6 +34,7 @@ impl RouterState {
             chain: done.route.chain.clone(),
             hop: done.route.hop + 1,
             parent: Some(done.id),
+            tokens: 0,
         };
         // A stopped chain's person has been told already; the result goes nowhere.
         if self.admit(&mut route, "RESULT", agent, &to, &text).is_ok() {
@@ -227,6 +228,7 @@ impl RouterState {
                 chain: q.route.chain.clone(),
                 hop: q.route.hop + 1,
                 parent: Some(q.id),
+                tokens: 0,
             },
             None => {
                 let mut r = Route::root(id, sender, to, text, self.now(), None);

@@ -131,6 +131,31 @@ impl RouterState {
         }
     }
 
+    /// The stored form of `route` for message `id` to `target`: to an agent on another host it
+    /// carries the tokens its chain has used so far (that host counts on from there).
+    pub(super) fn route_for(&self, route: &Route, id: MsgId, target: &str) -> String {
+        let tokens = match self.remote_host(target) {
+            Some(_) => self.chains.map.get(&route.chain.id).map_or(0, |c| c.tokens),
+            None => 0,
+        };
+        if tokens > route.tokens {
+            let mut carried = route.clone();
+            carried.tokens = tokens;
+            return carried.store(id);
+        }
+        route.store(id)
+    }
+
+    /// A chain that came from another host has used at least `tokens` there: counted here, and
+    /// stopped if that is past its budget.
+    pub(super) fn carry_tokens(&mut self, chain: MsgId, tokens: u64) {
+        let Some(c) = self.chains.map.get_mut(&chain) else { return };
+        if tokens > c.tokens {
+            let more = tokens - c.tokens;
+            self.charge_tokens(chain, more);
+        }
+    }
+
     /// A message for an agent on another host is stored: the link sends it. Its chain keeps
     /// counting it while an agent here waits for its result.
     pub(super) fn forwarded(&mut self, id: MsgId, route: &Route) {
@@ -231,6 +256,7 @@ impl RouterState {
                 if !carried {
                     chain.live += 1;
                 }
+                self.carry_tokens(route.chain.id, route.tokens);
                 let kind = if route.result { DeliveryKind::Result } else { DeliveryKind::Message };
                 let target = msg.target.clone();
                 match self.slots.get_mut(&target) {
@@ -356,6 +382,7 @@ impl RouterState {
         let route = Route::load(&call.route, call.id, &call.from, &call.to, &call.text, now);
         // The hop was counted where the request was made; the chain goes on here from there.
         self.chains.entry(&route.chain, route.hop.saturating_add(1)).live += 1;
+        self.carry_tokens(route.chain.id, route.tokens);
         let timeout_ms = call.timeout_ms.max(1);
         let deadline = now.saturating_add(timeout_ms);
         let id = call.id;

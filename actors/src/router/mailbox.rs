@@ -107,7 +107,8 @@ impl RouterState {
     ) {
         // Hot path: no event unless `RUST_LOG` asks for trace (the fields are not even formatted).
         tracing::trace!(msg_id = %fmt_id(id), from = %sender, to = %target, chain = %fmt_id(route.chain.id), "enqueue");
-        let msg = NewMessage { id, sender, target, text, route: route.store(id) };
+        let msg =
+            NewMessage { id, route: self.route_for(route, id, &target), sender, target, text };
         let write = StoreMsg::Write {
             op: WriteOp::Enqueue(msg),
             origin: Some(Origin { conn: conn.unwrap_or(NO_CONN), frame: id }),
@@ -221,7 +222,7 @@ impl RouterState {
                 text: text.clone(),
                 timeout_ms,
                 calls,
-                route: route.store(id),
+                route: self.route_for(&route, id, &frame.to),
             };
             return self.call_remote(host, call, route.chain.id);
         }

@@ -92,6 +92,7 @@ impl RouterState {
                 chain: tag,
                 hop: hops + 1,
                 parent: None,
+                tokens: 0,
             },
             None => Route::root(id, &from, &agent, &text, self.now(), None),
         };
