@@ -377,6 +377,9 @@ pub enum HostAsk {
     },
     /// An agent of the asking host is ready: the leader sends it what its channels hold for it.
     Ready { agent: String },
+    /// A chain on the asking host started (`on`) or stopped working on a person's post: the
+    /// leader's bridges show it (typing).
+    Working { channel: String, seq: u64, on: bool },
     /// An agent's permission call (`permission_request`, `permission_verdict`, `permission_list`,
     /// `permissions__grants`), to the leader, which keeps the swarm's permission records;
     /// answered like the tool. `key`: the agent's call id (a replayed turn gets the same record);

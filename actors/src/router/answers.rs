@@ -374,7 +374,12 @@ impl RouterState {
             (Some(p), None) => Some((p, false)),
             _ => None,
         };
-        if let (Some((p, on)), Some(ch)) = (change, &self.channels) {
+        let Some((p, on)) = change else { return };
+        // The leader's bridges show it, when the channels are the leader's.
+        if let Some(leader) = self.leader_elsewhere().map(str::to_owned) {
+            return self.working_to_leader(leader, p.channel, p.seq, on);
+        }
+        if let Some(ch) = &self.channels {
             let _ = ch.cast(ChannelsMsg::Working { channel: p.channel, seq: p.seq, on });
         }
     }

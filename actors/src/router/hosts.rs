@@ -261,8 +261,11 @@ impl RouterState {
                 let target = msg.target.clone();
                 match self.slots.get_mut(&target) {
                     Some(slot) => {
+                        let chain = route.chain.id;
                         slot.queue
                             .push_back(Queued::new(msg.id, kind, msg.sender, msg.text, route));
+                        // A person's post worked on here: the leader's chat shows typing.
+                        self.sync_working(chain);
                         self.deliver_next(myself, &target);
                     }
                     None => self.leave(route.chain.id),

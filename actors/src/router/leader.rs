@@ -28,8 +28,9 @@ pub(super) enum Asked {
     Tool(ToolReply),
     /// A notification for an agent there: its outcome goes to the channels actor.
     Delta { agent: String, channel: String, upto: u64 },
-    /// An agent here became ready.
-    Ready,
+    /// Something the leader is told (an agent ready, a chain working): only a failure is
+    /// worth a line.
+    Notice,
     /// A chain's answer to a person who asked in a channel.
     Answer(AnswerOut),
 }
@@ -188,8 +189,20 @@ impl RouterState {
     pub(super) fn ready_to_leader(&mut self, agent: &str) {
         if let Some(leader) = self.leader_elsewhere().map(str::to_owned) {
             let ask = HostAsk::Ready { agent: agent.to_owned() };
-            self.ask_host(leader, ask, Asked::Ready, TOOL_TIMEOUT_MS);
+            self.ask_host(leader, ask, Asked::Notice, TOOL_TIMEOUT_MS);
         }
+    }
+
+    /// A chain here started or stopped working on a person's post in `channel` (the leader's).
+    pub(super) fn working_to_leader(
+        &mut self,
+        leader: String,
+        channel: String,
+        seq: u64,
+        on: bool,
+    ) {
+        let ask = HostAsk::Working { channel, seq, on };
+        self.ask_host(leader, ask, Asked::Notice, TOOL_TIMEOUT_MS);
     }
 
     /// The answer to what this host asked another.
@@ -212,7 +225,7 @@ impl RouterState {
                 }
             }
             Some(Asked::Answer(answer)) => self.answer_posted(answer, body),
-            Some(Asked::Ready) => {
+            Some(Asked::Notice) => {
                 if let Body::Error { message, .. } = &body {
                     tracing::warn!(
                         "flock cluster: the leader did not hear that an agent is ready: {message}"
@@ -332,6 +345,11 @@ impl RouterState {
                     return;
                 }
                 let (tx, rx) = oneshot::channel::<AnswerPosted>();
+                let off = ChannelsMsg::Working {
+                    channel: place.channel.clone(),
+                    seq: place.seq,
+                    on: false,
+                };
                 let post = ChannelsMsg::Answer {
                     agent,
                     human,
@@ -346,6 +364,11 @@ impl RouterState {
                     let _ = reply.send(refused(ErrorCode::Internal, msg));
                     return;
                 }
+                // Answered: no more typing for that post, even if the host that worked on it
+                // never says so (it was killed).
+                if let Some(ch) = &self.channels {
+                    let _ = ch.cast(off);
+                }
                 tokio::spawn(async move {
                     let body = match rx.await.map(|p| p.outcome) {
                         Ok(Ok((channel, seq, duplicate))) => Body::ToolResult {
@@ -357,6 +380,18 @@ impl RouterState {
                     };
                     let _ = reply.send(body);
                 });
+            }
+            HostAsk::Working { channel, seq, on } => {
+                if !leader_here || !link.remote.values().any(|h| *h == host) {
+                    let msg =
+                        format!("host `{host}` does not run agents of this swarm's chats here");
+                    let _ = reply.send(refused(ErrorCode::Forbidden, msg));
+                    return;
+                }
+                if let Some(ch) = &self.channels {
+                    let _ = ch.cast(ChannelsMsg::Working { channel, seq, on });
+                }
+                let _ = reply.send(Body::Accepted);
             }
             HostAsk::Ready { agent } => {
                 if !leader_here || self.remote_host(&agent) != Some(host.as_str()) {

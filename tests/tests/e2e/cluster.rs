@@ -341,6 +341,7 @@ models:
     provider: scripted
     rules:
       - match: "sum"
+        steps: [ {{ delay_ms: 1500 }} ]
         reply: "17 + 25 = 42, from the gpu host"
       - reply: "noted"
 agents:
@@ -363,6 +364,12 @@ bridges:
         "the bridge is connected",
     );
     let asked = fake.post(CHAT, 42, "Alice", Some("alice"), "what is the sum of 17 and 25?");
+    // While the agent on gpu works on it, the chat shows typing (the bridge runs on main).
+    main.wait_until(
+        || fake.chat_actions(CHAT).iter().any(|a| a == "typing"),
+        LONG,
+        "the chat shows typing",
+    );
     let answers = || -> Vec<_> {
         fake.sent_to(CHAT).into_iter().filter(|m| m.plain.starts_with("[helper]")).collect()
     };
