@@ -261,6 +261,9 @@ async fn a_persons_question_from_the_leader_is_answered_through_it_and_completed
     // Only the leader brings a person's words.
     assert!(matches!(from("cpu", msg(person)).await.unwrap(), FromHost::Refused(_)));
     assert_eq!(from("main", msg(person)).await.unwrap(), FromHost::Stored);
+    // The leader's chat shows that an agent here works on alice's post.
+    let (_, _, working) = asked(&mut calls).await;
+    assert_eq!(working, HostAsk::Working { channel: "team".into(), seq: 4, on: true });
     let f = next(&mut w).await;
     assert!(matches!(&f.body, Body::Deliver(d) if d.text == "what is 17 + 25?"), "{f:?}");
     let done = flock_ipc::Frame {
@@ -301,6 +304,8 @@ async fn a_persons_question_from_the_leader_is_answered_through_it_and_completed
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(left, 0, "completed once the leader posted the answer");
+    let (_, _, working) = asked(&mut calls).await;
+    assert_eq!(working, HostAsk::Working { channel: "team".into(), seq: 4, on: false });
 }
 
 /// The leader keeps the permission records: another host's worker asks there, with that
