@@ -377,6 +377,9 @@ pub enum HostAsk {
     },
     /// An agent of the asking host is ready: the leader sends it what its channels hold for it.
     Ready { agent: String },
+    /// Events the asking host journaled (one line each): the leader's journal holds every
+    /// host's, each marked with the host that wrote it (`params.host`).
+    Journal { lines: Vec<String> },
     /// A chain on the asking host started (`on`) or stopped working on a person's post: the
     /// leader's bridges show it (typing).
     Working { channel: String, seq: u64, on: bool },

@@ -68,14 +68,28 @@ impl Filter {
 
 /// A journal directory. Cheap to open; holds one descriptor on the lock file. Open one per
 /// process (or several: each has its own lock descriptor, so they exclude each other too).
-#[derive(Debug)]
 pub struct Journal {
     dir: PathBuf,
     max_bytes: u64,
     /// flock(2) locks belong to an open file description, which the threads of this `Journal`
     /// share; the mutex makes them take turns before asking the kernel.
     lock: Mutex<File>,
+    /// Where a copy of every appended line goes (a host's journal copied to the swarm's leader).
+    copy: std::sync::OnceLock<CopyHook>,
 }
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("dir", &self.dir)
+            .field("max_bytes", &self.max_bytes)
+            .field("copied", &self.copy.get().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Takes the lines a journal appended (each a valid event), after they are written.
+pub type CopyHook = Box<dyn Fn(&[String]) + Send + Sync>;
 
 /// Holds the flock until dropped (then the mutex).
 struct LockGuard<'a> {
@@ -102,7 +116,17 @@ impl Journal {
             .truncate(false)
             .open(&lock_path)
             .map_err(io_err("open journal lock", &lock_path))?;
-        Ok(Journal { dir, max_bytes: max_bytes.max(1), lock: Mutex::new(lock) })
+        Ok(Journal {
+            dir,
+            max_bytes: max_bytes.max(1),
+            lock: Mutex::new(lock),
+            copy: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// From now on every line this journal appends is also handed to `hook` (once set, kept).
+    pub fn copy_to(&self, hook: CopyHook) {
+        let _ = self.copy.set(hook);
     }
 
     pub fn dir(&self) -> &Path {
@@ -143,6 +167,7 @@ impl Journal {
     /// invalid, nothing is written), then rotates if needed.
     pub fn append_all(&self, events: &[JournalEvent]) -> Result<(), JournalError> {
         let mut lines = Vec::new();
+        let mut copied = Vec::new();
         for event in events {
             let line = event.to_line();
             validate_line(&line).map_err(JournalError::Invalid)?;
@@ -155,6 +180,9 @@ impl Journal {
             }
             lines.extend_from_slice(line.as_bytes());
             lines.push(b'\n');
+            if self.copy.get().is_some() {
+                copied.push(line);
+            }
         }
         if lines.is_empty() {
             return Ok(());
@@ -187,6 +215,10 @@ impl Journal {
 
         if len + buf.len() as u64 > self.max_bytes {
             self.rotate()?;
+        }
+        drop(_guard);
+        if let Some(copy) = self.copy.get() {
+            copy(&copied);
         }
         Ok(())
     }

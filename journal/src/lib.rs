@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 pub use event::{
     Action, JournalEvent, Outcome, Status, Trace, event_id_for, format_timestamp, now_timestamp,
 };
-pub use file::{Filter, Journal, ReadOutcome, SkippedLine};
+pub use file::{CopyHook, Filter, Journal, ReadOutcome, SkippedLine};
 pub use schema::{is_timestamp_prefix, validate_line, validate_value};
 pub use writer::{JournalWriter, RECENT_SCAN, concerning};
 

@@ -639,3 +639,23 @@ fn status_parses_case_insensitively_and_displays_in_schema_spelling() {
     assert!(is_timestamp_prefix("2026-11-21T21"));
     assert!(!is_timestamp_prefix("21/11/2026"));
 }
+
+#[test]
+fn a_copied_journal_hands_over_each_line_it_wrote_and_nothing_it_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = journal(dir.path(), DEFAULT_MAX_BYTES);
+    j.append(&seq_event("before", 0)).unwrap();
+    let copied = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = copied.clone();
+    j.copy_to(Box::new(move |lines| sink.lock().unwrap().extend_from_slice(lines)));
+    j.append_all(&[seq_event("a", 1), seq_event("b", 2)]).unwrap();
+    // An invalid event is refused whole: nothing written, nothing copied.
+    let bad = JournalEvent::new("", "lower case", Status::Success, "x");
+    assert!(j.append(&bad).is_err());
+    let copied = copied.lock().unwrap().clone();
+    let written = raw_lines(&j);
+    assert_eq!(copied, written[1..], "the lines written after copy_to, as written");
+    let seqs: Vec<usize> =
+        copied.iter().map(|l| seq_of(&validate_line(l).expect("a valid event"))).collect();
+    assert_eq!(seqs, [1, 2]);
+}

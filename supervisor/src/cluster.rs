@@ -381,6 +381,50 @@ pub fn spawn(
     tokio::spawn(receive(link, router));
 }
 
+/// How often a batch of journal lines is offered to the leader before it is dropped (logged).
+const JOURNAL_TRIES: u32 = 8;
+
+/// Copies what this host journals to the leader's journal, which holds every host's: batches of
+/// up to [`BATCH`] lines, each asked under one id — asked again under the same id after a
+/// failure, so the leader takes it once. At most once past [`JOURNAL_TRIES`] (the line stays in
+/// this host's own journal).
+pub fn copy_journal(link: Link, leader: String, mut lines: UnboundedReceiver<Vec<String>>) {
+    tokio::spawn(async move {
+        let mut pending: Vec<String> = Vec::new();
+        loop {
+            if pending.is_empty() {
+                match lines.recv().await {
+                    Some(l) => pending = l,
+                    None => return,
+                }
+            }
+            while pending.len() < BATCH
+                && let Ok(more) = lines.try_recv()
+            {
+                pending.extend(more);
+            }
+            let batch: Vec<String> = pending.drain(..pending.len().min(BATCH)).collect();
+            let count = batch.len();
+            let id = fmt_id(flock_ipc::id::new_id());
+            let payload =
+                serde_json::to_vec(&HostAsk::Journal { lines: batch }).unwrap_or_default();
+            let mut wait = Duration::from_millis(100);
+            for attempt in 1..=JOURNAL_TRIES {
+                match link.call(&leader, &id, payload.clone(), Duration::from_secs(10)).await {
+                    Ok(_) => break,
+                    Err(e) if attempt == JOURNAL_TRIES => {
+                        tracing::warn!(error = %e, "flock cluster: {count} journal line(s) not copied to the leader `{leader}` (they stay in this host's journal)");
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(MAX_BACKOFF);
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// How much longer than the request's own timeout the link waits for another host's answer
 /// (the router times the request out itself; this only ends the wait).
 const CALL_GRACE: Duration = Duration::from_secs(2);

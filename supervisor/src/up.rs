@@ -432,6 +432,16 @@ pub async fn up(
     )
     .await
     .map_err(|e| anyhow!("start the router: {e}"))?;
+    // The leader's journal holds every host's events: this host's are copied there.
+    if let Some(link) = &link
+        && host != whole.leader()
+    {
+        let (tx, rx) = mpsc::unbounded_channel::<Vec<String>>();
+        journal.copy_to(Box::new(move |lines| {
+            let _ = tx.send(lines.to_vec());
+        }));
+        crate::cluster::copy_journal(link.clone(), whole.leader().to_owned(), rx);
+    }
     if let (Some(link), Some(h)) = (link, hosts) {
         let calls = h.take_calls();
         crate::cluster::spawn(link, store_ref.clone(), router.clone(), h.remote, h.outbox, calls);

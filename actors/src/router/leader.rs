@@ -381,6 +381,29 @@ impl RouterState {
                     let _ = reply.send(body);
                 });
             }
+            HostAsk::Journal { lines } => {
+                if !leader_here || !link.remote.values().any(|h| *h == host) {
+                    let msg = format!("host `{host}` does not journal here");
+                    let _ = reply.send(refused(ErrorCode::Forbidden, msg));
+                    return;
+                }
+                let Some(journal) = &self.journal else {
+                    let _ = reply.send(Body::Accepted);
+                    return;
+                };
+                let mut refused_lines = 0;
+                for line in lines {
+                    match flock_journal::validate_line(&line) {
+                        // Who wrote it is part of the record: a host vouches for its own lines.
+                        Ok(event) => journal.log(event.param("host", host.as_str())),
+                        Err(_) => refused_lines += 1,
+                    }
+                }
+                if refused_lines > 0 {
+                    tracing::warn!(from = %host, "flock cluster: {refused_lines} journal line(s) from host `{host}` were not valid events; dropped");
+                }
+                let _ = reply.send(Body::Accepted);
+            }
             HostAsk::Working { channel, seq, on } => {
                 if !leader_here || !link.remote.values().any(|h| *h == host) {
                     let msg =

@@ -80,6 +80,19 @@ fn a_request_on_one_host_is_answered_by_a_worker_on_another() {
     // The person's DM on the host they asked holds the answer once.
     let dm = main.ctl_ok(&["read", "dm-coordinator--human-operator", "--json"]);
     assert_eq!(dm.matches("the gpu host did:").count(), 1, "{dm}");
+    // The leader's journal tells the whole chain, the hops run on gpu included (marked so).
+    let chain = end["chain"].as_str().unwrap_or_default().to_owned();
+    let story = || main.ctl_ok(&["journal", "query", &format!("corr={chain}"), "--json"]);
+    main.wait_until(
+        || {
+            let events: Vec<serde_json::Value> = serde_json::from_str(&story()).unwrap_or_default();
+            events.iter().any(|e| e["agent"] == "worker" && e["action"]["params"]["host"] == "gpu")
+        },
+        SHORT,
+        "the worker's hop on gpu in the leader's journal",
+    );
+    let story = story();
+    assert!(story.contains("\"type\":\"DELEGATE\""), "{story}");
 
     // An operator cannot address the other host's agent from here: a clear refusal.
     let out = main.ctl(&["send", "worker", "hello"]);
