@@ -225,7 +225,7 @@ async fn on_another_host_channel_calls_go_to_the_leader_and_its_notifications_be
             .await,
     );
     assert_eq!(code, ErrorCode::Forbidden);
-    assert!(msg.contains("does not hold the channels"), "{msg}");
+    assert!(msg.contains("does not keep the channels"), "{msg}");
 }
 
 /// A person who asked in a channel (their post reached this host from the leader) is answered

@@ -440,42 +440,17 @@ async fn call_out(link: Link, router: ActorRef<RouterMsg>, mut calls: UnboundedR
                 tokio::spawn(async move {
                     let (id, callee) = (call.id, call.to.clone());
                     let timeout = Duration::from_millis(call.timeout_ms) + CALL_GRACE;
-                    let payload = serde_json::to_vec(&HostAsk::Request(call)).unwrap_or_default();
-                    let body = match link.call(&host, &fmt_id(id), payload, timeout).await {
-                        Ok(answer) => {
-                            serde_json::from_slice(&answer).unwrap_or_else(|e| Body::Error {
-                                code: ErrorCode::Internal,
-                                message: format!(
-                                    "host `{host}` answered in a form this host cannot read: {e}"
-                                ),
-                            })
-                        }
-                        Err(e) => Body::Error {
-                            code: ErrorCode::TargetUnavailable,
-                            message: format!("`{callee}` on host `{host}` could not be asked: {e}"),
-                        },
-                    };
+                    let ask = HostAsk::Request(call);
+                    let who = format!("`{callee}` on host `{host}`");
+                    let body = ask_host(&link, &host, id, &ask, timeout, &who).await;
                     let _ = router.cast(RouterMsg::AnswerFromHost { id, callee, body });
                 });
             }
             OutCall::Ask { host, id, ask, timeout_ms } => {
                 tokio::spawn(async move {
-                    let payload = serde_json::to_vec(&ask).unwrap_or_default();
                     let timeout = Duration::from_millis(timeout_ms);
-                    let body = match link.call(&host, &fmt_id(id), payload, timeout).await {
-                        Ok(answer) => {
-                            serde_json::from_slice(&answer).unwrap_or_else(|e| Body::Error {
-                                code: ErrorCode::Internal,
-                                message: format!(
-                                    "host `{host}` answered in a form this host cannot read: {e}"
-                                ),
-                            })
-                        }
-                        Err(e) => Body::Error {
-                            code: ErrorCode::TargetUnavailable,
-                            message: format!("host `{host}` could not be asked: {e}"),
-                        },
-                    };
+                    let who = format!("host `{host}`");
+                    let body = ask_host(&link, &host, id, &ask, timeout, &who).await;
                     let _ = router.cast(RouterMsg::HostAnswered { id, body });
                 });
             }
@@ -487,6 +462,29 @@ async fn call_out(link: Link, router: ActorRef<RouterMsg>, mut calls: UnboundedR
                 });
             }
         }
+    }
+}
+
+/// Asks host `host` (`id`, `ask`) and waits up to `timeout`: its answer, or why there is none
+/// (`who` names whom, in the error).
+async fn ask_host(
+    link: &Link,
+    host: &str,
+    id: flock_ipc::MsgId,
+    ask: &HostAsk,
+    timeout: Duration,
+    who: &str,
+) -> Body {
+    let payload = serde_json::to_vec(ask).unwrap_or_default();
+    match link.call(host, &fmt_id(id), payload, timeout).await {
+        Ok(answer) => serde_json::from_slice(&answer).unwrap_or_else(|e| Body::Error {
+            code: ErrorCode::Internal,
+            message: format!("host `{host}` answered in a form this host cannot read: {e}"),
+        }),
+        Err(e) => Body::Error {
+            code: ErrorCode::TargetUnavailable,
+            message: format!("{who} could not be asked: {e}"),
+        },
     }
 }
 

@@ -264,15 +264,14 @@ impl RouterState {
         }
         match ask {
             HostAsk::Request(_) => {}
+            HostAsk::Tool { .. } | HostAsk::Permission { .. } if !leader_here => {
+                let msg = format!(
+                    "host `{}` does not keep the channels and permissions: `{}` does",
+                    link.host, link.leader
+                );
+                let _ = reply.send(refused(ErrorCode::Forbidden, msg));
+            }
             HostAsk::Tool { caller, name, arguments, chain, answers } => {
-                if !leader_here {
-                    let msg = format!(
-                        "host `{}` does not hold the channels: `{}` does",
-                        link.host, link.leader
-                    );
-                    let _ = reply.send(refused(ErrorCode::Forbidden, msg));
-                    return;
-                }
                 match self.host_tool_caller(&host, &caller, &name, Owner::Channels) {
                     Ok(role) => {
                         let Some(ch) = &self.channels else {
@@ -299,14 +298,6 @@ impl RouterState {
                 }
             }
             HostAsk::Permission { caller, name, arguments, key, protected } => {
-                if !leader_here {
-                    let msg = format!(
-                        "host `{}` does not keep the permissions: `{}` does",
-                        link.host, link.leader
-                    );
-                    let _ = reply.send(refused(ErrorCode::Forbidden, msg));
-                    return;
-                }
                 match self.host_tool_caller(&host, &caller, &name, Owner::Permissions) {
                     Ok(role) => {
                         let outbox = answered_through(reply);
