@@ -228,7 +228,7 @@ impl RouterState {
             Some(Asked::Notice) => {
                 if let Body::Error { message, .. } = &body {
                     tracing::warn!(
-                        "flock cluster: the leader did not hear that an agent is ready: {message}"
+                        "flock cluster: the leader was not told (an agent ready, a chain working): {message}"
                     );
                 }
             }
