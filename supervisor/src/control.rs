@@ -175,7 +175,7 @@ async fn run(
                 return Err((
                     ErrorCode::BadRequest,
                     format!(
-                        "the swarm's permission requests are kept by host `{leader}` \
+                        "the swarm's permission requests are {KEPT_BY} `{leader}` \
                          (cluster.leader): run this flockctl command there"
                     ),
                 ));
@@ -239,6 +239,10 @@ async fn run(
         }
     }
 }
+
+/// The words of the refusal a host that is not its swarm's leader gives a permission call (the
+/// dashboard's sampler shows no approvals there instead).
+pub const KEPT_BY: &str = "kept by host";
 
 /// `flockctl logs AGENT [-f]`.
 async fn logs_of(

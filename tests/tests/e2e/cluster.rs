@@ -305,7 +305,10 @@ agents:
         url = broker.url(),
     );
     let main = host(&yaml, None);
-    let gpu = host(&yaml, Some("gpu"));
+    let gpu = Swarm::builder(&yaml)
+        .env(SECRET.0, SECRET.1)
+        .up_args(&["--host", "gpu", "--ui", "127.0.0.1:0"])
+        .start();
     gpu.ctl_ok(&["send", "builder", "build it", "--wait"]);
     let log = gpu.log("builder");
     assert!(log.contains("request #1 stored and sent to sysadmin"), "{log}");
@@ -317,6 +320,16 @@ agents:
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("kept by host `main`"), "{err}");
+    // gpu's dashboard still shows its swarm, with no approvals of its own (they are main's).
+    let url = std::fs::read_to_string(gpu.state_dir().join("run/ui-url")).unwrap();
+    let (addr, token) = url.trim().trim_start_matches("http://").split_once("/?token=").unwrap();
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    let (status, state) = crate::dashboard::get(addr, "/api/state", &bearer);
+    assert_eq!(status, 200, "{state}");
+    assert!(
+        state.contains("\"approvals\":[]") && state.contains("\"name\":\"builder\""),
+        "{state}"
+    );
 
     // No grant yet: the sandbox on gpu refuses the network.
     gpu.ctl_ok(&["send", "builder", "fetch now", "--wait"]);

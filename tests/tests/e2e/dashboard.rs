@@ -69,7 +69,7 @@ fn http(addr: &str, request: &str) -> (u16, String) {
     (status, text)
 }
 
-fn get(addr: &str, path: &str, extra: &str) -> (u16, String) {
+pub(crate) fn get(addr: &str, path: &str, extra: &str) -> (u16, String) {
     http(addr, &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\r\n"))
 }
 
