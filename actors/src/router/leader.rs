@@ -49,6 +49,19 @@ pub(super) struct AnswerOut {
     pub tries: u32,
 }
 
+impl AnswerOut {
+    /// What the leader is asked to post.
+    fn ask(&self) -> HostAsk {
+        HostAsk::Answer {
+            agent: self.agent.clone(),
+            human: self.human.clone(),
+            text: self.text.clone(),
+            chain: self.chain,
+            place: self.place.clone(),
+        }
+    }
+}
+
 /// How often an answer is offered to a leader that cannot be reached (about 3.5 min in all);
 /// past it the answer is journaled as not posted and its input completed, as on one host.
 const ANSWER_TRIES: u32 = 12;
@@ -126,13 +139,7 @@ impl RouterState {
     /// A chain's answer from an agent here to a person who asked in a channel: `leader` posts
     /// it (once per chain, so asking again after a crash or a lost answer posts nothing twice).
     pub(super) fn answer_to_leader(&mut self, leader: String, answer: AnswerOut) {
-        let ask = HostAsk::Answer {
-            agent: answer.agent.clone(),
-            human: answer.human.clone(),
-            text: answer.text.clone(),
-            chain: answer.chain,
-            place: answer.place.clone(),
-        };
+        let ask = answer.ask();
         self.ask_host(leader, ask, Asked::Answer(answer), TOOL_TIMEOUT_MS);
     }
 
@@ -159,13 +166,7 @@ impl RouterState {
                 let (leader, calls) = (link.leader.clone(), link.calls.clone());
                 answer.tries += 1;
                 let id = new_id();
-                let ask = HostAsk::Answer {
-                    agent: answer.agent.clone(),
-                    human: answer.human.clone(),
-                    text: answer.text.clone(),
-                    chain: answer.chain,
-                    place: answer.place.clone(),
-                };
+                let ask = answer.ask();
                 self.asked.insert(id, Asked::Answer(answer));
                 let out = OutCall::Ask { host: leader, id, ask, timeout_ms: TOOL_TIMEOUT_MS };
                 tokio::spawn(async move {
