@@ -94,8 +94,15 @@ impl Link {
             .subscribe(subject.clone())
             .await
             .map_err(|e| self.call_error(&self.host, e.to_string()))?;
-        // The broker has the subscription once this returns: a call made after it is heard.
-        self.js.client().flush().await.map_err(|e| self.call_error(&self.host, e.to_string()))?;
+        // A flush only writes the SUB to the socket; a round trip on the same connection (the
+        // broker reads it in order) makes sure the broker holds the subscription before this
+        // returns, so a call another host makes after it is heard, not refused for "no
+        // responders". The swarm's stream's info is one every host's NATS user may ask for
+        // (`$JS.API.>`, docs/cluster.md).
+        self.js
+            .get_stream(&self.stream)
+            .await
+            .map_err(|e| self.call_error(&self.host, e.to_string()))?;
         Ok(Calls { subscriber, link: self.clone() })
     }
 }
