@@ -62,7 +62,21 @@ pub struct ClusterSpec {
     /// with it, so nothing without the secret (an agent process, a stranger on the broker) can
     /// inject one.
     pub secret_env: String,
+    /// Hosts another machine may take over (`flock-supervisor up --host NAME --standby`), each
+    /// with how long it must have been lost first, in seconds (`cluster.failover`; empty: none).
+    /// A run of such a host stops its agents once it cannot renew its lease for
+    /// [`FENCE_AFTER_SECS`], so they never run on two machines at once.
+    #[serde(default)]
+    pub failover: std::collections::BTreeMap<String, u64>,
 }
+
+/// A run of a host with `cluster.failover` that could not renew its lease (its status) for this
+/// long stops its agents: another machine may take the host over after the (longer) time the
+/// file gives, never before [`MIN_FAILOVER_SECS`].
+pub const FENCE_AFTER_SECS: u64 = 5;
+/// The shortest `cluster.failover` wait: the fence's time, the agents' kill and the hosts'
+/// clocks fit well inside it.
+pub const MIN_FAILOVER_SECS: u64 = 15;
 
 /// The variable `cluster.secret_env` names unless the file says otherwise.
 pub const DEFAULT_CLUSTER_SECRET_ENV: &str = "FLOCK_CLUSTER_SECRET";
@@ -221,6 +235,13 @@ impl SwarmSpec {
             }
         }
         hosts
+    }
+
+    /// How long host `host` must have been lost before a standby may take it over
+    /// (`cluster.failover`); `None`: it never fails over.
+    pub fn failover_after(&self, host: &str) -> Option<std::time::Duration> {
+        let secs = self.cluster.as_ref()?.failover.get(host)?;
+        Some(std::time::Duration::from_secs(*secs))
     }
 
     /// The agents the file places on hosts other than `host`.

@@ -210,6 +210,7 @@ pub(crate) fn build(root: &Node, origin: &Path, report: Report<'_>) -> Option<Sw
         targets: Vec::new(),
         agent_names: Vec::new(),
         clustered: false,
+        failover_hosts: Vec::new(),
     };
     loader.swarm(root, origin)
 }
@@ -243,6 +244,8 @@ struct Loader<'e> {
     agent_names: Vec<String>,
     /// The file has a `cluster:` section (agents may name a `host:`).
     clustered: bool,
+    /// The hosts `cluster.failover` names, where (checked once the agents are read).
+    failover_hosts: Vec<(String, crate::error::Pos)>,
 }
 
 impl Loader<'_> {
@@ -311,6 +314,17 @@ impl Loader<'_> {
         }
 
         self.check_targets();
+        if let Some(c) = &cluster {
+            let mut hosts = vec![c.leader.clone()];
+            for a in &agents {
+                if let Some(h) = &a.host
+                    && !hosts.contains(h)
+                {
+                    hosts.push(h.clone());
+                }
+            }
+            self.check_failover(&hosts);
+        }
 
         let models: std::collections::BTreeMap<String, ModelSpec> = self
             .models

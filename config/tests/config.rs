@@ -1021,6 +1021,29 @@ fn a_host_without_a_cluster_or_a_bad_cluster_is_refused_where_it_is_written() {
 }
 
 #[test]
+fn a_host_may_fail_over_only_when_the_file_says_so_never_the_leader_nor_too_soon() {
+    let agents = "agents:\n  - { name: solo, role: worker, model: echo }\n  \
+                  - { name: far, role: worker, model: echo, host: gpu }\n";
+    let spec = ok(&swarm(&format!(
+        "cluster: {{ nats: \"nats://a:4222\", failover: {{ gpu: 30 }} }}\n{agents}"
+    )));
+    assert_eq!(spec.failover_after("gpu"), Some(std::time::Duration::from_secs(30)));
+    assert_eq!(spec.failover_after("main"), None, "only the hosts the file names");
+    let e = one_error(&swarm(&format!(
+        "cluster: {{ nats: \"nats://a:4222\", failover: {{ main: 30 }} }}\n{agents}"
+    )));
+    assert_mentions(&e, &["cluster.failover", "`main`, the leader", "channels"]);
+    let e = one_error(&swarm(&format!(
+        "cluster: {{ nats: \"nats://a:4222\", failover: {{ gpu: 5 }} }}\n{agents}"
+    )));
+    assert_mentions(&e, &["cluster.failover.gpu", "at least 15"]);
+    let e = one_error(&swarm(&format!(
+        "cluster: {{ nats: \"nats://a:4222\", failover: {{ gpu-2: 30 }} }}\n{agents}"
+    )));
+    assert_mentions(&e, &["`gpu-2`", "places no agent on", "main, gpu"]);
+}
+
+#[test]
 fn an_agent_is_found_by_its_address_with_or_without_an_instance() {
     let spec = ok(&swarm("agents:\n  - { name: worker, role: worker }\n"));
     let declared = spec.agents[0].clone();

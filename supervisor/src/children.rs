@@ -137,6 +137,10 @@ pub enum ChildMsg {
     /// Stop every agent in reverse YAML order, one after the other.
     StopAll(RpcReplyPort<()>),
     Ps(RpcReplyPort<Vec<ChildInfo>>),
+    /// `true`: kill every agent at once and keep them down — this host's lease lapsed
+    /// (`cluster.failover`: another machine may take the host over, and an agent must never run
+    /// on two); `false`: the lease is held again, start those it killed.
+    Fence(bool),
     /// Supervise a new agent (created at run time) and start it; answers once it is ready.
     Add {
         spec: Box<AgentSpec>,
@@ -232,6 +236,8 @@ pub struct ChildSupState {
     start_all_waiters: Vec<RpcReplyPort<()>>,
     groups: Vec<RestartGroup>,
     stop_all: Option<(Vec<String>, RpcReplyPort<()>)>,
+    /// The agents [`ChildMsg::Fence`] killed, to start again when the lease is held again.
+    fenced: Vec<String>,
 }
 
 impl Actor for ChildSupervisor {
@@ -261,6 +267,7 @@ impl Actor for ChildSupervisor {
             start_all_waiters: Vec::new(),
             groups: Vec::new(),
             stop_all: None,
+            fenced: Vec::new(),
         })
     }
 
@@ -426,6 +433,42 @@ impl Actor for ChildSupervisor {
                 remaining.reverse();
                 st.stop_all = Some((remaining, reply));
                 st.continue_stop_all(&myself);
+            }
+            ChildMsg::Fence(true) => {
+                st.start_queue.clear();
+                st.groups.clear();
+                for name in st.order.clone() {
+                    let Some(c) = st.children.get_mut(&name) else { continue };
+                    if c.intent != Intent::Run {
+                        continue;
+                    }
+                    c.intent = Intent::Stop;
+                    st.fenced.push(name.clone());
+                    match c.pid {
+                        Some(pid) => {
+                            let why = "killed: this host's lease lapsed (cluster.failover)";
+                            st.args.logs.line(&name, "flock", why);
+                            c.kill_reason = Some(why.into());
+                            c.state = ChildState::Stopping;
+                            st.args.processes.signal(pid, Signal::SIGKILL);
+                        }
+                        None => c.state = ChildState::Stopped,
+                    }
+                }
+            }
+            ChildMsg::Fence(false) => {
+                for name in std::mem::take(&mut st.fenced) {
+                    let Some(c) = st.children.get_mut(&name) else { continue };
+                    if c.intent == Intent::Stop {
+                        c.intent = Intent::Run;
+                        c.history.reset();
+                        if c.pid.is_none() {
+                            c.state = ChildState::Backoff;
+                            st.start_queue.push_back(name);
+                        }
+                    }
+                }
+                st.start_next(&myself).await;
             }
             ChildMsg::Add { spec, liveness, reply } => {
                 let name = spec.key();

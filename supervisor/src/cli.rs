@@ -37,6 +37,12 @@ pub enum Command {
         /// [default: the file's `cluster.leader`, else `main`]. See docs/cluster.md.
         #[arg(long, value_name = "NAME", env = "FLOCK_HOST")]
         host: Option<String>,
+        /// Stand by for --host NAME from this machine: start nothing until that host has been
+        /// lost for the time the file's `cluster.failover` gives it, then take it over and run
+        /// its agents here (its own run, if it comes back, hands what it held over and stops).
+        /// Runs in the foreground. See docs/cluster.md, "Failover".
+        #[arg(long, requires = "host", conflicts_with = "detach")]
+        standby: bool,
         /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0 picks
         /// one). Off by default; no token: keep it on loopback or behind your firewall.
         #[arg(long, value_name = "ADDR")]

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use flock_actors::messages::{FromHost, HostAsk, OutCall};
 use flock_actors::store::PendingMessage;
 use flock_actors::{RouterMsg, StoreMsg};
@@ -89,6 +89,20 @@ impl Hosts {
     /// The leader (which holds the channels), when it is another host.
     pub fn leader_elsewhere(&self) -> Option<&str> {
         (self.leader != self.me()).then_some(self.leader.as_str())
+    }
+
+    /// The agents placed on other hosts, and their host.
+    pub fn elsewhere(&self) -> HashMap<String, String> {
+        self.placed
+            .iter()
+            .filter(|(h, _)| h != self.me())
+            .flat_map(|(h, agents)| agents.iter().map(|(name, _)| (name.clone(), h.clone())))
+            .collect()
+    }
+
+    /// The link to the broker.
+    pub fn link(&self) -> &Link {
+        &self.link
     }
 
     /// The agents placed on other hosts (whose mail waits here until it is forwarded).
@@ -271,7 +285,7 @@ struct Wire {
     enqueued_at: u64,
 }
 
-fn encode(m: &PendingMessage) -> Vec<u8> {
+pub(crate) fn encode(m: &PendingMessage) -> Vec<u8> {
     let wire = Wire {
         id: fmt_id(m.id),
         sender: m.sender.clone(),
@@ -283,8 +297,9 @@ fn encode(m: &PendingMessage) -> Vec<u8> {
     serde_json::to_vec(&wire).unwrap_or_default()
 }
 
-/// The message a delivery carries, if it is one and its id is the one the broker de-duplicated.
-fn decode(d: &Delivery) -> Result<PendingMessage, String> {
+/// The message a delivery carries, if it is one and its id is the one the broker de-duplicated
+/// (or, from this host `me` itself, that id handed over: [`crate::failover::hand_over`]).
+fn decode(d: &Delivery, me: &str) -> Result<PendingMessage, String> {
     if !d.authentic {
         return Err(
             "it carries no valid MAC made with this swarm's secret: not sent by a host of \
@@ -295,7 +310,9 @@ fn decode(d: &Delivery) -> Result<PendingMessage, String> {
     let wire: Wire =
         serde_json::from_slice(&d.payload).map_err(|e| format!("not a Flock message: {e}"))?;
     let id = parse_id(&wire.id).ok_or_else(|| format!("bad message id `{}`", wire.id))?;
-    if wire.id != d.msg_id {
+    let handed = d.from_host == me
+        && d.msg_id.strip_suffix(crate::failover::HANDED) == Some(wire.id.as_str());
+    if wire.id != d.msg_id && !handed {
         return Err(format!("its id {} is not its Nats-Msg-Id {}", wire.id, d.msg_id));
     }
     Ok(PendingMessage {
@@ -317,6 +334,7 @@ pub async fn connect(
     host: &str,
     secret: Option<flock_llm::Secret>,
     state: &crate::paths::StateDir,
+    standby: bool,
 ) -> Result<Option<Link>> {
     let Some(cluster) = &spec.cluster else { return Ok(None) };
     let options = Options {
@@ -327,23 +345,97 @@ pub async fn connect(
     };
     let link = Link::connect(&options).await.map_err(|e| anyhow!("cluster: {e}"))?;
     let body = serde_json::to_vec(&Status { rows: Vec::new() })?;
-    link.claim(&body, LOST_AFTER).await.map_err(|e| anyhow!("cluster: {e}"))?;
+    // A host that may fail over is taken from another state dir only once lost that long.
+    let failover = spec.failover_after(host);
+    if standby && failover.is_none() {
+        bail!(
+            "--standby: the swarm file does not let host `{host}` fail over; add `cluster: {{ \
+             failover: {{ {host}: 30 }} }}` (seconds it must have been lost first, at least {})",
+            flock_config::MIN_FAILOVER_SECS
+        );
+    }
+    loop {
+        if standby && let Some(after) = failover {
+            crate::failover::stand_by(&link, after).await;
+        }
+        match link.claim(&body, failover.unwrap_or(LOST_AFTER)).await {
+            Ok(()) => break,
+            // Another run wrote first: stand by again.
+            Err(flock_cluster::Error::HostTaken { .. }) if standby => continue,
+            Err(e @ flock_cluster::Error::HostTaken { .. }) => {
+                let handed = if failover.is_some() {
+                    hand_over_from(&link, spec, state).await?
+                } else {
+                    String::new()
+                };
+                bail!("cluster: {e}{handed}");
+            }
+            Err(e) => bail!("cluster: {e}"),
+        }
+    }
     let nats = flock_cluster::redacted(&cluster.nats);
     tracing::info!(host, nats = %nats, "flock: host `{host}` joined swarm `{}` on NATS", spec.name);
     Ok(Some(link))
 }
 
+/// What this state dir holds undelivered, handed over to the run that took its host
+/// ([`crate::failover::hand_over`]); says how many went (or why not).
+async fn hand_over_from(
+    link: &Link,
+    spec: &SwarmSpec,
+    state: &crate::paths::StateDir,
+) -> Result<String> {
+    if !state.db().exists() {
+        return Ok(String::new());
+    }
+    let mut store =
+        flock_actors::store::Store::open(&state.db(), flock_actors::store::Durability::Normal)
+            .with_context(|| format!("open the store {}", state.db().display()))?;
+    let pending = store.pending().context("read the mailbox")?;
+    if pending.is_empty() {
+        return Ok(String::new());
+    }
+    let elsewhere = spec
+        .agents_elsewhere(link.host())
+        .iter()
+        .map(|a| (a.key(), spec.host_of(a).to_owned()))
+        .collect();
+    let (sent, failed) = crate::failover::hand_over(link, &elsewhere, &pending).await;
+    store.mark_forwarded(&sent).context("mark the handed-over messages")?;
+    Ok(match failed {
+        None => format!(
+            "; the {} message(s) this state dir held undelivered were handed over to it",
+            sent.len()
+        ),
+        Some(e) => format!(
+            "; {} of the {} message(s) this state dir holds undelivered were handed over to it, \
+             the rest could not be ({e}): run this again to hand them over",
+            sent.len(),
+            pending.len()
+        ),
+    })
+}
+
 /// Keeps writing this host's (empty) status while the rest of `up` starts (a slow start would
 /// otherwise let the host look lost, and be taken); abort it when the real heartbeat begins.
-pub fn hold(link: &Link) -> tokio::task::AbortHandle {
+pub fn hold(link: &Link, lease: Option<Arc<crate::failover::Lease>>) -> tokio::task::AbortHandle {
     let link = link.clone();
     tokio::spawn(async move {
         let body = serde_json::to_vec(&Status { rows: Vec::new() }).unwrap_or_default();
         loop {
             tokio::time::sleep(HEARTBEAT).await;
-            if let Err(e @ flock_cluster::Error::Fenced { .. }) = link.put_status(&body).await {
-                tracing::error!("flock cluster: {e}");
-                return;
+            let issued = std::time::Instant::now();
+            match link.put_status(&body).await {
+                Ok(()) => {
+                    if let Some(lease) = &lease {
+                        lease.touch(issued);
+                    }
+                }
+                Err(e @ flock_cluster::Error::Fenced { .. }) => {
+                    tracing::error!("flock cluster: {e}");
+                    return;
+                }
+                Err(_) => {}
             }
         }
     })
@@ -372,13 +464,14 @@ pub fn spawn(
     remote: HashMap<String, String>,
     wake: Arc<Notify>,
     calls: Option<UnboundedReceiver<OutCall>>,
+    held: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
     tokio::spawn(publish(link.clone(), store, remote, wake));
     if let Some(calls) = calls {
         tokio::spawn(call_out(link.clone(), router.clone(), calls));
     }
     tokio::spawn(answer_calls(link.clone(), router.clone()));
-    tokio::spawn(receive(link, router));
+    tokio::spawn(receive(link, router, held));
 }
 
 /// How often a batch of journal lines is offered to the leader before it is dropped (logged).
@@ -601,9 +694,19 @@ async fn publish(
     }
 }
 
-async fn receive(link: Link, router: ActorRef<RouterMsg>) {
+async fn receive(
+    link: Link,
+    router: ActorRef<RouterMsg>,
+    mut held: Option<tokio::sync::watch::Receiver<bool>>,
+) {
     let mut backoff = Duration::from_millis(50);
     loop {
+        // A run whose lease lapsed reads nothing: a standby may hold the host (failover.rs).
+        if let Some(held) = &mut held
+            && held.wait_for(|h| *h).await.is_err()
+        {
+            return;
+        }
         let mut inbox = match link.inbox().await {
             Ok(i) => i,
             Err(e) => {
@@ -614,7 +717,19 @@ async fn receive(link: Link, router: ActorRef<RouterMsg>) {
             }
         };
         backoff = Duration::from_millis(50);
-        while let Some(next) = inbox.next_batch(BATCH).await {
+        loop {
+            let lapsed = async {
+                match &mut held {
+                    Some(h) => drop(h.wait_for(|h| !*h).await),
+                    None => std::future::pending().await,
+                }
+            };
+            let next = tokio::select! {
+                next = inbox.next_batch(BATCH) => next,
+                // Closed, unacknowledged: what it held comes first to whoever opens it next.
+                () = lapsed => break,
+            };
+            let Some(next) = next else { break };
             let batch = match next {
                 Ok(b) => b,
                 // Opened again, afresh: what the broker holds comes in order from the oldest.
@@ -623,7 +738,7 @@ async fn receive(link: Link, router: ActorRef<RouterMsg>) {
                     break;
                 }
             };
-            match hand_over(&router, &batch).await {
+            match hand_over(&router, &batch, link.host()).await {
                 Handed::All => {}
                 // Stopping, or a message that could not be stored: what follows the stored
                 // prefix stays unacknowledged and comes again, in order, after `ack_wait`.
@@ -643,10 +758,10 @@ enum Handed {
 
 /// Hands a batch to the router (the store commits it together), then acknowledges the longest
 /// prefix of it that is stored or refused.
-async fn hand_over(router: &ActorRef<RouterMsg>, batch: &[Delivery]) -> Handed {
+async fn hand_over(router: &ActorRef<RouterMsg>, batch: &[Delivery], me: &str) -> Handed {
     let mut waits = Vec::with_capacity(batch.len());
     for d in batch {
-        match decode(d) {
+        match decode(d, me) {
             Ok(msg) => {
                 let (tx, rx) = oneshot::channel();
                 let ask = RouterMsg::FromHost { host: d.from_host.clone(), msg, reply: tx };

@@ -36,6 +36,8 @@ pub struct ControlCtx {
     pub cluster: Option<crate::cluster::Hosts>,
     /// Where what the operator does to agents is journaled.
     pub journal: Option<Arc<flock_journal::Journal>>,
+    /// This run's lease on its host, when the host may fail over (failover.rs).
+    pub lease: Option<Arc<crate::failover::Lease>>,
 }
 
 impl std::fmt::Debug for ControlCtx {
@@ -358,7 +360,19 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
         flock_actors::store_actor::with_store(&ctx.store, move |s| s.pending_counts(&remote))
             .await
             .unwrap_or_default();
-    Ok(ControlReply::Ps(hosts.rows(rows, &waiting).await))
+    let mut rows = hosts.rows(rows, &waiting).await;
+    // A run whose lease lapsed says so on its own row (failover.rs).
+    if let Some(lease) = &ctx.lease
+        && !*lease.held().borrow()
+        && let Some(me) = rows.first_mut()
+    {
+        me.state = "fenced".into();
+        me.last_exit = Some(format!(
+            "could not renew its lease for {} s: its agents are stopped until it can",
+            crate::failover::FENCE_AFTER.as_secs()
+        ));
+    }
+    Ok(ControlReply::Ps(rows))
 }
 
 /// Writes this host's rows for the other hosts every [`crate::cluster::HEARTBEAT`], as long as the
@@ -373,10 +387,19 @@ pub fn heartbeat(ctx: Arc<ControlCtx>) {
         loop {
             beat.tick().await;
             let Ok(rows) = local_rows(&ctx).await else { return };
+            let issued = std::time::Instant::now();
             match hosts.publish(&rows).await {
-                Ok(()) => failing = false,
+                Ok(()) => {
+                    failing = false;
+                    if let Some(lease) = &ctx.lease {
+                        lease.renewed(issued, &ctx.children);
+                    }
+                }
                 Err(e @ flock_cluster::Error::Fenced { .. }) => {
                     tracing::error!("flock cluster: {e}");
+                    if ctx.lease.is_some() {
+                        hand_over(&ctx, &hosts).await;
+                    }
                     let _ =
                         ctx.shutdown.send(crate::children::StopReason::Escalated(e.to_string()));
                     return;
@@ -389,6 +412,38 @@ pub fn heartbeat(ctx: Arc<ControlCtx>) {
             }
         }
     });
+}
+
+/// A run taken over by a standby hands what its store holds undelivered to it (and to the
+/// other hosts) before it stops: nothing accepted is lost (failover.rs).
+async fn hand_over(ctx: &ControlCtx, hosts: &crate::cluster::Hosts) {
+    let _ = ctx.children.cast(ChildMsg::Fence(true));
+    let pending = flock_actors::store_actor::with_store(&ctx.store, |s| s.pending()).await;
+    let pending = match pending {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "flock cluster: cannot read the mailbox to hand it over; start `up` from this state dir again to hand it over");
+            return;
+        }
+    };
+    let (sent, failed) =
+        crate::failover::hand_over(hosts.link(), &hosts.elsewhere(), &pending).await;
+    let n = sent.len();
+    let marked =
+        flock_actors::store_actor::with_store(&ctx.store, move |s| s.mark_forwarded(&sent));
+    if let Err(e) = marked.await {
+        tracing::error!(error = %e, "flock cluster: cannot mark the handed-over messages (the ids keep them once)");
+    }
+    match failed {
+        None => tracing::warn!(
+            "flock cluster: handed {n} undelivered message(s) over to the run that holds this host now"
+        ),
+        Some(e) => tracing::error!(
+            "flock cluster: handed {n} of {} undelivered message(s) over; the rest could not be \
+             ({e}): start `up` from this state dir again to hand them over",
+            pending.len()
+        ),
+    }
 }
 
 /// This host's rows of `flockctl ps`.

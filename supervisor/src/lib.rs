@@ -13,6 +13,7 @@ pub mod cli;
 pub mod cluster;
 pub mod control;
 pub mod dotenv;
+pub mod failover;
 pub mod journal_cli;
 pub mod keeper;
 pub mod live;

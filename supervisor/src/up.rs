@@ -226,6 +226,7 @@ fn check_workspaces(spec: &SwarmSpec, state: &StateDir) -> Result<()> {
 pub async fn up(
     spec: SwarmSpec,
     host: &str,
+    standby: bool,
     state: StateDir,
     keys: HashMap<String, Secret>,
     web: crate::web::WebOptions,
@@ -259,9 +260,12 @@ pub async fn up(
         },
         None => None,
     };
-    let link = crate::cluster::connect(&whole, host, cluster_secret, &state).await?;
+    let link = crate::cluster::connect(&whole, host, cluster_secret, &state, standby).await?;
+    // A host that may fail over holds a lease: its agents stop once it cannot renew it.
+    let lease =
+        whole.failover_after(host).and(link.as_ref()).map(|_| crate::failover::Lease::new());
     let cluster_view = link.as_ref().map(|l| crate::cluster::Hosts::new(l.clone(), &whole));
-    let holding = link.as_ref().map(crate::cluster::hold);
+    let holding = link.as_ref().map(|l| crate::cluster::hold(l, lease.clone()));
     let store = Store::open(&state.db(), Durability::Normal)
         .with_context(|| format!("open the store {}", state.db().display()))?;
     let spec = Arc::new(with_registry(spec, &store)?);
@@ -444,7 +448,16 @@ pub async fn up(
     }
     if let (Some(link), Some(h)) = (link, hosts) {
         let calls = h.take_calls();
-        crate::cluster::spawn(link, store_ref.clone(), router.clone(), h.remote, h.outbox, calls);
+        let held = lease.as_ref().map(|l| l.held());
+        crate::cluster::spawn(
+            link,
+            store_ref.clone(),
+            router.clone(),
+            h.remote,
+            h.outbox,
+            calls,
+            held,
+        );
     }
     let _ = router_cell.set(router.clone());
     channels
@@ -496,8 +509,12 @@ pub async fn up(
         max_frame_bytes: spec.delivery.max_frame_bytes,
         cluster: cluster_view,
         journal: Some(journal.clone()),
+        lease: lease.clone(),
     });
     let _ = control_cell.set(ctx.clone());
+    if let Some(lease) = lease {
+        crate::failover::guard(lease, children.clone(), host.to_owned());
+    }
     if let Some(h) = holding {
         h.abort();
     }

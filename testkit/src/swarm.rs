@@ -64,6 +64,15 @@ impl SwarmBuilder {
     /// Starts `flock-supervisor up` and waits until every agent is ready.
     #[track_caller]
     pub fn start(self) -> Swarm {
+        let mut swarm = self.spawn();
+        swarm.wait_ready();
+        swarm
+    }
+
+    /// Starts `flock-supervisor up` and returns at once (a standby starts nothing for a while):
+    /// [`Swarm::ready`] waits for it.
+    #[track_caller]
+    pub fn spawn(self) -> Swarm {
         let dir =
             tempfile::Builder::new().prefix("flock-e2e-").tempdir().expect("create a temp dir");
         let file = match (&self.source, &self.yaml) {
@@ -93,7 +102,6 @@ impl SwarmBuilder {
             up_args: self.up_args,
         };
         swarm.spawn_supervisor();
-        swarm.wait_ready();
         swarm
     }
 }
@@ -353,6 +361,28 @@ impl Swarm {
         }
         self.spawn_supervisor();
         self.wait_ready();
+    }
+
+    /// Waits until every agent of a swarm [`SwarmBuilder::spawn`] started is ready.
+    #[track_caller]
+    pub fn ready(&mut self) {
+        self.wait_ready();
+    }
+
+    /// Waits up to `timeout` for the supervisor to end on its own; how it ended.
+    #[track_caller]
+    pub fn exited_within(&mut self, timeout: Duration) -> ExitStatus {
+        let mut sup = self.supervisor.take().expect("the supervisor is running");
+        match wait_timeout(&mut sup, timeout) {
+            Some(status) => status,
+            None => {
+                self.supervisor = Some(sup);
+                panic!(
+                    "{}",
+                    self.report(&format!("the supervisor did not exit within {timeout:?}"))
+                );
+            }
+        }
     }
 
     /// `flockctl down`; returns how the supervisor process ended.

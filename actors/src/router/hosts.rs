@@ -188,7 +188,10 @@ impl RouterState {
         // channels and the chat bridges.
         let persons = m.sender.starts_with("human:")
             && self.hosts.as_ref().is_some_and(|l| l.leader == host && l.leader != l.host);
-        if placed != Some(host.as_str()) && !persons {
+        // From this host itself: what another run of it held undelivered when this one took
+        // the host over (cluster.failover), checked by that run when it took it.
+        let handed = self.hosts.as_ref().is_some_and(|l| l.host == host);
+        if placed != Some(host.as_str()) && !persons && !handed {
             let msg = match placed {
                 Some(p) => {
                     format!("host `{host}` may not speak for `{}`, which runs on `{p}`", m.sender)

@@ -2,9 +2,9 @@
 //! agent on one of them (docs/cluster.md).
 
 use super::*;
-use crate::spec::{ClusterSpec, DEFAULT_CLUSTER_SECRET_ENV, DEFAULT_HOST};
+use crate::spec::{ClusterSpec, DEFAULT_CLUSTER_SECRET_ENV, DEFAULT_HOST, MIN_FAILOVER_SECS};
 
-const CLUSTER_KEYS: &[&str] = &["nats", "credentials_file", "leader", "secret_env"];
+const CLUSTER_KEYS: &[&str] = &["nats", "credentials_file", "leader", "secret_env", "failover"];
 
 impl Loader<'_> {
     pub(super) fn cluster(&mut self, node: &Node) -> Option<ClusterSpec> {
@@ -81,7 +81,55 @@ impl Loader<'_> {
             }
             None => DEFAULT_CLUSTER_SECRET_ENV.to_owned(),
         };
-        Some(ClusterSpec { nats, credentials_file, leader, secret_env })
+        let failover = match lookup(entries, "failover") {
+            Some((_, v)) if !v.is_null() => self.failover(v, &leader),
+            _ => Default::default(),
+        };
+        Some(ClusterSpec { nats, credentials_file, leader, secret_env, failover })
+    }
+
+    /// `cluster.failover: { HOST: SECONDS, … }`: hosts a standby may take over once lost that
+    /// long. Never the leader (its store holds the channels); each host must be one the file
+    /// places agents on ([`Loader::check_failover`], once the agents are read).
+    fn failover(&mut self, node: &Node, leader: &str) -> std::collections::BTreeMap<String, u64> {
+        let mut out = std::collections::BTreeMap::new();
+        let Some(entries) = self.report.mapping(node, "cluster.failover") else { return out };
+        for (key, value) in entries {
+            let Some(host) = self.host_name(key, "cluster.failover") else { continue };
+            if host == leader {
+                self.report.error(
+                    key.pos,
+                    format!(
+                        "`cluster.failover` names `{host}`, the leader: the leader's store holds \
+                         the channels and permission records, which a standby would not have; \
+                         fail over only other hosts"
+                    ),
+                );
+                continue;
+            }
+            let what = format!("cluster.failover.{host}");
+            if let Some(secs) = self.report.uint(value, &what, MIN_FAILOVER_SECS as i128, 86_400) {
+                self.failover_hosts.push((host.clone(), key.pos));
+                out.insert(host, secs);
+            }
+        }
+        out
+    }
+
+    /// Each host in `cluster.failover` is one the file places agents on.
+    pub(super) fn check_failover(&mut self, hosts: &[String]) {
+        for (host, pos) in std::mem::take(&mut self.failover_hosts) {
+            if !hosts.contains(&host) {
+                self.report.error(
+                    pos,
+                    format!(
+                        "`cluster.failover` names `{host}`, which the file places no agent on; \
+                         its hosts: {} (`host:` of an agent)",
+                        hosts.join(", ")
+                    ),
+                );
+            }
+        }
     }
 
     /// A host's name: the agents' rule (it is part of NATS subjects and of `ps`).

@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         Command::Validate { file, local_model, needs, file_only } => {
             validate(&file, local_model, needs, file_only)
         }
-        Command::Up { file, detach, state_dir, model, host, metrics, ui, log_format } => {
+        Command::Up { file, detach, state_dir, model, host, standby, metrics, ui, log_format } => {
             let web = flock_supervisor::web::WebOptions { metrics, ui };
             for (flag, addr) in [("--metrics", metrics), ("--ui", ui)] {
                 if let Some(a) = addr
@@ -161,7 +161,8 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            match runtime.block_on(flock_supervisor::up::up(spec, &host, state, keys, web)) {
+            match runtime.block_on(flock_supervisor::up::up(spec, &host, standby, state, keys, web))
+            {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("flock-supervisor: {e:#}");

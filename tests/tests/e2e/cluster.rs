@@ -769,3 +769,66 @@ fn a_host_cut_off_from_the_broker_is_shown_lost_and_once_healed_delivers_everyth
     );
     assert_eq!(state_of(&main.ps(), "host", "main"), "up");
 }
+
+/// `main` with a relay, `gpu` with the sink and a helper; `gpu` may fail over after 15 s.
+fn failover_yaml(url: &str) -> String {
+    relay_yaml(url).replace("cluster: {", "cluster: { failover: { gpu: 15 },").replace(
+        "host: gpu }\n",
+        "host: gpu }\n  - { name: helper, role: worker, model: sink, host: gpu }\n",
+    )
+}
+
+#[test]
+fn a_standby_takes_over_a_host_cut_off_whose_agents_stopped_and_gets_what_it_held() {
+    let Some(bin) = available("cluster: failover to a standby") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    // `gpu` reaches the broker through a link that can be cut; `main` and the standby directly.
+    let cable = flock_testkit::net::Relay::start(broker.addr());
+    let main = host(&failover_yaml(&broker.url()), None);
+    let mut gpu = host(&failover_yaml(&cable.url()), Some("gpu"));
+    let mut standby = Swarm::builder(&failover_yaml(&broker.url()))
+        .env(SECRET.0, SECRET.1)
+        .up_args(&["--host", "gpu", "--standby"])
+        .spawn();
+    gpu.wait_until(
+        || standby.supervisor_output().contains("standby for host `gpu`: it is up"),
+        LONG,
+        "the standby waits while gpu is up",
+    );
+    // A message accepted on gpu and not delivered there yet: its sink is stopped.
+    gpu.ctl_ok(&["stop", "sink"]);
+    main.ctl_ok(&["send", "relay", "job-held"]);
+    gpu.wait_until(|| gpu.agent("sink")["mailbox_depth"] == 1, LONG, "job-held waits on gpu");
+    let helper = gpu.pid_of("helper").expect("the helper runs on gpu");
+
+    cable.cut();
+    // Cut off, gpu cannot renew its lease: its agents stop (never on two machines at once)…
+    gpu.wait_until(
+        || gpu.state_of("helper") == "stopped" && !flock_testkit::proc::alive(helper),
+        LONG,
+        "the cut-off host's agents are killed once its lease lapsed",
+    );
+    // …and after 15 s lost the standby takes the host over and runs its agents.
+    let standby_pid = standby.supervisor_pid().expect("the standby runs");
+    main.wait_until(
+        || row(&main.ps(), "host", "gpu").is_some_and(|r| r["pid"] == standby_pid),
+        LONG + std::time::Duration::from_secs(20),
+        "the standby holds host gpu",
+    );
+    standby.ready();
+    assert!(gpu.pid_of("helper").is_none(), "the helper runs on one machine only");
+    main.ctl_ok(&["send", "relay", "job-after"]);
+    standby.wait_for_log("sink", "reply \"got: job-after\"", LONG);
+
+    // Healed: the old run learns it was taken over, hands job-held over and stops.
+    cable.heal();
+    let status = gpu.exited_within(LONG);
+    assert!(!status.success(), "{}", gpu.supervisor_output());
+    let out = gpu.supervisor_output();
+    assert!(out.contains("handed 1 undelivered message(s) over"), "{out}");
+    standby.wait_for_log("sink", "reply \"got: job-held\"", LONG);
+    let log = standby.log("sink");
+    assert_eq!(log.matches("reply \"got: job-held\"").count(), 1, "{log}");
+    assert_eq!(state_of(&main.ps(), "host", "gpu"), "up");
+}
