@@ -363,6 +363,14 @@ impl Swarm {
         self.wait_ready();
     }
 
+    /// `flock-supervisor up` again with the same file and state dir, without waiting (it may
+    /// stop on its own: [`Swarm::exited_within`]).
+    #[track_caller]
+    pub fn spawn_again(&mut self) {
+        assert!(self.supervisor.is_none(), "spawn_again: the supervisor is running");
+        self.spawn_supervisor();
+    }
+
     /// Waits until every agent of a swarm [`SwarmBuilder::spawn`] started is ready.
     #[track_caller]
     pub fn ready(&mut self) {

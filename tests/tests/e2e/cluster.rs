@@ -832,3 +832,41 @@ fn a_standby_takes_over_a_host_cut_off_whose_agents_stopped_and_gets_what_it_hel
     assert_eq!(log.matches("reply \"got: job-held\"").count(), 1, "{log}");
     assert_eq!(state_of(&main.ps(), "host", "gpu"), "up");
 }
+
+#[test]
+fn a_host_killed_for_good_is_taken_over_and_its_state_dir_hands_what_it_held_over_when_run_again() {
+    let Some(bin) = available("cluster: failover after kill -9") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let yaml = failover_yaml(&broker.url());
+    let main = host(&yaml, None);
+    let mut gpu = host(&yaml, Some("gpu"));
+    let mut standby = Swarm::builder(&yaml)
+        .env(SECRET.0, SECRET.1)
+        .up_args(&["--host", "gpu", "--standby"])
+        .spawn();
+    gpu.ctl_ok(&["stop", "sink"]);
+    main.ctl_ok(&["send", "relay", "job-held"]);
+    gpu.wait_until(|| gpu.agent("sink")["mailbox_depth"] == 1, LONG, "job-held waits on gpu");
+    gpu.kill9_supervisor();
+    let standby_pid = standby.supervisor_pid().expect("the standby runs");
+    main.wait_until(
+        || row(&main.ps(), "host", "gpu").is_some_and(|r| r["pid"] == standby_pid),
+        LONG + std::time::Duration::from_secs(20),
+        "the standby holds host gpu",
+    );
+    standby.ready();
+    // The dead machine's state dir, run again: the host is taken, so it hands over and stops.
+    gpu.spawn_again();
+    let status = gpu.exited_within(LONG);
+    let out = gpu.supervisor_output();
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(out.contains("is running already"), "{out}");
+    assert!(out.contains("the 1 message(s) this state dir held undelivered were handed over"), "{out}");
+    standby.wait_for_log("sink", "reply \"got: job-held\"", LONG);
+    assert_eq!(standby.log("sink").matches("reply \"got: job-held\"").count(), 1);
+    // Handed over once: a second run finds nothing left to hand over.
+    gpu.spawn_again();
+    assert_eq!(gpu.exited_within(LONG).code(), Some(1));
+    assert_eq!(gpu.supervisor_output().matches("were handed over").count(), 1);
+}
