@@ -1,10 +1,10 @@
 //! Flock across hosts (issue #26), the transport: messages between the supervisors of one swarm on
 //! several machines go through **NATS JetStream**, never a home-made network layer.
 //!
-//! One stream per swarm, `FLOCK-<swarm>`, holds one subject per pair of hosts,
-//! `flock.<swarm>.inbox.<to>.<from>`: a work queue, so a message leaves the stream once the
+//! One stream per swarm, `FLOCK-<swarm>`, holds the subjects of each pair of hosts,
+//! `flock.<swarm>.inbox.<to>.<from>.<count>` (`count`: the messages an entry carries): a work queue, so a message leaves the stream once the
 //! receiving host has acknowledged it. The sending host is part of the subject, where the broker's
-//! permissions can pin it (a host's NATS user may publish only on `flock.<swarm>.inbox.*.<host>`),
+//! permissions can pin it (a host's NATS user may publish only on `flock.<swarm>.inbox.*.<host>.*`),
 //! so a receiver learns who sent a message from the broker, not from the message.
 //!
 //! - [`Link::send`] publishes a message to a host's inbox with `Nats-Msg-Id` = the message's id and
@@ -321,7 +321,7 @@ impl Link {
         let name = format!("FLOCK-{}", options.swarm);
         let config = stream::Config {
             name: name.clone(),
-            subjects: vec![format!("flock.{}.inbox.*.*", options.swarm)],
+            subjects: vec![format!("flock.{}.inbox.*.*.*", options.swarm)],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
             duplicate_window: Duration::from_secs(120),
@@ -458,13 +458,15 @@ impl Link {
         let stream_error = |why: String| Error::Stream { stream: self.stream.clone(), why };
         let stream =
             self.js.get_stream(&self.stream).await.map_err(|e| stream_error(e.to_string()))?;
-        let filter = format!("flock.{}.inbox.{host}.*", self.swarm);
+        let filter = format!("flock.{}.inbox.{host}.*.*", self.swarm);
         let mut subjects =
             stream.info_with_subjects(&filter).await.map_err(|e| stream_error(e.to_string()))?;
         let mut queued = 0;
         while let Some(subject) = subjects.next().await {
-            let (_, n) = subject.map_err(|e| stream_error(e.to_string()))?;
-            queued += n as u64;
+            let (subject, entries) = subject.map_err(|e| stream_error(e.to_string()))?;
+            // `….<from>.<count>`: entries of `count` messages each.
+            let count = subject.rsplit('.').next().and_then(|c| c.parse::<u64>().ok());
+            queued += entries as u64 * count.unwrap_or(1).max(1);
         }
         Ok(queued)
     }
@@ -509,21 +511,33 @@ impl Link {
         &self.host
     }
 
-    /// The subject of what this host sends to `to`.
-    pub fn subject(&self, to: &str) -> String {
-        format!("flock.{}.inbox.{to}.{}", self.swarm, self.host)
+    /// The subject of an entry of `count` messages this host sends to `to`.
+    pub fn subject(&self, to: &str, count: usize) -> String {
+        format!("flock.{}.inbox.{to}.{}.{count}", self.swarm, self.host)
     }
 
-    /// Publishes `payload` to host `to`'s inbox under `msg_id` and waits until the stream has
-    /// stored it (or found it stored already).
+    /// Publishes `payload` (one message) to host `to`'s inbox under `msg_id` and waits until the
+    /// stream has stored it (or found it stored already).
     pub async fn send(
         &self,
         to: &str,
         msg_id: &str,
         payload: impl Into<Bytes>,
     ) -> Result<Sent, Error> {
+        self.send_entry(to, msg_id, 1, payload).await
+    }
+
+    /// [`Link::send`] for a stream entry that carries `count` messages (the subject says how
+    /// many, so [`Link::queued_for`] counts messages, not entries).
+    pub async fn send_entry(
+        &self,
+        to: &str,
+        msg_id: &str,
+        count: usize,
+        payload: impl Into<Bytes>,
+    ) -> Result<Sent, Error> {
         valid_name(to)?;
-        let subject = self.subject(to);
+        let subject = self.subject(to, count.max(1));
         let publish_error = |why: String| Error::Publish { subject: subject.clone(), why };
         let payload = payload.into();
         let mut message = jetstream::message::PublishMessage::build();
@@ -546,7 +560,7 @@ impl Link {
     /// process per host may read it at a time.
     pub async fn inbox(&self) -> Result<Inbox, Error> {
         let host = &self.host;
-        let subject = format!("flock.{}.inbox.{host}.*", self.swarm);
+        let subject = format!("flock.{}.inbox.{host}.*.*", self.swarm);
         let inbox_error = |why: String| Error::Inbox { subject: subject.clone(), why };
         let epoch = self.losses.count.load(Ordering::SeqCst);
         let stream = self
@@ -675,8 +689,8 @@ impl Inbox {
             .map(|v| v.as_str().to_owned())
             .unwrap_or_default();
         let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
-        // `flock.<swarm>.inbox.<to>.<from>`: the filter guarantees the shape.
-        let from_host = message.subject.rsplit('.').next().unwrap_or_default().to_owned();
+        // `flock.<swarm>.inbox.<to>.<from>.<count>`: the filter guarantees the shape.
+        let from_host = message.subject.rsplit('.').nth(1).unwrap_or_default().to_owned();
         let tag = message.headers.as_ref().and_then(|h| h.get(MAC_HEADER)).map(|t| t.as_str());
         let authentic = verify(self.key.as_ref(), tag, &from_host, &msg_id, &message.payload);
         Some(Ok(Delivery {

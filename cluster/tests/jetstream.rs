@@ -302,12 +302,12 @@ const USERS: &str = r#"
 authorization {
   users = [
     { user: main, password: "pm", permissions: {
-        publish:   ["flock.team.inbox.*.main", "flock.team.call.*.main",
+        publish:   ["flock.team.inbox.*.main.*", "flock.team.call.*.main",
                     "$KV.flock-team-hosts.main", "$JS.API.>", "$JS.ACK.FLOCK-team.>"],
         subscribe: ["_INBOX.>", "flock.team.call.main.*"],
         allow_responses: true } }
     { user: gpu,  password: "pg", permissions: {
-        publish:   ["flock.team.inbox.*.gpu", "flock.team.call.*.gpu",
+        publish:   ["flock.team.inbox.*.gpu.*", "flock.team.call.*.gpu",
                     "$KV.flock-team-hosts.gpu", "$JS.API.>", "$JS.ACK.FLOCK-team.>"],
         subscribe: ["_INBOX.>", "flock.team.call.gpu.*"],
         allow_responses: true } }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use flock_actors::store::PendingMessage;
 use flock_cluster::Link;
-use flock_ipc::id::{MsgId, fmt_id};
+use flock_ipc::id::MsgId;
 use ractor::ActorRef;
 use tokio::sync::watch;
 
@@ -176,11 +176,11 @@ pub async fn hand_over(
 ) -> (Vec<(MsgId, String)>, Option<flock_cluster::Error>) {
     let me = link.host().to_owned();
     let mut sent = Vec::with_capacity(pending.len());
-    for m in pending {
-        let host = elsewhere.get(&m.target).unwrap_or(&me).clone();
-        let id = if host == me { format!("{}{HANDED}", fmt_id(m.id)) } else { fmt_id(m.id) };
-        match link.send(&host, &id, crate::cluster::encode(m)).await {
-            Ok(_) => sent.push((m.id, host)),
+    let host_of = |t: &str| Some(elsewhere.get(t).unwrap_or(&me).clone());
+    for entry in crate::cluster::wire::entries(pending, host_of) {
+        let id = if entry.host == me { format!("{}{HANDED}", entry.id()) } else { entry.id() };
+        match link.send_entry(&entry.host, &id, entry.messages.len(), entry.payload()).await {
+            Ok(_) => sent.extend(entry.sent()),
             Err(e) => return (sent, Some(e)),
         }
     }

@@ -23,15 +23,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use flock_actors::messages::{FromHost, HostAsk, OutCall};
-use flock_actors::store::PendingMessage;
+use flock_ipc::id::{fmt_id, parse_id};
 use flock_actors::{RouterMsg, StoreMsg};
 use flock_cluster::{Delivery, HostStatus, Link, Options};
 use flock_config::SwarmSpec;
 use flock_ipc::PsRow;
-use flock_ipc::id::{fmt_id, parse_id};
 use flock_ipc::{Body, ErrorCode};
 use ractor::ActorRef;
 use serde::{Deserialize, Serialize};
+
+pub(crate) mod wire;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{Notify, oneshot};
 
@@ -271,59 +272,6 @@ fn host_rows(
         ),
     );
     rows
-}
-
-/// A message on the wire between hosts (JSON: the route is already JSON text).
-#[derive(Debug, Serialize, Deserialize)]
-struct Wire {
-    id: String,
-    sender: String,
-    target: String,
-    text: String,
-    #[serde(default)]
-    route: String,
-    enqueued_at: u64,
-}
-
-pub(crate) fn encode(m: &PendingMessage) -> Vec<u8> {
-    let wire = Wire {
-        id: fmt_id(m.id),
-        sender: m.sender.clone(),
-        target: m.target.clone(),
-        text: m.text.clone(),
-        route: m.route.clone(),
-        enqueued_at: m.enqueued_at,
-    };
-    serde_json::to_vec(&wire).unwrap_or_default()
-}
-
-/// The message a delivery carries, if it is one and its id is the one the broker de-duplicated
-/// (or, from this host `me` itself, that id handed over: [`crate::failover::hand_over`]).
-fn decode(d: &Delivery, me: &str) -> Result<PendingMessage, String> {
-    if !d.authentic {
-        return Err(
-            "it carries no valid MAC made with this swarm's secret: not sent by a host of \
-                    this swarm (is `cluster.secret_env` set to the same value on every host?)"
-                .into(),
-        );
-    }
-    let wire: Wire =
-        serde_json::from_slice(&d.payload).map_err(|e| format!("not a Flock message: {e}"))?;
-    let id = parse_id(&wire.id).ok_or_else(|| format!("bad message id `{}`", wire.id))?;
-    let handed = d.from_host == me
-        && d.msg_id.strip_suffix(crate::failover::HANDED) == Some(wire.id.as_str());
-    if wire.id != d.msg_id && !handed {
-        return Err(format!("its id {} is not its Nats-Msg-Id {}", wire.id, d.msg_id));
-    }
-    Ok(PendingMessage {
-        id,
-        sender: wire.sender,
-        target: wire.target,
-        text: wire.text,
-        attempts: 0,
-        route: wire.route,
-        enqueued_at: wire.enqueued_at,
-    })
 }
 
 /// Connects this host to the swarm's broker (before anything starts: a swarm across hosts does
@@ -664,10 +612,11 @@ async fn publish(
         }
         let mut sent = Vec::with_capacity(batch.len());
         let mut failed = false;
-        for m in &batch {
-            let Some(host) = remote.get(&m.target) else { continue };
-            match link.send(host, &fmt_id(m.id), encode(m)).await {
-                Ok(_) => sent.push((m.id, host.clone())),
+        // A host's messages in a row go as one stream entry (wire.rs).
+        for entry in wire::entries(&batch, |t| remote.get(t).cloned()) {
+            let host = &entry.host;
+            match link.send_entry(host, &entry.id(), entry.messages.len(), entry.payload()).await {
+                Ok(_) => sent.extend(entry.sent()),
                 Err(e) => {
                     // Stop here: what follows waits, so order per host holds.
                     tracing::warn!(error = %e, to = %host, "flock cluster: send to host `{host}` failed; retrying");
@@ -759,46 +708,51 @@ enum Handed {
 /// Hands a batch to the router (the store commits it together), then acknowledges the longest
 /// prefix of it that is stored or refused.
 async fn hand_over(router: &ActorRef<RouterMsg>, batch: &[Delivery], me: &str) -> Handed {
-    let mut waits = Vec::with_capacity(batch.len());
-    for d in batch {
-        match decode(d, me) {
-            Ok(msg) => {
-                let (tx, rx) = oneshot::channel();
-                let ask = RouterMsg::FromHost { host: d.from_host.clone(), msg, reply: tx };
-                if router.cast(ask).is_err() {
-                    break;
-                }
-                waits.push(Some(rx));
-            }
+    // Per delivery (a stream entry: one or more messages), the router's answer for each.
+    let mut waits: Vec<Vec<oneshot::Receiver<FromHost>>> = Vec::with_capacity(batch.len());
+    let mut gone = false;
+    'entries: for d in batch {
+        let messages = match wire::decode(d, me) {
+            Ok(m) => m,
             Err(why) => {
                 refused(d, &why);
-                waits.push(None);
+                waits.push(Vec::new());
+                continue;
             }
+        };
+        let mut answers = Vec::with_capacity(messages.len());
+        for msg in messages {
+            let (tx, rx) = oneshot::channel();
+            let ask = RouterMsg::FromHost { host: d.from_host.clone(), msg, reply: tx };
+            if router.cast(ask).is_err() {
+                gone = true;
+                break 'entries;
+            }
+            answers.push(rx);
         }
+        waits.push(answers);
     }
     let mut handled = 0;
     let mut outcome = Handed::All;
-    for (d, wait) in batch.iter().zip(waits.iter_mut()) {
-        let Some(rx) = wait.take() else {
-            handled += 1;
-            continue;
-        };
-        match rx.await {
-            Ok(FromHost::Stored) => {}
-            Ok(FromHost::Refused(why)) => refused(d, &why),
-            Ok(FromHost::Failed(why)) => {
-                tracing::error!(from = %d.from_host, msg_id = %d.msg_id, "flock cluster: a message from host `{}` was not stored: {why}; it comes again", d.from_host);
-                outcome = Handed::Failed;
-                break;
-            }
-            Err(_) => {
-                outcome = Handed::Stopping;
-                break;
+    'handled: for (d, answers) in batch.iter().zip(waits) {
+        for rx in answers {
+            match rx.await {
+                Ok(FromHost::Stored) => {}
+                Ok(FromHost::Refused(why)) => refused(d, &why),
+                Ok(FromHost::Failed(why)) => {
+                    tracing::error!(from = %d.from_host, msg_id = %d.msg_id, "flock cluster: a message from host `{}` was not stored: {why}; it comes again", d.from_host);
+                    outcome = Handed::Failed;
+                    break 'handled;
+                }
+                Err(_) => {
+                    outcome = Handed::Stopping;
+                    break 'handled;
+                }
             }
         }
         handled += 1;
     }
-    if waits.len() < batch.len() && matches!(outcome, Handed::All) {
+    if gone && matches!(outcome, Handed::All) {
         outcome = Handed::Stopping; // the router is gone
     }
     if let Err(e) = flock_cluster::ack_prefix(&batch[..handled]).await {
@@ -863,19 +817,4 @@ mod tests {
         assert!(unreachable[0].last_exit.as_deref().unwrap().contains("timed out"));
     }
 
-    #[test]
-    fn a_message_crosses_as_json_and_must_carry_its_broker_id() {
-        let m = PendingMessage {
-            id: 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef,
-            sender: "c".into(),
-            target: "w".into(),
-            text: "hello".into(),
-            attempts: 3,
-            route: "{\"hop\":2}".into(),
-            enqueued_at: 7,
-        };
-        let wire: Wire = serde_json::from_slice(&encode(&m)).unwrap();
-        assert_eq!(wire.id, fmt_id(m.id));
-        assert_eq!((wire.sender.as_str(), wire.route.as_str()), ("c", "{\"hop\":2}"));
-    }
 }
