@@ -310,6 +310,11 @@ pub async fn connect(
             Ok(()) => break,
             // Another run wrote first: stand by again.
             Err(flock_cluster::Error::HostTaken { .. }) if standby => continue,
+            // A standby outlives a broker that does not answer for a while.
+            Err(e) if standby => {
+                tracing::warn!(error = %e, "flock cluster: standby for host `{host}`: cannot take it over yet; trying again");
+                tokio::time::sleep(HEARTBEAT).await;
+            }
             Err(e @ flock_cluster::Error::HostTaken { .. }) => {
                 let handed = if failover.is_some() {
                     hand_over_from(&link, spec, state).await?
