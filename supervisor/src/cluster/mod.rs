@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use flock_actors::messages::{FromHost, HostAsk, OutCall};
-use flock_ipc::id::{fmt_id, parse_id};
 use flock_actors::{RouterMsg, StoreMsg};
 use flock_cluster::{Delivery, HostStatus, Link, Options};
 use flock_config::SwarmSpec;
 use flock_ipc::PsRow;
+use flock_ipc::id::{fmt_id, parse_id};
 use flock_ipc::{Body, ErrorCode};
 use ractor::ActorRef;
 use serde::{Deserialize, Serialize};
@@ -821,5 +821,4 @@ mod tests {
         let unreachable = host_rows("gpu", "host", &placed, Err("timed out".into()), 0, t0);
         assert!(unreachable[0].last_exit.as_deref().unwrap().contains("timed out"));
     }
-
 }

@@ -109,7 +109,11 @@ pub fn entries<'a>(
 /// broker de-duplicated (or, from this host `me` itself, that id handed over:
 /// [`crate::failover::hand_over`]).
 pub fn decode(d: &Delivery, me: &str) -> Result<Vec<PendingMessage>, String> {
-    decode_parts(&Sent { msg_id: &d.msg_id, from_host: &d.from_host, authentic: d.authentic }, &d.payload, me)
+    decode_parts(
+        &Sent { msg_id: &d.msg_id, from_host: &d.from_host, authentic: d.authentic },
+        &d.payload,
+        me,
+    )
 }
 
 /// What [`decode`] reads of a delivery besides its payload.

@@ -778,16 +778,12 @@ fn failover_yaml(url: &str) -> String {
     )
 }
 
-#[test]
-fn a_standby_takes_over_a_host_cut_off_whose_agents_stopped_and_gets_what_it_held() {
-    let Some(bin) = available("cluster: failover to a standby") else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start(&bin, dir.path(), None);
-    // `gpu` reaches the broker through a link that can be cut; `main` and the standby directly.
-    let cable = flock_testkit::net::Relay::start(broker.addr());
+/// `main`, `gpu` (reaching the broker at `gpu_url`) holding `job-held` for its stopped sink,
+/// and a standby for `gpu`, waiting.
+fn with_a_standby(broker: &Broker, gpu_url: &str) -> (Swarm, Swarm, Swarm) {
     let main = host(&failover_yaml(&broker.url()), None);
-    let mut gpu = host(&failover_yaml(&cable.url()), Some("gpu"));
-    let mut standby = Swarm::builder(&failover_yaml(&broker.url()))
+    let gpu = host(&failover_yaml(gpu_url), Some("gpu"));
+    let standby = Swarm::builder(&failover_yaml(&broker.url()))
         .env(SECRET.0, SECRET.1)
         .up_args(&["--host", "gpu", "--standby"])
         .spawn();
@@ -800,6 +796,17 @@ fn a_standby_takes_over_a_host_cut_off_whose_agents_stopped_and_gets_what_it_hel
     gpu.ctl_ok(&["stop", "sink"]);
     main.ctl_ok(&["send", "relay", "job-held"]);
     gpu.wait_until(|| gpu.agent("sink")["mailbox_depth"] == 1, LONG, "job-held waits on gpu");
+    (main, gpu, standby)
+}
+
+#[test]
+fn a_standby_takes_over_a_host_cut_off_whose_agents_stopped_and_gets_what_it_held() {
+    let Some(bin) = available("cluster: failover to a standby") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    // `gpu` reaches the broker through a link that can be cut; `main` and the standby directly.
+    let cable = flock_testkit::net::Relay::start(broker.addr());
+    let (main, mut gpu, mut standby) = with_a_standby(&broker, &cable.url());
     let helper = gpu.pid_of("helper").expect("the helper runs on gpu");
 
     cable.cut();
@@ -838,16 +845,7 @@ fn a_host_killed_for_good_is_taken_over_and_its_state_dir_hands_what_it_held_ove
     let Some(bin) = available("cluster: failover after kill -9") else { return };
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(&bin, dir.path(), None);
-    let yaml = failover_yaml(&broker.url());
-    let main = host(&yaml, None);
-    let mut gpu = host(&yaml, Some("gpu"));
-    let mut standby = Swarm::builder(&yaml)
-        .env(SECRET.0, SECRET.1)
-        .up_args(&["--host", "gpu", "--standby"])
-        .spawn();
-    gpu.ctl_ok(&["stop", "sink"]);
-    main.ctl_ok(&["send", "relay", "job-held"]);
-    gpu.wait_until(|| gpu.agent("sink")["mailbox_depth"] == 1, LONG, "job-held waits on gpu");
+    let (main, mut gpu, mut standby) = with_a_standby(&broker, &broker.url());
     gpu.kill9_supervisor();
     let standby_pid = standby.supervisor_pid().expect("the standby runs");
     main.wait_until(
@@ -862,7 +860,10 @@ fn a_host_killed_for_good_is_taken_over_and_its_state_dir_hands_what_it_held_ove
     let out = gpu.supervisor_output();
     assert_eq!(status.code(), Some(1), "{out}");
     assert!(out.contains("is running already"), "{out}");
-    assert!(out.contains("the 1 message(s) this state dir held undelivered were handed over"), "{out}");
+    assert!(
+        out.contains("the 1 message(s) this state dir held undelivered were handed over"),
+        "{out}"
+    );
     standby.wait_for_log("sink", "reply \"got: job-held\"", LONG);
     assert_eq!(standby.log("sink").matches("reply \"got: job-held\"").count(), 1);
     // Handed over once: a second run finds nothing left to hand over.
