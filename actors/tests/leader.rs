@@ -343,3 +343,48 @@ async fn the_leader_decides_another_hosts_permission_calls_and_protects_that_hos
     assert_eq!(code, ErrorCode::Forbidden);
     assert!(msg.contains("host `cpu` may not speak for `w`"), "{msg}");
 }
+
+/// An instance an agent of another host spawned there (`w@job-1`) runs where its agent is placed:
+/// the leader answers its channel calls from that host only, with its agent's role, and tells it
+/// of posts through that host; the leader does not spawn it itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_spawned_on_another_host_is_that_hosts_and_has_its_agents_powers() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, YAML, true, Some("main")).await;
+    let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).expect("the link's calls");
+    let mut o = node.agent("o").await;
+    let made =
+        tool(&mut o, "flock_channel_create", json!({"channel": "jobs", "members": ["w@job-1"]}));
+    made.await.expect("an instance of gpu's agent is a member");
+    let body = ask(
+        &node.router,
+        "gpu",
+        1,
+        post("w@job-1", "flock_channel_post", json!({"channel": "jobs", "text": "job done"})),
+    )
+    .await;
+    assert!(matches!(&body, Body::ToolResult { ok: true, .. }), "{body:?}");
+    let (f, text) = delta(&mut o).await;
+    assert!(text.contains("w@job-1: job done"), "{text}");
+    ack(&o, &f).await;
+    // Its role is its agent's: a worker creates no channel.
+    let create = post("w@job-1", "flock_channel_create", json!({"channel": "mine"}));
+    let (code, msg) = refusal(ask(&node.router, "gpu", 2, create).await);
+    assert_eq!(code, ErrorCode::Forbidden, "{msg}");
+    // Another host does not speak for it.
+    let forged = post("w@job-1", "flock_channel_post", json!({"channel": "jobs", "text": "x"}));
+    let (code, msg) = refusal(ask(&node.router, "cpu", 3, forged).await);
+    assert_eq!(code, ErrorCode::Forbidden);
+    assert!(msg.contains("host `cpu` may not speak for `w@job-1`"), "{msg}");
+    // A post for it goes to its host.
+    tool(&mut o, "flock_channel_post", json!({"channel": "jobs", "text": "next job"}))
+        .await
+        .unwrap();
+    let (host, _, what) = asked(&mut calls).await;
+    let HostAsk::Delta { agent, .. } = what else { panic!("{what:?}") };
+    assert_eq!((host.as_str(), agent.as_str()), ("gpu", "w@job-1"));
+    // The leader does not start gpu's agent here.
+    let spawned = tool(&mut o, "agents__spawn", json!({"agent": "w", "instance": "job-2"})).await;
+    let msg = spawned.expect_err("refused");
+    assert!(msg.contains("FORBIDDEN") && msg.contains("runs on another host"), "{msg}");
+}

@@ -129,6 +129,15 @@ impl ChannelsState {
         else {
             return Err((ErrorCode::AgentNotFound, format!("no declared agent named `{agent}`")));
         };
+        if self.elsewhere.contains_key(agent) {
+            return Err((
+                ErrorCode::Forbidden,
+                format!(
+                    "`{agent}` runs on another host, and so do its instances: an agent on that \
+                     host spawns them (or place `{agent}` on this host with `host:`)"
+                ),
+            ));
+        }
         let instance = match str_arg(args, "instance") {
             Some(i) => i.to_owned(),
             None => format!("{:08x}", fastrand::u32(..)),

@@ -70,6 +70,7 @@ impl Actor for Channels {
         .map_err(|e| format!("load channels: {e}"))?;
         let mut st = ChannelsState {
             agents: args.spec.agents.iter().chain(&args.elsewhere).cloned().collect(),
+            elsewhere: args.elsewhere.iter().map(|a| (a.key(), a.clone())).collect(),
             agent_ops: args.agent_ops,
             spec: args.spec,
             store: args.store,

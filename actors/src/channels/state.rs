@@ -48,6 +48,8 @@ pub struct ChannelsState {
     pub(super) spec: Arc<SwarmSpec>,
     /// Every agent in service: the swarm file's, then those created at run time.
     pub(super) agents: Vec<AgentSpec>,
+    /// On the leader: the agents the file places on other hosts, by name.
+    pub(super) elsewhere: HashMap<String, AgentSpec>,
     pub(super) agent_ops: Option<AgentOps>,
     pub(super) store: ActorRef<StoreMsg>,
     pub(super) router: Option<ActorRef<RouterMsg>>,
@@ -198,7 +200,12 @@ impl ChannelsState {
 
     /// The agent or spawned instance at this address (`name` or `name@instance`).
     pub(super) fn agent(&self, key: &str) -> Option<&AgentSpec> {
-        self.agents.iter().find(|a| a.has_key(key))
+        self.agents.iter().find(|a| a.has_key(key)).or_else(|| {
+            // On the leader: an instance an agent of another host spawned there, of an agent
+            // placed there (it has that agent's role).
+            let (base, _) = key.split_once('@')?;
+            self.elsewhere.get(base)
+        })
     }
 
     pub(super) fn role_of(&self, agent: &str) -> Option<Role> {

@@ -98,9 +98,12 @@ pub(super) struct RemoteCall {
 pub(super) const FROM_HOST: ConnId = u64::MAX - 1;
 
 impl RouterState {
-    /// The host of `agent` when it runs on another one.
+    /// The host of `agent` when it runs on another one. An instance (`worker@job-1`) runs where
+    /// its agent is placed: only an agent of that host may spawn it there.
     pub(super) fn remote_host(&self, agent: &str) -> Option<&str> {
-        self.hosts.as_ref()?.remote.get(agent).map(String::as_str)
+        let remote = &self.hosts.as_ref()?.remote;
+        let placed = remote.get(agent).or_else(|| remote.get(agent.split_once('@')?.0));
+        placed.map(String::as_str)
     }
 
     /// The refusal of a call that cannot cross to `target`'s host (an at-most-once message),

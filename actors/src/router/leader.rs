@@ -451,7 +451,12 @@ impl RouterState {
         if self.remote_host(caller) != Some(host) {
             return Err(forbidden(format!("host `{host}` may not speak for `{caller}`")));
         }
-        let spec = self.hosts.as_ref().and_then(|l| l.agents.iter().find(|a| a.key() == caller));
+        // An instance spawned there has its agent's role.
+        let base = caller.split_once('@').map_or(caller, |(name, _)| name);
+        let spec = self
+            .hosts
+            .as_ref()
+            .and_then(|l| l.agents.iter().find(|a| a.key() == caller || a.key() == base));
         let Some(role) = spec.map(|s| s.role) else {
             return Err(forbidden(format!("`{caller}` is not an agent of this swarm")));
         };
