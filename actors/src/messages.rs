@@ -49,12 +49,12 @@ pub enum RouterMsg {
     FromHost { host: String, msg: PendingMessage, reply: oneshot::Sender<FromHost> },
     /// A request from an agent on another host, brought by the cluster link: `reply` gets the
     /// answer (or why there is none), which the link sends back.
-    CallFromHost { host: String, call: HostCall, reply: oneshot::Sender<Body> },
+    CallFromHost { host: String, call: HostCall, reply: oneshot::Sender<HostReply> },
     /// The caller on host `host` stopped waiting for its request `id`.
     CancelFromHost { host: String, id: MsgId },
     /// The answer to request `id` that this host sent to `callee` on another host (or why
     /// there is none).
-    AnswerFromHost { id: MsgId, callee: String, body: Body },
+    AnswerFromHost { id: MsgId, callee: String, reply: HostReply },
     /// Another host asks this one something besides a request (the channels' calls, which the
     /// leader answers: [`HostAsk`]); `reply` gets the answer, which the link sends back.
     HostAsked { host: String, id: MsgId, ask: HostAsk, reply: oneshot::Sender<Body> },
@@ -407,6 +407,16 @@ pub enum HostAsk {
         chain: MsgId,
         place: ReplyPlace,
     },
+}
+
+/// A host's answer to a request from another host: the callee's answer (or why there is none)
+/// and the tokens its chain used on that host while it ran — the caller's host counts them on,
+/// so a chain keeps one token budget through a request across hosts.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HostReply {
+    pub body: Body,
+    #[serde(default)]
+    pub tokens: u64,
 }
 
 /// What the router asks of the cluster link.

@@ -255,7 +255,7 @@ pub struct RouterState {
     /// Requests sent to agents on other hosts, not answered yet.
     remote_calls: HashMap<MsgId, hosts::RemoteCall>,
     /// Requests from other hosts running here, and where their answer goes.
-    host_calls: HashMap<MsgId, oneshot::Sender<Body>>,
+    host_calls: HashMap<MsgId, hosts::HostCallReply>,
     seen_calls: hosts::SeenCalls,
     /// What this host asked other hosts (channel calls, deltas), not answered yet.
     asked: HashMap<MsgId, leader::Asked>,
@@ -473,8 +473,8 @@ impl Actor for Router {
                 state.called_from_host(&myself, host, call, reply)
             }
             RouterMsg::CancelFromHost { host, id } => state.cancelled_from_host(&host, id),
-            RouterMsg::AnswerFromHost { id, callee, body } => {
-                state.answered_from_host(id, &callee, body)
+            RouterMsg::AnswerFromHost { id, callee, reply } => {
+                state.answered_from_host(id, &callee, reply)
             }
             RouterMsg::HostAsked { host, id, ask, reply } => {
                 state.asked_by_host(&myself, host, id, ask, reply)

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{Node, next};
-use flock_actors::messages::{FromHost, HostCall, OutCall};
+use flock_actors::messages::{FromHost, HostCall, HostReply, OutCall};
 use flock_actors::store::PendingMessage;
 use flock_actors::store_actor::with_store;
 use flock_actors::{RouterMsg, StoreMsg};
@@ -124,8 +124,8 @@ async fn a_send_to_another_hosts_agent_waits_in_the_store_for_the_link() {
     assert_eq!((call.id, call.from.as_str(), call.to.as_str()), (req.id, "c", "w"));
     assert_eq!((call.text.as_str(), call.timeout_ms), ("hi gpu", 5_000));
     assert_eq!(call.calls, ["c@default"]);
-    let body = Body::Reply { text: "from gpu".into() };
-    node.router.cast(RouterMsg::AnswerFromHost { id: req.id, callee: "w".into(), body }).unwrap();
+    let reply = HostReply { body: Body::Reply { text: "from gpu".into() }, tokens: 0 };
+    node.router.cast(RouterMsg::AnswerFromHost { id: req.id, callee: "w".into(), reply }).unwrap();
     let answer = next(&mut c).await;
     assert_eq!(answer.correlation_id, Some(req.id));
     assert_eq!((answer.from.as_str(), answer.body), ("w", Body::Reply { text: "from gpu".into() }));
@@ -165,7 +165,7 @@ async fn a_request_from_another_host_runs_here_only_for_that_hosts_own_agent() {
     };
     // Host `cpu` posing as `main`'s agent `c`: refused, never delivered.
     let forged = ask("cpu", call(1, "c")).await.unwrap();
-    match forged {
+    match forged.body {
         Body::Error { code: ErrorCode::Forbidden, message } => {
             assert!(message.contains("host `cpu` may not speak for `c`"), "{message}")
         }
@@ -175,7 +175,7 @@ async fn a_request_from_another_host_runs_here_only_for_that_hosts_own_agent() {
     let mut cycle = call(2, "c");
     cycle.calls = vec!["w@default".into(), "c@default".into()];
     assert!(matches!(
-        ask("main", cycle).await.unwrap(),
+        ask("main", cycle).await.unwrap().body,
         Body::Error { code: ErrorCode::CircularCall, .. }
     ));
     // `main` for its own `c`: delivered as a request; the answer goes back.
@@ -184,6 +184,8 @@ async fn a_request_from_another_host_runs_here_only_for_that_hosts_own_agent() {
     assert_eq!(d.id, 3);
     let Body::Deliver(delivery) = &d.body else { panic!("{d:?}") };
     assert_eq!((delivery.kind, delivery.text.as_str()), (DeliveryKind::Request, "c asks"));
+    // `w`'s turn uses 250 tokens of the chain here: the answer carries them back.
+    node.router.cast(RouterMsg::Tokens { chain: 3, tokens: 250 }).unwrap();
     w.outbox
         .send(Frame {
             correlation_id: Some(3),
@@ -191,9 +193,10 @@ async fn a_request_from_another_host_runs_here_only_for_that_hosts_own_agent() {
         })
         .await
         .unwrap();
-    assert_eq!(answer.await.unwrap(), Body::Reply { text: "done on gpu".into() });
+    let answer = answer.await.unwrap();
+    assert_eq!(answer, HostReply { body: Body::Reply { text: "done on gpu".into() }, tokens: 250 });
     // The same call again (copied off the broker, MAC and all): refused, never delivered.
-    match ask("main", call(3, "c")).await.unwrap() {
+    match ask("main", call(3, "c")).await.unwrap().body {
         Body::Error { code: ErrorCode::BadRequest, message } => {
             assert!(message.contains("a request runs once"), "{message}")
         }
@@ -249,4 +252,48 @@ async fn a_chain_carries_its_tokens_across_hosts_and_stops_at_one_budget() {
     node.router.cast(RouterMsg::Tokens { chain: 40, tokens: 200 }).unwrap();
     let stop = next(&mut c).await;
     assert!(matches!(stop.body, Body::Cancel { .. }), "{stop:?}");
+}
+
+/// A request's answer from another host brings back the tokens its chain used there: the
+/// caller's host counts them against the one budget (and stops the chain past it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requests_answer_from_another_host_counts_its_tokens_against_the_one_budget() {
+    use flock_actors::chains::Route;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = YAML.replace("agents:", "budget: {max_tokens: 1000}\nagents:");
+    let node = common::start_on(dir.path(), 0, &yaml, false, Some("main")).await;
+    let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).expect("the link's calls");
+    let mut c = node.agent("c").await;
+    // `c` works on a chain that has used 600 tokens (on gpu, before).
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let mut route = Route::root(70, "human:operator", "w", "go", now.as_millis() as u64, None);
+    route.hop = 1;
+    route.tokens = 600;
+    let msg = PendingMessage {
+        id: 71,
+        sender: "w".into(),
+        target: "c".into(),
+        text: "your part".into(),
+        attempts: 0,
+        route: route.store(71),
+        enqueued_at: 1,
+    };
+    let (tx, rx) = oneshot::channel();
+    node.router.cast(RouterMsg::FromHost { host: "gpu".into(), msg, reply: tx }).unwrap();
+    assert_eq!(rx.await.unwrap(), FromHost::Stored);
+    assert_eq!(next(&mut c).await.id, 71);
+    // It asks `w` on gpu; the answer says `w` used 500 there: 1 100 > 1 000, the chain stops.
+    let req = Frame::new("c", "w", Body::Request { text: "help".into(), timeout_ms: 5_000 });
+    c.outbox.send(req.clone()).await.unwrap();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(5), calls.recv()).await;
+    let Ok(Some(OutCall::Request { call, .. })) = out else { panic!("no call: {out:?}") };
+    assert_eq!(call.id, req.id);
+    let reply = HostReply { body: Body::Reply { text: "costly".into() }, tokens: 500 };
+    node.router.cast(RouterMsg::AnswerFromHost { id: req.id, callee: "w".into(), reply }).unwrap();
+    let mut cancelled = false;
+    for _ in 0..2 {
+        let f = next(&mut c).await;
+        cancelled |= matches!(f.body, Body::Cancel { .. });
+    }
+    assert!(cancelled, "the chain went past its budget with the tokens used on gpu");
 }

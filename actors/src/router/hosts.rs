@@ -11,7 +11,7 @@
 //! per host.
 
 use super::*;
-use crate::messages::{FromHost, HostCall, OutCall};
+use crate::messages::{FromHost, HostCall, HostReply, OutCall};
 
 /// This router's place among the swarm's hosts.
 #[derive(Debug, Clone)]
@@ -92,6 +92,15 @@ impl SeenCalls {
 pub(super) struct RemoteCall {
     host: String,
     chain: MsgId,
+}
+
+/// Where the answer to a request from another host goes, and what its chain had used here when
+/// it arrived (the answer carries what it used since).
+#[derive(Debug)]
+pub(super) struct HostCallReply {
+    reply: oneshot::Sender<HostReply>,
+    chain: MsgId,
+    tokens_at_start: u64,
 }
 
 /// The origin of a write that stores a message from another host.
@@ -300,13 +309,18 @@ impl RouterState {
         if !sent {
             let message = "the link to the other hosts is not running".to_owned();
             let body = Body::Error { code: ErrorCode::TargetUnavailable, message };
-            self.answered_from_host(id, &callee, body);
+            self.answered_from_host(id, &callee, HostReply { body, tokens: 0 });
         }
     }
 
-    /// The answer to request `id` from the host that ran it (or why there is none).
-    pub(super) fn answered_from_host(&mut self, id: MsgId, callee: &str, mut body: Body) {
+    /// The answer to request `id` from the host that ran it (or why there is none), with the
+    /// tokens its chain used there: counted here, against the one budget.
+    pub(super) fn answered_from_host(&mut self, id: MsgId, callee: &str, reply: HostReply) {
+        let HostReply { mut body, tokens } = reply;
         if let Some(call) = self.remote_calls.remove(&id) {
+            if tokens > 0 {
+                self.charge_tokens(call.chain, tokens);
+            }
             self.leave(call.chain);
         }
         // Bounded here as an answer from an agent here is, so it fits its caller's frames.
@@ -337,7 +351,7 @@ impl RouterState {
         myself: &ActorRef<RouterMsg>,
         host: String,
         call: HostCall,
-        reply: oneshot::Sender<Body>,
+        reply: oneshot::Sender<HostReply>,
     ) {
         let refused = |code: ErrorCode, message: String| Body::Error { code, message };
         let placed = self.remote_host(&call.from);
@@ -384,7 +398,7 @@ impl RouterState {
             None
         };
         if let Some(body) = refusal {
-            let _ = reply.send(body);
+            let _ = reply.send(HostReply { body, tokens: 0 });
             return;
         }
         let now = self.now();
@@ -392,6 +406,8 @@ impl RouterState {
         // The hop was counted where the request was made; the chain goes on here from there.
         self.chains.entry(&route.chain, route.hop.saturating_add(1)).live += 1;
         self.carry_tokens(route.chain.id, route.tokens);
+        let tokens_at_start = self.chains.map.get(&route.chain.id).map_or(0, |c| c.tokens);
+        let chain = route.chain.id;
         let timeout_ms = call.timeout_ms.max(1);
         let deadline = now.saturating_add(timeout_ms);
         let id = call.id;
@@ -403,7 +419,7 @@ impl RouterState {
             deadline,
         };
         self.requests.insert(id, pending);
-        self.host_calls.insert(id, reply);
+        self.host_calls.insert(id, HostCallReply { reply, chain, tokens_at_start });
         self.deadlines.insert((deadline, id));
         self.arm_deadline(myself);
         let Some(slot) = self.slots.get_mut(&call.to) else { return };
@@ -411,6 +427,15 @@ impl RouterState {
         q.call_chain = call.calls;
         slot.queue.push_back(q);
         self.deliver_next(myself, &call.to);
+    }
+
+    /// Answers request `id` from another host with `body` and the tokens its chain used here
+    /// since it arrived (none if nobody waits for it any more).
+    pub(super) fn answer_host_call(&mut self, id: MsgId, body: Body) {
+        let Some(call) = self.host_calls.remove(&id) else { return };
+        let now = self.chains.map.get(&call.chain).map_or(0, |c| c.tokens);
+        let tokens = now.saturating_sub(call.tokens_at_start);
+        let _ = call.reply.send(HostReply { body, tokens });
     }
 
     /// The caller on host `host` stopped waiting for request `id`: its callee's turn here is

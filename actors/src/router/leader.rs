@@ -247,7 +247,15 @@ impl RouterState {
         reply: oneshot::Sender<Body>,
     ) {
         if let HostAsk::Request(call) = ask {
-            return self.called_from_host(myself, host, call, reply);
+            // The link brings a request as `CallFromHost` (its answer carries tokens); asked
+            // this way, only its answer goes back.
+            let (tx, rx) = oneshot::channel::<crate::messages::HostReply>();
+            tokio::spawn(async move {
+                if let Ok(answer) = rx.await {
+                    let _ = reply.send(answer.body);
+                }
+            });
+            return self.called_from_host(myself, host, call, tx);
         }
         let refused = |code: ErrorCode, message: String| Body::Error { code, message };
         let Some(link) = self.hosts.as_ref() else { return };

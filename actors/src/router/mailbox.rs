@@ -546,9 +546,7 @@ impl RouterState {
         let body = Body::Error { code: ErrorCode::Timeout, message };
         if req.caller_conn == hosts::FROM_HOST {
             // Its caller's host times it out too (same deadline on its own clock).
-            if let Some(reply) = self.host_calls.remove(&id) {
-                let _ = reply.send(body);
-            }
+            self.answer_host_call(id, body);
         } else {
             let frame = Frame {
                 id: new_id(),
@@ -593,9 +591,7 @@ impl RouterState {
         };
         self.deadlines.remove(&(req.deadline, id));
         if req.caller_conn == hosts::FROM_HOST {
-            if let Some(reply) = self.host_calls.remove(&id) {
-                let _ = reply.send(body);
-            }
+            self.answer_host_call(id, body);
             return;
         }
         let frame = Frame {

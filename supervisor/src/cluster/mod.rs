@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use flock_actors::messages::{FromHost, HostAsk, OutCall};
+use flock_actors::messages::{FromHost, HostAsk, HostReply, OutCall};
 use flock_actors::{RouterMsg, StoreMsg};
 use flock_cluster::{Delivery, HostStatus, Link, Options};
 use flock_config::SwarmSpec;
@@ -488,15 +488,15 @@ async fn call_out(link: Link, router: ActorRef<RouterMsg>, mut calls: UnboundedR
                     let timeout = Duration::from_millis(call.timeout_ms) + CALL_GRACE;
                     let ask = HostAsk::Request(call);
                     let who = format!("`{callee}` on host `{host}`");
-                    let body = ask_host(&link, &host, id, &ask, timeout, &who).await;
-                    let _ = router.cast(RouterMsg::AnswerFromHost { id, callee, body });
+                    let reply = ask_host(&link, &host, id, &ask, timeout, &who).await;
+                    let _ = router.cast(RouterMsg::AnswerFromHost { id, callee, reply });
                 });
             }
             OutCall::Ask { host, id, ask, timeout_ms } => {
                 tokio::spawn(async move {
                     let timeout = Duration::from_millis(timeout_ms);
                     let who = format!("host `{host}`");
-                    let body = ask_host(&link, &host, id, &ask, timeout, &who).await;
+                    let body = ask_host(&link, &host, id, &ask, timeout, &who).await.body;
                     let _ = router.cast(RouterMsg::HostAnswered { id, body });
                 });
             }
@@ -511,8 +511,8 @@ async fn call_out(link: Link, router: ActorRef<RouterMsg>, mut calls: UnboundedR
     }
 }
 
-/// Asks host `host` (`id`, `ask`) and waits up to `timeout`: its answer, or why there is none
-/// (`who` names whom, in the error).
+/// Asks host `host` (`id`, `ask`) and waits up to `timeout`: its answer (with the tokens a
+/// request's chain used there), or why there is none (`who` names whom, in the error).
 async fn ask_host(
     link: &Link,
     host: &str,
@@ -520,18 +520,28 @@ async fn ask_host(
     ask: &HostAsk,
     timeout: Duration,
     who: &str,
-) -> Body {
+) -> HostReply {
     let payload = serde_json::to_vec(ask).unwrap_or_default();
-    match link.call(host, &fmt_id(id), payload, timeout).await {
-        Ok(answer) => serde_json::from_slice(&answer).unwrap_or_else(|e| Body::Error {
-            code: ErrorCode::Internal,
-            message: format!("host `{host}` answered in a form this host cannot read: {e}"),
-        }),
+    let body = match link.call(host, &fmt_id(id), payload, timeout).await {
+        Ok(answer) => match serde_json::from_slice::<HostReply>(&answer) {
+            Ok(reply) => return reply,
+            Err(e) => Body::Error {
+                code: ErrorCode::Internal,
+                message: format!("host `{host}` answered in a form this host cannot read: {e}"),
+            },
+        },
         Err(e) => Body::Error {
             code: ErrorCode::TargetUnavailable,
             message: format!("{who} could not be asked: {e}"),
         },
-    }
+    };
+    HostReply { body, tokens: 0 }
+}
+
+/// The router's answer to another host's call, once it comes.
+enum Answering {
+    Request(oneshot::Receiver<HostReply>),
+    Ask(oneshot::Receiver<Body>),
 }
 
 /// Takes the requests other hosts send to agents here: each runs like a request made here, and
@@ -560,26 +570,36 @@ async fn answer_calls(link: Link, router: ActorRef<RouterMsg>) {
                 continue;
             }
             let host = call.from_host.clone();
-            let (tx, rx) = oneshot::channel();
-            let ask = match serde_json::from_slice::<HostAsk>(&call.payload) {
+            let (ask, answering) = match serde_json::from_slice::<HostAsk>(&call.payload) {
                 Ok(HostAsk::Request(r)) if r.id == id => {
-                    RouterMsg::CallFromHost { host, call: r, reply: tx }
+                    let (tx, rx) = oneshot::channel();
+                    (RouterMsg::CallFromHost { host, call: r, reply: tx }, Answering::Request(rx))
                 }
                 Ok(HostAsk::Request(_)) | Err(_) => {
                     tracing::warn!(from = %call.from_host, "flock cluster: refused a call this host cannot read");
                     continue;
                 }
-                Ok(ask) => RouterMsg::HostAsked { host, id, ask, reply: tx },
+                Ok(ask) => {
+                    let (tx, rx) = oneshot::channel();
+                    (RouterMsg::HostAsked { host, id, ask, reply: tx }, Answering::Ask(rx))
+                }
             };
             if router.cast(ask).is_err() {
                 return;
             }
             tokio::spawn(async move {
-                let body = rx.await.unwrap_or_else(|_| Body::Error {
-                    code: ErrorCode::Draining,
-                    message: "the swarm on that host is shutting down".into(),
+                let reply = match answering {
+                    Answering::Request(rx) => rx.await.ok(),
+                    Answering::Ask(rx) => rx.await.ok().map(|body| HostReply { body, tokens: 0 }),
+                };
+                let reply = reply.unwrap_or_else(|| HostReply {
+                    body: Body::Error {
+                        code: ErrorCode::Draining,
+                        message: "the swarm on that host is shutting down".into(),
+                    },
+                    tokens: 0,
                 });
-                let payload = serde_json::to_vec(&body).unwrap_or_default();
+                let payload = serde_json::to_vec(&reply).unwrap_or_default();
                 if let Err(e) = call.answer(payload.into()).await {
                     tracing::warn!(error = %e, "flock cluster: could not answer a request");
                 }
