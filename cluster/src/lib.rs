@@ -327,9 +327,26 @@ impl Link {
             duplicate_window: Duration::from_secs(120),
             ..Default::default()
         };
-        js.get_or_create_stream(config)
+        let stream_error = |why: String| Error::Stream { stream: name.clone(), why };
+        let stream = js
+            .get_or_create_stream(config.clone())
             .await
-            .map_err(|e| Error::Stream { stream: name.clone(), why: e.to_string() })?;
+            .map_err(|e| stream_error(e.to_string()))?;
+        // A stream an older build made (one message per entry: `inbox.<to>.<from>`) takes the
+        // subjects entries go on, when it holds nothing; with mail in it, say what to do.
+        let info = stream.cached_info();
+        if info.config.subjects != config.subjects {
+            if info.state.messages > 0 {
+                return Err(stream_error(format!(
+                    "it was made by an older Flock (subjects {}) and still holds {} message(s) \
+                     for hosts: run the older build until every host has taken its mail, or \
+                     delete the stream (`nats stream rm {name}`) to drop them",
+                    info.config.subjects.join(", "),
+                    info.state.messages
+                )));
+            }
+            js.update_stream(&config).await.map_err(|e| stream_error(e.to_string()))?;
+        }
         // The bucket's stream made as async-nats makes a key-value bucket's (one value per key,
         // rollups, direct reads), but without its account query, which servers before 2.10
         // (Debian 12 ships 2.9) answer in a shape the client cannot read.

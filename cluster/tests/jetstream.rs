@@ -362,3 +362,32 @@ async fn with_the_documented_users_a_host_does_its_work_and_cannot_speak_as_anot
     assert_eq!((after.instance, after.body), (before.instance, before.body), "main's own");
     nothing_for(&mut inbox, 300).await;
 }
+
+/// A stream an older build made (one message per stream entry, subjects `inbox.<to>.<from>`)
+/// takes the subjects entries go on when it holds nothing; with mail still in it, connecting
+/// says what to do instead of losing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_an_older_build_made_is_brought_up_to_date_when_empty_and_refused_when_not() {
+    let Some(bin) = available("older stream") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let js = async_nats::jetstream::new(async_nats::connect(broker.url()).await.unwrap());
+    let old = |swarm: &str| async_nats::jetstream::stream::Config {
+        name: format!("FLOCK-{swarm}"),
+        subjects: vec![format!("flock.{swarm}.inbox.*.*")],
+        retention: async_nats::jetstream::stream::RetentionPolicy::WorkQueue,
+        ..Default::default()
+    };
+    js.create_stream(old("team")).await.unwrap();
+    let a = Link::connect(&options(&broker, "a", Duration::from_secs(30))).await.unwrap();
+    let b = Link::connect(&options(&broker, "b", Duration::from_secs(30))).await.unwrap();
+    a.send("b", "m1", Bytes::from("after the upgrade")).await.unwrap();
+    let mut inbox = b.inbox().await.unwrap();
+    assert_eq!(next(&mut inbox).await.payload.as_ref(), b"after the upgrade");
+
+    js.create_stream(old("busy")).await.unwrap();
+    js.publish("flock.busy.inbox.b.a", Bytes::from("old mail")).await.unwrap().await.unwrap();
+    let refused = Link::connect(&Options::new(broker.url(), "busy", "a")).await.unwrap_err();
+    let why = refused.to_string();
+    assert!(why.contains("older Flock") && why.contains("1 message(s)"), "{why}");
+}

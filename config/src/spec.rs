@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod cluster;
+pub use cluster::*;
+
 /// Messages an agent's session keeps and resumes with (DESIGN.md §7 `message_window`).
 pub const SESSION_WINDOW: usize = 80;
 
@@ -42,44 +45,6 @@ pub struct SwarmSpec {
     #[serde(default)]
     pub cluster: Option<ClusterSpec>,
 }
-
-/// The host a swarm runs on when nothing names one, and the leader of a cluster unless
-/// `cluster.leader` names another.
-pub const DEFAULT_HOST: &str = "main";
-
-/// `cluster:` in YAML: where the hosts of one swarm meet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClusterSpec {
-    /// The NATS server(s) with JetStream: `nats://host:port` (comma-separated for a cluster).
-    pub nats: String,
-    /// A NATS credentials file (`.creds`), absolute; `None`: the server asks for none.
-    #[serde(default)]
-    pub credentials_file: Option<PathBuf>,
-    /// The host agents without `host:` run on (default [`DEFAULT_HOST`]).
-    pub leader: String,
-    /// The NAME of the environment variable holding the swarm's secret, the same on every host
-    /// (default [`DEFAULT_CLUSTER_SECRET_ENV`]): every message between hosts carries a MAC made
-    /// with it, so nothing without the secret (an agent process, a stranger on the broker) can
-    /// inject one.
-    pub secret_env: String,
-    /// Hosts another machine may take over (`flock-supervisor up --host NAME --standby`), each
-    /// with how long it must have been lost first, in seconds (`cluster.failover`; empty: none).
-    /// A run of such a host stops its agents once it cannot renew its lease for
-    /// [`FENCE_AFTER_SECS`], so they never run on two machines at once.
-    #[serde(default)]
-    pub failover: std::collections::BTreeMap<String, u64>,
-}
-
-/// A run of a host with `cluster.failover` that could not renew its lease (its status) for this
-/// long stops its agents: another machine may take the host over after the (longer) time the
-/// file gives, never before [`MIN_FAILOVER_SECS`].
-pub const FENCE_AFTER_SECS: u64 = 5;
-/// The shortest `cluster.failover` wait: the fence's time, the agents' kill and the hosts'
-/// clocks fit well inside it.
-pub const MIN_FAILOVER_SECS: u64 = 15;
-
-/// The variable `cluster.secret_env` names unless the file says otherwise.
-pub const DEFAULT_CLUSTER_SECRET_ENV: &str = "FLOCK_CLUSTER_SECRET";
 
 /// A chat bridge (`bridges:` in YAML): one `flock-bridge` process that connects Flock channels to
 /// chats of one platform account.
@@ -213,61 +178,6 @@ impl SwarmSpec {
     /// The agent (or spawned instance) at this address.
     pub fn agent(&self, key: &str) -> Option<&AgentSpec> {
         self.agents.iter().find(|a| a.has_key(key))
-    }
-
-    /// The host agents without `host:` run on: the cluster's leader, or [`DEFAULT_HOST`].
-    pub fn leader(&self) -> &str {
-        self.cluster.as_ref().map_or(DEFAULT_HOST, |c| c.leader.as_str())
-    }
-
-    /// The host `agent` is placed on.
-    pub fn host_of<'a>(&'a self, agent: &'a AgentSpec) -> &'a str {
-        agent.host.as_deref().unwrap_or_else(|| self.leader())
-    }
-
-    /// Every host the file places an agent on, the leader first.
-    pub fn hosts(&self) -> Vec<String> {
-        let mut hosts = vec![self.leader().to_owned()];
-        for a in &self.agents {
-            let h = self.host_of(a);
-            if !hosts.iter().any(|x| x == h) {
-                hosts.push(h.to_owned());
-            }
-        }
-        hosts
-    }
-
-    /// How long host `host` must have been lost before a standby may take it over
-    /// (`cluster.failover`); `None`: it never fails over.
-    pub fn failover_after(&self, host: &str) -> Option<std::time::Duration> {
-        let secs = self.cluster.as_ref()?.failover.get(host)?;
-        Some(std::time::Duration::from_secs(*secs))
-    }
-
-    /// The agents the file places on hosts other than `host`.
-    pub fn agents_elsewhere(&self, host: &str) -> Vec<AgentSpec> {
-        self.agents.iter().filter(|a| self.host_of(a) != host).cloned().collect()
-    }
-
-    /// The part of the swarm `host` runs: its own agents only (the others are reached through
-    /// the cluster). `Err` when the file places nothing there and names the hosts it knows.
-    pub fn for_host(&self, host: &str) -> Result<SwarmSpec, String> {
-        let hosts = self.hosts();
-        if !hosts.iter().any(|h| h == host) {
-            return Err(format!(
-                "the swarm file places no agent on host `{host}`; its hosts: {} (`host:` of an \
-                 agent; agents without one run on `{}`)",
-                hosts.join(", "),
-                self.leader()
-            ));
-        }
-        let mut part = self.clone();
-        part.agents.retain(|a| self.host_of(a) == host);
-        // Chat bridges post into the channels, which the leader holds.
-        if host != self.leader() {
-            part.bridges.clear();
-        }
-        Ok(part)
     }
 
     /// Runs every embedded-model agent on the known local model `name` instead (`up --model`);
