@@ -799,6 +799,18 @@ fn with_a_standby(broker: &Broker, gpu_url: &str) -> (Swarm, Swarm, Swarm) {
     (main, gpu, standby)
 }
 
+/// Waits until `main` sees the standby hold host `gpu` (15 s after gpu's last status), then
+/// until the standby's agents are ready.
+fn takes_over(main: &Swarm, standby: &mut Swarm) {
+    let standby_pid = standby.supervisor_pid().expect("the standby runs");
+    main.wait_until(
+        || row(&main.ps(), "host", "gpu").is_some_and(|r| r["pid"] == standby_pid),
+        LONG + std::time::Duration::from_secs(20),
+        "the standby holds host gpu",
+    );
+    standby.ready();
+}
+
 #[test]
 fn a_standby_takes_over_a_host_cut_off_whose_agents_stopped_and_gets_what_it_held() {
     let Some(bin) = available("cluster: failover to a standby") else { return };
@@ -817,13 +829,7 @@ fn a_standby_takes_over_a_host_cut_off_whose_agents_stopped_and_gets_what_it_hel
         "the cut-off host's agents are killed once its lease lapsed",
     );
     // …and after 15 s lost the standby takes the host over and runs its agents.
-    let standby_pid = standby.supervisor_pid().expect("the standby runs");
-    main.wait_until(
-        || row(&main.ps(), "host", "gpu").is_some_and(|r| r["pid"] == standby_pid),
-        LONG + std::time::Duration::from_secs(20),
-        "the standby holds host gpu",
-    );
-    standby.ready();
+    takes_over(&main, &mut standby);
     assert!(gpu.pid_of("helper").is_none(), "the helper runs on one machine only");
     main.ctl_ok(&["send", "relay", "job-after"]);
     standby.wait_for_log("sink", "reply \"got: job-after\"", LONG);
@@ -847,13 +853,7 @@ fn a_host_killed_for_good_is_taken_over_and_its_state_dir_hands_what_it_held_ove
     let broker = Broker::start(&bin, dir.path(), None);
     let (main, mut gpu, mut standby) = with_a_standby(&broker, &broker.url());
     gpu.kill9_supervisor();
-    let standby_pid = standby.supervisor_pid().expect("the standby runs");
-    main.wait_until(
-        || row(&main.ps(), "host", "gpu").is_some_and(|r| r["pid"] == standby_pid),
-        LONG + std::time::Duration::from_secs(20),
-        "the standby holds host gpu",
-    );
-    standby.ready();
+    takes_over(&main, &mut standby);
     // The dead machine's state dir, run again: the host is taken, so it hands over and stops.
     gpu.spawn_again();
     let status = gpu.exited_within(LONG);
