@@ -2,10 +2,10 @@
 //! `flock-cluster`'s JetStream transport.
 //!
 //! - **Outbox**: messages the router stored for agents on other hosts wait in this host's SQLite
-//!   mailbox (the source of truth). The publisher sends them in the order they were accepted,
-//!   each under its message id (`Nats-Msg-Id`), and marks them forwarded once the stream has
-//!   stored them. A crash between the two sends them again: the stream and the receiving
-//!   store each keep an id once.
+//!   mailbox (the source of truth). The publisher sends them in the order they were accepted —
+//!   a host's messages in a row as one stream entry ([`wire`]) — and marks them forwarded once
+//!   the stream has stored them. A crash between the two sends them again: the stream keeps an
+//!   entry's id once, the receiving store each message's id.
 //! - **Inbox**: what other hosts sent here comes in batches (a window of 256 in flight) and is
 //!   handed to the router ([`RouterMsg::FromHost`]), which checks that the sending host runs the
 //!   sender, stores the message (by id: once) and queues it; only then is the stored prefix
@@ -31,10 +31,10 @@ use flock_ipc::id::{fmt_id, parse_id};
 use flock_ipc::{Body, ErrorCode};
 use ractor::ActorRef;
 use serde::{Deserialize, Serialize};
-
-pub(crate) mod wire;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{Notify, oneshot};
+
+pub(crate) mod wire;
 
 /// How many stored messages the publisher reads at a time.
 const BATCH: usize = 256;
@@ -108,11 +108,7 @@ impl Hosts {
 
     /// The agents placed on other hosts (whose mail waits here until it is forwarded).
     pub fn remote_agents(&self) -> Vec<String> {
-        self.placed
-            .iter()
-            .filter(|(h, _)| h != self.me())
-            .flat_map(|(_, agents)| agents.iter().map(|(name, _)| name.clone()))
-            .collect()
+        self.elsewhere().into_keys().collect()
     }
 
     /// Writes this host's rows (those worth showing on another host) as its status;
