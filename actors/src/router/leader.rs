@@ -246,16 +246,12 @@ impl RouterState {
         ask: HostAsk,
         reply: oneshot::Sender<Body>,
     ) {
-        if let HostAsk::Request(call) = ask {
-            // The link brings a request as `CallFromHost` (its answer carries tokens); asked
-            // this way, only its answer goes back.
-            let (tx, rx) = oneshot::channel::<crate::messages::HostReply>();
-            tokio::spawn(async move {
-                if let Ok(answer) = rx.await {
-                    let _ = reply.send(answer.body);
-                }
-            });
-            return self.called_from_host(myself, host, call, tx);
+        if matches!(ask, HostAsk::Request(_)) {
+            // The link brings a request as `CallFromHost` (its answer carries its tokens),
+            // never as an ask.
+            let message = "a request comes as a call, not as an ask".to_owned();
+            let _ = reply.send(Body::Error { code: ErrorCode::BadRequest, message });
+            return;
         }
         let refused = |code: ErrorCode, message: String| Body::Error { code, message };
         let Some(link) = self.hosts.as_ref() else { return };
