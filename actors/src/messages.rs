@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use flock_config::{AgentSpec, ModelSpec};
-use flock_ipc::{Body, DeadLetter, ErrorCode, Frame, MsgId, Outbox, PeerCred, ROUTER, ToolError};
+use flock_ipc::{
+    Body, ControlRequest, DeadLetter, ErrorCode, Frame, MsgId, Outbox, PeerCred, ROUTER, ToolError,
+};
 use ractor::{ActorRef, RpcReplyPort};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
@@ -405,8 +407,94 @@ pub enum HostAsk {
         text: String,
         #[serde(with = "crate::chains::hex_id")]
         chain: MsgId,
-        place: ReplyPlace,
+        /// Where the person asked; `None`: the operator's DM (an operator's send from the host
+        /// asked).
+        #[serde(default)]
+        place: Option<ReplyPlace>,
     },
+    /// What `flockctl` on the asking host does to an agent placed on the host asked; taken only
+    /// from a host the swarm file lists in `cluster.operators`.
+    Operator(OperatorAsk),
+}
+
+/// `flockctl` on one host for an agent on another ([`HostAsk::Operator`]): the host asked runs it
+/// as its own operator's, and answers what its own `flockctl` would have been answered.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum OperatorAsk {
+    /// `flockctl send AGENT TEXT` (durable): the operator's message, stored on the agent's host
+    /// under `id` (its chain's id, as on one host); answered `Body::Accepted` once stored.
+    Send {
+        #[serde(with = "crate::chains::hex_id")]
+        id: MsgId,
+        to: String,
+        text: String,
+    },
+    /// `flockctl send --wait`: answered with `Body::ChainEnded` once chain `chain` (a send made
+    /// this way) ends there.
+    Watch {
+        #[serde(with = "crate::chains::hex_id")]
+        chain: MsgId,
+    },
+    /// `flockctl stop|start|restart AGENT`; answered with the control reply.
+    Stop {
+        agent: String,
+    },
+    Start {
+        agent: String,
+    },
+    Restart {
+        agent: String,
+    },
+    /// `flockctl logs AGENT` (its last `lines`); answered with them.
+    Logs {
+        agent: String,
+        lines: u32,
+    },
+}
+
+impl OperatorAsk {
+    /// The ask that runs `request` on the host of its agent, when it is one that crosses hosts
+    /// (`Err`: why it does not).
+    pub fn control(request: &ControlRequest) -> Option<Result<OperatorAsk, String>> {
+        Some(Ok(match request.clone() {
+            ControlRequest::Stop { agent } => OperatorAsk::Stop { agent },
+            ControlRequest::Start { agent } => OperatorAsk::Start { agent },
+            ControlRequest::Restart { agent } => OperatorAsk::Restart { agent },
+            ControlRequest::Logs { agent: Some(agent), lines, follow: false } => {
+                OperatorAsk::Logs { agent, lines }
+            }
+            ControlRequest::Logs { agent: Some(_), follow: true, .. } => {
+                return Some(Err("following the log of an agent on another host".into()));
+            }
+            _ => return None,
+        }))
+    }
+
+    /// The agent it is for.
+    pub fn agent(&self) -> &str {
+        match self {
+            OperatorAsk::Send { to: agent, .. }
+            | OperatorAsk::Stop { agent }
+            | OperatorAsk::Start { agent }
+            | OperatorAsk::Restart { agent }
+            | OperatorAsk::Logs { agent, .. } => agent,
+            OperatorAsk::Watch { .. } => "",
+        }
+    }
+
+    /// The control request it stands for on the host asked (`None`: a send or a watch, which
+    /// the router runs itself).
+    pub fn request(&self) -> Option<ControlRequest> {
+        Some(match self.clone() {
+            OperatorAsk::Stop { agent } => ControlRequest::Stop { agent },
+            OperatorAsk::Start { agent } => ControlRequest::Start { agent },
+            OperatorAsk::Restart { agent } => ControlRequest::Restart { agent },
+            OperatorAsk::Logs { agent, lines } => {
+                ControlRequest::Logs { agent: Some(agent), lines, follow: false }
+            }
+            OperatorAsk::Send { .. } | OperatorAsk::Watch { .. } => return None,
+        })
+    }
 }
 
 /// A host's answer to a request from another host: the callee's answer (or why there is none)

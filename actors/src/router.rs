@@ -34,6 +34,7 @@ mod handshake;
 mod hosts;
 mod leader;
 mod mailbox;
+mod operator;
 mod permit;
 mod sessions;
 #[cfg(test)]
@@ -69,6 +70,8 @@ pub struct ControlCall {
     /// Id of the request frame: answers carry it as their correlation id.
     pub frame_id: MsgId,
     pub outbox: Outbox,
+    /// The host whose operator asked, when it is another host's (`cluster.operators`).
+    pub from_host: Option<String>,
 }
 
 pub type EventSink = Arc<dyn Fn(RouterEvent) + Send + Sync>;
@@ -261,6 +264,8 @@ pub struct RouterState {
     asked: HashMap<MsgId, leader::Asked>,
     /// Channel notifications from the leader queued here, and where their outcome goes.
     host_deltas: HashMap<MsgId, oneshot::Sender<Body>>,
+    /// Operators' commands across hosts (operator.rs).
+    operator: operator::OperatorState,
     clock: Clock,
 }
 
@@ -365,6 +370,7 @@ impl Actor for Router {
             seen_calls: Default::default(),
             asked: HashMap::new(),
             host_deltas: HashMap::new(),
+            operator: Default::default(),
             clock: args.clock,
         };
         // Chains resumed on people's posts are working on them again: the chats show it.
@@ -658,16 +664,15 @@ impl RouterState {
             }
             Body::ShutdownAck | Body::HeartbeatAck => {}
             Body::Control(ControlRequest::Watch { chain }) if kind == ConnKind::Control => {
-                match self.chains.map.get_mut(chain) {
-                    Some(c) => c.watchers.push((conn, frame.id)),
-                    None => {
-                        let msg = format!(
-                            "no chain {} in flight (it may have ended already; see `flockctl journal query corr={}`)",
-                            fmt_id(*chain),
-                            fmt_id(*chain)
-                        );
-                        self.answer(conn, Frame::error(&frame, ErrorCode::BadRequest, msg));
-                    }
+                if let Some(c) = self.chains.map.get_mut(chain) {
+                    c.watchers.push((conn, frame.id));
+                } else if !self.operator_watch_elsewhere(conn, frame.id, *chain) {
+                    let msg = format!(
+                        "no chain {} in flight (it may have ended already; see `flockctl journal query corr={}`)",
+                        fmt_id(*chain),
+                        fmt_id(*chain)
+                    );
+                    self.answer(conn, Frame::error(&frame, ErrorCode::BadRequest, msg));
                 }
             }
             Body::Control(ControlRequest::Memory { tool, arguments })
@@ -686,11 +691,15 @@ impl RouterState {
                 self.answer(conn, Frame::answer(&frame, ROUTER, reply));
             }
             Body::Control(request) if kind == ConnKind::Control => {
+                if self.operator_control_elsewhere(conn, &frame, request) {
+                    return;
+                }
                 if let Some(info) = self.conns.get(&conn) {
                     (self.control)(ControlCall {
                         request: request.clone(),
                         frame_id: frame.id,
                         outbox: info.outbox.clone(),
+                        from_host: None,
                     });
                 }
             }
@@ -702,6 +711,9 @@ impl RouterState {
     }
 
     fn answer(&mut self, conn: ConnId, frame: Frame) {
+        if conn == operator::REMOTE_OPERATOR {
+            return self.answer_remote_operator(frame);
+        }
         if let Some(info) = self.conns.get(&conn)
             && !send_to(&info.outbox, frame)
         {

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{Node, next};
-use flock_actors::messages::{FromHost, HostCall, HostReply, OutCall};
+use flock_actors::messages::{FromHost, HostAsk, HostCall, HostReply, OperatorAsk, OutCall};
 use flock_actors::store::PendingMessage;
 use flock_actors::store_actor::with_store;
 use flock_actors::{RouterMsg, StoreMsg};
@@ -296,4 +296,85 @@ async fn a_requests_answer_from_another_host_counts_its_tokens_against_the_one_b
         cancelled |= matches!(f.body, Body::Cancel { .. });
     }
     assert!(cancelled, "the chain went past its budget with the tokens used on gpu");
+}
+
+/// What host `host`'s operator asks of this node (as the cluster link hands it over).
+async fn operator(node: &Node, host: &str, ask: OperatorAsk) -> Body {
+    let (tx, rx) = oneshot::channel();
+    let id = flock_ipc::id::new_id();
+    let ask = HostAsk::Operator(ask);
+    node.router.cast(RouterMsg::HostAsked { host: host.into(), id, ask, reply: tx }).unwrap();
+    rx.await.expect("the router answers")
+}
+
+/// Another host's `flockctl`: heard only from a host `cluster.operators` lists (the leader, by
+/// default), only for this host's own agents; its send is stored and run here as the operator's,
+/// and a `--wait` hears how its chain ended, even when it asks after the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_hosts_operator_is_heard_only_from_a_host_cluster_operators_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, YAML, false, Some("gpu")).await;
+    let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).expect("the link's calls");
+    let mut w = node.agent("w").await;
+    let send = |id: u128, to: &str| OperatorAsk::Send { id, to: to.into(), text: "do it".into() };
+    // `cpu` runs agents of this swarm but is no operator.
+    for ask in [send(1, "w"), OperatorAsk::Restart { agent: "w".into() }] {
+        match operator(&node, "cpu", ask).await {
+            Body::Error { code: ErrorCode::Forbidden, message } => {
+                assert!(message.contains("`cluster.operators` does not list it"), "{message}")
+            }
+            other => panic!("expected FORBIDDEN, got {other:?}"),
+        }
+    }
+    // The leader is, for this host's agents only.
+    match operator(&node, "main", send(2, "c")).await {
+        Body::Error { code: ErrorCode::AgentNotFound, message } => {
+            assert!(message.contains("no agent named `c` runs on host `gpu`"), "{message}")
+        }
+        other => panic!("expected AGENT_NOT_FOUND, got {other:?}"),
+    }
+    assert_eq!(operator(&node, "main", send(3, "w")).await, Body::Accepted);
+    assert_eq!(pending_for(&node.store, "w").await.len(), 1, "stored here, on disk");
+    let d = next(&mut w).await;
+    let Body::Deliver(delivery) = &d.body else { panic!("{d:?}") };
+    assert_eq!((delivery.sender.as_str(), delivery.text.as_str()), (flock_ipc::OPERATOR, "do it"));
+    assert!(matches!(
+        operator(&node, "main", OperatorAsk::Watch { chain: 99 }).await,
+        Body::Error { code: ErrorCode::BadRequest, .. }
+    ));
+    let watch = {
+        let (tx, rx) = oneshot::channel();
+        let ask = HostAsk::Operator(OperatorAsk::Watch { chain: 3 });
+        let id = flock_ipc::id::new_id();
+        node.router.cast(RouterMsg::HostAsked { host: "main".into(), id, ask, reply: tx }).unwrap();
+        rx
+    };
+    let ack = Frame {
+        correlation_id: Some(d.id),
+        ..Frame::new("w", "router", Body::Ack { reply: Some("done on gpu".into()) })
+    };
+    w.outbox.send(ack).await.unwrap();
+    // The answer goes to the operator's DM, which the leader holds: it says where it posted it.
+    let asked = loop {
+        let out = tokio::time::timeout(std::time::Duration::from_secs(5), calls.recv()).await;
+        match out {
+            Ok(Some(OutCall::Ask { id, ask: HostAsk::Answer { text, .. }, .. })) => {
+                break (id, text);
+            }
+            Ok(Some(_)) => continue, // the leader told that `w` is ready
+            other => panic!("no answer for the leader: {other:?}"),
+        }
+    };
+    assert_eq!(asked.1, "done on gpu");
+    let content = r#"{"channel":"dm-w--human-operator","seq":1,"duplicate":false}"#.to_owned();
+    let body = Body::ToolResult { ok: true, content };
+    node.router.cast(RouterMsg::HostAnswered { id: asked.0, body }).unwrap();
+    let ended = |body: Body| match body {
+        Body::ChainEnded(end) => (end.chain, end.text, end.by, end.channel),
+        other => panic!("expected the chain's end, got {other:?}"),
+    };
+    let expected = (3, "done on gpu".to_owned(), "w".to_owned(), "dm-w--human-operator".to_owned());
+    assert_eq!(ended(watch.await.unwrap()), expected);
+    // A `--wait` that asks only now (the chain was quick) hears the same end.
+    assert_eq!(ended(operator(&node, "main", OperatorAsk::Watch { chain: 3 }).await), expected);
 }

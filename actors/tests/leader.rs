@@ -143,7 +143,7 @@ async fn the_leader_answers_another_hosts_agent_with_its_own_powers_and_notifies
         human: "human:bob".into(),
         text: "forged".into(),
         chain: 9,
-        place: flock_actors::chains::ReplyPlace { channel: "room".into(), seq: 1 },
+        place: Some(flock_actors::chains::ReplyPlace { channel: "room".into(), seq: 1 }),
     };
     let (code, msg) = refusal(ask(&node.router, "gpu", 6, answer).await);
     assert_eq!(code, ErrorCode::Forbidden);
@@ -279,7 +279,7 @@ async fn a_persons_question_from_the_leader_is_answered_through_it_and_completed
         human: person.into(),
         text: "42".into(),
         chain: 77,
-        place: ReplyPlace { channel: "team".into(), seq: 4 },
+        place: Some(ReplyPlace { channel: "team".into(), seq: 4 }),
     };
     assert_eq!(what, expected);
     let down = Body::Error { code: ErrorCode::TargetUnavailable, message: "no responders".into() };

@@ -210,7 +210,7 @@ pub(crate) fn build(root: &Node, origin: &Path, report: Report<'_>) -> Option<Sw
         targets: Vec::new(),
         agent_names: Vec::new(),
         clustered: false,
-        failover_hosts: Vec::new(),
+        named_hosts: Vec::new(),
     };
     loader.swarm(root, origin)
 }
@@ -244,8 +244,9 @@ struct Loader<'e> {
     agent_names: Vec<String>,
     /// The file has a `cluster:` section (agents may name a `host:`).
     clustered: bool,
-    /// The hosts `cluster.failover` names, where (checked once the agents are read).
-    failover_hosts: Vec<(String, crate::error::Pos)>,
+    /// The hosts `cluster.failover` and `cluster.operators` name, where, and which key (checked
+    /// once the agents are read).
+    named_hosts: Vec<(String, crate::error::Pos, &'static str)>,
 }
 
 impl Loader<'_> {
@@ -323,7 +324,7 @@ impl Loader<'_> {
                     hosts.push(h.clone());
                 }
             }
-            self.check_failover(&hosts);
+            self.check_named_hosts(&hosts);
         }
 
         let models: std::collections::BTreeMap<String, ModelSpec> = self

@@ -1044,6 +1044,34 @@ fn a_host_may_fail_over_only_when_the_file_says_so_never_the_leader_nor_too_soon
 }
 
 #[test]
+fn only_the_hosts_cluster_operators_lists_drive_other_hosts_agents_the_leader_by_default() {
+    let agents = "agents:\n  - { name: solo, role: worker, model: echo }\n  \
+                  - { name: far, role: worker, model: echo, host: gpu }\n";
+    let spec = ok(&swarm(&format!("cluster: {{ nats: \"nats://a:4222\" }}\n{agents}")));
+    assert!(spec.may_operate("main"), "the leader, by default");
+    assert!(!spec.may_operate("gpu"), "only the leader, by default");
+    let spec = ok(&swarm(&format!(
+        "cluster: {{ nats: \"nats://a:4222\", operators: [gpu, main, gpu] }}\n{agents}"
+    )));
+    assert!(spec.may_operate("main") && spec.may_operate("gpu"));
+    assert_eq!(spec.cluster.as_ref().map(|c| c.operators.len()), Some(2), "listed once");
+    let spec =
+        ok(&swarm(&format!("cluster: {{ nats: \"nats://a:4222\", operators: [gpu] }}\n{agents}")));
+    assert!(!spec.may_operate("main"), "a list replaces the default");
+    assert!(
+        !ok(&swarm("agents:\n  - { name: solo, role: worker, model: echo }\n")).may_operate("main")
+    );
+    let e = one_error(&swarm(&format!(
+        "cluster: {{ nats: \"nats://a:4222\", operators: [cpu] }}\n{agents}"
+    )));
+    assert_mentions(&e, &["cluster.operators", "`cpu`", "places no agent on", "main, gpu"]);
+    let e = one_error(&swarm(&format!(
+        "cluster: {{ nats: \"nats://a:4222\", operators: main }}\n{agents}"
+    )));
+    assert_mentions(&e, &["cluster.operators", "must be a list"]);
+}
+
+#[test]
 fn an_agent_is_found_by_its_address_with_or_without_an_instance() {
     let spec = ok(&swarm("agents:\n  - { name: worker, role: worker }\n"));
     let declared = spec.agents[0].clone();

@@ -48,12 +48,12 @@ impl std::fmt::Debug for ControlCtx {
 
 pub fn handle(ctx: Arc<ControlCtx>, call: ControlCall) {
     tokio::spawn(async move {
-        let ControlCall { request, frame_id, outbox } = call;
+        let ControlCall { request, frame_id, outbox, from_host } = call;
         let reply = |body: Body| Frame {
             correlation_id: Some(frame_id),
             ..Frame::new(ROUTER, flock_ipc::OPERATOR, body)
         };
-        let result = run(&ctx, request, &outbox, &reply).await;
+        let result = run(&ctx, request, from_host.as_deref(), &outbox, &reply).await;
         let body = match result {
             Ok(r) => Body::ControlReply(r),
             Err((code, message)) => Body::Error { code, message },
@@ -74,6 +74,7 @@ fn internal(e: impl std::fmt::Display) -> (ErrorCode, String) {
 async fn run(
     ctx: &ControlCtx,
     request: ControlRequest,
+    from_host: Option<&str>,
     outbox: &Outbox,
     reply: &impl Fn(Body) -> Frame,
 ) -> CtlResult {
@@ -103,15 +104,15 @@ async fn run(
         }
         ControlRequest::Stop { agent } => {
             let done = child_call(ctx, |reply| ChildMsg::Stop { name: agent.clone(), reply });
-            journal_operator(ctx, "AGENT_STOP", &agent, done.await)
+            journal_operator(ctx, "AGENT_STOP", &agent, from_host, done.await)
         }
         ControlRequest::Start { agent } => {
             let done = child_call(ctx, |reply| ChildMsg::Start { name: agent.clone(), reply });
-            journal_operator(ctx, "AGENT_START", &agent, done.await)
+            journal_operator(ctx, "AGENT_START", &agent, from_host, done.await)
         }
         ControlRequest::Restart { agent } => {
             let done = child_call(ctx, |reply| ChildMsg::Restart { name: agent.clone(), reply });
-            journal_operator(ctx, "AGENT_RESTART", &agent, done.await)
+            journal_operator(ctx, "AGENT_RESTART", &agent, from_host, done.await)
         }
         ControlRequest::DeadLetters { offset, limit } => {
             let limit = limit.clamp(1, MAX_DEAD_LETTERS_PAGE);
@@ -317,16 +318,26 @@ async fn all_logs(
 }
 
 /// Journals what the operator did to an agent (`flockctl stop|start|restart`, the dashboard's
-/// buttons) and how it went, as `human:operator`; hands `result` back.
-fn journal_operator(ctx: &ControlCtx, kind: &str, agent: &str, result: CtlResult) -> CtlResult {
+/// buttons) and how it went, as `human:operator` (with `from_host` when it was another host's
+/// `flockctl`); hands `result` back.
+fn journal_operator(
+    ctx: &ControlCtx,
+    kind: &str,
+    agent: &str,
+    from_host: Option<&str>,
+    result: CtlResult,
+) -> CtlResult {
     if let Some(journal) = ctx.journal.clone() {
         let (status, message) = match &result {
             Ok(ControlReply::Done(m)) => (flock_journal::Status::Success, m.clone()),
             Ok(_) => (flock_journal::Status::Success, format!("{agent}: done")),
             Err((code, m)) => (flock_journal::Status::Failed, format!("{code}: {m}")),
         };
-        let event = flock_journal::JournalEvent::new("human:operator", kind, status, message)
+        let mut event = flock_journal::JournalEvent::new("human:operator", kind, status, message)
             .param("agent", agent);
+        if let Some(host) = from_host {
+            event = event.param("from_host", host);
+        }
         tokio::task::spawn_blocking(move || {
             if let Err(e) = journal.append(&event) {
                 tracing::error!(error = %e, "flock: journal append failed");

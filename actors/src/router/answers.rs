@@ -56,26 +56,22 @@ impl RouterState {
         msg: Option<MsgId>,
         place: Option<chains::ReplyPlace>,
     ) {
-        // A person who asked in a channel is answered there, by the leader that holds it (a
-        // DM of `flockctl send` on this host stays here).
-        let place = match (place, self.leader_elsewhere().map(str::to_owned)) {
-            (Some(place), Some(leader)) => {
-                if let Some(c) = self.chains.map.get_mut(&chain) {
-                    c.live += 1;
-                }
-                let answer = leader::AnswerOut {
-                    agent: agent.to_owned(),
-                    human: human.to_owned(),
-                    text,
-                    chain,
-                    msg,
-                    place,
-                    tries: 0,
-                };
-                return self.answer_to_leader(leader, answer);
-            }
-            (place, _) => place,
+        // A person who asked in a channel is answered there, by the leader that holds it; a
+        // send of another host's operator in its DM there; a DM of `flockctl send` on this
+        // host stays here.
+        let to = match &place {
+            Some(_) => self.leader_elsewhere().map(str::to_owned),
+            None => self.operator.asker(&chain).map(str::to_owned),
         };
+        if let Some(to) = to {
+            if let Some(c) = self.chains.map.get_mut(&chain) {
+                c.live += 1;
+            }
+            let agent = agent.to_owned();
+            let human = human.to_owned();
+            let answer = leader::AnswerOut { agent, human, text, chain, msg, place, to, tries: 0 };
+            return self.answer_to_host(answer);
+        }
         let posted = match &self.channels {
             Some(ch) => {
                 let ask = ChannelsMsg::Answer {
@@ -202,6 +198,7 @@ impl RouterState {
             tokens: c.tokens,
             elapsed_ms: now.saturating_sub(c.tag.started_ms),
         };
+        self.operator_chain_ended(&end);
         for (conn, frame_id) in watchers {
             let frame = Frame {
                 correlation_id: Some(frame_id),
@@ -342,7 +339,7 @@ impl RouterState {
         if c.live > 0 {
             return;
         }
-        if !c.watchers.is_empty() {
+        if !c.watchers.is_empty() || self.operator.started(&chain) {
             let by = c.tag.entry.clone();
             let text = match &c.stopped {
                 Some(r) => format!("[stopped] {r}"),

@@ -26,6 +26,8 @@ pub struct HostLink {
     pub remote: HashMap<String, String>,
     /// Those agents, in the swarm file's order (for the roster).
     pub agents: Vec<AgentSpec>,
+    /// The hosts whose `flockctl` drives every host's agents (`cluster.operators`).
+    pub operators: Vec<String>,
     /// Woken when a message for another host is stored.
     pub outbox: Arc<tokio::sync::Notify>,
     /// Requests for agents on other hosts, and cancels, for the cluster link to send.
@@ -41,12 +43,18 @@ impl HostLink {
         let remote = agents.iter().map(|a| (a.key(), whole.host_of(a).to_owned())).collect();
         let (calls, rx) = tokio::sync::mpsc::unbounded_channel();
         let calls_rx = Arc::new(std::sync::Mutex::new(Some(rx)));
+        let mut operators: Vec<String> =
+            whole.cluster.as_ref().map(|c| c.operators.clone()).unwrap_or_default();
+        if operators.is_empty() {
+            operators.push(whole.leader().to_owned());
+        }
         HostLink {
             host: host.to_owned(),
             leader: whole.leader().to_owned(),
             protect: Vec::new(),
             remote,
             agents,
+            operators,
             outbox: Arc::default(),
             calls,
             calls_rx,
@@ -131,8 +139,8 @@ impl RouterState {
     pub(super) fn cross_host_refusal(&self, caller: &str, target: &str, host: &str) -> String {
         if caller == OPERATOR {
             format!(
-                "`{target}` runs on host `{host}`: send to it with flockctl on that host, or to an \
-                 agent here that delegates to it"
+                "`{target}` runs on host `{host}`: at-most-once messages do not cross hosts; send \
+                 it durably (without --at-most-once)"
             )
         } else {
             format!(

@@ -33,6 +33,11 @@ pub(super) enum Asked {
     Notice,
     /// A chain's answer to a person who asked in a channel.
     Answer(AnswerOut),
+    /// A command of this host's operator for an agent there: its answer goes to the operator's
+    /// connection, as the answer to frame `frame_id` (operator.rs).
+    Operator { conn: ConnId, frame_id: MsgId },
+    /// The operator's send `id` to an agent there (operator.rs).
+    OperatorSend { conn: ConnId, id: MsgId, host: String },
 }
 
 /// A chain's answer (or stop notice) from an agent here, for the leader to post where the
@@ -44,7 +49,11 @@ pub(super) struct AnswerOut {
     pub text: String,
     pub chain: MsgId,
     pub msg: Option<MsgId>,
-    pub place: crate::chains::ReplyPlace,
+    /// Where the person asked; `None`: in their DM with the agent (an operator's send from
+    /// host `to`, operator.rs).
+    pub place: Option<crate::chains::ReplyPlace>,
+    /// The host asked to post it: the leader, or the host whose operator sent the input.
+    pub to: String,
     /// Asked how often already (a leader that cannot be reached is asked again).
     pub tries: u32,
 }
@@ -97,7 +106,7 @@ impl RouterState {
 
     /// Asks host `host` (`ask`); the answer comes back as [`RouterMsg::HostAnswered`] and goes
     /// where `asked` says.
-    fn ask_host(&mut self, host: String, ask: HostAsk, asked: Asked, timeout_ms: u64) {
+    pub(super) fn ask_host(&mut self, host: String, ask: HostAsk, asked: Asked, timeout_ms: u64) {
         let id = new_id();
         self.asked.insert(id, asked);
         let sent = self
@@ -136,11 +145,12 @@ impl RouterState {
         self.ask_host(host, ask, asked, timeout_ms);
     }
 
-    /// A chain's answer from an agent here to a person who asked in a channel: `leader` posts
-    /// it (once per chain, so asking again after a crash or a lost answer posts nothing twice).
-    pub(super) fn answer_to_leader(&mut self, leader: String, answer: AnswerOut) {
+    /// A chain's answer from an agent here to a person who asked in a channel (or to another
+    /// host's operator): `answer.to` posts it (once per chain, so asking again after a crash or
+    /// a lost answer posts nothing twice).
+    pub(super) fn answer_to_host(&mut self, answer: AnswerOut) {
         let ask = answer.ask();
-        self.ask_host(leader, ask, Asked::Answer(answer), TOOL_TIMEOUT_MS);
+        self.ask_host(answer.to.clone(), ask, Asked::Answer(answer), TOOL_TIMEOUT_MS);
     }
 
     /// The leader's answer to [`Self::answer_to_leader`]: the input is completed once the
@@ -163,12 +173,13 @@ impl RouterState {
                 let wait = answer_backoff(answer.tries);
                 tracing::warn!(agent = %answer.agent, "flock cluster: the leader did not take an answer ({message}); asking again in {} ms", wait.as_millis());
                 let Some(link) = self.hosts.as_ref() else { return };
-                let (leader, calls) = (link.leader.clone(), link.calls.clone());
+                let calls = link.calls.clone();
                 answer.tries += 1;
                 let id = new_id();
                 let ask = answer.ask();
+                let host = answer.to.clone();
                 self.asked.insert(id, Asked::Answer(answer));
-                let out = OutCall::Ask { host: leader, id, ask, timeout_ms: TOOL_TIMEOUT_MS };
+                let out = OutCall::Ask { host, id, ask, timeout_ms: TOOL_TIMEOUT_MS };
                 tokio::spawn(async move {
                     tokio::time::sleep(wait).await;
                     let _ = calls.send(out);
@@ -226,6 +237,9 @@ impl RouterState {
                 }
             }
             Some(Asked::Answer(answer)) => self.answer_posted(answer, body),
+            Some(asked @ (Asked::Operator { .. } | Asked::OperatorSend { .. })) => {
+                self.operator_answered(asked, body)
+            }
             Some(Asked::Notice) => {
                 if let Body::Error { message, .. } = &body {
                     tracing::warn!(
@@ -269,6 +283,7 @@ impl RouterState {
         }
         match ask {
             HostAsk::Request(_) => {}
+            HostAsk::Operator(ask) => self.operator_from_host(myself, host, id, ask, reply),
             HostAsk::Tool { .. } | HostAsk::Permission { .. } if !leader_here => {
                 let msg = format!(
                     "host `{}` does not keep the channels and permissions: `{}` does",
@@ -334,25 +349,31 @@ impl RouterState {
                 self.queue_delta(myself, agent, channel, upto, text, chain, Some(reply));
             }
             HostAsk::Answer { agent, human, text, chain, place } => {
-                if !leader_here || self.remote_host(&agent) != Some(host.as_str()) {
+                // A person's post is answered through the leader; an operator's send from
+                // here to that host is answered back here, in the operator's DM.
+                let may = match &place {
+                    Some(_) => leader_here,
+                    None => self.operator_sent_to(chain) == Some(host.as_str()),
+                };
+                if !may || self.remote_host(&agent) != Some(host.as_str()) {
                     let msg = format!("host `{host}` may not answer for `{agent}` here");
                     tracing::warn!(from = %host, "flock cluster: refused an answer: {msg}");
                     let _ = reply.send(refused(ErrorCode::Forbidden, msg));
                     return;
                 }
                 let (tx, rx) = oneshot::channel::<AnswerPosted>();
-                let off = ChannelsMsg::Working {
-                    channel: place.channel.clone(),
-                    seq: place.seq,
+                let off = place.as_ref().map(|p| ChannelsMsg::Working {
+                    channel: p.channel.clone(),
+                    seq: p.seq,
                     on: false,
-                };
+                });
                 let post = ChannelsMsg::Answer {
                     agent,
                     human,
                     text,
                     chain,
                     msg: None,
-                    place: Some(place),
+                    place,
                     to_host: Some(tx),
                 };
                 if self.channels.as_ref().is_none_or(|ch| ch.cast(post).is_err()) {
@@ -362,7 +383,7 @@ impl RouterState {
                 }
                 // Answered: no more typing for that post, even if the host that worked on it
                 // never says so (it was killed).
-                if let Some(ch) = &self.channels {
+                if let (Some(ch), Some(off)) = (&self.channels, off) {
                     let _ = ch.cast(off);
                 }
                 tokio::spawn(async move {
@@ -483,7 +504,7 @@ impl RouterState {
 
 /// An outbox whose first frame's body goes to `reply`: a call from another host answered by code
 /// that answers an agent's connection (the channels actor, the permission job).
-fn answered_through(reply: oneshot::Sender<Body>) -> flock_ipc::Outbox {
+pub(super) fn answered_through(reply: oneshot::Sender<Body>) -> flock_ipc::Outbox {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Frame>(1);
     tokio::spawn(async move {
         let body = match rx.recv().await {

@@ -8,6 +8,13 @@ use super::*;
 impl RouterState {
     pub(super) fn send(&mut self, myself: &ActorRef<RouterMsg>, conn: ConnId, frame: Frame) {
         let Body::Send { mode, text } = &frame.body else { return };
+        // The operator's message for an agent on another host: that host takes it.
+        if *mode == SendMode::Durable
+            && frame.from == OPERATOR
+            && let Some(host) = self.remote_host(&frame.to).map(str::to_owned)
+        {
+            return self.operator_send_to_host(conn, host, &frame);
+        }
         if let Err((code, msg)) = self.check_target(&frame.from, &frame.to) {
             return self.answer(conn, Frame::error(&frame, code, msg));
         }

@@ -31,6 +31,11 @@ pub struct ClusterSpec {
     /// [`FENCE_AFTER_SECS`], so they never run on two machines at once.
     #[serde(default)]
     pub failover: std::collections::BTreeMap<String, u64>,
+    /// The hosts whose `flockctl` may drive agents placed on other hosts (send to them, stop,
+    /// start, restart them, read their logs): `cluster.operators`, the leader alone unless the
+    /// file lists others. A host not listed drives only its own agents.
+    #[serde(default)]
+    pub operators: Vec<String>,
 }
 
 /// A run of a host with `cluster.failover` that could not renew its lease (its status) for this
@@ -48,6 +53,16 @@ impl SwarmSpec {
     /// The host agents without `host:` run on: the cluster's leader, or [`DEFAULT_HOST`].
     pub fn leader(&self) -> &str {
         self.cluster.as_ref().map_or(DEFAULT_HOST, |c| c.leader.as_str())
+    }
+
+    /// Whether `flockctl` on host `host` may drive agents placed on other hosts
+    /// (`cluster.operators`; the leader alone unless the file lists others).
+    pub fn may_operate(&self, host: &str) -> bool {
+        match &self.cluster {
+            Some(c) if c.operators.is_empty() => host == c.leader,
+            Some(c) => c.operators.iter().any(|h| h == host),
+            None => false,
+        }
     }
 
     /// The host `agent` is placed on.

@@ -4,7 +4,8 @@
 use super::*;
 use crate::spec::{ClusterSpec, DEFAULT_CLUSTER_SECRET_ENV, DEFAULT_HOST, MIN_FAILOVER_SECS};
 
-const CLUSTER_KEYS: &[&str] = &["nats", "credentials_file", "leader", "secret_env", "failover"];
+const CLUSTER_KEYS: &[&str] =
+    &["nats", "credentials_file", "leader", "secret_env", "failover", "operators"];
 
 impl Loader<'_> {
     pub(super) fn cluster(&mut self, node: &Node) -> Option<ClusterSpec> {
@@ -85,7 +86,26 @@ impl Loader<'_> {
             Some((_, v)) if !v.is_null() => self.failover(v, &leader),
             _ => Default::default(),
         };
-        Some(ClusterSpec { nats, credentials_file, leader, secret_env, failover })
+        let operators = match lookup(entries, "operators") {
+            Some((_, v)) if !v.is_null() => self.operators(v)?,
+            _ => vec![leader.clone()],
+        };
+        Some(ClusterSpec { nats, credentials_file, leader, secret_env, failover, operators })
+    }
+
+    /// `cluster.operators: [HOST, …]`: the hosts whose `flockctl` may drive agents placed on
+    /// other hosts; each must be one the file places agents on ([`Loader::check_named_hosts`]).
+    fn operators(&mut self, node: &Node) -> Option<Vec<String>> {
+        let items = self.report.list(node, "cluster.operators")?;
+        let mut out = Vec::new();
+        for item in items {
+            let Some(host) = self.host_name(item, "cluster.operators") else { continue };
+            self.named_hosts.push((host.clone(), item.pos, "cluster.operators"));
+            if !out.contains(&host) {
+                out.push(host);
+            }
+        }
+        Some(out)
     }
 
     /// `cluster.failover: { HOST: SECONDS, … }`: hosts a standby may take over once lost that
@@ -109,21 +129,22 @@ impl Loader<'_> {
             }
             let what = format!("cluster.failover.{host}");
             if let Some(secs) = self.report.uint(value, &what, MIN_FAILOVER_SECS as i128, 86_400) {
-                self.failover_hosts.push((host.clone(), key.pos));
+                self.named_hosts.push((host.clone(), key.pos, "cluster.failover"));
                 out.insert(host, secs);
             }
         }
         out
     }
 
-    /// Each host in `cluster.failover` is one the file places agents on.
-    pub(super) fn check_failover(&mut self, hosts: &[String]) {
-        for (host, pos) in std::mem::take(&mut self.failover_hosts) {
+    /// Each host `cluster.failover` and `cluster.operators` name is one the file places agents
+    /// on.
+    pub(super) fn check_named_hosts(&mut self, hosts: &[String]) {
+        for (host, pos, key) in std::mem::take(&mut self.named_hosts) {
             if !hosts.contains(&host) {
                 self.report.error(
                     pos,
                     format!(
-                        "`cluster.failover` names `{host}`, which the file places no agent on; \
+                        "`{key}` names `{host}`, which the file places no agent on; \
                          its hosts: {} (`host:` of an agent)",
                         hosts.join(", ")
                     ),

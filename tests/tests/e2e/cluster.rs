@@ -93,12 +93,81 @@ fn a_request_on_one_host_is_answered_by_a_worker_on_another() {
     );
     let story = story();
     assert!(story.contains("\"type\":\"DELEGATE\""), "{story}");
+}
 
-    // An operator cannot address the other host's agent from here: a clear refusal.
-    let out = main.ctl(&["send", "worker", "hello"]);
+/// `flockctl` on the leader drives an agent on another host as if it ran there: a send (with
+/// `--wait`), `stop`, `start`, `restart`, `logs`; the other host's `flockctl` drives only its
+/// own agents unless `cluster.operators` lists it.
+#[test]
+fn flockctl_on_the_leader_drives_an_agent_on_another_host_and_another_host_only_its_own() {
+    let Some(bin) = available("cluster: flockctl across hosts") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let yaml = coordinator_and_worker(&broker.url(), "the gpu worker read: {input}");
+    let main = host(&yaml, None);
+    let gpu = host(&yaml, Some("gpu"));
+
+    // A send from main to the worker on gpu: stored there, answered there, heard here.
+    let (code, end) = send_wait(&main, "worker", "hello from main");
+    assert_eq!(code, Some(0), "{end}");
+    assert_eq!(end["text"], "the gpu worker read: hello from main", "{end}");
+    assert_eq!((end["by"].as_str(), end["hops"].as_u64()), (Some("worker"), Some(1)), "{end}");
+    assert_eq!(gpu.turns_total("worker"), 1, "one turn, on gpu");
+    // Its answer is in the operator's DM, which the leader holds.
+    let dm = main.ctl_ok(&["read", "dm-human-operator--worker", "--json"]);
+    assert_eq!(dm.matches("the gpu worker read: hello from main").count(), 1, "{dm}");
+    // Without --wait: accepted there, answered there.
+    main.ctl_ok(&["send", "worker", "second"]);
+    gpu.wait_until(|| gpu.turns_total("worker") == 2, SHORT, "the second send's turn on gpu");
+
+    // Its log, read from main.
+    let log = main.ctl_ok(&["logs", "worker", "--lines", "50"]);
+    assert!(log.contains("hello from main"), "{log}");
+    let out = main.ctl(&["logs", "worker", "-f"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("runs on host `gpu`"), "{err}");
+    assert!(err.contains("runs on host `gpu`") && err.contains("-f"), "{err}");
+
+    // Stop, start, restart from main: the process on gpu goes and comes back.
+    let pid = gpu.pid_of("worker").expect("the worker runs on gpu");
+    main.ctl_ok(&["stop", "worker"]);
+    gpu.wait_until(|| gpu.state_of("worker") == "stopped", SHORT, "the worker stopped on gpu");
+    main.ctl_ok(&["start", "worker"]);
+    gpu.wait_until(|| gpu.state_of("worker") == "ready", LONG, "the worker ready again");
+    let started = gpu.pid_of("worker");
+    assert!(started.is_some() && started != Some(pid), "a new process: {started:?} vs {pid}");
+    main.ctl_ok(&["restart", "worker"]);
+    gpu.wait_until(
+        || gpu.state_of("worker") == "ready" && gpu.pid_of("worker") != started,
+        LONG,
+        "the worker restarted on gpu",
+    );
+    // The host that ran them journals who asked.
+    let journal = gpu.ctl_ok(&["journal", "query", "type=AGENT_RESTART", "--json"]);
+    let events: Vec<serde_json::Value> = serde_json::from_str(&journal).unwrap_or_default();
+    let asked_by = |e: &serde_json::Value| e["action"]["params"]["from_host"] == "main";
+    assert!(
+        events.iter().any(|e| asked_by(e) && e["action"]["params"]["agent"] == "worker"),
+        "{journal}"
+    );
+
+    // An agent the file places nowhere: the usual answer.
+    let out = main.ctl(&["stop", "nobody"]);
+    assert!(!out.status.success());
+
+    // gpu is not in `cluster.operators` (the leader alone, by default): it drives only its own.
+    for args in
+        [&["send", "coordinator", "hi"][..], &["stop", "coordinator"], &["logs", "coordinator"]]
+    {
+        let out = gpu.ctl(args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("runs on host `main`") && err.contains("cluster.operators"), "{err}");
+    }
+    assert_eq!(main.state_of("coordinator"), "ready");
+    assert_eq!(main.turns_total("coordinator"), 0);
+    // Its own agents it drives as before.
+    gpu.ctl_ok(&["restart", "worker"]);
 }
 
 /// Requests (`agents__request`) cross hosts as they work on one: the answer comes back to the
