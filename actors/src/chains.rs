@@ -7,7 +7,7 @@
 //!
 //! Nothing here does I/O: the router applies the decisions.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use flock_config::BudgetSpec;
 use flock_ipc::id::fmt_id;
@@ -65,6 +65,12 @@ pub struct Route {
     /// wherever its hops run.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tokens: u64,
+    /// The tokens the chain had used on each host, as far as the sending host knew (its own
+    /// count included): a grow-only count per host, merged by taking each host's highest, so
+    /// branches of one chain that ran on several hosts at once add up instead of each counting
+    /// from the fork (empty on one host).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_host: BTreeMap<String, u64>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -95,6 +101,7 @@ impl Route {
             hop: 1,
             parent: None,
             tokens: 0,
+            by_host: BTreeMap::new(),
         }
     }
 
@@ -126,7 +133,8 @@ impl Route {
             && self.answer_path.is_empty()
             && !self.result
             && self.parent.is_none()
-            && self.tokens == 0;
+            && self.tokens == 0
+            && self.by_host.is_empty();
         if plain_root { String::new() } else { serde_json::to_string(self).unwrap_or_default() }
     }
 
@@ -173,6 +181,9 @@ pub struct Chain {
     pub trail: Vec<String>,
     /// `flockctl send --wait` connections: (connection, request frame id).
     pub watchers: Vec<(u64, MsgId)>,
+    /// The tokens other hosts reported this chain used there (included in `tokens`; the rest
+    /// of `tokens` was used here).
+    pub elsewhere: BTreeMap<String, u64>,
 }
 
 /// Trail entries kept per chain (the notice shows the last ones).
@@ -189,6 +200,7 @@ impl Chain {
             answered: false,
             trail: Vec::new(),
             watchers: Vec::new(),
+            elsewhere: BTreeMap::new(),
         }
     }
 
@@ -265,6 +277,7 @@ pub struct Chains {
 struct Ended {
     hops: u32,
     tokens: u64,
+    elsewhere: BTreeMap<String, u64>,
     answered: bool,
     stopped: Option<String>,
 }
@@ -288,7 +301,10 @@ impl Chains {
         self.ended_order.retain(|id| *id != tag.id);
         let c = self.map.entry(tag.id).or_insert_with(|| Chain::new(tag.clone()));
         c.hops = c.hops.max(e.hops);
-        c.tokens = c.tokens.max(e.tokens);
+        if e.tokens > c.tokens {
+            c.tokens = e.tokens;
+            c.elsewhere = e.elsewhere;
+        }
         c.answered |= e.answered;
         if c.stopped.is_none() {
             c.stopped = e.stopped;
@@ -302,6 +318,7 @@ impl Chains {
         let ended = Ended {
             hops: c.hops,
             tokens: c.tokens,
+            elsewhere: c.elsewhere.clone(),
             answered: c.answered,
             stopped: c.stopped.clone(),
         };

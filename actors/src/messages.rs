@@ -498,13 +498,25 @@ impl OperatorAsk {
 }
 
 /// A host's answer to a request from another host: the callee's answer (or why there is none)
-/// and the tokens its chain used on that host while it ran — the caller's host counts them on,
-/// so a chain keeps one token budget through a request across hosts.
+/// and the tokens its chain used on that host while it ran, with its count per host — the
+/// caller's host counts them on, so a chain keeps one token budget through a request across
+/// hosts.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HostReply {
     pub body: Body,
     #[serde(default)]
     pub tokens: u64,
+    /// The chain's tokens per host as the answering host knew them (empty from an older build,
+    /// or when nothing was counted): the caller merges them as it merges a route's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_host: BTreeMap<String, u64>,
+}
+
+impl HostReply {
+    /// An answer that counted no tokens (a refusal, an error on the way).
+    pub fn of(body: Body) -> HostReply {
+        HostReply { body, tokens: 0, by_host: BTreeMap::new() }
+    }
 }
 
 /// What the router asks of the cluster link.

@@ -3,7 +3,7 @@
 //! store actor, process control in the supervisor. It owns the in-memory view of every mailbox
 //! (the durable copy is in SQLite) and hands each agent one turn at a time.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

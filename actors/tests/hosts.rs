@@ -124,7 +124,7 @@ async fn a_send_to_another_hosts_agent_waits_in_the_store_for_the_link() {
     assert_eq!((call.id, call.from.as_str(), call.to.as_str()), (req.id, "c", "w"));
     assert_eq!((call.text.as_str(), call.timeout_ms), ("hi gpu", 5_000));
     assert_eq!(call.calls, ["c@default"]);
-    let reply = HostReply { body: Body::Reply { text: "from gpu".into() }, tokens: 0 };
+    let reply = HostReply::of(Body::Reply { text: "from gpu".into() });
     node.router.cast(RouterMsg::AnswerFromHost { id: req.id, callee: "w".into(), reply }).unwrap();
     let answer = next(&mut c).await;
     assert_eq!(answer.correlation_id, Some(req.id));
@@ -194,7 +194,9 @@ async fn a_request_from_another_host_runs_here_only_for_that_hosts_own_agent() {
         .await
         .unwrap();
     let answer = answer.await.unwrap();
-    assert_eq!(answer, HostReply { body: Body::Reply { text: "done on gpu".into() }, tokens: 250 });
+    assert_eq!((answer.body, answer.tokens), (Body::Reply { text: "done on gpu".into() }, 250));
+    // Per host: what the chain used on gpu (here) — nothing came in with the call.
+    assert_eq!(answer.by_host, [("gpu".to_owned(), 250)].into());
     // The same call again (copied off the broker, MAC and all): refused, never delivered.
     match ask("main", call(3, "c")).await.unwrap().body {
         Body::Error { code: ErrorCode::BadRequest, message } => {
@@ -254,6 +256,76 @@ async fn a_chain_carries_its_tokens_across_hosts_and_stops_at_one_budget() {
     assert!(matches!(stop.body, Body::Cancel { .. }), "{stop:?}");
 }
 
+/// A chain that ran on two hosts at once (a fan-out) counts both branches: each host's count
+/// is kept apart and merged by its highest, so the branches add up instead of each counting on
+/// from the fork — and the sum is what stops the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn branches_of_one_chain_on_two_hosts_add_up_against_the_one_budget() {
+    use flock_actors::chains::Route;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = YAML.replace("agents:", "budget: {max_tokens: 1000}\nagents:");
+    let node = common::start_on(dir.path(), 0, &yaml, false, Some("main")).await;
+    let mut c = node.agent("c").await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let now = now.as_millis() as u64;
+    // Chain 40 used 100 tokens here, then went to `w` on gpu and `x` on cpu at once; each
+    // branch sends its part back with what it knew: main 100, and its own host's count.
+    let from = |id: u128, host: &str, sender: &str, own: u64| {
+        let mut route =
+            Route::root(40, "human:operator", "c", "go", now, Some("human:operator".into()));
+        route.hop = 3;
+        route.tokens = 100 + own;
+        route.by_host = [("main".to_owned(), 100), (host.to_owned(), own)].into();
+        let msg = PendingMessage {
+            id,
+            sender: sender.into(),
+            target: "c".into(),
+            text: format!("{sender}'s part"),
+            attempts: 0,
+            route: route.store(id),
+            enqueued_at: 1,
+        };
+        let (tx, rx) = oneshot::channel();
+        node.router.cast(RouterMsg::FromHost { host: host.into(), msg, reply: tx }).unwrap();
+        rx
+    };
+    assert_eq!(from(41, "gpu", "w", 400).await.unwrap(), FromHost::Stored);
+    assert_eq!(from(42, "cpu", "x", 450).await.unwrap(), FromHost::Stored);
+    assert_eq!(next(&mut c).await.id, 41);
+    // 100 + 400 + 450 = 950 (each branch alone said 500 or 550): a message sent on now carries
+    // every host's count.
+    let f = Frame::new("c", "w", Body::Send { text: "more".into(), mode: SendMode::Durable });
+    c.outbox.send(f.clone()).await.unwrap();
+    let mut accepted = false;
+    while !accepted {
+        accepted = matches!(next(&mut c).await.body, Body::Accepted);
+    }
+    let waiting = pending_for(&node.store, "w").await;
+    let sent = Route::load(&waiting[0].route, f.id, "c", "w", "more", 1);
+    let counts: std::collections::BTreeMap<String, u64> =
+        [("main".into(), 100), ("gpu".into(), 400), ("cpu".into(), 450)].into();
+    assert_eq!((sent.tokens, &sent.by_host), (950, &counts), "{}", waiting[0].route);
+    // The same branch's count again (its message delivered twice) adds nothing; 60 more here
+    // passes the budget of 1 000: the chain stops, `c`'s turn is cancelled.
+    assert_eq!(from(43, "gpu", "w", 400).await.unwrap(), FromHost::Stored);
+    node.router.cast(RouterMsg::Tokens { chain: 40, tokens: 40 }).unwrap();
+    nothing_cancelled(&mut c).await;
+    node.router.cast(RouterMsg::Tokens { chain: 40, tokens: 20 }).unwrap();
+    loop {
+        if matches!(next(&mut c).await.body, Body::Cancel { .. }) {
+            break;
+        }
+    }
+}
+
+/// No `Cancel` for `conn` within 300 ms (deliveries and answers may come).
+async fn nothing_cancelled(conn: &mut flock_ipc::Connection) {
+    let until = tokio::time::Instant::now() + std::time::Duration::from_millis(300);
+    while let Ok(Ok(Some(f))) = tokio::time::timeout_at(until, conn.reader.read_frame()).await {
+        assert!(!matches!(f.body, Body::Cancel { .. }), "cancelled too early: {f:?}");
+    }
+}
+
 /// A request's answer from another host brings back the tokens its chain used there: the
 /// caller's host counts them against the one budget (and stops the chain past it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,7 +360,7 @@ async fn a_requests_answer_from_another_host_counts_its_tokens_against_the_one_b
     let out = tokio::time::timeout(std::time::Duration::from_secs(5), calls.recv()).await;
     let Ok(Some(OutCall::Request { call, .. })) = out else { panic!("no call: {out:?}") };
     assert_eq!(call.id, req.id);
-    let reply = HostReply { body: Body::Reply { text: "costly".into() }, tokens: 500 };
+    let reply = HostReply { tokens: 500, ..HostReply::of(Body::Reply { text: "costly".into() }) };
     node.router.cast(RouterMsg::AnswerFromHost { id: req.id, callee: "w".into(), reply }).unwrap();
     let mut cancelled = false;
     for _ in 0..2 {

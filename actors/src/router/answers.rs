@@ -35,6 +35,7 @@ impl RouterState {
             hop: done.route.hop + 1,
             parent: Some(done.id),
             tokens: 0,
+            by_host: BTreeMap::new(),
         };
         // A stopped chain's person has been told already; the result goes nowhere.
         if self.admit(&mut route, "RESULT", agent, &to, &text).is_ok() {
@@ -226,6 +227,7 @@ impl RouterState {
                 hop: q.route.hop + 1,
                 parent: Some(q.id),
                 tokens: 0,
+                by_host: BTreeMap::new(),
             },
             None => {
                 let mut r = Route::root(id, sender, to, text, self.now(), None);

@@ -152,26 +152,62 @@ impl RouterState {
     }
 
     /// The stored form of `route` for message `id` to `target`: to an agent on another host it
-    /// carries the tokens its chain has used so far (that host counts on from there).
+    /// carries the tokens its chain has used so far, per host (that host counts on from there).
     pub(super) fn route_for(&self, route: &Route, id: MsgId, target: &str) -> String {
-        let tokens = match self.remote_host(target) {
-            Some(_) => self.chains.map.get(&route.chain.id).map_or(0, |c| c.tokens),
-            None => 0,
-        };
-        if tokens > route.tokens {
-            let mut carried = route.clone();
-            carried.tokens = tokens;
-            return carried.store(id);
+        if self.remote_host(target).is_none() {
+            return route.store(id);
         }
-        route.store(id)
+        let Some(c) = self.chains.map.get(&route.chain.id) else { return route.store(id) };
+        let mut carried = route.clone();
+        carried.tokens = carried.tokens.max(c.tokens);
+        carried.by_host = self.tokens_by_host(route.chain.id);
+        carried.store(id)
     }
 
-    /// A chain that came from another host has used at least `tokens` there: counted here, and
-    /// stopped if that is past its budget.
-    pub(super) fn carry_tokens(&mut self, chain: MsgId, tokens: u64) {
+    /// The tokens chain `chain` has used on each host as far as this host knows, its own count
+    /// included (empty for a chain this host does not keep).
+    pub(super) fn tokens_by_host(&self, chain: MsgId) -> BTreeMap<String, u64> {
+        let (Some(c), Some(link)) = (self.chains.map.get(&chain), &self.hosts) else {
+            return BTreeMap::new();
+        };
+        let mut counts = c.elsewhere.clone();
+        let own = c.tokens.saturating_sub(counts.values().sum());
+        counts.insert(link.host.clone(), own);
+        counts.retain(|_, n| *n > 0);
+        counts
+    }
+
+    /// A chain that came from another host has used `tokens` in all, `by_host` on each host as
+    /// far as that host knew: what this host had not counted yet is counted here (each host's
+    /// highest count, so two branches that ran at once add up), and the chain is stopped if that
+    /// is past its budget. A route of an older build (no counts per host) carries the total.
+    pub(super) fn carry_tokens(
+        &mut self,
+        chain: MsgId,
+        tokens: u64,
+        by_host: &BTreeMap<String, u64>,
+    ) {
+        let me = self.hosts.as_ref().map(|l| l.host.clone()).unwrap_or_default();
         let Some(c) = self.chains.map.get_mut(&chain) else { return };
-        if tokens > c.tokens {
-            let more = tokens - c.tokens;
+        let more = if by_host.is_empty() {
+            tokens.saturating_sub(c.tokens)
+        } else {
+            let own = c.tokens.saturating_sub(c.elsewhere.values().sum());
+            let mut more = 0;
+            for (host, &count) in by_host {
+                if *host == me {
+                    // This host's own count as another knew it: more than this host holds
+                    // when its record of the chain ended and came back.
+                    more += count.saturating_sub(own);
+                } else {
+                    let seen = c.elsewhere.entry(host.clone()).or_default();
+                    more += count.saturating_sub(*seen);
+                    *seen = (*seen).max(count);
+                }
+            }
+            more
+        };
+        if more > 0 {
             self.charge_tokens(chain, more);
         }
     }
@@ -279,7 +315,7 @@ impl RouterState {
                 if !carried {
                     chain.live += 1;
                 }
-                self.carry_tokens(route.chain.id, route.tokens);
+                self.carry_tokens(route.chain.id, route.tokens, &route.by_host);
                 let kind = if route.result { DeliveryKind::Result } else { DeliveryKind::Message };
                 let target = msg.target.clone();
                 match self.slots.get_mut(&target) {
@@ -317,16 +353,18 @@ impl RouterState {
         if !sent {
             let message = "the link to the other hosts is not running".to_owned();
             let body = Body::Error { code: ErrorCode::TargetUnavailable, message };
-            self.answered_from_host(id, &callee, HostReply { body, tokens: 0 });
+            self.answered_from_host(id, &callee, HostReply::of(body));
         }
     }
 
     /// The answer to request `id` from the host that ran it (or why there is none), with the
     /// tokens its chain used there: counted here, against the one budget.
     pub(super) fn answered_from_host(&mut self, id: MsgId, callee: &str, reply: HostReply) {
-        let HostReply { mut body, tokens } = reply;
+        let HostReply { mut body, tokens, by_host } = reply;
         if let Some(call) = self.remote_calls.remove(&id) {
-            if tokens > 0 {
+            if !by_host.is_empty() {
+                self.carry_tokens(call.chain, 0, &by_host);
+            } else if tokens > 0 {
                 self.charge_tokens(call.chain, tokens);
             }
             self.leave(call.chain);
@@ -406,14 +444,14 @@ impl RouterState {
             None
         };
         if let Some(body) = refusal {
-            let _ = reply.send(HostReply { body, tokens: 0 });
+            let _ = reply.send(HostReply::of(body));
             return;
         }
         let now = self.now();
         let route = Route::load(&call.route, call.id, &call.from, &call.to, &call.text, now);
         // The hop was counted where the request was made; the chain goes on here from there.
         self.chains.entry(&route.chain, route.hop.saturating_add(1)).live += 1;
-        self.carry_tokens(route.chain.id, route.tokens);
+        self.carry_tokens(route.chain.id, route.tokens, &route.by_host);
         let tokens_at_start = self.chains.map.get(&route.chain.id).map_or(0, |c| c.tokens);
         let chain = route.chain.id;
         let timeout_ms = call.timeout_ms.max(1);
@@ -443,7 +481,8 @@ impl RouterState {
         let Some(call) = self.host_calls.remove(&id) else { return };
         let now = self.chains.map.get(&call.chain).map_or(0, |c| c.tokens);
         let tokens = now.saturating_sub(call.tokens_at_start);
-        let _ = call.reply.send(HostReply { body, tokens });
+        let by_host = self.tokens_by_host(call.chain);
+        let _ = call.reply.send(HostReply { body, tokens, by_host });
     }
 
     /// The caller on host `host` stopped waiting for request `id`: its callee's turn here is

@@ -93,6 +93,7 @@ impl RouterState {
                 hop: hops + 1,
                 parent: None,
                 tokens: 0,
+                by_host: BTreeMap::new(),
             },
             None => Route::root(id, &from, &agent, &text, self.now(), None),
         };

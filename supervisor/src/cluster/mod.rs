@@ -531,7 +531,7 @@ async fn ask_host(
             message: format!("{who} could not be asked: {e}"),
         },
     };
-    HostReply { body, tokens: 0 }
+    HostReply::of(body)
 }
 
 /// The router's answer to another host's call, once it comes.
@@ -586,14 +586,13 @@ async fn answer_calls(link: Link, router: ActorRef<RouterMsg>) {
             tokio::spawn(async move {
                 let reply = match answering {
                     Answering::Request(rx) => rx.await.ok(),
-                    Answering::Ask(rx) => rx.await.ok().map(|body| HostReply { body, tokens: 0 }),
+                    Answering::Ask(rx) => rx.await.ok().map(HostReply::of),
                 };
-                let reply = reply.unwrap_or_else(|| HostReply {
-                    body: Body::Error {
+                let reply = reply.unwrap_or_else(|| {
+                    HostReply::of(Body::Error {
                         code: ErrorCode::Draining,
                         message: "the swarm on that host is shutting down".into(),
-                    },
-                    tokens: 0,
+                    })
                 });
                 let payload = serde_json::to_vec(&reply).unwrap_or_default();
                 if let Err(e) = call.answer(payload.into()).await {
