@@ -53,6 +53,7 @@ async fn main() {
             journal: None,
             agent_ops: None,
             elsewhere: Vec::new(),
+            taken: Vec::new(),
         },
     )
     .await

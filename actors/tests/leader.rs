@@ -388,3 +388,35 @@ async fn an_instance_spawned_on_another_host_is_that_hosts_and_has_its_agents_po
     let msg = spawned.expect_err("refused");
     assert!(msg.contains("FORBIDDEN") && msg.contains("runs on another host"), "{msg}");
 }
+
+/// A name the swarm file places on another host is never created here (its host runs it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_placed_on_another_host_is_not_created_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, YAML, true, Some("gpu")).await;
+    let channels = node.channels.as_ref().expect("gpu's channels (its operator's DMs)");
+    let create = |name: &str| {
+        let caller = flock_actors::caller::Caller { id: "human:operator".into(), role: None };
+        let arguments = json!({"name": name, "role": "worker"}).to_string();
+        async move {
+            ractor::call!(channels, |reply| flock_actors::messages::ChannelsMsg::Human {
+                caller,
+                name: "flock_create_agent".into(),
+                arguments,
+                reply
+            })
+            .unwrap()
+        }
+    };
+    for placed in ["o", "x"] {
+        let (code, msg) = create(placed).await.unwrap_err();
+        assert_eq!(code, ErrorCode::BadRequest);
+        assert!(
+            msg.contains(&format!("places an agent named `{placed}` on another host")),
+            "{msg}"
+        );
+    }
+    // Any other name gets past that check (this test's supervisor starts no process).
+    let (_, msg) = create("helper").await.unwrap_err();
+    assert!(msg.contains("cannot start agents"), "{msg}");
+}

@@ -313,6 +313,7 @@ pub async fn up(
             } else {
                 Vec::new()
             },
+            taken: whole.agents_elsewhere(host).iter().map(|a| a.key()).collect(),
         },
     )
     .await

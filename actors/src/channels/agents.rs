@@ -37,6 +37,11 @@ impl ChannelsState {
                 "an agent named `{name}` exists or existed; pick another name"
             )));
         }
+        if self.taken.contains(&name) {
+            return Err(bad(format!(
+                "the swarm file places an agent named `{name}` on another host; pick another name"
+            )));
+        }
         let role_text = str_arg(args, "role").unwrap_or("worker");
         let Some(role) = Role::ALL.into_iter().find(|r| r.as_str() == role_text) else {
             let roles: Vec<&str> = Role::ALL.iter().map(|r| r.as_str()).collect();

@@ -49,6 +49,9 @@ pub struct ChannelsArgs {
     /// The agents of other hosts, on the leader of a swarm across hosts (which holds every
     /// host's channels); empty otherwise.
     pub elsewhere: Vec<AgentSpec>,
+    /// The names the swarm file places on other hosts (any host of a swarm across hosts): no
+    /// agent of that name is created here.
+    pub taken: Vec<String>,
 }
 
 pub struct Channels;
@@ -71,6 +74,7 @@ impl Actor for Channels {
         let mut st = ChannelsState {
             agents: args.spec.agents.iter().chain(&args.elsewhere).cloned().collect(),
             elsewhere: args.elsewhere.iter().map(|a| (a.key(), a.clone())).collect(),
+            taken: args.taken.into_iter().collect(),
             agent_ops: args.agent_ops,
             spec: args.spec,
             store: args.store,

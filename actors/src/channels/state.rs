@@ -50,6 +50,8 @@ pub struct ChannelsState {
     pub(super) agents: Vec<AgentSpec>,
     /// On the leader: the agents the file places on other hosts, by name.
     pub(super) elsewhere: HashMap<String, AgentSpec>,
+    /// The names the swarm file places on other hosts (never created here).
+    pub(super) taken: std::collections::HashSet<String>,
     pub(super) agent_ops: Option<AgentOps>,
     pub(super) store: ActorRef<StoreMsg>,
     pub(super) router: Option<ActorRef<RouterMsg>>,

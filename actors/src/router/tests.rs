@@ -51,6 +51,7 @@ async fn swarm(settings: &str) -> Swarm {
         journal: None,
         agent_ops: None,
         elsewhere: Vec::new(),
+        taken: Vec::new(),
     };
     let (channels, _) = Actor::spawn(None, Channels, args).await.unwrap();
     let liveness = spec.agents.iter().map(|a| (a.key(), Arc::default())).collect();

@@ -56,6 +56,9 @@ pub async fn start_on(
         Some(h) if h == whole.leader() => whole.agents_elsewhere(h),
         _ => Vec::new(),
     };
+    let taken: Vec<String> = host
+        .map(|h| whole.agents_elsewhere(h).iter().map(|a| a.key()).collect())
+        .unwrap_or_default();
     let spec = Arc::new(match host {
         Some(h) => whole.for_host(h).unwrap(),
         None => whole,
@@ -71,6 +74,7 @@ pub async fn start_on(
             journal: Some(journal.clone()),
             agent_ops: None,
             elsewhere,
+            taken,
         };
         Some(Actor::spawn(None, Channels, args).await.unwrap().0)
     } else {
