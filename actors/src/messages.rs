@@ -101,6 +101,9 @@ pub enum RouterMsg {
     AddAgent { spec: AgentSpec, liveness: Arc<AtomicU64> },
     /// A decommissioned agent: nothing is routed to it any more (its stored history stays).
     RemoveAgent { name: String },
+    /// Host `host` runs these agents created at run time there (its whole list): routed to
+    /// from now on (router/hosts.rs `created_elsewhere`).
+    CreatedElsewhere { host: String, agents: Vec<AgentSpec> },
     /// Routing facts for `flockctl ps`.
     Snapshot(RpcReplyPort<(Vec<RouteInfo>, RouterCounters)>),
     /// A person's permission tool through `flockctl` (`permission_list`, `permission_decide`).
@@ -265,6 +268,9 @@ pub enum ChannelsMsg {
     Quiet { channel: String },
     /// Wiring: the router, once it exists.
     SetRouter(ActorRef<RouterMsg>),
+    /// On the leader: agents created at run time on other hosts (`added`), and those
+    /// decommissioned there (`gone`).
+    Elsewhere { added: Vec<AgentSpec>, gone: Vec<String> },
     /// A `bridge__*` call from the chat bridge `bridge` (identity from its connection).
     Bridge { bridge: String, name: String, arguments: String, reply: ToolReply },
     /// The wait of a parked `bridge__pull` ran out.
@@ -541,6 +547,10 @@ pub enum FromHost {
     Refused(String),
     /// It could not be stored now; the broker delivers it again.
     Failed(String),
+    /// Its sender is not known here yet (an agent created at run time on the sending host,
+    /// which this host learns from that host's status within seconds): taken when it comes
+    /// again, a little later.
+    Later(String),
 }
 
 /// Who asked for a write and wants to hear the outcome.

@@ -42,7 +42,7 @@ mod tests;
 mod tools;
 
 pub use clock::Clock;
-pub use hosts::HostLink;
+pub use hosts::{CreatedElsewhere, HostLink};
 pub use permit::PermissionReply;
 
 /// Index under which a turn's routed answer is derived from its input's id (a replayed turn
@@ -526,6 +526,7 @@ impl Actor for Router {
                     }
                 }
             }
+            RouterMsg::CreatedElsewhere { host, agents } => state.created_elsewhere(host, agents),
             RouterMsg::ExpectBridge { bridge, token } => state.expect_bridge(&bridge, token),
             RouterMsg::StopBridge { bridge } => state.stop_bridge(&bridge),
             RouterMsg::Bridges(reply) => {

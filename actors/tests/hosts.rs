@@ -450,3 +450,76 @@ async fn another_hosts_operator_is_heard_only_from_a_host_cluster_operators_list
     // A `--wait` that asks only now (the chain was quick) hears the same end.
     assert_eq!(ended(operator(&node, "main", OperatorAsk::Watch { chain: 3 }).await), expected);
 }
+
+/// Agents another host created at run time (learned from its status): routed to and taken from
+/// once learned; a message from one not learned yet waits (`Later`) instead of being refused;
+/// a host's claim of a name the file places, or another host took, is not taken; one it no
+/// longer lists is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_another_host_created_at_run_time_are_reached_once_learned() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, YAML, false, Some("main")).await;
+    let mut c = node.agent("c").await;
+    let whole = flock_config::load(&node.dir.join("swarm.yaml")).unwrap();
+    let spec =
+        |name: &str| flock_config::AgentSpec { name: name.into(), ..whole.agents[0].clone() };
+    let send = |to: &str| {
+        let body = Body::Send { text: format!("to {to}"), mode: SendMode::Durable };
+        Frame::new("c", to, body)
+    };
+    let learned = |host: &str, names: &[&str]| {
+        let agents = names.iter().map(|n| spec(n)).collect();
+        node.router.cast(RouterMsg::CreatedElsewhere { host: host.into(), agents }).unwrap();
+    };
+    let created = node.hosts.as_ref().unwrap().created.clone();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let msg = |id: u128, sender: &str, enqueued_at: u64| PendingMessage {
+        id,
+        sender: sender.into(),
+        target: "c".into(),
+        text: format!("from {sender}"),
+        attempts: 0,
+        route: String::new(),
+        enqueued_at,
+    };
+    let arrive = |m: PendingMessage| {
+        let (tx, rx) = oneshot::channel();
+        node.router.cast(RouterMsg::FromHost { host: "gpu".into(), msg: m, reply: tx }).unwrap();
+        rx
+    };
+    // Not learned yet: unknown here; its message waits (sent just now) or is refused (old).
+    c.outbox.send(send("helper")).await.unwrap();
+    assert!(matches!(next(&mut c).await.body, Body::Error { code: ErrorCode::AgentNotFound, .. }));
+    let now_ms = now.as_millis() as u64;
+    assert!(matches!(arrive(msg(50, "helper", now_ms)).await.unwrap(), FromHost::Later(_)));
+    assert!(matches!(arrive(msg(51, "helper", 1)).await.unwrap(), FromHost::Refused(_)));
+
+    learned("gpu", &["helper"]);
+    let f = send("helper");
+    c.outbox.send(f.clone()).await.unwrap();
+    assert!(matches!(next(&mut c).await.body, Body::Accepted));
+    let waiting = pending_for(&node.store, "helper").await;
+    assert_eq!(waiting.iter().map(|m| m.id).collect::<Vec<_>>(), [f.id], "for the link to gpu");
+    assert_eq!(arrive(msg(50, "helper", now_ms)).await.unwrap(), FromHost::Stored);
+    assert_eq!(created.read().unwrap().get("helper").map(String::as_str), Some("gpu"));
+
+    // cpu claims gpu's `w`, this host's `c`, gpu's `helper`: none taken.
+    learned("cpu", &["w", "c", "helper"]);
+    let (tx, rx) = oneshot::channel();
+    let m = PendingMessage { target: "c".into(), ..msg(52, "w", now_ms) };
+    node.router.cast(RouterMsg::FromHost { host: "cpu".into(), msg: m, reply: tx }).unwrap();
+    assert!(matches!(rx.await.unwrap(), FromHost::Refused(_)));
+    assert_eq!(created.read().unwrap().len(), 1, "{:?}", created.read().unwrap());
+
+    // gpu lists it no more (decommissioned there): gone here too.
+    learned("gpu", &[]);
+    c.outbox.send(send("helper")).await.unwrap();
+    loop {
+        match next(&mut c).await.body {
+            Body::Error { code: ErrorCode::AgentNotFound, .. } => break,
+            Body::Deliver(_) => continue, // gpu's message for `c`
+            other => panic!("expected AGENT_NOT_FOUND, got {other:?}"),
+        }
+    }
+    assert!(created.read().unwrap().is_empty());
+}

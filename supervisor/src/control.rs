@@ -391,6 +391,7 @@ pub(crate) async fn ps(ctx: &ControlCtx) -> CtlResult {
 /// after [`crate::cluster::LOST_AFTER`]).
 pub fn heartbeat(ctx: Arc<ControlCtx>) {
     let Some(hosts) = ctx.cluster.clone() else { return };
+    tokio::spawn(learn_created(ctx.clone(), hosts.clone()));
     tokio::spawn(async move {
         let mut beat = tokio::time::interval(crate::cluster::HEARTBEAT);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -398,8 +399,9 @@ pub fn heartbeat(ctx: Arc<ControlCtx>) {
         loop {
             beat.tick().await;
             let Ok(rows) = local_rows(&ctx).await else { return };
+            let created = created_here(&ctx).await;
             let issued = std::time::Instant::now();
-            match hosts.publish(&rows).await {
+            match hosts.publish(&rows, created).await {
                 Ok(()) => {
                     failing = false;
                     if let Some(lease) = &ctx.lease {
@@ -423,6 +425,47 @@ pub fn heartbeat(ctx: Arc<ControlCtx>) {
             }
         }
     });
+}
+
+/// The agents created at run time on this host (`flock_create_agent`) and not decommissioned:
+/// the other hosts route to them once they read this host's status.
+async fn created_here(ctx: &ControlCtx) -> Vec<flock_config::AgentSpec> {
+    let read = flock_actors::store_actor::with_store(&ctx.store, |s| {
+        Ok((s.created_agents()?, s.decommissioned_agents()?))
+    })
+    .await;
+    let Ok((created, gone)) = read else { return Vec::new() };
+    created
+        .iter()
+        .filter_map(|json| serde_json::from_str::<flock_config::AgentSpec>(json).ok())
+        .filter(|a| !gone.contains(&a.key()))
+        .collect()
+}
+
+/// How often a host reads the other hosts' statuses for the agents created at run time there.
+const LEARN_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Tells the router which agents each other host created at run time, whenever that changes
+/// (read from their statuses every [`LEARN_EVERY`]).
+async fn learn_created(ctx: Arc<ControlCtx>, hosts: crate::cluster::Hosts) {
+    let mut last: std::collections::HashMap<String, Vec<String>> = Default::default();
+    let mut tick = tokio::time::interval(LEARN_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for host in hosts.others() {
+            let Some(agents) = hosts.created_on(&host).await else { continue };
+            let names: Vec<String> = agents.iter().map(|a| a.key()).collect();
+            if last.get(&host) == Some(&names) {
+                continue;
+            }
+            if ctx.router.cast(RouterMsg::CreatedElsewhere { host: host.clone(), agents }).is_err()
+            {
+                return;
+            }
+            last.insert(host, names);
+        }
+    }
 }
 
 /// A run taken over by a standby hands what its store holds undelivered to it (and to the

@@ -264,7 +264,11 @@ pub async fn up(
     // A host that may fail over holds a lease: its agents stop once it cannot renew it.
     let lease =
         whole.failover_after(host).and(link.as_ref()).map(|_| crate::failover::Lease::new());
-    let cluster_view = link.as_ref().map(|l| crate::cluster::Hosts::new(l.clone(), &whole));
+    // Agents created at run time on other hosts: the router learns them, the link reads them.
+    let created_elsewhere = flock_actors::router::CreatedElsewhere::default();
+    let cluster_view = link
+        .as_ref()
+        .map(|l| crate::cluster::Hosts::new(l.clone(), &whole, created_elsewhere.clone()));
     let holding = link.as_ref().map(|l| crate::cluster::hold(l, lease.clone()));
     let store = Store::open(&state.db(), Durability::Normal)
         .with_context(|| format!("open the store {}", state.db().display()))?;
@@ -412,6 +416,7 @@ pub async fn up(
     })?;
     let hosts = link.as_ref().map(|_| {
         let mut h = flock_actors::router::HostLink::new(&whole, host);
+        h.created = created_elsewhere.clone();
         // The leader decides this host's agents' permission requests: it never grants this
         // host's state dir.
         h.protect = vec![state.root.clone()];
@@ -448,17 +453,8 @@ pub async fn up(
         crate::cluster::copy_journal(link.clone(), whole.leader().to_owned(), rx);
     }
     if let (Some(link), Some(h)) = (link, hosts) {
-        let calls = h.take_calls();
         let held = lease.as_ref().map(|l| l.held());
-        crate::cluster::spawn(
-            link,
-            store_ref.clone(),
-            router.clone(),
-            h.remote,
-            h.outbox,
-            calls,
-            held,
-        );
+        crate::cluster::spawn(link, store_ref.clone(), router.clone(), &h, held);
     }
     let _ = router_cell.set(router.clone());
     channels

@@ -158,6 +158,19 @@ impl Actor for Channels {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ChannelsMsg::SetRouter(r) => st.router = Some(r),
+            ChannelsMsg::Elsewhere { added, gone } => {
+                for name in gone {
+                    if st.elsewhere.remove(&name).is_some() {
+                        st.agents.retain(|a| a.key() != name);
+                    }
+                }
+                for spec in added {
+                    if !st.agents.iter().any(|a| a.key() == spec.key()) {
+                        st.elsewhere.insert(spec.key(), spec.clone());
+                        st.agents.push(spec);
+                    }
+                }
+            }
             ChannelsMsg::Tool { caller, name, arguments, chain, answers, reply } => {
                 st.current_chain = chain;
                 st.current_answers = answers;

@@ -13,6 +13,11 @@
 use super::*;
 use crate::messages::{FromHost, HostCall, HostReply, OutCall};
 
+/// Agents created at run time on other hosts (`flock_create_agent` there) and their host, as
+/// this host learned them from those hosts' statuses: the router keeps it, the cluster link reads
+/// it (it forwards their mail, hands it over, counts it in `ps`).
+pub type CreatedElsewhere = Arc<std::sync::RwLock<HashMap<String, String>>>;
+
 /// This router's place among the swarm's hosts.
 #[derive(Debug, Clone)]
 pub struct HostLink {
@@ -28,6 +33,10 @@ pub struct HostLink {
     pub agents: Vec<AgentSpec>,
     /// The hosts whose `flockctl` drives every host's agents (`cluster.operators`).
     pub operators: Vec<String>,
+    /// Agents created at run time on other hosts (also in `remote` and `agents`).
+    pub created: CreatedElsewhere,
+    /// Claims of another host's agent this host refused already (said once each).
+    refused: std::collections::HashSet<(String, String)>,
     /// Woken when a message for another host is stored.
     pub outbox: Arc<tokio::sync::Notify>,
     /// Requests for agents on other hosts, and cancels, for the cluster link to send.
@@ -55,6 +64,8 @@ impl HostLink {
             remote,
             agents,
             operators,
+            created: Arc::default(),
+            refused: Default::default(),
             outbox: Arc::default(),
             calls,
             calls_rx,
@@ -113,6 +124,10 @@ pub(super) struct HostCallReply {
 
 /// The origin of a write that stores a message from another host.
 pub(super) const FROM_HOST: ConnId = u64::MAX - 1;
+
+/// How long a message from an agent this host does not know yet is asked again for (its host
+/// created it at run time; hosts read each other's statuses every 2 s).
+const NEW_AGENT_GRACE_MS: u64 = 30_000;
 
 impl RouterState {
     /// The host of `agent` when it runs on another one. An instance (`worker@job-1`) runs where
@@ -247,6 +262,14 @@ impl RouterState {
         // From this host itself: what another run of it held undelivered when this one took
         // the host over (cluster.failover), checked by that run when it took it.
         let handed = self.hosts.as_ref().is_some_and(|l| l.host == host);
+        if placed.is_none() && !persons && !handed && self.may_be_new(&m) {
+            let msg = format!(
+                "`{}` is not known here yet (created at run time on host `{host}`?)",
+                m.sender
+            );
+            let _ = reply.send(FromHost::Later(msg));
+            return;
+        }
         if placed != Some(host.as_str()) && !persons && !handed {
             let msg = match placed {
                 Some(p) => {
@@ -285,6 +308,19 @@ impl RouterState {
         {
             let _ = reply.send(FromHost::Failed(format!("the store is not running: {e}")));
         }
+    }
+
+    /// Whether `m`'s sender may be an agent created at run time on its host that this host has
+    /// not learned yet: a name no host of the file runs, not one of this host's, sent within
+    /// the last [`NEW_AGENT_GRACE_MS`] (after that it is refused: nothing waits forever).
+    fn may_be_new(&self, m: &crate::store::PendingMessage) -> bool {
+        let now = self.now();
+        let recent = m.enqueued_at <= now.saturating_add(5_000)
+            && now.saturating_sub(m.enqueued_at) < NEW_AGENT_GRACE_MS;
+        recent
+            && flock_config::valid_agent_name(&m.sender)
+            && !self.slots.contains_key(&m.sender)
+            && !self.order.contains(&m.sender)
     }
 
     /// The store's answer to a message from another host: queued if new (a message stored
@@ -493,6 +529,69 @@ impl RouterState {
         });
         if from_there {
             self.request_timeout(id);
+        }
+    }
+}
+
+impl RouterState {
+    /// Host `host` runs `agents` created at run time there (its whole list, from its status):
+    /// routed to from now on, in the roster, and on the leader in the channels; those it no
+    /// longer lists (decommissioned) are gone. A name the swarm file places, or an agent of this
+    /// host, or one another host claimed first, is never taken from a host's word.
+    pub(super) fn created_elsewhere(&mut self, host: String, agents: Vec<AgentSpec>) {
+        let Some(link) = self.hosts.as_mut() else { return };
+        if host == link.host {
+            return;
+        }
+        let leader_here = link.leader == link.host;
+        let listed: std::collections::HashSet<String> = agents.iter().map(|a| a.key()).collect();
+        let mut created = link.created.write().unwrap_or_else(|p| p.into_inner());
+        let gone: Vec<String> = created
+            .iter()
+            .filter(|(name, h)| **h == host && !listed.contains(*name))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &gone {
+            created.remove(name);
+            link.remote.remove(name);
+            link.agents.retain(|a| a.key() != *name);
+        }
+        let mut added = Vec::new();
+        for spec in agents {
+            let name = spec.key();
+            if created.get(&name) == Some(&host) {
+                continue;
+            }
+            let why = if link.remote.contains_key(&name) || self.slots.contains_key(&name) {
+                Some("an agent of that name runs elsewhere already")
+            } else if !flock_config::valid_agent_name(&name) || spec.instance.is_some() {
+                Some("it is not an agent's name")
+            } else if matches!(
+                spec.role,
+                flock_config::Role::Orchestrator | flock_config::Role::Sysadmin
+            ) {
+                Some("a swarm's orchestrator and sysadmin are declared in its file")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                if link.refused.insert((host.clone(), name.clone())) {
+                    tracing::warn!(from = %host, agent = %name, "flock cluster: host `{host}` says it created `{name}`; not taken: {why}");
+                }
+                continue;
+            }
+            created.insert(name.clone(), host.clone());
+            link.remote.insert(name, host.clone());
+            link.agents.push(spec.clone());
+            added.push(spec);
+        }
+        drop(created);
+        if !added.is_empty() || !gone.is_empty() {
+            let names: Vec<String> = added.iter().map(|a| a.key()).collect();
+            tracing::info!(host = %host, added = ?names, gone = ?gone, "flock cluster: agents created at run time on host `{host}`");
+            if leader_here && let Some(ch) = &self.channels {
+                let _ = ch.cast(ChannelsMsg::Elsewhere { added, gone });
+            }
         }
     }
 }

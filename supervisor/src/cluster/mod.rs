@@ -23,9 +23,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use flock_actors::messages::{FromHost, HostAsk, HostReply, OutCall};
+use flock_actors::router::CreatedElsewhere;
 use flock_actors::{RouterMsg, StoreMsg};
 use flock_cluster::{Delivery, HostStatus, Link, Options};
-use flock_config::SwarmSpec;
+use flock_config::{AgentSpec, SwarmSpec};
 use flock_ipc::PsRow;
 use flock_ipc::id::{fmt_id, parse_id};
 use flock_ipc::{Body, ErrorCode};
@@ -41,6 +42,10 @@ const BATCH: usize = 256;
 /// Longest wait between two attempts after the broker failed.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// How long the inbox waits before taking again a message whose sender this host has not
+/// learned yet (an agent created at run time on another host).
+const LATER: Duration = Duration::from_secs(1);
+
 /// How often a host writes its status.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A host whose last status is older than this is shown as lost (the hosts' clocks are assumed
@@ -49,10 +54,13 @@ pub const LOST_AFTER: Duration = Duration::from_secs(5);
 /// How long `ps` waits for the broker to say how the other hosts are.
 const VIEW_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// What a host writes of itself: the `ps` rows of its supervisor, processes, bridges and agents.
-#[derive(Debug, Serialize, Deserialize)]
+/// What a host writes of itself: the `ps` rows of its supervisor, processes, bridges and agents,
+/// and the agents created at run time there (the other hosts route to them).
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct Status {
     rows: Vec<PsRow>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    created: Vec<AgentSpec>,
 }
 
 /// The swarm's hosts as this one sees them, for `flockctl ps`.
@@ -62,10 +70,12 @@ pub struct Hosts {
     leader: String,
     /// Every host of the swarm file, the leader first, with the agents placed on it.
     placed: Vec<(String, Vec<(String, String)>)>,
+    /// Agents created at run time on other hosts, as the router learned them.
+    created: CreatedElsewhere,
 }
 
 impl Hosts {
-    pub fn new(link: Link, whole: &SwarmSpec) -> Hosts {
+    pub fn new(link: Link, whole: &SwarmSpec, created: CreatedElsewhere) -> Hosts {
         let placed = whole
             .hosts()
             .into_iter()
@@ -79,7 +89,7 @@ impl Hosts {
                 (h, agents)
             })
             .collect();
-        Hosts { link, leader: whole.leader().to_owned(), placed }
+        Hosts { link, leader: whole.leader().to_owned(), placed, created }
     }
 
     /// This host's name.
@@ -92,13 +102,23 @@ impl Hosts {
         (self.leader != self.me()).then_some(self.leader.as_str())
     }
 
-    /// The agents placed on other hosts, and their host.
+    /// The agents placed on other hosts, and their host (those created at run time there
+    /// included).
     pub fn elsewhere(&self) -> HashMap<String, String> {
-        self.placed
+        let mut all: HashMap<String, String> = self
+            .placed
             .iter()
             .filter(|(h, _)| h != self.me())
             .flat_map(|(h, agents)| agents.iter().map(|(name, _)| (name.clone(), h.clone())))
-            .collect()
+            .collect();
+        let created = self.created.read().unwrap_or_else(|p| p.into_inner());
+        all.extend(created.iter().map(|(n, h)| (n.clone(), h.clone())));
+        all
+    }
+
+    /// The other hosts of the swarm file.
+    pub fn others(&self) -> Vec<String> {
+        self.placed.iter().map(|(h, _)| h.clone()).filter(|h| h != self.me()).collect()
     }
 
     /// The link to the broker.
@@ -113,14 +133,31 @@ impl Hosts {
 
     /// Writes this host's rows (those worth showing on another host) as its status;
     /// [`flock_cluster::Error::Fenced`] when another supervisor took this host over.
-    pub async fn publish(&self, rows: &[PsRow]) -> Result<(), flock_cluster::Error> {
+    pub async fn publish(
+        &self,
+        rows: &[PsRow],
+        created: Vec<AgentSpec>,
+    ) -> Result<(), flock_cluster::Error> {
         let rows = rows
             .iter()
             .filter(|r| matches!(r.kind.as_str(), "supervisor" | "agent" | "process" | "bridge"))
             .cloned()
             .collect();
-        let body = serde_json::to_vec(&Status { rows }).unwrap_or_default();
+        let body = serde_json::to_vec(&Status { rows, created }).unwrap_or_default();
         self.link.put_status(&body).await
+    }
+
+    /// The agents host `host` says it created at run time (its last authentic status); `None`
+    /// when its status cannot be read, carries no valid MAC, or is the empty one a host writes
+    /// while it starts (it has not said yet).
+    pub async fn created_on(&self, host: &str) -> Option<Vec<AgentSpec>> {
+        let read = tokio::time::timeout(VIEW_TIMEOUT, self.link.status_of(host)).await;
+        let status = read.ok()?.ok()??;
+        if !status.authentic {
+            return None;
+        }
+        let status = serde_json::from_slice::<Status>(&status.body).ok()?;
+        (!status.rows.is_empty()).then_some(status.created)
     }
 
     /// The whole swarm's rows: `local` (this host's, tagged with its name) after this host's row,
@@ -156,9 +193,15 @@ impl Hosts {
             (status, queued.ok().and_then(Result::ok).unwrap_or(0))
         }))
         .await;
-        for ((host, agents), (read, queued)) in others.into_iter().zip(reads) {
+        let created = self.created.read().unwrap_or_else(|p| p.into_inner()).clone();
+        for ((host, placed), (read, queued)) in others.into_iter().zip(reads) {
+            // With the agents created at run time there that this host took (and routes to).
+            let mut agents = placed.clone();
+            agents.extend(
+                created.iter().filter(|(_, h)| *h == host).map(|(a, _)| (a.clone(), String::new())),
+            );
             let here: u64 = agents.iter().map(|(a, _)| waiting.get(a).copied().unwrap_or(0)).sum();
-            rows.extend(host_rows(host, self.role_of(host), agents, read, here + queued, now));
+            rows.extend(host_rows(host, self.role_of(host), &agents, read, here + queued, now));
         }
         rows
     }
@@ -288,7 +331,7 @@ pub async fn connect(
         ..Options::new(&cluster.nats, &spec.name, host)
     };
     let link = Link::connect(&options).await.map_err(|e| anyhow!("cluster: {e}"))?;
-    let body = serde_json::to_vec(&Status { rows: Vec::new() })?;
+    let body = serde_json::to_vec(&Status::default())?;
     // A host that may fail over is taken from another state dir only once lost that long.
     let failover = spec.failover_after(host);
     if standby && failover.is_none() {
@@ -370,7 +413,7 @@ async fn hand_over_from(
 pub fn hold(link: &Link, lease: Option<Arc<crate::failover::Lease>>) -> tokio::task::AbortHandle {
     let link = link.clone();
     tokio::spawn(async move {
-        let body = serde_json::to_vec(&Status { rows: Vec::new() }).unwrap_or_default();
+        let body = serde_json::to_vec(&Status::default()).unwrap_or_default();
         loop {
             tokio::time::sleep(HEARTBEAT).await;
             let issued = std::time::Instant::now();
@@ -405,18 +448,18 @@ fn holder(state: &crate::paths::StateDir) -> Result<String> {
     Ok(id)
 }
 
-/// Starts the outbox publisher and the inbox reader; they run as long as the process.
+/// Starts the outbox publisher and the inbox reader for the router's place `host` among the
+/// hosts; they run as long as the process.
 pub fn spawn(
     link: Link,
     store: ActorRef<StoreMsg>,
     router: ActorRef<RouterMsg>,
-    remote: HashMap<String, String>,
-    wake: Arc<Notify>,
-    calls: Option<UnboundedReceiver<OutCall>>,
+    host: &flock_actors::router::HostLink,
     held: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
-    tokio::spawn(publish(link.clone(), store, remote, wake));
-    if let Some(calls) = calls {
+    let (remote, created, wake) = (host.remote.clone(), host.created.clone(), host.outbox.clone());
+    tokio::spawn(publish(link.clone(), store, remote, created, wake));
+    if let Some(calls) = host.take_calls() {
         tokio::spawn(call_out(link.clone(), router.clone(), calls));
     }
     tokio::spawn(answer_calls(link.clone(), router.clone()));
@@ -607,13 +650,16 @@ async fn answer_calls(link: Link, router: ActorRef<RouterMsg>) {
 async fn publish(
     link: Link,
     store: ActorRef<StoreMsg>,
-    remote: HashMap<String, String>,
+    placed: HashMap<String, String>,
+    created: CreatedElsewhere,
     wake: Arc<Notify>,
 ) {
-    let targets: Vec<String> = remote.keys().cloned().collect();
     let mut backoff = Duration::from_millis(50);
     loop {
-        let wanted = targets.clone();
+        // The swarm file's agents of other hosts, and those created at run time there so far.
+        let mut remote = placed.clone();
+        remote.extend(created.read().unwrap_or_else(|p| p.into_inner()).clone());
+        let wanted: Vec<String> = remote.keys().cloned().collect();
         let batch =
             flock_actors::store_actor::with_store(&store, move |s| s.pending_for(&wanted, BATCH))
                 .await;
@@ -669,6 +715,7 @@ async fn receive(
     mut held: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
     let mut backoff = Duration::from_millis(50);
+    let mut pause = Duration::ZERO;
     loop {
         // A run whose lease lapsed reads nothing: a standby may hold the host (failover.rs).
         if let Some(held) = &mut held
@@ -713,9 +760,13 @@ async fn receive(
                 // prefix stays unacknowledged and comes again, in order, after `ack_wait`.
                 Handed::Stopping => return,
                 Handed::Failed => break,
+                Handed::Later => {
+                    pause = LATER;
+                    break;
+                }
             }
         }
-        tokio::time::sleep(backoff).await;
+        tokio::time::sleep(std::mem::take(&mut pause).max(backoff)).await;
     }
 }
 
@@ -723,6 +774,8 @@ enum Handed {
     All,
     Stopping,
     Failed,
+    /// A message whose sender this host has not learned yet: asked again a little later.
+    Later,
 }
 
 /// Hands a batch to the router (the store commits it together), then acknowledges the longest
@@ -764,6 +817,11 @@ async fn hand_over(router: &ActorRef<RouterMsg>, batch: &[Delivery], me: &str) -
                     outcome = Handed::Failed;
                     break 'handled;
                 }
+                Ok(FromHost::Later(why)) => {
+                    tracing::info!(from = %d.from_host, msg_id = %d.msg_id, "flock cluster: a message from host `{}` waits: {why}", d.from_host);
+                    outcome = Handed::Later;
+                    break 'handled;
+                }
                 Err(_) => {
                     outcome = Handed::Stopping;
                     break 'handled;
@@ -792,7 +850,7 @@ mod tests {
     use super::*;
 
     fn status(rows: Vec<PsRow>, written_ms: u64, authentic: bool) -> Option<HostStatus> {
-        let body = serde_json::to_vec(&Status { rows }).unwrap().into();
+        let body = serde_json::to_vec(&Status { rows, created: Vec::new() }).unwrap().into();
         Some(HostStatus { host: "gpu".into(), body, authentic, instance: "i".into(), written_ms })
     }
 

@@ -170,6 +170,46 @@ fn flockctl_on_the_leader_drives_an_agent_on_another_host_and_another_host_only_
     gpu.ctl_ok(&["restart", "worker"]);
 }
 
+/// An agent created at run time on one host (`flockctl agent create` there) is known to the
+/// others within seconds (each reads the others' statuses): `ps` on the leader shows it on its
+/// host, the leader's flockctl reaches it, the coordinator's delegation too; decommissioned
+/// there, it is gone here.
+#[test]
+fn an_agent_created_at_run_time_on_another_host_is_reached_from_the_others() {
+    let Some(bin) = available("cluster: an agent created at run time") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&bin, dir.path(), None);
+    let yaml = coordinator_and_worker(&broker.url(), "{input} — answered on gpu");
+    let main = host(&yaml, None);
+    let gpu = host(&yaml, Some("gpu"));
+    gpu.ctl_ok(&[
+        "agent", "create", "helper", "--role", "worker", "--model", "work", "--as", "ana",
+    ]);
+    let on_main = || {
+        let ps = main.ps();
+        row(&ps, "agent", "helper").map(|r| (r["host"].clone(), r["state"].clone()))
+    };
+    main.wait_until(
+        || on_main() == Some(("gpu".into(), "ready".into())),
+        LONG,
+        "the helper created on gpu shown ready on main",
+    );
+    let (code, end) = send_wait(&main, "helper", "hello helper");
+    assert_eq!(code, Some(0), "{end}");
+    assert_eq!(
+        (end["text"].as_str(), end["by"].as_str()),
+        (Some("hello helper — answered on gpu"), Some("helper"))
+    );
+    assert_eq!(gpu.turns_total("helper"), 1);
+
+    gpu.ctl_ok(&["agent", "decommission", "helper", "--as", "ana"]);
+    main.wait_until(|| on_main().is_none(), LONG, "the helper gone from main's ps");
+    let out = main.ctl(&["send", "helper", "still there?"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no agent named `helper`"), "{err}");
+}
+
 /// Requests (`agents__request`) cross hosts as they work on one: the answer comes back to the
 /// caller's turn, a deadline times the request out and cancels the callee's turn on the other
 /// host, and a request that would close a cycle across hosts is refused.
