@@ -451,29 +451,28 @@ pub enum OperatorAsk {
     Restart {
         agent: String,
     },
-    /// `flockctl logs AGENT` (its last `lines`); answered with them.
+    /// `flockctl logs AGENT [-f]`: its last `lines` (`after: None`), or the lines after line
+    /// `after` (following it); answered with `ControlReply::LogPage`.
     Logs {
         agent: String,
         lines: u32,
+        after: Option<u64>,
     },
 }
 
 impl OperatorAsk {
     /// The ask that runs `request` on the host of its agent, when it is one that crosses hosts
-    /// (`Err`: why it does not).
-    pub fn control(request: &ControlRequest) -> Option<Result<OperatorAsk, String>> {
-        Some(Ok(match request.clone() {
+    /// (a log is asked for its last lines; following it asks again for the lines after them).
+    pub fn control(request: &ControlRequest) -> Option<OperatorAsk> {
+        Some(match request.clone() {
             ControlRequest::Stop { agent } => OperatorAsk::Stop { agent },
             ControlRequest::Start { agent } => OperatorAsk::Start { agent },
             ControlRequest::Restart { agent } => OperatorAsk::Restart { agent },
-            ControlRequest::Logs { agent: Some(agent), lines, follow: false } => {
-                OperatorAsk::Logs { agent, lines }
-            }
-            ControlRequest::Logs { agent: Some(_), follow: true, .. } => {
-                return Some(Err("following the log of an agent on another host".into()));
+            ControlRequest::Logs { agent: Some(agent), lines, .. } => {
+                OperatorAsk::Logs { agent, lines, after: None }
             }
             _ => return None,
-        }))
+        })
     }
 
     /// The agent it is for.
@@ -495,8 +494,8 @@ impl OperatorAsk {
             OperatorAsk::Stop { agent } => ControlRequest::Stop { agent },
             OperatorAsk::Start { agent } => ControlRequest::Start { agent },
             OperatorAsk::Restart { agent } => ControlRequest::Restart { agent },
-            OperatorAsk::Logs { agent, lines } => {
-                ControlRequest::Logs { agent: Some(agent), lines, follow: false }
+            OperatorAsk::Logs { agent, lines, after } => {
+                ControlRequest::LogPage { agent, after, lines }
             }
             OperatorAsk::Send { .. } | OperatorAsk::Watch { .. } => return None,
         })

@@ -456,6 +456,14 @@ pub enum ControlRequest {
         tool: String,
         arguments: String,
     },
+    /// The lines of an agent's log after its line number `after` that the supervisor still
+    /// holds (`None`: its last `lines`), answered with `LogPage`: how another host follows the
+    /// log (`flockctl logs AGENT -f` there).
+    LogPage {
+        agent: String,
+        after: Option<u64>,
+        lines: u32,
+    },
 }
 
 /// Answers on the control socket.
@@ -473,6 +481,12 @@ pub enum ControlReply {
     /// A tool's JSON result.
     Json(String),
     Chains(Vec<ChainRow>),
+    /// Lines of a log (`ControlRequest::LogPage`), and the number of the last line of that log
+    /// so far (ask for the lines after it next).
+    LogPage {
+        lines: Vec<String>,
+        next: u64,
+    },
 }
 
 /// A line of one of the swarm's logs (`flockctl logs` without an agent).

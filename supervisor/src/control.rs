@@ -102,6 +102,14 @@ async fn run(
                 None => all_logs(ctx, &names, lines, follow, outbox, reply).await,
             }
         }
+        ControlRequest::LogPage { agent, after, lines } => {
+            let children = ractor::call!(ctx.children, ChildMsg::Ps).map_err(internal)?;
+            if !children.iter().any(|c| c.name == agent) {
+                return Err((ErrorCode::AgentNotFound, format!("no agent named `{agent}` here")));
+            }
+            let (lines, next) = ctx.logs.page(&agent, after, lines as usize);
+            Ok(ControlReply::LogPage { lines, next })
+        }
         ControlRequest::Stop { agent } => {
             let done = child_call(ctx, |reply| ChildMsg::Stop { name: agent.clone(), reply });
             journal_operator(ctx, "AGENT_STOP", &agent, from_host, done.await)

@@ -24,6 +24,8 @@ struct AgentLog {
     size: u64,
     ring: VecDeque<String>,
     live: broadcast::Sender<String>,
+    /// Lines pushed since the log was opened (the ring's last line is number `pushed`).
+    pushed: u64,
     /// Output streams of the agent's process still being copied in.
     captures: usize,
     /// The agent is gone for good: let go of the file and the lines once `captures` is 0.
@@ -39,6 +41,8 @@ impl AgentLog {
             path,
             file,
             size,
+            // The lines read back from the file are the first ones.
+            pushed: ring.len() as u64,
             ring,
             live: broadcast::channel(1024).0,
             captures: 0,
@@ -60,6 +64,7 @@ impl AgentLog {
         }
         let _ = self.live.send(line.clone());
         self.ring.push_back(line);
+        self.pushed += 1;
     }
 
     fn rotate(&mut self) {
@@ -152,6 +157,26 @@ impl LogHub {
             let _ = all.send((Arc::from(agent), line.clone()));
         }
         self.open(&mut logs, agent).push(line);
+    }
+
+    /// The lines after line number `after` still held (`None`: the last `n`; lines that left
+    /// the ring meanwhile are said to be skipped), and the number of the last line.
+    pub fn page(&self, agent: &str, after: Option<u64>, n: usize) -> (Vec<String>, u64) {
+        self.with(agent, |l| {
+            // The ring holds lines `first..=pushed` (numbered from 1).
+            let first = (l.pushed + 1).saturating_sub(l.ring.len() as u64);
+            let mut lines = Vec::new();
+            let skip = match after {
+                None => l.ring.len().saturating_sub(n),
+                Some(a) if a + 1 >= first => (a + 1 - first).min(l.ring.len() as u64) as usize,
+                Some(a) => {
+                    lines.push(format!("… {} lines skipped (client too slow) …", first - a - 1));
+                    0
+                }
+            };
+            lines.extend(l.ring.iter().skip(skip).cloned());
+            (lines, l.pushed)
+        })
     }
 
     /// The last `n` lines and a receiver for the lines after them.
@@ -301,6 +326,37 @@ pub fn utc_now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_is_paged_by_line_number_and_says_what_a_slow_reader_missed() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = LogHub::new(dir.path().to_path_buf());
+        for i in 1..=3 {
+            hub.line("a", "out", &format!("line {i}"));
+        }
+        let ends = |lines: &[String]| -> Vec<String> {
+            lines.iter().map(|l| l.rsplit(' ').take(2).collect::<Vec<_>>().join(" ")).collect()
+        };
+        let (last, next) = hub.page("a", None, 2);
+        assert_eq!((ends(&last), next), (vec!["2 line".into(), "3 line".into()], 3));
+        let (none, next) = hub.page("a", Some(3), 0);
+        assert!(none.is_empty() && next == 3);
+        hub.line("a", "out", "line 4");
+        let (new, next) = hub.page("a", Some(3), 0);
+        assert_eq!((ends(&new), next), (vec!["4 line".into()], 4));
+        // A reader that fell past the ring is told how many lines it missed.
+        for i in 5..(RING_LINES + 10) {
+            hub.line("a", "out", &format!("line {i}"));
+        }
+        let (page, next) = hub.page("a", Some(4), 0);
+        assert_eq!(next, (RING_LINES + 9) as u64);
+        assert!(page[0].contains("… 5 lines skipped"), "{}", page[0]);
+        assert_eq!(page.len(), RING_LINES + 1);
+        // A log opened again (a restarted supervisor) numbers the lines it read back first.
+        let again = LogHub::new(dir.path().to_path_buf());
+        let (_, next) = again.page("a", None, 1);
+        assert_eq!(next, RING_LINES as u64);
+    }
 
     #[test]
     fn logs_rotate_and_ring_keeps_the_tail() {

@@ -38,6 +38,8 @@ pub(super) enum Asked {
     Operator { conn: ConnId, frame_id: MsgId },
     /// The operator's send `id` to an agent there (operator.rs).
     OperatorSend { conn: ConnId, id: MsgId, host: String },
+    /// A page of the log of `agent` there, for `flockctl logs [-f]` (operator.rs).
+    OperatorLogs { conn: ConnId, frame_id: MsgId, host: String, agent: String, follow: bool },
 }
 
 /// A chain's answer (or stop notice) from an agent here, for the leader to post where the
@@ -124,6 +126,24 @@ impl RouterState {
         self.leader_elsewhere().filter(|_| !stays_here(tool)).map(str::to_owned)
     }
 
+    /// [`Self::ask_host`] after `wait` (the ask is registered now, sent then).
+    pub(super) fn ask_host_later(
+        &mut self,
+        host: String,
+        ask: HostAsk,
+        asked: Asked,
+        timeout_ms: u64,
+        wait: std::time::Duration,
+    ) {
+        let Some(calls) = self.hosts.as_ref().map(|l| l.calls.clone()) else { return };
+        let id = new_id();
+        self.asked.insert(id, asked);
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let _ = calls.send(OutCall::Ask { host, id, ask, timeout_ms });
+        });
+    }
+
     /// An agent's channel tool call, sent to `leader`; its answer goes to the agent.
     pub(super) fn tool_to_host(&mut self, leader: String, ask: HostAsk, reply: ToolReply) {
         self.ask_host(leader, ask, Asked::Tool(reply), TOOL_TIMEOUT_MS);
@@ -172,18 +192,9 @@ impl RouterState {
             {
                 let wait = answer_backoff(answer.tries);
                 tracing::warn!(agent = %answer.agent, "flock cluster: the leader did not take an answer ({message}); asking again in {} ms", wait.as_millis());
-                let Some(link) = self.hosts.as_ref() else { return };
-                let calls = link.calls.clone();
                 answer.tries += 1;
-                let id = new_id();
-                let ask = answer.ask();
-                let host = answer.to.clone();
-                self.asked.insert(id, Asked::Answer(answer));
-                let out = OutCall::Ask { host, id, ask, timeout_ms: TOOL_TIMEOUT_MS };
-                tokio::spawn(async move {
-                    tokio::time::sleep(wait).await;
-                    let _ = calls.send(out);
-                });
+                let (ask, host) = (answer.ask(), answer.to.clone());
+                self.ask_host_later(host, ask, Asked::Answer(answer), TOOL_TIMEOUT_MS, wait);
                 return;
             }
             Body::Error { code, message } => Err(format!("{code}: {message}")),
@@ -237,9 +248,11 @@ impl RouterState {
                 }
             }
             Some(Asked::Answer(answer)) => self.answer_posted(answer, body),
-            Some(asked @ (Asked::Operator { .. } | Asked::OperatorSend { .. })) => {
-                self.operator_answered(asked, body)
-            }
+            Some(
+                asked @ (Asked::Operator { .. }
+                | Asked::OperatorSend { .. }
+                | Asked::OperatorLogs { .. }),
+            ) => self.operator_answered(asked, body),
             Some(Asked::Notice) => {
                 if let Body::Error { message, .. } = &body {
                     tracing::warn!(

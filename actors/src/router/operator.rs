@@ -112,33 +112,51 @@ impl RouterState {
         request: &ControlRequest,
     ) -> bool {
         let Some(ask) = OperatorAsk::control(request) else { return false };
-        let agent = match &ask {
-            Ok(ask) => ask.agent().to_owned(),
-            Err(_) => match request {
-                ControlRequest::Logs { agent: Some(a), .. } => a.clone(),
-                _ => return false,
-            },
-        };
+        let agent = ask.agent().to_owned();
         let Some(host) = self.remote_host(&agent).map(str::to_owned) else { return false };
-        let refusal = match ask {
-            Err(what) => Err((
-                ErrorCode::BadRequest,
-                format!(
-                    "`{agent}` runs on host `{host}`: {what} is not offered here; run \
-                     `flockctl logs {agent} -f` on `{host}`, or `flockctl logs {agent}` here for \
-                     its last lines"
-                ),
-            )),
-            Ok(ask) => self.operator_may(&agent, &host).map(|()| ask),
-        };
-        match refusal {
-            Ok(ask) => {
-                let asked = Asked::Operator { conn, frame_id: frame.id };
-                self.ask_host(host, HostAsk::Operator(ask), asked, OPERATOR_TIMEOUT_MS);
-            }
-            Err((code, msg)) => self.answer(conn, Frame::error(frame, code, msg)),
+        if let Err((code, msg)) = self.operator_may(&agent, &host) {
+            self.answer(conn, Frame::error(frame, code, msg));
+            return true;
         }
+        let follow = matches!(request, ControlRequest::Logs { follow: true, .. });
+        let asked = match &ask {
+            OperatorAsk::Logs { .. } => {
+                Asked::OperatorLogs { conn, frame_id: frame.id, host: host.clone(), agent, follow }
+            }
+            _ => Asked::Operator { conn, frame_id: frame.id },
+        };
+        self.ask_host(host, HostAsk::Operator(ask), asked, OPERATOR_TIMEOUT_MS);
         true
+    }
+
+    /// A page of another host's agent's log for `flockctl logs` here: its lines to the
+    /// operator's connection; following it, the lines after them are asked for a second later,
+    /// as long as the connection is open.
+    fn log_page(&mut self, asked: Asked, body: Body) {
+        let Asked::OperatorLogs { conn, frame_id, host, agent, follow } = asked else { return };
+        if !self.conns.contains_key(&conn) {
+            return; // `flockctl logs -f` went away
+        }
+        let (reply, next) = match body {
+            Body::ControlReply(ControlReply::LogPage { lines, next }) => {
+                (Body::ControlReply(ControlReply::LogLines(lines)), Some(next))
+            }
+            other => (other, None),
+        };
+        let quiet = matches!(&reply, Body::ControlReply(ControlReply::LogLines(l)) if l.is_empty());
+        if !(follow && quiet) {
+            let frame =
+                Frame { correlation_id: Some(frame_id), ..Frame::new(ROUTER, OPERATOR, reply) };
+            self.answer(conn, frame);
+        }
+        let (Some(after), true) = (next, follow) else { return };
+        let ask = HostAsk::Operator(OperatorAsk::Logs {
+            agent: agent.clone(),
+            lines: 0,
+            after: Some(after),
+        });
+        let asked = Asked::OperatorLogs { conn, frame_id, host: host.clone(), agent, follow };
+        self.ask_host_later(host, ask, asked, OPERATOR_TIMEOUT_MS, FOLLOW_EVERY);
     }
 
     /// The answer of the host asked, for this host's operator (`send`: once stored there, the
@@ -146,6 +164,7 @@ impl RouterState {
     pub(super) fn operator_answered(&mut self, asked: Asked, body: Body) {
         let (conn, frame_id) = match asked {
             Asked::Operator { conn, frame_id } => (conn, frame_id),
+            logs @ Asked::OperatorLogs { .. } => return self.log_page(logs, body),
             Asked::OperatorSend { conn, id, host } => {
                 let waiting = self.operator.sending.remove(&id).map(|s| s.1).unwrap_or_default();
                 if matches!(body, Body::Accepted) {
@@ -288,6 +307,9 @@ impl OperatorState {
 /// How long this host waits for another host to run an operator's command (a `stop` waits for
 /// the agent's process to exit).
 const OPERATOR_TIMEOUT_MS: u64 = 60_000;
+
+/// How often `flockctl logs -f` here asks another host for its agent's new lines.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How much longer than a chain's wall budget a `--wait` on another host's chain waits.
 const WATCH_GRACE_MS: u64 = 30_000;

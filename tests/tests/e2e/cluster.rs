@@ -123,10 +123,13 @@ fn flockctl_on_the_leader_drives_an_agent_on_another_host_and_another_host_only_
     // Its log, read from main.
     let log = main.ctl_ok(&["logs", "worker", "--lines", "50"]);
     assert!(log.contains("hello from main"), "{log}");
-    let out = main.ctl(&["logs", "worker", "-f"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("runs on host `gpu`") && err.contains("-f"), "{err}");
+    // Followed from main: its last lines, then each new one as gpu writes it.
+    let live =
+        crate::live_view::Live::spawn(crate::live_view::ctl(&main, &["logs", "worker", "-f"]));
+    live.wait_for("the worker's last lines, from gpu", |t| t.contains("hello from main"));
+    main.ctl_ok(&["send", "worker", "third, while followed"]);
+    live.wait_for("the new turn's lines, from gpu", |t| t.contains("third, while followed"));
+    drop(live);
 
     // Stop, start, restart from main: the process on gpu goes and comes back.
     let pid = gpu.pid_of("worker").expect("the worker runs on gpu");

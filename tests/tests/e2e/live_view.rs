@@ -23,13 +23,13 @@ fn yaml() -> String {
 }
 
 /// A running `flockctl` whose standard output is collected as it comes.
-struct Live {
+pub(crate) struct Live {
     child: Child,
     out: Arc<Mutex<Vec<u8>>>,
 }
 
 impl Live {
-    fn spawn(mut cmd: Command) -> Live {
+    pub(crate) fn spawn(mut cmd: Command) -> Live {
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("spawn");
         let mut stdout = child.stdout.take().unwrap();
@@ -69,7 +69,7 @@ impl Live {
 
     /// Waits until the output so far satisfies `cond`, and returns it.
     #[track_caller]
-    fn wait_for(&self, what: &str, mut cond: impl FnMut(&str) -> bool) -> String {
+    pub(crate) fn wait_for(&self, what: &str, mut cond: impl FnMut(&str) -> bool) -> String {
         let deadline = std::time::Instant::now() + SHORT;
         loop {
             let text = self.text();
@@ -92,7 +92,8 @@ impl Drop for Live {
     }
 }
 
-fn ctl(swarm: &Swarm, args: &[&str]) -> Command {
+/// `flockctl ARGS` for `swarm`, to run as a [`Live`] view.
+pub(crate) fn ctl(swarm: &Swarm, args: &[&str]) -> Command {
     let mut cmd = Command::new(bin("flockctl"));
     cmd.arg("--state-dir").arg(swarm.state_dir()).args(args).env_remove("FLOCK_HOME");
     cmd
