@@ -489,6 +489,7 @@ impl Actor for Router {
             RouterMsg::AddAgent { spec, liveness } => {
                 if !state.slots.contains_key(&spec.key()) {
                     let name = spec.key();
+                    state.created_here(&name);
                     state.slots.insert(name.clone(), Slot::new(spec, liveness, 0)?);
                     state.order.push(name);
                 }

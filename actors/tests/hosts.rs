@@ -522,4 +522,18 @@ async fn agents_another_host_created_at_run_time_are_reached_once_learned() {
         }
     }
     assert!(created.read().unwrap().is_empty());
+
+    // gpu claims `late`, then this host creates an agent of that name: its own wins.
+    learned("gpu", &["late"]);
+    let liveness = std::sync::Arc::default();
+    node.router.cast(RouterMsg::AddAgent { spec: spec("late"), liveness }).unwrap();
+    c.outbox.send(send("late")).await.unwrap();
+    loop {
+        match next(&mut c).await.body {
+            Body::Accepted => break,
+            Body::Deliver(_) => continue,
+            other => panic!("expected the send accepted, got {other:?}"),
+        }
+    }
+    assert!(created.read().unwrap().is_empty(), "{:?}", created.read().unwrap());
 }

@@ -451,12 +451,41 @@ impl Link {
         Ok(())
     }
 
+    /// Writes that a standby for this host waits (`body`: what `ps` shows of it), under the
+    /// swarm's MAC, beside the host's status (key `<host>.standby`; never taken for a status).
+    pub async fn put_standby(&self, body: &[u8]) -> Result<(), Error> {
+        let key = standby_key(&self.host);
+        let value = self.signed_value(STANDBY_ID, body);
+        self.status
+            .put(&key, value)
+            .await
+            .map_err(|e| self.status_error(format!("write {key}: {e}")))?;
+        Ok(())
+    }
+
+    /// Says this host's standby no longer waits (it took the host over, or stops).
+    pub async fn clear_standby(&self) -> Result<(), Error> {
+        let key = standby_key(&self.host);
+        self.status.delete(&key).await.map_err(|e| self.status_error(format!("delete {key}: {e}")))
+    }
+
+    /// What the standby of host `host` last wrote; `None` if none waits (or ever did).
+    pub async fn standby_of(&self, host: &str) -> Result<Option<HostStatus>, Error> {
+        valid_name(host)?;
+        Ok(self.read_signed(&standby_key(host), host, STANDBY_ID).await?.map(|(s, _)| s))
+    }
+
     /// `mac \n instance \n written_ms \n body`, the MAC over the rest and the host's name.
     fn status_value(&self, body: &[u8]) -> Bytes {
+        self.signed_value(STATUS_ID, body)
+    }
+
+    /// A value of the status bucket for `purpose` (a status, a standby's word).
+    fn signed_value(&self, purpose: &str, body: &[u8]) -> Bytes {
         let mut signed_part = format!("{}\n{}\n", self.instance, now_ms()).into_bytes();
         signed_part.extend_from_slice(body);
         let mut value = Vec::with_capacity(signed_part.len() + 65);
-        if let Some(tag) = mac(self.key.as_ref(), &self.host, STATUS_ID, &signed_part) {
+        if let Some(tag) = mac(self.key.as_ref(), &self.host, purpose, &signed_part) {
             value.extend_from_slice(tag.as_bytes());
         }
         value.push(b'\n');
@@ -495,11 +524,21 @@ impl Link {
 
     async fn read_status(&self, host: &str) -> Result<Option<(HostStatus, u64)>, Error> {
         valid_name(host)?;
+        self.read_signed(host, host, STATUS_ID).await
+    }
+
+    /// The value under `key` that host `host` wrote for `purpose`, and its revision.
+    async fn read_signed(
+        &self,
+        key: &str,
+        host: &str,
+        purpose: &str,
+    ) -> Result<Option<(HostStatus, u64)>, Error> {
         let entry = self
             .status
-            .entry(host)
+            .entry(key)
             .await
-            .map_err(|e| self.status_error(format!("read {host}: {e}")))?;
+            .map_err(|e| self.status_error(format!("read {key}: {e}")))?;
         let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
             return Ok(None);
         };
@@ -512,7 +551,7 @@ impl Link {
         let header = instance.map_or(0, <[u8]>::len) + written.map_or(0, <[u8]>::len) + 2;
         let body = signed_part.slice(header.min(signed_part.len())..);
         let tag = std::str::from_utf8(mac.unwrap_or_default()).ok();
-        let authentic = verify(self.key.as_ref(), tag, host, STATUS_ID, &signed_part);
+        let authentic = verify(self.key.as_ref(), tag, host, purpose, &signed_part);
         let status = HostStatus {
             host: host.to_owned(),
             body,
@@ -608,6 +647,8 @@ impl Link {
 /// The id a status's MAC is made over (in the place of a message id): a status cannot pass for
 /// a message, nor a message for a status.
 const STATUS_ID: &str = "status";
+/// The id a standby's word is made over: it cannot pass for the host's status.
+const STANDBY_ID: &str = "standby";
 
 /// A random id (16 bytes, hex): a [`Options::instance`].
 pub fn instance_id() -> String {
@@ -616,6 +657,11 @@ pub fn instance_id() -> String {
     // The system's randomness does not fail on Linux; a zero id would still be one process's.
     let _ = ring::rand::SystemRandom::new().fill(&mut id);
     hex::encode(id)
+}
+
+/// The key of host `host`'s standby in the status bucket.
+fn standby_key(host: &str) -> String {
+    format!("{host}.standby")
 }
 
 /// The bucket that holds each host's status.

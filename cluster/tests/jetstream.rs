@@ -303,12 +303,14 @@ authorization {
   users = [
     { user: main, password: "pm", permissions: {
         publish:   ["flock.team.inbox.*.main.*", "flock.team.call.*.main",
-                    "$KV.flock-team-hosts.main", "$JS.API.>", "$JS.ACK.FLOCK-team.>"],
+                    "$KV.flock-team-hosts.main", "$KV.flock-team-hosts.main.standby",
+                    "$JS.API.>", "$JS.ACK.FLOCK-team.>"],
         subscribe: ["_INBOX.>", "flock.team.call.main.*"],
         allow_responses: true } }
     { user: gpu,  password: "pg", permissions: {
         publish:   ["flock.team.inbox.*.gpu.*", "flock.team.call.*.gpu",
-                    "$KV.flock-team-hosts.gpu", "$JS.API.>", "$JS.ACK.FLOCK-team.>"],
+                    "$KV.flock-team-hosts.gpu", "$KV.flock-team-hosts.gpu.standby",
+                    "$JS.API.>", "$JS.ACK.FLOCK-team.>"],
         subscribe: ["_INBOX.>", "flock.team.call.gpu.*"],
         allow_responses: true } }
   ]
@@ -347,6 +349,13 @@ async fn with_the_documented_users_a_host_does_its_work_and_cannot_speak_as_anot
     assert_eq!((d.msg_id.as_str(), d.from_host.as_str(), d.authentic), ("m1", "main", true));
     flock_cluster::ack_prefix(std::slice::from_ref(&d)).await.unwrap();
     assert!(main.status_of("gpu").await.unwrap().is_some());
+    // A standby for gpu (under gpu's user) says it waits; every host reads it; it is no status.
+    gpu.put_standby(b"{\"pid\":1}").await.unwrap();
+    let word = main.standby_of("gpu").await.unwrap().expect("the standby's word");
+    assert!(word.authentic && word.body == "{\"pid\":1}", "{word:?}");
+    assert_ne!(main.status_of("gpu").await.unwrap().unwrap().body, word.body);
+    gpu.clear_standby().await.unwrap();
+    assert!(main.standby_of("gpu").await.unwrap().is_none());
     // gpu's user posing as host `main`: it may neither send as main nor write main's status.
     let before = main.status_of("main").await.unwrap().unwrap();
     let impostor = Link::connect(&as_user("gpu", "pg", "main")).await.unwrap();
@@ -358,6 +367,8 @@ async fn with_the_documented_users_a_host_does_its_work_and_cannot_speak_as_anot
     assert!(!matches!(sent, Ok(Ok(_))), "published as main: {sent:?}");
     let wrote = tokio::time::timeout(Duration::from_secs(10), impostor.put_status(b"{}")).await;
     assert!(!matches!(wrote, Ok(Ok(()))), "wrote main's status");
+    let said = tokio::time::timeout(Duration::from_secs(10), impostor.put_standby(b"{}")).await;
+    assert!(!matches!(said, Ok(Ok(()))), "spoke as main's standby");
     let after = main.status_of("main").await.unwrap().unwrap();
     assert_eq!((after.instance, after.body), (before.instance, before.body), "main's own");
     nothing_for(&mut inbox, 300).await;

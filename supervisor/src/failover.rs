@@ -114,6 +114,14 @@ pub async fn stand_by(link: &Link, after: Duration) {
     let host = link.host().to_owned();
     let watching = Instant::now();
     let mut said: Option<bool> = None;
+    // What `ps` on every host shows of this standby while it waits.
+    let word = StandbyWord {
+        pid: std::process::id(),
+        since_ms: flock_ipc::time::unix_ms_now(),
+        after_secs: after.as_secs(),
+    };
+    let word = serde_json::to_vec(&word).unwrap_or_default();
+    let mut unheard = false;
     // The newest status with the swarm's MAC seen, when it was written.
     let mut newest: Option<u64> = None;
     loop {
@@ -140,6 +148,9 @@ pub async fn stand_by(link: &Link, after: Duration) {
                     "flock cluster: host `{host}` has been lost for {} s: this standby takes it over",
                     lost_for.as_secs()
                 );
+                if let Err(e) = link.clear_standby().await {
+                    tracing::debug!(error = %e, "flock cluster: could not clear this standby's word");
+                }
                 return;
             }
             let lost = lost_for >= crate::cluster::LOST_AFTER;
@@ -161,8 +172,26 @@ pub async fn stand_by(link: &Link, after: Duration) {
                 }
             }
         }
+        match link.put_standby(&word).await {
+            Ok(()) => unheard = false,
+            Err(e) if !unheard => {
+                unheard = true;
+                tracing::warn!(error = %e, "flock cluster: standby for host `{host}`: cannot say it waits (`ps` will not show it; a NATS user needs publish on `$KV.flock-<swarm>-hosts.{host}.standby`)");
+            }
+            Err(_) => {}
+        }
         tokio::time::sleep(crate::cluster::HEARTBEAT).await;
     }
+}
+
+/// What a waiting standby writes of itself every second (`ps` shows it as a `standby` row).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct StandbyWord {
+    pub pid: u32,
+    /// When it started waiting, Unix ms.
+    pub since_ms: u64,
+    /// How long the host must have been lost before it takes it over.
+    pub after_secs: u64,
 }
 
 /// Sends `pending` (messages this state dir accepted and has not delivered or forwarded, in

@@ -534,6 +534,19 @@ impl RouterState {
 }
 
 impl RouterState {
+    /// Agent `name` was created here: another host's word for that name (it claimed it first,
+    /// created at run time there) is no longer taken — this host's own agent is routed to here.
+    pub(super) fn created_here(&mut self, name: &str) {
+        let Some(link) = self.hosts.as_mut() else { return };
+        let mut created = link.created.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(host) = created.remove(name) {
+            tracing::warn!(agent = %name, "flock cluster: `{name}` was created here and on host `{host}`; this host routes it here");
+            link.remote.remove(name);
+            link.agents.retain(|a| a.key() != name);
+            link.refused.insert((host, name.to_owned()));
+        }
+    }
+
     /// Host `host` runs `agents` created at run time there (its whole list, from its status):
     /// routed to from now on, in the roster, and on the leader in the channels; those it no
     /// longer lists (decommissioned) are gone. A name the swarm file places, or an agent of this

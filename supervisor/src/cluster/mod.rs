@@ -72,6 +72,8 @@ pub struct Hosts {
     placed: Vec<(String, Vec<(String, String)>)>,
     /// Agents created at run time on other hosts, as the router learned them.
     created: CreatedElsewhere,
+    /// The hosts a standby may take over (`cluster.failover`).
+    failover: Vec<String>,
 }
 
 impl Hosts {
@@ -89,7 +91,12 @@ impl Hosts {
                 (h, agents)
             })
             .collect();
-        Hosts { link, leader: whole.leader().to_owned(), placed, created }
+        let failover = whole
+            .cluster
+            .as_ref()
+            .map(|c| c.failover.keys().cloned().collect())
+            .unwrap_or_default();
+        Hosts { link, leader: whole.leader().to_owned(), placed, created, failover }
     }
 
     /// This host's name.
@@ -203,12 +210,43 @@ impl Hosts {
             let here: u64 = agents.iter().map(|(a, _)| waiting.get(a).copied().unwrap_or(0)).sum();
             rows.extend(host_rows(host, self.role_of(host), &agents, read, here + queued, now));
         }
+        // The standbys waiting to take a host over (cluster.failover), this one's included.
+        for host in &self.failover {
+            let read = tokio::time::timeout(VIEW_TIMEOUT, self.link.standby_of(host)).await;
+            if let Ok(Ok(Some(word))) = read
+                && let Some(row) = standby_row(host, &word, now)
+            {
+                let after = rows.iter().rposition(|r| r.host.as_deref() == Some(host));
+                rows.insert(after.map_or(rows.len(), |i| i + 1), row);
+            }
+        }
         rows
     }
 
     fn role_of(&self, host: &str) -> &'static str {
         if host == self.leader { "leader" } else { "host" }
     }
+}
+
+/// The row of host `host`'s standby from what it last wrote (`word`), while it waits: it says
+/// so every second, and a word older than [`LOST_AFTER`] (or without the swarm's MAC) is none.
+fn standby_row(host: &str, word: &HostStatus, now: u64) -> Option<PsRow> {
+    let fresh = now.saturating_sub(word.written_ms) <= LOST_AFTER.as_millis() as u64;
+    let said: crate::failover::StandbyWord = serde_json::from_slice(&word.body).ok()?;
+    (word.authentic && fresh).then(|| PsRow {
+        name: host.to_owned(),
+        kind: "standby".into(),
+        role: "standby".into(),
+        pid: Some(said.pid),
+        state: "waiting".into(),
+        uptime_secs: now.saturating_sub(said.since_ms) / 1000,
+        last_exit: Some(format!(
+            "takes `{host}` over once it has been lost for {} s",
+            said.after_secs
+        )),
+        host: Some(host.to_owned()),
+        ..Default::default()
+    })
 }
 
 /// Host `host`'s row and its agents' rows, from what it last wrote (`read`) at `now`: up while it

@@ -904,6 +904,16 @@ fn with_a_standby(broker: &Broker, gpu_url: &str) -> (Swarm, Swarm, Swarm) {
         LONG,
         "the standby waits while gpu is up",
     );
+    // Every host's `ps` shows it waiting, after gpu's rows.
+    let pid = standby.supervisor_pid().expect("the standby runs");
+    main.wait_until(
+        || {
+            let ps = main.ps();
+            row(&ps, "standby", "gpu").is_some_and(|r| r["pid"] == pid && r["state"] == "waiting")
+        },
+        LONG,
+        "main's ps shows gpu's standby waiting",
+    );
     // A message accepted on gpu and not delivered there yet: its sink is stopped.
     gpu.ctl_ok(&["stop", "sink"]);
     main.ctl_ok(&["send", "relay", "job-held"]);
@@ -921,6 +931,8 @@ fn takes_over(main: &Swarm, standby: &mut Swarm) {
         "the standby holds host gpu",
     );
     standby.ready();
+    // It holds the host now: no longer shown as a standby.
+    assert!(row(&main.ps(), "standby", "gpu").is_none(), "{:?}", main.ps());
 }
 
 #[test]
