@@ -74,6 +74,8 @@ pub struct Hosts {
     created: CreatedElsewhere,
     /// The hosts a standby may take over (`cluster.failover`).
     failover: Vec<String>,
+    /// This host's `flockctl` drives other hosts' agents (`cluster.operators`).
+    operates: bool,
 }
 
 impl Hosts {
@@ -96,12 +98,18 @@ impl Hosts {
             .as_ref()
             .map(|c| c.failover.keys().cloned().collect())
             .unwrap_or_default();
-        Hosts { link, leader: whole.leader().to_owned(), placed, created, failover }
+        let operates = whole.may_operate(link.host());
+        Hosts { link, leader: whole.leader().to_owned(), placed, created, failover, operates }
     }
 
     /// This host's name.
     pub fn me(&self) -> &str {
         self.link.host()
+    }
+
+    /// Whether this host's `flockctl` (and dashboard) drives agents on other hosts.
+    pub fn drives_other_hosts(&self) -> bool {
+        self.operates
     }
 
     /// The leader (which holds the channels), when it is another host.

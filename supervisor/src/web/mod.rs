@@ -104,8 +104,11 @@ pub async fn start(opts: &WebOptions, state: &StateDir, ctx: Arc<ControlCtx>) ->
             ctl: CtlFactory { socket: state.control_socket() },
             journal_dir: state.journal_dir(),
             state: rx,
+            drives_other_hosts: ctx.cluster.as_ref().is_some_and(|h| h.drives_other_hosts()),
         });
-        tokio::spawn(sampler(ui.ctl.clone(), tx));
+        // Agents of other hosts get buttons where this host's operator drives them
+        // (`cluster.operators`): the control path the buttons use crosses hosts.
+        tokio::spawn(sampler(ui.ctl.clone(), tx, ui.drives_other_hosts));
         let app = Router::new()
             .route("/", get(index))
             .route("/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
@@ -171,6 +174,9 @@ struct Ui {
     journal_dir: std::path::PathBuf,
     /// The latest sample of the swarm (JSON), for new pages and the event stream.
     state: watch::Receiver<Arc<String>>,
+    /// This host's operator drives other hosts' agents (`cluster.operators`): the page gives
+    /// them stop/start/restart buttons.
+    drives_other_hosts: bool,
 }
 
 type Shared = State<Arc<Ui>>;
@@ -278,7 +284,8 @@ async fn index(State(ui): Shared, Query(q): Query<HashMap<String, String>>) -> R
 
 /// The swarm now (read for this request: the sampler runs only while a page streams events).
 async fn state_now(State(ui): Shared) -> Response {
-    match open_and(&ui, |mut c| async move { sample(&mut c).await }).await {
+    let drives = ui.drives_other_hosts;
+    match open_and(&ui, |mut c| async move { sample(&mut c, drives).await }).await {
         Ok(v) => axum::Json(v).into_response(),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
     }
@@ -303,7 +310,7 @@ async fn events(
 }
 
 /// Samples `ps`, chains and channels while a page is open, and publishes a change.
-async fn sampler(factory: CtlFactory, tx: watch::Sender<Arc<String>>) {
+async fn sampler(factory: CtlFactory, tx: watch::Sender<Arc<String>>, drives: bool) {
     let mut conn: Option<Ctl> = None;
     let mut last = String::new();
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
@@ -321,7 +328,7 @@ async fn sampler(factory: CtlFactory, tx: watch::Sender<Arc<String>>) {
             conn = factory.open().await.ok();
         }
         let Some(c) = conn.as_mut() else { continue };
-        match sample(c).await {
+        match sample(c, drives).await {
             Ok(v) => {
                 let text = v.to_string();
                 if text != last {
@@ -334,7 +341,8 @@ async fn sampler(factory: CtlFactory, tx: watch::Sender<Arc<String>>) {
     }
 }
 
-async fn sample(c: &mut Ctl) -> Result<Value> {
+/// The swarm's state for the page; `drives`: this host's operator drives other hosts' agents.
+async fn sample(c: &mut Ctl, drives: bool) -> Result<Value> {
     let ps = match c.call(ControlRequest::Ps).await? {
         ControlReply::Ps(rows) => serde_json::to_value(rows)?,
         _ => Value::Null,
@@ -351,7 +359,10 @@ async fn sample(c: &mut Ctl) -> Result<Value> {
         Err(e) if format!("{e:#}").contains(crate::control::KEPT_BY) => json!([]),
         Err(e) => return Err(e),
     };
-    Ok(json!({"ps": ps, "chains": chains, "channels": channels, "approvals": approvals}))
+    Ok(json!({
+        "ps": ps, "chains": chains, "channels": channels, "approvals": approvals,
+        "drives_other_hosts": drives,
+    }))
 }
 
 async fn channel(

@@ -104,7 +104,8 @@ fn flockctl_on_the_leader_drives_an_agent_on_another_host_and_another_host_only_
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(&bin, dir.path(), None);
     let yaml = coordinator_and_worker(&broker.url(), "the gpu worker read: {input}");
-    let main = host(&yaml, None);
+    let main =
+        Swarm::builder(&yaml).env(SECRET.0, SECRET.1).up_args(&["--ui", "127.0.0.1:0"]).start();
     let gpu = host(&yaml, Some("gpu"));
 
     // A send from main to the worker on gpu: stored there, answered there, heard here.
@@ -144,6 +145,24 @@ fn flockctl_on_the_leader_drives_an_agent_on_another_host_and_another_host_only_
         || gpu.state_of("worker") == "ready" && gpu.pid_of("worker") != started,
         LONG,
         "the worker restarted on gpu",
+    );
+    // main's dashboard drives it too (its buttons use the same control path).
+    let url = std::fs::read_to_string(main.state_dir().join("run/ui-url")).unwrap();
+    let (addr, token) = url.trim().trim_start_matches("http://").split_once("/?token=").unwrap();
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    let (status, state) = crate::dashboard::get(addr, "/api/state", &bearer);
+    assert!(status == 200 && state.contains(r#""drives_other_hosts":true"#), "{state}");
+    let before = gpu.pid_of("worker");
+    let restart = format!(
+        "POST /api/agents/worker/restart HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: 2\r\n{bearer}\r\n{{}}"
+    );
+    let (status, body) = crate::dashboard::http(addr, &restart);
+    assert_eq!(status, 200, "{body}");
+    gpu.wait_until(
+        || gpu.state_of("worker") == "ready" && gpu.pid_of("worker") != before,
+        LONG,
+        "the worker restarted on gpu from main's dashboard",
     );
     // The host that ran them journals who asked.
     let journal = gpu.ctl_ok(&["journal", "query", "type=AGENT_RESTART", "--json"]);

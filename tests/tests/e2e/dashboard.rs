@@ -58,7 +58,7 @@ fn free_port() -> u16 {
 }
 
 /// One HTTP/1.1 request over a plain socket: (status, headers and body as text).
-fn http(addr: &str, request: &str) -> (u16, String) {
+pub(crate) fn http(addr: &str, request: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     s.set_read_timeout(Some(LONG)).unwrap();
     s.write_all(request.as_bytes()).unwrap();

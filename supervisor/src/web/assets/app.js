@@ -49,9 +49,11 @@ async function api(path, body) {
 function renderPs() {
   const tbody = $("#ps tbody");
   const rows = state.ps.filter((r) => r.kind !== "chains");
-  // Across hosts the first host row is this one; agents of other hosts are shown, not driven.
+  // Across hosts the first host row is this one; agents of other hosts are driven from here
+  // only where the swarm file lets this host's operator (`cluster.operators`).
   const here = (rows.find((r) => r.kind === "host") || {}).name;
   const isLocal = (r) => !r.host || r.host === here;
+  const drivable = (r) => isLocal(r) || state.drives_other_hosts === true;
   // Rows are updated in place (a click must not land on a row replaced under the pointer).
   // Keyed by kind and name: across hosts, a host's row and an agent may share a name.
   const existing = new Map([...tbody.children].map((tr) => [`${tr.dataset.kind}/${tr.dataset.name}`, tr]));
@@ -60,9 +62,9 @@ function renderPs() {
     if (!tr) {
       tr = el("tr", { "data-name": r.name, "data-kind": r.kind, class: r.kind === "actor" ? "dim" : "" });
       for (let i = 0; i < 14; i++) tr.append(el("td"));
-      if (r.kind === "agent" && isLocal(r)) {
+      if (r.kind === "agent" && drivable(r)) {
         tr.classList.add("agent");
-        tr.onclick = () => pickAgent(r.name);
+        if (isLocal(r)) tr.onclick = () => pickAgent(r.name);
         // Stop (or start) and restart, as `flockctl stop|start|restart` would.
         const actions = tr.children[13];
         actions.className = "actions";
