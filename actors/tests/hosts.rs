@@ -206,18 +206,29 @@ async fn a_request_from_another_host_runs_here_only_for_that_hosts_own_agent() {
     }
 }
 
+/// Host `main` of [`YAML`] with a budget of 1 000 tokens per chain, and its agent `c`.
+async fn main_with_budget(dir: &std::path::Path) -> (Node, flock_ipc::Connection) {
+    let yaml = YAML.replace("agents:", "budget: {max_tokens: 1000}\nagents:");
+    let node = common::start_on(dir, 0, &yaml, false, Some("main")).await;
+    let c = node.agent("c").await;
+    (node, c)
+}
+
+/// Now, Unix ms (a chain's start: its wall budget is counted from it).
+fn unix_ms() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    now.as_millis() as u64
+}
+
 /// One chain keeps one token budget across hosts: a message that leaves for another host
 /// carries the tokens its chain has used, and the host that takes it counts on from there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chain_carries_its_tokens_across_hosts_and_stops_at_one_budget() {
     use flock_actors::chains::Route;
     let dir = tempfile::tempdir().unwrap();
-    let yaml = YAML.replace("agents:", "budget: {max_tokens: 1000}\nagents:");
-    let node = common::start_on(dir.path(), 0, &yaml, false, Some("main")).await;
-    let mut c = node.agent("c").await;
+    let (node, mut c) = main_with_budget(dir.path()).await;
     // A delegation from `w` on gpu whose chain has used 600 tokens there.
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-    let now = now.as_millis() as u64;
+    let now = unix_ms();
     let mut route =
         Route::root(40, "human:operator", "w", "go", now, Some("human:operator".into()));
     route.hop = 2;
@@ -263,11 +274,8 @@ async fn a_chain_carries_its_tokens_across_hosts_and_stops_at_one_budget() {
 async fn branches_of_one_chain_on_two_hosts_add_up_against_the_one_budget() {
     use flock_actors::chains::Route;
     let dir = tempfile::tempdir().unwrap();
-    let yaml = YAML.replace("agents:", "budget: {max_tokens: 1000}\nagents:");
-    let node = common::start_on(dir.path(), 0, &yaml, false, Some("main")).await;
-    let mut c = node.agent("c").await;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-    let now = now.as_millis() as u64;
+    let (node, mut c) = main_with_budget(dir.path()).await;
+    let now = unix_ms();
     // Chain 40 used 100 tokens here, then went to `w` on gpu and `x` on cpu at once; each
     // branch sends its part back with what it knew: main 100, and its own host's count.
     let from = |id: u128, host: &str, sender: &str, own: u64| {
@@ -332,13 +340,10 @@ async fn nothing_cancelled(conn: &mut flock_ipc::Connection) {
 async fn a_requests_answer_from_another_host_counts_its_tokens_against_the_one_budget() {
     use flock_actors::chains::Route;
     let dir = tempfile::tempdir().unwrap();
-    let yaml = YAML.replace("agents:", "budget: {max_tokens: 1000}\nagents:");
-    let node = common::start_on(dir.path(), 0, &yaml, false, Some("main")).await;
+    let (node, mut c) = main_with_budget(dir.path()).await;
     let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).expect("the link's calls");
-    let mut c = node.agent("c").await;
     // `c` works on a chain that has used 600 tokens (on gpu, before).
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-    let mut route = Route::root(70, "human:operator", "w", "go", now.as_millis() as u64, None);
+    let mut route = Route::root(70, "human:operator", "w", "go", unix_ms(), None);
     route.hop = 1;
     route.tokens = 600;
     let msg = PendingMessage {
@@ -472,7 +477,6 @@ async fn agents_another_host_created_at_run_time_are_reached_once_learned() {
         node.router.cast(RouterMsg::CreatedElsewhere { host: host.into(), agents }).unwrap();
     };
     let created = node.hosts.as_ref().unwrap().created.clone();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
     let msg = |id: u128, sender: &str, enqueued_at: u64| PendingMessage {
         id,
         sender: sender.into(),
@@ -490,7 +494,7 @@ async fn agents_another_host_created_at_run_time_are_reached_once_learned() {
     // Not learned yet: unknown here; its message waits (sent just now) or is refused (old).
     c.outbox.send(send("helper")).await.unwrap();
     assert!(matches!(next(&mut c).await.body, Body::Error { code: ErrorCode::AgentNotFound, .. }));
-    let now_ms = now.as_millis() as u64;
+    let now_ms = unix_ms();
     assert!(matches!(arrive(msg(50, "helper", now_ms)).await.unwrap(), FromHost::Later(_)));
     assert!(matches!(arrive(msg(51, "helper", 1)).await.unwrap(), FromHost::Refused(_)));
 
@@ -522,6 +526,8 @@ async fn agents_another_host_created_at_run_time_are_reached_once_learned() {
         }
     }
     assert!(created.read().unwrap().is_empty());
+    // A late message from it (sent just before it went): refused at once, not waited for.
+    assert!(matches!(arrive(msg(53, "helper", unix_ms())).await.unwrap(), FromHost::Refused(_)));
 
     // gpu claims `late`, then this host creates an agent of that name: its own wins.
     learned("gpu", &["late"]);

@@ -37,6 +37,9 @@ pub struct HostLink {
     pub created: CreatedElsewhere,
     /// Claims of another host's agent this host refused already (said once each).
     refused: std::collections::HashSet<(String, String)>,
+    /// Agents created at run time on other hosts and decommissioned there since (a late message
+    /// from one is refused at once, not waited for).
+    gone: std::collections::HashSet<String>,
     /// Woken when a message for another host is stored.
     pub outbox: Arc<tokio::sync::Notify>,
     /// Requests for agents on other hosts, and cancels, for the cluster link to send.
@@ -66,6 +69,7 @@ impl HostLink {
             operators,
             created: Arc::default(),
             refused: Default::default(),
+            gone: Default::default(),
             outbox: Arc::default(),
             calls,
             calls_rx,
@@ -124,6 +128,9 @@ pub(super) struct HostCallReply {
 
 /// The origin of a write that stores a message from another host.
 pub(super) const FROM_HOST: ConnId = u64::MAX - 1;
+
+/// How many names of agents decommissioned on other hosts a host remembers.
+const GONE_KEPT: usize = 65_536;
 
 /// How long a message from an agent this host does not know yet is asked again for (its host
 /// created it at run time; hosts read each other's statuses every 2 s).
@@ -317,7 +324,9 @@ impl RouterState {
         let now = self.now();
         let recent = m.enqueued_at <= now.saturating_add(5_000)
             && now.saturating_sub(m.enqueued_at) < NEW_AGENT_GRACE_MS;
+        let gone = self.hosts.as_ref().is_some_and(|l| l.gone.contains(&m.sender));
         recent
+            && !gone
             && flock_config::valid_agent_name(&m.sender)
             && !self.slots.contains_key(&m.sender)
             && !self.order.contains(&m.sender)
@@ -568,6 +577,9 @@ impl RouterState {
             created.remove(name);
             link.remote.remove(name);
             link.agents.retain(|a| a.key() != *name);
+            if link.gone.len() < GONE_KEPT {
+                link.gone.insert(name.clone());
+            }
         }
         let mut added = Vec::new();
         for spec in agents {
@@ -593,6 +605,7 @@ impl RouterState {
                 }
                 continue;
             }
+            link.gone.remove(&name);
             created.insert(name.clone(), host.clone());
             link.remote.insert(name, host.clone());
             link.agents.push(spec.clone());
