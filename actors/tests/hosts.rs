@@ -403,6 +403,20 @@ async fn another_hosts_operator_is_heard_only_from_a_host_cluster_operators_list
             other => panic!("expected FORBIDDEN, got {other:?}"),
         }
     }
+    // An agent (hostile code on this host) cannot ask for what another host's operator may:
+    // control requests are taken on the operator's connection only.
+    let body = Body::Control(flock_ipc::ControlRequest::LogPage {
+        agent: "w".into(),
+        after: None,
+        lines: 10,
+    });
+    w.outbox.send(Frame::new("w", "router", body)).await.unwrap();
+    match next(&mut w).await.body {
+        Body::Error { code: ErrorCode::BadRequest, message } => {
+            assert!(message.contains("not accepted on this connection"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
     // The leader is, for this host's agents only.
     match operator(&node, "main", send(2, "c")).await {
         Body::Error { code: ErrorCode::AgentNotFound, message } => {

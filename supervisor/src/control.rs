@@ -438,16 +438,10 @@ pub fn heartbeat(ctx: Arc<ControlCtx>) {
 /// The agents created at run time on this host (`flock_create_agent`) and not decommissioned:
 /// the other hosts route to them once they read this host's status.
 async fn created_here(ctx: &ControlCtx) -> Vec<flock_config::AgentSpec> {
-    let read = flock_actors::store_actor::with_store(&ctx.store, |s| {
-        Ok((s.created_agents()?, s.decommissioned_agents()?))
-    })
-    .await;
-    let Ok((created, gone)) = read else { return Vec::new() };
-    created
-        .iter()
-        .filter_map(|json| serde_json::from_str::<flock_config::AgentSpec>(json).ok())
-        .filter(|a| !gone.contains(&a.key()))
-        .collect()
+    flock_actors::store_actor::with_store(&ctx.store, |s| s.created_agent_specs())
+        .await
+        .map(|(specs, _)| specs)
+        .unwrap_or_default()
 }
 
 /// How often a host reads the other hosts' statuses for the agents created at run time there.

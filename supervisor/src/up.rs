@@ -19,7 +19,7 @@ use flock_actors::{
     ConnKind, ConnLimits, ControlSink, Durability, EventSink, Router, RouterArgs, Store,
     StoreActor, serve,
 };
-use flock_config::{AgentSpec, ModelSpec, SwarmSpec};
+use flock_config::{ModelSpec, SwarmSpec};
 use flock_ipc::{Transport, UnixTransport};
 use flock_journal::Journal;
 use flock_llm::Secret;
@@ -79,13 +79,15 @@ pub fn lock_state_dir(state: &StateDir) -> Result<StateLock> {
 fn with_registry(mut spec: SwarmSpec, store: &Store) -> Result<SwarmSpec> {
     let gone = store.decommissioned_agents().context("read decommissioned agents")?;
     spec.agents.retain(|a| !gone.contains(&a.key()));
-    for json in store.created_agents().context("read created agents")? {
-        match serde_json::from_str::<AgentSpec>(&json) {
-            Ok(a) if spec.agent(&a.key()).is_none() => spec.agents.push(a),
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "flock: skipping a created agent whose spec cannot be read")
-            }
+    let (created, unreadable) = store.created_agent_specs().context("read created agents")?;
+    if unreadable > 0 {
+        tracing::warn!(
+            "flock: skipping {unreadable} created agent(s) whose spec this build cannot read"
+        );
+    }
+    for a in created {
+        if spec.agent(&a.key()).is_none() {
+            spec.agents.push(a);
         }
     }
     Ok(spec)

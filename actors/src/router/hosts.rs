@@ -31,8 +31,6 @@ pub struct HostLink {
     pub remote: HashMap<String, String>,
     /// Those agents, in the swarm file's order (for the roster).
     pub agents: Vec<AgentSpec>,
-    /// The hosts whose `flockctl` drives every host's agents (`cluster.operators`).
-    pub operators: Vec<String>,
     /// Agents created at run time on other hosts (also in `remote` and `agents`).
     pub created: CreatedElsewhere,
     /// Claims of another host's agent this host refused already (said once each).
@@ -55,18 +53,12 @@ impl HostLink {
         let remote = agents.iter().map(|a| (a.key(), whole.host_of(a).to_owned())).collect();
         let (calls, rx) = tokio::sync::mpsc::unbounded_channel();
         let calls_rx = Arc::new(std::sync::Mutex::new(Some(rx)));
-        let mut operators: Vec<String> =
-            whole.cluster.as_ref().map(|c| c.operators.clone()).unwrap_or_default();
-        if operators.is_empty() {
-            operators.push(whole.leader().to_owned());
-        }
         HostLink {
             host: host.to_owned(),
             leader: whole.leader().to_owned(),
             protect: Vec::new(),
             remote,
             agents,
-            operators,
             created: Arc::default(),
             refused: Default::default(),
             gone: Default::default(),
@@ -329,7 +321,6 @@ impl RouterState {
             && !gone
             && flock_config::valid_agent_name(&m.sender)
             && !self.slots.contains_key(&m.sender)
-            && !self.order.contains(&m.sender)
     }
 
     /// The store's answer to a message from another host: queued if new (a message stored

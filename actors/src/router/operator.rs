@@ -30,8 +30,10 @@ pub(super) struct OperatorState {
     /// Asking side: sends not answered yet, their host, and the `--wait`s that came meanwhile
     /// (connection, watch frame id).
     sending: HashMap<MsgId, (String, Vec<(ConnId, MsgId)>)>,
-    /// Asking side: chains this host's operator started on another host, and that host.
-    sent: VecDeque<(MsgId, String)>,
+    /// Asking side: chains this host's operator started on another host, and that host (the
+    /// newest [`SENT_KEPT`], oldest first in `sent_order`).
+    sent: HashMap<MsgId, String>,
+    sent_order: VecDeque<MsgId>,
     /// Asked side: where each answer to another host's operator goes, by correlation id.
     answers: HashMap<MsgId, oneshot::Sender<Body>>,
     /// Asked side: chains another host's operator started here, and that host (their answer
@@ -48,7 +50,7 @@ impl RouterState {
         if self.spec.may_operate(here) {
             return Ok(());
         }
-        let listed = self.hosts.as_ref().map(|l| l.operators.join(", ")).unwrap_or_default();
+        let listed = self.spec.operator_hosts().join(", ");
         Err((
             ErrorCode::Forbidden,
             format!(
@@ -88,10 +90,7 @@ impl RouterState {
             waiting.push((conn, frame_id));
             return true;
         }
-        let Some(host) = self.operator.sent.iter().find(|(c, _)| *c == chain).map(|s| s.1.clone())
-        else {
-            return false;
-        };
+        let Some(host) = self.operator.sent.get(&chain).cloned() else { return false };
         self.watch_on_host(host, conn, frame_id, chain);
         true
     }
@@ -168,10 +167,13 @@ impl RouterState {
             Asked::OperatorSend { conn, id, host } => {
                 let waiting = self.operator.sending.remove(&id).map(|s| s.1).unwrap_or_default();
                 if matches!(body, Body::Accepted) {
-                    if self.operator.sent.len() == SENT_KEPT {
-                        self.operator.sent.pop_front();
+                    if self.operator.sent_order.len() == SENT_KEPT
+                        && let Some(old) = self.operator.sent_order.pop_front()
+                    {
+                        self.operator.sent.remove(&old);
                     }
-                    self.operator.sent.push_back((id, host.clone()));
+                    self.operator.sent_order.push_back(id);
+                    self.operator.sent.insert(id, host.clone());
                     for (conn, frame_id) in waiting {
                         self.watch_on_host(host.clone(), conn, frame_id, id);
                     }
@@ -266,9 +268,7 @@ impl RouterState {
     /// before the host's word that it stored the send).
     pub(super) fn operator_sent_to(&self, chain: MsgId) -> Option<&str> {
         let sending = self.operator.sending.get(&chain).map(|(h, _)| h.as_str());
-        sending.or_else(|| {
-            self.operator.sent.iter().find(|(c, _)| *c == chain).map(|(_, h)| h.as_str())
-        })
+        sending.or_else(|| self.operator.sent.get(&chain).map(String::as_str))
     }
 
     /// An answer for another host's operator ([`REMOTE_OPERATOR`]'s frame): back through the

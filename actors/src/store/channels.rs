@@ -548,6 +548,16 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Agents created at run time and still in service, read back, and how many of them have
+    /// a spec this build cannot read (skipped).
+    pub fn created_agent_specs(&self) -> Result<(Vec<flock_config::AgentSpec>, usize), StoreError> {
+        let stored = self.created_agents()?;
+        let specs: Vec<flock_config::AgentSpec> =
+            stored.iter().filter_map(|json| serde_json::from_str(json).ok()).collect();
+        let unreadable = stored.len() - specs.len();
+        Ok((specs, unreadable))
+    }
+
     /// Names of decommissioned agents.
     pub fn decommissioned_agents(&self) -> Result<Vec<String>, StoreError> {
         let mut stmt = self

@@ -58,10 +58,16 @@ impl SwarmSpec {
     /// Whether `flockctl` on host `host` may drive agents placed on other hosts
     /// (`cluster.operators`; the leader alone unless the file lists others).
     pub fn may_operate(&self, host: &str) -> bool {
+        self.operator_hosts().contains(&host)
+    }
+
+    /// The hosts whose `flockctl` drives agents on every host (`cluster.operators`, else the
+    /// leader; none on one host).
+    pub fn operator_hosts(&self) -> Vec<&str> {
         match &self.cluster {
-            Some(c) if c.operators.is_empty() => host == c.leader,
-            Some(c) => c.operators.iter().any(|h| h == host),
-            None => false,
+            Some(c) if c.operators.is_empty() => vec![c.leader.as_str()],
+            Some(c) => c.operators.iter().map(String::as_str).collect(),
+            None => Vec::new(),
         }
     }
 
