@@ -302,18 +302,14 @@ fn embed_idle(index: &mut Result<Index, String>) -> bool {
 
 /// Gives the index the embedding model if `scripts/setup` fetched it; words only otherwise.
 fn load_embedder(index: &mut Index) {
-    let Some(dir) = flock_memory::embed::default_dir() else { return };
-    if !dir.join("model.safetensors").exists() {
-        tracing::info!(
-            dir = %dir.display(),
-            "flock: memory search by words only: no embedding model in {} (scripts/setup fetches it)",
-            dir.display()
-        );
-        return;
-    }
-    match flock_memory::embed::Embedder::load(&dir) {
-        Ok(e) => index.set_embedder(std::sync::Arc::new(e)),
-        Err(e) => tracing::warn!(error = %e, "flock: memory search by words only"),
+    let loaded = index.use_installed_embedder();
+    if let Some(why) = loaded.words_only_because() {
+        match loaded {
+            flock_memory::index::Embedding::Failed(_) => {
+                tracing::warn!("flock: memory search by words only: {why}")
+            }
+            _ => tracing::info!("flock: memory search by words only: {why}"),
+        }
     }
 }
 

@@ -199,6 +199,16 @@ impl SwarmSpec {
         Ok(())
     }
 
+    /// Whether the swarm searches its long-term memory: a memory role (the unconscious recalls
+    /// by searching it) or an agent offered `memory_search`/`memory_get`. Such a swarm wants a
+    /// supervisor built with vectors (search by meaning); `validate --needs` says so.
+    pub fn searches_memory(&self) -> bool {
+        self.agents.iter().any(|a| {
+            a.role.answers_in_text()
+                || a.tools.iter().flatten().any(|t| t == "memory_search" || t == "memory_get")
+        })
+    }
+
     /// The embedded model the swarm needs run, if any agent uses one (or one is defined, for
     /// agents created at run time). Every local model must share one process: an error names
     /// the conflict otherwise.

@@ -66,9 +66,10 @@ pub enum Command {
         /// that fetch and build the embedded model only when it is used.
         #[arg(long)]
         local_model: bool,
-        /// Print the programs the swarm needs besides flock-supervisor, flockctl, flock-agent and
+        /// Print what the swarm needs built besides flock-supervisor, flockctl, flock-agent and
         /// flock-sandbox, one per line (`flock-bridge` when it has chat bridges, `flock-model`
-        /// when it runs the embedded model): for scripts that build only what a swarm runs.
+        /// when it runs the embedded model, `vectors` when it searches memory: a supervisor with
+        /// search by meaning): for scripts that build only what a swarm runs.
         #[arg(long, conflicts_with = "local_model")]
         needs: bool,
         /// Check the file alone: do not also check that the API keys and platform tokens it names

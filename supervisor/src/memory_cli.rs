@@ -114,14 +114,15 @@ pub fn search_here(dir: &Path, ask: &Search<'_>) -> Result<Found> {
     let mut index = open(dir)?;
     let mut note = String::new();
     if mode != Mode::Bm25 {
-        match flock_memory::embed::installed_dir() {
-            Some(model) => {
-                let embedder =
-                    flock_memory::embed::Embedder::load(&model).map_err(|e| anyhow!(e))?;
-                index.set_embedder(std::sync::Arc::new(embedder));
+        let loaded = index.use_installed_embedder();
+        if let flock_memory::index::Embedding::Failed(e) = &loaded {
+            bail!("{e}");
+        }
+        match loaded.words_only_because() {
+            Some(why) => note = format!("(by words only: {why})\n"),
+            None => {
                 index.embed_pending(EMBED_PER_SEARCH).map_err(|e| anyhow!(e))?;
             }
-            None => note = "(by words only: no embedding model; scripts/setup fetches it)\n".into(),
         }
     }
     let query = Query {

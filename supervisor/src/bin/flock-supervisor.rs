@@ -198,6 +198,9 @@ fn validate(file: &std::path::Path, local_model: bool, needs: bool, file_only: b
                 if local.is_some() {
                     println!("{}", flock_supervisor::model::NAME);
                 }
+                if spec.searches_memory() {
+                    println!("vectors");
+                }
                 return ExitCode::SUCCESS;
             }
             let model = match local {

@@ -223,14 +223,15 @@ fn validate_needs_names_the_programs_a_swarm_runs_so_scripts_up_builds_only_thos
         assert!(out.status.success(), "{example}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect::<Vec<_>>()
     };
-    assert_eq!(needs("office.yaml"), Vec::<String>::new(), "scripted models, no chat");
-    assert_eq!(needs("brain-persona-local.yaml"), ["flock-model"]);
+    assert_eq!(needs("office.yaml"), Vec::<String>::new(), "scripted models, no chat, no memory");
+    assert_eq!(needs("brain-persona-local.yaml"), ["flock-model", "vectors"]);
     assert_eq!(
         needs("telegram.yaml"),
-        ["flock-bridge", "flock-model"],
-        "a chat on the embedded model"
+        ["flock-bridge", "flock-model", "vectors"],
+        "a chat on the embedded model, with the memory roles"
     );
-    assert_eq!(needs("brain-persona.yaml"), Vec::<String>::new(), "a remote model, no chat");
+    assert_eq!(needs("brain-persona.yaml"), ["vectors"], "a remote model, the memory roles");
+    assert_eq!(needs("kickoff.yaml"), Vec::<String>::new(), "a team that does not search memory");
 }
 
 fn validate(file: &std::path::Path) -> (Option<i32>, String) {

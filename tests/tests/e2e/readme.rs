@@ -36,6 +36,26 @@ fn marked_blocks(readme: &str) -> Vec<Vec<String>> {
     blocks
 }
 
+/// The marked block whose first line starts with `first`.
+fn block<'a>(blocks: &'a [Vec<String>], first: &str) -> &'a [String] {
+    blocks
+        .iter()
+        .find(|b| b.first().is_some_and(|l| l.starts_with(first)))
+        .unwrap_or_else(|| panic!("no marked block starts with `{first}`"))
+}
+
+fn readme_blocks() -> Vec<Vec<String>> {
+    marked_blocks(&std::fs::read_to_string(repo_root().join("README.md")).unwrap())
+}
+
+/// What the first line starting with `prefix` printed.
+fn output_of(said: &[(String, String)], prefix: &str) -> String {
+    said.iter()
+        .find(|(l, _)| l.starts_with(prefix))
+        .map(|(_, out)| out.clone())
+        .unwrap_or_else(|| panic!("the block has no `{prefix}` line"))
+}
+
 /// A fresh home for the README's commands; `down` on drop, so a failed step leaves no swarm.
 struct Home {
     dir: tempfile::TempDir,
@@ -117,10 +137,15 @@ impl Drop for Home {
 
 #[test]
 fn the_readme_first_hour_runs_as_written() {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let blocks = marked_blocks(&readme);
-    assert_eq!(blocks.len(), 3, "the instant start, `flockctl init` and the kick-off by hand");
-    let needs_model = blocks.iter().flatten().any(|l| l.starts_with("scripts/setup"));
+    let blocks = readme_blocks();
+    assert_eq!(
+        blocks.len(),
+        7,
+        "the instant start, the assistant (three blocks), `flockctl init`, the kick-off by hand \
+         and memory: a new marked block needs its test here"
+    );
+    let init = block(&blocks, "scripts/install  ");
+    let needs_model = init.iter().any(|l| l.starts_with("scripts/setup"));
     if needs_model && !crate::local_model::model_available("the README's first hour") {
         return;
     }
@@ -128,15 +153,10 @@ fn the_readme_first_hour_runs_as_written() {
     // The instant start: installed, four scripted agents ready, a job through both workers.
     let home = Home::new();
     let mut said = Vec::new();
-    for line in &blocks[0] {
+    for line in block(&blocks, "scripts/install --no-model") {
         said.push((line.clone(), home.run(line)));
     }
-    let output = |prefix: &str| {
-        said.iter()
-            .find(|(l, _)| l.starts_with(prefix))
-            .map(|(_, out)| out.clone())
-            .unwrap_or_else(|| panic!("the block has no `{prefix}` line"))
-    };
+    let output = |prefix: &str| output_of(&said, prefix);
     assert!(home.path().join(".local/bin/flock-supervisor").is_file());
     let ps = output("flockctl ps");
     for agent in ["orchestrator", "sysadmin", "worker-1", "worker-2"] {
@@ -153,7 +173,7 @@ fn the_readme_first_hour_runs_as_written() {
     let _model = crate::local_model::one_model_at_a_time();
     let home = Home::new();
     let mut said = Vec::new();
-    for line in &blocks[1] {
+    for line in init {
         said.push((line.clone(), home.run(line)));
     }
     let file = home.path().join("work/flock.yaml");
@@ -165,14 +185,13 @@ fn the_readme_first_hour_runs_as_written() {
 
 #[test]
 fn the_readme_kickoff_by_hand_runs_as_written() {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let blocks = marked_blocks(&readme);
+    let blocks = readme_blocks();
     // The kick-off story by hand, with `scripts/up` (linking this run's binaries into ./bin):
     // after the person's post, the next lines wait as a person reading along would, until the
     // project channel is archived, so `channels` and `read` show the story the README tells.
     let home = Home::new();
     let mut said = Vec::new();
-    for line in &blocks[2] {
+    for line in block(&blocks, "scripts/up examples/kickoff.yaml") {
         said.push((line.clone(), home.run(line)));
         if line.starts_with("bin/flockctl post") {
             flock_testkit::wait_for(
@@ -183,12 +202,7 @@ fn the_readme_kickoff_by_hand_runs_as_written() {
         }
     }
     assert!(home.path().join("work/bin/flockctl").exists(), "scripts/up links ./bin");
-    let output = |prefix: &str| {
-        said.iter()
-            .find(|(l, _)| l.starts_with(prefix))
-            .map(|(_, out)| out.clone())
-            .unwrap_or_else(|| panic!("the block has no `{prefix}` line"))
-    };
+    let output = |prefix: &str| output_of(&said, prefix);
     let channels = output("bin/flockctl channels");
     assert!(
         channels.lines().any(|l| l.contains("project-login") && l.contains("archived")),
@@ -198,4 +212,63 @@ fn the_readme_kickoff_by_hand_runs_as_written() {
     assert!(read.contains("Kick-off:") && read.contains("QA sign-off:"), "{read}");
     let journal = output("bin/flockctl journal read");
     assert!(journal.contains("CHANNEL_ARCHIVED"), "{journal}");
+}
+
+#[test]
+fn the_readme_assistant_on_the_embedded_model_runs_as_written() {
+    let blocks = readme_blocks();
+    if !crate::local_model::model_available("the README's assistant") {
+        return;
+    }
+    // The two commands: the swarm on the embedded model, and the whole test suite — which is
+    // what runs this test, so it is checked to be exactly what CI runs rather than run again.
+    let two = block(&blocks, "scripts/up examples/brain-persona-local.yaml");
+    assert_eq!(two.len(), 2, "{two:?}");
+    assert!(two[1].starts_with("scripts/test "), "{two:?}");
+    let ci = std::fs::read_to_string(repo_root().join(".ci/run")).unwrap();
+    assert!(ci.lines().any(|l| l.trim() == "exec scripts/test"), "{ci}");
+
+    let _model = crate::local_model::one_model_at_a_time();
+    let home = Home::new();
+    home.run(&two[0]);
+    // Then the question, what to look at after it, and (once `down` stopped the swarm) what
+    // memory kept of it, as the README's memory section asks it.
+    let lines = block(&blocks, "bin/flockctl send coordinator")
+        .iter()
+        .chain(block(&blocks, "bin/flockctl read dm-coordinator"))
+        .chain(block(&blocks, "bin/flockctl memory search"));
+    let said: Vec<(String, String)> = lines.map(|l| (l.clone(), home.run(l))).collect();
+    let output = |prefix: &str| output_of(&said, prefix);
+
+    let answer = output("bin/flockctl send coordinator");
+    assert!(answer.trim().len() > 20, "an answer, not `{answer}`");
+    let dm = output("bin/flockctl read dm-coordinator");
+    let first_words: String = answer.split_whitespace().take(4).collect::<Vec<_>>().join(" ");
+    assert!(
+        dm.split_whitespace().collect::<Vec<_>>().join(" ").contains(&first_words),
+        "the DM holds the answer `{first_words}…`:\n{dm}"
+    );
+    let ps = output("bin/flockctl ps");
+    // The observer may still be writing what it observed: ready or busy, up either way.
+    for name in ["flock-model", "coordinator", "worker", "observer"] {
+        let up = |l: &&str| l.starts_with(name) && (l.contains(" ready ") || l.contains(" busy "));
+        assert!(ps.lines().any(|l| up(&l)), "{name}:\n{ps}");
+    }
+    let journal = output("bin/flockctl journal query");
+    assert!(journal.contains("coordinator"), "{journal}");
+    let logs = output("bin/flockctl logs flock-model");
+    assert!(logs.contains("processed"), "the model's calls: {logs}");
+    // The question was kept: the coordinator's journal holds it, found by meaning and words.
+    let found = output("bin/flockctl memory search \"talks this week\"");
+    assert!(found.contains("journal") && found.contains("found in"), "{found}");
+    let stats = output("bin/flockctl memory stats");
+    assert!(stats.contains("journal"), "{stats}");
+    let export = std::fs::read_to_string(home.path().join("work/journal.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> =
+        export.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert!(
+        records.iter().any(|r| r["kind"] == "journal"
+            && r["text"].as_str().is_some_and(|t| t.contains("Plan my week"))),
+        "{export}"
+    );
 }
