@@ -305,7 +305,7 @@ fn load_embedder(index: &mut Index) {
     let loaded = index.use_installed_embedder();
     if let Some(why) = loaded.words_only_because() {
         match loaded {
-            flock_memory::index::Embedding::Failed(_) => {
+            flock_memory::Embedding::Failed(_) => {
                 tracing::warn!("flock: memory search by words only: {why}")
             }
             _ => tracing::info!("flock: memory search by words only: {why}"),

@@ -20,7 +20,11 @@ pub mod mask;
 pub mod records;
 
 #[cfg(feature = "index")]
+mod embedding;
+#[cfg(feature = "index")]
 pub mod index;
+#[cfg(feature = "index")]
+pub use embedding::Embedding;
 
 #[cfg(feature = "vectors")]
 pub mod embed;

@@ -115,7 +115,7 @@ pub fn search_here(dir: &Path, ask: &Search<'_>) -> Result<Found> {
     let mut note = String::new();
     if mode != Mode::Bm25 {
         let loaded = index.use_installed_embedder();
-        if let flock_memory::index::Embedding::Failed(e) = &loaded {
+        if let flock_memory::Embedding::Failed(e) = &loaded {
             bail!("{e}");
         }
         match loaded.words_only_because() {
