@@ -140,9 +140,9 @@ fn the_readme_first_hour_runs_as_written() {
     let blocks = readme_blocks();
     assert_eq!(
         blocks.len(),
-        7,
-        "the instant start, the assistant (three blocks), `flockctl init`, the kick-off by hand \
-         and memory: a new marked block needs its test here"
+        8,
+        "the instant start, the assistant (three blocks), `flockctl init`, the kick-off by hand, \
+         the dashboard and memory: a new marked block needs its test here"
     );
     let init = block(&blocks, "scripts/install  ");
     let needs_model = init.iter().any(|l| l.starts_with("scripts/setup"));
@@ -212,6 +212,25 @@ fn the_readme_kickoff_by_hand_runs_as_written() {
     assert!(read.contains("Kick-off:") && read.contains("QA sign-off:"), "{read}");
     let journal = output("bin/flockctl journal read");
     assert!(journal.contains("CHANNEL_ARCHIVED"), "{journal}");
+}
+
+#[test]
+fn the_readme_dashboard_and_metrics_run_as_written() {
+    // The README's fixed ports: only this test uses them.
+    let blocks = readme_blocks();
+    let home = Home::new();
+    let said: Vec<(String, String)> =
+        block(&blocks, "scripts/up examples/kickoff.yaml --detach --ui")
+            .iter()
+            .map(|l| (l.clone(), home.run(l)))
+            .collect();
+    let ui = output_of(&said, "bin/flockctl ui");
+    assert!(ui.contains("http://127.0.0.1:8080/?token="), "{ui}");
+    let metrics = output_of(&said, "curl");
+    for agent in ["orchestrator", "dev", "qa"] {
+        let line = format!("flock_process_up{{name=\"{agent}\"");
+        assert!(metrics.lines().any(|l| l.starts_with(&line) && l.ends_with(" 1")), "{metrics}");
+    }
 }
 
 #[test]
