@@ -70,6 +70,8 @@ impl Home {
         for part in ["scripts", "examples"] {
             std::os::unix::fs::symlink(repo_root().join(part), work.join(part)).unwrap();
         }
+        // What the scripts keep in a temp folder (scripts/kickoff's state dir) goes with the home.
+        std::fs::create_dir_all(dir.path().join("tmp")).unwrap();
         // This machine's models (scripts/setup fetched them), as the fresh home's.
         let models = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".flock/models"));
         if let Some(models) = models.filter(|m| m.is_dir()) {
@@ -94,6 +96,7 @@ impl Home {
         cmd.args(["-euo", "pipefail", "-c", line])
             .current_dir(home.join("work"))
             .env("HOME", home)
+            .env("TMPDIR", home.join("tmp"))
             .env("PATH", path)
             .env("FLOCK_INSTALL_BIN_DIR", bin("flockctl").parent().unwrap())
             .env_remove("CARGO_TARGET_DIR");
@@ -140,9 +143,9 @@ fn the_readme_first_hour_runs_as_written() {
     let blocks = readme_blocks();
     assert_eq!(
         blocks.len(),
-        8,
-        "the instant start, the assistant (three blocks), `flockctl init`, the kick-off by hand, \
-         the dashboard and memory: a new marked block needs its test here"
+        9,
+        "the instant start, the assistant (three blocks), `flockctl init`, the kick-off in one \
+         command and by hand, the dashboard and memory: a new marked block needs its test here"
     );
     let init = block(&blocks, "scripts/install  ");
     let needs_model = init.iter().any(|l| l.starts_with("scripts/setup"));
@@ -212,6 +215,20 @@ fn the_readme_kickoff_by_hand_runs_as_written() {
     assert!(read.contains("Kick-off:") && read.contains("QA sign-off:"), "{read}");
     let journal = output("bin/flockctl journal read");
     assert!(journal.contains("CHANNEL_ARCHIVED"), "{journal}");
+}
+
+#[test]
+fn the_readme_kickoff_in_one_command_runs_as_written() {
+    let blocks = readme_blocks();
+    let home = Home::new();
+    let line = block(&blocks, "scripts/kickoff");
+    assert_eq!(line.iter().filter(|l| !l.trim_start().starts_with('#')).count(), 1, "{line:?}");
+    // The story runs to the archive (the script fails otherwise) and prints the channel.
+    let out = home.run(&line[0]);
+    assert!(out.contains("== #project-login"), "{out}");
+    assert!(out.contains("Kick-off:") && out.contains("QA sign-off:"), "{out}");
+    assert!(out.contains("CHANNEL_ARCHIVED"), "the journal: {out}");
+    assert!(home.path().join("work/bin/flock-supervisor").exists(), "linked into ./bin");
 }
 
 #[test]
