@@ -244,6 +244,9 @@ fn a_reflection_over_its_budget_is_sent_back_once_and_the_shorter_one_is_written
 
 #[test]
 fn a_fact_from_one_conversation_reaches_the_worker_in_a_later_one_through_the_memory_index() {
+    // The unconscious's recall embeds on the CPU within its 10 s: it takes its turn with the tests
+    // that run llama.cpp (whose threads spin on both cores) rather than compete with them.
+    let _cpu = crate::local_model::one_model_at_a_time();
     // The swarm's own masking rule (memory.mask) on top of the built-in ones.
     let rule = "memory:\n  mask:\n    - { name: locker, pattern: \"LOCKER-[0-9]{4}\" }\nagents:";
     let swarm = persona(&[("\nagents:", &format!("\n{rule}"))], None);
@@ -323,6 +326,9 @@ fn a_fact_from_one_conversation_reaches_the_worker_in_a_later_one_through_the_me
 /// to the channel, one per question.
 #[test]
 fn a_fact_given_in_a_channel_is_recalled_for_a_later_question_there() {
+    // The unconscious's recall embeds on the CPU within its 10 s: it takes its turn with the tests
+    // that run llama.cpp (whose threads spin on both cores) rather than compete with them.
+    let _cpu = crate::local_model::one_model_at_a_time();
     let swarm = persona(&[], None);
     swarm.ctl_ok(&["channel", "create", "team", "--members", "coordinator", "--as", "alice"]);
     swarm.ctl_ok(&[
