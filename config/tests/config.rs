@@ -1084,3 +1084,14 @@ fn an_agent_is_found_by_its_address_with_or_without_an_instance() {
         assert!(!instance.has_key(other), "{other}");
     }
 }
+
+#[test]
+fn a_swarm_searches_memory_with_a_memory_role_or_a_memory_tool_only() {
+    // `validate --needs` prints `vectors` for such a swarm, so scripts/up builds search by meaning.
+    let worker = "agents:\n  - { name: w, role: worker }\n";
+    assert!(!ok(&swarm(worker)).searches_memory(), "a worker with its default tools");
+    let tool = "agents:\n  - { name: w, role: worker, tools: [fs_read, memory_search] }\n";
+    assert!(ok(&swarm(tool)).searches_memory(), "a worker offered memory_search");
+    let role = "agents:\n  - { name: w, role: worker }\n  - { name: u, role: unconscious }\n";
+    assert!(ok(&swarm(role)).searches_memory(), "the unconscious recalls by searching");
+}
