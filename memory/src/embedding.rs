@@ -39,10 +39,7 @@ impl Index {
     pub fn use_installed_embedder(&mut self) -> Embedding {
         #[cfg(feature = "vectors")]
         {
-            let Some(dir) = crate::embed::default_dir() else { return Embedding::NotFetched };
-            if !dir.join("model.safetensors").exists() {
-                return Embedding::NotFetched;
-            }
+            let Some(dir) = crate::embed::installed_dir() else { return Embedding::NotFetched };
             match crate::embed::Embedder::load(&dir) {
                 Ok(e) => {
                     self.set_embedder(std::sync::Arc::new(e));
