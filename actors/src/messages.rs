@@ -81,13 +81,7 @@ pub enum RouterMsg {
     /// Hand a channel notification to `agent` as a turn input (from the channels actor); the
     /// channels actor hears back through `ChannelsMsg::DeltaDone`. `chain`: the chain of the
     /// newest post it covers and that post's hop (a person's post starts a new chain).
-    Delta {
-        agent: String,
-        channel: String,
-        upto: u64,
-        text: String,
-        chain: Option<(ChainTag, u32)>,
-    },
+    Delta { agent: String, span: DeltaSpan, text: String, chain: Option<(ChainTag, u32)> },
     /// Model tokens a chain's turn used (from the gateway).
     Tokens { chain: MsgId, tokens: u64 },
     /// The channels actor posted (or found already posted) a chain's answer to a person.
@@ -356,6 +350,17 @@ pub struct HostCall {
     pub route: String,
 }
 
+/// What a channel notification covers: the messages of channel `channel` after seq `after` up to
+/// seq `upto`. `born`: when the channel was created (ms) — a channel made again under the same
+/// name (a leader whose state was wiped) is another channel, with seqs of its own.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeltaSpan {
+    pub channel: String,
+    pub born: i64,
+    pub after: u64,
+    pub upto: u64,
+}
+
 /// What one host asks another over NATS request–reply (the payload of a call; docs/cluster.md).
 /// The leader holds the channels: other hosts send it their agents' channel calls, and it sends
 /// them their agents' channel notifications.
@@ -375,14 +380,11 @@ pub enum HostAsk {
         answers: bool,
     },
     /// A channel notification for an agent on the host asked, from the leader; answered
-    /// `Body::Accepted` once the agent's turn took it, an error when it did not.
-    Delta {
-        agent: String,
-        channel: String,
-        upto: u64,
-        text: String,
-        chain: Option<(ChainTag, u32)>,
-    },
+    /// `Body::Accepted` once the agent's turn took it, an error when it did not, and
+    /// `Body::Reply` with a seq when the agent was already told the channel up to that seq (the
+    /// leader lost the answer to an earlier notification: it moves its cursor there and sends
+    /// only the rest). See `router::leader::delta_outcome`.
+    Delta { agent: String, span: DeltaSpan, text: String, chain: Option<(ChainTag, u32)> },
     /// An agent of the asking host is ready: the leader sends it what its channels hold for it.
     Ready { agent: String },
     /// Events the asking host journaled (one line each): the leader's journal holds every

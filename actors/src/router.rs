@@ -114,8 +114,8 @@ struct Queued {
     /// Failed deliveries so far (durable messages only).
     attempts: u32,
     call_chain: Vec<String>,
-    /// For deltas: the channel and the seq the delta covers up to.
-    channel: Option<(String, u64)>,
+    /// For deltas: the messages of the channel it covers.
+    channel: Option<crate::messages::DeltaSpan>,
     /// Its chain and who waits for the answer of its turn.
     route: Route,
     /// The turn handed this input over (`Delegate`): its own answer is not routed.
@@ -264,6 +264,10 @@ pub struct RouterState {
     asked: HashMap<MsgId, leader::Asked>,
     /// Channel notifications from the leader queued here, and where their outcome goes.
     host_deltas: HashMap<MsgId, oneshot::Sender<Body>>,
+    /// How far each agent here was told each channel the leader holds on another host (seq,
+    /// and the channel's `born`), kept in the store: a notification the leader sends again
+    /// because it lost the answer is not told twice.
+    told: crate::store::DeltasTold,
     /// Operators' commands across hosts (operator.rs).
     operator: operator::OperatorState,
     clock: Clock,
@@ -299,6 +303,9 @@ impl Actor for Router {
         myself.send_interval(Duration::from_secs(1), || RouterMsg::FlushTurns);
         let pending = ractor::call!(args.store, StoreMsg::Pending)?.map_err(anyhow_like)?;
         let totals = ractor::call!(args.store, StoreMsg::TurnsTotals)?.map_err(anyhow_like)?;
+        let told = crate::store_actor::with_store(&args.store, |s| s.deltas_told())
+            .await
+            .map_err(anyhow_like)?;
         let mut slots = HashMap::new();
         for spec in &args.spec.agents {
             let key = spec.key();
@@ -370,6 +377,7 @@ impl Actor for Router {
             seen_calls: Default::default(),
             asked: HashMap::new(),
             host_deltas: HashMap::new(),
+            told,
             operator: Default::default(),
             clock: args.clock,
         };
@@ -463,8 +471,8 @@ impl Actor for Router {
                 state.draining = true;
                 state.flush_turns();
             }
-            RouterMsg::Delta { agent, channel, upto, text, chain } => {
-                state.delta(&myself, agent, channel, upto, text, chain);
+            RouterMsg::Delta { agent, span, text, chain } => {
+                state.delta(&myself, agent, span, text, chain);
             }
             RouterMsg::SessionClosed { agent, channel } => {
                 if let Some(conn) = state.slots.get(&agent).and_then(|s| s.conn) {

@@ -82,6 +82,9 @@ pub enum WriteOp {
     DeadLetter { id: MsgId, attempts: u32, reason: String },
     /// This message will never run (its chain was stopped): done, with a reason, no turn counted.
     Discard { id: MsgId, reason: String },
+    /// `agent` here was told channel `channel` (born `born`) up to seq `upto`, by the leader on
+    /// another host.
+    Told { agent: String, channel: String, born: i64, upto: u64 },
 }
 
 /// What a [`WriteOp`] did.
@@ -103,6 +106,10 @@ pub(crate) const INSERT_MESSAGE: &str =
 pub struct Store {
     pub(crate) conn: Connection,
 }
+
+/// How far each agent here was told each channel held on another host: (agent, channel) →
+/// (the channel's `born`, seq). See [`WriteOp::Told`].
+pub type DeltasTold = HashMap<(String, String), (i64, u64)>;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -299,6 +306,23 @@ impl Store {
                         discard.execute(params![id_bytes(*id), reason, now])?;
                         WriteOutcome::Applied
                     }
+                    WriteOp::Told { agent, channel, born, upto } => {
+                        tx.prepare_cached(
+                            "INSERT INTO deltas_told (agent, channel, born, upto)
+                             VALUES (?1, ?2, ?3, ?4)
+                             ON CONFLICT (agent, channel) DO UPDATE SET
+                                 upto = CASE WHEN born = excluded.born
+                                     THEN max(upto, excluded.upto) ELSE excluded.upto END,
+                                 born = excluded.born",
+                        )?
+                        .execute(params![
+                            agent,
+                            channel,
+                            born,
+                            *upto as i64
+                        ])?;
+                        WriteOutcome::Applied
+                    }
                 };
                 out.push(outcome);
             }
@@ -379,6 +403,17 @@ impl Store {
         let mut stmt = self.conn.prepare("SELECT name, turns_total FROM agent_stats")?;
         let rows =
             stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// How far each agent here was told each channel held on another host:
+    /// (agent, channel) → (born, upto). See [`WriteOp::Told`].
+    pub fn deltas_told(&self) -> Result<DeltasTold, StoreError> {
+        let mut stmt = self.conn.prepare("SELECT agent, channel, born, upto FROM deltas_told")?;
+        let rows = stmt.query_map([], |r| {
+            let key = (r.get::<_, String>(0)?, r.get::<_, String>(1)?);
+            Ok((key, (r.get::<_, i64>(2)?, r.get::<_, i64>(3)? as u64)))
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

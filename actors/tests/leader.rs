@@ -9,7 +9,7 @@ mod common;
 
 use common::{ack, delta, next, tool, tool_as};
 use flock_actors::RouterMsg;
-use flock_actors::messages::{HostAsk, OutCall};
+use flock_actors::messages::{DeltaSpan, HostAsk, OutCall};
 use flock_actors::store_actor::with_store;
 use flock_ipc::{Body, DeliveryKind, ErrorCode};
 use serde_json::json;
@@ -47,6 +47,16 @@ fn post(caller: &str, name: &str, args: serde_json::Value) -> HostAsk {
     }
 }
 
+/// A host's answer to the leader's ask (5 s at most).
+async fn answer(rx: oneshot::Receiver<Body>) -> Body {
+    let got = tokio::time::timeout(std::time::Duration::from_secs(5), rx).await;
+    got.expect("answered within 5 s").expect("the router answers")
+}
+
+fn span(channel: &str, born: i64, after: u64, upto: u64) -> DeltaSpan {
+    DeltaSpan { channel: channel.into(), born, after, upto }
+}
+
 fn refusal(body: Body) -> (ErrorCode, String) {
     match body {
         Body::Error { code, message } => (code, message),
@@ -82,8 +92,9 @@ async fn the_leader_answers_another_hosts_agent_with_its_own_powers_and_notifies
     tool(&mut o, "flock_channel_post", json!({"channel": "room", "text": "to gpu"})).await.unwrap();
     let (host, id, what) = asked(&mut calls).await;
     assert_eq!(host, "gpu");
-    let HostAsk::Delta { agent, channel, upto, text, .. } = what else { panic!("{what:?}") };
-    assert_eq!((agent.as_str(), channel.as_str()), ("w", "room"));
+    let HostAsk::Delta { agent, span: covers, text, .. } = what else { panic!("{what:?}") };
+    let upto = covers.upto;
+    assert_eq!((agent.as_str(), covers.channel.as_str()), ("w", "room"));
     assert!(
         text.contains("o: to gpu") && !text.contains("from gpu"),
         "w's own post is not news to it: {text}"
@@ -151,8 +162,7 @@ async fn the_leader_answers_another_hosts_agent_with_its_own_powers_and_notifies
     // Nobody but the leader sends notifications.
     let d = HostAsk::Delta {
         agent: "o".into(),
-        channel: "room".into(),
-        upto: 9,
+        span: span("room", 1, 0, 9),
         text: "x".into(),
         chain: None,
     };
@@ -200,8 +210,7 @@ async fn on_another_host_channel_calls_go_to_the_leader_and_its_notifications_be
     // A notification from the leader: a turn of `w`; its Ack is the leader's answer.
     let d = HostAsk::Delta {
         agent: "w".into(),
-        channel: "room".into(),
-        upto: 8,
+        span: span("room", 1, 0, 8),
         text: "[Channel: #room] o: hi w".into(),
         chain: None,
     };
@@ -419,4 +428,106 @@ async fn a_name_placed_on_another_host_is_not_created_here() {
     // Any other name gets past that check (this test's supervisor starts no process).
     let (_, msg) = create("helper").await.unwrap_err();
     assert!(msg.contains("cannot start agents"), "{msg}");
+}
+
+/// The leader sends a notification again when it lost the answer to the first (it was killed
+/// before the answer reached it): the host, restarted or not, answers from what its agent was
+/// told — all of it, or up to a seq — and the agent takes no message twice. A channel made again
+/// under the same name is news.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_the_leader_sends_again_is_not_told_twice_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let notify = |id: u128, span: DeltaSpan, text: &str| {
+        let d = HostAsk::Delta { agent: "w".into(), span, text: text.into(), chain: None };
+        let (tx, rx) = oneshot::channel();
+        (RouterMsg::HostAsked { host: "main".into(), id, ask: d, reply: tx }, rx)
+    };
+    {
+        let node = common::start_on(dir.path(), 0, YAML, true, Some("gpu")).await;
+        let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).unwrap();
+        let mut w = node.agent("w").await;
+        asked(&mut calls).await; // ready
+        let (ask, rx) = notify(50, span("room", 7, 0, 8), "o: one");
+        node.router.cast(ask).unwrap();
+        let (f, text) = delta(&mut w).await;
+        assert!(text.contains("o: one"), "{text}");
+        ack(&w, &f).await;
+        assert_eq!(answer(rx).await, Body::Accepted);
+        // The same notification again, before any restart: answered, no turn.
+        let (ask, rx) = notify(51, span("room", 7, 0, 8), "o: one");
+        node.router.cast(ask).unwrap();
+        assert_eq!(answer(rx).await, Body::Accepted);
+        common::nothing_for(&mut w, 200).await;
+        let told = with_store(&node.store, |s| s.deltas_told()).await.unwrap();
+        assert_eq!(told.get(&("w".to_owned(), "room".to_owned())), Some(&(7, 8)));
+        node.router.stop(None);
+    }
+    // The host restarts: what its agent was told is in its store.
+    let node = common::start_on(dir.path(), 1, YAML, true, Some("gpu")).await;
+    let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).unwrap();
+    let mut w = node.agent("w").await;
+    asked(&mut calls).await; // ready
+    let (ask, rx) = notify(60, span("room", 7, 0, 8), "o: one");
+    node.router.cast(ask).unwrap();
+    assert_eq!(answer(rx).await, Body::Accepted, "told before the restart");
+    // More came since: the leader hears how far the agent was told, and sends only the rest.
+    let (ask, rx) = notify(61, span("room", 7, 0, 10), "o: one\no: two");
+    node.router.cast(ask).unwrap();
+    assert_eq!(answer(rx).await, Body::Reply { text: "8".into() });
+    common::nothing_for(&mut w, 200).await;
+    let (ask, rx) = notify(62, span("room", 7, 8, 10), "o: two");
+    node.router.cast(ask).unwrap();
+    let (f, text) = delta(&mut w).await;
+    assert_eq!(text, "o: two");
+    ack(&w, &f).await;
+    assert_eq!(answer(rx).await, Body::Accepted);
+    // `room` made again on a leader whose state was wiped: its seqs start over, and are news.
+    let (ask, rx) = notify(63, span("room", 9, 0, 2), "o: anew");
+    node.router.cast(ask).unwrap();
+    let (f, text) = delta(&mut w).await;
+    assert_eq!(text, "o: anew");
+    ack(&w, &f).await;
+    assert_eq!(answer(rx).await, Body::Accepted);
+}
+
+/// The leader told that another host's agent had been told part of a notification (it lost the
+/// first answer) moves its cursor there and sends only the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_told_how_far_another_hosts_agent_was_told_sends_only_the_rest() {
+    let yaml = YAML.replace(
+        "delta_delay_min_ms: 0, delta_delay_max_ms: 0",
+        "delta_delay_min_ms: 300, delta_delay_max_ms: 300",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let node = common::start_on(dir.path(), 0, &yaml, true, Some("main")).await;
+    let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).unwrap();
+    let mut o = node.agent("o").await;
+    let made = tool(&mut o, "flock_channel_create", json!({"channel": "room", "members": ["w"]}));
+    made.await.unwrap();
+    for text in ["one", "two"] {
+        tool(&mut o, "flock_channel_post", json!({"channel": "room", "text": text})).await.unwrap();
+    }
+    let (_, id, what) = asked(&mut calls).await;
+    let HostAsk::Delta { span: first, text, .. } = what else { panic!("{what:?}") };
+    assert_eq!((first.after, first.upto), (0, 2), "{text}");
+    assert!(text.contains("o: one") && text.contains("o: two"), "{text}");
+    node.router
+        .cast(RouterMsg::HostAnswered { id, body: Body::Reply { text: "1".into() } })
+        .unwrap();
+    let (_, id, what) = asked(&mut calls).await;
+    let HostAsk::Delta { span: rest, text, .. } = what else { panic!("{what:?}") };
+    assert_eq!((rest.born, rest.after, rest.upto), (first.born, 1, 2));
+    assert!(text.contains("o: two") && !text.contains("o: one"), "{text}");
+    node.router.cast(RouterMsg::HostAnswered { id, body: Body::Accepted }).unwrap();
+    let cursor = || async {
+        let all = with_store(&node.store, |s| s.cursors()).await.unwrap();
+        all.into_iter().find(|(a, c, _)| a == "w" && c == "room").map(|(_, _, c)| c.sent_seq)
+    };
+    for _ in 0..100 {
+        if cursor().await == Some(2) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(cursor().await, Some(2));
 }

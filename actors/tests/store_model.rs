@@ -93,6 +93,7 @@ impl Model {
                         (State::Dead, *attempts, Some(reason.clone()));
                 }
             }
+            WriteOp::Told { .. } => {}
             WriteOp::Discard { id, reason } => {
                 if let Some(m) = self.pending(*id) {
                     (m.state, m.reason) = (State::Done, Some(reason.clone()));

@@ -12,7 +12,7 @@ use ractor::ActorRef;
 
 use super::delta::{self};
 use super::state::ChannelsState;
-use crate::messages::{ChannelsMsg, RouterMsg};
+use crate::messages::{ChannelsMsg, DeltaSpan, RouterMsg};
 use crate::store::channels::Cursor;
 use crate::store_actor::with_store;
 
@@ -90,8 +90,14 @@ impl ChannelsState {
             self.armed.remove(&key);
             return;
         }
-        let (name, topic, id, upto, after) =
-            (ch.name.clone(), ch.topic.clone(), ch.id.clone(), cur.scheduled_seq, cur.sent_seq);
+        let (name, topic, id, born, upto, after) = (
+            ch.name.clone(),
+            ch.topic.clone(),
+            ch.id.clone(),
+            ch.created_at,
+            cur.scheduled_seq,
+            cur.sent_seq,
+        );
         let (c, reader) = (id.clone(), agent.to_owned());
         let page = with_store(&self.store, move |s| {
             s.new_for(&c, &reader, after, upto, delta::DELTA_MAX_MESSAGES)
@@ -119,8 +125,8 @@ impl ChannelsState {
             Some(router) => {
                 let chain = self.delta_chain.remove(&key);
                 crate::metrics::get().deltas.inc();
-                let msg =
-                    RouterMsg::Delta { agent: agent.to_owned(), channel: id, upto, text, chain };
+                let span = DeltaSpan { channel: id, born, after, upto };
+                let msg = RouterMsg::Delta { agent: agent.to_owned(), span, text, chain };
                 if router.cast(msg).is_err() {
                     self.armed.remove(&key);
                 }

@@ -11,7 +11,7 @@ use super::PermissionReply;
 use super::permit::PermissionCall;
 use super::*;
 use crate::caller::Caller;
-use crate::messages::{HostAsk, OutCall, ToolReply};
+use crate::messages::{DeltaSpan, HostAsk, OutCall, ToolReply};
 use flock_config::tools::{self as table, Owner};
 
 /// How long a host waits for the leader's answer to a channel tool call.
@@ -87,6 +87,13 @@ pub(super) fn stays_here(tool: &str) -> bool {
     matches!(tool, "agents__spawn" | "flock_create_agent" | "flock_decommission_agent")
 }
 
+/// The answer to a notification from the leader when `agent` had been told the channel up to
+/// `told` before it came: all of it (`Accepted`), or part (`Reply` with the seq: the leader
+/// moves its cursor there and sends the rest).
+pub(super) fn delta_told(agent: &str, told: u64, upto: u64) -> Body {
+    if told >= upto { delta_outcome(agent, true) } else { Body::Reply { text: told.to_string() } }
+}
+
 /// The answer to a notification from the leader: taken by the agent's turn, or not (then the
 /// leader sends it again later).
 pub(super) fn delta_outcome(agent: &str, ok: bool) -> Body {
@@ -154,14 +161,14 @@ impl RouterState {
         &mut self,
         host: String,
         agent: String,
-        channel: String,
-        upto: u64,
+        span: DeltaSpan,
         text: String,
         chain: Option<(ChainTag, u32)>,
     ) {
         let timeout_ms = self.spec.budget.max_wall_secs.saturating_mul(1000) + DELTA_GRACE_MS;
-        let asked = Asked::Delta { agent: agent.clone(), channel: channel.clone(), upto };
-        let ask = HostAsk::Delta { agent, channel, upto, text, chain };
+        let (channel, upto) = (span.channel.clone(), span.upto);
+        let asked = Asked::Delta { agent: agent.clone(), channel, upto };
+        let ask = HostAsk::Delta { agent, span, text, chain };
         self.ask_host(host, ask, asked, timeout_ms);
     }
 
@@ -239,10 +246,16 @@ impl RouterState {
                 let _ = reply.outbox.try_send(frame);
             }
             Some(Asked::Delta { agent, channel, upto }) => {
-                let ok = matches!(body, Body::Accepted);
+                let ok = matches!(body, Body::Accepted | Body::Reply { .. });
                 if let Body::Error { message, .. } = &body {
                     tracing::debug!(agent = %agent, channel = %channel, "flock cluster: a notification was not taken: {message}");
                 }
+                // Told before up to a seq below `upto`: the cursor moves there, the rest is
+                // sent again (`delta_done` on the channels actor sees more scheduled than sent).
+                let upto = match &body {
+                    Body::Reply { text } => text.parse::<u64>().map_or(0, |told| told.min(upto)),
+                    _ => upto,
+                };
                 if let Some(ch) = &self.channels {
                     let _ = ch.cast(ChannelsMsg::DeltaDone { agent, channel, upto, ok });
                 }
@@ -346,7 +359,7 @@ impl RouterState {
                     }
                 }
             }
-            HostAsk::Delta { agent, channel, upto, text, chain } => {
+            HostAsk::Delta { agent, span, text, chain } => {
                 if host != link.leader || leader_here {
                     let msg =
                         format!("only the leader `{}` sends channel notifications", link.leader);
@@ -359,7 +372,7 @@ impl RouterState {
                     let _ = reply.send(refused(ErrorCode::AgentNotFound, msg));
                     return;
                 }
-                self.queue_delta(myself, agent, channel, upto, text, chain, Some(reply));
+                self.queue_delta(myself, agent, span, text, chain, Some(reply));
             }
             HostAsk::Answer { agent, human, text, chain, place } => {
                 // A person's post is answered through the leader; an operator's send from

@@ -246,6 +246,7 @@ impl RouterState {
     /// (a request or a delta always travels alone).
     pub(super) fn deliver_next(&mut self, myself: &ActorRef<RouterMsg>, agent: &str) {
         let mut dropped = Vec::new();
+        let mut told = Vec::new();
         let default_window = self.spec.delivery.window;
         if let Some(slot) = self.slots.get_mut(agent)
             && !slot.stopping
@@ -278,6 +279,11 @@ impl RouterState {
                     dropped.push(q);
                     continue;
                 }
+                // Checked here, not when queued: the turn that told it may still be running then.
+                if let Some(upto) = Self::told_already(&self.told, &self.host_deltas, agent, &q) {
+                    told.push((q, upto));
+                    continue;
+                }
                 let frame = Delivery {
                     kind: q.kind,
                     sender: q.sender.clone(),
@@ -286,7 +292,7 @@ impl RouterState {
                     durable: q.durable(),
                     call_chain: q.call_chain.clone(),
                     channel: match &q.channel {
-                        Some((c, _)) => Some(c.clone()),
+                        Some(span) => Some(span.channel.clone()),
                         None => q.route.conversation().map(str::to_owned),
                     },
                     answer_to: if q.delegated {
@@ -317,6 +323,9 @@ impl RouterState {
         }
         for q in dropped {
             self.discard(agent, q, "its chain of turns was stopped");
+        }
+        for (q, upto) in told {
+            self.told_before(agent, q, upto);
         }
     }
 

@@ -2,6 +2,7 @@
 //! notifications delivered to it as turns.
 
 use super::*;
+use crate::messages::DeltaSpan;
 
 impl RouterState {
     /// Appends a finished turn to the agent's session (before its `Ack` is handled: same
@@ -57,34 +58,31 @@ impl RouterState {
         &mut self,
         myself: &ActorRef<RouterMsg>,
         agent: String,
-        channel: String,
-        upto: u64,
+        span: DeltaSpan,
         text: String,
         chain: Option<(ChainTag, u32)>,
     ) {
         if !self.slots.contains_key(&agent)
             && let Some(host) = self.remote_host(&agent).map(str::to_owned)
         {
-            return self.delta_to_host(host, agent, channel, upto, text, chain);
+            return self.delta_to_host(host, agent, span, text, chain);
         }
-        self.queue_delta(myself, agent, channel, upto, text, chain, None);
+        self.queue_delta(myself, agent, span, text, chain, None);
     }
 
     /// Queues a channel notification for `agent` here; its outcome goes to the channels actor,
     /// or to `host` — the leader that sent it.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn queue_delta(
         &mut self,
         myself: &ActorRef<RouterMsg>,
         agent: String,
-        channel: String,
-        upto: u64,
+        span: DeltaSpan,
         text: String,
         chain: Option<(ChainTag, u32)>,
         host: Option<oneshot::Sender<Body>>,
     ) {
         let id = new_id();
-        let from = format!("#{channel}");
+        let from = format!("#{}", span.channel);
         let mut route = match chain {
             Some((tag, hops)) => Route {
                 answer_path: Vec::new(),
@@ -105,13 +103,13 @@ impl RouterState {
             if let Some(reply) = host {
                 let _ = reply.send(leader::delta_outcome(&agent, known));
             } else if let Some(ch) = &self.channels {
-                let ok = known;
+                let (channel, upto, ok) = (span.channel, span.upto, known);
                 let _ = ch.cast(ChannelsMsg::DeltaDone { agent, channel, upto, ok });
             }
             return;
         };
         let mut q = Queued::new(id, DeliveryKind::Delta, from, text, route);
-        q.channel = Some((channel, upto));
+        q.channel = Some(span);
         slot.queue.push_back(q);
         if let Some(reply) = host {
             self.host_deltas.insert(id, reply);
@@ -119,20 +117,58 @@ impl RouterState {
         self.deliver_next(myself, &agent);
     }
 
-    /// Reports a delta's outcome to the channels actor (or to the leader that sent it).
+    /// Reports a delta's outcome to the channels actor (or to the leader that sent it: an agent
+    /// here told a channel the leader holds is remembered, see [`Self::told_already`]).
     pub(super) fn delta_done(&mut self, agent: &str, q: &Queued, ok: bool) {
         if let Some(reply) = self.host_deltas.remove(&q.id) {
+            if let (true, Some(span)) = (ok, &q.channel) {
+                self.told.insert((agent.to_owned(), span.channel.clone()), (span.born, span.upto));
+                let op = WriteOp::Told {
+                    agent: agent.to_owned(),
+                    channel: span.channel.clone(),
+                    born: span.born,
+                    upto: span.upto,
+                };
+                let _ = self.store.cast(StoreMsg::Write { op, origin: None, notify: None });
+            }
             let _ = reply.send(leader::delta_outcome(agent, ok));
             return;
         }
-        if let (Some(ch), Some((channel, upto))) = (&self.channels, &q.channel) {
+        if let (Some(ch), Some(span)) = (&self.channels, &q.channel) {
             let msg = ChannelsMsg::DeltaDone {
                 agent: agent.to_owned(),
-                channel: channel.clone(),
-                upto: *upto,
+                channel: span.channel.clone(),
+                upto: span.upto,
                 ok,
             };
             let _ = ch.cast(msg);
         }
+    }
+
+    /// How far `agent` here was already told what a notification from the leader covers, when
+    /// it was told some of it: the leader sends a notification again when it lost the answer to
+    /// the first (it was killed before the answer reached it), and the agent must not take the
+    /// same messages twice. `None` for the notifications of this host's own channels.
+    /// (An associated function: the caller holds a mailbox slot borrowed.)
+    pub(super) fn told_already(
+        told: &crate::store::DeltasTold,
+        host_deltas: &HashMap<MsgId, oneshot::Sender<Body>>,
+        agent: &str,
+        q: &Queued,
+    ) -> Option<u64> {
+        let span = q.channel.as_ref().filter(|_| host_deltas.contains_key(&q.id))?;
+        let &(born, upto) = told.get(&(agent.to_owned(), span.channel.clone()))?;
+        (born == span.born && upto > span.after).then_some(upto)
+    }
+
+    /// Answers a notification from the leader without a turn: `agent` was already told the
+    /// channel up to `told`.
+    pub(super) fn told_before(&mut self, agent: &str, q: Queued, told: u64) {
+        let upto = q.channel.as_ref().map_or(0, |s| s.upto);
+        if let Some(reply) = self.host_deltas.remove(&q.id) {
+            tracing::debug!(agent = %agent, told, upto, "flock cluster: a notification the leader sent again was already told");
+            let _ = reply.send(leader::delta_told(agent, told.min(upto), upto));
+        }
+        self.leave(q.chain());
     }
 }

@@ -216,4 +216,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 9: the chat door (issue #21): the post an answer replies to, and the agent a person's
     // post was handed to as a request.
     CHAT_DOOR,
+    // 10: hosts (issue #26): how far each agent here was told each channel the leader holds on
+    // another host. `born` is the channel's created_at on the leader: a channel made again under
+    // the same name starts over.
+    "CREATE TABLE deltas_told (
+        agent   TEXT    NOT NULL,
+        channel TEXT    NOT NULL,
+        born    INTEGER NOT NULL,
+        upto    INTEGER NOT NULL,
+        PRIMARY KEY (agent, channel)
+    ) WITHOUT ROWID;",
 ];
