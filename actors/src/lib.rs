@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod permissions;
 pub mod router;
 pub mod server;
+pub mod start;
 pub mod store;
 pub mod store_actor;
 pub mod text;

@@ -11,14 +11,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
-use flock_actors::channels::{Channels, ChannelsArgs};
-use flock_actors::gateway::{Gateway, GatewayArgs};
+use flock_actors::channels::ChannelsArgs;
+use flock_actors::gateway::GatewayArgs;
 use flock_actors::messages::{AgentOp, AgentOps, ChannelsMsg};
 use flock_actors::router::Clock;
-use flock_actors::{
-    ConnKind, ConnLimits, ControlSink, Durability, EventSink, Router, RouterArgs, Store,
-    StoreActor, serve,
-};
+use flock_actors::{ConnKind, ConnLimits, ControlSink, Durability, EventSink, RouterArgs, Store};
 use flock_config::{ModelSpec, SwarmSpec};
 use flock_ipc::{Transport, UnixTransport};
 use flock_journal::Journal;
@@ -294,7 +291,7 @@ pub async fn up(
     // Whatever an agent starts stays in our process tree, to be stopped with it (spawn.rs).
     crate::spawn::become_subreaper()?;
     let usage = store.token_totals().context("read token totals")?;
-    let (store_ref, _) = Actor::spawn(Some("store".into()), StoreActor, store)
+    let store_ref = flock_actors::start::store("store", store)
         .await
         .map_err(|e| anyhow!("start the store actor: {e}"))?;
 
@@ -305,9 +302,8 @@ pub async fn up(
         Journal::open(state.journal_dir(), flock_journal::DEFAULT_MAX_BYTES)
             .with_context(|| format!("open the journal in {}", state.journal_dir().display()))?,
     );
-    let (channels, _) = Actor::spawn(
-        Some("channels".into()),
-        Channels,
+    let channels = flock_actors::start::channels(
+        "channels",
         ChannelsArgs {
             spec: spec.clone(),
             store: store_ref.clone(),
@@ -373,9 +369,8 @@ pub async fn up(
         }
         None => None,
     };
-    let (gateway, _) = Actor::spawn(
-        Some("llm-gateway".into()),
-        Gateway,
+    let gateway = flock_actors::start::gateway(
+        "llm-gateway",
         GatewayArgs {
             keys,
             usage,
@@ -424,9 +419,8 @@ pub async fn up(
         h.protect = vec![state.root.clone()];
         h
     });
-    let (router, _) = Actor::spawn(
-        Some("router".into()),
-        Router,
+    let router = flock_actors::start::router(
+        "router",
         RouterArgs {
             spec: spec.clone(),
             store: store_ref.clone(),
@@ -528,7 +522,7 @@ pub async fn up(
     let agents_listener = UnixTransport::new(state.router_socket())
         .bind()
         .with_context(|| format!("listen on {}", state.router_socket().display()))?;
-    serve::<UnixTransport>(agents_listener, ConnKind::Agent, router.clone(), limits);
+    flock_actors::start::serve_unix(agents_listener, ConnKind::Agent, router.clone(), limits);
 
     // The metrics endpoint and the dashboard (off unless asked for), before the agents: a busy
     // port fails `up` before anything has started. And before the control socket: once that
@@ -568,7 +562,12 @@ pub async fn up(
     };
     let control_limits =
         ConnLimits { max_connections: flock_actors::server::MAX_CONNECTIONS, ..limits };
-    serve::<UnixTransport>(control_listener, ConnKind::Control, router.clone(), control_limits);
+    flock_actors::start::serve_unix(
+        control_listener,
+        ConnKind::Control,
+        router.clone(),
+        control_limits,
+    );
     let ms = t0.elapsed().as_millis() as u64;
     tracing::info!(
         swarm = %spec.name,
