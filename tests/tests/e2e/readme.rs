@@ -121,6 +121,13 @@ impl Home {
 }
 
 impl Home {
+    /// Agent `name`'s row in `bin/flockctl ps --json` (in the work folder), if it is there.
+    fn agent_row(&self, name: &str) -> Option<serde_json::Value> {
+        let out = try_run(&mut self.command("bin/flockctl ps --json"), SHORT).ok()?;
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        rows.as_array()?.iter().find(|r| r["name"] == name).cloned()
+    }
+
     /// The state of `#id` in `bin/flockctl channels --json` (in the work folder), if it exists.
     fn channel_state(&self, id: &str) -> Option<String> {
         let out = try_run(&mut self.command("bin/flockctl channels --json"), SHORT).ok()?;
@@ -236,11 +243,30 @@ fn the_readme_dashboard_and_metrics_run_as_written() {
     // The README's fixed ports: only this test uses them.
     let blocks = readme_blocks();
     let home = Home::new();
-    let said: Vec<(String, String)> =
-        block(&blocks, "scripts/up examples/kickoff.yaml --detach --ui")
-            .iter()
-            .map(|l| (l.clone(), home.run(l)))
-            .collect();
+    let mut said: Vec<(String, String)> = Vec::new();
+    let mut before = None;
+    for line in block(&blocks, "scripts/up examples/kickoff.yaml --detach --ui") {
+        if line.starts_with("kill -9") {
+            before = home.agent_row("dev");
+        }
+        said.push((line.clone(), home.run(line)));
+        if line.starts_with("kill -9") {
+            // As a person reading along: the next line looks once dev is back.
+            let old = before.as_ref().map(|r| r["pid"].clone());
+            flock_testkit::wait_for(
+                || {
+                    home.agent_row("dev").is_some_and(|r| {
+                        r["restarts"] == 1 && r["pid"].is_u64() && Some(&r["pid"]) != old.as_ref()
+                    })
+                },
+                Duration::from_secs(30),
+                "dev restarted in a new process",
+            );
+        }
+    }
+    let ps = output_of(&said, "bin/flockctl ps");
+    let dev = ps.lines().find(|l| l.starts_with("dev ")).unwrap_or_default();
+    assert!(dev.contains("SIGKILL"), "the last exit is shown: {ps}");
     let ui = output_of(&said, "bin/flockctl ui");
     assert!(ui.contains("http://127.0.0.1:8080/?token="), "{ui}");
     let metrics = output_of(&said, "curl");
