@@ -437,25 +437,35 @@ async fn a_name_placed_on_another_host_is_not_created_here() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notification_the_leader_sends_again_is_not_told_twice_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let notify = |id: u128, span: DeltaSpan, text: &str| {
+    // Host gpu (life `life` of it) with `w` connected; the link's calls are kept open.
+    let gpu = |life: u32| {
+        let dir = dir.path().to_owned();
+        async move {
+            let node = common::start_on(&dir, life, YAML, true, Some("gpu")).await;
+            let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).unwrap();
+            let w = node.agent("w").await;
+            asked(&mut calls).await; // ready
+            (node, calls, w)
+        }
+    };
+    // The leader's notification `id` for `w`; its answer comes on the receiver.
+    let notify = |node: &common::Node, id: u128, span: DeltaSpan, text: &str| {
         let d = HostAsk::Delta { agent: "w".into(), span, text: text.into(), chain: None };
         let (tx, rx) = oneshot::channel();
-        (RouterMsg::HostAsked { host: "main".into(), id, ask: d, reply: tx }, rx)
+        node.router
+            .cast(RouterMsg::HostAsked { host: "main".into(), id, ask: d, reply: tx })
+            .unwrap();
+        rx
     };
     {
-        let node = common::start_on(dir.path(), 0, YAML, true, Some("gpu")).await;
-        let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).unwrap();
-        let mut w = node.agent("w").await;
-        asked(&mut calls).await; // ready
-        let (ask, rx) = notify(50, span("room", 7, 0, 8), "o: one");
-        node.router.cast(ask).unwrap();
+        let (node, _calls, mut w) = gpu(0).await;
+        let rx = notify(&node, 50, span("room", 7, 0, 8), "o: one");
         let (f, text) = delta(&mut w).await;
         assert!(text.contains("o: one"), "{text}");
         ack(&w, &f).await;
         assert_eq!(answer(rx).await, Body::Accepted);
         // The same notification again, before any restart: answered, no turn.
-        let (ask, rx) = notify(51, span("room", 7, 0, 8), "o: one");
-        node.router.cast(ask).unwrap();
+        let rx = notify(&node, 51, span("room", 7, 0, 8), "o: one");
         assert_eq!(answer(rx).await, Body::Accepted);
         common::nothing_for(&mut w, 200).await;
         let told = with_store(&node.store, |s| s.deltas_told()).await.unwrap();
@@ -463,27 +473,20 @@ async fn a_notification_the_leader_sends_again_is_not_told_twice_across_a_restar
         node.router.stop(None);
     }
     // The host restarts: what its agent was told is in its store.
-    let node = common::start_on(dir.path(), 1, YAML, true, Some("gpu")).await;
-    let mut calls = node.hosts.as_ref().and_then(|h| h.take_calls()).unwrap();
-    let mut w = node.agent("w").await;
-    asked(&mut calls).await; // ready
-    let (ask, rx) = notify(60, span("room", 7, 0, 8), "o: one");
-    node.router.cast(ask).unwrap();
+    let (node, _calls, mut w) = gpu(1).await;
+    let rx = notify(&node, 60, span("room", 7, 0, 8), "o: one");
     assert_eq!(answer(rx).await, Body::Accepted, "told before the restart");
     // More came since: the leader hears how far the agent was told, and sends only the rest.
-    let (ask, rx) = notify(61, span("room", 7, 0, 10), "o: one\no: two");
-    node.router.cast(ask).unwrap();
+    let rx = notify(&node, 61, span("room", 7, 0, 10), "o: one\no: two");
     assert_eq!(answer(rx).await, Body::Reply { text: "8".into() });
     common::nothing_for(&mut w, 200).await;
-    let (ask, rx) = notify(62, span("room", 7, 8, 10), "o: two");
-    node.router.cast(ask).unwrap();
+    let rx = notify(&node, 62, span("room", 7, 8, 10), "o: two");
     let (f, text) = delta(&mut w).await;
     assert_eq!(text, "o: two");
     ack(&w, &f).await;
     assert_eq!(answer(rx).await, Body::Accepted);
     // `room` made again on a leader whose state was wiped: its seqs start over, and are news.
-    let (ask, rx) = notify(63, span("room", 9, 0, 2), "o: anew");
-    node.router.cast(ask).unwrap();
+    let rx = notify(&node, 63, span("room", 9, 0, 2), "o: anew");
     let (f, text) = delta(&mut w).await;
     assert_eq!(text, "o: anew");
     ack(&w, &f).await;

@@ -167,7 +167,7 @@ impl RouterState {
         let upto = q.channel.as_ref().map_or(0, |s| s.upto);
         if let Some(reply) = self.host_deltas.remove(&q.id) {
             tracing::debug!(agent = %agent, told, upto, "flock cluster: a notification the leader sent again was already told");
-            let _ = reply.send(leader::delta_told(agent, told.min(upto), upto));
+            let _ = reply.send(leader::delta_told(agent, told, upto));
         }
         self.leave(q.chain());
     }
