@@ -427,12 +427,12 @@ fn run(index: &mut Index, dir: &std::path::Path, call: &Call) -> Result<String, 
             let limit = args["limit"].as_u64().map_or(50, |l| l.clamp(1, 500) as usize);
             let (kinds, filter) = (kinds_of(&args)?, filter_of(&args)?);
             let hits = index
-                .recent(today(), limit, &kinds, &filter)
+                .recent(limit, &kinds, &filter)
                 .map_err(|e| ToolError::internal(e.to_string()))?;
             Ok(hits_json(&hits))
         }
         "memory__stats" => {
-            let s = index.stats(today()).map_err(|e| ToolError::internal(e.to_string()))?;
+            let s = index.stats().map_err(|e| ToolError::internal(e.to_string()))?;
             let counts = |v: &[(String, u64)]| {
                 v.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>()
             };

@@ -38,6 +38,9 @@ pub struct SwarmSpec {
     /// tokens, passwords, private keys, e-mail, card numbers).
     #[serde(default)]
     pub mask: Vec<MaskRule>,
+    /// `memory.tiers`: when memory day files move from hot to warm, and are due for cold.
+    #[serde(default)]
+    pub tiers: TiersSpec,
     /// `bridges:`: chat bridges, in YAML order (empty: none).
     #[serde(default)]
     pub bridges: Vec<BridgeSpec>,
@@ -335,6 +338,23 @@ pub struct BudgetSpec {
 impl Default for BudgetSpec {
     fn default() -> Self {
         Self { max_hops: 12, max_tokens: 40_000, max_wall_secs: 300 }
+    }
+}
+
+/// `memory.tiers`: the ages at which a memory day file (journals, observations, reflections)
+/// moves. Past `warm_after_days` it moves from hot to warm on its own (the daily TTL job); past
+/// `cold_after_days` it is due for cold, which a person approves (`flockctl approve`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TiersSpec {
+    /// Days a day file stays hot (90).
+    pub warm_after_days: u32,
+    /// Days before a day file is due for cold storage (365); more than `warm_after_days`.
+    pub cold_after_days: u32,
+}
+
+impl Default for TiersSpec {
+    fn default() -> Self {
+        Self { warm_after_days: 90, cold_after_days: 365 }
     }
 }
 

@@ -14,7 +14,7 @@ use crate::section::{self, Field, boolean, uint};
 use crate::spec::{
     AgentSpec, BridgeMapping, BridgeSpec, BudgetSpec, ChannelsSpec, Delegate, DeliverySpec, DmSpec,
     ExtensionSpec, MaskRule, ModelSpec, Platform, Replies, RestartPolicy, Role, SandboxKind,
-    Strategy, SupervisionSpec, SwarmSpec,
+    Strategy, SupervisionSpec, TiersSpec, SwarmSpec,
 };
 use crate::transcript::{self, Target};
 use crate::valid_agent_name;
@@ -86,6 +86,12 @@ const BUDGET: &[Field<BudgetSpec>] = &[
     uint!("max_hops", 1, U32_MAX, max_hops),
     uint!("max_tokens", 1, U64_MAX, max_tokens),
     uint!("max_wall_secs", 1, U64_MAX, max_wall_secs),
+];
+
+/// `memory.tiers` — when memory day files move (days; at most 100 years).
+const TIERS: &[Field<TiersSpec>] = &[
+    uint!("warm_after_days", 1, 36_500, warm_after_days),
+    uint!("cold_after_days", 1, 36_500, cold_after_days),
 ];
 
 const SWARM_KEYS: &[&str] = &["name"];
@@ -288,9 +294,9 @@ impl Loader<'_> {
             Some((_, node)) => self.budget(node),
             None => BudgetSpec::default(),
         };
-        let mask = match lookup(top, "memory") {
+        let (mask, tiers) = match lookup(top, "memory") {
             Some((_, node)) => self.memory(node),
-            None => Vec::new(),
+            None => (Vec::new(), TiersSpec::default()),
         };
         if let Some((_, node)) = lookup(top, "models") {
             self.models(node);
@@ -350,21 +356,46 @@ impl Loader<'_> {
             channels,
             agents,
             mask,
+            tiers,
             bridges,
             cluster,
         })
     }
 
-    /// `memory: { mask: [{name, pattern}, …] }`: the swarm's own masking rules, each a regular
-    /// expression that compiles and cannot match nothing (it would mask between every letter).
-    fn memory(&mut self, node: &Node) -> Vec<MaskRule> {
-        let mut rules = Vec::new();
+    /// `memory: { mask: …, tiers: … }`.
+    fn memory(&mut self, node: &Node) -> (Vec<MaskRule>, TiersSpec) {
         if node.is_null() {
-            return rules;
+            return (Vec::new(), TiersSpec::default());
         }
-        let Some(entries) = self.report.mapping(node, "memory") else { return rules };
+        let Some(entries) = self.report.mapping(node, "memory") else {
+            return (Vec::new(), TiersSpec::default());
+        };
+        self.report.unknown_keys(entries, &["mask", "tiers"], "`memory`");
+        let tiers = match lookup(entries, "tiers") {
+            Some((_, node)) => {
+                let tiers = section::read(&mut self.report, node, "memory.tiers", TIERS).0;
+                if tiers.cold_after_days <= tiers.warm_after_days {
+                    self.report.error(
+                        node.pos,
+                        format!(
+                            "`memory.tiers.cold_after_days` ({}) must be more than \
+                             `warm_after_days` ({}): a file is warm before it is cold",
+                            tiers.cold_after_days, tiers.warm_after_days
+                        ),
+                    );
+                }
+                tiers
+            }
+            None => TiersSpec::default(),
+        };
+        (self.mask_rules(entries), tiers)
+    }
+
+    /// `memory.mask: [{name, pattern}, …]`: the swarm's own masking rules, each a regular
+    /// expression that compiles and cannot match nothing (it would mask between every letter).
+    fn mask_rules(&mut self, entries: &[(Node, Node)]) -> Vec<MaskRule> {
+        let mut rules = Vec::new();
         let r = &mut self.report;
-        r.unknown_keys(entries, &["mask"], "`memory`");
         let Some((_, list)) = lookup(entries, "mask") else { return rules };
         let items = r.list(list, "memory.mask").unwrap_or_default();
         for (i, item) in items.iter().enumerate() {

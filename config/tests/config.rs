@@ -944,6 +944,25 @@ fn the_swarms_own_masking_rules_are_checked_where_they_are_written() {
 }
 
 #[test]
+fn memory_tiers_take_their_ages_and_refuse_a_cold_age_below_the_warm_one() {
+    let agents = "agents:\n  - { name: w, role: worker, model: echo }\n";
+    let spec = ok(&swarm(agents));
+    assert_eq!((spec.tiers.warm_after_days, spec.tiers.cold_after_days), (90, 365));
+    let spec = ok(&swarm(&format!(
+        "memory:\n  tiers: {{ warm_after_days: 30, cold_after_days: 180 }}\n{agents}"
+    )));
+    assert_eq!((spec.tiers.warm_after_days, spec.tiers.cold_after_days), (30, 180));
+    let e = one_error(&swarm(&format!(
+        "memory:\n  tiers: {{ warm_after_days: 400 }}\n{agents}"
+    )));
+    assert_mentions(&e, &["cold_after_days", "(365)", "more than", "(400)"]);
+    let e = one_error(&swarm(&format!("memory:\n  tiers: {{ hot_days: 3 }}\n{agents}")));
+    assert_mentions(&e, &["hot_days", "memory.tiers"]);
+    let e = one_error(&swarm(&format!("memory:\n  tiers: {{ warm_after_days: 0 }}\n{agents}")));
+    assert_mentions(&e, &["memory.tiers.warm_after_days"]);
+}
+
+#[test]
 fn a_coordinator_may_route_every_request_and_only_a_coordinator() {
     let spec = ok(&swarm(
         "agents:\n  - { name: c, role: coordinator, model: echo, can_call: [w], delegate: always }\n  - { name: w, role: worker, model: echo }\n",

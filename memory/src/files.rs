@@ -56,7 +56,7 @@ impl Memory {
     }
 
     /// Runs `f` holding the memory folder's lock.
-    fn locked<T>(&self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    pub(crate) fn locked<T>(&self, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
         std::fs::create_dir_all(&self.dir)?;
         let lock = OpenOptions::new()
             .create(true)

@@ -5,9 +5,9 @@
 //! Ranking: FTS5's BM25 over the record text (porter stemming) and, with an embedder (feature
 //! `vectors`), the cosine similarity of all-MiniLM-L6-v2 vectors, fused by reciprocal rank; then
 //! boosted by priority (high ×1.5, low ×0.75) and, gently, recency (×1 today, falling to ×0.9
-//! over months: relevance leads). Tiers by age:
-//! hot up to [`WARM_AFTER_DAYS`], warm up to [`COLD_AFTER_DAYS`], cold after; a default search
-//! leaves cold records out, `all` finds them too.
+//! over months: relevance leads). A record's tier is where its file lives ([`crate::tiers`]:
+//! `warm/…`, `cold/…`, else hot); a default search leaves cold records out, `all` finds them
+//! too, and `active_memory.md` is built from hot records only.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,13 +16,10 @@ use std::time::UNIX_EPOCH;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::records::{FOLDERS, Kind, Priority, Record, days_of, parse_file};
+use crate::tiers::Tier;
 
 pub use crate::filter::Filter;
 
-/// Records older than this many days are warm.
-pub const WARM_AFTER_DAYS: i64 = 90;
-/// Records older than this many days are cold: out of the default search scope.
-pub const COLD_AFTER_DAYS: i64 = 365;
 /// Candidates each list (BM25, vectors) brings to the fusion.
 const CANDIDATES: usize = 200;
 /// The `k` of reciprocal rank fusion: a record's share from a list is `1 / (k + rank)`. Small,
@@ -128,7 +125,7 @@ pub struct Stats {
     pub files: u64,
     /// `(kind, records)`.
     pub by_kind: Vec<(String, u64)>,
-    /// `(tier, records)`: hot, warm, cold, undated.
+    /// `(tier, records)`: hot, warm, cold.
     pub by_tier: Vec<(String, u64)>,
     pub index_bytes: u64,
 }
@@ -197,19 +194,48 @@ impl Index {
     /// Reads again every file that changed since the last sync, drops the records of files that
     /// are gone. Cheap when nothing changed (one `stat` per file).
     pub fn sync(&mut self) -> Result<Synced> {
-        let mut seen = Vec::new();
         let mut done = Synced::default();
+        // Every file of every tier: (path relative to the memory dir, entry).
+        let mut on_disk = Vec::new();
+        for tier in Tier::ALL {
+            for folder in FOLDERS {
+                let Ok(entries) = std::fs::read_dir(self.dir.join(tier.prefix()).join(folder))
+                else {
+                    continue;
+                };
+                let mut files: Vec<_> = entries
+                    .filter_map(|e| e.ok())
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "md"))
+                    .collect();
+                files.sort_by_key(|e| e.file_name());
+                for entry in files {
+                    let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                        continue;
+                    };
+                    on_disk.push((format!("{}{folder}/{name}", tier.prefix()), entry));
+                }
+            }
+        }
+        let seen: std::collections::HashSet<&str> =
+            on_disk.iter().map(|(rel, _)| rel.as_str()).collect();
         let tx = self.conn.transaction().map_err(err("begin"))?;
-        for folder in FOLDERS {
-            let Ok(entries) = std::fs::read_dir(self.dir.join(folder)) else { continue };
-            let mut files: Vec<_> = entries
-                .filter_map(|e| e.ok())
-                .filter(|e| e.path().extension().is_some_and(|x| x == "md"))
-                .collect();
-            files.sort_by_key(|e| e.file_name());
-            for entry in files {
-                let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
-                let rel = format!("{folder}/{name}");
+        // Files that went away first: a file moved to another tier brings its records' ids
+        // along, and they must be free when it is read at its new place.
+        let known: Vec<String> = {
+            let mut stmt = tx.prepare("SELECT path FROM files").map_err(err("files"))?;
+            stmt.query_map([], |r| r.get(0))
+                .map_err(err("files"))?
+                .collect::<std::result::Result<_, _>>()
+                .map_err(err("files"))?
+        };
+        for gone in known.iter().filter(|p| !seen.contains(p.as_str())) {
+            tx.execute("DELETE FROM records WHERE path = ?1", [gone]).map_err(err("delete"))?;
+            tx.execute("DELETE FROM files WHERE path = ?1", [gone]).map_err(err("delete"))?;
+            done.files_dropped += 1;
+        }
+        {
+            for (rel, entry) in &on_disk {
+                let rel = rel.clone();
                 let Ok(meta) = entry.metadata() else { continue };
                 let mtime = meta
                     .modified()
@@ -217,7 +243,6 @@ impl Index {
                     .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                     .map_or(0, |d| d.as_nanos() as i64);
                 let size = meta.len() as i64;
-                seen.push(rel.clone());
                 let known: Option<(i64, i64)> = tx
                     .query_row("SELECT mtime_ns, size FROM files WHERE path = ?1", [&rel], |r| {
                         Ok((r.get(0)?, r.get(1)?))
@@ -262,18 +287,6 @@ impl Index {
                 done.files_read += 1;
                 done.records += records.len();
             }
-        }
-        let known: Vec<String> = {
-            let mut stmt = tx.prepare("SELECT path FROM files").map_err(err("files"))?;
-            stmt.query_map([], |r| r.get(0))
-                .map_err(err("files"))?
-                .collect::<std::result::Result<_, _>>()
-                .map_err(err("files"))?
-        };
-        for gone in known.iter().filter(|p| !seen.contains(p)) {
-            tx.execute("DELETE FROM records WHERE path = ?1", [gone]).map_err(err("delete"))?;
-            tx.execute("DELETE FROM files WHERE path = ?1", [gone]).map_err(err("delete"))?;
-            done.files_dropped += 1;
         }
         tx.commit().map_err(err("commit"))?;
         Ok(done)
@@ -343,10 +356,11 @@ impl Index {
                 continue;
             }
             let age = day.map(|d| (q.today - d).max(0));
-            let tier = tier(age);
-            if tier == "cold" && !q.all {
+            let tier = Tier::of_path(&record.path);
+            if tier == Tier::Cold && !q.all {
                 continue;
             }
+            let tier = tier.as_str();
             let priority = match record.priority {
                 Priority::High => 1.5,
                 Priority::Medium => 1.0,
@@ -604,24 +618,17 @@ impl Index {
 
     /// The newest records (not journals), newest day first and, within a day, the most important
     /// first: what the dashboard shows before anything is searched.
-    pub fn recent(
-        &self,
-        today: i64,
-        limit: usize,
-        kinds: &[Kind],
-        filter: &Filter,
-    ) -> Result<Vec<Hit>> {
-        self.newest(today, limit, kinds, filter, false)
+    pub fn recent(&self, limit: usize, kinds: &[Kind], filter: &Filter) -> Result<Vec<Hit>> {
+        self.newest(limit, kinds, filter, false)
     }
 
     /// Every record that passes, journals too, newest first (`flockctl memory export`).
-    pub fn export(&self, today: i64, kinds: &[Kind], filter: &Filter) -> Result<Vec<Hit>> {
-        self.newest(today, usize::MAX, kinds, filter, true)
+    pub fn export(&self, kinds: &[Kind], filter: &Filter) -> Result<Vec<Hit>> {
+        self.newest(usize::MAX, kinds, filter, true)
     }
 
     fn newest(
         &self,
-        today: i64,
         limit: usize,
         kinds: &[Kind],
         filter: &Filter,
@@ -643,7 +650,7 @@ impl Index {
             {
                 continue;
             }
-            let tier = tier(day.map(|d| (today - d).max(0)));
+            let tier = Tier::of_path(&record.path).as_str();
             hits.push(Hit { record, score: 0.0, tier });
             if hits.len() >= limit {
                 break;
@@ -652,7 +659,7 @@ impl Index {
         Ok(hits)
     }
 
-    pub fn stats(&self, today: i64) -> Result<Stats> {
+    pub fn stats(&self) -> Result<Stats> {
         let count = |sql: &str| -> Result<u64> {
             self.conn
                 .query_row(sql, [], |r| r.get::<_, i64>(0))
@@ -669,22 +676,22 @@ impl Index {
             .map_err(err("stats"))?
             .collect::<std::result::Result<_, _>>()
             .map_err(err("stats"))?;
-        let mut tiers = [("hot", 0u64), ("warm", 0), ("cold", 0), ("undated", 0)];
+        let mut tiers = [(Tier::Hot, 0u64), (Tier::Warm, 0), (Tier::Cold, 0)];
         let mut stmt = self
             .conn
-            .prepare("SELECT date, COUNT(*) FROM records GROUP BY date")
+            .prepare("SELECT path, COUNT(*) FROM records GROUP BY path")
             .map_err(err("stats"))?;
-        let dates = stmt
+        let files = stmt
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
             .map_err(err("stats"))?;
-        for row in dates {
-            let (date, n) = row.map_err(err("stats"))?;
-            let t = tier(days_of(&date).map(|d| (today - d).max(0)));
-            if let Some(slot) = tiers.iter_mut().find(|(name, _)| *name == t) {
+        for row in files {
+            let (path, n) = row.map_err(err("stats"))?;
+            let t = Tier::of_path(&path);
+            if let Some(slot) = tiers.iter_mut().find(|(tier, _)| *tier == t) {
                 slot.1 += n;
             }
         }
-        stats.by_tier = tiers.iter().map(|(t, n)| (t.to_string(), *n)).collect();
+        stats.by_tier = tiers.iter().map(|(t, n)| (t.as_str().to_string(), *n)).collect();
         stats.index_bytes = ["index.db", "index.db-wal"]
             .iter()
             .filter_map(|f| std::fs::metadata(self.dir.join(f)).ok())
@@ -710,10 +717,10 @@ impl Index {
         let mut ranked: Vec<(f64, Record)> = Vec::new();
         for row in rows {
             let r = row.map_err(err("active memory"))?;
-            let age = days_of(&r.date).map(|d| (today - d).max(0));
-            if tier(age) == "cold" {
+            if Tier::of_path(&r.path) != Tier::Hot {
                 continue;
             }
+            let age = days_of(&r.date).map(|d| (today - d).max(0));
             let weight = match r.priority {
                 Priority::High => 3.0,
                 Priority::Medium => 1.0,
@@ -788,16 +795,6 @@ fn row_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
         path: r.get(7)?,
         text: r.get(8)?,
     })
-}
-
-/// The tier of a record `age` days old (`None`: undated).
-pub fn tier(age: Option<i64>) -> &'static str {
-    match age {
-        None => "undated",
-        Some(a) if a > COLD_AFTER_DAYS => "cold",
-        Some(a) if a > WARM_AFTER_DAYS => "warm",
-        Some(_) => "hot",
-    }
 }
 
 /// Reciprocal rank fusion (k = [`RRF_K`]) of the matches of the words (each with how many of the
@@ -1076,18 +1073,17 @@ mod tests {
         write(d, "journals/2026-11-24.md", "09:00 | a | b | c\n");
         let mut index = Index::open(d).unwrap();
         index.sync().unwrap();
-        let today = days_of("2026-11-25").unwrap();
         let ids = |hits: Vec<Hit>| hits.into_iter().map(|h| h.record.id).collect::<Vec<_>>();
-        let all = index.recent(today, 10, &[], &Filter::default()).unwrap();
+        let all = index.recent(10, &[], &Filter::default()).unwrap();
         assert!(all.iter().all(|h| h.tier == "hot"));
         assert_eq!(ids(all), ["high", "med", "low", "old"]);
-        assert_eq!(ids(index.recent(today, 2, &[], &Filter::default()).unwrap()), ["high", "med"]);
+        assert_eq!(ids(index.recent(2, &[], &Filter::default()).unwrap()), ["high", "med"]);
         let high = Filter::parse(Some("high"), None, None, None).unwrap();
-        assert_eq!(ids(index.recent(today, 10, &[], &high).unwrap()), ["high", "old"]);
-        let knowledge = index.recent(today, 10, &[Kind::Knowledge], &Filter::default()).unwrap();
+        assert_eq!(ids(index.recent(10, &[], &high).unwrap()), ["high", "old"]);
+        let knowledge = index.recent(10, &[Kind::Knowledge], &Filter::default()).unwrap();
         assert!(knowledge.is_empty());
         // An export has the journals too.
-        let all = index.export(today, &[], &Filter::default()).unwrap();
+        let all = index.export(&[], &Filter::default()).unwrap();
         assert_eq!(all.len(), 5);
         assert!(all.iter().any(|h| h.record.kind == Kind::Journal));
     }
@@ -1237,24 +1233,37 @@ mod tests {
     fn cold_records_leave_the_default_scope_but_stay_searchable() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        write(d, "observations/2025-01-10.md", &obs("09:00", "old", "The vendor is Acme.", ""));
         write(d, "observations/2026-11-01.md", &obs("09:00", "new", "Acme shipped late.", ""));
+        write(d, "observations/2025-01-10.md", &obs("09:00", "old", "The vendor is Acme.", ""));
+        write(d, "journals/2025-01-10.md", "09:00 | call Acme | called | ok\n");
         let mut index = Index::open(d).unwrap();
         index.sync().unwrap();
-        // A controlled clock: in November 2026 the January 2025 record is cold.
+        let journal_id = "journals/2025-01-10.md#0";
+        assert!(index.get(journal_id).unwrap().is_some());
         let q = query("acme", "2026-11-25");
+        // Where a file lives is its tier: old but not moved yet, it is hot.
+        let hits = index.search(&q).unwrap();
+        assert_eq!(hits.iter().find(|h| h.record.id == "old").map(|h| h.tier), Some("hot"));
+        // Moved to warm (the TTL job), it is warm and in scope, under the same ids.
+        let memory = crate::files::Memory::new(d);
+        let from = |tier| crate::tiers::Pick { from: vec![tier], since: None, until: None };
+        let old = crate::tiers::Pick { until: days_of("2025-12-31"), ..from(Tier::Hot) };
+        crate::tiers::move_days(&memory, &old, Tier::Warm, false).unwrap();
+        index.sync().unwrap();
+        let hits = index.search(&q).unwrap();
+        assert_eq!(hits.iter().find(|h| h.record.id == "old").map(|h| h.tier), Some("warm"));
+        assert_eq!(index.get(journal_id).unwrap().map(|r| r.path), Some("warm/journals/2025-01-10.md".into()));
+        // Moved to cold (a person approved): out of the default scope, found with `all`.
+        crate::tiers::move_days(&memory, &from(Tier::Warm), Tier::Cold, false).unwrap();
+        index.sync().unwrap();
         let hits = index.search(&q).unwrap();
         assert_eq!(ids(&hits), ["new"]);
         assert_eq!(hits[0].tier, "hot");
         let hits = index.search(&Query { all: true, ..q.clone() }).unwrap();
-        assert_eq!(ids(&hits), ["new", "old"]);
+        assert_eq!(ids(&hits), ["new", "old", journal_id]);
         assert_eq!(hits[1].tier, "cold");
-        // Earlier, the same record was only warm, and in scope.
-        let hits = index.search(&query("acme", "2025-06-01")).unwrap();
-        assert_eq!(hits.iter().find(|h| h.record.id == "old").map(|h| h.tier), Some("warm"));
-        let stats = index.stats(days_of("2026-11-25").unwrap()).unwrap();
-        assert_eq!(stats.by_tier[0], ("hot".to_string(), 1));
-        assert_eq!(stats.by_tier[2], ("cold".to_string(), 1));
+        let stats = index.stats().unwrap();
+        assert_eq!(stats.by_tier, [("hot".to_string(), 1), ("warm".into(), 0), ("cold".into(), 2)]);
     }
 
     #[test]
@@ -1274,7 +1283,7 @@ mod tests {
         write(d, "observations/2026-11-24.md", &text);
         write(
             d,
-            "observations/2024-01-01.md",
+            "warm/observations/2024-01-01.md",
             &obs("09:00", "cold", "An old vendor.", "<!-- priority: high -->\n"),
         );
         write(d, "journals/2026-11-24.md", "09:00 | a | b | c\n");
@@ -1297,7 +1306,7 @@ mod tests {
         assert!(active.contains("> Period: 2026-11-24 … 2026-11-24\n"), "{active}");
         let first = active.lines().find(|l| l.starts_with("- ")).unwrap();
         assert!(first.contains("high [decision]: Ana decided to ship on Fridays."), "{active}");
-        assert!(!active.contains("old vendor"), "cold items leave active memory: {active}");
+        assert!(!active.contains("old vendor"), "only hot records make active memory: {active}");
         assert!(!active.contains("| a |"), "journals are not memory: {active}");
         assert!(active.contains("medium fact number"));
         let empty = Index::open(&d.join("empty")).unwrap();

@@ -9,7 +9,9 @@
 //!   are the truth.
 //! - [`index`] (feature `index`): a SQLite FTS5 index of those records, kept in step with the
 //!   files (re-read when a file's size or mtime changes) and rebuildable from them at any time;
-//!   BM25 ranking with recency and priority boosts, hot/warm/cold tiers by age.
+//!   BM25 ranking with recency and priority boosts.
+//! - [`tiers`]: hot, warm and cold day files (where a file lives is its tier), the daily TTL
+//!   job that moves them, and the one mover.
 //! - [`embed`] (feature `vectors`): all-MiniLM-L6-v2 in-process with candle; the index embeds
 //!   each sentence of a record and scans the passage vectors (int8, in memory) by meaning.
 
@@ -18,6 +20,7 @@ pub mod files;
 pub mod filter;
 pub mod mask;
 pub mod records;
+pub mod tiers;
 
 #[cfg(feature = "index")]
 mod embedding;

@@ -99,18 +99,22 @@ pub struct Record {
     /// The agent whose work it records (a journal line's writer, an observation's subject),
     /// empty if none (reflections, knowledge, older entries).
     pub agent: String,
-    /// The file, relative to the memory dir (`observations/2026-11-25.md`).
+    /// The file, relative to the memory dir (`observations/2026-11-25.md`; its tier's folder
+    /// first when it is not hot: `warm/observations/2026-08-25.md`).
     pub path: String,
     pub text: String,
 }
 
-/// The records of one file. `rel` is its path relative to the memory dir (`folder/name.md`).
+/// The records of one file. `rel` is its path relative to the memory dir (`folder/name.md`, or
+/// `warm/folder/name.md`, `cold/folder/name.md`: [`crate::tiers`]).
 pub fn parse_file(rel: &str, text: &str) -> Vec<Record> {
-    let Some((folder, name)) = rel.split_once('/') else { return Vec::new() };
+    // A file in `warm/` or `cold/` holds the same records, with the same ids, as it did hot.
+    let (_, inner) = crate::tiers::split_tier(rel);
+    let Some((folder, name)) = inner.split_once('/') else { return Vec::new() };
     let Some(kind) = Kind::parse(folder) else { return Vec::new() };
     let stem = Path::new(name).file_stem().and_then(|s| s.to_str()).unwrap_or_default();
     let base = |n: usize, date: &str, time: &str, body: String| Record {
-        id: format!("{rel}#{n}"),
+        id: format!("{inner}#{n}"),
         kind,
         date: date.to_owned(),
         time: time.to_owned(),

@@ -224,7 +224,7 @@ pub fn render_record(r: &Value, as_json: bool) -> Result<String> {
 /// `memory stats`: records per kind and tier, files, index size.
 pub fn stats(dir: &Path, as_json: bool) -> Result<String> {
     let index = open(dir)?;
-    let s = index.stats(today()).map_err(|e| anyhow!(e))?;
+    let s = index.stats().map_err(|e| anyhow!(e))?;
     if as_json {
         let v = json!({
             "files": s.files,
@@ -252,7 +252,7 @@ pub fn export(dir: &Path, kind_names: &[String], filter: &Filter) -> Result<Stri
     let kinds = kinds(kind_names)?;
     let index = open(dir)?;
     let mut out = String::new();
-    for h in index.export(today(), &kinds, filter).map_err(|e| anyhow!(e))? {
+    for h in index.export(&kinds, filter).map_err(|e| anyhow!(e))? {
         let mut v = record_json(&h.record);
         v["tier"] = json!(h.tier);
         out.push_str(&v.to_string());
