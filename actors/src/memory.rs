@@ -14,6 +14,9 @@
 //!   twice): `memory_remember`, `knowledge_append` (a model's); `memory__journal` (a worker's
 //!   turn), `memory__observe` (the observer), `memory__reflect` (reflection), `memory__dream`
 //!   (dream) — the runtime's, each role-gated by the tool table
+//! - tiers (`flock_memory::tiers`): `memory__ttl` (the router's daily job: hot → warm, and what
+//!   is due for cold) and `memory__archive` (a person's move, either way, and a cold move a
+//!   person approved) — neither is in the tool table, so no agent can call them
 
 use std::path::PathBuf;
 use std::sync::mpsc as std_mpsc;
@@ -22,6 +25,7 @@ use flock_ipc::ToolError;
 use flock_ipc::time::unix_ms_now;
 use flock_memory::files::{Memory as Files, degenerate};
 use flock_memory::index::{Filter, Index, Mode, Query, today};
+use flock_memory::tiers::{self, Ages, Moved, Pick, Tier, Ttl};
 use flock_memory::{Kind, Record};
 use serde_json::{Value, json};
 
@@ -59,7 +63,7 @@ impl MemoryService {
     /// Starts the memory thread for the memory dir `dir`, with its index opened (or created).
     /// The index is rebuildable from the files: if it cannot be opened, searches fail with the
     /// reason and writes go on.
-    pub fn start(dir: PathBuf) -> Result<MemoryService, String> {
+    pub fn start(dir: PathBuf, ages: Ages) -> Result<MemoryService, String> {
         std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
         let mut index = match Index::open(&dir) {
             Ok(index) => Ok(index),
@@ -101,7 +105,19 @@ impl MemoryService {
                             Err(_) => break,
                         }
                     };
-                    let result = match write(&files, &job.call) {
+                    let result = match tiers_call(&files, ages, &job.call) {
+                        Some(result) => {
+                            // The index follows the files at once (stats, the dashboard).
+                            let moved = job.call.tool != "memory__config";
+                            if let (Ok(index), Ok(_), true) = (&mut index, &result, moved) {
+                                match index.sync() {
+                                    Ok(_) => refresh_active_memory(index, &dir),
+                                    Err(e) => tracing::warn!(error = %e, "flock: memory index failed to sync"),
+                                }
+                            }
+                            result
+                        }
+                        None => match write(&files, &job.call) {
                         Some(result) => result,
                         None => match &mut index {
                             Ok(index) => {
@@ -116,6 +132,7 @@ impl MemoryService {
                                 "memory search is off: the index did not open ({e}); \
                                  `flockctl memory rebuild` makes it again"
                             ))),
+                        },
                         },
                     };
                     (job.reply)(result);
@@ -277,6 +294,83 @@ fn once(written: bool, new: &str, old: &str) -> Result<String, ToolError> {
 
 fn file_name(path: &std::path::Path) -> String {
     path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned()
+}
+
+/// The tier moves, if `call` is one: `memory__ttl {}` (the daily job) and `memory__archive
+/// {to, from?, since?, until?, older_than_days?, dry_run?}`.
+fn tiers_call(files: &Files, ages: Ages, call: &Call) -> Option<Result<String, ToolError>> {
+    let io = |e: std::io::Error| ToolError::internal(format!("memory files: {e}"));
+    match call.tool.as_str() {
+        "memory__ttl" => Some(
+            tiers::ttl(files, today(), ages).map(|t| ttl_json(&t, ages).to_string()).map_err(io),
+        ),
+        "memory__archive" => Some((|| {
+            let args: Value = serde_json::from_str(&call.arguments)
+                .map_err(|e| ToolError::bad_request(format!("arguments are not JSON: {e}")))?;
+            let from: Vec<String> = args["from"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect();
+            let ask = tiers::Ask {
+                to: args["to"].as_str().unwrap_or_default(),
+                from: &from,
+                since: args["since"].as_str(),
+                until: args["until"].as_str(),
+                older_than_days: args["older_than_days"].as_u64().map(|n| n.min(36_500) as u32),
+            };
+            let (pick, to) = Pick::ask(&ask, today(), ages).map_err(ToolError::bad_request)?;
+            let dry_run = args["dry_run"].as_bool().unwrap_or(false);
+            let moved = tiers::move_days(files, &pick, to, dry_run).map_err(io)?;
+            Ok(moved_json(&moved, dry_run).to_string())
+        })()),
+        "memory__config" => Some(Ok(config_json(files.dir(), ages).to_string())),
+        _ => None,
+    }
+}
+
+/// `flockctl memory config`: where the memory lives and when its files move.
+pub fn config_json(dir: &std::path::Path, ages: Ages) -> Value {
+    json!({
+        "dir": dir.display().to_string(),
+        "tiers": {
+            "warm_after_days": ages.warm_after_days,
+            "cold_after_days": ages.cold_after_days,
+            "hot": "journals/, observations/, reflections/, knowledge/",
+            "warm": "warm/",
+            "cold": "cold/ (searched only with --all; a person approves each move there)",
+        },
+        "active_memory_tokens": ACTIVE_MEMORY_CHARS / 4,
+    })
+}
+
+/// A move as the tools answer it: `{to, dry_run, files: [{from, to}], records, skipped: [{file,
+/// why}]}`.
+pub fn moved_json(m: &Moved, dry_run: bool) -> Value {
+    json!({
+        "to": m.to.as_str(),
+        "dry_run": dry_run,
+        "files": m.files.iter().map(|(from, to)| json!({"from": from, "to": to})).collect::<Vec<_>>(),
+        "records": m.records,
+        "skipped": m.skipped.iter().map(|(file, why)| json!({"file": file, "why": why})).collect::<Vec<_>>(),
+    })
+}
+
+/// A run of the TTL job: `{to_warm: <a move>, cold_due: {until, first, files, records,
+/// cold_after_days} | null}`.
+pub fn ttl_json(t: &Ttl, ages: Ages) -> Value {
+    let due = t.cold_due.as_ref().map(|d| {
+        json!({"until": d.until, "first": d.first, "files": d.files, "records": d.records,
+               "cold_after_days": ages.cold_after_days})
+    });
+    json!({"to_warm": moved_json(&t.to_warm, false), "cold_due": due})
+}
+
+/// The warm files up to `until` that a person approved for cold: the arguments of
+/// `memory__archive` that move them.
+pub fn approved_cold_move(until: &str) -> String {
+    json!({"to": Tier::Cold.as_str(), "from": [Tier::Warm.as_str()], "until": until}).to_string()
 }
 
 /// Passages (sentences) embedded per call at most, newest first (~84 a second on 2 cores: about

@@ -109,6 +109,10 @@ pub enum RouterMsg {
     },
     /// What a permission job did (from the store actor): journal it, deliver its messages.
     Permission(PermissionEffects),
+    /// Run the memory's daily TTL job now (the supervisor sends it at start and every day).
+    MemoryTick,
+    /// What a memory tier move did (the TTL job's, or one a person approved, `by` them).
+    MemoryTiers { by: String, result: Result<String, flock_ipc::ToolError> },
     /// The supervisor is about to spawn chat bridge `bridge` with this token.
     ExpectBridge { bridge: String, token: String },
     /// The supervisor is stopping chat bridge `bridge`: tell it to shut down.
@@ -209,6 +213,8 @@ pub struct MappingReport {
 pub struct PermissionEffects {
     pub journal: Vec<Logged>,
     pub stored: Vec<NewMessage>,
+    /// A person approved moving warm memory dated up to this day to cold: (the day, who).
+    pub archive: Option<(String, String)>,
 }
 
 // ---- The channels actor ----

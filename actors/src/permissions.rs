@@ -12,6 +12,10 @@
 //! - YELLOW sends the sysadmin's question back to the requester;
 //! - RED waits for a person: `flockctl approvals`, `flockctl approve|deny ID`.
 //!
+//! The memory runtime asks here too, never an agent: warm memory due for cold storage
+//! ([`propose_archive`], requester [`MEMORY_REQUESTER`]) waits for a person, and an approval
+//! comes back as [`Effects::archive`] (the router has the memory thread move the files).
+//!
 //! A grant is scoped to one agent and one capability, with an optional expiry, and is enforced by
 //! the sandbox (the agent reads its grants from here before each command, through its own
 //! connection). Everything runs inside the store actor (the only writer) as a job; what others
@@ -38,6 +42,9 @@ pub enum Capability {
     Read(PathBuf),
     /// A longer `exec` timeout, in seconds.
     Timeout(u64),
+    /// Warm memory day files dated up to this day (`YYYY-MM-DD`) moved to cold storage: asked
+    /// by the memory runtime only, decided by a person only.
+    Archive(String),
 }
 
 impl Capability {
@@ -75,10 +82,21 @@ impl Capability {
             "write" => Err("writes outside the workspace are never granted: write in your \
                             workspace and say where the result is"
                 .into()),
+            "archive" => Err("moving memory to cold storage is asked for by the memory \
+                              runtime, not by agents"
+                .into()),
             other => Err(format!(
                 "`{other}` is not a capability; ask for one of: network (a host), read (an \
                  absolute path), timeout (seconds)"
             )),
+        }
+    }
+
+    /// A stored request's capability (the memory runtime's `archive` included).
+    pub fn stored(kind: &str, target: &str) -> Result<Capability, String> {
+        match kind {
+            "archive" => Ok(Capability::Archive(target.to_owned())),
+            _ => Capability::parse(kind, target),
         }
     }
 
@@ -87,6 +105,7 @@ impl Capability {
             Capability::Network(_) => "network",
             Capability::Read(_) => "read",
             Capability::Timeout(_) => "timeout",
+            Capability::Archive(_) => "archive",
         }
     }
 
@@ -95,6 +114,7 @@ impl Capability {
             Capability::Network(h) => h.clone(),
             Capability::Read(p) => p.display().to_string(),
             Capability::Timeout(s) => s.to_string(),
+            Capability::Archive(until) => until.clone(),
         }
     }
 
@@ -103,6 +123,9 @@ impl Capability {
             Capability::Network(h) => format!("network access to {h}"),
             Capability::Read(p) => format!("read access to {}", p.display()),
             Capability::Timeout(s) => format!("commands of up to {s} s"),
+            Capability::Archive(until) => {
+                format!("moving warm memory dated up to {until} to cold storage")
+            }
         }
     }
 }
@@ -235,6 +258,9 @@ impl Invariants {
                 Err(why) => Err(why),
             },
             Capability::Timeout(_) => Ok(()),
+            Capability::Archive(_) => {
+                Err("moving memory to cold storage needs a person's explicit approval".into())
+            }
         }
     }
 }
@@ -301,6 +327,8 @@ pub struct Effects {
     /// (from, to, text): a durable message, a new chain nobody waits on.
     pub notify: Vec<(String, String, String)>,
     pub journal: Vec<Logged>,
+    /// A person approved moving warm memory dated up to this day to cold: (the day, who).
+    pub archive: Option<(String, String)>,
 }
 
 /// A journal event of a permission operation.
@@ -614,7 +642,7 @@ pub fn verdict(
     }
     let verdict = verdict.trim().to_ascii_uppercase();
     let reason = clip(reason.trim(), 500);
-    let cap = Capability::parse(&r.capability, &r.target).map_err(ToolError::internal)?;
+    let cap = Capability::stored(&r.capability, &r.target).map_err(ToolError::internal)?;
     let mut effects = Effects::default();
     effects.log(sysadmin, "PERMISSION_VERDICT", format!("{verdict}: {reason}"), &r);
     let set = |state: &str, by: Option<&str>| {
@@ -701,7 +729,7 @@ pub fn decide(
     if !matches!(r.state.as_str(), "pending" | "asked" | "waiting") {
         return Err(ToolError::bad_request(format!("request #{id} is {} already", r.state)));
     }
-    let cap = Capability::parse(&r.capability, &r.target).map_err(ToolError::internal)?;
+    let cap = Capability::stored(&r.capability, &r.target).map_err(ToolError::internal)?;
     let reason = clip(reason.trim(), 500);
     let mut effects = Effects::default();
     if approve && let Some(why) = inv.never(&cap) {
@@ -725,8 +753,71 @@ pub fn decide(
         effects.log(person, "PERMISSION_DENIED", why.clone(), &r);
         denied_text(&r, &why)
     };
-    effects.notify.push((person.to_owned(), r.agent.clone(), text));
+    match &cap {
+        // The runtime asked: no agent to tell; an approval is the move itself.
+        Capability::Archive(until) => {
+            effects.archive = approve.then(|| (until.clone(), person.to_owned()));
+        }
+        _ => effects.notify.push((person.to_owned(), r.agent.clone(), text)),
+    }
     Ok(Reply::ok(format!("request #{id} {state} ({} for {})", cap.describe(), r.agent), effects))
+}
+
+/// Who asks when the memory runtime asks (not an agent name: those have no `:`).
+pub const MEMORY_REQUESTER: &str = "flock:memory";
+
+/// After a denial, the memory runtime asks again only this long later.
+const ASK_AGAIN_AFTER_MS: i64 = 30 * 86_400_000;
+
+/// What the memory runtime found due for cold storage (`flock_memory::tiers::ColdDue`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveDue {
+    pub until: String,
+    pub first: String,
+    pub files: usize,
+    pub records: usize,
+    pub cold_after_days: u32,
+}
+
+/// The memory runtime's request to move warm memory to cold storage: stored waiting for a
+/// person — unless one is open already, or a person denied one in the last 30 days (`None`:
+/// nothing asked).
+pub fn propose_archive(
+    conn: &Connection,
+    due: &ArchiveDue,
+    now_ms: i64,
+) -> Result<Option<Reply>, ToolError> {
+    let held: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM permissions WHERE capability = 'archive' AND (state IN \
+             ('pending', 'asked', 'waiting') OR (state = 'denied' AND decided_ms > ?1))",
+            [now_ms - ASK_AGAIN_AFTER_MS],
+            |r| r.get(0),
+        )
+        .map_err(db)?;
+    if held > 0 {
+        return Ok(None);
+    }
+    let cap = Capability::Archive(due.until.clone());
+    let reason = format!(
+        "{} day files ({} records, {} … {}) are older than {} days: cold memory is searched \
+         only when asked (`flockctl memory search --all`) and is left out of active memory",
+        due.files, due.records, due.first, due.until, due.cold_after_days
+    );
+    let key = format!("archive:{}:{now_ms}", due.until);
+    conn.execute(
+        "INSERT INTO permissions (agent, capability, target, reason, state, created_ms, \
+         request_key) VALUES (?1, ?2, ?3, ?4, 'waiting', ?5, ?6)",
+        params![MEMORY_REQUESTER, cap.kind(), cap.target(), reason, now_ms, key.as_bytes()],
+    )
+    .map_err(db)?;
+    let r = get(conn, conn.last_insert_rowid())?
+        .ok_or(ToolError::internal("the request was not stored"))?;
+    let mut effects = Effects::default();
+    effects.log(MEMORY_REQUESTER, "PERMISSION_REQUEST", format!("asks for {}", cap.describe()), &r);
+    effects.log("flock", "PERMISSION_WAITING", "memory archiving: a person decides".into(), &r);
+    let text = format!("request #{} waits for a person (`flockctl approve {}`)", r.id, r.id);
+    Ok(Some(Reply::ok(text, effects)))
 }
 
 fn granted_text(r: &Request, cap: &Capability, by: &str, reason: &str) -> String {
@@ -734,6 +825,7 @@ fn granted_text(r: &Request, cap: &Capability, by: &str, reason: &str) -> String
         Capability::Network(_) => "your exec commands now have network access",
         Capability::Read(_) => "your exec commands can now read it",
         Capability::Timeout(_) => "exec accepts timeout_secs up to it now",
+        Capability::Archive(_) => "the files move now",
     };
     let why = if reason.is_empty() { String::new() } else { format!(" ({reason})") };
     format!("[permission #{} granted] {} by {by}{why}: {how}.", r.id, cap.describe())
@@ -935,5 +1027,47 @@ mod tests {
         assert!(
             verdict(&c, &inv, "sys", 3, "GREEN", "", "", 2).unwrap_err().message.contains("own")
         );
+    }
+
+    #[test]
+    fn memory_archiving_is_asked_by_the_runtime_alone_and_decided_by_a_person_alone() {
+        let c = db();
+        let inv = inv();
+        let day = 86_400_000;
+        let due = ArchiveDue {
+            until: "2025-11-29".into(),
+            first: "2025-06-01".into(),
+            files: 3,
+            records: 40,
+            cold_after_days: 365,
+        };
+        // An agent cannot ask for it, whatever it calls it.
+        let e = request(&c, &inv, "w", "archive", "2025-11-29", "tidy", b"a", None, 1).unwrap_err();
+        assert!(e.message.contains("asked for by the memory runtime"), "{}", e.message);
+        // The runtime's request waits for a person, not the sysadmin, and is asked once.
+        let r = propose_archive(&c, &due, day).unwrap().expect("asked");
+        assert!(r.answer.unwrap().contains("`flockctl approve 1`"));
+        let kinds: Vec<_> = r.effects.journal.iter().map(|l| l.kind).collect();
+        assert_eq!(kinds, ["PERMISSION_REQUEST", "PERMISSION_WAITING"]);
+        let open = list(&c, false).unwrap();
+        assert_eq!(
+            (open[0].agent.as_str(), open[0].capability.as_str(), open[0].state.as_str()),
+            (MEMORY_REQUESTER, "archive", "waiting")
+        );
+        assert!(open[0].reason.contains("3 day files (40 records, 2025-06-01 … 2025-11-29)"));
+        assert!(propose_archive(&c, &due, 2 * day).unwrap().is_none(), "one at a time");
+        let e = verdict(&c, &inv, "sys", 1, "GREEN", "fine", "", 2).unwrap_err();
+        assert!(e.message.contains("not pending"), "the sysadmin has no say: {}", e.message);
+        // Denied: not asked again for 30 days.
+        let fx = decide(&c, &inv, "human:ana", 1, false, "not yet", None, 2 * day).unwrap().effects;
+        assert!(fx.archive.is_none() && fx.notify.is_empty(), "no agent to tell");
+        assert!(propose_archive(&c, &due, 31 * day).unwrap().is_none());
+        let r = propose_archive(&c, &due, 33 * day).unwrap().expect("asked again");
+        let id = r.effects.journal[0].request;
+        // Approved: the move is the effect, and nobody is sent a message.
+        let fx = decide(&c, &inv, "human:ana", id, true, "", None, 34 * day).unwrap().effects;
+        assert_eq!(fx.archive, Some(("2025-11-29".to_string(), "human:ana".to_string())));
+        assert!(fx.notify.is_empty());
+        assert!(inv.green_may_grant(&Capability::Archive("2025-11-29".into())).is_err());
     }
 }

@@ -39,6 +39,7 @@ mod permit;
 mod sessions;
 #[cfg(test)]
 mod tests;
+mod tiers;
 mod tools;
 
 pub use clock::Clock;
@@ -442,6 +443,8 @@ impl Actor for Router {
                 state.permission_call(&myself, call, reply);
             }
             RouterMsg::Permission(effects) => state.permission_effects(&myself, effects),
+            RouterMsg::MemoryTick => state.memory_tick(&myself),
+            RouterMsg::MemoryTiers { by, result } => state.memory_tiers(&myself, by, result),
             RouterMsg::Answered(posted) => state.answered(posted),
             RouterMsg::Asked(ask) => state.asked(&myself, ask),
             RouterMsg::RetryDeliver(agent) => {
@@ -689,7 +692,7 @@ impl RouterState {
                 if kind == ConnKind::Control =>
             {
                 let (tool, arguments) = (tool.clone(), arguments.clone());
-                self.operator_memory(conn, &frame, tool, arguments);
+                self.operator_memory(myself, conn, &frame, tool, arguments);
             }
             Body::Control(ControlRequest::Chains) if kind == ConnKind::Control => {
                 let now = self.now();

@@ -14,7 +14,7 @@ use crate::section::{self, Field, boolean, uint};
 use crate::spec::{
     AgentSpec, BridgeMapping, BridgeSpec, BudgetSpec, ChannelsSpec, Delegate, DeliverySpec, DmSpec,
     ExtensionSpec, MaskRule, ModelSpec, Platform, Replies, RestartPolicy, Role, SandboxKind,
-    Strategy, SupervisionSpec, TiersSpec, SwarmSpec,
+    Strategy, SupervisionSpec, SwarmSpec, TiersSpec,
 };
 use crate::transcript::{self, Target};
 use crate::valid_agent_name;

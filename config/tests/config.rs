@@ -952,9 +952,7 @@ fn memory_tiers_take_their_ages_and_refuse_a_cold_age_below_the_warm_one() {
         "memory:\n  tiers: {{ warm_after_days: 30, cold_after_days: 180 }}\n{agents}"
     )));
     assert_eq!((spec.tiers.warm_after_days, spec.tiers.cold_after_days), (30, 180));
-    let e = one_error(&swarm(&format!(
-        "memory:\n  tiers: {{ warm_after_days: 400 }}\n{agents}"
-    )));
+    let e = one_error(&swarm(&format!("memory:\n  tiers: {{ warm_after_days: 400 }}\n{agents}")));
     assert_mentions(&e, &["cold_after_days", "(365)", "more than", "(400)"]);
     let e = one_error(&swarm(&format!("memory:\n  tiers: {{ hot_days: 3 }}\n{agents}")));
     assert_mentions(&e, &["hot_days", "memory.tiers"]);

@@ -1252,7 +1252,10 @@ mod tests {
         index.sync().unwrap();
         let hits = index.search(&q).unwrap();
         assert_eq!(hits.iter().find(|h| h.record.id == "old").map(|h| h.tier), Some("warm"));
-        assert_eq!(index.get(journal_id).unwrap().map(|r| r.path), Some("warm/journals/2025-01-10.md".into()));
+        assert_eq!(
+            index.get(journal_id).unwrap().map(|r| r.path),
+            Some("warm/journals/2025-01-10.md".into())
+        );
         // Moved to cold (a person approved): out of the default scope, found with `all`.
         crate::tiers::move_days(&memory, &from(Tier::Warm), Tier::Cold, false).unwrap();
         index.sync().unwrap();

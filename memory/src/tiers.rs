@@ -143,7 +143,65 @@ pub struct Pick {
     pub until: Option<i64>,
 }
 
+/// What a person asks to move (`flockctl memory archive`), as typed.
+#[derive(Debug, Clone, Default)]
+pub struct Ask<'a> {
+    /// `hot`, `warm` or `cold`.
+    pub to: &'a str,
+    /// Tier names to take from (empty: every other tier).
+    pub from: &'a [String],
+    /// `YYYY-MM-DD` bounds, both inclusive.
+    pub since: Option<&'a str>,
+    pub until: Option<&'a str>,
+    /// Only files older than this many days.
+    pub older_than_days: Option<u32>,
+}
+
 impl Pick {
+    /// The tier and the files a person's `ask` names, on `today`. With no bound at all, a move
+    /// to warm or cold takes what is older than that tier's age in `ages` (a move back to hot
+    /// takes everything: the way back from any archiving).
+    pub fn ask(ask: &Ask<'_>, today: i64, ages: Ages) -> Result<(Pick, Tier), String> {
+        let to = Tier::parse(ask.to)
+            .ok_or_else(|| format!("no tier `{}`; tiers: hot, warm, cold", ask.to))?;
+        let mut from = Vec::new();
+        for name in ask.from {
+            let tier = Tier::parse(name)
+                .ok_or_else(|| format!("no tier `{name}` to move from; tiers: hot, warm, cold"))?;
+            if tier == to {
+                return Err(format!(
+                    "`--from {name}` is where the files are going (`--to {}`)",
+                    ask.to
+                ));
+            }
+            from.push(tier);
+        }
+        if from.is_empty() {
+            from = Tier::ALL.into_iter().filter(|t| *t != to).collect();
+        }
+        let day = |what: &str, date: Option<&str>| match date {
+            None => Ok(None),
+            Some(d) => days_of(d)
+                .filter(|_| d.len() == 10)
+                .map(Some)
+                .ok_or_else(|| format!("`{what}` \"{d}\" is not a date: write YYYY-MM-DD")),
+        };
+        let since = day("since", ask.since)?;
+        let mut until = day("until", ask.until)?;
+        let older_than = match (ask.older_than_days, to) {
+            (Some(n), _) => Some(n),
+            (None, _) if since.is_some() || until.is_some() => None,
+            (None, Tier::Warm) => Some(ages.warm_after_days),
+            (None, Tier::Cold) => Some(ages.cold_after_days),
+            (None, Tier::Hot) => None,
+        };
+        if let Some(n) = older_than {
+            let cut = today - i64::from(n) - 1;
+            until = Some(until.map_or(cut, |u| u.min(cut)));
+        }
+        Ok((Pick { from, since, until }, to))
+    }
+
     fn takes(&self, f: &DayFile) -> bool {
         self.from.contains(&f.tier)
             && self.since.is_none_or(|s| f.day >= s)
@@ -310,19 +368,61 @@ mod tests {
                 ("observations/2026-11-30.md".into(), "hot"),
             ]
         );
-        assert!(dir.join("knowledge/tea.md").exists() && dir.join("observations/notes.md").exists());
+        assert!(
+            dir.join("knowledge/tea.md").exists() && dir.join("observations/notes.md").exists()
+        );
 
         // The next day: the 90-day file moves, the rest is where it was; the same file is due.
         let run = ttl(&memory, today + 1, Ages::default()).unwrap();
-        assert_eq!(run.to_warm.files, [("observations/2026-09-01.md".into(), "warm/observations/2026-09-01.md".into())]);
+        assert_eq!(
+            run.to_warm.files,
+            [("observations/2026-09-01.md".into(), "warm/observations/2026-09-01.md".into())]
+        );
         assert_eq!(run.cold_due.unwrap().until, "2025-11-30");
 
         // A person's approval: warm files up to the date asked about go cold, nothing else.
         let pick = Pick { from: vec![Tier::Warm], since: None, until: Some(day("2025-11-29")) };
         let cold = move_days(&memory, &pick, Tier::Cold, false).unwrap();
-        assert_eq!(cold.files, [("warm/journals/2025-06-01.md".into(), "cold/journals/2025-06-01.md".into())]);
+        assert_eq!(
+            cold.files,
+            [("warm/journals/2025-06-01.md".into(), "cold/journals/2025-06-01.md".into())]
+        );
         assert_eq!(Tier::of_path("cold/journals/2025-06-01.md"), Tier::Cold);
-        assert!(ttl(&memory, today + 1, Ages::default()).unwrap().cold_due.is_some_and(|c| c.files == 1));
+        assert!(
+            ttl(&memory, today + 1, Ages::default())
+                .unwrap()
+                .cold_due
+                .is_some_and(|c| c.files == 1)
+        );
+    }
+
+    #[test]
+    fn what_a_person_asks_to_move_is_read_with_the_tiers_ages_as_defaults() {
+        let today = day("2026-11-30");
+        let ages = Ages::default();
+        fn ask<'a>(to: &'a str, from: &'a [String], older: Option<u32>) -> Ask<'a> {
+            Ask { to, from, older_than_days: older, ..Ask::default() }
+        }
+        let (pick, to) = Pick::ask(&ask("warm", &[], None), today, ages).unwrap();
+        assert_eq!((to, pick.from.clone()), (Tier::Warm, vec![Tier::Hot, Tier::Cold]));
+        assert_eq!(pick.until, Some(today - 91));
+        let (pick, _) = Pick::ask(&ask("cold", &[], Some(30)), today, ages).unwrap();
+        assert_eq!(pick.until, Some(today - 31));
+        let (pick, to) = Pick::ask(&ask("hot", &[], None), today, ages).unwrap();
+        assert_eq!((to, pick.until, pick.since), (Tier::Hot, None, None));
+        let dated = Ask {
+            to: "warm",
+            since: Some("2025-01-01"),
+            until: Some("2025-02-01"),
+            ..Ask::default()
+        };
+        let (pick, _) = Pick::ask(&dated, today, ages).unwrap();
+        assert_eq!((pick.since, pick.until), (Some(day("2025-01-01")), Some(day("2025-02-01"))));
+        let err = |a: &Ask<'_>| Pick::ask(a, today, ages).unwrap_err();
+        assert!(err(&ask("attic", &[], None)).contains("no tier `attic`; tiers: hot, warm, cold"));
+        assert!(err(&ask("warm", &["warm".into()], None)).contains("is where the files are going"));
+        let bad = Ask { to: "warm", until: Some("last week"), ..Ask::default() };
+        assert!(err(&bad).contains("\"last week\" is not a date: write YYYY-MM-DD"));
     }
 
     #[test]
@@ -336,16 +436,25 @@ mod tests {
         let back = Pick { from: vec![Tier::Warm, Tier::Cold], since: None, until: None };
 
         let dry = move_days(&memory, &back, Tier::Hot, true).unwrap();
-        assert_eq!(dry.files, [("cold/observations/2024-01-01.md".into(), "observations/2024-01-01.md".into())]);
+        assert_eq!(
+            dry.files,
+            [("cold/observations/2024-01-01.md".into(), "observations/2024-01-01.md".into())]
+        );
         assert!(dir.join("cold/observations/2024-01-01.md").exists(), "a dry run moves nothing");
         assert_eq!(dry.skipped.len(), 1);
         assert!(dry.skipped[0].1.contains("exists already"), "{:?}", dry.skipped);
 
         let done = move_days(&memory, &back, Tier::Hot, false).unwrap();
         assert_eq!(done.files, dry.files);
-        assert_eq!(std::fs::read_to_string(dir.join("observations/2024-01-01.md")).unwrap(), obs("a", "Old."));
+        assert_eq!(
+            std::fs::read_to_string(dir.join("observations/2024-01-01.md")).unwrap(),
+            obs("a", "Old.")
+        );
         // The file that would have been overwritten is untouched, in both places.
-        assert_eq!(std::fs::read_to_string(dir.join("observations/2025-01-01.md")).unwrap(), obs("c", "Written again that day."));
+        assert_eq!(
+            std::fs::read_to_string(dir.join("observations/2025-01-01.md")).unwrap(),
+            obs("c", "Written again that day.")
+        );
         assert!(dir.join("warm/observations/2025-01-01.md").exists());
     }
 }

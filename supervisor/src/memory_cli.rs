@@ -6,9 +6,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
-use flock_actors::memory::record_json;
+use flock_actors::memory::{config_json, moved_json, record_json};
 use flock_memory::Kind;
 use flock_memory::index::{Filter, Index, Mode, Query, today};
+use flock_memory::tiers::{self, Ages, Pick};
 use serde_json::{Value, json};
 
 fn open(dir: &Path) -> Result<Index> {
@@ -271,5 +272,100 @@ pub fn rebuild(dir: &Path) -> Result<String> {
         done.files_read,
         done.records,
         started.elapsed().as_secs_f64()
+    ))
+}
+
+/// What `memory archive` asks the running swarm's memory thread (`memory__archive`).
+pub fn archive_arguments(ask: &tiers::Ask<'_>, dry_run: bool) -> String {
+    json!({
+        "to": ask.to,
+        "from": ask.from,
+        "since": ask.since,
+        "until": ask.until,
+        "older_than_days": ask.older_than_days,
+        "dry_run": dry_run,
+    })
+    .to_string()
+}
+
+/// `memory archive` with no swarm running: the files moved here, under the memory lock, with
+/// the default ages (a swarm's own `memory.tiers` apply when it runs).
+pub fn archive_here(dir: &Path, ask: &tiers::Ask<'_>, dry_run: bool) -> Result<String> {
+    let (pick, to) = Pick::ask(ask, today(), Ages::default()).map_err(|e| anyhow!(e))?;
+    let memory = flock_memory::files::Memory::new(dir);
+    let moved = tiers::move_days(&memory, &pick, to, dry_run)
+        .map_err(|e| anyhow!("move memory files in {}: {e}", dir.display()))?;
+    Ok(moved_json(&moved, dry_run).to_string())
+}
+
+/// A move, for a person (or `--json`: the answer as it came).
+pub fn render_moved(answer: &str, as_json: bool, here: bool) -> Result<String> {
+    let v: Value = serde_json::from_str(answer)?;
+    if as_json {
+        return Ok(serde_json::to_string_pretty(&v)? + "\n");
+    }
+    let to = v["to"].as_str().unwrap_or_default();
+    let files = v["files"].as_array().cloned().unwrap_or_default();
+    let skipped = v["skipped"].as_array().cloned().unwrap_or_default();
+    let mut out = if files.is_empty() {
+        format!("no day file to move to {to}\n")
+    } else if v["dry_run"].as_bool() == Some(true) {
+        format!(
+            "would move {} day files ({} records) to {to} (dry run: nothing moved)\n",
+            files.len(),
+            v["records"]
+        )
+    } else {
+        format!("moved {} day files ({} records) to {to}\n", files.len(), v["records"])
+    };
+    for f in &files {
+        out += &format!(
+            "  {} -> {}\n",
+            f["from"].as_str().unwrap_or(""),
+            f["to"].as_str().unwrap_or("")
+        );
+    }
+    if !skipped.is_empty() {
+        out += &format!("left where they are ({}):\n", skipped.len());
+        for f in &skipped {
+            out += &format!(
+                "  {}: {}\n",
+                f["file"].as_str().unwrap_or(""),
+                f["why"].as_str().unwrap_or("")
+            );
+        }
+    }
+    if here && v["dry_run"].as_bool() != Some(true) && !files.is_empty() {
+        out += "(no swarm running: moved here, with the default ages)\n";
+    }
+    Ok(out)
+}
+
+/// `memory config` with no swarm running: the defaults.
+pub fn config_here(dir: &Path) -> String {
+    config_json(dir, Ages::default()).to_string()
+}
+
+/// `memory config`, for a person (or `--json`).
+pub fn render_config(answer: &str, as_json: bool, here: bool) -> Result<String> {
+    let mut v: Value = serde_json::from_str(answer)?;
+    v["from"] = json!(if here { "defaults (no swarm running)" } else { "the running swarm" });
+    if as_json {
+        return Ok(serde_json::to_string_pretty(&v)? + "\n");
+    }
+    let t = &v["tiers"];
+    Ok(format!(
+        "memory dir: {}\nhot:  {} (what agents read; active memory is built from it)\nwarm: {} \
+         (hot day files move here after {} days, on their own)\ncold: {} — due after {} days\n\
+         active memory: at most ~{} tokens\nsettings: {} (set them in the swarm file: \
+         memory.tiers.warm_after_days, memory.tiers.cold_after_days)\n",
+        v["dir"].as_str().unwrap_or(""),
+        t["hot"].as_str().unwrap_or(""),
+        t["warm"].as_str().unwrap_or(""),
+        t["warm_after_days"],
+        t["cold"].as_str().unwrap_or(""),
+        t["cold_after_days"],
+        v["active_memory_tokens"],
+        v["from"].as_str().unwrap_or(""),
     ))
 }

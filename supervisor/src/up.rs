@@ -324,7 +324,13 @@ pub async fn up(
     // The memory thread: the one writer of the memory files, and their index (which it opens
     // itself: an index that will not open costs the searches, not the writes). Only a thread
     // that cannot start costs the memory tools — never the swarm.
-    let memory_service = match flock_actors::memory::MemoryService::start(state.memory_dir()) {
+    let memory_service = match flock_actors::memory::MemoryService::start(
+        state.memory_dir(),
+        flock_memory::tiers::Ages {
+            warm_after_days: spec.tiers.warm_after_days,
+            cold_after_days: spec.tiers.cold_after_days,
+        },
+    ) {
         Ok(m) => Some(m),
         Err(e) => {
             tracing::warn!(error = %e, "flock: memory is off (no writes, no search)");
@@ -453,6 +459,17 @@ pub async fn up(
         crate::cluster::spawn(link, store_ref.clone(), router.clone(), &h, held);
     }
     let _ = router_cell.set(router.clone());
+    // The memory's TTL job (docs/swarm-file.md, `memory.tiers`): now, then once a day.
+    let daily = router.clone();
+    tokio::spawn(async move {
+        let mut day = tokio::time::interval(std::time::Duration::from_secs(86_400));
+        loop {
+            day.tick().await;
+            if daily.cast(flock_actors::RouterMsg::MemoryTick).is_err() {
+                break;
+            }
+        }
+    });
     channels
         .cast(ChannelsMsg::SetRouter(router.clone()))
         .map_err(|e| anyhow!("wire the channels actor: {e}"))?;

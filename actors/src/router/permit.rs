@@ -127,7 +127,11 @@ impl RouterState {
             });
             match result {
                 Ok(Ok((r, stored))) => {
-                    let effects = PermissionEffects { journal: r.effects.journal, stored };
+                    let effects = PermissionEffects {
+                        journal: r.effects.journal,
+                        stored,
+                        archive: r.effects.archive,
+                    };
                     let _ = router.cast(RouterMsg::Permission(effects));
                     reply.send(r.answer);
                 }
@@ -146,6 +150,9 @@ impl RouterState {
         myself: &ActorRef<RouterMsg>,
         effects: PermissionEffects,
     ) {
+        if let Some((until, by)) = &effects.archive {
+            self.archive_approved(myself, until, by);
+        }
         // A request that waits for a person is announced where people approve from chat.
         if let Some(ch) = &self.channels {
             for l in effects.journal.iter().filter(|l| l.kind == "PERMISSION_WAITING") {

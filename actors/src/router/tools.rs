@@ -18,20 +18,34 @@ use crate::text::clip;
 use flock_journal::{JournalEvent, Status};
 
 impl RouterState {
-    /// `flockctl memory search|show` on a running swarm: the memory thread, which holds the
-    /// index and the embedding model warm, answers (reads only; the operator writes no memory).
+    /// `flockctl memory search|show|archive|config` on a running swarm: the memory thread, which
+    /// holds the index and the embedding model warm, answers. The operator reads, and moves day
+    /// files between tiers (journaled as theirs); it writes no memory.
     pub(super) fn operator_memory(
         &mut self,
+        myself: &ActorRef<RouterMsg>,
         conn: ConnId,
         frame: &Frame,
         tool: String,
         arguments: String,
     ) {
-        let reads = ["memory_search", "memory_get", "memory__recent", "memory__stats"];
-        if !reads.contains(&tool.as_str()) {
-            let msg = format!("`{tool}` is not a memory read ({})", reads.join(", "));
+        let tools = [
+            "memory_search",
+            "memory_get",
+            "memory__recent",
+            "memory__stats",
+            "memory__archive",
+            "memory__config",
+        ];
+        if !tools.contains(&tool.as_str()) {
+            let msg = format!("`{tool}` is not a memory call for a person ({})", tools.join(", "));
             return self.answer(conn, Frame::error(frame, ErrorCode::BadRequest, msg));
         }
+        // A move is journaled as the person's (a dry run moves nothing).
+        let moves = tool == "memory__archive"
+            && !serde_json::from_str::<serde_json::Value>(&arguments)
+                .is_ok_and(|a| a["dry_run"].as_bool() == Some(true));
+        let router = moves.then(|| myself.clone());
         let Some(memory) = &self.memory else {
             let msg = "this swarm keeps no memory";
             return self.answer(conn, Frame::error(frame, ErrorCode::Internal, msg));
@@ -47,6 +61,10 @@ impl RouterState {
         memory.call(
             call,
             Box::new(move |answer| {
+                if let Some(router) = router {
+                    let by = format!("human:{OPERATOR}");
+                    let _ = router.cast(RouterMsg::MemoryTiers { by, result: answer.clone() });
+                }
                 let frame = match answer {
                     Ok(json) => {
                         Frame::answer(&asked, ROUTER, Body::ControlReply(ControlReply::Json(json)))

@@ -92,7 +92,10 @@ pub async fn start_on(
         channels: channels.clone(),
         gateway: None,
         journal: Some(flock_journal::JournalWriter::spawn(journal)),
-        memory: Some(flock_actors::memory::MemoryService::start(dir.join("memory")).unwrap()),
+        memory: Some(
+            flock_actors::memory::MemoryService::start(dir.join("memory"), Default::default())
+                .unwrap(),
+        ),
         clock: Default::default(),
     };
     let (router, _) = Actor::spawn(None, Router, args).await.unwrap();

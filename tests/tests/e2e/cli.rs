@@ -894,6 +894,110 @@ fn memory_reads_are_answered_by_the_running_swarm_and_from_the_files_without_one
 }
 
 #[test]
+fn memory_day_files_move_to_warm_on_their_own_and_to_cold_when_a_person_approves() {
+    use flock_ipc::time::{date_and_minute, unix_ms_now};
+    let day = |ago: u64| date_and_minute(unix_ms_now() - ago * 86_400_000).0;
+    let (recent, old, ancient) = (day(1), day(120), day(400));
+    let obs = |id: &str, text: &str| format!("## 09:00\n{text}\n<!-- id: {id} -->\n---\n\n");
+    let yaml = format!(
+        "swarm: {{ name: tiers }}\nmodels:\n{}agents:\n  - {{ name: worker, role: worker, model: m }}\n",
+        answer_model("m", "done")
+    );
+    let (hot_obs, old_obs, ancient_journal) = (
+        format!("memory/observations/{recent}.md"),
+        format!("memory/observations/{old}.md"),
+        format!("memory/journals/{ancient}.md"),
+    );
+    let swarm = Swarm::builder(&yaml)
+        .file(format!("state/{hot_obs}"), &obs("o-recent", "The Porto office opens at nine."))
+        .file(format!("state/{old_obs}"), &obs("o-old", "The Porto office moved to Rua Nova."))
+        .file(format!("state/{ancient_journal}"), "09:00 | find the Porto lease | found | signed\n")
+        .start();
+    let state = swarm.state_dir().to_path_buf();
+    let json = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&swarm.ctl_ok(args)).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    };
+    let memory = state.join("memory");
+    // At start the TTL job moved what is past 90 days to warm, no one asked …
+    swarm.wait_until(
+        || memory.join("warm/journals").join(format!("{ancient}.md")).exists(),
+        SHORT,
+        "the old day files move to warm at start",
+    );
+    assert!(memory.join(format!("warm/observations/{old}.md")).exists());
+    assert!(!state.join(&old_obs).exists() && state.join(&hot_obs).exists());
+    // … and asked a person about what is past 365 days, which stays warm until then.
+    let mut asked = serde_json::Value::Null;
+    swarm.wait_until(
+        || {
+            let open = json(&["approvals", "--json"]);
+            asked = open
+                .as_array()
+                .and_then(|a| a.iter().find(|r| r["capability"] == "archive"))
+                .cloned()
+                .unwrap_or_default();
+            !asked.is_null()
+        },
+        SHORT,
+        "a request to move warm memory to cold",
+    );
+    assert_eq!(
+        (asked["agent"].as_str(), asked["state"].as_str()),
+        (Some("flock:memory"), Some("waiting"))
+    );
+    assert!(asked["reason"].as_str().unwrap().contains("1 day files (1 records"), "{asked}");
+    let tiers = || json(&["memory", "stats", "--json"])["tiers"].clone();
+    assert_eq!(tiers(), serde_json::json!({"hot": 1, "warm": 2, "cold": 0}));
+    let journal = swarm.ctl_ok(&["journal", "read", "--last", "50", "--json"]);
+    assert!(
+        journal.contains("MEMORY_TIERED") && journal.contains("moved 2 memory day files"),
+        "{journal}"
+    );
+
+    // A person approves: the file moves to cold, out of the default search.
+    let id = asked["id"].to_string();
+    let approved = swarm.ctl_ok(&["approve", &id]);
+    assert!(approved.contains("granted"), "{approved}");
+    swarm.wait_until(
+        || memory.join("cold/journals").join(format!("{ancient}.md")).exists(),
+        SHORT,
+        "the approved file moves to cold",
+    );
+    assert!(!memory.join(format!("warm/journals/{ancient}.md")).exists());
+    assert_eq!(tiers(), serde_json::json!({"hot": 1, "warm": 1, "cold": 1}));
+    let found = |extra: &[&str]| -> Vec<String> {
+        let base = ["memory", "search", "Porto", "--mode", "bm25", "--json"];
+        let hits = json(&[&base[..], extra].concat());
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .map(|h| format!("{} {}", h["tier"].as_str().unwrap(), h["kind"].as_str().unwrap()))
+            .collect()
+    };
+    let mut default = found(&[]);
+    default.sort();
+    assert_eq!(default, ["hot observation", "warm observation"]);
+    assert!(found(&["--all"]).contains(&"cold journal".to_string()));
+
+    // The way back, by hand: a dry run moves nothing; then everything comes back hot.
+    let dry = swarm.ctl_ok(&["memory", "archive", "--to", "hot", "--from", "cold", "--dry-run"]);
+    assert!(dry.contains("would move 1 day files (1 records) to hot"), "{dry}");
+    assert!(memory.join(format!("cold/journals/{ancient}.md")).exists());
+    let back = json(&["memory", "archive", "--to", "hot", "--json"]);
+    assert_eq!(back["files"].as_array().map(Vec::len), Some(2), "{back}");
+    assert!(state.join(&ancient_journal).exists() && state.join(&old_obs).exists());
+    assert_eq!(tiers(), serde_json::json!({"hot": 3, "warm": 0, "cold": 0}));
+    let config = json(&["memory", "config", "--json"]);
+    assert_eq!(config["tiers"]["warm_after_days"], 90, "{config}");
+    assert_eq!(config["from"], "the running swarm");
+    let out = swarm.ctl(&["memory", "archive", "--to", "attic"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no tier `attic`; tiers: hot, warm, cold")
+    );
+}
+
+#[test]
 fn down_with_nothing_running_is_done_but_a_missing_state_dir_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let down = |state: &std::path::Path| {

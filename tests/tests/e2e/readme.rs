@@ -325,6 +325,11 @@ fn the_readme_assistant_on_the_embedded_model_runs_as_written() {
     assert!(found.contains("journal") && found.contains("found in"), "{found}");
     let stats = output("bin/flockctl memory stats");
     assert!(stats.contains("journal"), "{stats}");
+    // Nothing is 30 days old on a fresh machine: the dry run says so and moves nothing.
+    let dry = output("bin/flockctl memory archive");
+    assert!(dry.contains("no day file to move to warm"), "{dry}");
+    let config = output("bin/flockctl memory config");
+    assert!(config.contains("after 90 days") && config.contains("memory.tiers"), "{config}");
     let export = std::fs::read_to_string(home.path().join("work/journal.jsonl")).unwrap();
     let records: Vec<serde_json::Value> =
         export.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();

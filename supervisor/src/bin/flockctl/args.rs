@@ -422,6 +422,40 @@ pub(crate) enum MemoryCommand {
     },
     /// Rebuild the index from the memory files (safe at any time: the files are the truth).
     Rebuild,
+    /// Move memory day files between tiers: hot (journals/, observations/, reflections/),
+    /// warm (warm/) and cold (cold/, searched only with --all). Without dates or --older-than,
+    /// a move to warm or cold takes what is older than that tier's age (memory.tiers in the
+    /// swarm file: 90 and 365 days by default); --to hot brings files back. A file whose
+    /// destination exists is left where it is and named. The running swarm's memory thread moves
+    /// them when one runs (journaled as yours).
+    Archive {
+        /// Where the files go: hot, warm or cold.
+        #[arg(long)]
+        to: String,
+        /// Only from these tiers (comma-separated) [default: the other two].
+        #[arg(long, value_delimiter = ',')]
+        from: Vec<String>,
+        /// Only day files older than this many days.
+        #[arg(long, value_name = "DAYS")]
+        older_than: Option<u32>,
+        /// Only day files dated on or after this day (YYYY-MM-DD).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only day files dated on or before this day (YYYY-MM-DD).
+        #[arg(long)]
+        until: Option<String>,
+        /// Say what would move; move nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Where the memory lives and when its day files move (the running swarm's settings; set
+    /// them in the swarm file under memory.tiers).
+    Config {
+        #[arg(long)]
+        json: bool,
+    },
     /// Every record (journals too), newest first, as JSON Lines on stdout: one object a record
     /// (id, kind, date, time, priority, category, agent, path, text, tier), for a backup or
     /// another tool. The filters are `memory search`'s.

@@ -260,6 +260,30 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 memory_cli::render_record(&record, *json)?
             }
             MemoryCommand::Stats { json } => memory_cli::stats(&dir, *json)?,
+            MemoryCommand::Archive { to, from, older_than, since, until, dry_run, json } => {
+                let ask = flock_memory::tiers::Ask {
+                    to,
+                    from,
+                    since: since.as_deref(),
+                    until: until.as_deref(),
+                    older_than_days: *older_than,
+                };
+                let arguments = memory_cli::archive_arguments(&ask, *dry_run);
+                let (answer, here) = match memory_read(&state, "memory__archive", arguments).await?
+                {
+                    Some(answer) => (answer, false),
+                    None => (memory_cli::archive_here(&dir, &ask, *dry_run)?, true),
+                };
+                memory_cli::render_moved(&answer, *json, here)?
+            }
+            MemoryCommand::Config { json } => {
+                let (answer, here) =
+                    match memory_read(&state, "memory__config", "{}".into()).await? {
+                        Some(answer) => (answer, false),
+                        None => (memory_cli::config_here(&dir), true),
+                    };
+                memory_cli::render_config(&answer, *json, here)?
+            }
             MemoryCommand::Rebuild => memory_cli::rebuild(&dir)?,
             MemoryCommand::Export { filter: f } => {
                 let filter = flock_memory::index::Filter::parse(
