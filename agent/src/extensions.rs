@@ -82,8 +82,10 @@ enum Ext {
 /// What the reflection agent is reflecting on in this turn.
 #[derive(Debug, Default)]
 struct Reflecting {
-    /// The unreflected observations it was given, marked reflected once a reflection is written.
+    /// The unreflected observations it was given, marked reflected once a reflection is written
+    /// (a `[high]` one only if the reflection carries it), and what they say.
     ids: Vec<String>,
+    observed: Vec<Observed>,
     /// Their characters, and the length the reflection is asked to keep within.
     chars: usize,
     budget: usize,
@@ -321,7 +323,7 @@ impl Pipeline {
                 && !reflecting.ids.is_empty()
                 && reflecting.draft.is_none()
             {
-                let note = reflection_review(answer, reflecting.budget)?;
+                let note = reflection_review(answer, reflecting.budget, &reflecting.observed)?;
                 reflecting.draft = Some(answer.to_owned());
                 return Some(note);
             }
@@ -508,7 +510,7 @@ impl Pipeline {
             // A degenerate reflection is refused: nothing is written and the observations stay
             // unreflected, so the next reflection reads them again.
             Role::Reflection if !read.ids.is_empty() => {
-                match settle_reflection(reply, read.draft.as_deref()) {
+                match settle_reflection(reply, read.draft.as_deref(), &read.observed) {
                     Err(why) => {
                         Ok(format!("reflection refused ({why}); observations kept unreflected"))
                     }
@@ -517,7 +519,7 @@ impl Pipeline {
                             read.chars as f64 / text.trim().chars().count().max(1) as f64
                         };
                         let rewritten = match read.draft.as_deref() {
-                            Some(d) => match fit_or_refuse(d) {
+                            Some(d) => match fit_or_refuse(d, &read.observed) {
                                 Ok(_) => {
                                     format!("; the first draft {:.1}×, sent back once", ratio(d))
                                 }
@@ -525,16 +527,30 @@ impl Pipeline {
                             },
                             None => String::new(),
                         };
-                        let args = serde_json::json!({"text": fitted, "ids": read.ids});
+                        // A [high] observation it does not carry stays unreflected: the next
+                        // reflection reads it again.
+                        let carried = carried(&fitted, &read.observed);
+                        let kept_back = carried.iter().filter(|c| !**c).count();
+                        let ids: Vec<&String> = read
+                            .ids
+                            .iter()
+                            .zip(&carried)
+                            .filter(|(_, c)| **c)
+                            .map(|(id, _)| id)
+                            .collect();
+                        let high = read.observed.iter().filter(|o| o.high).count();
+                        let args = serde_json::json!({"text": fitted, "ids": ids});
                         write("memory__reflect", args).await.map(|answer| {
                             let n = serde_json::from_str::<serde_json::Value>(&answer)
                                 .ok()
                                 .and_then(|v| v["marked"].as_u64())
                                 .unwrap_or(0);
                             format!(
-                                    "reflection written ({:.1}× compression; the model's answer {:.1}× before the cut{rewritten}), {n} observations marked reflected",
+                                    "reflection written ({:.1}× compression; the model's answer {:.1}× before the cut{rewritten}), {n} observations marked reflected; [high] carried {}/{high}{}",
                                     ratio(&fitted),
-                                    ratio(chosen)
+                                    ratio(chosen),
+                                    high - kept_back,
+                                    if kept_back > 0 { format!(" ({kept_back} kept unreflected for the next reflection)") } else { String::new() }
                                 )
                             })
                     }
@@ -685,6 +701,13 @@ fn memory_context(
             let budget = (chars / REFLECTION_COMPRESSION).max(REFLECTION_MIN_CHARS);
             *reflecting = Reflecting {
                 ids: un.iter().map(|o| o.id.clone()).collect(),
+                observed: un
+                    .iter()
+                    .map(|o| Observed {
+                        high: o.priority.as_deref() == Some("high"),
+                        text: o.text.clone(),
+                    })
+                    .collect(),
                 chars,
                 budget,
                 draft: None,
@@ -910,21 +933,24 @@ mod tests {
                     phase of thirty days.\n- Backups run nightly with pg_dump and a restore test.\n\
                     ### Summary\nA week of moving billing to Postgres, with backups and UTC.";
         let short = "### Patterns\n- Billing moves to Postgres; nightly backups.\n### Summary\nMigration week.";
-        let over = reflection_review(long, 120).expect("over 120 characters");
+        let over = reflection_review(long, 120, &[]).expect("over 120 characters");
         assert!(over.contains("the budget is 120") && over.contains("[high]"), "{over}");
-        assert_eq!(reflection_review(short, 120), None, "within the budget");
+        assert_eq!(reflection_review(short, 120, &[]), None, "within the budget");
         let repeating = "- same\n- same\n- same\n- same\n- same";
-        let refused = reflection_review(repeating, 500).expect("a repeating draft goes back");
+        let refused = reflection_review(repeating, 500, &[]).expect("a repeating draft goes back");
         assert!(refused.contains("the same lines over and over"), "{refused}");
-        assert!(reflection_review("### Patterns\n### Summary", 500).is_some(), "headings only");
+        assert!(
+            reflection_review("### Patterns\n### Summary", 500, &[]).is_some(),
+            "headings only"
+        );
 
         // Of the rewrite and the draft, the one the model wrote shorter (and can be written).
-        let written = |reply, draft| settle_reflection(reply, draft).map(|(fitted, _)| fitted);
+        let written = |reply, draft| settle_reflection(reply, draft, &[]).map(|(fitted, _)| fitted);
         assert_eq!(written(short, Some(long)).as_deref(), Ok(short));
         assert_eq!(written(long, Some(short)).as_deref(), Ok(short));
         assert_eq!(written(repeating, Some(long)).as_deref(), Ok(long));
         assert_eq!(written(long, None).as_deref(), Ok(long));
-        assert_eq!(written(repeating, None), Err("the same lines over and over"));
+        assert_eq!(written(repeating, None), Err("the same lines over and over".into()));
         // A restatement of every observation goes back though the cut would make it short,
         // and loses to a rewrite the model made short itself.
         let restated: String = (1..=12)
@@ -932,10 +958,70 @@ mod tests {
             .collect();
         let restated = format!("### Patterns\n{restated}");
         assert!(fit_reflection(&restated).unwrap().chars().count() < 200, "short once cut");
-        assert!(reflection_review(&restated, 200).is_some(), "the model wrote over 200");
-        let (fitted, from) = settle_reflection(long, Some(&restated)).unwrap();
+        assert!(reflection_review(&restated, 200, &[]).is_some(), "the model wrote over 200");
+        let (fitted, from) = settle_reflection(long, Some(&restated), &[]).unwrap();
         assert_eq!((fitted.as_str(), from), (fit_reflection(long).unwrap().as_str(), long));
-        assert_eq!(written("", Some(repeating)), Err("empty"));
+        assert_eq!(written("", Some(repeating)), Err("empty".into()));
+    }
+
+    /// Four observations of the bench fixture (bench/fixtures/observations.md), two `[high]`.
+    fn fixture_observations() -> Vec<Observed> {
+        [
+            (true, "Ana asked the worker to move the billing service from MySQL to Postgres 16; the worker wrote a migration plan with a dual-write phase and a rollback step."),
+            (false, "The worker ran the billing test suite after the schema change: 412 tests passed, 3 failed on timestamp precision (MySQL DATETIME vs Postgres timestamptz)."),
+            (true, "Ana decided that all timestamps in billing are stored in UTC as timestamptz and converted only at the edge; the worker updated the three failing tests accordingly."),
+            (false, "The worker set up a nightly pg_dump of the billing database to the backup bucket, kept for 14 days, and tested a restore into a scratch database in 6 minutes."),
+        ]
+        .into_iter()
+        .map(|(high, text)| Observed { high, text: text.into() })
+        .collect()
+    }
+
+    #[test]
+    fn a_reflection_that_says_the_observations_again_is_refused_by_its_words_not_its_length() {
+        let seen = fixture_observations();
+        // Each line one observation, lightly trimmed: short once cut, still a restatement.
+        let restated = "### Patterns\n\
+            - Ana asked to move the billing service from MySQL to Postgres 16 with a migration plan, a dual-write phase and a rollback step.\n\
+            - The billing test suite ran after the schema change: 412 tests passed, 3 failed on timestamp precision.\n\
+            - A nightly pg_dump of the billing database goes to the backup bucket, kept 14 days; a restore took 6 minutes.\n\
+            ### Summary\nBilling moved to Postgres.";
+        let why = fit_or_refuse(restated, &seen).unwrap_err();
+        assert!(why.contains("3 of its 4 lines say an observation again"), "{why}");
+        let note = reflection_review(restated, 2_000, &seen).expect("sent back");
+        assert!(
+            note.contains("cannot be written") && note.contains("say an observation again"),
+            "{note}"
+        );
+        // What they add up to, in other words: written, though it shares their subject.
+        let condensed = "### Patterns\n\
+            - Billing is moving from MySQL to Postgres 16 behind a dual-write phase with a rollback.\n\
+            - Timestamps are UTC timestamptz everywhere, converted only at the edge.\n\
+            ### Learned rules\n- Test restores, not only backups (nightly pg_dump, 14 days).";
+        assert!(fit_or_refuse(condensed, &seen).is_ok());
+        assert_eq!(carried(condensed, &seen), [true, true, true, true]);
+        assert_eq!(reflection_review(condensed, 2_000, &seen), None);
+    }
+
+    #[test]
+    fn a_reflection_that_leaves_out_a_high_item_goes_back_naming_it_and_the_item_stays_unreflected()
+    {
+        let seen = fixture_observations();
+        let without_utc = "### Patterns\n\
+            - Billing is moving from MySQL to Postgres 16 behind a dual-write phase with a rollback.\n\
+            - Backups run nightly and restores are tested.";
+        // Observations that are not [high] need no line of their own; the UTC decision does.
+        assert_eq!(carried(without_utc, &seen), [true, true, false, true]);
+        let note = reflection_review(without_utc, 2_000, &seen).expect("sent back");
+        assert!(note.contains("leaves out 1 [high] items"), "{note}");
+        assert!(
+            note.contains("- Ana decided that all timestamps in billing are stored in UTC"),
+            "{note}"
+        );
+        assert!(!note.contains("MySQL to Postgres 16; the worker"), "only what is missing: {note}");
+        // Written anyway if the rewrite still leaves it out (settle does not refuse it): the
+        // runtime then marks every observation but that one reflected.
+        assert!(settle_reflection(without_utc, None, &seen).is_ok());
     }
 
     #[test]

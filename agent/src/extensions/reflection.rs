@@ -1,6 +1,8 @@
 //! The memory roles' text, read by code: the observer's tag (`[high decision]`) and "nothing",
 //! the reflection's shape (headings and bullets under its budget, cut to it when the model runs
-//! over, refused when degenerate), and the token estimates that size a reflection's batch.
+//! over, refused when degenerate or when it restates the observations — by their words, not by
+//! its length —), which `[high]` observations a reflection carries, and the token estimates that
+//! size a reflection's batch.
 
 /// Characters per token in the estimates of memory sizes.
 pub(super) const CHARS_PER_TOKEN: usize = 4;
@@ -38,7 +40,8 @@ pub use flock_memory::files::degenerate;
 pub(super) use flock_memory::files::is_nothing;
 
 /// A reflection cut to the shape its prompt asks for (prompts/roles/reflection.md), whatever the
-/// model wrote: at most three items under Patterns and Learned rules, two under Suggestions and
+/// model wrote: at most three items under Patterns, [`REFLECTION_RULES_MAX`] under Learned rules
+/// (one per `[high]` item), two under Suggestions and
 /// Summary (three under a heading it does not know), no item twice, none over
 /// [`REFLECTION_LINE_CHARS`] (cut at a word, `…`). A heading is a Markdown heading of any level
 /// or a line that is bold alone (`**Patterns**`); an indented sub-item joins its item's line
@@ -76,7 +79,9 @@ pub fn fit_reflection(reply: &str) -> Option<String> {
         if is_heading {
             let name = text.trim_matches(|c: char| c == '#' || c == '*' || c == ':' || c == ' ');
             cap = match name.to_lowercase().as_str() {
-                "patterns" | "learned rules" => 3,
+                "patterns" => 3,
+                // One line per [high] item (decisions, preferences): the prompt asks for them.
+                "learned rules" | "rules" => REFLECTION_RULES_MAX,
                 "suggestions" | "summary" | "summary of observations" => 2,
                 _ => REFLECTION_LINES_UNDER_UNKNOWN,
             };
@@ -97,12 +102,93 @@ pub fn fit_reflection(reply: &str) -> Option<String> {
     (content > 0).then(|| out.join("\n"))
 }
 
-/// A reflection as it would be written ([`fit_reflection`]), or why it would be refused.
-pub(super) fn fit_or_refuse(reply: &str) -> Result<String, &'static str> {
-    match degenerate(reply) {
-        Some(why) => Err(why),
-        None => fit_reflection(reply).ok_or("nothing but headings"),
+/// A reflection as it would be written ([`fit_reflection`]), or why it would be refused:
+/// degenerate, nothing but headings, or a restatement of `observations` ([`restates`]).
+pub(super) fn fit_or_refuse(reply: &str, observations: &[Observed]) -> Result<String, String> {
+    if let Some(why) = degenerate(reply) {
+        return Err(why.to_owned());
     }
+    let fitted = fit_reflection(reply).ok_or("nothing but headings")?;
+    match restates(&fitted, observations) {
+        Some(why) => Err(why),
+        None => Ok(fitted),
+    }
+}
+
+/// An observation a reflection reads: its text, and whether the observer tagged it `[high]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Observed {
+    pub high: bool,
+    pub text: String,
+}
+
+/// Words too common to say what a line is about.
+const STOP_WORDS: &[&str] = &[
+    "the", "and", "for", "that", "this", "with", "from", "was", "were", "are", "has", "have",
+    "had", "its", "his", "her", "she", "him", "they", "them", "their", "into", "onto", "but",
+    "not", "all", "any", "one", "two", "who", "what", "when", "after", "before", "because",
+    "which", "then", "than", "only", "also", "asked", "worker", "agent", "user", "said",
+];
+
+/// The words that say what `text` is about: lower case, three letters or more (any number of
+/// two digits or more), not a [`STOP_WORDS`] word, a plural `s` dropped.
+fn content_words(text: &str) -> std::collections::BTreeSet<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| {
+            w.chars().count() >= 3 || (w.len() >= 2 && w.chars().all(|c| c.is_ascii_digit()))
+        })
+        .map(str::to_lowercase)
+        .filter(|w| !STOP_WORDS.contains(&w.as_str()))
+        .map(|w| match w.strip_suffix('s') {
+            Some(stem) if stem.chars().count() >= 4 && !stem.ends_with('s') => stem.to_owned(),
+            _ => w,
+        })
+        .collect()
+}
+
+/// Whether a reflection line is one observation said again: most of the line's words are that
+/// observation's, and most of the observation's words are in the line.
+fn restates_one(
+    line: &std::collections::BTreeSet<String>,
+    observation: &std::collections::BTreeSet<String>,
+) -> bool {
+    let shared = line.intersection(observation).count();
+    shared >= 4 && shared * 10 >= line.len() * 7 && shared * 10 >= observation.len() * 6
+}
+
+/// Why `fitted` (a reflection cut to shape) is no reflection but the observations said again:
+/// at least half its item lines (and two or more) each restate one observation ([`restates_one`]).
+/// A small model lists the observations instead of condensing; cut to shape, such a list looks
+/// short, so it is judged by its words, not its length.
+pub(super) fn restates(fitted: &str, observations: &[Observed]) -> Option<String> {
+    let seen: Vec<_> = observations.iter().map(|o| content_words(&o.text)).collect();
+    let items: Vec<_> =
+        fitted.lines().filter(|l| !l.starts_with("### ")).map(content_words).collect();
+    let copies = items.iter().filter(|line| seen.iter().any(|o| restates_one(line, o))).count();
+    (copies >= 2 && copies * 2 >= items.len()).then(|| {
+        format!(
+            "{copies} of its {} lines say an observation again instead of what they add up to",
+            items.len()
+        )
+    })
+}
+
+/// For each of `observations`, whether `reflection` carries it: every observation that is not
+/// `[high]`, and each `[high]` one whose words are at least half in the reflection (its subject,
+/// the decision or preference, in other words around them). A `[high]` observation a reflection
+/// does not carry stays unreflected: it is read again by the next reflection, never lost to one.
+pub(super) fn carried(reflection: &str, observations: &[Observed]) -> Vec<bool> {
+    let written = content_words(reflection);
+    observations
+        .iter()
+        .map(|o| {
+            if !o.high {
+                return true;
+            }
+            let words = content_words(&o.text);
+            words.intersection(&written).count() * 2 >= words.len()
+        })
+        .collect()
 }
 
 /// The reflection to write, cut to shape, and the answer it was cut from: of the answer and the
@@ -112,9 +198,11 @@ pub(super) fn fit_or_refuse(reply: &str) -> Result<String, &'static str> {
 pub(super) fn settle_reflection<'a>(
     reply: &'a str,
     draft: Option<&'a str>,
-) -> Result<(String, &'a str), &'static str> {
+    observations: &[Observed],
+) -> Result<(String, &'a str), String> {
     let raw = |t: &str| t.trim().chars().count();
-    match (fit_or_refuse(reply), draft.map(|d| (fit_or_refuse(d), d))) {
+    let fit = |t: &str| fit_or_refuse(t, observations);
+    match (fit(reply), draft.map(|d| (fit(d), d))) {
         (Ok(_), Some((Ok(b), d))) if raw(d) < raw(reply) => Ok((b, d)),
         (Err(_), Some((Ok(b), d))) => Ok((b, d)),
         (answer, _) => answer.map(|a| (a, reply)),
@@ -122,15 +210,37 @@ pub(super) fn settle_reflection<'a>(
 }
 
 /// Why a reflection draft goes back to the model once, as the note that says so: it would be
-/// refused (empty, repeating, nothing but headings), or the model wrote more than its budget
-/// (measured before [`fit_reflection`] cuts it: a small model restates every observation, and
-/// the first three of them would pass for a short reflection). `None`: it may be written.
-pub(super) fn reflection_review(draft: &str, budget: usize) -> Option<String> {
+/// refused (empty, repeating, nothing but headings, the observations said again), it leaves out
+/// `[high]` observations (named in the note), or the model wrote more than its budget (measured
+/// before [`fit_reflection`] cuts it: a small model restates every observation, and the first
+/// three of them would pass for a short reflection). `None`: it may be written.
+pub(super) fn reflection_review(
+    draft: &str,
+    budget: usize,
+    observations: &[Observed],
+) -> Option<String> {
     let len = draft.trim().chars().count();
-    match fit_or_refuse(draft) {
+    let fitted = fit_or_refuse(draft, observations);
+    let dropped: Vec<String> = match &fitted {
+        Ok(f) => carried(f, observations)
+            .iter()
+            .zip(observations)
+            .filter(|(kept, _)| !**kept)
+            .map(|(_, o)| format!("- {}", cut_at_word(&o.text, 120)))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    match fitted {
         Err(why) => Some(format!(
             "[note] Your reflection cannot be written: {why}. Write it again in the shape asked \
              for: what the observations add up to, each line once."
+        )),
+        Ok(_) if !dropped.is_empty() => Some(format!(
+            "[note] Your reflection leaves out {} [high] items; a reflection keeps every one of \
+             them (a short line each, in your words). Write it again, within {budget} \
+             characters, with these too:\n{}",
+            dropped.len(),
+            dropped.join("\n")
         )),
         Ok(_) if len > budget => Some(format!(
             "[note] Your reflection is {len} characters; the budget is {budget}. Write it again \
@@ -155,6 +265,9 @@ pub(super) fn heading(line: &str) -> Option<String> {
         .then(|| inner.trim().trim_end_matches(':').to_owned())
 }
 
+/// Lines kept under Learned rules: one per `[high]` item of a batch (11 in the 45 of the
+/// bench's fixture), so the cut never drops one the model kept.
+pub(super) const REFLECTION_RULES_MAX: usize = 12;
 /// Lines kept under a heading the prompt does not name (or before any heading).
 pub(super) const REFLECTION_LINES_UNDER_UNKNOWN: usize = 3;
 /// The longest line a reflection keeps.
