@@ -1022,6 +1022,14 @@ mod tests {
         // Written anyway if the rewrite still leaves it out (settle does not refuse it): the
         // runtime then marks every observation but that one reflected.
         assert!(settle_reflection(without_utc, None, &seen).is_ok());
+        // Of a draft and its rewrite, the one that carries more [high] items, though longer.
+        let with_utc = format!(
+            "{without_utc}\n### Learned rules\n- Billing stores timestamps in UTC as timestamptz, converted at the edge."
+        );
+        let (_, from) = settle_reflection(without_utc, Some(&with_utc), &seen).unwrap();
+        assert_eq!(from, with_utc);
+        let (_, from) = settle_reflection(&with_utc, Some(without_utc), &seen).unwrap();
+        assert_eq!(from, with_utc);
     }
 
     #[test]

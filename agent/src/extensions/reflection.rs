@@ -174,11 +174,12 @@ pub(super) fn restates(fitted: &str, observations: &[Observed]) -> Option<String
 }
 
 /// For each of `observations`, whether `reflection` carries it: every observation that is not
-/// `[high]`, and each `[high]` one whose words are at least half in the reflection (its subject,
-/// the decision or preference, in other words around them). A `[high]` observation a reflection
-/// does not carry stays unreflected: it is read again by the next reflection, never lost to one.
+/// `[high]`, and each `[high]` one that a line of the reflection names — the line has at least
+/// three of its words and 35 % of them (its subject and the decision or preference, in other
+/// words around them; the prompt asks for a line each). A `[high]` observation a reflection does
+/// not carry stays unreflected: it is read again by the next reflection, never lost to one.
 pub(super) fn carried(reflection: &str, observations: &[Observed]) -> Vec<bool> {
-    let written = content_words(reflection);
+    let lines: Vec<_> = reflection.lines().map(content_words).collect();
     observations
         .iter()
         .map(|o| {
@@ -186,15 +187,19 @@ pub(super) fn carried(reflection: &str, observations: &[Observed]) -> Vec<bool> 
                 return true;
             }
             let words = content_words(&o.text);
-            words.intersection(&written).count() * 2 >= words.len()
+            lines.iter().any(|line| {
+                let shared = words.intersection(line).count();
+                shared >= 3 && shared * 100 >= words.len() * 35
+            })
         })
         .collect()
 }
 
 /// The reflection to write, cut to shape, and the answer it was cut from: of the answer and the
-/// first draft (when the draft was sent back to be rewritten), the one the model wrote shorter,
-/// of those that can be written (so a draft that restated every observation, and would only look
-/// short once cut, loses to a real rewrite); why neither can, otherwise.
+/// first draft (when the draft was sent back to be rewritten), of those that can be written (so a
+/// draft that restated every observation, and would only look short once cut, loses to a real
+/// rewrite), the one that carries more `[high]` observations ([`carried`]), then the one the
+/// model wrote shorter; why neither can, otherwise.
 pub(super) fn settle_reflection<'a>(
     reply: &'a str,
     draft: Option<&'a str>,
@@ -202,8 +207,14 @@ pub(super) fn settle_reflection<'a>(
 ) -> Result<(String, &'a str), String> {
     let raw = |t: &str| t.trim().chars().count();
     let fit = |t: &str| fit_or_refuse(t, observations);
+    let highs = |fitted: &str| carried(fitted, observations).iter().filter(|c| **c).count();
     match (fit(reply), draft.map(|d| (fit(d), d))) {
-        (Ok(_), Some((Ok(b), d))) if raw(d) < raw(reply) => Ok((b, d)),
+        (Ok(a), Some((Ok(b), d)))
+            if (highs(&b), std::cmp::Reverse(raw(d)))
+                > (highs(&a), std::cmp::Reverse(raw(reply))) =>
+        {
+            Ok((b, d))
+        }
         (Err(_), Some((Ok(b), d))) => Ok((b, d)),
         (answer, _) => answer.map(|a| (a, reply)),
     }
