@@ -688,11 +688,15 @@ fn memory_context(
             un.truncate(fits.max(1));
             let of =
                 if un.len() < total { format!(" (the oldest of {total})") } else { String::new() };
-            // High-priority items are marked: the prompt asks to keep each of them.
+            // High-priority items are marked and come first (a small model writes about what it
+            // read first): the prompt asks to keep each of them.
+            let is_high = |o: &&crate::memory::Observation| o.priority.as_deref() == Some("high");
             let list: Vec<String> = un
                 .iter()
+                .filter(is_high)
+                .chain(un.iter().filter(|o| !is_high(o)))
                 .map(|o| {
-                    let high = if o.priority.as_deref() == Some("high") { " [high]" } else { "" };
+                    let high = if is_high(&o) { " [high]" } else { "" };
                     format!("- {}{high}: {}", o.when, o.text.replace('\n', " "))
                 })
                 .collect();
@@ -908,7 +912,7 @@ mod tests {
         // 120 observations of 100 characters (32 tokens a line with its date): over one batch.
         for i in 0..120u64 {
             let text = format!("{i:03} {}", "y".repeat(96));
-            let tag = if i == 0 { Some(("high", "decision")) } else { None };
+            let tag = if i == 5 { Some(("high", "decision")) } else { None };
             assert!(
                 m.append_observation_tagged(i * 60_000, &format!("o{i}"), None, &text, tag)
                     .unwrap()
@@ -923,7 +927,11 @@ mod tests {
             context.starts_with("[observations] 62 unreflected (the oldest of 120)"),
             "{context}"
         );
-        assert!(context.contains(" [high]: 000 "), "{context}");
+        // The [high] item comes first, the others after it in time order.
+        let items: Vec<&str> = context.lines().skip(1).collect();
+        assert!(items[0].contains(" [high]: 005 "), "{context}");
+        assert!(items[1].contains(": 000 ") && items[5].contains(": 004 "), "{context}");
+        assert!(items[6].contains(": 006 "), "{context}");
         assert_eq!(context.matches("[high]").count(), 1, "{context}");
     }
 
@@ -987,7 +995,8 @@ mod tests {
             - A nightly pg_dump of the billing database goes to the backup bucket, kept 14 days; a restore took 6 minutes.\n\
             ### Summary\nBilling moved to Postgres.";
         let why = fit_or_refuse(restated, &seen).unwrap_err();
-        assert!(why.contains("3 of its 4 lines say an observation again"), "{why}");
+        // The [high] one said again is kept, as the prompt asks; the other two are the problem.
+        assert!(why.contains("2 of its 4 lines say an observation again"), "{why}");
         let note = reflection_review(restated, 2_000, &seen).expect("sent back");
         assert!(
             note.contains("cannot be written") && note.contains("say an observation again"),

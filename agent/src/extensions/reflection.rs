@@ -157,11 +157,13 @@ fn restates_one(
 }
 
 /// Why `fitted` (a reflection cut to shape) is no reflection but the observations said again:
-/// at least half its item lines (and two or more) each restate one observation ([`restates_one`]).
-/// A small model lists the observations instead of condensing; cut to shape, such a list looks
-/// short, so it is judged by its words, not its length.
+/// at least half its item lines (and two or more) each restate one observation ([`restates_one`])
+/// that is not `[high]` (those the prompt asks to keep, a line each). A small model lists the
+/// observations instead of condensing; cut to shape, such a list looks short, so it is judged by
+/// its words, not its length.
 pub(super) fn restates(fitted: &str, observations: &[Observed]) -> Option<String> {
-    let seen: Vec<_> = observations.iter().map(|o| content_words(&o.text)).collect();
+    let seen: Vec<_> =
+        observations.iter().filter(|o| !o.high).map(|o| content_words(&o.text)).collect();
     let items: Vec<_> =
         fitted.lines().filter(|l| !l.starts_with("### ")).map(content_words).collect();
     let copies = items.iter().filter(|line| seen.iter().any(|o| restates_one(line, o))).count();
