@@ -766,7 +766,8 @@ pub fn decide(
 /// Who asks when the memory runtime asks (not an agent name: those have no `:`).
 pub const MEMORY_REQUESTER: &str = "flock:memory";
 
-/// After a denial, the memory runtime asks again only this long later.
+/// After a person decided, the memory runtime asks again only this long later (so what comes due
+/// day by day is asked about once a month, not every day).
 const ASK_AGAIN_AFTER_MS: i64 = 30 * 86_400_000;
 
 /// What the memory runtime found due for cold storage (`flock_memory::tiers::ColdDue`).
@@ -780,7 +781,7 @@ pub struct ArchiveDue {
 }
 
 /// The memory runtime's request to move warm memory to cold storage: stored waiting for a
-/// person — unless one is open already, or a person denied one in the last 30 days (`None`:
+/// person — unless one is open already, or a person decided one in the last 30 days (`None`:
 /// nothing asked).
 pub fn propose_archive(
     conn: &Connection,
@@ -790,7 +791,8 @@ pub fn propose_archive(
     let held: i64 = conn
         .query_row(
             "SELECT COUNT(*) FROM permissions WHERE capability = 'archive' AND (state IN \
-             ('pending', 'asked', 'waiting') OR (state = 'denied' AND decided_ms > ?1))",
+             ('pending', 'asked', 'waiting') OR (state IN ('denied', 'granted') AND \
+             decided_ms > ?1))",
             [now_ms - ASK_AGAIN_AFTER_MS],
             |r| r.get(0),
         )
@@ -1069,5 +1071,8 @@ mod tests {
         assert_eq!(fx.archive, Some(("2025-11-29".to_string(), "human:ana".to_string())));
         assert!(fx.notify.is_empty());
         assert!(inv.green_may_grant(&Capability::Archive("2025-11-29".into())).is_err());
+        // What comes due day by day after an approval is asked about a month later, not daily.
+        assert!(propose_archive(&c, &due, 35 * day).unwrap().is_none());
+        assert!(propose_archive(&c, &due, 65 * day).unwrap().is_some());
     }
 }
