@@ -73,10 +73,7 @@ impl MemoryService {
             }
         };
         if let Ok(index) = &mut index {
-            match index.sync() {
-                Ok(_) => refresh_active_memory(index, &dir),
-                Err(e) => tracing::warn!(error = %e, "flock: memory index failed to sync"),
-            }
+            resync(index, &dir);
         }
         let files = Files::new(&dir);
         let (tx, rx) = std_mpsc::channel::<Job>();
@@ -105,21 +102,18 @@ impl MemoryService {
                             Err(_) => break,
                         }
                     };
-                    let result = match tiers_call(&files, ages, &job.call) {
-                        Some(result) => {
-                            // The index follows the files at once (stats, the dashboard).
-                            let moved = job.call.tool != "memory__config";
-                            if let (Ok(index), Ok(_), true) = (&mut index, &result, moved) {
-                                match index.sync() {
-                                    Ok(_) => refresh_active_memory(index, &dir),
-                                    Err(e) => tracing::warn!(error = %e, "flock: memory index failed to sync"),
-                                }
-                            }
-                            result
+                    let result = if let Some(result) = tiers_call(&files, ages, &job.call) {
+                        // The index follows a move at once (stats, the dashboard).
+                        if let (Ok(index), Ok(_)) = (&mut index, &result)
+                            && job.call.tool != "memory__config"
+                        {
+                            resync(index, &dir);
                         }
-                        None => match write(&files, &job.call) {
-                        Some(result) => result,
-                        None => match &mut index {
+                        result
+                    } else if let Some(result) = write(&files, &job.call) {
+                        result
+                    } else {
+                        match &mut index {
                             Ok(index) => {
                                 if !embedder_tried {
                                     embedder_tried = true;
@@ -132,8 +126,7 @@ impl MemoryService {
                                 "memory search is off: the index did not open ({e}); \
                                  `flockctl memory rebuild` makes it again"
                             ))),
-                        },
-                        },
+                        }
                     };
                     (job.reply)(result);
                 }
@@ -294,6 +287,14 @@ fn once(written: bool, new: &str, old: &str) -> Result<String, ToolError> {
 
 fn file_name(path: &std::path::Path) -> String {
     path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned()
+}
+
+/// Brings the index in step with the files, and `active_memory.md` with the index.
+fn resync(index: &mut Index, dir: &std::path::Path) {
+    match index.sync() {
+        Ok(_) => refresh_active_memory(index, dir),
+        Err(e) => tracing::warn!(error = %e, "flock: memory index failed to sync"),
+    }
 }
 
 /// The tier moves, if `call` is one: `memory__ttl {}` (the daily job) and `memory__archive
