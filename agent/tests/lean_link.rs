@@ -1,0 +1,86 @@
+//! The `flock-agent` binary cargo built is linked the lean way (agent/link/rustc-wrapper, issue
+//! #28): statically where this machine has the static C library, and with the functions an agent
+//! runs at the front of its code. If cargo stopped running the wrapper (or the wrapper stopped
+//! doing its job) every agent would silently take twice the memory again.
+
+use std::path::Path;
+use std::process::Command;
+
+const AGENT: &str = env!("CARGO_BIN_EXE_flock-agent");
+
+fn manifest_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Whether the ELF file at `path` asks for a program interpreter (`PT_INTERP`: dynamically linked).
+fn has_interpreter(path: &str) -> bool {
+    let elf = std::fs::read(path).expect("read the agent binary");
+    assert_eq!(&elf[..4], b"\x7fELF", "{path} is not an ELF file");
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap()) as usize;
+    let (size, count) = (u16_at(0x36), u16_at(0x38));
+    (0..count).any(|i| {
+        let at = phoff + i * size;
+        u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) == 3
+    })
+}
+
+#[test]
+fn the_agent_is_linked_statically_where_the_static_c_library_is_there() {
+    let libc_a = Command::new("cc").arg("-print-file-name=libc.a").output();
+    let found = libc_a
+        .map(|o| {
+            let p = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+            p != "libc.a" && Path::new(&p).exists()
+        })
+        .unwrap_or(false);
+    assert_eq!(
+        has_interpreter(AGENT),
+        !found,
+        "{AGENT}: static libc {}, but the binary {} an interpreter",
+        if found { "found" } else { "not found" },
+        if has_interpreter(AGENT) { "has" } else { "has no" }
+    );
+}
+
+#[test]
+fn the_functions_an_agent_runs_come_first_in_its_code() {
+    let Ok(nm) = Command::new("nm").args(["--defined-only", "-n", AGENT]).output() else {
+        eprintln!("no nm here: the wrapper does not order the agent without it either");
+        return;
+    };
+    // The code's symbols by address, as their keys (the wrapper's own rule).
+    let text: Vec<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.split_whitespace();
+            let (_, kind, name) = (parts.next()?, parts.next()?, parts.next()?);
+            matches!(kind, "T" | "t").then(|| name.to_owned())
+        })
+        .take(300)
+        .collect();
+    let mut keys = Command::new(manifest_dir().join("link/rustc-wrapper"))
+        .arg("--keys")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rustc-wrapper --keys");
+    {
+        use std::io::Write;
+        let mut stdin = keys.stdin.take().unwrap();
+        stdin.write_all(text.join("\n").as_bytes()).unwrap();
+    }
+    let keys = keys.wait_with_output().unwrap();
+    let first: Vec<String> =
+        String::from_utf8_lossy(&keys.stdout).lines().map(str::to_owned).collect();
+    let listed = std::fs::read_to_string(manifest_dir().join("link/startup-symbols.txt")).unwrap();
+    let listed: std::collections::HashSet<&str> =
+        listed.lines().filter(|l| !l.starts_with('#')).collect();
+    let on_list = first.iter().filter(|k| listed.contains(k.as_str())).count();
+    assert!(
+        first.len() >= 100 && on_list * 10 >= first.len() * 8,
+        "only {on_list} of the first {} functions of {AGENT} are on link/startup-symbols.txt: \
+         the agent was not linked with its ordering",
+        first.len()
+    );
+}
