@@ -84,3 +84,44 @@ fn the_functions_an_agent_runs_come_first_in_its_code() {
         first.len()
     );
 }
+
+/// A linker that does not know `--symbol-ordering-file` (GNU ld, say) still builds the agent: the
+/// wrapper links it again without the ordering. Here rustc is a stand-in that fails on that
+/// option and otherwise "links" by copying the real agent binary, logging each call.
+#[test]
+fn a_linker_without_symbol_ordering_still_links_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("deps");
+    std::fs::create_dir(&out).unwrap();
+    let log = dir.path().join("calls");
+    let fake = dir.path().join("rustc");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {log}\ncase \"$*\" in *symbol-ordering-file*) \
+             echo 'ld: unknown option: --symbol-ordering-file' >&2; exit 1 ;; esac\n\
+             cp {AGENT} {out}/flock_agent-t\n",
+            log = log.display(),
+            out = out.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = Command::new(manifest_dir().join("link/rustc-wrapper"))
+        .arg(&fake)
+        .args(["--crate-name", "flock_agent", "--crate-type", "bin", "--emit=dep-info,link"])
+        .args(["-C", "extra-filename=-t", "--out-dir"])
+        .arg(&out)
+        .env_remove("FLOCK_AGENT_PLAIN_LINK")
+        .output()
+        .unwrap();
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert!(run.status.success(), "{}\ncalls:\n{calls}", String::from_utf8_lossy(&run.stderr));
+    let calls: Vec<&str> = calls.lines().collect();
+    // Linked, ordered (refused), linked again without the ordering.
+    assert!(calls.iter().any(|c| c.contains("symbol-ordering-file")), "{calls:?}");
+    assert!(!calls.last().unwrap().contains("symbol-ordering-file"), "{calls:?}");
+    assert!(!out.join("flock_agent-t.order").exists(), "a refused ordering is not kept");
+    assert!(out.join("flock_agent-t").exists());
+}
