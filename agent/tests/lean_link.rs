@@ -43,6 +43,47 @@ fn the_agent_is_linked_statically_where_the_static_c_library_is_there() {
     );
 }
 
+/// The static agent must not look up host, user or group names: glibc would load its NSS
+/// modules for them at run time, from the glibc it was not built with (ARCHITECTURE, agent/).
+#[test]
+fn the_static_agent_calls_no_name_lookup_that_needs_shared_libraries() {
+    if has_interpreter(AGENT) {
+        return; // dynamically linked: the lookups work as anywhere
+    }
+    let Ok(nm) = Command::new("nm").args(["--defined-only", AGENT]).output() else {
+        eprintln!("no nm here");
+        return;
+    };
+    const LOOKUPS: &[&str] = &[
+        "getaddrinfo",
+        "gethostbyname",
+        "gethostbyname_r",
+        "gethostbyaddr",
+        "getservbyname",
+        "getpwnam",
+        "getpwnam_r",
+        "getpwuid",
+        "getpwuid_r",
+        "getgrnam",
+        "getgrnam_r",
+        "getgrgid",
+        "getgrgid_r",
+        "getgrouplist",
+        "initgroups",
+    ];
+    let symbols = String::from_utf8_lossy(&nm.stdout);
+    let linked: Vec<&str> = symbols
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|name| LOOKUPS.contains(name))
+        .collect();
+    assert!(
+        linked.is_empty(),
+        "{AGENT} is linked statically but calls {linked:?}: those load NSS modules at run time; \
+         resolve the name elsewhere (the supervisor) or drop the static link (agent/link/rustc-wrapper)"
+    );
+}
+
 #[test]
 fn the_functions_an_agent_runs_come_first_in_its_code() {
     let Ok(nm) = Command::new("nm").args(["--defined-only", "-n", AGENT]).output() else {
