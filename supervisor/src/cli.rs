@@ -69,7 +69,8 @@ pub enum Command {
         /// Print what the swarm needs built besides flock-supervisor, flockctl, flock-agent and
         /// flock-sandbox, one per line (`flock-bridge` when it has chat bridges, `flock-model`
         /// when it runs the embedded model, `vectors` when it searches memory: a supervisor with
-        /// search by meaning): for scripts that build only what a swarm runs.
+        /// search by meaning, `cluster` when it runs across hosts: a supervisor with the NATS
+        /// link): for scripts that build only what a swarm runs.
         #[arg(long, conflicts_with = "local_model")]
         needs: bool,
         /// Check the file alone: do not also check that the API keys and platform tokens it names

@@ -416,7 +416,7 @@ pub fn heartbeat(ctx: Arc<ControlCtx>) {
                         lease.renewed(issued, &ctx.children);
                     }
                 }
-                Err(e @ flock_cluster::Error::Fenced { .. }) => {
+                Err(e) if crate::cluster::fenced(&e) => {
                     tracing::error!("flock cluster: {e}");
                     if ctx.lease.is_some() {
                         hand_over(&ctx, &hosts).await;
@@ -482,8 +482,7 @@ async fn hand_over(ctx: &ControlCtx, hosts: &crate::cluster::Hosts) {
             return;
         }
     };
-    let (sent, failed) =
-        crate::failover::hand_over(hosts.link(), &hosts.elsewhere(), &pending).await;
+    let (sent, failed) = hosts.hand_over(&pending).await;
     let n = sent.len();
     let marked =
         flock_actors::store_actor::with_store(&ctx.store, move |s| s.mark_forwarded(&sent));

@@ -11,17 +11,17 @@
 //!   machines at once.
 //! - **Nothing accepted is lost**: what a run's state dir still holds when another run took its
 //!   host (messages not yet delivered to a turn, or not yet forwarded) is handed over
-//!   ([`hand_over`]): those for the host's own agents go to the host's own inbox, which the run
-//!   that holds the host reads; the rest to their hosts. The old run does this when it learns it
-//!   was taken over, and `up` does it from a state dir that finds its host taken.
+//!   (`cluster::takeover::hand_over`): those for the host's own agents go to the host's own
+//!   inbox, which the run that holds the host reads; the rest to their hosts. The old run does
+//!   this when it learns it was taken over, and `up` does it from a state dir that finds its host
+//!   taken.
+//!
+//! This file is the lease, which needs no broker code; what talks to NATS (the standby's wait,
+//! the hand-over) is in `cluster/takeover.rs`, built only with the `cluster` feature.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flock_actors::store::PendingMessage;
-use flock_cluster::Link;
-use flock_ipc::id::MsgId;
 use ractor::ActorRef;
 use tokio::sync::watch;
 
@@ -31,9 +31,6 @@ use crate::children::ChildMsg;
 pub const FENCE_AFTER: Duration = Duration::from_secs(flock_config::FENCE_AFTER_SECS);
 /// How often the guard looks at the lease.
 const GUARD_TICK: Duration = Duration::from_millis(200);
-/// What a handed-over message's broker id ends with: the stream may still remember the
-/// message's own id (it keeps ids two minutes), and would drop it as a repeat.
-pub const HANDED: &str = ".handed";
 
 /// This run's hold on its host, for a host with `cluster.failover`.
 #[derive(Debug)]
@@ -104,114 +101,4 @@ pub fn guard(lease: Arc<Lease>, children: ActorRef<ChildMsg>, host: String) {
             }
         }
     });
-}
-
-/// Waits, as a standby of the link's host, until that host has been lost for `after` (no
-/// status with the swarm's MAC written for that long; a host that never wrote one counts as lost
-/// since the standby started watching; a status without the MAC — forged — tells nothing).
-/// Says what it sees when it changes.
-pub async fn stand_by(link: &Link, after: Duration) {
-    let host = link.host().to_owned();
-    let watching = Instant::now();
-    let mut said: Option<bool> = None;
-    // What `ps` on every host shows of this standby while it waits.
-    let word = StandbyWord {
-        pid: std::process::id(),
-        since_ms: flock_ipc::time::unix_ms_now(),
-        after_secs: after.as_secs(),
-    };
-    let word = serde_json::to_vec(&word).unwrap_or_default();
-    let mut unheard = false;
-    // The newest status with the swarm's MAC seen, when it was written.
-    let mut newest: Option<u64> = None;
-    loop {
-        let lost_for = match link.status_of(&host).await {
-            Ok(status) => {
-                if let Some(s) = status.filter(|s| s.authentic) {
-                    newest = newest.max(Some(s.written_ms));
-                }
-                Some(match newest {
-                    Some(ms) => {
-                        Duration::from_millis(flock_ipc::time::unix_ms_now().saturating_sub(ms))
-                    }
-                    None => watching.elapsed(),
-                })
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "flock cluster: standby for host `{host}`: cannot read its status");
-                None
-            }
-        };
-        if let Some(lost_for) = lost_for {
-            if lost_for >= after {
-                tracing::warn!(
-                    "flock cluster: host `{host}` has been lost for {} s: this standby takes it over",
-                    lost_for.as_secs()
-                );
-                if let Err(e) = link.clear_standby().await {
-                    tracing::debug!(error = %e, "flock cluster: could not clear this standby's word");
-                }
-                return;
-            }
-            let lost = lost_for >= crate::cluster::LOST_AFTER;
-            if said != Some(lost) {
-                said = Some(lost);
-                if lost {
-                    tracing::warn!(
-                        "flock cluster: standby for host `{host}`: lost for {} s; taking it over \
-                         once lost for {} s",
-                        lost_for.as_secs(),
-                        after.as_secs()
-                    );
-                } else {
-                    tracing::info!(
-                        "flock cluster: standby for host `{host}`: it is up; this run takes it \
-                         over once it has been lost for {} s (cluster.failover)",
-                        after.as_secs()
-                    );
-                }
-            }
-        }
-        match link.put_standby(&word).await {
-            Ok(()) => unheard = false,
-            Err(e) if !unheard => {
-                unheard = true;
-                tracing::warn!(error = %e, "flock cluster: standby for host `{host}`: cannot say it waits (`ps` will not show it; a NATS user needs publish on `$KV.flock-<swarm>-hosts.{host}.standby`)");
-            }
-            Err(_) => {}
-        }
-        tokio::time::sleep(crate::cluster::HEARTBEAT).await;
-    }
-}
-
-/// What a waiting standby writes of itself every second (`ps` shows it as a `standby` row).
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct StandbyWord {
-    pub pid: u32,
-    /// When it started waiting, Unix ms.
-    pub since_ms: u64,
-    /// How long the host must have been lost before it takes it over.
-    pub after_secs: u64,
-}
-
-/// Sends `pending` (messages this state dir accepted and has not delivered or forwarded, in
-/// mailbox order) to where they go now: those for agents of other hosts (`elsewhere`: agent →
-/// host) to their hosts, the rest to this host's own inbox. Returns those the broker stored,
-/// for the caller to mark, and the error that stopped it, if one did.
-pub async fn hand_over(
-    link: &Link,
-    elsewhere: &HashMap<String, String>,
-    pending: &[PendingMessage],
-) -> (Vec<(MsgId, String)>, Option<flock_cluster::Error>) {
-    let me = link.host().to_owned();
-    let mut sent = Vec::with_capacity(pending.len());
-    let host_of = |t: &str| Some(elsewhere.get(t).unwrap_or(&me).clone());
-    for entry in crate::cluster::wire::entries(pending, host_of) {
-        let id = if entry.host == me { format!("{}{HANDED}", entry.id()) } else { entry.id() };
-        match link.send_entry(&entry.host, &id, entry.messages.len(), entry.payload()).await {
-            Ok(_) => sent.extend(entry.sent()),
-            Err(e) => return (sent, Some(e)),
-        }
-    }
-    (sent, None)
 }

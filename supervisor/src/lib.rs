@@ -10,6 +10,12 @@ pub mod bridges;
 pub mod cage;
 pub mod children;
 pub mod cli;
+// Swarms across hosts (NATS): with the `cluster` feature (default); without it, the same names
+// with no values, and a file with `cluster:` is refused (cluster_off.rs).
+#[cfg(feature = "cluster")]
+pub mod cluster;
+#[cfg(not(feature = "cluster"))]
+#[path = "cluster_off.rs"]
 pub mod cluster;
 pub mod control;
 pub mod dotenv;

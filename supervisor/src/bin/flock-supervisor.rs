@@ -201,6 +201,9 @@ fn validate(file: &std::path::Path, local_model: bool, needs: bool, file_only: b
                 if spec.searches_memory() {
                     println!("vectors");
                 }
+                if spec.cluster.is_some() {
+                    println!("cluster");
+                }
                 return ExitCode::SUCCESS;
             }
             let model = match local {

@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{Notify, oneshot};
 
+pub(crate) mod takeover;
 pub(crate) mod wire;
 
 /// How many stored messages the publisher reads at a time.
@@ -45,6 +46,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How long the inbox waits before taking again a message whose sender this host has not
 /// learned yet (an agent created at run time on another host).
 const LATER: Duration = Duration::from_secs(1);
+
+pub use flock_cluster::Error;
+
+/// Whether `e` says another supervisor took this host over (this one must stop).
+pub fn fenced(e: &Error) -> bool {
+    matches!(e, Error::Fenced { .. })
+}
 
 /// How often a host writes its status.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -136,9 +144,13 @@ impl Hosts {
         self.placed.iter().map(|(h, _)| h.clone()).filter(|h| h != self.me()).collect()
     }
 
-    /// The link to the broker.
-    pub fn link(&self) -> &Link {
-        &self.link
+    /// Sends what this state dir holds undelivered (`pending`) to where it goes now: another
+    /// run took this host over ([`takeover::hand_over`]).
+    pub async fn hand_over(
+        &self,
+        pending: &[flock_actors::store::PendingMessage],
+    ) -> (Vec<(flock_ipc::id::MsgId, String)>, Option<Error>) {
+        takeover::hand_over(&self.link, &self.elsewhere(), pending).await
     }
 
     /// The agents placed on other hosts (whose mail waits here until it is forwarded).
@@ -148,11 +160,7 @@ impl Hosts {
 
     /// Writes this host's rows (those worth showing on another host) as its status;
     /// [`flock_cluster::Error::Fenced`] when another supervisor took this host over.
-    pub async fn publish(
-        &self,
-        rows: &[PsRow],
-        created: Vec<AgentSpec>,
-    ) -> Result<(), flock_cluster::Error> {
+    pub async fn publish(&self, rows: &[PsRow], created: Vec<AgentSpec>) -> Result<(), Error> {
         let rows = rows
             .iter()
             .filter(|r| matches!(r.kind.as_str(), "supervisor" | "agent" | "process" | "bridge"))
@@ -240,7 +248,7 @@ impl Hosts {
 /// so every second, and a word older than [`LOST_AFTER`] (or without the swarm's MAC) is none.
 fn standby_row(host: &str, word: &HostStatus, now: u64) -> Option<PsRow> {
     let fresh = now.saturating_sub(word.written_ms) <= LOST_AFTER.as_millis() as u64;
-    let said: crate::failover::StandbyWord = serde_json::from_slice(&word.body).ok()?;
+    let said: takeover::StandbyWord = serde_json::from_slice(&word.body).ok()?;
     (word.authentic && fresh).then(|| PsRow {
         name: host.to_owned(),
         kind: "standby".into(),
@@ -389,7 +397,7 @@ pub async fn connect(
     }
     loop {
         if standby && let Some(after) = failover {
-            crate::failover::stand_by(&link, after).await;
+            takeover::stand_by(&link, after).await;
         }
         match link.claim(&body, failover.unwrap_or(LOST_AFTER)).await {
             Ok(()) => break,
@@ -417,7 +425,7 @@ pub async fn connect(
 }
 
 /// What this state dir holds undelivered, handed over to the run that took its host
-/// ([`crate::failover::hand_over`]); says how many went (or why not).
+/// ([`takeover::hand_over`]); says how many went (or why not).
 async fn hand_over_from(
     link: &Link,
     spec: &SwarmSpec,
@@ -438,7 +446,7 @@ async fn hand_over_from(
         .iter()
         .map(|a| (a.key(), spec.host_of(a).to_owned()))
         .collect();
-    let (sent, failed) = crate::failover::hand_over(link, &elsewhere, &pending).await;
+    let (sent, failed) = takeover::hand_over(link, &elsewhere, &pending).await;
     store.mark_forwarded(&sent).context("mark the handed-over messages")?;
     Ok(match failed {
         None => format!(

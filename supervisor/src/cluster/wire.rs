@@ -107,7 +107,7 @@ pub fn entries<'a>(
 
 /// The messages a delivery carries, if it is an entry of this swarm and its id is the one the
 /// broker de-duplicated (or, from this host `me` itself, that id handed over:
-/// [`crate::failover::hand_over`]).
+/// [`super::takeover::hand_over`]).
 pub fn decode(d: &Delivery, me: &str) -> Result<Vec<PendingMessage>, String> {
     decode_parts(
         &Sent { msg_id: &d.msg_id, from_host: &d.from_host, authentic: d.authentic },
@@ -140,7 +140,7 @@ fn decode_parts(d: &Sent<'_>, payload: &[u8], me: &str) -> Result<Vec<PendingMes
         return Err("an entry without messages".into());
     }
     let handed = d.from_host == me
-        && d.msg_id.strip_suffix(crate::failover::HANDED) == Some(expected.as_str());
+        && d.msg_id.strip_suffix(crate::cluster::takeover::HANDED) == Some(expected.as_str());
     if expected != d.msg_id && !handed {
         return Err(format!("its messages' id {expected} is not its Nats-Msg-Id {}", d.msg_id));
     }
@@ -233,7 +233,7 @@ mod tests {
         let other = decode_as(entry, &fmt_id(9), "main", true).unwrap_err();
         assert!(other.contains("is not its Nats-Msg-Id"), "{other}");
         assert!(decode_as(entry, &entry.id(), "main", false).is_err());
-        let handed = format!("{}{}", entry.id(), crate::failover::HANDED);
+        let handed = format!("{}{}", entry.id(), crate::cluster::takeover::HANDED);
         assert!(decode_as(entry, &handed, "main", true).is_err());
         assert_eq!(decode_as(entry, &handed, "gpu", true).unwrap().len(), 2);
     }

@@ -216,13 +216,15 @@ fn validate_says_which_named_secret_is_not_set_here_unless_asked_for_the_file_al
 #[test]
 fn validate_needs_names_the_programs_a_swarm_runs_so_scripts_up_builds_only_those() {
     // scripts/up builds flock-bridge and flock-model only when this says so.
-    let needs = |example: &str| {
+    let needs_of = |file: &std::path::Path| {
         let mut cmd = Command::new(bin("flock-supervisor"));
-        cmd.arg("validate").arg("--needs").arg(repo_root().join("examples").join(example));
+        cmd.arg("validate").arg("--needs").arg(file);
         let out = run(&mut cmd, SHORT);
-        assert!(out.status.success(), "{example}: {}", String::from_utf8_lossy(&out.stderr));
+        let file = file.display();
+        assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect::<Vec<_>>()
     };
+    let needs = |example: &str| needs_of(&repo_root().join("examples").join(example));
     assert_eq!(needs("office.yaml"), Vec::<String>::new(), "scripted models, no chat, no memory");
     assert_eq!(needs("brain-persona-local.yaml"), ["flock-model", "vectors"]);
     assert_eq!(
@@ -232,6 +234,17 @@ fn validate_needs_names_the_programs_a_swarm_runs_so_scripts_up_builds_only_thos
     );
     assert_eq!(needs("brain-persona.yaml"), ["vectors"], "a remote model, the memory roles");
     assert_eq!(needs("kickoff.yaml"), Vec::<String>::new(), "a team that does not search memory");
+    // A swarm across hosts needs the supervisor's NATS link (feature `cluster`).
+    let dir = tempfile::tempdir().unwrap();
+    let across = dir.path().join("across.yaml");
+    std::fs::write(
+        &across,
+        "swarm: { name: across }\ncluster: { nats: \"nats://127.0.0.1:4222\" }\nmodels:\n  \
+         s: { provider: scripted, rules: [ { reply: hi } ] }\nagents:\n  \
+         - { name: a, role: worker, model: s }\n  - { name: b, role: worker, model: s, host: gpu }\n",
+    )
+    .unwrap();
+    assert_eq!(needs_of(&across), ["cluster"], "scripted models on two hosts");
 }
 
 fn validate(file: &std::path::Path) -> (Option<i32>, String) {
