@@ -536,6 +536,9 @@ fn run(index: &mut Index, dir: &std::path::Path, call: &Call) -> Result<String, 
                 "kinds": counts(&s.by_kind),
                 "tiers": counts(&s.by_tier),
                 "index_bytes": s.index_bytes,
+                "texts": s.texts,
+                "embedded": s.embedded,
+                "by_meaning": index.by_meaning(),
             })
             .to_string())
         }

@@ -128,6 +128,10 @@ pub struct Stats {
     /// `(tier, records)`: hot, warm, cold.
     pub by_tier: Vec<(String, u64)>,
     pub index_bytes: u64,
+    /// Distinct texts of the records, and how many of them have their vectors (search by
+    /// meaning finds only those; the rest are embedded in the background, newest first).
+    pub texts: u64,
+    pub embedded: u64,
 }
 
 /// What a sync did.
@@ -436,6 +440,14 @@ impl Index {
         self.vectors = Some(Vectors { embedder, cache: None });
     }
 
+    /// Whether this index searches by meaning (it has an embedder: [`Index::set_embedder`]).
+    pub fn by_meaning(&self) -> bool {
+        #[cfg(feature = "vectors")]
+        return self.vectors.is_some();
+        #[cfg(not(feature = "vectors"))]
+        false
+    }
+
     #[cfg(feature = "vectors")]
     fn load_vectors(&mut self) -> Result<()> {
         let Some(v) = self.vectors.as_mut() else { return Ok(()) };
@@ -692,6 +704,10 @@ impl Index {
             }
         }
         stats.by_tier = tiers.iter().map(|(t, n)| (t.as_str().to_string(), *n)).collect();
+        stats.texts = count("SELECT COUNT(DISTINCT hash) FROM records")?;
+        stats.embedded = count(
+            "SELECT COUNT(DISTINCT hash) FROM records WHERE hash IN (SELECT hash FROM vectors)",
+        )?;
         stats.index_bytes = ["index.db", "index.db-wal"]
             .iter()
             .filter_map(|f| std::fs::metadata(self.dir.join(f)).ok())
@@ -974,6 +990,32 @@ mod tests {
             cut.iter().map(|p| p.split_whitespace().count()).collect::<Vec<_>>(),
             [PASSAGE_MAX_WORDS, PASSAGE_MAX_WORDS, 3]
         );
+    }
+
+    /// `stats` says how many texts have their vectors: what a person watches while a backlog is
+    /// embedded in the background (vectors imported here: no model needed).
+    #[cfg(feature = "vectors")]
+    #[test]
+    fn stats_count_the_texts_and_those_embedded() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = obs("09:00", "a", "The dentist moved to Monday.", "")
+            + &obs("09:30", "b", "Ana prefers tea.", "")
+            + &obs("10:00", "c", "Ana prefers tea.", "");
+        write(dir.path(), "observations/2026-11-20.md", &text);
+        let mut index = Index::open(dir.path()).unwrap();
+        index.sync().unwrap();
+        let stats = index.stats().unwrap();
+        // Two records with the same words are one text (one vector serves both).
+        assert_eq!((stats.texts, stats.embedded), (2, 0));
+        assert!(!index.by_meaning());
+        let unit = |t: &str| {
+            let mut v = vec![0.0; crate::embed::DIM * passages(t).len()];
+            v.iter_mut().step_by(crate::embed::DIM).for_each(|x| *x = 1.0);
+            v
+        };
+        assert_eq!(index.import_vectors(unit).unwrap(), 2);
+        let stats = index.stats().unwrap();
+        assert_eq!((stats.texts, stats.embedded), (2, 2));
     }
 
     fn write(dir: &Path, rel: &str, text: &str) {

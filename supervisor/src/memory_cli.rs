@@ -232,6 +232,8 @@ pub fn stats(dir: &Path, as_json: bool) -> Result<String> {
             "kinds": s.by_kind.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
             "tiers": s.by_tier.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
             "index_bytes": s.index_bytes,
+            "texts": s.texts,
+            "embedded": s.embedded,
         });
         return Ok(serde_json::to_string_pretty(&v)? + "\n");
     }
@@ -239,13 +241,27 @@ pub fn stats(dir: &Path, as_json: bool) -> Result<String> {
         v.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
     };
     Ok(format!(
-        "{} files in {}\nrecords: {}\ntiers: {}\nindex: {:.1} KiB\n",
+        "{} files in {}\nrecords: {}\ntiers: {}\nby meaning: {}\nindex: {:.1} KiB\n",
         s.files,
         dir.display(),
         if s.by_kind.is_empty() { "none yet".into() } else { list(&s.by_kind) },
         list(&s.by_tier),
+        embedded(s.embedded, s.texts),
         s.index_bytes as f64 / 1024.0
     ))
+}
+
+/// How far the embedding of `texts` has come, for a person: the backlog of a memory written
+/// while no swarm (or a swarm without search by meaning) ran is embedded in the background.
+pub fn embedded(embedded: u64, texts: u64) -> String {
+    if embedded >= texts {
+        return format!("all {texts} texts embedded");
+    }
+    format!(
+        "{embedded} of {texts} texts embedded ({}%); a running swarm with search by meaning \
+         embeds the rest in the background, newest first",
+        embedded * 100 / texts
+    )
 }
 
 /// `memory export`: every record that passes, newest first, one JSON object a line.

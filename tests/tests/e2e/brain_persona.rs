@@ -318,6 +318,11 @@ fn a_fact_from_one_conversation_reaches_the_worker_in_a_later_one_through_the_me
     let stats = swarm.ctl_ok(&["memory", "stats", "--json"]);
     let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
     assert!(stats["kinds"]["observation"].as_u64() >= Some(1), "{stats}");
+    // How far search by meaning has come: the searches above embedded the newest texts.
+    let (texts, embedded) = (stats["texts"].as_u64(), stats["embedded"].as_u64());
+    assert!(embedded >= Some(1) && embedded <= texts, "{stats}");
+    let said = swarm.ctl_ok(&["memory", "stats"]);
+    assert!(said.contains("by meaning: ") && said.contains("texts embedded"), "{said}");
 }
 
 /// Memory works for a chat the same as for a DM (issue #21): a fact a person gave in a channel

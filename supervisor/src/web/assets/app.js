@@ -453,7 +453,12 @@ async function loadMemory() {
       el("td", {}, h.agent || ""), el("td", { title: h.text }, clip(h.text, 200)))));
     const stats = await api("/api/memory/stats");
     const tiers = Object.entries(stats.tiers || {}).map(([t, n]) => `${t} ${n}`).join(", ");
-    $("#memory-tiers").textContent = `(${stats.files} files; ${tiers})`;
+    // The swarm embeds a backlog in the background: how far it has come.
+    const meaning = !stats.by_meaning ? "; search by words only"
+      : stats.embedded < stats.texts
+        ? `; by meaning: ${stats.embedded} of ${stats.texts} texts embedded, the rest on the way`
+        : "";
+    $("#memory-tiers").textContent = `(${stats.files} files; ${tiers}${meaning})`;
   } catch (e) {
     status.textContent = e.message;
     status.className = "error";
