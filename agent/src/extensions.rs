@@ -91,6 +91,9 @@ struct Reflecting {
     budget: usize,
     /// The first answer, when it was sent back to be rewritten (the shorter usable one is kept).
     draft: Option<String>,
+    /// Unreflected observations left for a later batch (a backlog larger than one reflection
+    /// reads): once this one is written, reflection tells itself the rest is due.
+    rest: usize,
 }
 
 impl Drop for Ext {
@@ -540,11 +543,23 @@ impl Pipeline {
                             .collect();
                         let high = read.observed.iter().filter(|o| o.high).count();
                         let args = serde_json::json!({"text": fitted, "ids": ids});
-                        write("memory__reflect", args).await.map(|answer| {
-                            let n = serde_json::from_str::<serde_json::Value>(&answer)
+                        let written = write("memory__reflect", args).await;
+                        let marked = |answer: &str| {
+                            serde_json::from_str::<serde_json::Value>(answer)
                                 .ok()
                                 .and_then(|v| v["marked"].as_u64())
-                                .unwrap_or(0);
+                                .unwrap_or(0)
+                        };
+                        // A backlog is drained batch after batch, without waiting for the next
+                        // observation: each batch that marked something leaves less.
+                        if let Ok(answer) = &written
+                            && marked(answer) > 0
+                            && read.rest > 0
+                        {
+                            self.reflect_rest(turn, m, &trigger).await;
+                        }
+                        written.map(|answer| {
+                            let n = marked(&answer);
                             format!(
                                     "reflection written ({:.1}× compression; the model's answer {:.1}× before the cut{rewritten}), {n} observations marked reflected; [high] carried {}/{high}{}",
                                     ratio(&fitted),
@@ -563,6 +578,34 @@ impl Pipeline {
             Ok(what) => tracing::info!("memory_files: {what}"),
             Err(e) => tracing::info!("memory_files: write failed: {e}"),
         }
+    }
+}
+
+impl Pipeline {
+    /// Reflection's own `[reflect]` for what is left of a backlog once a batch was written, when
+    /// it is still over the threshold (its own chain, upkeep; the id derives from the turn, so a
+    /// replayed turn sends it once). Below the threshold the rest waits for the observer's.
+    async fn reflect_rest(&self, turn: &TurnInput<'_>, m: &Memory, trigger: &Trigger) {
+        let un = match m.unreflected() {
+            Ok(un) if trigger.due(&un) => un,
+            Ok(_) => return,
+            Err(e) => return tracing::info!("memory_files: cannot count observations: {e}"),
+        };
+        let text = format!(
+            "[reflect] {} unreflected observations (~{} tokens; the rest of a backlog)",
+            un.len(),
+            estimated_tokens(&un)
+        );
+        let me = self.client.name.clone();
+        let out = tools::send_upkeep(&self.client, turn.id, REFLECT_SEND, &me, &text).await;
+        if out.ok {
+            trigger.sent(&un);
+        }
+        tracing::info!(
+            "memory_files: {} unreflected observations left → the next batch: {}",
+            un.len(),
+            out.content
+        );
     }
 }
 
@@ -715,6 +758,7 @@ fn memory_context(
                 chars,
                 budget,
                 draft: None,
+                rest: total - un.len(),
             };
             Some(format!(
                 "[observations] {} unreflected{of} ({chars} characters; your reflection: at most {budget} characters):\n{}",

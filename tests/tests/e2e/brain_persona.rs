@@ -242,6 +242,41 @@ fn a_reflection_over_its_budget_is_sent_back_once_and_the_shorter_one_is_written
     assert!(log.contains("sent back once), 2 observations marked reflected"), "{log}");
 }
 
+/// A backlog larger than one reflection reads (reflection was down, or memory was brought in)
+/// is reflected on batch after batch, without waiting for new observations, and stops once what
+/// is left is under the threshold (the observer's next `[reflect]` takes it).
+#[test]
+fn a_backlog_is_reflected_on_batch_after_batch_without_new_observations() {
+    let swarm = persona(&[], None);
+    // 90 observations of 172 characters: a batch takes those whose lines fit 2 000 estimated
+    // tokens ((172 + 28) / 4 = 50 each: 40), the threshold is 1 500 (172 / 4 = 43 each: 35).
+    // So: 40 reflected, 50 left (over it) → again, 40 more; 10 left (under it) → done.
+    let mut text = String::new();
+    for i in 0..90 {
+        let words = format!(
+            "Observation {i:02}: the billing service closed invoice batch {i} of the quarterly run \
+             and the worker checked its totals against the ledger export before the nightly close"
+        );
+        let line: String = format!("{words:.<172}").chars().take(172).collect();
+        text += &format!(
+            "## 09:{:02}\n{line}\n<!-- id: backlog-{i:02} -->\n<!-- priority: medium; category: state -->\n---\n\n",
+            i % 60
+        );
+    }
+    let dir = swarm.state_dir().join("memory").join("observations");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("2026-11-20.md"), text).unwrap();
+    swarm.ctl_ok(&["send", "reflection", "[reflect] 90 unreflected observations"]);
+    let reflected = || folder(&swarm, "observations").matches("<!-- reflected: ").count();
+    swarm.wait_until(|| reflected() == 80, LONG, "two batches of 40 reflected");
+    // Reflection logs what it did after the marks are written.
+    let batches = || swarm.log("reflection").matches("40 observations marked reflected").count();
+    swarm.wait_until(|| batches() == 2, SHORT, "reflection logged both batches");
+    let log = swarm.log("reflection");
+    assert_eq!(log.matches("left → the next batch").count(), 1, "{log}");
+    assert_eq!(folder(&swarm, "reflections").matches("### Patterns").count(), 2);
+}
+
 #[test]
 fn a_fact_from_one_conversation_reaches_the_worker_in_a_later_one_through_the_memory_index() {
     // The unconscious's recall embeds on the CPU within its 10 s: it takes its turn with the tests
