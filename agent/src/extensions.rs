@@ -482,31 +482,9 @@ impl Pipeline {
                 // A replayed turn (the observation already there) checks again: its `[reflect]`
                 // has the id the first attempt's had, so it is delivered once.
                 if let (Ok(_), Some(to)) = (&written, reflection) {
-                    match m.unreflected() {
-                        Ok(un) if trigger.due(&un) => {
-                            let text = format!(
-                                "[reflect] {} unreflected observations (~{} tokens; {})",
-                                un.len(),
-                                estimated_tokens(&un),
-                                trigger.describe()
-                            );
-                            // Its own chain: a reflection is upkeep, not part of the request
-                            // whose observation crossed the threshold (nor of its budget).
-                            let out =
-                                tools::send_upkeep(&self.client, turn.id, REFLECT_SEND, to, &text)
-                                    .await;
-                            if out.ok {
-                                trigger.sent(&un);
-                            }
-                            tracing::info!(
-                                "memory_files: {} unreflected observations → {to}: {}",
-                                un.len(),
-                                out.content
-                            );
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::info!("memory_files: cannot count observations: {e}"),
-                    }
+                    // Its own chain: a reflection is upkeep, not part of the request whose
+                    // observation crossed the threshold (nor of its budget).
+                    self.send_reflect(turn, m, &trigger, to, &trigger.describe()).await;
                 }
                 written
             }
@@ -556,7 +534,9 @@ impl Pipeline {
                             && marked(answer) > 0
                             && read.rest > 0
                         {
-                            self.reflect_rest(turn, m, &trigger).await;
+                            let me = self.client.name.clone();
+                            self.send_reflect(turn, m, &trigger, &me, "the rest of a backlog")
+                                .await;
                         }
                         written.map(|answer| {
                             let n = marked(&answer);
@@ -582,28 +562,32 @@ impl Pipeline {
 }
 
 impl Pipeline {
-    /// Reflection's own `[reflect]` for what is left of a backlog once a batch was written, when
-    /// it is still over the threshold (its own chain, upkeep; the id derives from the turn, so a
-    /// replayed turn sends it once). Below the threshold the rest waits for the observer's.
-    async fn reflect_rest(&self, turn: &TurnInput<'_>, m: &Memory, trigger: &Trigger) {
+    /// `[reflect]` to `to` when the unreflected observations are over the threshold and it is
+    /// due ([`Trigger::due`]): the observer's after an observation, and reflection's own for what
+    /// is left of a backlog once a batch was written (`why` says which). Upkeep: its own chain;
+    /// the id derives from the turn, so a replayed turn sends it once.
+    async fn send_reflect(
+        &self,
+        turn: &TurnInput<'_>,
+        m: &Memory,
+        trigger: &Trigger,
+        to: &str,
+        why: &str,
+    ) {
         let un = match m.unreflected() {
             Ok(un) if trigger.due(&un) => un,
             Ok(_) => return,
             Err(e) => return tracing::info!("memory_files: cannot count observations: {e}"),
         };
-        let text = format!(
-            "[reflect] {} unreflected observations (~{} tokens; the rest of a backlog)",
-            un.len(),
-            estimated_tokens(&un)
-        );
-        let me = self.client.name.clone();
-        let out = tools::send_upkeep(&self.client, turn.id, REFLECT_SEND, &me, &text).await;
+        let n = un.len();
+        let tokens = estimated_tokens(&un);
+        let text = format!("[reflect] {n} unreflected observations (~{tokens} tokens; {why})");
+        let out = tools::send_upkeep(&self.client, turn.id, REFLECT_SEND, to, &text).await;
         if out.ok {
             trigger.sent(&un);
         }
         tracing::info!(
-            "memory_files: {} unreflected observations left → the next batch: {}",
-            un.len(),
+            "memory_files: {n} unreflected observations ({why}) → {to}: {}",
             out.content
         );
     }

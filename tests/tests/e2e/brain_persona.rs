@@ -273,7 +273,7 @@ fn a_backlog_is_reflected_on_batch_after_batch_without_new_observations() {
     let batches = || swarm.log("reflection").matches("40 observations marked reflected").count();
     swarm.wait_until(|| batches() == 2, SHORT, "reflection logged both batches");
     let log = swarm.log("reflection");
-    assert_eq!(log.matches("left → the next batch").count(), 1, "{log}");
+    assert_eq!(log.matches("(the rest of a backlog) → reflection").count(), 1, "{log}");
     assert_eq!(folder(&swarm, "reflections").matches("### Patterns").count(), 2);
 }
 
