@@ -1,5 +1,5 @@
 //! `crate::cluster` in a build without the `cluster` feature (no NATS client: ~45 crates and
-//! ~20 s less of a first build on 2 cores). A swarm on one host runs exactly as with it; a swarm
+//! ~30 s less of a first build on 2 cores). A swarm on one host runs exactly as with it; a swarm
 //! file with `cluster:` is refused by [`connect`], before anything starts, with the way to build
 //! it. The types have no values ([`Link`], [`Hosts`] and [`Error`] hold an `Infallible`), so
 //! every method below is unreachable by construction, not by a runtime check: the code that uses
