@@ -124,7 +124,17 @@ fn scan(dir: &Path, words: &[&str]) -> Result<usize> {
     Ok(found)
 }
 
-pub fn run(root: &Path, n: usize, out: &mut Map<String, Value>) -> Result<()> {
+/// How the records get their vectors before the searches are timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vectors {
+    /// Random unit vectors, one per passage (a scan's cost does not depend on their values).
+    Imported,
+    /// Embedded by the model through the index's own background path (`embed_pending`), with
+    /// progress and the throughput reported (`flock-bench --only memory_real`).
+    Embedded,
+}
+
+pub fn run(root: &Path, n: usize, vectors: Vectors, out: &mut Map<String, Value>) -> Result<()> {
     let dir = root.join("memory-bench");
     let _ = std::fs::remove_dir_all(&dir);
     write_corpus(&dir, n, 400)?;
@@ -134,8 +144,9 @@ pub fn run(root: &Path, n: usize, out: &mut Map<String, Value>) -> Result<()> {
     out.insert("memory_records".into(), json!(synced.records));
     out.insert("memory_rebuild_ms".into(), json!(t.elapsed().as_millis() as u64));
     // Embedding throughput on a sample of real records; the search is then timed over 100 000
-    // vectors imported as random unit vectors (a scan's cost does not depend on their values,
-    // and embedding 100 000 records of ~60 tokens takes ~50 minutes on 2 cores).
+    // vectors: imported as random unit vectors (a scan's cost does not depend on their values,
+    // and embedding 100 000 records of ~60 tokens takes ~40–50 minutes on 2 cores), or
+    // embedded for real (`Vectors::Embedded`).
     let embedder = flock_memory::embed::installed_dir()
         .map(|d| Embedder::load(&d).map_err(|e| anyhow!(e)))
         .transpose()?;
@@ -173,21 +184,25 @@ pub fn run(root: &Path, n: usize, out: &mut Map<String, Value>) -> Result<()> {
             "memory_embed_query_ms".into(),
             json!((t.elapsed().as_secs_f64() * 1000.0 / 3.0).round()),
         );
-        let mut vrng = fastrand::Rng::with_seed(12);
-        index
-            .import_vectors(|text| {
-                // One random unit vector per passage, as many as the index would embed.
-                let mut all = Vec::new();
-                for _ in flock_memory::index::passages(text) {
-                    let v: Vec<f32> =
-                        (0..flock_memory::embed::DIM).map(|_| vrng.f32() - 0.5).collect();
-                    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-                    all.extend(v.into_iter().map(|x| x / n));
-                }
-                all
-            })
-            .map_err(|e| anyhow!(e))?;
-        index.set_embedder(e);
+        if vectors == Vectors::Embedded {
+            embed_all(&mut index, e, out)?;
+        } else {
+            let mut vrng = fastrand::Rng::with_seed(12);
+            index
+                .import_vectors(|text| {
+                    // One random unit vector per passage, as many as the index would embed.
+                    let mut all = Vec::new();
+                    for _ in flock_memory::index::passages(text) {
+                        let v: Vec<f32> =
+                            (0..flock_memory::embed::DIM).map(|_| vrng.f32() - 0.5).collect();
+                        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                        all.extend(v.into_iter().map(|x| x / n));
+                    }
+                    all
+                })
+                .map_err(|e| anyhow!(e))?;
+            index.set_embedder(e);
+        }
     }
     let today = days_of("2026-11-25").ok_or_else(|| anyhow!("date"))?;
     let mut rng = fastrand::Rng::with_seed(11);
@@ -231,6 +246,38 @@ pub fn run(root: &Path, n: usize, out: &mut Map<String, Value>) -> Result<()> {
     }
     out.insert("memory_rss_kib".into(), json!(rss_kib()));
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Embeds every record through the index (`embed_pending`, as a running swarm's memory thread
+/// does in the background), saying how far it has come every 30 s; records the throughput.
+fn embed_all(index: &mut Index, e: Arc<Embedder>, out: &mut Map<String, Value>) -> Result<()> {
+    index.set_embedder(e);
+    let total = index.stats().map_err(|e| anyhow!(e))?.texts;
+    let t = Instant::now();
+    let mut said = Instant::now();
+    let mut done = 0u64;
+    loop {
+        let n = index.embed_pending(256).map_err(|e| anyhow!(e))? as u64;
+        if n == 0 {
+            break;
+        }
+        done += n;
+        if said.elapsed().as_secs() >= 30 {
+            said = Instant::now();
+            let rate = done as f64 / t.elapsed().as_secs_f64();
+            let left = total.saturating_sub(done) as f64 / rate.max(0.001);
+            eprintln!(
+                "flock-bench: memory: {done} of {total} texts embedded ({:.0} a second; ~{:.0} min left)",
+                rate,
+                left / 60.0
+            );
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    out.insert("memory_embedded_texts".into(), json!(done));
+    out.insert("memory_embed_all_s".into(), json!(secs.round()));
+    out.insert("memory_embed_all_per_sec".into(), json!((done as f64 / secs).round()));
     Ok(())
 }
 

@@ -67,8 +67,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 5_000)]
     pub cluster_count: u64,
     /// Only these figures (comma-separated): routed,raw,durable,request,up,restart,rss,sandbox,
-    /// memory,memory_cli,recall,bridge,observe,ui,cluster,scale (cluster and scale are left out unless
-    /// named: cluster needs nats-server, scale starts `--agents` processes).
+    /// memory,memory_cli,recall,bridge,observe,ui,cluster,scale,memory_real (the last three are
+    /// left out unless named: cluster needs nats-server, scale starts `--agents` processes,
+    /// memory_real embeds 100 000 records with the model, ~40 min on 2 cores).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Agents of the `scale` figure (beside 10 in the same run).
